@@ -1,0 +1,205 @@
+"""The command table: every command declared once.
+
+Owns: ``CommandSpec`` (name, arity, flags, key positions, syntax line,
+summary, since, group, handler, subcommands) and the registration decorator.
+Arity checks, ``COMMAND`` / ``COMMAND INFO|DOCS|LIST|COUNT|GETKEYS`` and ACL
+categories are derived from these declarations and nothing else
+(redis ``commands/*.json``, ``server.c::commandCheckArity``).
+
+Must not know: sockets, RESP bytes, storage.
+
+Declaring a command::
+
+    @command("xlen", arity=2, flags="readonly fast", keys=(1, 1, 1),
+             group="stream", since="5.0.0",
+             summary="Return the number of messages in a stream.",
+             syntax="XLEN key")
+    def xlen(ctx, argv): ...
+
+Declaring a container and its subcommands (``CLIENT ID``)::
+
+    container("client", group="connection", since="2.4.0", summary="...")
+
+    @command("client|id", arity=2, flags="noscript loading stale", ...)
+    def client_id(ctx, argv): ...
+
+A handler takes ``(ctx, argv)`` where ``argv[0]`` is the command name as sent
+(and ``argv[1]`` the subcommand for subcommands) and returns a reply value
+(``server.reply``) or raises ``CommandError``. A handler is ``async def`` only
+if it can block (spec flag ``blocking``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+# Flags as Redis names them in COMMAND INFO.
+KNOWN_FLAGS = frozenset(
+    {
+        "write", "readonly", "denyoom", "module", "admin", "pubsub", "noscript",
+        "blocking", "loading", "stale", "skip_monitor", "skip_slowlog",
+        "asking", "fast", "no_auth", "may_replicate", "sentinel",
+        "only_sentinel", "no_mandatory_keys", "no_multi", "movablekeys",
+        "allow_busy",
+    }
+)
+
+
+@dataclass(eq=False)
+class CommandSpec:
+    name: str  # lower-case; "container|sub" for subcommands
+    arity: int
+    flags: frozenset[str]
+    first_key: int
+    last_key: int
+    key_step: int
+    group: str
+    since: str
+    summary: str
+    syntax: str
+    handler: Callable[..., Any] | None
+    is_async: bool = False
+    acl_categories: tuple[str, ...] = ()
+    subcommands: dict[str, "CommandSpec"] = field(default_factory=dict)
+    # For commands whose keys are found by a keyword (XREAD ... STREAMS k1 k2 id1 id2)
+    # rather than fixed positions: a function argv -> list of key indexes.
+    key_finder: Callable[[list[bytes]], list[int]] | None = None
+
+    @property
+    def full_name(self) -> str:
+        return self.name
+
+    @property
+    def display_name(self) -> str:
+        return self.name.split("|")[-1]
+
+    def check_arity(self, argc: int) -> bool:
+        a = self.arity
+        return argc == a if a >= 0 else argc >= -a
+
+    def key_indexes(self, argv: list[bytes]) -> list[int]:
+        """Positions of key arguments in ``argv`` (COMMAND GETKEYS, ACLs, WATCH)."""
+        if self.key_finder is not None:
+            return self.key_finder(argv)
+        if self.first_key <= 0:
+            return []
+        last = self.last_key if self.last_key >= 0 else len(argv) + self.last_key
+        return list(range(self.first_key, min(last, len(argv) - 1) + 1, self.key_step or 1))
+
+
+COMMANDS: dict[str, CommandSpec] = {}
+
+
+def _flags(flags: str | tuple[str, ...] | frozenset[str]) -> frozenset[str]:
+    items = frozenset(flags.split()) if isinstance(flags, str) else frozenset(flags)
+    unknown = items - KNOWN_FLAGS
+    assert not unknown, f"unknown command flags {sorted(unknown)}"
+    return items
+
+
+def _register(spec: CommandSpec) -> CommandSpec:
+    if "|" in spec.name:
+        parent_name, sub = spec.name.split("|", 1)
+        parent = COMMANDS[parent_name]
+        assert sub not in parent.subcommands, f"duplicate subcommand {spec.name}"
+        parent.subcommands[sub] = spec
+    else:
+        assert spec.name not in COMMANDS, f"duplicate command {spec.name}"
+        COMMANDS[spec.name] = spec
+    return spec
+
+
+def command(
+    name: str,
+    *,
+    arity: int,
+    flags: str = "",
+    keys: tuple[int, int, int] = (0, 0, 0),
+    group: str,
+    since: str,
+    summary: str,
+    syntax: str,
+    acl_categories: tuple[str, ...] = (),
+    key_finder: Callable[[list[bytes]], list[int]] | None = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Declare a command (or ``container|sub`` subcommand) and register its handler."""
+
+    def decorate(handler: Callable[..., Any]) -> Callable[..., Any]:
+        flag_set = _flags(flags)
+        is_async = inspect.iscoroutinefunction(handler)
+        assert is_async == ("blocking" in flag_set), (
+            f"{name}: a handler is async exactly when its spec says 'blocking'"
+        )
+        _register(
+            CommandSpec(
+                name=name.lower(),
+                arity=arity,
+                flags=flag_set,
+                first_key=keys[0],
+                last_key=keys[1],
+                key_step=keys[2],
+                group=group,
+                since=since,
+                summary=summary,
+                syntax=syntax,
+                handler=handler,
+                is_async=is_async,
+                acl_categories=acl_categories,
+                key_finder=key_finder,
+            )
+        )
+        return handler
+
+    return decorate
+
+
+def container(
+    name: str,
+    *,
+    group: str,
+    since: str,
+    summary: str,
+    arity: int = -2,
+    flags: str = "",
+    acl_categories: tuple[str, ...] = (),
+) -> CommandSpec:
+    """Declare a command that only dispatches to subcommands (CLIENT, CONFIG ...)."""
+    return _register(
+        CommandSpec(
+            name=name.lower(),
+            arity=arity,
+            flags=_flags(flags),
+            first_key=0,
+            last_key=0,
+            key_step=0,
+            group=group,
+            since=since,
+            summary=summary,
+            syntax=f"{name.upper()} <subcommand> [<arg> ...]",
+            handler=None,
+            acl_categories=acl_categories,
+        )
+    )
+
+
+def lookup(argv: list[bytes]) -> CommandSpec | None:
+    """The spec for ``argv``: the command, or its subcommand for containers.
+
+    Returns None for an unknown command. For a container with an unknown or
+    missing subcommand the container itself is returned (its handler is None);
+    the dispatcher turns that into Redis's unknown-subcommand error.
+    """
+    try:
+        name = argv[0].decode("ascii").lower()
+    except UnicodeDecodeError:
+        return None
+    spec = COMMANDS.get(name)
+    if spec is None or not spec.subcommands or len(argv) < 2:
+        return spec
+    try:
+        sub = argv[1].decode("ascii").lower()
+    except UnicodeDecodeError:
+        return spec
+    return spec.subcommands.get(sub, spec)

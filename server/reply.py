@@ -1,0 +1,195 @@
+"""Reply values and the one RESP2/RESP3 encoder.
+
+Owns: the Python values a command handler may return, and turning them into
+bytes for a connection's protocol version. Every RESP2/RESP3 difference lives
+in ``encode`` and nowhere else (redis ``networking.c::addReplyMapLen``,
+``addReplyNull``).
+
+Must not know: sockets, commands, storage.
+
+Reply values:
+
+=====================  ==========================  ============================
+value                  RESP2                       RESP3
+=====================  ==========================  ============================
+``bytes``/``bytearray`` bulk string ``$3\\r\\nabc``  same
+``str``                bulk string (UTF-8)         same
+``Simple("OK")``       ``+OK``                     same
+``OK``                 ``+OK``                     same
+``int``                ``:1``                      same
+``bool``               ``:1`` / ``:0``             ``#t`` / ``#f``
+``float``              bulk string                 double ``,1.5``
+``None``               null bulk ``$-1``           null ``_``
+``NULL_ARRAY``         null array ``*-1``          null ``_``
+``list``/``tuple``     array                       array
+``Map`` / ``dict``     flat array of k, v          map ``%``
+``Set``                array                       set ``~``
+``Verbatim(text)``     bulk string                 verbatim ``=txt:``
+``Push(items)``        array                       push ``>``
+``Raw(count, chunks)`` ``*count`` + chunks          same
+``CommandError``       ``-CODE msg``               same
+=====================  ==========================  ============================
+
+``Raw`` carries bytes that are already RESP (a stream entry as stored on
+disk is ``*2 id *2n field value ...``, which is the same in RESP2 and RESP3):
+the read path sends stored bytes without decoding them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from server.errors import CommandError
+
+
+class Simple(str):
+    """A simple string reply: ``+text``. Must not contain CR or LF."""
+
+    __slots__ = ()
+
+
+OK = Simple("OK")
+QUEUED = Simple("QUEUED")
+PONG = Simple("PONG")
+
+
+class _NullArray:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NULL_ARRAY"
+
+
+NULL_ARRAY = _NullArray()
+
+
+class Map(dict):
+    """A map reply: RESP3 ``%``; RESP2 a flat array of keys and values."""
+
+    __slots__ = ()
+
+
+class Set(list):
+    """A set reply: RESP3 ``~``; RESP2 an array."""
+
+    __slots__ = ()
+
+
+class Push(list):
+    """An out-of-band push: RESP3 ``>``; RESP2 an array."""
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Verbatim:
+    """A verbatim string (INFO, CLIENT LIST ...): RESP3 ``=txt:``; RESP2 bulk."""
+
+    text: str
+    format: str = "txt"
+
+
+@dataclass(frozen=True, slots=True)
+class Raw:
+    """An array of ``count`` elements whose RESP bytes are already encoded.
+
+    ``chunks`` concatenated are exactly ``count`` encoded elements.
+    """
+
+    count: int
+    chunks: tuple[bytes | memoryview, ...] | list[bytes | memoryview]
+
+
+def encode(value: Any, protocol: int = 2) -> bytes:
+    """Encode one reply value for RESP ``protocol`` (2 or 3)."""
+    out: list[bytes] = []
+    encode_into(out, value, protocol)
+    return b"".join(out)
+
+
+def encode_into(out: list, value: Any, protocol: int) -> None:
+    """Append the encoding of ``value`` to ``out`` (a list of byte chunks)."""
+    append = out.append
+    t = type(value)
+    if t is bytes or t is bytearray or t is memoryview:
+        append(b"$%d\r\n" % len(value))
+        append(value)
+        append(b"\r\n")
+    elif t is Simple:
+        append(b"+" + value.encode() + b"\r\n")
+    elif t is int:
+        append(b":%d\r\n" % value)
+    elif t is str:
+        data = value.encode()
+        append(b"$%d\r\n%s\r\n" % (len(data), data))
+    elif value is None:
+        append(b"_\r\n" if protocol == 3 else b"$-1\r\n")
+    elif t is list or t is tuple:
+        append(b"*%d\r\n" % len(value))
+        for item in value:
+            encode_into(out, item, protocol)
+    elif t is Raw:
+        append(b"*%d\r\n" % value.count)
+        out.extend(value.chunks)
+    elif t is Map or t is dict:
+        append((b"%%%d\r\n" if protocol == 3 else b"*%d\r\n") % (len(value) * (1 if protocol == 3 else 2)))
+        for k, v in value.items():
+            encode_into(out, k, protocol)
+            encode_into(out, v, protocol)
+    elif t is bool:
+        if protocol == 3:
+            append(b"#t\r\n" if value else b"#f\r\n")
+        else:
+            append(b":1\r\n" if value else b":0\r\n")
+    elif isinstance(value, CommandError):
+        append(b"-" + _one_line(value.line).encode() + b"\r\n")
+    elif t is Set:
+        append((b"~%d\r\n" if protocol == 3 else b"*%d\r\n") % len(value))
+        for item in value:
+            encode_into(out, item, protocol)
+    elif t is Push:
+        append((b">%d\r\n" if protocol == 3 else b"*%d\r\n") % len(value))
+        for item in value:
+            encode_into(out, item, protocol)
+    elif value is NULL_ARRAY:
+        append(b"_\r\n" if protocol == 3 else b"*-1\r\n")
+    elif t is float:
+        text = _format_double(value).encode()
+        if protocol == 3:
+            append(b"," + text + b"\r\n")
+        else:
+            append(b"$%d\r\n%s\r\n" % (len(text), text))
+    elif t is Verbatim:
+        data = value.text.encode()
+        if protocol == 3:
+            body = value.format.encode() + b":" + data
+            append(b"=%d\r\n%s\r\n" % (len(body), body))
+        else:
+            append(b"$%d\r\n%s\r\n" % (len(data), data))
+    elif isinstance(value, int):  # int subclasses (IntEnum ...)
+        append(b":%d\r\n" % int(value))
+    elif isinstance(value, str):
+        encode_into(out, str(value), protocol)
+    else:
+        raise TypeError(f"cannot encode reply value of type {t.__name__}")
+
+
+def _one_line(text: str) -> str:
+    # Redis replaces newlines in error strings so the reply stays one line.
+    return text.replace("\r", " ").replace("\n", " ")
+
+
+def _format_double(value: float) -> str:
+    if value != value:
+        return "nan"
+    if value in (float("inf"), float("-inf")):
+        return "inf" if value > 0 else "-inf"
+    if value == int(value) and abs(value) < 1e17:
+        return str(int(value))
+    return repr(value)
+
+
+def flatten_pairs(pairs: Iterable[tuple[Any, Any]]) -> Map:
+    """A ``Map`` from key/value pairs, keeping their order."""
+    return Map(pairs)
