@@ -1,0 +1,24 @@
+"""``python -m bench <name>``: run one of Partita's benchmarks.
+
+- ``compare``: Partita beside redis-server, every workload (bench/compare.py).
+- ``storage``: the partition log on its own (bench/storage_bench.py).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+BENCHES = {"compare": "bench.compare", "storage": "bench.storage_bench"}
+
+
+def main() -> int:
+    if len(sys.argv) < 2 or sys.argv[1] not in BENCHES:
+        print(__doc__)
+        return 2
+    module = importlib.import_module(BENCHES[sys.argv[1]])
+    return module.main(sys.argv[2:]) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,307 @@
+"""Partita beside redis-server, one workload at a time, in the same run.
+
+Run: ``python -m bench compare [--quick] [--only NAME ...]``.
+
+For each workload both servers are started fresh (free port, empty data dir;
+redis-server with AOF on and ``appendfsync everysec``, or ``always`` for the
+fsync comparison), the same load is sent to each (redis-benchmark where it
+can express the workload, ``bench.loadgen`` where it cannot), and a row is
+recorded: req/s and entries/s for both, the ratio, p50/p99 latency, and each
+server's CPU time per request read from /proc. Results go to
+``bench/results/compare-<time>.md`` (and ``latest.md``), with PNG charts when
+matplotlib (the ``bench`` extra) is installed. Every process started here is
+stopped here, and only those.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from bench import loadgen
+from bench.procs import ServerProcess
+
+RESULTS_DIR = Path(__file__).with_name("results")
+REDIS_AOF_EVERYSEC = ["--appendonly", "yes", "--appendfsync", "everysec"]
+REDIS_AOF_ALWAYS = ["--appendonly", "yes", "--appendfsync", "always"]
+
+
+@dataclass
+class Measure:
+    """One server's figures for one workload."""
+
+    requests: int
+    seconds: float
+    entries: int
+    cpu_seconds: float
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def req_per_s(self) -> float:
+        return self.requests / self.seconds if self.seconds else 0.0
+
+    @property
+    def entries_per_s(self) -> float:
+        return self.entries / self.seconds if self.seconds else 0.0
+
+    @property
+    def cpu_us_per_request(self) -> float:
+        return 1e6 * self.cpu_seconds / self.requests if self.requests else 0.0
+
+    @property
+    def cpu_us_per_entry(self) -> float:
+        return 1e6 * self.cpu_seconds / self.entries if self.entries else 0.0
+
+
+@dataclass
+class Row:
+    name: str
+    partita: Measure
+    redis: Measure
+    target: str = ""
+    ratio_kind: str = "req/s"  # or "cpu/entry", "value"
+
+    @property
+    def ratio(self) -> float:
+        if self.ratio_kind == "cpu/entry":
+            r = self.redis.cpu_us_per_entry
+            return self.partita.cpu_us_per_entry / r if r else 0.0
+        if self.ratio_kind == "value":
+            r = self.redis.extra.get("value", 0.0)
+            return self.partita.extra.get("value", 0.0) / r if r else 0.0
+        r = self.redis.req_per_s
+        return self.partita.req_per_s / r if r else 0.0
+
+
+def redis_benchmark(port: int, command: list[str], *, requests: int, clients: int = 50,
+                    pipeline: int = 1, extra: list[str] | None = None) -> tuple[float, float, float, float]:
+    """Run redis-benchmark; returns (seconds, rps, p50_ms, p99_ms)."""
+    exe = shutil.which("redis-benchmark") or "/usr/bin/redis-benchmark"
+    cmd = [exe, "-p", str(port), "-c", str(clients), "-n", str(requests), "-P", str(pipeline),
+           "--csv", *(extra or []), *command]
+    started = time.monotonic()
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1800).stdout
+    seconds = time.monotonic() - started
+    rows = list(csv.DictReader(io.StringIO(out)))
+    if not rows:
+        raise RuntimeError(f"redis-benchmark printed no result: {out!r}")
+    row = rows[-1]
+    rps = float(row["rps"])
+    # redis-benchmark's own clock excludes its start-up; prefer it for the rate.
+    return requests / rps if rps else seconds, rps, float(row["p50_latency_ms"]), float(row["p99_latency_ms"])
+
+
+def measured(server: ServerProcess, run: Callable[[], tuple[float, int, int, float | None, float | None]]) -> Measure:
+    cpu0 = server.cpu_seconds()
+    seconds, requests, entries, p50, p99 = run()
+    cpu = server.cpu_seconds() - cpu0
+    return Measure(requests=requests, seconds=seconds, entries=entries, cpu_seconds=cpu, p50_ms=p50, p99_ms=p99)
+
+
+def bench_command(server: ServerProcess, command: list[str], *, requests: int, clients: int = 50,
+                  pipeline: int = 1, entries_per_request: int = 1) -> Measure:
+    def run():
+        seconds, rps, p50, p99 = redis_benchmark(server.port, command, requests=requests,
+                                                 clients=clients, pipeline=pipeline)
+        return seconds, requests, requests * entries_per_request, p50, p99
+
+    return measured(server, run)
+
+
+def prefill(server: ServerProcess, key: str, count: int, value_bytes: int = 100) -> None:
+    loadgen.fill_stream(server.port, key, count, value_bytes=value_bytes)
+
+
+# --- workloads ----------------------------------------------------------------------------
+
+def pair(partita_args: list[str], redis_args: list[str]):
+    return ServerProcess("partita", list(partita_args)), ServerProcess("redis", list(redis_args))
+
+
+def w_xadd(scale: float, pipeline: int) -> tuple[Measure, Measure]:
+    n = int(200_000 * scale)
+    results = []
+    for server in pair(["--fsync", "everysec"], REDIS_AOF_EVERYSEC):
+        with server:
+            results.append(bench_command(server, ["XADD", "s", "*", "field", "v" * 100],
+                                         requests=n, pipeline=pipeline))
+    return results[0], results[1]
+
+
+def w_xadd_always(scale: float) -> tuple[Measure, Measure, Measure]:
+    """Partita fsync=always vs redis appendfsync always, plus Partita everysec for the 0.8x target."""
+    n = int(100_000 * scale)
+    cmd = ["XADD", "s", "*", "field", "v" * 100]
+    out = []
+    for server in (ServerProcess("partita", ["--fsync", "always"]), ServerProcess("redis", REDIS_AOF_ALWAYS),
+                   ServerProcess("partita", ["--fsync", "everysec"])):
+        with server:
+            out.append(bench_command(server, cmd, requests=n, pipeline=16))
+    return out[0], out[1], out[2]
+
+
+def w_xread(scale: float, count: int) -> tuple[Measure, Measure]:
+    stream_len = int(1_000_000 * scale)
+    n = int((20_000 if count >= 1000 else 200_000) * scale)
+    results = []
+    for server in pair(["--fsync", "everysec"], REDIS_AOF_EVERYSEC):
+        with server:
+            prefill(server, "s", stream_len)
+            results.append(bench_command(server, ["XREAD", "COUNT", str(count), "STREAMS", "s", "0-0"],
+                                         requests=n, entries_per_request=min(count, stream_len)))
+    return results[0], results[1]
+
+
+def w_group_loop(scale: float) -> tuple[Measure, Measure]:
+    stream_len = int(200_000 * scale)
+    results = []
+    for server in pair(["--fsync", "everysec"], REDIS_AOF_EVERYSEC):
+        with server:
+            prefill(server, "s", stream_len)
+            results.append(measured(server, lambda: loadgen.group_consume(server.port, "s", stream_len)))
+    return results[0], results[1]
+
+
+def w_rss(entries: int) -> tuple[Measure, Measure]:
+    results = []
+    for server in pair(["--fsync", "no"], ["--appendonly", "no"]):
+        with server:
+            started = time.monotonic()
+            prefill(server, "s", entries)
+            seconds = time.monotonic() - started
+            m = Measure(requests=entries, seconds=seconds, entries=entries, cpu_seconds=server.cpu_seconds())
+            m.extra["value"] = server.rss_bytes() / 1e6
+            results.append(m)
+    return results[0], results[1]
+
+
+def w_restart(entries: int) -> tuple[Measure, Measure]:
+    results = []
+    for server in pair(["--fsync", "everysec"], REDIS_AOF_EVERYSEC):
+        server.keep_dir = False
+        with server:
+            prefill(server, "s", entries, value_bytes=1000)
+            time.sleep(1.5)  # let both servers' everysec fsync cover the data
+            disk = server.disk_bytes()
+            server.kill9()
+            seconds = server.restart(timeout_s=600)
+            m = Measure(requests=1, seconds=seconds, entries=entries, cpu_seconds=0.0)
+            m.extra["value"] = seconds
+            m.extra["disk_mb"] = disk / 1e6
+            results.append(m)
+    return results[0], results[1]
+
+
+# --- report ------------------------------------------------------------------------------
+
+def fmt(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None else f"{x:,.{digits}f}"
+
+
+def markdown(rows: list[Row], header: str) -> str:
+    lines = [header, "",
+             "| workload | Partita req/s | Redis req/s | Partita entries/s | Redis entries/s | ratio | target "
+             "| Partita p50/p99 ms | Redis p50/p99 ms | Partita CPU µs/req | Redis CPU µs/req |",
+             "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
+    for r in rows:
+        p, q = r.partita, r.redis
+        if r.ratio_kind == "value":
+            lines.append(f"| {r.name} | {fmt(p.extra.get('value'), 2)} | {fmt(q.extra.get('value'), 2)} | | "
+                         f"| {r.ratio:.2f}x | {r.target} | | | | |")
+            continue
+        lines.append(
+            f"| {r.name} | {fmt(p.req_per_s, 0)} | {fmt(q.req_per_s, 0)} | {fmt(p.entries_per_s, 0)} "
+            f"| {fmt(q.entries_per_s, 0)} | {r.ratio:.2f}x ({r.ratio_kind}) | {r.target} "
+            f"| {fmt(p.p50_ms, 2)}/{fmt(p.p99_ms, 2)} | {fmt(q.p50_ms, 2)}/{fmt(q.p99_ms, 2)} "
+            f"| {fmt(p.cpu_us_per_request, 2)} | {fmt(q.cpu_us_per_request, 2)} |")
+    return "\n".join(lines) + "\n"
+
+
+def charts(rows: list[Row], stem: Path) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    names = [r.name for r in rows]
+    ratios = [r.ratio for r in rows]
+    fig, ax = plt.subplots(figsize=(9, 0.5 * len(rows) + 1.5))
+    ax.barh(names, ratios)
+    ax.axvline(1.0, color="grey", linestyle="--")
+    ax.set_xlabel("Partita / Redis (same run)")
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(stem.with_suffix(".png"))
+    plt.close(fig)
+
+
+WORKLOADS = ["xadd", "xadd-p16", "xadd-always", "xread-10", "xread-1000", "group-loop", "rss", "restart"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench compare", description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes (a few minutes); figures are indicative")
+    ap.add_argument("--only", nargs="*", choices=WORKLOADS, help="run only these workloads")
+    ap.add_argument("--rss-entries", type=int, nargs="*", default=None,
+                    help="stream sizes for the RSS workload (default 1M and 20M; --quick: 1M)")
+    ap.add_argument("--restart-entries", type=int, default=None,
+                    help="1 KiB entries written before the kill -9 restart (default 3M ≈ 3 GB; --quick 300k)")
+    args = ap.parse_args(argv)
+    scale = 0.1 if args.quick else 1.0
+    chosen = args.only or WORKLOADS
+    rows: list[Row] = []
+    for name in chosen:
+        print(f"running {name} ...", flush=True)
+        if name == "xadd":
+            p, r = w_xadd(scale, 1)
+            rows.append(Row("XADD, 50 clients, unpipelined", p, r, ">= 0.35x"))
+        elif name == "xadd-p16":
+            p, r = w_xadd(scale, 16)
+            rows.append(Row("XADD, 50 clients, -P 16", p, r, ">= 0.7x"))
+        elif name == "xadd-always":
+            p, r, p_everysec = w_xadd_always(scale)
+            rows.append(Row("XADD -P 16, fsync always vs appendfsync always", p, r, "-"))
+            rows.append(Row("XADD -P 16, Partita always vs Partita everysec", p, p_everysec, ">= 0.8x"))
+        elif name == "xread-10":
+            p, r = w_xread(scale, 10)
+            rows.append(Row("XREAD COUNT 10 over the stream", p, r, "-"))
+        elif name == "xread-1000":
+            p, r = w_xread(scale, 1000)
+            rows.append(Row("XREAD COUNT 1000, server CPU per entry", p, r, "<= 0.35x", "cpu/entry"))
+        elif name == "group-loop":
+            p, r = w_group_loop(scale)
+            rows.append(Row("XREADGROUP COUNT 100 + XACK loop", p, r, "-"))
+        elif name == "rss":
+            sizes = args.rss_entries or ([1_000_000] if args.quick else [1_000_000, 20_000_000])
+            for size in sizes:
+                p, r = w_rss(size)
+                rows.append(Row(f"RSS MB after {size:,} entries", p, r, "Partita <= 150 MB at 20M", "value"))
+        elif name == "restart":
+            entries = args.restart_entries or (300_000 if args.quick else 3_000_000)
+            p, r = w_restart(entries)
+            rows.append(Row(f"restart s after kill -9, {p.extra['disk_mb']:,.0f} MB on disk", p, r,
+                            "Partita < 2 s", "value"))
+    RESULTS_DIR.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    header = (f"# Partita vs redis-server — {time.strftime('%Y-%m-%d %H:%M')}"
+              f"{' (quick)' if args.quick else ''}\n\nhost: {socket.gethostname()}, "
+              f"command: `python -m bench compare{' --quick' if args.quick else ''}"
+              f"{' --only ' + ' '.join(chosen) if args.only else ''}`")
+    text = markdown(rows, header)
+    out = RESULTS_DIR / f"compare-{stamp}.md"
+    out.write_text(text)
+    (RESULTS_DIR / "latest.md").write_text(text)
+    charts(rows, RESULTS_DIR / f"compare-{stamp}")
+    print(text)
+    return 0
