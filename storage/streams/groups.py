@@ -1,0 +1,1237 @@
+"""Consumer groups of one partition: the in-memory model and its durable state.
+
+Owns: ``ConsumerGroup`` (name, ``last_id`` = last-delivered-id, ``entries_read``,
+the pending entries list, consumers, the dead-letter setting), ``Consumer``,
+``PendingEntry``, ``PendingList`` (a PEL ordered by ID), and ``GroupStore``:
+every group of one partition, persisted in that partition's directory as a
+journal of mutations compacted by snapshots. Also Redis 7's rules for a
+group's ``entries_read`` and lag (``t_stream.c::streamEstimateDistanceFromFirstEverEntry``,
+``streamReplyWithCGLag``) as pure functions of a stream's counters.
+
+Must not know: sockets, trio, RESP, command syntax, the stream's entries.
+Callers (the XGROUP/XREADGROUP/XACK ... handlers) check Redis's errors first and
+then call one mutation per command; a mutation never fails half-way.
+
+Stream IDs are plain ``(ms, seq)`` tuples of unsigned 64-bit ints, as in the
+log API. ``entries_read`` is an int, or ``None`` when unknown (Redis's
+``SCG_INVALID_ENTRIES_READ``; ``-1`` on disk).
+
+On-disk format (all integers little-endian)
+===========================================
+
+Two files in the partition directory, created on the first mutation:
+
+``groups.snapshot``  the whole state at one point, written ``groups.snapshot.tmp``
+                     + fsync + rename + directory fsync.
+``groups.journal``   mutations since that snapshot, appended with one ``write``
+                     each.
+
+Both start with a 24-byte header::
+
+    magic      8 bytes   b"PGSNAP01" / b"PGJRNL01"
+    generation u64       snapshot generation (journal: the snapshot it follows)
+    reserved   u32       0
+    crc        u32       CRC32C of the 20 bytes before it
+
+and continue with records::
+
+    length     u32       payload length
+    crc        u32       CRC32C of payload
+    payload    op u8, then the op's fields
+
+Fields: ``str`` = u32 length + bytes; ``id`` = u64 ms + u64 seq; ``i64`` for
+``entries_read`` (-1 unknown) and times; ``u32`` counts. The ops and their
+fields are the ``_OP_*`` constants below (``_encode_*`` functions).
+
+A snapshot holds ``CREATE`` (with the dead-letter setting), ``SNAP_CONSUMER``
+and ``SNAP_PENDING`` records and ends with an ``END`` record carrying the
+record count; a snapshot without it is corrupt (it was renamed only after
+fsync, so that means the disk lost data) and ``open`` raises.
+
+Recovery (``GroupStore.open``): load the snapshot (generation G, or an empty
+state with G = 0 when there is none), then replay the journal if its header
+says G. A journal of an older generation is what a crash between the snapshot
+rename and the journal restart leaves behind: everything in it is already in
+the snapshot, so it is replaced. Replay stops at the first record that is
+short, fails its CRC, or cannot be applied; the file is truncated there and
+the cut is logged (a torn tail is not fatal).
+
+Compaction: when the journal grows past ``max(compact_min_bytes,
+2 * last snapshot size)`` the store writes a snapshot of generation G + 1,
+then a fresh journal of generation G + 1 (tmp + fsync + rename). The state
+(and so a snapshot) is bounded by pending entries and consumers, never by the
+number of entries ever delivered.
+
+Durability: every mutation reaches the kernel before the call returns
+(survives kill -9). ``flush()`` or the group-commit trio ``begin_flush()`` /
+``ticket.run()`` / ``end_flush(ticket)`` make it survive power loss, like
+``PartitionLog``.
+
+Concurrency: not thread-safe. Call everything from one thread, except
+``GroupFlushTicket.run()``, which only fsyncs a duplicated descriptor.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Protocol, Sequence
+
+from crc32c import crc32c
+
+StreamIdT = tuple[int, int]
+
+ZERO_ID: StreamIdT = (0, 0)
+MAX_ID: StreamIdT = (2**64 - 1, 2**64 - 1)
+
+SNAPSHOT_NAME = "groups.snapshot"
+JOURNAL_NAME = "groups.journal"
+_TMP_SUFFIX = ".tmp"
+
+_SNAP_MAGIC = b"PGSNAP01"
+_JRNL_MAGIC = b"PGJRNL01"
+_HEADER = struct.Struct("<8sQII")  # magic, generation, reserved, crc
+_HEADER_BYTES = _HEADER.size  # 24
+_REC = struct.Struct("<II")  # payload length, crc32c(payload)
+_REC_BYTES = _REC.size
+_RECORD_BYTES_MAX = 64 * 1024 * 1024
+_SNAP_PENDING_CHUNK = 4096  # pending entries per SNAP_PENDING record
+
+_U8 = struct.Struct("<B")
+_U32 = struct.Struct("<I")
+_I64 = struct.Struct("<q")
+_ID = struct.Struct("<QQ")
+_CLAIM = struct.Struct("<QQqI")  # id ms, id seq, delivery_time_ms, delivery_count
+
+# Journal ops.
+_OP_CREATE = 1  # group, last_id, entries_read, max_deliveries, dead_letter_key (-1 len = none)
+_OP_DESTROY = 2  # group
+_OP_SETID = 3  # group, last_id, entries_read
+_OP_CREATECONSUMER = 4  # group, consumer, now_ms
+_OP_DELCONSUMER = 5  # group, consumer
+_OP_TOUCH = 6  # group, consumer, now_ms
+_OP_DELIVER = 7  # group, consumer, now_ms, noack u8, last_id, entries_read, n, ids
+_OP_REDELIVER = 8  # group, consumer, now_ms, n, ids
+_OP_ACK = 9  # group, n, ids
+_OP_CLAIM = 10  # group, consumer, now_ms, has_last u8, last_id, n, (id, time, count)*
+_OP_DROP = 11  # group, n, ids   (entries gone from the stream: XCLAIM/XAUTOCLAIM cleanup)
+_OP_DEADLETTER = 12  # group, n, ids
+_OP_CONFIG = 13  # group, max_deliveries, dead_letter_key
+_OP_SNAP_CONSUMER = 20  # group, consumer, seen_time_ms, active_time_ms
+_OP_SNAP_PENDING = 21  # group, consumer, n, (id, time, count)*
+_OP_SNAP_GROUPSTAT = 22  # group, dead_lettered_total
+_OP_END = 30  # record count before it
+
+
+class GroupStateError(Exception):
+    """The group state on disk cannot be read (a corrupt snapshot)."""
+
+
+# --------------------------------------------------------------------------
+# In-memory model
+# --------------------------------------------------------------------------
+
+
+class PendingEntry:
+    """One delivered, not yet acknowledged entry (Redis's ``streamNACK``).
+
+    The same object sits in the group's PEL and in its consumer's PEL.
+    """
+
+    __slots__ = ("consumer", "delivery_time_ms", "delivery_count")
+
+    def __init__(self, consumer: bytes, delivery_time_ms: int, delivery_count: int) -> None:
+        self.consumer = consumer
+        self.delivery_time_ms = delivery_time_ms
+        self.delivery_count = delivery_count
+
+    def __repr__(self) -> str:
+        return f"PendingEntry({self.consumer!r}, {self.delivery_time_ms}, {self.delivery_count})"
+
+
+class PendingList:
+    """A PEL: stream ID -> ``PendingEntry``, iterated in ID order.
+
+    A dict for lookups plus a sorted list of IDs. Removal is lazy (the ID
+    stays in the list until the next compaction of the list), so acking the
+    oldest entries is O(1) amortised; appending an ID above every other is
+    O(1); inserting in the middle (XCLAIM) is a bisect plus a list insert.
+    """
+
+    __slots__ = ("_map", "_ids")
+
+    def __init__(self) -> None:
+        self._map: dict[StreamIdT, PendingEntry] = {}
+        self._ids: list[StreamIdT] = []  # sorted; may hold IDs no longer in _map
+
+    def __len__(self) -> int:
+        return len(self._map)
+
+    def __contains__(self, sid: StreamIdT) -> bool:
+        return sid in self._map
+
+    def __bool__(self) -> bool:
+        return bool(self._map)
+
+    def get(self, sid: StreamIdT) -> PendingEntry | None:
+        return self._map.get(sid)
+
+    def add(self, sid: StreamIdT, entry: PendingEntry) -> None:
+        """Insert or replace ``sid``."""
+        ids = self._ids
+        if sid not in self._map:
+            if not ids or sid > ids[-1]:
+                ids.append(sid)
+            else:
+                i = bisect.bisect_left(ids, sid)
+                if i == len(ids) or ids[i] != sid:  # else: a stale copy is still there
+                    ids.insert(i, sid)
+        self._map[sid] = entry
+
+    def remove(self, sid: StreamIdT) -> PendingEntry | None:
+        entry = self._map.pop(sid, None)
+        if entry is not None:
+            self._maybe_compact()
+        return entry
+
+    def _maybe_compact(self) -> None:
+        ids = self._ids
+        live = len(self._map)
+        if len(ids) > 64 and len(ids) > 2 * live:
+            m = self._map
+            self._ids = [sid for sid in ids if sid in m]
+        elif live == 0:
+            ids.clear()
+
+    def first(self) -> StreamIdT | None:
+        for sid in self.ids_from(ZERO_ID):
+            return sid
+        return None
+
+    def last(self) -> StreamIdT | None:
+        ids, m = self._ids, self._map
+        for i in range(len(ids) - 1, -1, -1):
+            if ids[i] in m:
+                return ids[i]
+        return None
+
+    def ids_from(self, start: StreamIdT, end: StreamIdT = MAX_ID) -> Iterator[StreamIdT]:
+        """IDs in ``[start, end]`` in order. Do not mutate while iterating."""
+        ids, m = self._ids, self._map
+        i = bisect.bisect_left(ids, start)
+        n = len(ids)
+        while i < n:
+            sid = ids[i]
+            if sid > end:
+                return
+            if sid in m:
+                yield sid
+            i += 1
+
+    def range(
+        self, start: StreamIdT = ZERO_ID, end: StreamIdT = MAX_ID, count: int | None = None
+    ) -> list[tuple[StreamIdT, PendingEntry]]:
+        """Up to ``count`` ``(id, entry)`` pairs with ``start <= id <= end``."""
+        out: list[tuple[StreamIdT, PendingEntry]] = []
+        if count is not None and count <= 0:
+            return out
+        m = self._map
+        for sid in self.ids_from(start, end):
+            out.append((sid, m[sid]))
+            if count is not None and len(out) >= count:
+                break
+        return out
+
+    def items(self) -> list[tuple[StreamIdT, PendingEntry]]:
+        return self.range()
+
+
+class Consumer:
+    """A consumer of a group: its name, when it was last seen, its own PEL."""
+
+    __slots__ = ("name", "seen_time_ms", "active_time_ms", "pending")
+
+    def __init__(self, name: bytes, seen_time_ms: int, active_time_ms: int = -1) -> None:
+        self.name = name
+        self.seen_time_ms = seen_time_ms  # last interaction (XREADGROUP, XCLAIM, XAUTOCLAIM)
+        self.active_time_ms = active_time_ms  # last successful read/claim; -1 never
+        self.pending = PendingList()
+
+    def __repr__(self) -> str:
+        return f"Consumer({self.name!r}, pending={len(self.pending)})"
+
+
+class ConsumerGroup:
+    """One consumer group of one partition (Redis's ``streamCG``).
+
+    ``max_deliveries`` > 0 with a ``dead_letter_key`` turns on dead-lettering:
+    an entry whose delivery count would exceed ``max_deliveries`` leaves the
+    PEL and is appended to the dead-letter stream (done by the command layer,
+    recorded here with ``GroupStore.dead_letter``).
+    """
+
+    __slots__ = (
+        "name", "last_id", "entries_read", "pel", "consumers",
+        "max_deliveries", "dead_letter_key", "dead_lettered_total",
+    )
+
+    def __init__(
+        self,
+        name: bytes,
+        last_id: StreamIdT,
+        entries_read: int | None,
+        max_deliveries: int = 0,
+        dead_letter_key: bytes | None = None,
+    ) -> None:
+        self.name = name
+        self.last_id = last_id
+        self.entries_read = entries_read
+        self.pel = PendingList()
+        self.consumers: dict[bytes, Consumer] = {}
+        self.max_deliveries = max_deliveries
+        self.dead_letter_key = dead_letter_key
+        self.dead_lettered_total = 0
+
+    def consumer(self, name: bytes) -> Consumer | None:
+        return self.consumers.get(name)
+
+    def sorted_consumers(self) -> list[Consumer]:
+        """Consumers in Redis's order (the rax: bytewise by name)."""
+        return [self.consumers[k] for k in sorted(self.consumers)]
+
+    def __repr__(self) -> str:
+        return f"ConsumerGroup({self.name!r}, last_id={self.last_id}, pending={len(self.pel)})"
+
+
+# --------------------------------------------------------------------------
+# Redis 7 entries_read / lag rules
+# --------------------------------------------------------------------------
+
+
+class StreamCounters(Protocol):
+    """What the lag rules need from a stream (Redis's ``stream`` struct fields)."""
+
+    @property
+    def length(self) -> int: ...
+    @property
+    def entries_added(self) -> int: ...
+    @property
+    def first_id(self) -> StreamIdT: ...  # (0, 0) when empty
+    @property
+    def last_id(self) -> StreamIdT: ...
+    @property
+    def max_deleted_entry_id(self) -> StreamIdT: ...
+
+
+def range_has_tombstones(s: StreamCounters, start: StreamIdT | None, end: StreamIdT | None = None) -> bool:
+    """Redis ``streamRangeHasTombstones``: may an XDEL hole lie in ``[start, end]``?"""
+    mdel = tuple(s.max_deleted_entry_id)
+    if not s.length or mdel == ZERO_ID:
+        return False
+    if tuple(s.first_id) > mdel:
+        return False
+    lo = start if start is not None else ZERO_ID
+    hi = end if end is not None else MAX_ID
+    return lo <= mdel <= hi
+
+
+def estimate_entries_read(s: StreamCounters, sid: StreamIdT) -> int | None:
+    """Redis ``streamEstimateDistanceFromFirstEverEntry``: ``sid``'s logical read
+    counter, or None when it cannot be known."""
+    added = s.entries_added
+    if not added:
+        return 0
+    last = tuple(s.last_id)
+    if not s.length and sid <= last:
+        return added
+    if sid == last:
+        return added
+    if sid > last:
+        return None
+    first = tuple(s.first_id)
+    mdel = tuple(s.max_deleted_entry_id)
+    if mdel == ZERO_ID or mdel < first:
+        if sid < first:
+            return added - s.length
+        if sid == first:
+            return added - s.length + 1
+    return None
+
+
+def group_lag(s: StreamCounters, group: ConsumerGroup) -> int | None:
+    """Redis ``streamReplyWithCGLag``: entries not yet delivered, or None."""
+    if not s.entries_added:
+        return 0
+    if group.entries_read is not None and not range_has_tombstones(s, group.last_id, None):
+        return s.entries_added - group.entries_read
+    entries_read = estimate_entries_read(s, group.last_id)
+    if entries_read is None:
+        return None
+    return s.entries_added - entries_read
+
+
+def advance_entries_read(s: StreamCounters, group: ConsumerGroup, entries_read: int | None, sid: StreamIdT) -> int | None:
+    """The group's ``entries_read`` after delivering ``sid`` (> last_id) with ``>``.
+
+    ``entries_read`` is the counter before this entry (the caller threads it
+    through a batch). Redis ``streamReplyWithRange``'s group branch.
+    """
+    if entries_read is not None and not range_has_tombstones(s, sid, None):
+        return entries_read + 1
+    if s.entries_added:
+        return estimate_entries_read(s, sid)
+    return entries_read
+
+
+# --------------------------------------------------------------------------
+# Record encoding
+# --------------------------------------------------------------------------
+
+
+def _s(value: bytes) -> bytes:
+    return _U32.pack(len(value)) + value
+
+
+def _opt_s(value: bytes | None) -> bytes:
+    return b"\xff\xff\xff\xff" if value is None else _s(value)
+
+
+def _er(entries_read: int | None) -> bytes:
+    return _I64.pack(-1 if entries_read is None else entries_read)
+
+
+def _ids(ids: Sequence[StreamIdT]) -> bytes:
+    return _U32.pack(len(ids)) + b"".join([_ID.pack(ms, seq) for ms, seq in ids])
+
+
+def _claims(claims: Sequence[tuple[StreamIdT, int, int]]) -> bytes:
+    return _U32.pack(len(claims)) + b"".join(
+        [_CLAIM.pack(sid[0], sid[1], t, c) for sid, t, c in claims]
+    )
+
+
+class _Reader:
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: bytes | memoryview) -> None:
+        self.buf = buf
+        self.pos = 0
+
+    def _take(self, n: int) -> bytes:
+        end = self.pos + n
+        if end > len(self.buf):
+            raise ValueError("record too short")
+        out = bytes(self.buf[self.pos:end])
+        self.pos = end
+        return out
+
+    def u8(self) -> int:
+        return self._take(1)[0]
+
+    def u32(self) -> int:
+        return _U32.unpack(self._take(4))[0]
+
+    def i64(self) -> int:
+        return _I64.unpack(self._take(8))[0]
+
+    def s(self) -> bytes:
+        return self._take(self.u32())
+
+    def opt_s(self) -> bytes | None:
+        n = self.u32()
+        return None if n == 0xFFFFFFFF else self._take(n)
+
+    def er(self) -> int | None:
+        v = self.i64()
+        if v < -1:
+            raise ValueError("bad entries_read")
+        return None if v == -1 else v
+
+    def sid(self) -> StreamIdT:
+        return _ID.unpack(self._take(16))
+
+    def ids(self) -> list[StreamIdT]:
+        n = self.u32()
+        raw = self._take(16 * n)
+        return [tuple(x) for x in _ID.iter_unpack(raw)]  # type: ignore[misc]
+
+    def claims(self) -> list[tuple[StreamIdT, int, int]]:
+        n = self.u32()
+        raw = self._take(_CLAIM.size * n)
+        return [((ms, seq), t, c) for ms, seq, t, c in _CLAIM.iter_unpack(raw)]
+
+    def done(self) -> None:
+        if self.pos != len(self.buf):
+            raise ValueError("trailing bytes in record")
+
+
+def _frame(payload: bytes) -> bytes:
+    return _REC.pack(len(payload), crc32c(payload)) + payload
+
+
+def _header(magic: bytes, generation: int) -> bytes:
+    head = struct.pack("<8sQI", magic, generation, 0)
+    return head + _U32.pack(crc32c(head))
+
+
+def _parse_header(data: bytes, magic: bytes) -> int | None:
+    """The generation in a valid header, else None."""
+    if len(data) < _HEADER_BYTES:
+        return None
+    got_magic, generation, _reserved, crc = _HEADER.unpack_from(data, 0)
+    if got_magic != magic or crc32c(data[: _HEADER_BYTES - 4]) != crc:
+        return None
+    return generation
+
+
+def _iter_records(data: bytes, start: int) -> Iterator[tuple[int, int, memoryview | None]]:
+    """Yield ``(position, end, payload)``; payload None at the first bad record."""
+    view = memoryview(data)
+    pos = start
+    n = len(data)
+    while pos < n:
+        if pos + _REC_BYTES > n:
+            yield pos, n, None
+            return
+        length, crc = _REC.unpack_from(data, pos)
+        end = pos + _REC_BYTES + length
+        if length == 0 or length > _RECORD_BYTES_MAX or end > n:
+            yield pos, n, None
+            return
+        payload = view[pos + _REC_BYTES:end]
+        if crc32c(payload) != crc:
+            yield pos, n, None
+            return
+        yield pos, end, payload
+        pos = end
+
+
+# --------------------------------------------------------------------------
+# The store
+# --------------------------------------------------------------------------
+
+
+class GroupFlushTicket:
+    """What ``begin_flush`` hands out: ``run()`` fsyncs, from any thread."""
+
+    __slots__ = ("fd", "position")
+
+    def __init__(self, fd: int, position: int) -> None:
+        self.fd = fd  # a dup of the journal fd, or -1 when nothing to do
+        self.position = position
+
+    def run(self) -> None:
+        if self.fd >= 0:
+            os.fsync(self.fd)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStoreStatistics:
+    groups: int
+    consumers: int
+    pending: int
+    journal_bytes: int
+    snapshot_bytes: int
+    generation: int
+    compactions: int
+
+
+class GroupStore:
+    """Every consumer group of one partition, durable in ``directory``.
+
+    Read the model through ``groups`` / ``group(name)`` / ``sorted_groups()``;
+    change it only through the mutation methods, each of which appends one
+    journal record and then applies it. Callers validate first (the group
+    exists, the IDs are pending ...): a mutation that finds its preconditions
+    broken raises ``KeyError``/``ValueError`` before writing anything.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        logger: logging.Logger | None = None,
+        compact_min_bytes: int = 4 * 1024 * 1024,
+    ) -> None:
+        self.directory = Path(directory)
+        self.logger = logger or logging.getLogger("partita.storage.groups")
+        self.compact_min_bytes = compact_min_bytes
+        self.groups: dict[bytes, ConsumerGroup] = {}
+        self._generation = 0
+        self._fd = -1  # journal, opened lazily on the first mutation
+        self._journal_bytes = 0  # file size, header included
+        self._durable_bytes = 0  # journal bytes known fsynced
+        self._snapshot_bytes = 0
+        self._compactions = 0
+        self._closed = False
+        self._replaying = False
+
+    # ----- lifecycle -----
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        *,
+        logger: logging.Logger | None = None,
+        compact_min_bytes: int = 4 * 1024 * 1024,
+    ) -> "GroupStore":
+        """Load the snapshot, replay the journal, truncate a torn tail.
+
+        Raises:
+            GroupStateError: the snapshot is corrupt.
+        """
+        store = cls(directory, logger=logger, compact_min_bytes=compact_min_bytes)
+        store._recover()
+        return store
+
+    def _recover(self) -> None:
+        snap_path = self.directory / SNAPSHOT_NAME
+        jrnl_path = self.directory / JOURNAL_NAME
+        for stale in (SNAPSHOT_NAME + _TMP_SUFFIX, JOURNAL_NAME + _TMP_SUFFIX):
+            try:
+                (self.directory / stale).unlink()
+            except FileNotFoundError:
+                pass
+        self._replaying = True
+        try:
+            if snap_path.exists():
+                self._load_snapshot(snap_path)
+            if jrnl_path.exists():
+                self._replay_journal(jrnl_path)
+        finally:
+            self._replaying = False
+
+    def _load_snapshot(self, path: Path) -> None:
+        data = path.read_bytes()
+        generation = _parse_header(data, _SNAP_MAGIC)
+        if generation is None:
+            raise GroupStateError(f"{path}: bad snapshot header")
+        count = 0
+        ended = False
+        for _pos, _end, payload in _iter_records(data, _HEADER_BYTES):
+            if payload is None or ended:
+                raise GroupStateError(f"{path}: corrupt snapshot record after {count} records")
+            r = _Reader(payload)
+            if r.u8() == _OP_END:
+                if r.u32() != count:
+                    raise GroupStateError(f"{path}: snapshot record count mismatch")
+                ended = True
+                continue
+            r.pos = 0
+            try:
+                self._apply(r)
+            except (ValueError, KeyError, struct.error) as e:
+                raise GroupStateError(f"{path}: bad snapshot record {count}: {e}") from e
+            count += 1
+        if not ended:
+            raise GroupStateError(f"{path}: snapshot has no end record")
+        self._generation = generation
+        self._snapshot_bytes = len(data)
+
+    def _replay_journal(self, path: Path) -> None:
+        data = path.read_bytes()
+        generation = _parse_header(data, _JRNL_MAGIC)
+        if generation != self._generation:
+            # Older generation: a crash after the snapshot rename, before the
+            # journal restart; the snapshot already holds all of it. No valid
+            # header: a crash while creating it (it is created tmp + rename,
+            # so only a damaged disk gets here).
+            if generation is None or generation > self._generation:
+                self.logger.warning(
+                    "%s: journal header %s does not follow snapshot generation %d; discarded",
+                    path, "invalid" if generation is None else generation, self._generation,
+                )
+            self._start_journal()
+            return
+        good_end = _HEADER_BYTES
+        records = 0
+        for pos, end, payload in _iter_records(data, _HEADER_BYTES):
+            if payload is None:
+                break
+            try:
+                self._apply(_Reader(payload))
+            except (ValueError, KeyError, struct.error, AssertionError) as e:
+                self.logger.warning("%s: record at byte %d cannot be applied: %s", path, pos, e)
+                break
+            good_end = end
+            records += 1
+        if good_end < len(data):
+            self.logger.warning(
+                "%s: torn or corrupt tail: truncated %d bytes at byte %d after %d records",
+                path, len(data) - good_end, good_end, records,
+            )
+            with open(path, "r+b") as f:
+                f.truncate(good_end)
+                f.flush()
+                os.fsync(f.fileno())
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        self._journal_bytes = good_end
+        self._durable_bytes = good_end
+
+    def close(self) -> None:
+        """Flush and close the journal. The store is unusable afterwards."""
+        if self._closed:
+            return
+        if self._fd >= 0:
+            self.flush()
+            os.close(self._fd)
+            self._fd = -1
+        self._closed = True
+
+    def delete_files(self) -> None:
+        """Close and remove the group files (DEL of the stream)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self._closed = True
+        self.groups.clear()
+        for name in (SNAPSHOT_NAME, JOURNAL_NAME, SNAPSHOT_NAME + _TMP_SUFFIX, JOURNAL_NAME + _TMP_SUFFIX):
+            try:
+                (self.directory / name).unlink()
+            except FileNotFoundError:
+                pass
+
+    # ----- durability -----
+
+    @property
+    def needs_flush(self) -> bool:
+        return self._journal_bytes > self._durable_bytes
+
+    def flush(self) -> None:
+        """fsync every mutation so far."""
+        if self._fd >= 0 and self.needs_flush:
+            os.fsync(self._fd)
+            self._durable_bytes = self._journal_bytes
+
+    def begin_flush(self) -> GroupFlushTicket:
+        """Main thread: a ticket whose ``run()`` fsyncs what was written so far."""
+        if self._fd < 0 or not self.needs_flush:
+            return GroupFlushTicket(-1, self._journal_bytes)
+        return GroupFlushTicket(os.dup(self._fd), self._journal_bytes)
+
+    def end_flush(self, ticket: GroupFlushTicket) -> None:
+        """Main thread, after ``ticket.run()`` returned: close the dup, record progress."""
+        if ticket.fd >= 0:
+            os.close(ticket.fd)
+            ticket.fd = -1
+            # After a compaction the journal restarted and positions reset;
+            # the compaction itself made everything durable then.
+            if ticket.position <= self._journal_bytes:
+                self._durable_bytes = max(self._durable_bytes, ticket.position)
+
+    # ----- queries -----
+
+    def group(self, name: bytes) -> ConsumerGroup | None:
+        return self.groups.get(name)
+
+    def sorted_groups(self) -> list[ConsumerGroup]:
+        """Groups in Redis's order (bytewise by name)."""
+        return [self.groups[k] for k in sorted(self.groups)]
+
+    def statistics(self) -> GroupStoreStatistics:
+        return GroupStoreStatistics(
+            groups=len(self.groups),
+            consumers=sum(len(g.consumers) for g in self.groups.values()),
+            pending=sum(len(g.pel) for g in self.groups.values()),
+            journal_bytes=self._journal_bytes,
+            snapshot_bytes=self._snapshot_bytes,
+            generation=self._generation,
+            compactions=self._compactions,
+        )
+
+    # ----- mutations -----
+
+    def create_group(
+        self,
+        name: bytes,
+        last_id: StreamIdT,
+        entries_read: int | None,
+        *,
+        max_deliveries: int = 0,
+        dead_letter_key: bytes | None = None,
+    ) -> ConsumerGroup:
+        """XGROUP CREATE. Raises ValueError if the group exists."""
+        if name in self.groups:
+            raise ValueError("group exists")
+        self._check_dead_letter(max_deliveries, dead_letter_key)
+        self._write(
+            _U8.pack(_OP_CREATE) + _s(name) + _ID.pack(*last_id) + _er(entries_read)
+            + _U32.pack(max_deliveries) + _opt_s(dead_letter_key)
+        )
+        g = self._apply_create(name, last_id, entries_read, max_deliveries, dead_letter_key)
+        self._maybe_compact()
+        return g
+
+    def destroy_group(self, name: bytes) -> bool:
+        """XGROUP DESTROY. Returns False (and writes nothing) if absent."""
+        if name not in self.groups:
+            return False
+        self._write(_U8.pack(_OP_DESTROY) + _s(name))
+        del self.groups[name]
+        self._maybe_compact()
+        return True
+
+    def set_id(self, name: bytes, last_id: StreamIdT, entries_read: int | None) -> None:
+        """XGROUP SETID (and the LASTID-style moves of XCLAIM use ``claim``)."""
+        self._need(name)
+        self._write(_U8.pack(_OP_SETID) + _s(name) + _ID.pack(*last_id) + _er(entries_read))
+        self._apply_setid(name, last_id, entries_read)
+        self._maybe_compact()
+
+    def configure_dead_letter(self, name: bytes, max_deliveries: int, dead_letter_key: bytes | None) -> None:
+        """Set (max_deliveries > 0 and a key) or clear (0, None) dead-lettering."""
+        self._need(name)
+        self._check_dead_letter(max_deliveries, dead_letter_key)
+        self._write(_U8.pack(_OP_CONFIG) + _s(name) + _U32.pack(max_deliveries) + _opt_s(dead_letter_key))
+        self._apply_config(name, max_deliveries, dead_letter_key)
+        self._maybe_compact()
+
+    def create_consumer(self, group: bytes, consumer: bytes, now_ms: int) -> bool:
+        """XGROUP CREATECONSUMER. Returns False (writes nothing) if it exists."""
+        g = self._need(group)
+        if consumer in g.consumers:
+            return False
+        self._write(_U8.pack(_OP_CREATECONSUMER) + _s(group) + _s(consumer) + _I64.pack(now_ms))
+        self._apply_createconsumer(group, consumer, now_ms)
+        self._maybe_compact()
+        return True
+
+    def delete_consumer(self, group: bytes, consumer: bytes) -> int:
+        """XGROUP DELCONSUMER: drops the consumer and its pending entries.
+
+        Returns how many pending entries it had (0, writing nothing, if absent).
+        """
+        g = self._need(group)
+        c = g.consumers.get(consumer)
+        if c is None:
+            return 0
+        self._write(_U8.pack(_OP_DELCONSUMER) + _s(group) + _s(consumer))
+        n = self._apply_delconsumer(group, consumer)
+        self._maybe_compact()
+        return n
+
+    def touch_consumer(self, group: bytes, consumer: bytes, now_ms: int) -> Consumer:
+        """Look up ``consumer``, creating it, and set its seen time (XREADGROUP,
+        XCLAIM, XAUTOCLAIM all do this before anything else)."""
+        g = self._need(group)
+        c = g.consumers.get(consumer)
+        if c is not None and c.seen_time_ms == now_ms:
+            return c
+        self._write(_U8.pack(_OP_TOUCH) + _s(group) + _s(consumer) + _I64.pack(now_ms))
+        c = self._apply_touch(group, consumer, now_ms)
+        self._maybe_compact()
+        return c
+
+    def deliver(
+        self,
+        group: bytes,
+        consumer: bytes,
+        ids: Sequence[StreamIdT],
+        last_id: StreamIdT,
+        entries_read: int | None,
+        now_ms: int,
+        *,
+        noack: bool = False,
+    ) -> None:
+        """XREADGROUP ``>``: ``ids`` (ascending, all > the old last_id) go to
+        ``consumer``'s PEL (unless ``noack``), and the group moves to
+        ``last_id`` / ``entries_read``. An ID already pending (after SETID
+        moved backwards) changes owner with delivery count 1."""
+        g = self._need(group)
+        if ids and not (ids[0] > g.last_id and last_id >= ids[-1]):
+            raise ValueError("delivered IDs must follow last_id")
+        self._write(
+            _U8.pack(_OP_DELIVER) + _s(group) + _s(consumer) + _I64.pack(now_ms)
+            + _U8.pack(1 if noack else 0) + _ID.pack(*last_id) + _er(entries_read) + _ids(ids)
+        )
+        self._apply_deliver(group, consumer, now_ms, noack, last_id, entries_read, ids)
+        self._maybe_compact()
+
+    def redeliver(self, group: bytes, consumer: bytes, ids: Sequence[StreamIdT], now_ms: int) -> None:
+        """XREADGROUP with an explicit ID: the consumer's own pending ``ids``
+        were sent again (delivery count + 1, delivery time now)."""
+        g = self._need(group)
+        c = g.consumers.get(consumer)
+        if c is None or any(sid not in c.pending for sid in ids):
+            raise ValueError("redelivered IDs must be pending for the consumer")
+        if not ids:
+            return
+        self._write(_U8.pack(_OP_REDELIVER) + _s(group) + _s(consumer) + _I64.pack(now_ms) + _ids(ids))
+        self._apply_redeliver(group, consumer, now_ms, ids)
+        self._maybe_compact()
+
+    def ack(self, group: bytes, ids: Iterable[StreamIdT]) -> int:
+        """XACK: remove pending ``ids``; returns how many were pending."""
+        return self._remove_op(_OP_ACK, group, ids)
+
+    def drop_pending(self, group: bytes, ids: Iterable[StreamIdT]) -> int:
+        """Remove pending ``ids`` whose entries left the stream (XAUTOCLAIM's
+        deleted-IDs reply, XCLAIM of a deleted entry)."""
+        return self._remove_op(_OP_DROP, group, ids)
+
+    def dead_letter(self, group: bytes, ids: Iterable[StreamIdT]) -> int:
+        """Remove pending ``ids`` that the caller has appended to the group's
+        dead-letter stream."""
+        return self._remove_op(_OP_DEADLETTER, group, ids)
+
+    def claim(
+        self,
+        group: bytes,
+        consumer: bytes,
+        claims: Sequence[tuple[StreamIdT, int, int]],
+        now_ms: int,
+        *,
+        last_id: StreamIdT | None = None,
+    ) -> None:
+        """XCLAIM / XAUTOCLAIM: each ``(id, delivery_time_ms, delivery_count)``
+        becomes pending for ``consumer`` with those values (created when FORCE
+        claims an ID not yet pending). ``last_id`` (XCLAIM LASTID) moves the
+        group's last_id forward if greater. The consumer is created/touched."""
+        self._need(group)
+        has_last = last_id is not None
+        self._write(
+            _U8.pack(_OP_CLAIM) + _s(group) + _s(consumer) + _I64.pack(now_ms)
+            + _U8.pack(1 if has_last else 0) + _ID.pack(*(last_id or ZERO_ID)) + _claims(claims)
+        )
+        self._apply_claim(group, consumer, now_ms, last_id, claims)
+        self._maybe_compact()
+
+    # ----- apply (shared by mutations and replay) -----
+
+    def _apply(self, r: _Reader) -> None:
+        op = r.u8()
+        if op == _OP_CREATE:
+            name, last_id, er, md, dl = r.s(), r.sid(), r.er(), r.u32(), r.opt_s()
+            r.done()
+            if name in self.groups:
+                raise ValueError("group exists")
+            self._apply_create(name, last_id, er, md, dl)
+        elif op == _OP_DESTROY:
+            name = r.s()
+            r.done()
+            del self.groups[name]
+        elif op == _OP_SETID:
+            name, last_id, er = r.s(), r.sid(), r.er()
+            r.done()
+            self._need(name)
+            self._apply_setid(name, last_id, er)
+        elif op == _OP_CONFIG:
+            name, md, dl = r.s(), r.u32(), r.opt_s()
+            r.done()
+            self._need(name)
+            self._apply_config(name, md, dl)
+        elif op == _OP_CREATECONSUMER:
+            group, consumer, now = r.s(), r.s(), r.i64()
+            r.done()
+            if consumer in self._need(group).consumers:
+                raise ValueError("consumer exists")
+            self._apply_createconsumer(group, consumer, now)
+        elif op == _OP_DELCONSUMER:
+            group, consumer = r.s(), r.s()
+            r.done()
+            if consumer not in self._need(group).consumers:
+                raise KeyError("no such consumer")
+            self._apply_delconsumer(group, consumer)
+        elif op == _OP_TOUCH:
+            group, consumer, now = r.s(), r.s(), r.i64()
+            r.done()
+            self._need(group)
+            self._apply_touch(group, consumer, now)
+        elif op == _OP_DELIVER:
+            group, consumer, now, noack = r.s(), r.s(), r.i64(), r.u8()
+            last_id, er, ids = r.sid(), r.er(), r.ids()
+            r.done()
+            self._need(group)
+            self._apply_deliver(group, consumer, now, bool(noack), last_id, er, ids)
+        elif op == _OP_REDELIVER:
+            group, consumer, now, ids = r.s(), r.s(), r.i64(), r.ids()
+            r.done()
+            c = self._need(group).consumers[consumer]
+            if any(sid not in c.pending for sid in ids):
+                raise ValueError("redelivered ID not pending")
+            self._apply_redeliver(group, consumer, now, ids)
+        elif op in (_OP_ACK, _OP_DROP, _OP_DEADLETTER):
+            group, ids = r.s(), r.ids()
+            r.done()
+            self._need(group)
+            self._apply_remove(op, group, ids)
+        elif op == _OP_CLAIM:
+            group, consumer, now, has_last, last_id, claims = (
+                r.s(), r.s(), r.i64(), r.u8(), r.sid(), r.claims()
+            )
+            r.done()
+            self._need(group)
+            self._apply_claim(group, consumer, now, last_id if has_last else None, claims)
+        elif op == _OP_SNAP_CONSUMER:
+            group, consumer, seen, active = r.s(), r.s(), r.i64(), r.i64()
+            r.done()
+            g = self._need(group)
+            if consumer in g.consumers:
+                raise ValueError("consumer exists")
+            g.consumers[consumer] = Consumer(consumer, seen, active)
+        elif op == _OP_SNAP_PENDING:
+            group, consumer, claims = r.s(), r.s(), r.claims()
+            r.done()
+            g = self._need(group)
+            c = g.consumers[consumer]
+            for sid, t, count in claims:
+                if sid in g.pel:
+                    raise ValueError("pending entry twice in snapshot")
+                pe = PendingEntry(consumer, t, count)
+                g.pel.add(sid, pe)
+                c.pending.add(sid, pe)
+        elif op == _OP_SNAP_GROUPSTAT:
+            group, total = r.s(), r.i64()
+            r.done()
+            self._need(group).dead_lettered_total = total
+        else:
+            raise ValueError(f"unknown op {op}")
+
+    def _apply_create(self, name, last_id, entries_read, max_deliveries, dead_letter_key) -> ConsumerGroup:
+        g = ConsumerGroup(name, tuple(last_id), entries_read, max_deliveries, dead_letter_key)
+        self.groups[name] = g
+        return g
+
+    def _apply_setid(self, name, last_id, entries_read) -> None:
+        g = self.groups[name]
+        g.last_id = tuple(last_id)
+        g.entries_read = entries_read
+
+    def _apply_config(self, name, max_deliveries, dead_letter_key) -> None:
+        g = self.groups[name]
+        g.max_deliveries = max_deliveries
+        g.dead_letter_key = dead_letter_key
+
+    def _apply_createconsumer(self, group, consumer, now_ms) -> Consumer:
+        c = Consumer(consumer, now_ms)
+        self.groups[group].consumers[consumer] = c
+        return c
+
+    def _apply_delconsumer(self, group, consumer) -> int:
+        g = self.groups[group]
+        c = g.consumers.pop(consumer)
+        n = len(c.pending)
+        for sid in c.pending.ids_from(ZERO_ID):
+            g.pel.remove(sid)
+        return n
+
+    def _apply_touch(self, group, consumer, now_ms) -> Consumer:
+        g = self.groups[group]
+        c = g.consumers.get(consumer)
+        if c is None:
+            c = g.consumers[consumer] = Consumer(consumer, now_ms)
+        else:
+            c.seen_time_ms = now_ms
+        return c
+
+    def _apply_deliver(self, group, consumer, now_ms, noack, last_id, entries_read, ids) -> None:
+        g = self.groups[group]
+        c = self._apply_touch(group, consumer, now_ms)
+        if ids:
+            c.active_time_ms = now_ms
+        if not noack:
+            for sid in ids:
+                old = g.pel.get(sid)
+                if old is not None:
+                    # Pending already (SETID moved back): reassign, count 1.
+                    prev = g.consumers.get(old.consumer)
+                    if prev is not None:
+                        prev.pending.remove(sid)
+                    old.consumer = consumer
+                    old.delivery_time_ms = now_ms
+                    old.delivery_count = 1
+                    c.pending.add(sid, old)
+                else:
+                    pe = PendingEntry(consumer, now_ms, 1)
+                    g.pel.add(sid, pe)
+                    c.pending.add(sid, pe)
+        g.last_id = tuple(last_id)
+        g.entries_read = entries_read
+
+    def _apply_redeliver(self, group, consumer, now_ms, ids) -> None:
+        g = self.groups[group]
+        c = g.consumers[consumer]
+        c.seen_time_ms = now_ms
+        c.active_time_ms = now_ms
+        for sid in ids:
+            pe = c.pending.get(sid)
+            pe.delivery_time_ms = now_ms
+            pe.delivery_count += 1
+
+    def _remove_op(self, op: int, group: bytes, ids: Iterable[StreamIdT]) -> int:
+        g = self._need(group)
+        present: list[StreamIdT] = []
+        seen: set[StreamIdT] = set()
+        for sid in ids:
+            sid = tuple(sid)
+            if sid in g.pel and sid not in seen:
+                seen.add(sid)
+                present.append(sid)
+        if not present:
+            return 0
+        self._write(_U8.pack(op) + _s(group) + _ids(present))
+        self._apply_remove(op, group, present)
+        self._maybe_compact()
+        return len(present)
+
+    def _apply_remove(self, op, group, ids) -> None:
+        g = self.groups[group]
+        for sid in ids:
+            pe = g.pel.remove(sid)
+            if pe is None:
+                raise ValueError("removing an ID that is not pending")
+            c = g.consumers.get(pe.consumer)
+            if c is not None:
+                c.pending.remove(sid)
+        if op == _OP_DEADLETTER:
+            g.dead_lettered_total += len(ids)
+
+    def _apply_claim(self, group, consumer, now_ms, last_id, claims) -> None:
+        g = self.groups[group]
+        c = self._apply_touch(group, consumer, now_ms)
+        if claims:
+            c.active_time_ms = now_ms
+        for sid, t, count in claims:
+            pe = g.pel.get(sid)
+            if pe is None:
+                pe = PendingEntry(consumer, t, count)
+                g.pel.add(sid, pe)
+            else:
+                if pe.consumer != consumer:
+                    prev = g.consumers.get(pe.consumer)
+                    if prev is not None:
+                        prev.pending.remove(sid)
+                pe.consumer = consumer
+                pe.delivery_time_ms = t
+                pe.delivery_count = count
+            c.pending.add(sid, pe)
+        if last_id is not None and tuple(last_id) > g.last_id:
+            g.last_id = tuple(last_id)
+
+    # ----- helpers -----
+
+    def _need(self, name: bytes) -> ConsumerGroup:
+        g = self.groups.get(name)
+        if g is None:
+            raise KeyError(f"no such group {name!r}")
+        return g
+
+    @staticmethod
+    def _check_dead_letter(max_deliveries: int, dead_letter_key: bytes | None) -> None:
+        if not 0 <= max_deliveries <= 0xFFFFFFFF:
+            raise ValueError("max_deliveries out of range")
+        if (max_deliveries > 0) != (dead_letter_key is not None):
+            raise ValueError("max_deliveries and dead_letter_key go together")
+
+    def _write(self, payload: bytes) -> None:
+        assert not self._closed, "group store is closed"
+        if self._fd < 0:
+            self._start_journal()
+        record = _frame(payload)
+        written = os.write(self._fd, record)
+        if written != len(record):  # a short write to a regular file: ENOSPC
+            # Cut the partial record so the journal stays replayable.
+            os.ftruncate(self._fd, self._journal_bytes)
+            raise OSError(28, "short write to group journal")
+        self._journal_bytes += written
+
+    def _maybe_compact(self) -> None:
+        if self._journal_bytes > max(self.compact_min_bytes, 2 * self._snapshot_bytes):
+            self.compact()
+
+    def compact(self) -> None:
+        """Write a snapshot of generation G + 1 and restart the journal."""
+        generation = self._generation + 1
+        tmp = self.directory / (SNAPSHOT_NAME + _TMP_SUFFIX)
+        size = _write_file_durably(tmp, self.directory / SNAPSHOT_NAME, self._snapshot_chunks(generation), self.directory)
+        self._generation = generation
+        self._snapshot_bytes = size
+        self._compactions += 1
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self._start_journal()
+
+    def _snapshot_chunks(self, generation: int) -> Iterator[bytes]:
+        yield _header(_SNAP_MAGIC, generation)
+        count = 0
+        for g in self.sorted_groups():
+            yield _frame(
+                _U8.pack(_OP_CREATE) + _s(g.name) + _ID.pack(*g.last_id) + _er(g.entries_read)
+                + _U32.pack(g.max_deliveries) + _opt_s(g.dead_letter_key)
+            )
+            count += 1
+            if g.dead_lettered_total:
+                yield _frame(_U8.pack(_OP_SNAP_GROUPSTAT) + _s(g.name) + _I64.pack(g.dead_lettered_total))
+                count += 1
+            for c in g.sorted_consumers():
+                yield _frame(
+                    _U8.pack(_OP_SNAP_CONSUMER) + _s(g.name) + _s(c.name)
+                    + _I64.pack(c.seen_time_ms) + _I64.pack(c.active_time_ms)
+                )
+                count += 1
+                items = c.pending.items()
+                for i in range(0, len(items), _SNAP_PENDING_CHUNK):
+                    chunk = items[i:i + _SNAP_PENDING_CHUNK]
+                    yield _frame(
+                        _U8.pack(_OP_SNAP_PENDING) + _s(g.name) + _s(c.name)
+                        + _claims([(sid, pe.delivery_time_ms, pe.delivery_count) for sid, pe in chunk])
+                    )
+                    count += 1
+        yield _frame(_U8.pack(_OP_END) + _U32.pack(count))
+
+    def _start_journal(self) -> None:
+        """A fresh journal for the current generation (tmp + fsync + rename)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / JOURNAL_NAME
+        _write_file_durably(
+            self.directory / (JOURNAL_NAME + _TMP_SUFFIX), path,
+            [_header(_JRNL_MAGIC, self._generation)], self.directory,
+        )
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        self._journal_bytes = _HEADER_BYTES
+        self._durable_bytes = _HEADER_BYTES
+
+
+def _write_file_durably(tmp: Path, final: Path, chunks: Iterable[bytes], directory: Path) -> int:
+    """Write ``chunks`` to ``tmp``, fsync, rename over ``final``, fsync the dir."""
+    size = 0
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        buf: list[bytes] = []
+        buffered = 0
+        for chunk in chunks:
+            buf.append(chunk)
+            buffered += len(chunk)
+            if buffered >= 1 << 20:
+                size += _write_all(fd, b"".join(buf))
+                buf.clear()
+                buffered = 0
+        if buf:
+            size += _write_all(fd, b"".join(buf))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, final)
+    dfd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    return size
+
+
+def _write_all(fd: int, data: bytes) -> int:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+    return len(data)

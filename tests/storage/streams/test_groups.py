@@ -1,0 +1,518 @@
+"""GroupStore: the consumer-group model, its journal, snapshots and recovery."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from storage.streams.groups import (
+    JOURNAL_NAME,
+    SNAPSHOT_NAME,
+    GroupStateError,
+    GroupStore,
+    PendingList,
+    PendingEntry,
+    advance_entries_read,
+    estimate_entries_read,
+    group_lag,
+    range_has_tombstones,
+)
+
+
+def dump(store: GroupStore) -> dict:
+    """A canonical picture of the whole state, checking invariants on the way."""
+    out = {}
+    for g in store.sorted_groups():
+        consumers = {}
+        union = {}
+        for c in g.sorted_consumers():
+            pel = []
+            for sid, pe in c.pending.items():
+                assert pe.consumer == c.name
+                assert g.pel.get(sid) is pe
+                pel.append((sid, pe.delivery_time_ms, pe.delivery_count))
+                union[sid] = pe
+            consumers[c.name] = (c.seen_time_ms, c.active_time_ms, pel)
+        group_pel = [(sid, pe.consumer, pe.delivery_time_ms, pe.delivery_count) for sid, pe in g.pel.items()]
+        assert sorted(union) == [sid for sid, *_ in group_pel]
+        assert [sid for sid, *_ in group_pel] == sorted(sid for sid, *_ in group_pel)
+        out[g.name] = (
+            g.last_id, g.entries_read, g.max_deliveries, g.dead_letter_key, g.dead_lettered_total,
+            consumers, group_pel,
+        )
+    return out
+
+
+def reopen(store: GroupStore, **kw) -> GroupStore:
+    store.close()
+    return GroupStore.open(store.directory, **kw)
+
+
+# ---------------------------------------------------------------- PendingList
+
+
+def test_pending_list_orders_ids_and_reuses_stale_slots():
+    pel = PendingList()
+    for sid in [(5, 0), (1, 0), (3, 1), (3, 0), (9, 9)]:
+        pel.add(sid, PendingEntry(b"c", 0, 1))
+    assert [sid for sid, _ in pel.items()] == [(1, 0), (3, 0), (3, 1), (5, 0), (9, 9)]
+    assert pel.remove((3, 0)) is not None
+    assert pel.remove((3, 0)) is None
+    assert (3, 0) not in pel
+    pel.add((3, 0), PendingEntry(b"d", 1, 2))  # the stale copy is still in the list
+    assert [sid for sid, _ in pel.items()] == [(1, 0), (3, 0), (3, 1), (5, 0), (9, 9)]
+    assert pel.get((3, 0)).consumer == b"d"
+    assert [sid for sid, _ in pel.range((3, 1), (9, 0))] == [(3, 1), (5, 0)]
+    assert [sid for sid, _ in pel.range(count=2)] == [(1, 0), (3, 0)]
+    assert pel.range(count=0) == []
+    assert pel.first() == (1, 0) and pel.last() == (9, 9)
+    assert len(pel) == 5
+
+
+def test_pending_list_compacts_after_many_removals():
+    pel = PendingList()
+    for i in range(1000):
+        pel.add((i, 0), PendingEntry(b"c", 0, 1))
+    for i in range(990):
+        pel.remove((i, 0))
+    assert len(pel) == 10
+    assert len(pel._ids) < 200
+    assert pel.first() == (990, 0)
+    for i in range(10):
+        pel.remove((990 + i, 0))
+    assert pel.first() is None and pel.last() is None and not pel
+
+
+# ---------------------------------------------------------------- store basics
+
+
+def test_no_files_until_first_mutation(tmp_path):
+    store = GroupStore.open(tmp_path)
+    assert store.groups == {}
+    assert not (tmp_path / JOURNAL_NAME).exists()
+    store.flush()
+    assert store.begin_flush().fd == -1
+    store.close()
+
+
+def test_create_deliver_ack_survive_reopen(tmp_path):
+    store = GroupStore.open(tmp_path)
+    store.create_group(b"g", (0, 0), 0)
+    with pytest.raises(ValueError):
+        store.create_group(b"g", (0, 0), 0)
+    store.deliver(b"g", b"alice", [(1, 0), (2, 0), (3, 0)], (3, 0), 3, now_ms=1000)
+    store.deliver(b"g", b"bob", [(4, 0)], (4, 0), 4, now_ms=1100)
+    assert store.ack(b"g", [(2, 0), (2, 0), (99, 0)]) == 1
+    before = dump(store)
+    g = store.group(b"g")
+    assert [sid for sid, _ in g.pel.items()] == [(1, 0), (3, 0), (4, 0)]
+    assert g.last_id == (4, 0) and g.entries_read == 4
+    assert g.consumer(b"alice").active_time_ms == 1000
+    store = reopen(store)
+    assert dump(store) == before
+    store.close()
+
+
+def test_noack_moves_last_id_without_pending(tmp_path):
+    store = GroupStore.open(tmp_path)
+    store.create_group(b"g", (0, 0), None)
+    store.deliver(b"g", b"c", [(1, 0), (2, 0)], (2, 0), 2, now_ms=5, noack=True)
+    g = store.group(b"g")
+    assert len(g.pel) == 0 and g.last_id == (2, 0) and b"c" in g.consumers
+    store = reopen(store)
+    assert store.group(b"g").last_id == (2, 0)
+    store.close()
+
+
+def test_deliver_rejects_ids_at_or_below_last_id(tmp_path):
+    store = GroupStore.open(tmp_path)
+    store.create_group(b"g", (5, 0), None)
+    with pytest.raises(ValueError):
+        store.deliver(b"g", b"c", [(5, 0)], (5, 0), None, now_ms=1)
+    with pytest.raises(KeyError):
+        store.deliver(b"nope", b"c", [(6, 0)], (6, 0), None, now_ms=1)
+    store.close()
+
+
+def test_redeliver_after_setid_back_reassigns_with_count_one(tmp_path):
+    store = GroupStore.open(tmp_path)
+    store.create_group(b"g", (0, 0), 0)
+    store.deliver(b"g", b"a", [(1, 0), (2, 0)], (2, 0), 2, now_ms=10)
+    store.redeliver(b"g", b"a", [(1, 0)], now_ms=20)
+    assert store.group(b"g").pel.get((1, 0)).delivery_count == 2
+    store.set_id(b"g", (0, 0), 0)
+    store.deliver(b"g", b"b", [(1, 0)], (1, 0), 1, now_ms=30)
+    g = store.group(b"g")
+    pe = g.pel.get((1, 0))
+    assert (pe.consumer, pe.delivery_time_ms, pe.delivery_count) == (b"b", 30, 1)
+    assert (1, 0) not in g.consumer(b"a").pending
+    assert (1, 0) in g.consumer(b"b").pending
+    before = dump(store)
+    store = reopen(store)
+    assert dump(store) == before
+    store.close()
+
+
+def test_redeliver_requires_ids_pending_for_that_consumer(tmp_path):
+    store = GroupStore.open(tmp_path)
+    store.create_group(b"g", (0, 0), 0)
+    store.deliver(b"g", b"a", [(1, 0)], (1, 0), 1, now_ms=10)
+    with pytest.raises(ValueError):
+        store.redeliver(b"g", b"b", [(1, 0)], now_ms=11)
+    store.close()
+
+
+def test_delete_consumer_returns_pending_it_dropped(tmp_path):
+    store = GroupStore.open(tmp_path)
+    store.create_group(b"g", (0, 0), 0)
+    assert store.create_consumer(b"g", b"a", 1) is True
+    assert store.create_consumer(b"g", b"a", 2) is False
+    store.deliver(b"g", b"a", [(1, 0), (2, 0)], (2, 0), 2, now_ms=3)
+    store.deliver(b"g", b"b", [(3, 0)], (3, 0), 3, now_ms=3)
+    assert store.delete_consumer(b"g", b"a") == 2
+    assert store.delete_consumer(b"g", b"a") == 0
+    assert [sid for sid, _ in store.group(b"g").pel.items()] == [(3, 0)]
+    store = reopen(store)
+    assert list(store.group(b"g").consumers) == [b"b"]
+    store.close()
+
+
+def test_claim_moves_entries_and_force_creates_them(tmp_path):
+    store = GroupStore.open(tmp_path)
+    store.create_group(b"g", (0, 0), 0)
+    store.deliver(b"g", b"a", [(1, 0), (2, 0)], (2, 0), 2, now_ms=3)
+    store.claim(b"g", b"b", [((1, 0), 50, 7), ((9, 0), 60, 1)], now_ms=70, last_id=(9, 0))
+    g = store.group(b"g")
+    assert [sid for sid, _ in g.consumer(b"a").pending.items()] == [(2, 0)]
+    assert [sid for sid, _ in g.consumer(b"b").pending.items()] == [(1, 0), (9, 0)]
+    assert g.pel.get((1, 0)).delivery_count == 7
+    assert g.last_id == (9, 0)
+    store.claim(b"g", b"b", [], now_ms=80, last_id=(4, 0))  # LASTID never moves back
+    assert g.last_id == (9, 0)
+    before = dump(store)
+    store = reopen(store)
+    assert dump(store) == before
+    store.close()
+
+
+def test_dead_letter_setting_and_removal(tmp_path):
+    store = GroupStore.open(tmp_path)
+    store.create_group(b"g", (0, 0), 0, max_deliveries=3, dead_letter_key=b"dlq")
+    with pytest.raises(ValueError):
+        store.configure_dead_letter(b"g", 3, None)
+    store.deliver(b"g", b"a", [(1, 0), (2, 0)], (2, 0), 2, now_ms=3)
+    assert store.dead_letter(b"g", [(1, 0)]) == 1
+    store.configure_dead_letter(b"g", 5, b"other")
+    before = dump(store)
+    store = reopen(store)
+    g = store.group(b"g")
+    assert (g.max_deliveries, g.dead_letter_key, g.dead_lettered_total) == (5, b"other", 1)
+    assert dump(store) == before
+    store.configure_dead_letter(b"g", 0, None)
+    assert store.group(b"g").dead_letter_key is None
+    store.close()
+
+
+def test_destroy_and_delete_files(tmp_path):
+    store = GroupStore.open(tmp_path)
+    store.create_group(b"g", (0, 0), 0)
+    store.create_group(b"h", (0, 0), 0)
+    assert store.destroy_group(b"g") is True
+    assert store.destroy_group(b"g") is False
+    store = reopen(store)
+    assert list(store.groups) == [b"h"]
+    store.delete_files()
+    assert not (tmp_path / JOURNAL_NAME).exists()
+    assert GroupStore.open(tmp_path).groups == {}
+
+
+def test_touch_updates_seen_time_only(tmp_path):
+    store = GroupStore.open(tmp_path)
+    store.create_group(b"g", (0, 0), 0)
+    c = store.touch_consumer(b"g", b"a", 100)
+    assert (c.seen_time_ms, c.active_time_ms) == (100, -1)
+    store.touch_consumer(b"g", b"a", 200)
+    store = reopen(store)
+    c = store.group(b"g").consumer(b"a")
+    assert (c.seen_time_ms, c.active_time_ms) == (200, -1)
+    store.close()
+
+
+def test_binary_names_round_trip(tmp_path):
+    store = GroupStore.open(tmp_path)
+    name = bytes(range(256))
+    store.create_group(name, (2**64 - 1, 2**64 - 1), None, max_deliveries=1, dead_letter_key=b"\x00\r\n")
+    store.deliver(name, b"", [], (2**64 - 1, 2**64 - 1), None, now_ms=1)
+    before = dump(store)
+    store = reopen(store)
+    assert dump(store) == before
+    store.close()
+
+
+# ---------------------------------------------------------------- durability
+
+
+def test_flush_ticket_protocol(tmp_path):
+    store = GroupStore.open(tmp_path)
+    store.create_group(b"g", (0, 0), 0)
+    assert store.needs_flush
+    ticket = store.begin_flush()
+    assert ticket.fd >= 0
+    store.deliver(b"g", b"a", [(1, 0)], (1, 0), 1, now_ms=1)  # after the ticket
+    ticket.run()
+    store.end_flush(ticket)
+    assert store.needs_flush  # the deliver is not covered by that ticket
+    store.flush()
+    assert not store.needs_flush
+    assert store.begin_flush().fd == -1
+    store.close()
+
+
+def _journal_record_ends(path: Path) -> list[int]:
+    from storage.streams.groups import _HEADER_BYTES, _iter_records
+
+    data = path.read_bytes()
+    return [end for _pos, end, payload in _iter_records(data, _HEADER_BYTES) if payload is not None]
+
+
+@pytest.mark.parametrize("cut", [1, 5, 9, "flip"])
+def test_torn_tail_is_truncated_and_logged(tmp_path, caplog, cut):
+    store = GroupStore.open(tmp_path)
+    store.create_group(b"g", (0, 0), 0)
+    store.deliver(b"g", b"a", [(1, 0)], (1, 0), 1, now_ms=1)
+    expected = dump(store)
+    store.deliver(b"g", b"a", [(2, 0), (3, 0)], (3, 0), 3, now_ms=2)
+    store.close()
+    path = tmp_path / JOURNAL_NAME
+    ends = _journal_record_ends(path)
+    data = bytearray(path.read_bytes())
+    if cut == "flip":
+        data[ends[-2] + 12] ^= 0xFF  # corrupt the last record's payload
+    else:
+        del data[len(data) - cut:]
+    path.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING, logger="partita.storage.groups"):
+        store = GroupStore.open(tmp_path)
+    assert dump(store) == expected
+    assert "truncated" in caplog.text
+    assert path.stat().st_size == ends[-2]
+    # The journal keeps working after the cut.
+    store.deliver(b"g", b"a", [(4, 0)], (4, 0), 4, now_ms=3)
+    expected = dump(store)
+    store = reopen(store)
+    assert dump(store) == expected
+    store.close()
+
+
+def test_garbage_appended_after_valid_records_is_cut(tmp_path, caplog):
+    store = GroupStore.open(tmp_path)
+    store.create_group(b"g", (0, 0), 0)
+    expected = dump(store)
+    store.close()
+    with open(tmp_path / JOURNAL_NAME, "ab") as f:
+        f.write(b"\x00" * 3 + os.urandom(50))
+    with caplog.at_level(logging.WARNING, logger="partita.storage.groups"):
+        store = GroupStore.open(tmp_path)
+    assert dump(store) == expected
+    assert "truncated" in caplog.text
+    store.close()
+
+
+def test_snapshot_compaction_bounds_journal_and_state(tmp_path):
+    store = GroupStore.open(tmp_path, compact_min_bytes=4096)
+    store.create_group(b"g", (0, 0), 0)
+    for i in range(1, 2001):
+        store.deliver(b"g", b"c%d" % (i % 3), [(i, 0)], (i, 0), i, now_ms=i)
+        if i > 5:
+            assert store.ack(b"g", [(i - 5, 0)]) == 1
+    stats = store.statistics()
+    assert stats.compactions > 5
+    assert stats.journal_bytes <= 2 * 4096 + 200
+    assert stats.snapshot_bytes < 2000  # five pending entries, three consumers
+    before = dump(store)
+    store = reopen(store, compact_min_bytes=4096)
+    assert dump(store) == before
+    assert store.statistics().generation == stats.generation
+    store.close()
+
+
+def test_crash_between_snapshot_and_journal_restart(tmp_path):
+    store = GroupStore.open(tmp_path)
+    store.create_group(b"g", (0, 0), 0)
+    store.deliver(b"g", b"a", [(1, 0)], (1, 0), 1, now_ms=1)
+    store.flush()
+    old_journal = (tmp_path / JOURNAL_NAME).read_bytes()
+    store.compact()
+    expected = dump(store)
+    store.close()
+    # As if the process died after renaming the snapshot, before the new journal.
+    (tmp_path / JOURNAL_NAME).write_bytes(old_journal)
+    store = GroupStore.open(tmp_path)
+    assert dump(store) == expected  # the old journal is not applied twice
+    store.ack(b"g", [(1, 0)])
+    store = reopen(store)
+    assert len(store.group(b"g").pel) == 0
+    store.close()
+
+
+def test_leftover_tmp_files_are_removed(tmp_path):
+    store = GroupStore.open(tmp_path)
+    store.create_group(b"g", (0, 0), 0)
+    store.close()
+    (tmp_path / (SNAPSHOT_NAME + ".tmp")).write_bytes(b"half a snapshot")
+    store = GroupStore.open(tmp_path)
+    assert list(store.groups) == [b"g"]
+    assert not (tmp_path / (SNAPSHOT_NAME + ".tmp")).exists()
+    store.close()
+
+
+def test_corrupt_snapshot_raises(tmp_path):
+    store = GroupStore.open(tmp_path)
+    store.create_group(b"g", (0, 0), 0)
+    store.compact()
+    store.close()
+    path = tmp_path / SNAPSHOT_NAME
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x55
+    path.write_bytes(bytes(data))
+    with pytest.raises(GroupStateError):
+        GroupStore.open(tmp_path)
+
+
+# ---------------------------------------------------------------- lag rules
+
+
+@dataclass
+class Counters:
+    length: int
+    entries_added: int
+    first_id: tuple
+    last_id: tuple
+    max_deleted_entry_id: tuple = (0, 0)
+
+
+def test_lag_rules_follow_redis():
+    from storage.streams.groups import ConsumerGroup
+
+    s = Counters(length=3, entries_added=3, first_id=(1, 0), last_id=(3, 0))
+    g = ConsumerGroup(b"g", (1, 0), 1)
+    assert group_lag(s, g) == 2
+    assert group_lag(Counters(0, 0, (0, 0), (0, 0)), ConsumerGroup(b"g", (0, 0), None)) == 0
+    # Unknown entries_read, last_id before the first entry, no tombstones: estimated.
+    assert group_lag(s, ConsumerGroup(b"g", (0, 0), None)) == 3
+    assert group_lag(s, ConsumerGroup(b"g", (3, 0), None)) == 0
+    # In the middle with entries_read unknown: not obtainable.
+    assert group_lag(s, ConsumerGroup(b"g", (2, 0), None)) is None
+    # A tombstone after last_id makes entries_read untrustworthy.
+    holed = Counters(length=2, entries_added=3, first_id=(1, 0), last_id=(3, 0), max_deleted_entry_id=(2, 0))
+    assert range_has_tombstones(holed, (1, 0))
+    assert not range_has_tombstones(holed, (2, 1))
+    assert group_lag(holed, ConsumerGroup(b"g", (1, 0), 1)) is None
+    assert group_lag(holed, ConsumerGroup(b"g", (3, 0), 3)) == 0
+    assert estimate_entries_read(holed, (1, 0)) is None
+    assert estimate_entries_read(s, (1, 0)) == 1
+    assert estimate_entries_read(s, (4, 0)) is None
+    assert advance_entries_read(s, g, 1, (2, 0)) == 2
+    assert advance_entries_read(holed, g, 0, (1, 0)) is None
+
+
+# ---------------------------------------------------------------- property
+
+
+GROUPS = [b"g1", b"g2"]
+CONSUMERS = [b"a", b"b", b"c"]
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("create"), st.sampled_from(GROUPS), st.integers(0, 5), st.booleans()),
+        st.tuples(st.just("destroy"), st.sampled_from(GROUPS)),
+        st.tuples(st.just("setid"), st.sampled_from(GROUPS), st.integers(0, 30)),
+        st.tuples(st.just("createconsumer"), st.sampled_from(GROUPS), st.sampled_from(CONSUMERS)),
+        st.tuples(st.just("delconsumer"), st.sampled_from(GROUPS), st.sampled_from(CONSUMERS)),
+        st.tuples(st.just("touch"), st.sampled_from(GROUPS), st.sampled_from(CONSUMERS)),
+        st.tuples(st.just("deliver"), st.sampled_from(GROUPS), st.sampled_from(CONSUMERS),
+                  st.integers(0, 4), st.booleans()),
+        st.tuples(st.just("redeliver"), st.sampled_from(GROUPS), st.sampled_from(CONSUMERS), st.integers(1, 3)),
+        st.tuples(st.just("ack"), st.sampled_from(GROUPS), st.lists(st.integers(0, 30), max_size=4)),
+        st.tuples(st.just("drop"), st.sampled_from(GROUPS), st.lists(st.integers(0, 30), max_size=3)),
+        st.tuples(st.just("deadletter"), st.sampled_from(GROUPS), st.lists(st.integers(0, 30), max_size=3)),
+        st.tuples(st.just("claim"), st.sampled_from(GROUPS), st.sampled_from(CONSUMERS),
+                  st.lists(st.integers(0, 30), max_size=3), st.integers(0, 9), st.booleans()),
+        st.tuples(st.just("config"), st.sampled_from(GROUPS), st.integers(0, 4)),
+        st.tuples(st.just("reopen"),),
+        st.tuples(st.just("compact"),),
+    ),
+    max_size=60,
+)
+
+
+def _run(store: GroupStore, op: tuple, now: int) -> GroupStore:
+    kind = op[0]
+    if kind == "reopen":
+        return reopen(store, compact_min_bytes=store.compact_min_bytes)
+    if kind == "compact":
+        store.compact()
+        return store
+    g = store.group(op[1])
+    if kind == "create":
+        if g is None:
+            md = op[2]
+            store.create_group(op[1], (op[2], 0), op[2] if op[3] else None,
+                               max_deliveries=md, dead_letter_key=b"dl" if md else None)
+        return store
+    if g is None:
+        return store
+    if kind == "destroy":
+        store.destroy_group(op[1])
+    elif kind == "setid":
+        store.set_id(op[1], (op[2], 0), op[2])
+    elif kind == "createconsumer":
+        store.create_consumer(op[1], op[2], now)
+    elif kind == "delconsumer":
+        store.delete_consumer(op[1], op[2])
+    elif kind == "touch":
+        store.touch_consumer(op[1], op[2], now)
+    elif kind == "deliver":
+        start = g.last_id[0] + 1
+        ids = [(start + i, 0) for i in range(op[3])]
+        last = ids[-1] if ids else g.last_id
+        store.deliver(op[1], op[2], ids, last, None if g.entries_read is None else g.entries_read + len(ids),
+                      now, noack=op[4])
+    elif kind == "redeliver":
+        c = g.consumer(op[2])
+        if c is not None:
+            store.redeliver(op[1], op[2], [sid for sid, _ in c.pending.range(count=op[3])], now)
+    elif kind in ("ack", "drop", "deadletter"):
+        fn = {"ack": store.ack, "drop": store.drop_pending, "deadletter": store.dead_letter}[kind]
+        fn(op[1], [(i, 0) for i in op[2]])
+    elif kind == "claim":
+        claims = [((i, 0), now - op[4], op[4]) for i in op[3]]
+        if not op[5]:  # without FORCE only pending IDs are claimed
+            claims = [c for c in claims if c[0] in g.pel]
+        store.claim(op[1], op[2], claims, now, last_id=(op[4] * 3, 0) if op[5] else None)
+    elif kind == "config":
+        store.configure_dead_letter(op[1], op[2], b"dl%d" % op[2] if op[2] else None)
+    return store
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops, st.sampled_from([200, 1 << 20]))
+def test_replayed_state_equals_memory_state(op_list, compact_min_bytes):
+    with tempfile.TemporaryDirectory() as d:
+        store = GroupStore.open(Path(d), compact_min_bytes=compact_min_bytes)
+        for now, op in enumerate(op_list, start=1000):
+            store = _run(store, op, now)
+            dump(store)  # invariants hold after every step
+        expected = dump(store)
+        store.flush()
+        replayed = GroupStore.open(Path(d), compact_min_bytes=compact_min_bytes)
+        assert dump(replayed) == expected
+        replayed.close()
+        store.close()
