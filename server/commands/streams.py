@@ -1,0 +1,608 @@
+"""Redis stream commands on Partita's partition logs.
+
+Owns: XADD, XRANGE, XREVRANGE, XLEN, XDEL, XTRIM, XSETID, XREAD and
+XINFO STREAM / HELP: argument parsing with Redis's own error texts (order
+of checks as in redis ``t_stream.c``), and shaping replies. The read path
+never decodes entries: XRANGE/XREAD reply with ``Raw`` over the stored bytes.
+
+Consumer groups (XGROUP, XREADGROUP, XACK, ..., XINFO GROUPS/CONSUMERS)
+belong to ``server.commands.groups``; XINFO STREAM reports ``groups`` as 0.
+
+Must not know: sockets, RESP bytes, segment files. Keys become streams only
+through ``ctx.server.topics`` (``cluster.topics.TopicRegistry``).
+
+Known differences from Redis 7.0 (see docs and tests):
+- ``XREAD ... STREAMS key +`` reads the last entry (Redis 7.4 semantics).
+- A woken ``XREAD BLOCK`` re-runs the read and replies with every key that
+  has data (Redis 7.2+), not only the key that woke it (7.0).
+- ``radix-tree-keys`` / ``radix-tree-nodes`` are estimates (Partita has no
+  radix tree); they equal Redis's for streams of up to
+  ``stream-node-max-entries`` entries.
+- In RESP3 an XREAD naming the same key twice replies with one map entry.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+from dataclasses import dataclass
+
+import trio
+
+from cluster.topics import TopicError
+from server.args import parse_int
+from server.errors import (
+    TIMEOUT_NEGATIVE,
+    TIMEOUT_NOT_INTEGER,
+    CommandError,
+    err,
+    syntax_error,
+    wrong_arity,
+)
+from server.registry import command, container
+from server.reply import NULL_ARRAY, OK, Map, Raw, Simple
+from storage.streams.ids import (
+    MAX_ID,
+    MIN_ID,
+    StreamId,
+    StreamIdError,
+    parse_id,
+    parse_range_end,
+    parse_range_start,
+    parse_strict_id,
+)
+from storage.streams.stream import ZERO_ID, StreamError, decode_entry
+
+NO_SUCH_KEY = "no such key"
+
+
+def _redis_errors(handler):
+    """Turn the lower layers' refusals (Redis texts) into ``-ERR`` replies."""
+    if inspect.iscoroutinefunction(handler):
+
+        @functools.wraps(handler)
+        async def wrapper(ctx, argv):
+            try:
+                return await handler(ctx, argv)
+            except (StreamIdError, StreamError, TopicError) as exc:
+                raise err(exc.message) from None
+
+    else:
+
+        @functools.wraps(handler)
+        def wrapper(ctx, argv):
+            try:
+                return handler(ctx, argv)
+            except (StreamIdError, StreamError, TopicError) as exc:
+                raise err(exc.message) from None
+
+    return wrapper
+
+
+def _keyword(raw: bytes) -> bytes:
+    return raw.upper()
+
+
+def _after_write(ctx, key: bytes, stream) -> None:
+    ctx.note_write(stream.log)
+    ctx.server.signal_key_modified(key)
+
+
+def _node_max_entries(ctx) -> int:
+    value = getattr(ctx.server.config, "stream_node_max_entries", 100)
+    return 100 if value is None else int(value)
+
+
+# ------------------------------------------------------------ XADD / XTRIM
+
+
+@dataclass
+class _AddTrimArgs:
+    strategy: str | None = None  # "MAXLEN" | "MINID"
+    approx: bool = False
+    maxlen: int = 0
+    minid: StreamId = MIN_ID
+    limit: int = 0
+    no_mkstream: bool = False
+    id_given: bool = False
+    seq_given: bool = True
+    stream_id: StreamId = MIN_ID
+    id_pos: int = 0
+
+
+def _parse_add_or_trim(ctx, argv: list[bytes], xadd: bool) -> _AddTrimArgs:
+    """Redis ``streamParseAddOrTrimArgsOrReply``: same checks, same order."""
+    args = _AddTrimArgs()
+    limit_given = False
+    argc = len(argv)
+    i = 2
+    while i < argc:
+        more = argc - 1 - i
+        opt = argv[i]
+        word = _keyword(opt)
+        if xadd and opt == b"*":
+            break
+        if word == b"MAXLEN" and more:
+            if args.strategy is not None:
+                raise err("syntax error, MAXLEN and MINID options at the same time are not compatible")
+            args.approx = False
+            nxt = argv[i + 1]
+            if more >= 2 and nxt == b"~":
+                args.approx = True
+                i += 1
+            elif more >= 2 and nxt == b"=":
+                i += 1
+            args.maxlen = parse_int(argv[i + 1])
+            if args.maxlen < 0:
+                raise err("The MAXLEN argument must be >= 0.")
+            i += 1
+            args.strategy = "MAXLEN"
+        elif word == b"MINID" and more:
+            if args.strategy is not None:
+                raise err("syntax error, MAXLEN and MINID options at the same time are not compatible")
+            args.approx = False
+            nxt = argv[i + 1]
+            if more >= 2 and nxt == b"~":
+                args.approx = True
+                i += 1
+            elif more >= 2 and nxt == b"=":
+                i += 1
+            args.minid = parse_strict_id(argv[i + 1])
+            i += 1
+            args.strategy = "MINID"
+        elif word == b"LIMIT" and more:
+            args.limit = parse_int(argv[i + 1])
+            if args.limit < 0:
+                raise err("The LIMIT argument must be >= 0.")
+            limit_given = True
+            i += 1
+        elif xadd and word == b"NOMKSTREAM":
+            args.no_mkstream = True
+        elif xadd:
+            args.stream_id, args.seq_given = parse_id(opt, strict=True, allow_seq_star=True)
+            args.id_given = True
+            break
+        else:
+            raise syntax_error()
+        i += 1
+    args.id_pos = i
+
+    if args.limit and args.strategy is None:
+        raise err("syntax error, LIMIT cannot be used without specifying a trimming strategy")
+    if not xadd and args.strategy is None:
+        raise err("syntax error, XTRIM must be called with a trimming strategy")
+    if limit_given:
+        if not args.approx:
+            raise err("syntax error, LIMIT cannot be used without the special ~ option")
+    elif args.approx:
+        args.limit = 100 * _node_max_entries(ctx)
+        if args.limit <= 0 or args.limit > 10000:
+            args.limit = 10000
+    else:
+        args.limit = 0
+    return args
+
+
+def _trim(stream, args: _AddTrimArgs) -> int:
+    if args.strategy == "MAXLEN":
+        return stream.trim_maxlen(args.maxlen, approx=args.approx, limit=args.limit)
+    if args.strategy == "MINID":
+        return stream.trim_minid(args.minid, approx=args.approx, limit=args.limit)
+    return 0
+
+
+@command(
+    "xadd", arity=-5, flags="write denyoom fast", keys=(1, 1, 1), group="stream", since="5.0.0",
+    summary="Appends a new message to a stream. Creates the key if it doesn't exist.",
+    syntax="XADD key [NOMKSTREAM] [<MAXLEN | MINID> [= | ~] threshold [LIMIT count]] <* | id> field value [field value ...]",
+    acl_categories=("write", "stream", "fast"),
+)
+@_redis_errors
+def xadd(ctx, argv):
+    """XADD key [NOMKSTREAM] [<MAXLEN | MINID> [= | ~] threshold [LIMIT count]] <* | id> field value [field value ...]
+
+    The whole entry is encoded once and appended as one log batch; the reply
+    waits for durability by the fsync policy (``ctx.note_write``).
+    """
+    args = _parse_add_or_trim(ctx, argv, xadd=True)
+    field_pos = args.id_pos + 1
+    nfields = len(argv) - field_pos
+    if nfields < 2 or nfields % 2:
+        raise wrong_arity("xadd")
+    if args.id_given and args.seq_given and args.stream_id == MIN_ID:
+        raise err(ZERO_ID)
+    key = argv[1]
+    topics = ctx.server.topics
+    if args.no_mkstream:
+        stream = topics.get(key)
+        if stream is None:
+            return None
+    else:
+        stream = topics.get_or_create(key)
+    if not args.id_given:
+        new_id = stream.add(argv[field_pos:])
+    elif args.seq_given:
+        new_id = stream.add(argv[field_pos:], id_given=args.stream_id)
+    else:
+        new_id = stream.add(argv[field_pos:], ms_given=args.stream_id.ms)
+    _trim(stream, args)
+    _after_write(ctx, key, stream)
+    return new_id.encode()
+
+
+@command(
+    "xtrim", arity=-4, flags="write", keys=(1, 1, 1), group="stream", since="5.0.0",
+    summary="Deletes messages from the beginning of a stream.",
+    syntax="XTRIM key <MAXLEN | MINID> [= | ~] threshold [LIMIT count]",
+    acl_categories=("write", "stream", "slow"),
+)
+@_redis_errors
+def xtrim(ctx, argv):
+    """XTRIM key <MAXLEN | MINID> [= | ~] threshold [LIMIT count]
+
+    ``=`` keeps exactly the right entries (moving the log start offset);
+    ``~`` trims whole segments only (and at most LIMIT entries).
+    """
+    args = _parse_add_or_trim(ctx, argv, xadd=False)
+    stream = ctx.server.topics.get(argv[1])
+    if stream is None:
+        return 0
+    removed = _trim(stream, args)
+    if removed:
+        _after_write(ctx, argv[1], stream)
+    return removed
+
+
+# ------------------------------------------------------- XRANGE / XREVRANGE
+
+
+def _range(ctx, argv, rev: bool):
+    start_arg, end_arg = (argv[3], argv[2]) if rev else (argv[2], argv[3])
+    start = parse_range_start(start_arg)
+    end = parse_range_end(end_arg)
+    count = -1
+    j = 4
+    while j < len(argv):
+        if _keyword(argv[j]) == b"COUNT" and len(argv) - j - 1 >= 1:
+            count = parse_int(argv[j + 1])
+            if count < 0:
+                count = 0
+            j += 2
+        else:
+            raise syntax_error()
+    stream = ctx.server.topics.get(argv[1])
+    if stream is None:
+        return []
+    if count == 0:
+        return NULL_ARRAY
+    found = stream.range(start, end, None if count == -1 else count, rev=rev)
+    return Raw(found.count, found.chunks)
+
+
+@command(
+    "xrange", arity=-4, flags="readonly", keys=(1, 1, 1), group="stream", since="5.0.0",
+    summary="Returns the messages from a stream within a range of IDs.",
+    syntax="XRANGE key start end [COUNT count]",
+    acl_categories=("read", "stream", "slow"),
+)
+@_redis_errors
+def xrange(ctx, argv):
+    """XRANGE key start end [COUNT count]"""
+    return _range(ctx, argv, rev=False)
+
+
+@command(
+    "xrevrange", arity=-4, flags="readonly", keys=(1, 1, 1), group="stream", since="5.0.0",
+    summary="Returns the messages from a stream within a range of IDs in reverse order.",
+    syntax="XREVRANGE key end start [COUNT count]",
+    acl_categories=("read", "stream", "slow"),
+)
+@_redis_errors
+def xrevrange(ctx, argv):
+    """XREVRANGE key end start [COUNT count]"""
+    return _range(ctx, argv, rev=True)
+
+
+@command(
+    "xlen", arity=2, flags="readonly fast", keys=(1, 1, 1), group="stream", since="5.0.0",
+    summary="Return the number of messages in a stream.",
+    syntax="XLEN key",
+    acl_categories=("read", "stream", "fast"),
+)
+@_redis_errors
+def xlen(ctx, argv):
+    """XLEN key"""
+    stream = ctx.server.topics.get(argv[1])
+    return 0 if stream is None else stream.length
+
+
+# ------------------------------------------------------------ XDEL / XSETID
+
+
+@command(
+    "xdel", arity=-3, flags="write fast", keys=(1, 1, 1), group="stream", since="5.0.0",
+    summary="Returns the number of messages after removing them from a stream.",
+    syntax="XDEL key id [id ...]",
+    acl_categories=("write", "stream", "fast"),
+)
+@_redis_errors
+def xdel(ctx, argv):
+    """XDEL key id [id ...]
+
+    Deletion markers in the log: bytes are never rewritten in place.
+    """
+    stream = ctx.server.topics.get(argv[1])
+    if stream is None:
+        return 0
+    ids = [parse_strict_id(raw) for raw in argv[2:]]
+    deleted = stream.delete(ids)
+    if deleted:
+        _after_write(ctx, argv[1], stream)
+    return deleted
+
+
+@command(
+    "xsetid", arity=-3, flags="write denyoom fast", keys=(1, 1, 1), group="stream", since="5.0.0",
+    summary="An internal command for replicating stream values.",
+    syntax="XSETID key last-id [ENTRIESADDED entries-added] [MAXDELETEDID max-deleted-id]",
+    acl_categories=("write", "stream", "fast"),
+)
+@_redis_errors
+def xsetid(ctx, argv):
+    """XSETID key last-id [ENTRIESADDED entries-added] [MAXDELETEDID max-deleted-id]"""
+    new_last = parse_strict_id(argv[2])
+    entries_added = None
+    max_deleted = None
+    i = 3
+    while i < len(argv):
+        more = len(argv) - 1 - i
+        word = _keyword(argv[i])
+        if word == b"ENTRIESADDED" and more:
+            entries_added = parse_int(argv[i + 1])
+            if entries_added < 0:
+                raise err("entries_added must be positive")
+            i += 2
+        elif word == b"MAXDELETEDID" and more:
+            max_deleted = parse_strict_id(argv[i + 1])
+            if new_last < max_deleted:
+                raise err("The ID specified in XSETID is smaller than the provided max_deleted_entry_id")
+            i += 2
+        else:
+            raise syntax_error()
+    stream = ctx.server.topics.get(argv[1])
+    if stream is None:
+        raise err(NO_SUCH_KEY)
+    stream.set_id(new_last, entries_added=entries_added, max_deleted_entry_id=max_deleted)
+    _after_write(ctx, argv[1], stream)
+    return OK
+
+
+# ------------------------------------------------------------------ XREAD
+
+
+def _xread_keys(argv: list[bytes]) -> list[int]:
+    """Key positions of XREAD: the first half of the arguments after STREAMS."""
+    for i in range(1, len(argv)):
+        if argv[i].upper() == b"STREAMS":
+            rest = len(argv) - i - 1
+            return list(range(i + 1, i + 1 + rest // 2))
+    return []
+
+
+@dataclass
+class _ReadArgs:
+    timeout_ms: int | None
+    count: int
+    keys: list[bytes]
+    id_args: list[bytes]
+
+
+def _parse_xread(argv: list[bytes]) -> _ReadArgs:
+    timeout_ms = None
+    count = 0
+    streams_arg = 0
+    argc = len(argv)
+    i = 1
+    while i < argc:
+        more = argc - i - 1
+        word = _keyword(argv[i])
+        if word == b"BLOCK" and more:
+            i += 1
+            timeout_ms = parse_int(argv[i], TIMEOUT_NOT_INTEGER)
+            if timeout_ms < 0:
+                raise err(TIMEOUT_NEGATIVE)
+        elif word == b"COUNT" and more:
+            i += 1
+            count = max(parse_int(argv[i]), 0)
+        elif word == b"STREAMS" and more:
+            streams_arg = i + 1
+            n = argc - streams_arg
+            if n % 2:
+                raise err("Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.")
+            break
+        else:
+            raise syntax_error()
+        i += 1
+    if streams_arg == 0:
+        raise syntax_error()
+    half = (argc - streams_arg) // 2
+    return _ReadArgs(timeout_ms, count, argv[streams_arg:streams_arg + half], argv[streams_arg + half:])
+
+
+def _resolve_read_positions(ctx, args: _ReadArgs) -> list[tuple[StreamId, int]]:
+    """For each key: (read entries after this ID, max count). ``$``/``+`` resolved now."""
+    topics = ctx.server.topics
+    positions = []
+    for key, raw in zip(args.keys, args.id_args):
+        if raw == b"$":
+            stream = topics.get(key)
+            positions.append((stream.last_id if stream else MIN_ID, args.count))
+        elif raw == b">":
+            raise err("The > ID can be specified only when calling XREADGROUP using the GROUP <group> <consumer> option.")
+        elif raw == b"+":
+            stream = topics.get(key)
+            top = stream.last_live_id() if stream else None
+            if top is not None:
+                positions.append((top.decr() if top != MIN_ID else MIN_ID, 1))
+            else:
+                positions.append((stream.last_id if stream else MIN_ID, args.count))
+        else:
+            positions.append((parse_strict_id(raw), args.count))
+    return positions
+
+
+def _serve_reads(ctx, keys: list[bytes], positions: list[tuple[StreamId, int]]):
+    topics = ctx.server.topics
+    found = []
+    for key, (after, count) in zip(keys, positions):
+        stream = topics.get(key)
+        if stream is None or stream.length == 0:
+            continue
+        entries = stream.read_after(after, count or None)
+        if entries.count:
+            found.append((key, Raw(entries.count, entries.chunks)))
+    if not found:
+        return None
+    if ctx.client.protocol == 3:
+        return Map(found)
+    return [[key, raw] for key, raw in found]
+
+
+@command(
+    "xread", arity=-4, flags="readonly blocking movablekeys", keys=(0, 0, 0), group="stream",
+    since="5.0.0",
+    summary="Return never seen elements in multiple streams, with IDs greater than the ones reported by the caller for each stream. Can block.",
+    syntax="XREAD [COUNT count] [BLOCK milliseconds] STREAMS key [key ...] id [id ...]",
+    acl_categories=("read", "stream", "slow", "blocking"),
+    key_finder=_xread_keys,
+)
+@_redis_errors
+async def xread(ctx, argv):
+    """XREAD [COUNT count] [BLOCK milliseconds] STREAMS key [key ...] id [id ...]
+
+    Without BLOCK (or inside MULTI) it returns at once. With BLOCK it waits
+    until an entry arrives on any of its keys (``BLOCK 0``: forever), then
+    reads again; the wait is cancelled with the client's task.
+    """
+    args = _parse_xread(argv)
+    positions = _resolve_read_positions(ctx, args)
+    reply = _serve_reads(ctx, args.keys, positions)
+    if reply is not None:
+        return reply
+    if args.timeout_ms is None or getattr(ctx.client, "in_multi", False):
+        return NULL_ARRAY
+    deadline = None if args.timeout_ms == 0 else trio.current_time() + args.timeout_ms / 1000
+    while True:
+        if deadline is None:
+            remaining_s = None
+        else:
+            remaining_s = deadline - trio.current_time()
+            if remaining_s <= 0:
+                return NULL_ARRAY
+        woke = await ctx.server.wait_for_keys(list(args.keys), remaining_s)
+        if not woke:
+            return NULL_ARRAY
+        reply = _serve_reads(ctx, args.keys, positions)
+        if reply is not None:
+            return reply
+
+
+# ------------------------------------------------------------------ XINFO
+
+container(
+    "xinfo", group="stream", since="5.0.0",
+    summary="A container for stream introspection commands.",
+    acl_categories=("stream",),
+)
+
+_XINFO_HELP = [
+    "XINFO <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "CONSUMERS <key> <groupname>",
+    "    Show consumers of <groupname>.",
+    "GROUPS <key>",
+    "    Show the stream consumer groups.",
+    "STREAM <key> [FULL [COUNT <count>]",
+    "    Show information about the stream.",
+    "HELP",
+    "    Prints this help.",
+]
+
+
+@command(
+    "xinfo|help", arity=2, flags="loading stale", group="stream", since="5.0.0",
+    summary="Returns helpful text about the different subcommands.",
+    syntax="XINFO HELP",
+    acl_categories=("stream", "slow"),
+)
+def xinfo_help(ctx, argv):
+    """XINFO HELP"""
+    return [Simple(line) for line in _XINFO_HELP]
+
+
+def _subcommand_syntax_error(argv) -> CommandError:
+    sub = argv[1].decode("utf-8", "replace")[:128]
+    return err(f"unknown subcommand or wrong number of arguments for '{sub}'. Try XINFO HELP.")
+
+
+def _entry_value(encoded: bytes | None):
+    if encoded is None:
+        return None
+    stream_id, fields = decode_entry(encoded)
+    return [stream_id.encode(), fields]
+
+
+@command(
+    "xinfo|stream", arity=-3, flags="readonly", keys=(2, 2, 1), group="stream", since="5.0.0",
+    summary="Returns information about a stream.",
+    syntax="XINFO STREAM key [FULL [COUNT count]]",
+    acl_categories=("read", "stream", "slow"),
+)
+@_redis_errors
+def xinfo_stream(ctx, argv):
+    """XINFO STREAM key [FULL [COUNT count]]
+
+    Redis 7.0's fields in Redis's order, then Partita's own: partitions,
+    log-start-offset, log-end-offset, segments, bytes-on-disk.
+    """
+    stream = ctx.server.topics.get(argv[2])
+    if stream is None:
+        raise err(NO_SUCH_KEY)
+    opts = argv[3:]
+    full = False
+    count = 10
+    if opts:
+        if len(opts) not in (1, 3) or _keyword(opts[0]) != b"FULL":
+            raise _subcommand_syntax_error(argv)
+        full = True
+        if len(opts) == 3:
+            if _keyword(opts[1]) != b"COUNT":
+                raise _subcommand_syntax_error(argv)
+            count = parse_int(opts[2])
+            if count < 0:
+                count = 10
+    length = stream.length
+    tree_keys = math.ceil(length / max(stream.node_max_entries, 1))
+    info = Map()
+    info["length"] = length
+    info["radix-tree-keys"] = tree_keys
+    info["radix-tree-nodes"] = tree_keys + 1
+    info["last-generated-id"] = stream.last_id.encode()
+    info["max-deleted-entry-id"] = stream.max_deleted_entry_id.encode()
+    info["entries-added"] = stream.entries_added
+    info["recorded-first-entry-id"] = stream.first_entry_id().encode()
+    if full:
+        entries = stream.range(MIN_ID, MAX_ID, count or None)
+        info["entries"] = Raw(entries.count, entries.chunks)
+        info["groups"] = []
+    else:
+        info["groups"] = 0
+        info["first-entry"] = _entry_value(stream.first_entry())
+        info["last-entry"] = _entry_value(stream.last_entry())
+    log = stream.log
+    info["partitions"] = ctx.server.topics.partition_count(argv[2])
+    info["log-start-offset"] = log.log_start_offset
+    info["log-end-offset"] = log.log_end_offset
+    info["segments"] = log.segment_count
+    info["bytes-on-disk"] = log.size_bytes
+    return info

@@ -1,0 +1,483 @@
+"""A Redis stream on one partition log.
+
+Owns: what makes a ``PartitionLog`` behave as a Redis stream:
+
+- encoding an entry once, at XADD, into the RESP form it is sent in
+  (``*2 $id *2k $field $value ...``, binary-safe); reads return stored bytes;
+- ID generation (``*`` and ``<ms>-*``) from the wall clock, never going
+  backwards within the partition, and the "equal or smaller" checks on
+  explicit IDs (redis ``t_stream.c::streamAppendItem``);
+- XDEL (the log's deletion markers), XTRIM / MAXLEN / MINID (moving the log
+  start offset; ``~`` only at segment boundaries), XSETID;
+- the stream metadata Redis exposes and the log does not know, kept in a
+  small per-partition file (see ``StreamMeta``).
+
+How Redis's counters map onto the log:
+
+=========================  =================================================
+``length``                 ``log.live_count`` (entries neither trimmed nor
+                           deleted)
+``entries-added``          ``log_end_offset + entries_added_adjust`` (the
+                           adjustment is 0 unless XSETID ENTRIESADDED set it)
+``last-generated-id``      max(persisted value, ``log.last_id``): XADD needs
+                           no metadata write; XSETID and XDEL of the top
+                           entry do
+``max-deleted-entry-id``   persisted; raised by XDEL, set by XSETID (Redis
+                           does not raise it on trims, nor do we)
+``recorded-first-entry-id`` the first live entry's ID, ``0-0`` when empty
+                           (what Redis's ``first_id`` always equals)
+=========================  =================================================
+
+Metadata file format: ``stream.meta`` (JSON, written atomically: tmp, fsync,
+rename, fsync of the directory)::
+
+    {"version": 1, "last_generated_id": [ms, seq],
+     "max_deleted_entry_id": [ms, seq], "entries_added_adjust": n}
+
+Known difference from Redis: a deleted entry still occupies its ID in the
+log, so XSETID below the ID of a deleted top entry is refused with Redis's
+"smaller than the target stream top item" error (Redis accepts it).
+
+Thread contract: as ``PartitionLog``, one thread.
+
+Must not know: sockets, RESP parsing, trio, the server's errors or the
+cluster's topics. Errors are ``StreamError`` with Redis's message text.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from storage.checkpoint import read_file, write_atomic
+from storage.streams.ids import MAX_ID, MIN_ID, UINT64_MAX, StreamId
+
+META_FILE_NAME = "stream.meta"
+
+# Redis's texts (t_stream.c).
+EQUAL_OR_SMALLER = "The ID specified in XADD is equal or smaller than the target stream top item"
+ZERO_ID = "The ID specified in XADD must be greater than 0-0"
+EXHAUSTED = "The stream has exhausted the last possible ID, unable to add more items"
+SETID_SMALLER_THAN_TOP = "The ID specified in XSETID is smaller than the target stream top item"
+SETID_SMALLER_THAN_MAX_DELETED = (
+    "The ID specified in XSETID is smaller than current max_deleted_entry_id"
+)
+SETID_ENTRIES_ADDED_TOO_SMALL = (
+    "The entries_added specified in XSETID is smaller than the target stream length"
+)
+
+
+class StreamError(Exception):
+    """A stream operation refused; ``message`` is Redis's text (no ``ERR``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def encode_entry(stream_id: tuple[int, int], fields: Sequence[bytes]) -> bytes:
+    """The RESP encoding of one entry: ``*2 $id *<len(fields)> $f $v ...``."""
+    assert len(fields) % 2 == 0 and fields, "an entry has field/value pairs"
+    id_text = b"%d-%d" % (stream_id[0], stream_id[1])
+    parts = [b"*2\r\n$%d\r\n%s\r\n*%d\r\n" % (len(id_text), id_text, len(fields))]
+    for item in fields:
+        parts.append(b"$%d\r\n" % len(item))
+        parts.append(bytes(item))
+        parts.append(b"\r\n")
+    return b"".join(parts)
+
+
+def decode_entry(encoded: bytes | memoryview) -> tuple[StreamId, list[bytes]]:
+    """The inverse of ``encode_entry`` (for XINFO and tests, not the read path)."""
+    data = bytes(encoded)
+    assert data.startswith(b"*2\r\n$")
+    pos = 5
+    end = data.index(b"\r\n", pos)
+    n = int(data[pos:end])
+    id_text = data[end + 2 : end + 2 + n]
+    pos = end + 2 + n + 2
+    assert data[pos : pos + 1] == b"*"
+    end = data.index(b"\r\n", pos)
+    count = int(data[pos + 1 : end])
+    pos = end + 2
+    fields = []
+    for _ in range(count):
+        assert data[pos : pos + 1] == b"$"
+        end = data.index(b"\r\n", pos)
+        n = int(data[pos + 1 : end])
+        fields.append(data[end + 2 : end + 2 + n])
+        pos = end + 2 + n + 2
+    ms, _, seq = id_text.partition(b"-")
+    return StreamId(int(ms), int(seq)), fields
+
+
+def split_entries(chunks: Iterable[bytes | memoryview]) -> list[bytes]:
+    """Cut the concatenation of encoded entries back into single entries."""
+    data = b"".join(bytes(c) for c in chunks)
+    out = []
+    pos = 0
+    while pos < len(data):
+        start = pos
+        # *2\r\n $n\r\n id\r\n *k\r\n then k bulk strings
+        pos = data.index(b"\r\n", pos) + 2
+        end = data.index(b"\r\n", pos)
+        pos = end + 2 + int(data[pos + 1 : end]) + 2
+        end = data.index(b"\r\n", pos)
+        count = int(data[pos + 1 : end])
+        pos = end + 2
+        for _ in range(count):
+            end = data.index(b"\r\n", pos)
+            pos = end + 2 + int(data[pos + 1 : end]) + 2
+        out.append(data[start:pos])
+    return out
+
+
+@dataclass
+class StreamMeta:
+    """What Redis keeps per stream and the log cannot derive."""
+
+    last_generated_id: StreamId = MIN_ID
+    max_deleted_entry_id: StreamId = MIN_ID
+    entries_added_adjust: int = 0
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(
+            {
+                "version": 1,
+                "last_generated_id": list(self.last_generated_id),
+                "max_deleted_entry_id": list(self.max_deleted_entry_id),
+                "entries_added_adjust": self.entries_added_adjust,
+            },
+            sort_keys=True,
+        ).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> StreamMeta:
+        obj = json.loads(data)
+        return cls(
+            last_generated_id=StreamId(*obj["last_generated_id"]),
+            max_deleted_entry_id=StreamId(*obj["max_deleted_entry_id"]),
+            entries_added_adjust=int(obj["entries_added_adjust"]),
+        )
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Entries:
+    """Encoded entries ready to follow ``*<count>``: what XRANGE/XREAD send."""
+
+    count: int
+    chunks: list
+
+
+EMPTY = Entries(0, [])
+
+
+class Stream:
+    """A Redis stream stored in one ``PartitionLog``.
+
+    Args:
+        log: the partition log (``storage.log.PartitionLog`` contract).
+        meta_path: where this partition's ``stream.meta`` lives.
+        clock_ms: wall clock in ms (tests pass a fake).
+    """
+
+    def __init__(
+        self,
+        log,
+        meta_path: Path,
+        *,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+        node_max_entries: int = 100,
+    ) -> None:
+        self.log = log
+        self.meta_path = Path(meta_path)
+        self.clock_ms = clock_ms
+        self.node_max_entries = node_max_entries
+        self.meta = StreamMeta()
+        stored = read_file(self.meta_path)
+        if stored is not None:
+            self.meta = StreamMeta.from_bytes(stored)
+        self._stored_meta = StreamMeta(**vars(self.meta))
+
+    # ----------------------------------------------------------------- state
+
+    @property
+    def length(self) -> int:
+        return self.log.live_count
+
+    @property
+    def last_id(self) -> StreamId:
+        """Redis's ``last-generated-id``."""
+        return max(self.meta.last_generated_id, StreamId(*self.log.last_id))
+
+    @property
+    def max_deleted_entry_id(self) -> StreamId:
+        return self.meta.max_deleted_entry_id
+
+    @property
+    def entries_added(self) -> int:
+        return self.log.log_end_offset + self.meta.entries_added_adjust
+
+    def first_entry_id(self) -> StreamId:
+        """Redis's ``recorded-first-entry-id``: the first live ID, or 0-0."""
+        found = self._first_entries(1)
+        return found[0][1] if found else MIN_ID
+
+    def last_live_id(self) -> StreamId | None:
+        """The ID of the newest entry not deleted (Redis ``streamLastValidID``)."""
+        log = self.log
+        if log.live_count == 0:
+            return None
+        res = log.read_reverse(log.log_start_offset, log.log_end_offset, max_count=1, with_ids=True)
+        if not res.entries:
+            return None
+        _, ms, seq = res.entries[0]
+        return StreamId(ms, seq)
+
+    def _first_entries(self, n: int) -> list[tuple[int, StreamId, bytes]]:
+        log = self.log
+        if log.live_count == 0:
+            return []
+        res = log.read(log.log_start_offset, log.log_end_offset, max_count=n, with_ids=True)
+        encoded = split_entries(res.chunks)
+        return [(off, StreamId(ms, seq), enc) for (off, ms, seq), enc in zip(res.entries, encoded)]
+
+    def first_entry(self) -> bytes | None:
+        found = self._first_entries(1)
+        return found[0][2] if found else None
+
+    def last_entry(self) -> bytes | None:
+        log = self.log
+        if log.live_count == 0:
+            return None
+        res = log.read_reverse(log.log_start_offset, log.log_end_offset, max_count=1)
+        return b"".join(bytes(c) for c in res.chunks) if res.count else None
+
+    # ---------------------------------------------------------------- writes
+
+    def next_id(self, ms_given: int | None = None, id_given: StreamId | None = None) -> StreamId:
+        """The ID XADD would use (redis ``streamAppendItem``); raises StreamError.
+
+        ``id_given`` is an explicit full ID; ``ms_given`` is the ``<ms>-*`` form;
+        neither means ``*``.
+        """
+        last = self.last_id
+        if last == MAX_ID:
+            raise StreamError(EXHAUSTED)
+        if id_given is not None:
+            new = StreamId(*id_given)
+        elif ms_given is not None:
+            if ms_given == last.ms:
+                if last.seq == UINT64_MAX:
+                    raise StreamError(EQUAL_OR_SMALLER)
+                new = StreamId(last.ms, last.seq + 1)
+            else:
+                new = StreamId(ms_given, 0)
+        else:
+            now_ms = self.clock_ms()
+            new = StreamId(now_ms, 0) if now_ms > last.ms else last.incr()
+        if new <= last:
+            raise StreamError(EQUAL_OR_SMALLER)
+        return new
+
+    def add(
+        self,
+        fields: Sequence[bytes],
+        *,
+        ms_given: int | None = None,
+        id_given: StreamId | None = None,
+    ) -> StreamId:
+        """XADD one entry (one log batch); returns its ID. Raises StreamError."""
+        new = self.next_id(ms_given, id_given)
+        self.log.append([(new.ms, new.seq, encode_entry(new, fields))])
+        return new
+
+    def delete(self, ids: Iterable[StreamId]) -> int:
+        """XDEL: mark the entries with these IDs deleted; returns how many were live."""
+        log = self.log
+        offsets: dict[int, StreamId] = {}
+        for stream_id in ids:
+            offset = log.find_offset(stream_id[0], stream_id[1], inclusive=True)
+            if offset >= log.log_end_offset or offset in offsets:
+                continue
+            if tuple(log.entry_id(offset)) != tuple(stream_id):
+                continue
+            if log.entry_at(offset) is None:
+                continue  # already deleted
+            offsets[offset] = StreamId(*stream_id)
+        if not offsets:
+            return 0
+        last_before = self.last_id
+        marked = log.delete_entries(sorted(offsets))
+        assert marked == len(offsets), (marked, len(offsets))
+        top = max(offsets.values())
+        if top > self.meta.max_deleted_entry_id:
+            self.meta.max_deleted_entry_id = top
+        self.meta.last_generated_id = max(self.meta.last_generated_id, last_before)
+        self._save_meta()
+        return marked
+
+    def set_id(
+        self,
+        new_last: StreamId,
+        *,
+        entries_added: int | None = None,
+        max_deleted_entry_id: StreamId | None = None,
+    ) -> None:
+        """XSETID after argument checks (``max_deleted <= new_last`` checked by caller)."""
+        if new_last < self.meta.max_deleted_entry_id:
+            raise StreamError(SETID_SMALLER_THAN_MAX_DELETED)
+        if self.length > 0:
+            top = self.last_live_id()
+            if top is not None and new_last < top:
+                raise StreamError(SETID_SMALLER_THAN_TOP)
+            if entries_added is not None and self.length > entries_added:
+                raise StreamError(SETID_ENTRIES_ADDED_TOO_SMALL)
+        # Partita: the log keeps deleted entries' IDs; IDs must keep increasing.
+        if new_last < StreamId(*self.log.last_id):
+            raise StreamError(SETID_SMALLER_THAN_TOP)
+        self.meta.last_generated_id = new_last
+        if entries_added is not None:
+            self.meta.entries_added_adjust = entries_added - self.log.log_end_offset
+        if max_deleted_entry_id is not None and max_deleted_entry_id != MIN_ID:
+            self.meta.max_deleted_entry_id = max_deleted_entry_id
+        self._save_meta()
+
+    # ------------------------------------------------------------------ trim
+
+    def trim_maxlen(self, maxlen: int, *, approx: bool = False, limit: int = 0) -> int:
+        """Keep ``maxlen`` live entries (``~``: whole segments only, at most
+        ``limit`` entries removed when ``limit`` > 0). Returns entries removed."""
+        if self.length <= maxlen:
+            return 0
+        if approx:
+            return self._trim_segments(maxlen=maxlen, limit=limit)
+        log = self.log
+        start, end = log.log_start_offset, log.log_end_offset
+        if maxlen == 0:
+            new_start = end
+        elif log.live_count == end - start:
+            new_start = end - maxlen
+        else:
+            res = log.read_reverse(start, end, max_count=maxlen, with_ids=True)
+            new_start = res.entries[-1][0]
+        return self._advance_to(new_start)
+
+    def trim_minid(self, minid: StreamId, *, approx: bool = False, limit: int = 0) -> int:
+        """Remove entries with IDs below ``minid`` (``~``: whole segments only)."""
+        log = self.log
+        cut = log.find_offset(minid[0], minid[1], inclusive=True)
+        if cut <= log.log_start_offset:
+            return 0
+        if approx:
+            return self._trim_segments(cut=cut, limit=limit)
+        return self._advance_to(cut)
+
+    def _trim_segments(self, *, maxlen: int | None = None, cut: int | None = None,
+                       limit: int = 0) -> int:
+        """Redis's node loop in ``streamTrim`` with segments for nodes."""
+        log = self.log
+        new_start = log.log_start_offset
+        remaining = log.live_count
+        removed = 0
+        for base, next_base in self._segment_ranges():
+            if maxlen is not None and remaining <= maxlen:
+                break
+            live = self._live_between(base, next_base)
+            if limit and removed + live > limit:
+                break
+            if maxlen is not None:
+                remove = remaining - live >= maxlen
+            else:
+                remove = next_base <= cut
+            if not remove:
+                break
+            new_start = next_base
+            remaining -= live
+            removed += live
+        if new_start == log.log_start_offset:
+            return 0
+        return self._advance_to(new_start)
+
+    def _segment_ranges(self) -> list[tuple[int, int]]:
+        """``[base, next_base)`` of each segment from the log start to the end."""
+        log = self.log
+        start, end = log.log_start_offset, log.log_end_offset
+        bases = sorted({max(_segment_base(info), start) for info in log.segments()})
+        bases = [b for b in bases if b < end] or [start]
+        if bases[0] != start:
+            bases[0] = start
+        return list(zip(bases, bases[1:] + [end]))
+
+    def _live_between(self, start: int, end: int) -> int:
+        log = self.log
+        if start >= end:
+            return 0
+        if log.live_count == log.log_end_offset - log.log_start_offset:
+            return end - start  # no deletion markers in the log
+        counter = getattr(log, "live_count_between", None)
+        if counter is not None:
+            return counter(start, end)
+        return log.read(start, end).count
+
+    def _advance_to(self, new_start: int) -> int:
+        log = self.log
+        if new_start <= log.log_start_offset:
+            return 0
+        last_before = self.last_id
+        live_before = log.live_count
+        log.advance_log_start_offset(new_start)
+        if StreamId(*log.last_id) < last_before and self.meta.last_generated_id < last_before:
+            self.meta.last_generated_id = last_before
+            self._save_meta()
+        return live_before - log.live_count
+
+    # ----------------------------------------------------------------- reads
+
+    def range(self, start: StreamId, end: StreamId, count: int | None = None,
+              *, rev: bool = False) -> Entries:
+        """Entries with ``start <= id <= end``; newest first when ``rev``."""
+        if start > end or (count is not None and count <= 0):
+            return EMPTY
+        log = self.log
+        start_offset = max(log.find_offset(start[0], start[1], inclusive=True), log.log_start_offset)
+        end_offset = log.find_offset(end[0], end[1], inclusive=False)
+        if start_offset >= end_offset:
+            return EMPTY
+        if rev:
+            res = log.read_reverse(start_offset, end_offset, max_count=count)
+        else:
+            res = log.read(start_offset, end_offset, max_count=count)
+        return Entries(res.count, res.chunks)
+
+    def read_after(self, after: StreamId, count: int | None = None) -> Entries:
+        """Entries with IDs greater than ``after`` (XREAD)."""
+        log = self.log
+        start_offset = max(log.find_offset(after[0], after[1], inclusive=False), log.log_start_offset)
+        if start_offset >= log.log_end_offset:
+            return EMPTY
+        res = log.read(start_offset, log.log_end_offset, max_count=count)
+        return Entries(res.count, res.chunks)
+
+    # ------------------------------------------------------------- metadata
+
+    def _save_meta(self) -> None:
+        if self.meta == self._stored_meta:
+            return
+        write_atomic(self.meta_path, self.meta.to_bytes())
+        self._stored_meta = StreamMeta(**vars(self.meta))
+
+
+def _segment_base(info) -> int:
+    for name in ("base_offset", "base"):
+        value = getattr(info, name, None)
+        if value is not None:
+            return value
+    return info[0]
