@@ -1,0 +1,132 @@
+"""Composition root: build the server from a Config, run it, stop it cleanly.
+
+Owns: the start-up order (validate → data dir → topics → sockets → "Ready to
+accept connections"), the task tree (accept loops, connections, the
+``everysec`` flusher, the ops/sec sampler), and shutdown: stop accepting,
+let in-flight commands finish (bounded by ``shutdown-timeout``), flush and
+close the topics.
+
+Must not know: RESP, what commands do, storage file formats.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+import server.commands  # noqa: F401  (registers every command)
+from server.config import Config
+from server.dispatch import Dispatcher
+from server.durability import Durability
+from server.listener import accept_loop, bind_sockets
+from server.state import REDIS_VERSION, ServerState, open_topics, partita_version
+
+log = logging.getLogger("partita")
+
+OPS_SAMPLE_INTERVAL_S = 0.1
+
+
+def prepare_data_dir(config: Config) -> Path:
+    """Create the data directory (after the config was fully validated)."""
+    path = Path(config.dir).expanduser().resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    if not os.access(path, os.W_OK):
+        raise OSError(f"data directory {path} is not writable")
+    config.dir = str(path)
+    return path
+
+
+async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics: Any = None) -> None:
+    """Run a server until SHUTDOWN (or the caller cancels).
+
+    ``task_status.started`` gets the ``ServerState`` once the sockets listen
+    (``state.port`` is the bound port, useful with ``port 0``).
+    """
+    data_dir = prepare_data_dir(config)
+    log.info("Partita %s (Redis %s protocol) starting, pid=%d", partita_version(), REDIS_VERSION, os.getpid())
+    log.info("Configuration: %s", config.path if config.path else "no config file, using defaults")
+    log.info("Data directory: %s", data_dir)
+    if topics is None:
+        topics = open_topics(config)
+    state = ServerState(config, topics)
+    durability = Durability()
+    state.durability = durability
+    dispatcher = Dispatcher(state)
+    try:
+        sockets = bind_sockets(config.bind, config.port)
+    except Exception:
+        topics.close()
+        raise
+    state.port = sockets[0].getsockname()[1]
+    connections: set = set()
+    state.connections = connections
+    try:
+        async with trio.open_nursery() as root:
+            root.start_soon(durability.run_everysec)
+            root.start_soon(_sample_ops, state)
+            async with trio.open_nursery() as conn_nursery:
+                listen_scope = trio.CancelScope()
+
+                async def listen_all() -> None:
+                    with listen_scope:
+                        async with trio.open_nursery() as accepts:
+                            for sock in sockets:
+                                accepts.start_soon(accept_loop, state, dispatcher, sock, conn_nursery, connections)
+
+                conn_nursery.start_soon(listen_all)
+                addrs = ", ".join(_sock_text(s) for s in sockets)
+                log.info("Listening on %s, port=%d", addrs, state.port)
+                log.info("Ready to accept connections")
+                task_status.started(state)
+                await state.shutdown_requested.wait()
+                log.info("Shutdown requested: no new connections, finishing in-flight commands")
+                listen_scope.cancel()
+                for sock in sockets:
+                    sock.close()
+                for conn in list(connections):
+                    conn.kill()
+                conn_nursery.cancel_scope.deadline = trio.current_time() + config.shutdown_timeout
+            root.cancel_scope.cancel()
+    finally:
+        for sock in sockets:
+            sock.close()
+        with trio.CancelScope(shield=True):
+            await _close_topics(state)
+        log.info("Partita is now ready to exit, bye bye...")
+
+
+async def _close_topics(state: ServerState) -> None:
+    await durability_final_flush(state)
+    started = time.monotonic()
+    try:
+        state.topics.close()  # on the trio thread: cluster objects may use trio
+    except Exception:
+        log.exception("closing topics failed")
+        raise
+    log.info("Topics flushed and closed in %.3fs", time.monotonic() - started)
+
+
+async def durability_final_flush(state: ServerState) -> None:
+    try:
+        await state.durability.flush_everysec_now()
+    except Exception:
+        log.exception("final flush failed")
+
+
+def _sock_text(sock) -> str:
+    try:
+        host, port = sock.getsockname()[:2]
+    except OSError:
+        return "?"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+async def _sample_ops(state: ServerState) -> None:
+    while True:
+        state.stats.sample_ops(time.monotonic())
+        await trio.sleep(OPS_SAMPLE_INTERVAL_S)

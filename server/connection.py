@@ -1,0 +1,194 @@
+"""One client connection: the only place that reads and writes a client socket.
+
+Owns: the receive → parse → dispatch → encode → send loop on a raw
+non-blocking socket, pipelining (every complete command of one receive runs
+in order; their replies leave in one ``send``), holding a batch's replies
+until its writes are durable (``server.durability``), sending what is ready
+before awaiting a blocking command, protocol errors (reply, then close), and
+closing the client on QUIT / CLIENT KILL / SHUTDOWN.
+
+Must not know: what any command means (``server.dispatch``), RESP reply
+encoding rules (``server.reply``), request framing (``server.resp``).
+
+Why raw sockets: trio's ``SocketStream`` costs about 1.6x more per request
+than a non-blocking stdlib socket with ``trio.lowlevel.wait_readable`` before
+``recv`` (shared/DESIGN.md "Performance notes"); for unpipelined clients this
+loop is the hot path.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from time import time as _now
+from typing import Any
+
+import trio
+from trio.lowlevel import wait_readable, wait_writable
+
+from server.dispatch import COROUTINE, NO_REPLY, Context, Dispatcher
+from server.durability import DurabilityError
+from server.errors import ProtocolError
+from server.reply import encode_into
+from server.resp import QueryBufferLimitError, RequestParser
+
+log = logging.getLogger("partita.connection")
+
+RECV_BYTES = 64 * 1024
+# Replies accumulated past this are sent before executing more of the batch,
+# so a large pipeline of large replies does not pile up in memory.
+SEND_AT_BYTES = 1024 * 1024
+
+
+
+class Connection:
+    """Serves one accepted socket until the client leaves or is closed."""
+
+    def __init__(self, server: Any, dispatcher: Dispatcher, sock: socket.socket, client: Any) -> None:
+        self.server = server
+        self.dispatcher = dispatcher
+        self.sock = sock
+        self.client = client
+        self.ctx = Context(server, client, dispatcher)
+        self.cancel_scope = trio.CancelScope()
+        self.idle = True  # waiting for a request or in a blocking command
+        self.stopping = False
+        client._kill = self.kill
+
+    def kill(self) -> None:
+        """Close from outside (CLIENT KILL, shutdown): stop at the next wait."""
+        self.stopping = True
+        if self.idle:
+            self.cancel_scope.cancel()
+
+    async def run(self) -> None:
+        server = self.server
+        try:
+            with self.cancel_scope:
+                await self._serve()
+        except _CloseNow:
+            pass
+        except Exception:  # a bug in one connection must not stop the server
+            log.exception("connection %d failed", self.client.id)
+        finally:
+            server.remove_client(self.client)
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+
+    async def _serve(self) -> None:
+        sock = self.sock
+        client = self.client
+        ctx = self.ctx
+        stats = self.server.stats
+        config = self.server.config
+        call = self.dispatcher.call
+        parser = RequestParser(
+            config.proto_max_bulk_len,
+            config.client_query_buffer_limit,
+            authenticated=lambda: client.authenticated,
+        )
+        get_command = parser.get_command
+        recv = sock.recv
+        while not self.stopping:
+            self.idle = True
+            await wait_readable(sock)
+            try:
+                data = recv(RECV_BYTES)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:
+                return
+            if not data:
+                return
+            self.idle = False
+            stats.total_net_input_bytes += len(data)
+            parser.feed(data)
+            out: list = []
+            size = 0
+            protocol = client.protocol
+            while True:
+                try:
+                    argv = get_command()
+                except QueryBufferLimitError:
+                    log.warning("closing client %d that reached max query buffer length", client.id)
+                    await self._flush(out)
+                    return
+                except ProtocolError as e:
+                    log.info("protocol error from client %d: %s", client.id, e.message)
+                    out.append(e.reply_line())
+                    await self._flush(out)
+                    return
+                if argv is None:
+                    break
+                reply = call(ctx, argv)
+                if type(reply) is COROUTINE:
+                    await self._flush(out)
+                    out = []
+                    self.idle = True
+                    try:
+                        reply = await reply
+                    finally:
+                        self.idle = False
+                    protocol = client.protocol
+                if reply is not NO_REPLY:
+                    if client.protocol != protocol:  # HELLO switched mid-batch
+                        protocol = client.protocol
+                    encode_into(out, reply, protocol)
+                if client.close_after_reply or self.stopping:
+                    await self._flush(out)
+                    return
+                if len(out) > 4096:
+                    size = sum(map(len, out))
+                    if size >= SEND_AT_BYTES:
+                        await self._flush(out)
+                        out = []
+            if out:
+                await self._flush(out)
+            client.last_interaction = _now()
+
+    async def _flush(self, out: list) -> None:
+        """Wait for this batch's writes to be durable, then send its replies."""
+        ctx = self.ctx
+        if ctx.flush_seq:
+            seq = ctx.flush_seq
+            ctx.flush_seq = 0
+            try:
+                await self.server.durability.wait_for_flush(seq)
+            except DurabilityError:
+                # Never acknowledge a write that is not on disk: drop the
+                # replies and close; the client sees a connection error.
+                self.stopping = True
+                raise _CloseNow() from None
+        if not out:
+            return
+        data = b"".join(out) if len(out) != 1 else out[0]
+        self.server.stats.total_net_output_bytes += len(data)
+        await send_all(self.sock, data)
+
+
+class _CloseNow(Exception):
+    """The peer is gone or a write failed: close without another reply."""
+
+
+async def send_all(sock: socket.socket, data: bytes) -> None:
+    """Send every byte on a non-blocking socket, waiting while the peer is slow."""
+    try:
+        sent = sock.send(data)
+    except (BlockingIOError, InterruptedError):
+        sent = 0
+    except OSError:
+        raise _CloseNow() from None
+    if sent == len(data):
+        return
+    view = memoryview(data)[sent:]
+    while view:
+        await wait_writable(sock)
+        try:
+            sent = sock.send(view)
+        except (BlockingIOError, InterruptedError):
+            continue
+        except OSError:
+            raise _CloseNow() from None
+        view = view[sent:]

@@ -1,0 +1,235 @@
+"""From a parsed command to a reply value: lookup, checks, MULTI, the call.
+
+Owns: ``Context`` (what a handler gets as ``ctx``), the order of checks and
+Redis's texts for them (unknown command, unknown subcommand, wrong arity,
+NOAUTH, commands refused inside MULTI), transactions (MULTI / EXEC / DISCARD
+/ WATCH / UNWATCH state lives on the ``Client``), per-command statistics.
+
+Must not know: sockets, RESP bytes, storage.
+
+``Dispatcher.call(ctx, argv)`` returns a reply value for every command except
+blocking ones outside a transaction: for those it returns a coroutine that
+the connection awaits after sending the replies already produced.
+"""
+
+from __future__ import annotations
+
+import time
+import types
+from typing import Any
+
+from server.errors import CommandError, wrong_arity
+from server.registry import COMMANDS, CommandSpec
+from server.reply import NULL_ARRAY, OK, QUEUED
+
+COROUTINE = types.CoroutineType
+NO_REPLY = object()  # a handler's return value when nothing must be sent (SHUTDOWN)
+NOAUTH = CommandError("NOAUTH", "Authentication required.")
+_perf_ns = time.perf_counter_ns
+_CACHE_MAX = 4096
+
+
+class Context:
+    """What a command handler gets as ``ctx``: one per connection, reused.
+
+    - ``server``: ``server.state.ServerState``.
+    - ``client``: ``server.state.Client``.
+    - ``may_block``: False inside EXEC; a blocking handler must then return
+      its timeout reply at once instead of awaiting.
+    - ``note_write(log, fsync=None)``: the command appended to ``log`` (a
+      storage ``PartitionLog``). The replies of this batch are held until the
+      write is durable per ``fsync`` (default: the server's ``fsync`` config).
+    """
+
+    __slots__ = ("server", "client", "may_block", "flush_seq", "dispatcher")
+
+    def __init__(self, server: Any, client: Any, dispatcher: "Dispatcher | None" = None) -> None:
+        self.server = server
+        self.client = client
+        self.may_block = True
+        self.flush_seq = 0  # group-commit round this batch's replies wait for
+        self.dispatcher = dispatcher
+
+    def note_write(self, log: Any, fsync: str | None = None) -> None:
+        durability = self.server.durability
+        if durability is None:
+            return
+        seq = durability.note_write(log, fsync or self.server.config.fsync)
+        if seq > self.flush_seq:
+            self.flush_seq = seq
+
+
+def unknown_command(argv: list[bytes]) -> CommandError:
+    """Redis 7.0's text: ``unknown command 'foo', with args beginning with: 'a' 'b' ``."""
+    args = ""
+    for arg in argv[1:]:
+        if len(args) >= 128:
+            break
+        text = arg.decode("utf-8", "replace")
+        args += "'" + text[: 128 - len(args)] + "' "
+    name = argv[0].decode("utf-8", "replace")[:128]
+    return CommandError("ERR", f"unknown command '{name}', with args beginning with: {args}")
+
+
+def unknown_subcommand(argv: list[bytes]) -> CommandError:
+    sub = argv[1].decode("utf-8", "replace")[:128]
+    container = argv[0].decode("utf-8", "replace").upper()
+    return CommandError("ERR", f"unknown subcommand '{sub}'. Try {container} HELP.")
+
+
+# Commands that run at once even inside MULTI (redis server.c::processCommand).
+_MULTI_IMMEDIATE = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"})
+
+
+class Dispatcher:
+    """Runs commands for the connections of one server."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        self.stats = server.stats
+        self._cache: dict[bytes, CommandSpec] = {}
+
+    def lookup(self, argv: list[bytes]) -> CommandSpec | CommandError:
+        """The spec to run, or the error Redis gives before running anything."""
+        name = argv[0]
+        spec = self._cache.get(name)
+        if spec is None:
+            try:
+                spec = COMMANDS.get(name.decode("ascii").lower())
+            except UnicodeDecodeError:
+                spec = None
+            if spec is None:
+                return unknown_command(argv)
+            if len(self._cache) < _CACHE_MAX:
+                self._cache[name] = spec
+        if spec.subcommands:
+            if len(argv) < 2:
+                return wrong_arity(spec.name)
+            try:
+                sub = spec.subcommands.get(argv[1].decode("ascii").lower())
+            except UnicodeDecodeError:
+                sub = None
+            if sub is None:
+                return unknown_subcommand(argv)
+            spec = sub
+        arity = spec.arity
+        if (len(argv) != arity) if arity >= 0 else (len(argv) < -arity):
+            return wrong_arity(spec.name)
+        return spec
+
+    def call(self, ctx: Context, argv: list[bytes]) -> Any:
+        """Run one command; a reply value, or a coroutine for a blocking one."""
+        client = ctx.client
+        spec = self.lookup(argv)
+        if type(spec) is CommandError:
+            self.stats.record_rejected(None)
+            if client.in_multi:
+                client.multi_error = True
+            self.stats.record_error(spec.code)
+            return spec
+        if not client.authenticated and "no_auth" not in spec.flags:
+            if client.in_multi:
+                client.multi_error = True
+            self.stats.record_rejected(spec.name)
+            self.stats.record_error("NOAUTH")
+            return NOAUTH
+        if client.in_multi and spec.name not in _MULTI_IMMEDIATE:
+            if "no_multi" in spec.flags:
+                client.multi_error = True
+                self.stats.record_rejected(spec.name)
+                return CommandError("ERR", "Command not allowed inside a transaction")
+            client.multi_queue.append((spec, argv))
+            return QUEUED
+        if spec.is_async:
+            return self._call_async(spec, ctx, argv)
+        return self._call_sync(spec, ctx, argv)
+
+    def _call_sync(self, spec: CommandSpec, ctx: Context, argv: list[bytes]) -> Any:
+        started = _perf_ns()
+        try:
+            reply = spec.handler(ctx, argv)
+        except CommandError as e:
+            reply = e
+        failed = type(reply) is CommandError
+        if failed:
+            self.stats.record_error(reply.code)
+        self.stats.total_commands_processed += 1
+        self.stats.record_command(spec.name, (_perf_ns() - started) // 1000, failed)
+        ctx.client.last_command = spec.name
+        return reply
+
+    async def _call_async(self, spec: CommandSpec, ctx: Context, argv: list[bytes]) -> Any:
+        started = _perf_ns()
+        ctx.client.blocked = True
+        try:
+            reply = await spec.handler(ctx, argv)
+        except CommandError as e:
+            reply = e
+        finally:
+            ctx.client.blocked = False
+        failed = type(reply) is CommandError
+        if failed:
+            self.stats.record_error(reply.code)
+        self.stats.total_commands_processed += 1
+        self.stats.record_command(spec.name, (_perf_ns() - started) // 1000, failed)
+        ctx.client.last_command = spec.name
+        return reply
+
+    def _call_nowait(self, spec: CommandSpec, ctx: Context, argv: list[bytes]) -> Any:
+        """A blocking handler run inside EXEC: it must not actually wait."""
+        coro = self._call_async(spec, ctx, argv)
+        try:
+            coro.send(None)
+        except StopIteration as stop:
+            return stop.value
+        coro.close()
+        return CommandError("ERR", f"'{spec.name}' tried to block inside a transaction")
+
+    # -- transactions ------------------------------------------------------
+
+    def multi(self, ctx: Context) -> Any:
+        client = ctx.client
+        if client.in_multi:
+            return CommandError("ERR", "MULTI calls can not be nested")
+        client.in_multi = True
+        client.multi_queue = []
+        client.multi_error = False
+        return OK
+
+    def discard(self, ctx: Context) -> Any:
+        client = ctx.client
+        if not client.in_multi:
+            return CommandError("ERR", "DISCARD without MULTI")
+        self._end_multi(ctx)
+        return OK
+
+    def exec(self, ctx: Context) -> Any:
+        client = ctx.client
+        if not client.in_multi:
+            return CommandError("ERR", "EXEC without MULTI")
+        if client.multi_error:
+            self._end_multi(ctx)
+            return CommandError("EXECABORT", "Transaction discarded because of previous errors.")
+        if client.watch_dirty:
+            self._end_multi(ctx)
+            return NULL_ARRAY
+        queue = client.multi_queue
+        self._end_multi(ctx)
+        replies = []
+        ctx.may_block = False
+        try:
+            for spec, argv in queue:
+                if spec.is_async:
+                    replies.append(self._call_nowait(spec, ctx, argv))
+                else:
+                    replies.append(self._call_sync(spec, ctx, argv))
+        finally:
+            ctx.may_block = True
+        return replies
+
+    def _end_multi(self, ctx: Context) -> None:
+        client = ctx.client
+        client.in_multi = False
+        client.multi_queue = []
+        client.multi_error = False
+        self.server.unwatch_all(client)

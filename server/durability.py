@@ -1,0 +1,130 @@
+"""When writes reach the disk before their replies go out: the fsync policy.
+
+Owns: group commit for ``fsync always`` (every connection waiting on a write
+shares one fsync per dirty log), the once-a-second flusher for ``everysec``,
+and doing nothing for ``no``.
+
+Must not know: sockets, RESP, commands, how a log lays out its files. It uses
+only the flush contract of ``storage.log.PartitionLog`` (docs/storage-api.md):
+``ticket = log.begin_flush()`` on the trio thread, ``ticket.run()`` on a
+worker thread (only fsyncs), ``log.end_flush(ticket)`` back on the trio thread.
+
+Group commit: ``note_write`` returns a sequence number; the connection
+awaits ``wait_for_flush(seq)`` before sending that batch's replies. The first
+waiter finding no flush in progress becomes the flusher: it takes every log
+noted so far, fsyncs them in one worker-thread call, and wakes all waiters
+whose writes that round covered. Writes noted while a round runs go in the
+next round, so N connections writing at once cost about two fsyncs, not N.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import trio
+
+log = logging.getLogger("partita.durability")
+EVERYSEC_INTERVAL_S = 1.0
+
+
+class DurabilityError(Exception):
+    """A flush failed: the writes waiting on it must not be acknowledged."""
+
+
+def _run_tickets(tickets: list[Any]) -> None:
+    for ticket in tickets:
+        ticket.run()
+
+
+class Durability:
+    def __init__(self) -> None:
+        self._always_dirty: dict[int, Any] = {}  # id(log) -> log
+        self._everysec_dirty: dict[int, Any] = {}
+        self._noted_seq = 0  # last sequence handed to a writer
+        self._flushed_seq = 0  # every write <= this is durable
+        self._flushing = False
+        self._round_done = trio.Event()
+        self._failure: BaseException | None = None
+        self._failed_seq = 0
+        self.fsync_count = 0  # rounds of group commit done (INFO persistence)
+        self.last_flush_error: str | None = None
+
+    def note_write(self, log_: Any, policy: str) -> int:
+        """Record that ``log_`` was appended to; the seq to wait for, or 0."""
+        if policy == "always":
+            self._always_dirty[id(log_)] = log_
+            self._noted_seq += 1
+            return self._noted_seq
+        if policy == "everysec":
+            self._everysec_dirty[id(log_)] = log_
+        return 0
+
+    async def wait_for_flush(self, seq: int) -> None:
+        """Return once every write up to ``seq`` is fsynced.
+
+        Raises DurabilityError when the flush covering it failed.
+        """
+        while self._flushed_seq < seq:
+            if self._failure is not None and seq <= self._failed_seq:
+                raise DurabilityError(str(self._failure))
+            if self._flushing:
+                await self._round_done.wait()
+                continue
+            await self._flush_round()
+
+    async def _flush_round(self) -> None:
+        self._flushing = True
+        target = self._noted_seq
+        logs = list(self._always_dirty.values())
+        self._always_dirty.clear()
+        try:
+            with trio.CancelScope(shield=True):
+                await flush_logs(logs)
+            self._flushed_seq = target
+            self.fsync_count += 1
+        except Exception as e:  # storage errors: refuse to acknowledge
+            log.error("fsync failed, %d writes not acknowledged: %s", target - self._flushed_seq, e)
+            self._failure = e
+            self._failed_seq = target
+            self.last_flush_error = str(e)
+            raise DurabilityError(str(e)) from e
+        finally:
+            self._flushing = False
+            done, self._round_done = self._round_done, trio.Event()
+            done.set()
+
+    async def flush_everysec_now(self) -> None:
+        """Flush the logs written under ``everysec`` since the last call."""
+        if not self._everysec_dirty:
+            return
+        logs = list(self._everysec_dirty.values())
+        self._everysec_dirty.clear()
+        try:
+            with trio.CancelScope(shield=True):
+                await flush_logs(logs)
+        except Exception as e:
+            log.error("background fsync failed: %s", e)
+            self.last_flush_error = str(e)
+
+    async def run_everysec(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Background task: flush ``everysec`` logs once a second, forever."""
+        task_status.started()
+        while True:
+            await trio.sleep(EVERYSEC_INTERVAL_S)
+            await self.flush_everysec_now()
+
+    def forget(self, log_: Any) -> None:
+        """Drop a log about to be closed or deleted from the dirty sets."""
+        self._always_dirty.pop(id(log_), None)
+        self._everysec_dirty.pop(id(log_), None)
+
+
+async def flush_logs(logs: list[Any]) -> None:
+    """One group flush: begin on this thread, fsync on a worker, end here."""
+    if not logs:
+        return
+    tickets = [lg.begin_flush() for lg in logs]
+    await trio.to_thread.run_sync(_run_tickets, tickets)
+    for lg, ticket in zip(logs, tickets):
+        lg.end_flush(ticket)

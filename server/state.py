@@ -1,0 +1,314 @@
+"""Server-wide state a command handler reaches through ``ctx.server``.
+
+Owns: ``ServerState`` (config, topic registry, connected clients, statistics,
+WATCH bookkeeping and blocked-reader wake-ups), ``Client`` (one connection's
+session state), ``Stats`` (INFO counters).
+
+Must not know: sockets and RESP bytes (connection.py), how topics are stored
+(cluster/, storage/).
+
+The contract for command handlers:
+
+- ``server.config``: ``server.config.Config`` (``.fsync``, ``.default_partitions`` ...).
+- ``server.topics``: a ``cluster.topics.TopicRegistry`` (``.key_count()``,
+  ``.close()``), or the small stand-in below until that exists.
+- ``server.signal_key_modified(key)``: a write changed ``key``: WATCHers of it
+  fail their EXEC and blocked readers waiting on it wake.
+- ``await server.wait_for_keys(keys, timeout_s)``: True when one of ``keys``
+  was signalled, False on timeout (None = forever). Cancellation-safe.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable
+
+import trio
+
+from server.config import Config
+
+REDIS_VERSION = "7.0.15"  # the Redis version whose behaviour Partita matches
+
+
+def partita_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("partita")
+    except Exception:  # not installed (running from a checkout)
+        return "0.1.0"
+
+
+class Stats:
+    """Counters for INFO stats / commandstats; CONFIG RESETSTAT zeroes them."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.total_connections_received = 0
+        self.total_commands_processed = 0
+        self.rejected_connections = 0
+        self.total_net_input_bytes = 0
+        self.total_net_output_bytes = 0
+        self.total_error_replies = 0
+        self.unexpected_error_replies = 0
+        self.keyspace_hits = 0
+        self.keyspace_misses = 0
+        # full command name -> [calls, usec, rejected_calls, failed_calls]
+        self.commands: dict[str, list[int]] = {}
+        # error code -> count (INFO errorstats)
+        self.errors: dict[str, int] = {}
+        self._ops_samples: list[tuple[float, int]] = []
+
+    def record_command(self, name: str, usec: int, failed: bool) -> None:
+        entry = self.commands.get(name)
+        if entry is None:
+            entry = self.commands[name] = [0, 0, 0, 0]
+        entry[0] += 1
+        entry[1] += usec
+        if failed:
+            entry[3] += 1
+
+    def record_rejected(self, name: str | None) -> None:
+        if name:
+            entry = self.commands.get(name)
+            if entry is None:
+                entry = self.commands[name] = [0, 0, 0, 0]
+            entry[2] += 1
+
+    def record_error(self, code: str) -> None:
+        self.total_error_replies += 1
+        self.errors[code] = self.errors.get(code, 0) + 1
+
+    def sample_ops(self, now: float) -> None:
+        """Called about ten times a second for instantaneous_ops_per_sec."""
+        samples = self._ops_samples
+        samples.append((now, self.total_commands_processed))
+        if len(samples) > 16:
+            del samples[0]
+
+    @property
+    def instantaneous_ops_per_sec(self) -> int:
+        samples = self._ops_samples
+        if len(samples) < 2:
+            return 0
+        (t0, c0), (t1, c1) = samples[0], samples[-1]
+        if t1 <= t0 or c1 < c0:
+            return 0
+        return int((c1 - c0) / (t1 - t0))
+
+
+class Client:
+    """One connection's session: identity, protocol, auth, MULTI state."""
+
+    __slots__ = (
+        "id", "name", "protocol", "db", "authenticated", "user", "in_multi",
+        "multi_queue", "multi_error", "watched", "watch_dirty", "lib_name", "lib_ver",
+        "addr", "laddr", "fd", "created", "last_interaction", "last_command",
+        "close_after_reply", "kill_requested", "no_evict", "no_touch", "blocked",
+        "_kill",
+    )
+
+    def __init__(self, client_id: int, addr: str = "", laddr: str = "", fd: int = -1) -> None:
+        now = time.time()
+        self.id = client_id
+        self.name = b""
+        self.protocol = 2
+        self.db = 0
+        self.authenticated = True
+        self.user = "default"
+        self.in_multi = False
+        self.multi_queue: list[Any] = []
+        self.multi_error = False
+        self.watched: set[bytes] = set()
+        self.watch_dirty = False
+        self.lib_name = b""
+        self.lib_ver = b""
+        self.addr = addr
+        self.laddr = laddr
+        self.fd = fd
+        self.created = now
+        self.last_interaction = now
+        self.last_command = "NULL"
+        self.close_after_reply = False
+        self.kill_requested = False
+        self.no_evict = False
+        self.no_touch = False
+        self.blocked = False
+        self._kill: Callable[[], None] | None = None
+
+    def kill(self) -> None:
+        """Close this client's connection (CLIENT KILL, SHUTDOWN)."""
+        self.kill_requested = True
+        if self._kill is not None:
+            self._kill()
+
+    def info_line(self) -> str:
+        """One CLIENT LIST / CLIENT INFO line, fields as Redis 7.0 prints them."""
+        now = time.time()
+        flags = ""
+        if self.in_multi:
+            flags += "x"
+        if self.blocked:
+            flags += "b"
+        if self.kill_requested or self.close_after_reply:
+            flags += "A"
+        if self.no_evict:
+            flags += "e"
+        if self.no_touch:
+            flags += "T"
+        name = self.name.decode("utf-8", "replace")
+        return (
+            f"id={self.id} addr={self.addr} laddr={self.laddr} fd={self.fd} name={name} "
+            f"age={int(now - self.created)} idle={int(now - self.last_interaction)} "
+            f"flags={flags or 'N'} db={self.db} sub=0 psub=0 ssub=0 multi={len(self.multi_queue) if self.in_multi else -1} "
+            f"qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 "
+            f"events=r cmd={self.last_command} user={self.user} redir=-1 resp={self.protocol} "
+            f"lib-name={self.lib_name.decode('utf-8', 'replace')} lib-ver={self.lib_ver.decode('utf-8', 'replace')}"
+        )
+
+
+class _NoTopics:
+    """Stand-in used until ``cluster.topics.TopicRegistry`` exists."""
+
+    def key_count(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
+def open_topics(config: Config):
+    """``TopicRegistry.open(dir, config)``, or a stand-in when cluster has none yet."""
+    from pathlib import Path
+
+    try:
+        from cluster.topics import TopicRegistry  # type: ignore[import-not-found]
+
+        return TopicRegistry.open(Path(config.dir), config)
+    except ImportError as e:  # a layer below is not written yet
+        import logging
+
+        logging.getLogger("partita").warning("topic registry unavailable (%s); serving without topics", e)
+        return _NoTopics()
+
+
+class ServerState:
+    """Everything shared by all connections of one server process."""
+
+    def __init__(self, config: Config, topics: Any = None) -> None:
+        self.config = config
+        self.topics = topics if topics is not None else _NoTopics()
+        self.clients: dict[int, Client] = {}
+        self.stats = Stats()
+        self.started = time.time()
+        self.started_monotonic = time.monotonic()
+        self.pid = os.getpid()
+        self.run_id = os.urandom(20).hex()
+        self.port = config.port  # the bound port (differs when config says 0)
+        self.durability: Any = None  # server.durability.Durability, set by app
+        self.shutdown_requested = trio.Event()
+        self.shutdown_flags: set[str] = set()
+        self.blocked_clients = 0
+        self.connections: set = set()  # server.connection.Connection objects, for shutdown
+        self._next_client_id = 1
+        self._watchers: dict[bytes, set[Client]] = {}
+        self._waiters: dict[bytes, set[trio.Event]] = {}
+
+    # -- clients -----------------------------------------------------------
+
+    def new_client(self, addr: str = "", laddr: str = "", fd: int = -1) -> Client:
+        client = Client(self._next_client_id, addr, laddr, fd)
+        self._next_client_id += 1
+        client.authenticated = not self.config.requirepass
+        self.clients[client.id] = client
+        self.stats.total_connections_received += 1
+        return client
+
+    def remove_client(self, client: Client) -> None:
+        self.unwatch_all(client)
+        self.clients.pop(client.id, None)
+
+    # -- WATCH -------------------------------------------------------------
+
+    def watch(self, client: Client, key: bytes) -> None:
+        if key in client.watched:
+            return
+        client.watched.add(key)
+        watchers = self._watchers.get(key)
+        if watchers is None:
+            watchers = self._watchers[key] = set()
+        watchers.add(client)
+
+    def unwatch_all(self, client: Client) -> None:
+        for key in client.watched:
+            watchers = self._watchers.get(key)
+            if watchers is not None:
+                watchers.discard(client)
+                if not watchers:
+                    del self._watchers[key]
+        client.watched.clear()
+        client.watch_dirty = False
+
+    def signal_key_modified(self, key: bytes) -> None:
+        """A write changed ``key``: fail WATCHers' EXEC, wake blocked readers."""
+        watchers = self._watchers.get(key)
+        if watchers:
+            for client in watchers:
+                client.watch_dirty = True
+        waiters = self._waiters.get(key)
+        if waiters:
+            for event in waiters:
+                event.set()
+
+    def signal_all_keys_modified(self) -> None:
+        """FLUSHALL / FLUSHDB: every WATCH fails; blocked readers re-check."""
+        for watchers in self._watchers.values():
+            for client in watchers:
+                client.watch_dirty = True
+        for waiters in self._waiters.values():
+            for event in waiters:
+                event.set()
+
+    # -- blocked readers ---------------------------------------------------
+
+    async def wait_for_keys(self, keys: list[bytes], timeout_s: float | None) -> bool:
+        """Wait until one of ``keys`` is signalled; False on timeout.
+
+        ``timeout_s`` None waits forever. Cancellation (client gone, server
+        stopping) propagates; the waiter is removed in every case.
+        """
+        event = trio.Event()
+        waiters = self._waiters
+        for key in keys:
+            bucket = waiters.get(key)
+            if bucket is None:
+                bucket = waiters[key] = set()
+            bucket.add(event)
+        self.blocked_clients += 1
+        try:
+            if timeout_s is None:
+                await event.wait()
+                return True
+            with trio.move_on_after(timeout_s):
+                await event.wait()
+            return event.is_set()
+        finally:
+            self.blocked_clients -= 1
+            for key in keys:
+                bucket = waiters.get(key)
+                if bucket is not None:
+                    bucket.discard(event)
+                    if not bucket:
+                        del waiters[key]
+
+    def key_count(self) -> int:
+        try:
+            return int(self.topics.key_count())
+        except Exception:
+            return 0
+
+    def uptime_s(self) -> int:
+        return int(time.monotonic() - self.started_monotonic)
