@@ -62,9 +62,6 @@ EQUAL_OR_SMALLER = "The ID specified in XADD is equal or smaller than the target
 ZERO_ID = "The ID specified in XADD must be greater than 0-0"
 EXHAUSTED = "The stream has exhausted the last possible ID, unable to add more items"
 SETID_SMALLER_THAN_TOP = "The ID specified in XSETID is smaller than the target stream top item"
-SETID_SMALLER_THAN_MAX_DELETED = (
-    "The ID specified in XSETID is smaller than current max_deleted_entry_id"
-)
 SETID_ENTRIES_ADDED_TOO_SMALL = (
     "The entries_added specified in XSETID is smaller than the target stream length"
 )
@@ -331,9 +328,12 @@ class Stream:
         entries_added: int | None = None,
         max_deleted_entry_id: StreamId | None = None,
     ) -> None:
-        """XSETID after argument checks (``max_deleted <= new_last`` checked by caller)."""
-        if new_last < self.meta.max_deleted_entry_id:
-            raise StreamError(SETID_SMALLER_THAN_MAX_DELETED)
+        """XSETID after argument checks (``max_deleted <= new_last`` checked by caller).
+
+        Redis 7.0 checks the new ID against the top live entry only (not
+        against the current max-deleted-entry-id); so do we, plus the log's
+        last ID (see the module docstring).
+        """
         if self.length > 0:
             top = self.last_live_id()
             if top is not None and new_last < top:

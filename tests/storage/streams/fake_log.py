@@ -1,0 +1,117 @@
+"""An in-memory stand-in for ``storage.log.PartitionLog`` (the documented contract).
+
+Used only to test the stream layer while, or where, a real log is not wanted.
+Segments are modelled by ``segment_entries`` entries each.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class FakeReadResult:
+    count: int
+    chunks: list
+    next_offset: int
+    entries: list | None = None
+
+
+@dataclass
+class FakeSegmentInfo:
+    base_offset: int
+
+
+@dataclass
+class FakeLog:
+    dir: Path = Path(".")
+    segment_entries: int = 1000
+    ids: list = field(default_factory=list)       # (ms, seq) per offset
+    data: list = field(default_factory=list)      # encoded per offset
+    deleted: set = field(default_factory=set)
+    log_start_offset: int = 0
+
+    @property
+    def log_end_offset(self) -> int:
+        return len(self.ids)
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log_end_offset
+
+    @property
+    def last_id(self):
+        return self.ids[-1] if self.ids and self.log_start_offset < len(self.ids) else (0, 0)
+
+    @property
+    def live_count(self) -> int:
+        return sum(1 for o in range(self.log_start_offset, self.log_end_offset) if o not in self.deleted)
+
+    def append(self, entries, leader_epoch=0):
+        base = self.log_end_offset
+        for ms, seq, enc in entries:
+            assert (ms, seq) > (self.ids[-1] if self.ids else (0, 0))
+            self.ids.append((ms, seq))
+            self.data.append(enc)
+        return base
+
+    def delete_entries(self, offsets):
+        n = 0
+        for o in offsets:
+            if self.log_start_offset <= o < self.log_end_offset and o not in self.deleted:
+                self.deleted.add(o)
+                n += 1
+        return n
+
+    def advance_log_start_offset(self, offset):
+        self.log_start_offset = max(self.log_start_offset, min(offset, self.log_end_offset))
+
+    def segment_base_at_or_below(self, offset):
+        return offset - offset % self.segment_entries
+
+    def segments(self):
+        first = self.segment_base_at_or_below(self.log_start_offset)
+        return [FakeSegmentInfo(b) for b in range(first, max(self.log_end_offset, 1), self.segment_entries)]
+
+    @property
+    def segment_count(self):
+        return len(self.segments())
+
+    @property
+    def size_bytes(self):
+        return sum(len(d) for d in self.data[self.log_start_offset:])
+
+    def _live(self, offsets):
+        return [o for o in offsets if o not in self.deleted]
+
+    def read(self, start_offset, end_offset=None, max_count=None, max_bytes=None, with_ids=False):
+        end = self.log_end_offset if end_offset is None else min(end_offset, self.log_end_offset)
+        start = max(start_offset, self.log_start_offset)
+        offs = self._live(range(start, end))
+        if max_count is not None:
+            offs = offs[:max_count]
+        nxt = offs[-1] + 1 if offs else end
+        return FakeReadResult(len(offs), [self.data[o] for o in offs], nxt,
+                              [(o, *self.ids[o]) for o in offs] if with_ids else None)
+
+    def read_reverse(self, start_offset, end_offset, max_count=None, with_ids=False):
+        start = max(start_offset, self.log_start_offset)
+        offs = self._live(range(min(end_offset, self.log_end_offset) - 1, start - 1, -1))
+        if max_count is not None:
+            offs = offs[:max_count]
+        return FakeReadResult(len(offs), [self.data[o] for o in offs], start,
+                              [(o, *self.ids[o]) for o in offs] if with_ids else None)
+
+    def find_offset(self, ms, seq, inclusive=True):
+        i = (bisect.bisect_left if inclusive else bisect.bisect_right)(self.ids, (ms, seq))
+        return max(i, self.log_start_offset)
+
+    def entry_id(self, offset):
+        return self.ids[offset]
+
+    def entry_at(self, offset):
+        if offset < self.log_start_offset or offset >= self.log_end_offset or offset in self.deleted:
+            return None
+        return self.data[offset]

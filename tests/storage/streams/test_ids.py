@@ -1,0 +1,94 @@
+"""Stream ID parsing and formatting, with Redis's edge cases (checked against redis-server 7.0)."""
+
+import pytest
+
+from storage.streams.ids import (
+    INVALID_END,
+    INVALID_ID,
+    INVALID_START,
+    MAX_ID,
+    MIN_ID,
+    UINT64_MAX,
+    StreamId,
+    StreamIdError,
+    parse_id,
+    parse_range_end,
+    parse_range_start,
+    parse_strict_id,
+    parse_u64,
+)
+
+
+def test_format_and_order():
+    assert StreamId(5, 3).encode() == b"5-3"
+    assert str(StreamId(0, 0)) == "0-0"
+    assert StreamId(1, 9) < StreamId(2, 0) < StreamId(2, 1)
+    assert StreamId(5, 3) == (5, 3)
+
+
+def test_incr_decr_carry_and_overflow():
+    assert StreamId(1, UINT64_MAX).incr() == StreamId(2, 0)
+    assert StreamId(2, 0).decr() == StreamId(1, UINT64_MAX)
+    with pytest.raises(OverflowError):
+        MAX_ID.incr()
+    with pytest.raises(OverflowError):
+        MIN_ID.decr()
+
+
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        (b"5", 5), (b"0", 0), (b"00", 0), (b"+2", 2), (b" 2", 2), (b"\t7", 7),
+        (b"18446744073709551615", UINT64_MAX), (b"-0", 0), (b"-01", UINT64_MAX),
+    ],
+)
+def test_u64_accepts_what_string2ull_accepts(raw, expected):
+    assert parse_u64(raw) == expected
+
+
+@pytest.mark.parametrize("raw", [b"", b"-1", b"2 ", b"0x2", b"18446744073709551616", b"+", b"- 1", b"1.5"])
+def test_u64_rejects(raw):
+    assert parse_u64(raw) is None
+
+
+def test_parse_forms():
+    assert parse_id(b"-") == (MIN_ID, True)
+    assert parse_id(b"+") == (MAX_ID, True)
+    assert parse_id(b"7") == (StreamId(7, 0), True)
+    assert parse_id(b"7", missing_seq=UINT64_MAX) == (StreamId(7, UINT64_MAX), True)
+    assert parse_id(b"7-3") == (StreamId(7, 3), True)
+    assert parse_id(b"1--0") == (StreamId(1, 0), True)
+    assert parse_id(b"7-*", allow_seq_star=True) == (StreamId(7, 0), False)
+    assert parse_id(b"2-1\x00zz") == (StreamId(2, 1), True)  # a C string stops at NUL
+
+
+@pytest.mark.parametrize("raw", [b"", b"1-", b"-1", b"a", b"1-a", b"1-2-3", b"7-*", b"1--1", b"x" * 128, b"(1"])
+def test_parse_invalid(raw):
+    with pytest.raises(StreamIdError) as info:
+        parse_id(raw)
+    assert info.value.message == INVALID_ID
+
+
+@pytest.mark.parametrize("raw", [b"-", b"+"])
+def test_strict_forbids_specials(raw):
+    with pytest.raises(StreamIdError):
+        parse_strict_id(raw)
+
+
+def test_range_bounds():
+    assert parse_range_start(b"5") == StreamId(5, 0)
+    assert parse_range_end(b"5") == StreamId(5, UINT64_MAX)
+    assert parse_range_start(b"(5-1") == StreamId(5, 2)
+    assert parse_range_end(b"(5-1") == StreamId(5, 0)
+    assert parse_range_end(b"(5") == StreamId(5, UINT64_MAX - 1)
+    assert parse_range_start(b"(5") == StreamId(5, 1)
+    with pytest.raises(StreamIdError) as info:
+        parse_range_start(b"(18446744073709551615-18446744073709551615")
+    assert info.value.message == INVALID_START
+    with pytest.raises(StreamIdError) as info:
+        parse_range_end(b"(0-0")
+    assert info.value.message == INVALID_END
+    for raw in (b"(-", b"(+", b"("):
+        with pytest.raises(StreamIdError) as info:
+            parse_range_start(raw)
+        assert info.value.message == INVALID_ID

@@ -1,0 +1,228 @@
+"""The Stream model on a partition log: IDs, XDEL, trims, XSETID, metadata durability.
+
+Runs on the real ``storage.log.PartitionLog`` in ``tmp_path`` and on the
+in-memory contract stand-in (``fake_log``), so a disagreement between the two
+shows up as a failure of exactly one parameter.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from storage.streams.ids import MAX_ID, MIN_ID, UINT64_MAX, StreamId
+from storage.streams.stream import (
+    EQUAL_OR_SMALLER,
+    EXHAUSTED,
+    SETID_ENTRIES_ADDED_TOO_SMALL,
+    SETID_SMALLER_THAN_TOP,
+    Stream,
+    StreamError,
+    decode_entry,
+    encode_entry,
+    split_entries,
+)
+from tests.storage.streams.fake_log import FakeLog
+
+HAVE_REAL_LOG = importlib.util.find_spec("storage.log") is not None
+
+
+class Clock:
+    def __init__(self, now_ms: int = 1000) -> None:
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+def _open_log(kind, path, segment_entries=1000):
+    if kind == "fake":
+        path.mkdir(parents=True, exist_ok=True)
+        return FakeLog(dir=path, segment_entries=segment_entries)
+    from storage.log import LogConfig, PartitionLog
+
+    # ~60 bytes per small entry in a batch: roll roughly every segment_entries entries.
+    return PartitionLog.open(path, LogConfig(segment_bytes=max(segment_entries * 60, 256)))
+
+
+@pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.skipif(
+    not HAVE_REAL_LOG, reason="storage.log.PartitionLog has not landed yet"))])
+def make_stream(request, tmp_path):
+    opened = []
+
+    def make(segment_entries=1000, clock=None, reopen_from=None):
+        log = reopen_from or _open_log(request.param, tmp_path / "p0", segment_entries)
+        stream = Stream(log, tmp_path / "p0" / "stream.meta", clock_ms=clock or Clock())
+        opened.append(log)
+        return stream
+
+    make.kind = request.param
+    make.path = tmp_path / "p0"
+    yield make
+    for log in opened:
+        close = getattr(log, "close", None)
+        if close:
+            close()
+
+
+def ids_of(entries) -> list[StreamId]:
+    return [decode_entry(e)[0] for e in split_entries(entries.chunks)]
+
+
+def test_encode_decode_binary_safe():
+    fields = [b"f\r\n\x00", b"", b"\xff" * 3, b"v"]
+    enc = encode_entry((5, 1), fields)
+    assert enc.startswith(b"*2\r\n$3\r\n5-1\r\n*4\r\n$4\r\nf\r\n\x00\r\n$0\r\n\r\n")
+    assert decode_entry(enc) == (StreamId(5, 1), fields)
+    assert split_entries([enc[:7], enc[7:] + enc]) == [enc, enc]
+
+
+def test_auto_ids_follow_clock_and_never_go_back(make_stream):
+    clock = Clock(1000)
+    s = make_stream(clock=clock)
+    assert s.add([b"a", b"1"]) == StreamId(1000, 0)
+    assert s.add([b"a", b"2"]) == StreamId(1000, 1)
+    clock.now_ms = 900  # wall clock stepped back
+    assert s.add([b"a", b"3"]) == StreamId(1000, 2)
+    clock.now_ms = 2000
+    assert s.add([b"a", b"4"]) == StreamId(2000, 0)
+    assert s.length == 4 and s.entries_added == 4 and s.last_id == StreamId(2000, 0)
+
+
+def test_explicit_and_partial_ids(make_stream):
+    s = make_stream()
+    assert s.add([b"a", b"1"], ms_given=0) == StreamId(0, 1)
+    assert s.add([b"a", b"1"], id_given=StreamId(5, 5)) == StreamId(5, 5)
+    assert s.add([b"a", b"1"], ms_given=5) == StreamId(5, 6)
+    assert s.add([b"a", b"1"], ms_given=7) == StreamId(7, 0)
+    for kwargs in ({"id_given": StreamId(7, 0)}, {"id_given": StreamId(6, 9)}, {"ms_given": 6}):
+        with pytest.raises(StreamError) as info:
+            s.add([b"a", b"1"], **kwargs)
+        assert info.value.message == EQUAL_OR_SMALLER
+    s.add([b"a", b"1"], id_given=StreamId(8, UINT64_MAX))
+    with pytest.raises(StreamError, match="equal or smaller"):
+        s.add([b"a", b"1"], ms_given=8)
+
+
+def test_exhausted(make_stream):
+    s = make_stream()
+    s.add([b"a", b"1"], id_given=MAX_ID)
+    with pytest.raises(StreamError) as info:
+        s.add([b"a", b"1"])
+    assert info.value.message == EXHAUSTED
+
+
+def test_range_and_read_after(make_stream):
+    s = make_stream()
+    for i in range(1, 11):
+        s.add([b"n", b"%d" % i], id_given=StreamId(i, 0))
+    assert ids_of(s.range(StreamId(3, 0), StreamId(5, UINT64_MAX))) == [(3, 0), (4, 0), (5, 0)]
+    assert ids_of(s.range(MIN_ID, MAX_ID, 2, rev=True)) == [(10, 0), (9, 0)]
+    assert s.range(StreamId(6, 0), StreamId(5, 0)).count == 0
+    assert ids_of(s.read_after(StreamId(8, 0))) == [(9, 0), (10, 0)]
+    assert ids_of(s.read_after(StreamId(2, 5), 1)) == [(3, 0)]
+    assert s.read_after(StreamId(10, 0)).count == 0
+
+
+def test_xdel_markers_and_metadata(make_stream):
+    s = make_stream()
+    for i in range(1, 6):
+        s.add([b"n", b"%d" % i], id_given=StreamId(i, 0))
+    assert s.delete([StreamId(2, 0), StreamId(2, 0), StreamId(9, 9), StreamId(4, 1)]) == 1
+    assert s.delete([StreamId(2, 0)]) == 0
+    assert s.length == 4 and s.max_deleted_entry_id == (2, 0)
+    assert ids_of(s.range(MIN_ID, MAX_ID)) == [(1, 0), (3, 0), (4, 0), (5, 0)]
+    assert s.delete([StreamId(1, 0), StreamId(5, 0)]) == 2
+    assert s.first_entry_id() == (3, 0)
+    assert s.last_id == (5, 0) and s.last_live_id() == (4, 0)
+    assert s.max_deleted_entry_id == (5, 0)
+    assert s.entries_added == 5
+    # Survives a reopen of the stream metadata.
+    again = Stream(s.log, s.meta_path)
+    assert again.max_deleted_entry_id == (5, 0) and again.last_id == (5, 0)
+
+
+def test_delete_everything_then_first_id_is_zero(make_stream):
+    s = make_stream()
+    s.add([b"a", b"1"], id_given=StreamId(1, 1))
+    s.delete([StreamId(1, 1)])
+    assert s.length == 0 and s.first_entry_id() == MIN_ID and s.last_id == (1, 1)
+    assert s.first_entry() is None and s.last_entry() is None
+
+
+def test_trim_maxlen_exact_counts_live_entries(make_stream):
+    s = make_stream()
+    for i in range(1, 11):
+        s.add([b"n", b"%d" % i], id_given=StreamId(i, 0))
+    s.delete([StreamId(8, 0), StreamId(9, 0)])  # 8 live
+    assert s.trim_maxlen(3) == 5
+    assert ids_of(s.range(MIN_ID, MAX_ID)) == [(6, 0), (7, 0), (10, 0)]
+    assert s.trim_maxlen(3) == 0
+    assert s.trim_maxlen(0) == 3
+    assert s.length == 0 and s.last_id == (10, 0) and s.entries_added == 10
+
+
+def test_trim_minid_exact(make_stream):
+    s = make_stream()
+    for i in range(1, 11):
+        s.add([b"n", b"%d" % i], id_given=StreamId(i, 0))
+    assert s.trim_minid(StreamId(4, 0)) == 3
+    assert s.first_entry_id() == (4, 0)
+    assert s.trim_minid(StreamId(2, 0)) == 0
+    assert s.max_deleted_entry_id == MIN_ID  # Redis does not count trims as deletions
+
+
+def test_trim_approx_only_whole_segments(make_stream):
+    s = make_stream(segment_entries=10)
+    for i in range(1, 36):
+        s.add([b"n", b"%d" % i], id_given=StreamId(i, 0))
+    bases = [getattr(i, "base_offset", None) for i in s.log.segments()]
+    assert len(bases) >= 3
+    removed = s.trim_maxlen(12, approx=True)
+    # Only whole segments go; at least 12 remain and fewer than one segment more.
+    assert s.length >= 12
+    assert s.log.log_start_offset in bases
+    assert removed == 35 - s.length
+    # LIMIT smaller than one segment: nothing is removed.
+    assert s.trim_maxlen(0, approx=True, limit=1) == 0
+    before = s.length
+    assert s.trim_minid(StreamId(1000, 0), approx=True) == before  # every segment is below
+    assert s.length == 0
+
+
+def test_setid_rules(make_stream):
+    s = make_stream()
+    for i in range(1, 4):
+        s.add([b"n", b"%d" % i], id_given=StreamId(i, 0))
+    with pytest.raises(StreamError) as info:
+        s.set_id(StreamId(2, 0))
+    assert info.value.message == SETID_SMALLER_THAN_TOP
+    with pytest.raises(StreamError) as info:
+        s.set_id(StreamId(5, 0), entries_added=2)
+    assert info.value.message == SETID_ENTRIES_ADDED_TOO_SMALL
+    s.set_id(StreamId(5, 0), entries_added=10, max_deleted_entry_id=StreamId(4, 0))
+    assert s.last_id == (5, 0) and s.entries_added == 10 and s.max_deleted_entry_id == (4, 0)
+    with pytest.raises(StreamError) as info:
+        s.set_id(StreamId(2, 5))
+    assert info.value.message == SETID_SMALLER_THAN_TOP
+    with pytest.raises(StreamError, match="equal or smaller"):
+        s.add([b"a", b"1"], id_given=StreamId(5, 0))
+    assert s.add([b"a", b"1"], ms_given=5) == (5, 1)
+    assert s.entries_added == 11
+    again = Stream(s.log, s.meta_path)
+    assert again.last_id == (5, 1) and again.entries_added == 11 and again.max_deleted_entry_id == (4, 0)
+
+
+def test_setid_below_a_deleted_top_entry_is_refused(make_stream):
+    # Partita keeps deleted entries' IDs in the log, so IDs may not go below
+    # them (Redis would accept this XSETID: documented difference).
+    s = make_stream()
+    s.add([b"a", b"1"], id_given=StreamId(1, 0))
+    s.add([b"a", b"1"], id_given=StreamId(5, 0))
+    s.delete([StreamId(5, 0)])
+    s.set_id(StreamId(5, 0), max_deleted_entry_id=StreamId(0, 1))  # lowers max-deleted
+    with pytest.raises(StreamError) as info:
+        s.set_id(StreamId(4, 0))
+    assert info.value.message == SETID_SMALLER_THAN_TOP
+    assert s.last_id == (5, 0)
