@@ -63,8 +63,19 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
         topics.close()
         raise
     state.port = sockets[0].getsockname()[1]
+    config.port = state.port
     connections: set = set()
     state.connections = connections
+
+    def apply_limits(name: str, value: Any) -> None:
+        # CONFIG SET of a protocol limit reaches every connected client.
+        if name in ("proto-max-bulk-len", "client-query-buffer-limit"):
+            for conn in connections:
+                if conn.parser is not None:
+                    conn.parser.max_bulk_bytes = config.proto_max_bulk_len
+                    conn.parser.query_buffer_limit_bytes = config.client_query_buffer_limit
+
+    config.on_change(apply_limits)
     try:
         async with trio.open_nursery() as root:
             root.start_soon(durability.run_everysec)

@@ -154,7 +154,8 @@ U32 = 2**32 - 1
 I64 = 2**63 - 1
 
 OPTIONS: tuple[Option, ...] = (
-    Option("port", "int", 6379, doc="TCP port to listen on (0: pick a free one)", minimum=0, maximum=65535),
+    Option("port", "int", 6379, mutable=False, doc="TCP port to listen on (0: pick a free one)",
+           minimum=0, maximum=65535),
     Option("bind", "string", "127.0.0.1", mutable=False, doc="addresses to listen on, space separated"),
     Option("dir", "path", "./partita-data", mutable=False, protected=True,
            doc="data directory: one sub-directory per topic"),

@@ -53,6 +53,7 @@ class Connection:
         self.cancel_scope = trio.CancelScope()
         self.idle = True  # waiting for a request or in a blocking command
         self.stopping = False
+        self.parser: RequestParser | None = None
         client._kill = self.kill
 
     def kill(self) -> None:
@@ -84,7 +85,7 @@ class Connection:
         stats = self.server.stats
         config = self.server.config
         call = self.dispatcher.call
-        parser = RequestParser(
+        parser = self.parser = RequestParser(
             config.proto_max_bulk_len,
             config.client_query_buffer_limit,
             authenticated=lambda: client.authenticated,

@@ -102,7 +102,7 @@ class Dispatcher:
                 return unknown_command(argv)
             if len(self._cache) < _CACHE_MAX:
                 self._cache[name] = spec
-        if spec.subcommands:
+        if spec.subcommands and (len(argv) >= 2 or spec.handler is None):
             if len(argv) < 2:
                 return wrong_arity(spec.name)
             try:
@@ -145,6 +145,7 @@ class Dispatcher:
         return self._call_sync(spec, ctx, argv)
 
     def _call_sync(self, spec: CommandSpec, ctx: Context, argv: list[bytes]) -> Any:
+        ctx.client.last_command = spec.name
         started = _perf_ns()
         try:
             reply = spec.handler(ctx, argv)
@@ -155,7 +156,6 @@ class Dispatcher:
             self.stats.record_error(reply.code)
         self.stats.total_commands_processed += 1
         self.stats.record_command(spec.name, (_perf_ns() - started) // 1000, failed)
-        ctx.client.last_command = spec.name
         return reply
 
     async def _call_async(self, spec: CommandSpec, ctx: Context, argv: list[bytes]) -> Any:
@@ -214,8 +214,9 @@ class Dispatcher:
             self._end_multi(ctx)
             return NULL_ARRAY
         queue = client.multi_queue
-        self._end_multi(ctx)
         replies = []
+        # As in Redis, the client stays "in MULTI" while EXEC runs the queue:
+        # blocking commands see it (and ``ctx.may_block``) and do not wait.
         ctx.may_block = False
         try:
             for spec, argv in queue:
@@ -225,6 +226,7 @@ class Dispatcher:
                     replies.append(self._call_sync(spec, ctx, argv))
         finally:
             ctx.may_block = True
+            self._end_multi(ctx)
         return replies
 
     def _end_multi(self, ctx: Context) -> None:
