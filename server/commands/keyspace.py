@@ -191,7 +191,9 @@ def _key_hash(key: bytes) -> int:
 def _parse_cursor(raw: bytes) -> int:
     """Redis ``parseScanCursorOrReply``: C ``strtoul`` without leading space."""
     text = raw
-    if not text or text[:1] in b" \t\n\v\f\r":
+    if not text:
+        return 0  # strtoul("") is 0 and consumes everything
+    if text[:1] in b" \t\n\v\f\r":
         raise err("invalid cursor")
     negative = text[:1] == b"-"
     if text[:1] in (b"+", b"-"):
