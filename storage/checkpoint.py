@@ -1,0 +1,136 @@
+"""Small files that must be replaced atomically: checkpoints and metadata blobs.
+
+Owns: ``write_atomic`` (write ``<name>.tmp``, fsync it, rename over ``<name>``,
+fsync the directory) and ``read_file``; plus the text checkpoint format used
+by the partition log (recovery point, log start offset, leader epochs):
+
+    line 1: the format version (``0``)
+    line 2: the number of entries N
+    N lines: space-separated decimal integers
+
+A reader sees either the old file or the new one, never a mix. A file that
+does not parse is reported as corrupt (``CorruptCheckpointError``) so the
+caller can fall back to a safe default (e.g. recovery point 0 = scan all).
+
+Thread contract: functions are stateless; safe from any thread as long as two
+threads never write the same path at once (callers serialise that).
+
+Must not know: what the numbers mean.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from storage.errors import raise_storage_error
+
+TMP_SUFFIX = ".tmp"
+
+
+class CorruptCheckpointError(ValueError):
+    """A checkpoint file exists but does not parse."""
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory so renames and creates inside it are durable."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise_storage_error(f"fsync directory {path}", exc)
+
+
+def write_atomic(path: Path, data: bytes, *, sync: bool = True) -> None:
+    """Replace ``path`` with ``data`` atomically (tmp + fsync + rename + dir fsync).
+
+    Raises:
+        StorageError: on any disk error; the old file is left in place.
+    """
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise_storage_error(f"write {path}", exc)
+    if sync:
+        fsync_dir(path.parent)
+
+
+def read_file(path: Path) -> bytes | None:
+    """The whole file, or None if it does not exist."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise_storage_error(f"read {path}", exc)
+
+
+def encode_rows(rows: list[tuple[int, ...]]) -> bytes:
+    lines = ["0", str(len(rows))]
+    lines += [" ".join(str(v) for v in row) for row in rows]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def decode_rows(data: bytes, width: int) -> list[tuple[int, ...]]:
+    """Parse the text checkpoint format. Raises CorruptCheckpointError."""
+    try:
+        lines = data.decode("ascii").split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        if len(lines) < 2 or lines[0] != "0":
+            raise ValueError("bad header")
+        n = int(lines[1])
+        if n != len(lines) - 2:
+            raise ValueError("entry count does not match")
+        rows = []
+        for line in lines[2:]:
+            row = tuple(int(v) for v in line.split(" "))
+            if len(row) != width:
+                raise ValueError("bad row width")
+            rows.append(row)
+        return rows
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise CorruptCheckpointError(str(exc)) from None
+
+
+def write_rows(path: Path, rows: list[tuple[int, ...]]) -> None:
+    write_atomic(path, encode_rows(rows))
+
+
+def read_rows(path: Path, width: int) -> list[tuple[int, ...]] | None:
+    """Rows of a checkpoint file; None if missing. Raises CorruptCheckpointError."""
+    data = read_file(path)
+    if data is None:
+        return None
+    return decode_rows(data, width)
+
+
+def remove_stale_tmp(directory: Path) -> None:
+    """Remove ``*.tmp`` files left by a crash in the middle of ``write_atomic``."""
+    try:
+        for entry in os.scandir(directory):
+            if entry.name.endswith(TMP_SUFFIX):
+                os.unlink(entry.path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise_storage_error(f"clean {directory}", exc)

@@ -1,0 +1,73 @@
+"""Storage errors and the one place where ``OSError`` becomes ``StorageError``.
+
+Owns: the error types the storage layer raises and ``raise_storage_error``,
+the single funnel every disk failure (ENOSPC, EIO, EROFS, ...) goes through
+(compare Kafka's ``LocalLog.maybeHandleIOException``). The funnel logs one
+line on logger ``partita.storage`` and notifies the listeners registered with
+``add_disk_error_listener`` (the log manager uses this to count failures and
+the server can mark the data dir offline).
+
+Must not know: sockets, trio, streams, or how errors reach clients.
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+import logging
+import os
+from collections.abc import Callable
+from typing import NoReturn
+
+_log = logging.getLogger("partita.storage")
+_listeners: list[Callable[[str, OSError], None]] = []
+
+
+class StorageError(Exception):
+    """A disk operation failed; the message says which and why."""
+
+    def __init__(self, message: str, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.errno = errno
+
+
+class OffsetOutOfRangeError(Exception):
+    """A read or lookup asked for an offset outside [log_start_offset, log_end_offset]."""
+
+
+class InvalidBatchError(ValueError):
+    """Bytes given to ``append_raw`` are not well-formed stored batches (bad CRC,
+    bad length, wrong base offset, IDs not increasing)."""
+
+
+def add_disk_error_listener(fn: Callable[[str, OSError], None]) -> None:
+    """Call ``fn(what, exc)`` on every disk error that goes through the funnel."""
+    _listeners.append(fn)
+
+
+def remove_disk_error_listener(fn: Callable[[str, OSError], None]) -> None:
+    if fn in _listeners:
+        _listeners.remove(fn)
+
+
+def raise_storage_error(what: str, exc: OSError) -> NoReturn:
+    """The funnel: turn ``exc`` raised while doing ``what`` into ``StorageError``.
+
+    Args:
+        what: the operation and the file, e.g. ``"append to /d/0000.log"``.
+        exc: the ``OSError`` the system call raised.
+
+    Raises:
+        StorageError: always, chained to ``exc``.
+    """
+    code = exc.errno
+    name = _errno.errorcode.get(code, "EIO") if code is not None else "EIO"
+    reason = os.strerror(code) if code is not None else str(exc)
+    message = f"{what} failed: {name} ({reason})"
+    _log.error("disk error: %s", message)
+    for fn in list(_listeners):
+        try:
+            fn(what, exc)
+        except Exception:  # a broken listener must not hide the disk error
+            _log.exception("disk error listener failed")
+    raise StorageError(message, code) from exc

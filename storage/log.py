@@ -1,0 +1,786 @@
+"""The partition log: a directory of segments with contiguous offsets.
+
+Owns: which segments a partition has and the offsets around them
+(``log_start_offset``, ``log_end_offset``, ``high_watermark``,
+``recovery_point``), appends and rolls, reads across segments, ID lookups,
+deletion markers, ``truncate_to``, log start moves and retention, leader
+epochs, flushing (including the group-commit split) and recovery at open.
+The contract is docs/storage-api.md; byte layouts are docs/storage-format.md.
+
+Checkpoint files in the partition directory (``storage.checkpoint`` text
+format, replaced atomically):
+
+    recovery-point.checkpoint    1 row: recovery_point
+    log-start-offset.checkpoint  1 row: log_start_offset last_ms last_seq
+    leader-epoch.checkpoint      rows:  epoch start_offset
+
+Recovery: segments wholly below the recovery point are trusted (their
+indexes are checked lazily). From the batch that starts at the recovery point
+to the end of the last segment every batch's length, base offset and CRC are
+checked and the indexes rebuilt; the first bad batch and everything after it
+is cut, with one WARNING on logger ``partita.storage``. ``close()`` writes
+recovery point = log end offset, so a clean restart scans nothing.
+
+Memory: a few numbers per segment, the active segment's index, deletion
+markers (8 B per deleted entry) and leader epochs. Nothing per entry.
+
+Thread contract: one thread (the "main" thread) calls everything, except
+``FlushTicket.run()``, which may run on any thread: it only fsyncs ``dup``-ed
+descriptors and writes the recovery-point checkpoint under ``_rp_lock``.
+
+Must not know: RESP, stream semantics (IDs are opaque increasing pairs here),
+trio, the cluster.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from storage import records
+from storage.checkpoint import (
+    CorruptCheckpointError, encode_rows, fsync_dir, read_rows, remove_stale_tmp,
+    write_atomic, write_rows,
+)
+from storage.errors import InvalidBatchError, OffsetOutOfRangeError, StorageError, raise_storage_error
+from storage.files import (
+    ID_INDEX_SUFFIX, INDEX_SUFFIX, LEADER_EPOCH_FILE, LOG_START_FILE, LOG_SUFFIX,
+    MARKERS_SUFFIX, RECOVERY_POINT_FILE, parse_base_offset, segment_path,
+)
+from storage.handles import FileCache
+from storage.markers import DeletionMarkers
+from storage.segment import ReadAccumulator, Segment
+
+MiB = 1024 * 1024
+RECOVERY_CHECKPOINT_INTERVAL_MS = 1000
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """Per-partition settings (Kafka's topic configs of the same names)."""
+    segment_bytes: int = 128 * MiB
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    retention_ms: int = -1
+    retention_bytes: int = -1
+    index_interval_bytes: int = 4096
+    max_batch_bytes: int = 64 * MiB
+
+    def __post_init__(self) -> None:
+        assert 0 < self.segment_bytes <= 2**31, "positions are u32"
+        assert 0 < self.max_batch_bytes <= 2**31
+        assert self.index_interval_bytes > 0
+        assert self.segment_ms > 0
+
+
+@dataclass(slots=True)
+class ReadResult:
+    """``chunks`` concatenated are exactly ``count`` encoded entries."""
+    count: int
+    chunks: list
+    next_offset: int
+    entries: list | None = None  # [(offset, ms, seq)] when with_ids=True
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    base_offset: int
+    end_offset: int
+    size_bytes: int
+    path: str
+
+
+class FlushTicket:
+    """One group-commit flush: ``run()`` on any thread, between
+    ``PartitionLog.begin_flush()`` and ``PartitionLog.end_flush()`` on the main
+    thread. ``run()`` raises ``StorageError`` if an fsync fails; then
+    ``end_flush`` does not advance the recovery point."""
+
+    def __init__(self, log: "PartitionLog", fds: list[int], target: int, generation: int,
+                 checkpoint: bytes | None, markers_seen: dict[int, int], dir_seq: int) -> None:
+        self._log = log
+        self._fds = fds
+        self.target_offset = target
+        self.generation = generation
+        self._checkpoint = checkpoint
+        self._markers_seen = markers_seen
+        self._dir_seq = dir_seq
+        self.ok = False
+        self.ran = False
+
+    def run(self) -> None:
+        """fsync every duplicated descriptor, then persist the recovery point."""
+        assert not self.ran, "a ticket runs once"
+        self.ran = True
+        fds, self._fds = self._fds, []
+        try:
+            for fd in fds:
+                try:
+                    os.fsync(fd)
+                except OSError as exc:
+                    raise_storage_error(f"fsync {self._log.directory}", exc)
+        finally:
+            for fd in fds:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        if self._checkpoint is not None:
+            log = self._log
+            with log._rp_lock:
+                if log._generation == self.generation and not log._closed:
+                    write_atomic(log.directory / RECOVERY_POINT_FILE, self._checkpoint)
+                    log._persisted_rp = self.target_offset
+        self.ok = True
+
+    def discard(self) -> None:
+        """Close the duplicated descriptors without running (shutdown paths)."""
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
+
+
+class PartitionLog:
+    """One partition; see the module docstring and docs/storage-api.md."""
+
+    # -- opening -------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: Path, config: LogConfig | None = None, *,
+             logger: logging.Logger | None = None,
+             clock_ms: Callable[[], int] | None = None,
+             file_cache: FileCache | None = None,
+             hw_follows_end: bool = True) -> "PartitionLog":
+        """Open (creating if missing) and recover the partition in ``path``."""
+        log = cls.__new__(cls)
+        log.directory = Path(path)
+        log.config = config or LogConfig()
+        log.logger = logger or logging.getLogger("partita.storage")
+        log._clock_ms = clock_ms or wall_clock_ms
+        log._own_cache = file_cache is None
+        log.cache = file_cache if file_cache is not None else FileCache()
+        log.hw_follows_end = hw_follows_end
+        log._closed = False
+        log._generation = 0
+        log._rp_lock = threading.Lock()
+        log._dir_seq = 0
+        log._dir_synced_seq = 0
+        log._markers_dirty: dict[int, int] = {}
+        log._change_seq = 0
+        log._rp_checkpoint_ms = 0
+        log._load()
+        return log
+
+    def _load(self) -> None:
+        d = self.directory
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise_storage_error(f"create {d}", exc)
+        remove_stale_tmp(d)
+        logs: dict[int, int] = {}
+        others: dict[str, dict[int, int]] = {INDEX_SUFFIX: {}, ID_INDEX_SUFFIX: {}, MARKERS_SUFFIX: {}}
+        try:
+            for entry in os.scandir(d):
+                base = parse_base_offset(entry.name, LOG_SUFFIX)
+                if base is not None:
+                    logs[base] = entry.stat().st_size
+                    continue
+                for suffix, table in others.items():
+                    base = parse_base_offset(entry.name, suffix)
+                    if base is not None:
+                        table[base] = entry.stat().st_size
+        except OSError as exc:
+            raise_storage_error(f"list {d}", exc)
+        for suffix, table in others.items():
+            for base in [b for b in table if b not in logs]:  # orphans of a half-done delete
+                try:
+                    os.unlink(segment_path(d, base, suffix))
+                except OSError as exc:
+                    raise_storage_error(f"delete orphan in {d}", exc)
+                del table[base]
+
+        start_row = self._read_checkpoint(LOG_START_FILE, 3)
+        ckpt_start, ckpt_last = (start_row[0][0], (start_row[0][1], start_row[0][2])) if start_row else (0, (0, 0))
+        rp_row = self._read_checkpoint(RECOVERY_POINT_FILE, 1)
+        rp = rp_row[0][0] if rp_row else 0
+        self._epochs: list[tuple[int, int]] = [tuple(r) for r in (self._read_checkpoint(LEADER_EPOCH_FILE, 2) or [])]
+
+        interval = self.config.index_interval_bytes
+        if not logs:
+            self._segs = [Segment.create(d, ckpt_start, self.cache, interval)]
+            self._dir_seq += 1
+        else:
+            self._segs = [
+                Segment(d, b, self.cache, interval, logs[b],
+                        others[INDEX_SUFFIX].get(b, 0), others[ID_INDEX_SUFFIX].get(b, 0))
+                for b in sorted(logs)
+            ]
+            for seg, nxt in zip(self._segs, self._segs[1:]):
+                seg.end_offset = nxt.base_offset
+        self.log_start_offset = max(ckpt_start, self._segs[0].base_offset)
+        self.markers = DeletionMarkers(d, self.cache)
+        # finish a deletion of whole segments that a crash interrupted
+        while len(self._segs) > 1 and self._segs[0].end_offset <= self.log_start_offset:
+            self._delete_segment(self._segs.pop(0))
+        self._bases = [s.base_offset for s in self._segs]
+
+        self._recover(max(rp, self._segs[0].base_offset))
+        end = self.log_end_offset
+        if self.log_start_offset > end:
+            self.log_start_offset = end
+        self.recovery_point = min(max(rp, self._segs[0].base_offset), end)
+        self._persisted_rp = self.recovery_point
+        self._epochs = [(e, s) for e, s in self._epochs if s < end]
+        for seg in self._segs:
+            if seg.base_offset in others[MARKERS_SUFFIX]:
+                self.markers.load(seg.base_offset, min(seg.end_offset, end))
+        self._deleted_live = self.markers.count_in(self.log_start_offset, end)
+        self.last_id = ckpt_last
+        for seg in reversed(self._segs):
+            info = seg.last_info()
+            if info is not None:
+                self.last_id = (info[0], info[1])
+                break
+        self._hw = end if self.hw_follows_end else min(self.recovery_point, end)
+
+    def _read_checkpoint(self, name: str, width: int):
+        try:
+            return read_rows(self.directory / name, width)
+        except CorruptCheckpointError as exc:
+            self.logger.warning("%s: ignoring corrupt %s (%s)", self.directory, name, exc)
+            return None
+
+    def _recover(self, rp: int) -> None:
+        """Check every batch from the recovery point on; cut a bad tail."""
+        segs = self._segs
+        k = max(bisect.bisect_right([s.base_offset for s in segs], rp) - 1, 0)
+        seg = segs[k]
+        seg.activate()
+        start_pos = None
+        if rp > seg.base_offset:
+            start_pos = seg.position_of(rp)
+        if start_pos is None:
+            start_pos, expected = 0, seg.base_offset
+        else:
+            expected = rp
+        seg.index.truncate_from(expected - seg.base_offset)
+        seg.index_checked = True
+        cut = None
+        for j in range(k, len(segs)):
+            seg = segs[j]
+            if j > k:
+                seg.activate()
+                seg.index.reset()
+                seg.index_checked = True
+                if seg.base_offset != expected:
+                    cut = (j, 0, f"segment starts at {seg.base_offset} where {expected} was expected")
+                    break
+                start_pos = 0
+            file_bytes = seg.size
+            pos, expected, why = seg.recover_from(start_pos, expected, self.config.max_batch_bytes)
+            if why is not None:
+                cut = (j, pos, why)
+                seg.size = file_bytes
+                break
+        if cut is not None:
+            j, pos, why = cut
+            seg = segs[j]
+            cut_bytes = seg.size - pos
+            later = segs[j + 1:]
+            cut_bytes += sum(s.size for s in later)
+            offset = expected
+            seg.truncate_at(pos, offset)
+            for s in later:
+                self._delete_segment(s)
+            del segs[j + 1:]
+            self._dir_seq += 1
+            self.logger.warning(
+                "%s: recovery cut the log at offset %d (segment %d, position %d): %s; "
+                "removed %d bytes and %d later segment(s)",
+                self.directory, offset, seg.base_offset, pos, why, cut_bytes, len(later))
+        for s in segs[k:-1]:
+            s.persist_index()
+            s.seal()
+        segs[-1].persist_index()
+        self._bases = [s.base_offset for s in segs]
+
+    # -- offsets -------------------------------------------------------------
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segs[-1].end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._hw
+
+    def set_high_watermark(self, offset: int) -> None:
+        assert not self.hw_follows_end, "the high watermark follows the end offset"
+        self._hw = max(self.log_start_offset, min(offset, self.log_end_offset))
+
+    @property
+    def live_count(self) -> int:
+        return self.log_end_offset - self.log_start_offset - self._deleted_live
+
+    @property
+    def latest_epoch(self) -> int:
+        return self._epochs[-1][0] if self._epochs else -1
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segs)
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segs)
+
+    def segments(self) -> list[SegmentInfo]:
+        return [SegmentInfo(s.base_offset, s.end_offset, s.size, s.log_path) for s in self._segs]
+
+    def _segment_for(self, offset: int) -> int:
+        return max(bisect.bisect_right(self._bases, offset) - 1, 0)
+
+    def segment_base_at_or_below(self, offset: int) -> int:
+        """Base offset of the segment holding ``offset`` (what ``~`` trims to)."""
+        return self._bases[self._segment_for(offset)]
+
+    # -- writes --------------------------------------------------------------
+
+    def append(self, entries: Sequence[tuple[int, int, bytes]], leader_epoch: int = 0) -> int:
+        """Append one batch; return its base offset. See the API doc."""
+        assert self._check_ids(entries), "IDs must increase and exceed last_id"
+        assert leader_epoch >= self.latest_epoch, "leader epochs never go back"
+        now = self._clock_ms()
+        base = self.log_end_offset
+        head, body = records.encode_batch(base, entries, leader_epoch, now)
+        total = len(head) + len(body)
+        if total > self.config.max_batch_bytes:
+            raise ValueError(f"batch of {total} bytes exceeds max_batch_bytes {self.config.max_batch_bytes}")
+        self._maybe_roll_for(total, len(entries), now)
+        seg = self._segs[-1]
+        first, last = entries[0], entries[-1]
+        seg.append(head, body, base, len(entries), first[0], first[1], last[0], last[1], now)
+        self.last_id = (last[0], last[1])
+        if self.hw_follows_end:
+            self._hw = seg.end_offset
+        if leader_epoch > self.latest_epoch:
+            self._add_epoch(leader_epoch, base)
+        return base
+
+    def _check_ids(self, entries) -> bool:
+        if not entries:
+            return False
+        prev = self.last_id
+        for ms, seq, _ in entries:
+            if (ms, seq) <= prev:
+                return False
+            prev = (ms, seq)
+        return True
+
+    def append_raw(self, batches: bytes) -> int:
+        """Append whole stored batches (a follower copying the leader's bytes).
+
+        Raises:
+            InvalidBatchError: bad CRC or structure, wrong base offset, or IDs
+                not above ``last_id``. Nothing is written then.
+        """
+        buf = bytes(batches)
+        expected = base = self.log_end_offset
+        parsed = []
+        pos = 0
+        last_id = self.last_id
+        epoch = self.latest_epoch
+        while pos < len(buf):
+            why = records.check_batch(buf, pos, len(buf) - pos, expected, self.config.max_batch_bytes) \
+                or records.check_tables(buf, pos)
+            if why:
+                raise InvalidBatchError(f"batch at byte {pos}: {why}")
+            h = records.unpack_header(buf, pos)
+            if (h[records.H_FIRST_MS], h[records.H_FIRST_SEQ]) <= last_id:
+                raise InvalidBatchError(f"batch at byte {pos}: IDs do not exceed the last ID")
+            if h[records.H_EPOCH] < epoch:
+                raise InvalidBatchError(f"batch at byte {pos}: leader epoch goes back")
+            epoch = h[records.H_EPOCH]
+            last_id = (h[records.H_LAST_MS], h[records.H_LAST_SEQ])
+            parsed.append((pos, h))
+            expected += h[records.H_COUNT]
+            pos += h[records.H_LENGTH]
+        if not parsed:
+            return base
+        first_h = parsed[0][1]
+        self._maybe_roll_for(len(buf), expected - base, first_h[records.H_MAX_TS])
+        seg = self._segs[-1]
+        seg.append_raw(buf, expected, parsed)
+        self.last_id = last_id
+        if self.hw_follows_end:
+            self._hw = seg.end_offset
+        for _pos, h in parsed:
+            if h[records.H_EPOCH] > self.latest_epoch:
+                self._add_epoch(h[records.H_EPOCH], h[records.H_BASE])
+        return base
+
+    def _maybe_roll_for(self, nbytes: int, count: int, now_ms: int) -> None:
+        seg = self._segs[-1]
+        if seg.size == 0:
+            return
+        if (seg.size + nbytes > self.config.segment_bytes
+                or now_ms - (seg.first_timestamp_ms() or now_ms) >= self.config.segment_ms
+                or seg.end_offset + count - seg.base_offset > records.U32_MAX):
+            self.roll()
+
+    def roll(self) -> None:
+        """Start a new active segment at the log end offset (no-op when the
+        active segment is empty)."""
+        active = self._segs[-1]
+        if active.size == 0:
+            return
+        active.seal()
+        seg = Segment.create(self.directory, active.end_offset, self.cache, self.config.index_interval_bytes)
+        seg.end_offset = active.end_offset
+        self._segs.append(seg)
+        self._bases.append(seg.base_offset)
+        self._dir_seq += 1
+
+    def maybe_roll(self, now_ms: int) -> bool:
+        """Roll if the active segment is older than ``segment_ms``."""
+        seg = self._segs[-1]
+        ts = seg.first_timestamp_ms()
+        if seg.size and ts is not None and now_ms - ts >= self.config.segment_ms:
+            self.roll()
+            return True
+        return False
+
+    def delete_entries(self, offsets: Iterable[int]) -> int:
+        """Mark entries deleted (XDEL); return how many were newly marked."""
+        start, end = self.log_start_offset, self.log_end_offset
+        by_seg: dict[int, list[int]] = {}
+        for off in sorted(set(offsets)):
+            if not start <= off < end:
+                continue
+            base = self._bases[self._segment_for(off)]
+            if self.markers.is_deleted(base, off):
+                continue
+            by_seg.setdefault(base, []).append(off)
+        n = 0
+        for base, offs in by_seg.items():
+            self.markers.add(base, offs)
+            self._change_seq += 1
+            self._markers_dirty[base] = self._change_seq
+            n += len(offs)
+        self._deleted_live += n
+        return n
+
+    def is_deleted(self, offset: int) -> bool:
+        return self.markers.is_deleted(self._bases[self._segment_for(offset)], offset)
+
+    def advance_log_start_offset(self, offset: int) -> None:
+        """Move the log start (XTRIM, MINID, retention); drop whole segments below.
+
+        The checkpoint is written before any file is removed.
+        """
+        if offset <= self.log_start_offset:
+            return
+        if offset > self.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"log start {offset} beyond the high watermark {self.high_watermark}")
+        self._deleted_live -= self.markers.count_in(self.log_start_offset, offset)
+        self.log_start_offset = offset
+        self._write_log_start()
+        while len(self._segs) > 1 and self._segs[0].end_offset <= offset:
+            self._delete_segment(self._segs.pop(0))
+            self._bases.pop(0)
+            self._dir_seq += 1
+        if self._epochs and self._epochs[0][1] < offset:
+            keep = [(e, s) for e, s in self._epochs if s >= offset]
+            below = [(e, s) for e, s in self._epochs if s < offset]
+            if not keep or keep[0][1] > offset:
+                keep.insert(0, (below[-1][0], offset))
+            self._epochs = keep
+            write_rows(self.directory / LEADER_EPOCH_FILE, self._epochs)
+
+    def _write_log_start(self) -> None:
+        write_rows(self.directory / LOG_START_FILE,
+                   [(self.log_start_offset, self.last_id[0], self.last_id[1])])
+
+    def _delete_segment(self, seg: Segment) -> None:
+        seg.delete_files()
+        self.markers.drop_segment(seg.base_offset)
+        self._markers_dirty.pop(seg.base_offset, None)
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every entry at and above ``offset``."""
+        if offset >= self.log_end_offset:
+            return
+        with self._rp_lock:
+            self._generation += 1
+        if offset <= self.log_start_offset:
+            for seg in self._segs:
+                self._delete_segment(seg)
+            self._segs = [Segment.create(self.directory, offset, self.cache, self.config.index_interval_bytes)]
+            self._segs[0].end_offset = offset
+            self._bases = [offset]
+            self.log_start_offset = offset
+            self.last_id = (0, 0)
+            self._deleted_live = 0
+            self._write_log_start()
+        else:
+            while self._segs[-1].base_offset >= offset:
+                self._delete_segment(self._segs.pop())
+                self._bases.pop()
+            seg = self._segs[-1]
+            if not seg.index.in_memory:
+                seg.ensure_index()
+                seg.activate()
+            pos, h = seg.locate(offset)
+            b_base = h[records.H_BASE]
+            if b_base == offset:
+                seg.truncate_at(pos, offset)
+            else:
+                raw = seg.pread(pos, h[records.H_LENGTH])
+                keep = records.entries_of(raw, 0)[: offset - b_base]
+                seg.truncate_at(pos, b_base)
+                head, body = records.encode_batch(b_base, keep, h[records.H_EPOCH], h[records.H_MAX_TS])
+                seg.append(head, body, b_base, len(keep), keep[0][0], keep[0][1],
+                           keep[-1][0], keep[-1][1], h[records.H_MAX_TS])
+            self.markers.truncate_from(offset)
+            self._deleted_live = self.markers.count_in(self.log_start_offset, offset)
+            info = seg.last_info()
+            self.last_id = (info[0], info[1])
+        self._dir_seq += 1
+        self._hw = min(self._hw, self.log_end_offset) if not self.hw_follows_end else self.log_end_offset
+        if self._epochs and self._epochs[-1][1] >= offset:
+            self._epochs = [(e, s) for e, s in self._epochs if s < offset]
+            write_rows(self.directory / LEADER_EPOCH_FILE, self._epochs)
+        if self.recovery_point > offset:
+            self.recovery_point = offset
+        with self._rp_lock:
+            if self._persisted_rp > offset:
+                write_atomic(self.directory / RECOVERY_POINT_FILE, encode_rows([(self.recovery_point,)]))
+                self._persisted_rp = self.recovery_point
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete whole old segments by ``retention_ms`` / ``retention_bytes``,
+        oldest first, never the active one, never past the high watermark.
+        Returns how many segments were removed."""
+        cfg = self.config
+        if cfg.retention_ms < 0 and cfg.retention_bytes < 0:
+            return 0
+        total = self.size_bytes
+        new_start = None
+        n = 0
+        for seg in self._segs[:-1]:
+            if seg.end_offset > self.high_watermark:
+                break
+            by_time = cfg.retention_ms >= 0 and now_ms - seg.last_info()[2] > cfg.retention_ms
+            by_size = cfg.retention_bytes >= 0 and total - seg.size >= cfg.retention_bytes
+            if not (by_time or by_size):
+                break
+            total -= seg.size
+            new_start = seg.end_offset
+            n += 1
+        if new_start is not None and new_start > self.log_start_offset:
+            self.advance_log_start_offset(new_start)
+        return n
+
+    # -- leader epochs -------------------------------------------------------
+
+    def _add_epoch(self, epoch: int, start_offset: int) -> None:
+        self._epochs.append((epoch, start_offset))
+        write_rows(self.directory / LEADER_EPOCH_FILE, self._epochs)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """KIP-101: ``(largest epoch <= epoch, its end offset)``; ``(-1, -1)``
+        when the log has no epoch that old."""
+        eps = self._epochs
+        if eps and epoch == eps[-1][0]:
+            return epoch, self.log_end_offset
+        i = bisect.bisect_right([e for e, _ in eps], epoch)
+        if i == 0:
+            return -1, -1
+        if i == len(eps):
+            return eps[-1][0], self.log_end_offset
+        return eps[i - 1][0], eps[i][1]
+
+    def epochs(self) -> list[tuple[int, int]]:
+        return list(self._epochs)
+
+    # -- reads ---------------------------------------------------------------
+
+    def _check_start(self, start: int) -> None:
+        if start < self.log_start_offset or start > self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {start} outside [{self.log_start_offset}, {self.log_end_offset}]")
+
+    def read(self, start_offset: int, end_offset: int | None = None, max_count: int | None = None,
+             max_bytes: int | None = None, with_ids: bool = False) -> ReadResult:
+        """Entries from ``start_offset`` on, stopping at ``end_offset`` (exclusive),
+        the high watermark, ``max_count`` live entries or ``max_bytes`` (at least
+        one entry is returned when any is available)."""
+        self._check_start(start_offset)
+        stop = self._hw if end_offset is None else min(end_offset, self._hw)
+        acc = ReadAccumulator(max_count, max_bytes, False, with_ids, [], [] if with_ids else None)
+        cur = start_offset
+        if max_count is not None and max_count <= 0:
+            return ReadResult(0, [], cur, acc.entries)
+        segs = self._segs
+        i = self._segment_for(cur)
+        markers = self.markers
+        while cur < stop and not acc.done and i < len(segs):
+            seg = segs[i]
+            if cur < seg.end_offset:
+                cur = seg.read(cur, stop, markers.get(seg.base_offset), acc)
+            if cur >= seg.end_offset:
+                i += 1
+        return ReadResult(acc.count, acc.chunks, max(cur, start_offset), acc.entries)
+
+    def read_reverse(self, start_offset: int, end_offset: int, max_count: int | None = None,
+                     with_ids: bool = False) -> ReadResult:
+        """Entries in ``[start_offset, end_offset)``, newest first (one chunk
+        per entry). ``next_offset`` is the lowest offset examined."""
+        self._check_start(start_offset)
+        hi = min(end_offset, self._hw)
+        chunks: list = []
+        entries: list | None = [] if with_ids else None
+        count = 0
+        while hi > start_offset and (max_count is None or count < max_count):
+            seg = self._segs[self._segment_for(hi - 1)]
+            seg.ensure_index()
+            fl = seg.index.floor_offset(hi - 1 - seg.base_offset)
+            lo = max(start_offset, seg.base_offset + (fl[0] if fl else 0))
+            sub = ReadAccumulator(None, None, True, with_ids, [], [] if with_ids else None)
+            seg.read(lo, hi, self.markers.get(seg.base_offset), sub)
+            take = sub.count if max_count is None else min(sub.count, max_count - count)
+            if take:
+                chunks.extend(reversed(sub.chunks[sub.count - take:]))
+                if with_ids:
+                    entries.extend(reversed(sub.entries[sub.count - take:]))
+                count += take
+            hi = lo
+        return ReadResult(count, chunks, hi, entries)
+
+    def find_offset(self, ms: int, seq: int, inclusive: bool = True) -> int:
+        """First offset whose ID is >= (ms, seq) (``>`` if not inclusive);
+        ``log_end_offset`` when none. Deleted entries are not skipped (reads do that)."""
+        if not inclusive:
+            if seq < records.U64_MAX:
+                seq += 1
+            elif ms < records.U64_MAX:
+                ms, seq = ms + 1, 0
+            else:
+                return self.log_end_offset
+        segs = self._segs if self._segs[-1].size else self._segs[:-1]
+        end = self.log_end_offset
+        if not segs:
+            return end
+        target = (ms, seq)
+        i = bisect.bisect_right(range(len(segs)), target, key=lambda j: segs[j].first_id()) - 1
+        result = segs[0].base_offset if i < 0 else segs[i].find_id(ms, seq)
+        return min(max(result, self.log_start_offset), end)
+
+    def entry_id(self, offset: int) -> tuple[int, int]:
+        if not self.log_start_offset <= offset < self.log_end_offset:
+            raise OffsetOutOfRangeError(f"no entry at offset {offset}")
+        return self._segs[self._segment_for(offset)].entry_id(offset)
+
+    def entry_at(self, offset: int) -> bytes | None:
+        if not self.log_start_offset <= offset < self.log_end_offset or self.is_deleted(offset):
+            return None
+        return self._segs[self._segment_for(offset)].entry_at(offset)
+
+    # -- durability ----------------------------------------------------------
+
+    def begin_flush(self) -> FlushTicket:
+        """Main thread: write pending index entries and take ``dup``-ed fds of
+        everything not yet fsynced."""
+        assert not self._closed
+        target = self.log_end_offset
+        fds: list[int] = []
+        try:
+            if target > self.recovery_point or self._segs[-1].index.persist():
+                for seg in self._segs[self._segment_for(self.recovery_point):]:
+                    seg.persist_index()
+                    fds.extend(seg.dup_fds())
+            markers_seen = dict(self._markers_dirty)
+            for base in markers_seen:
+                fd = self.markers.dup_fd(base)
+                if fd is not None:
+                    fds.append(fd)
+            dir_seq = self._dir_seq
+            if dir_seq != self._dir_synced_seq:
+                try:
+                    fds.append(os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+                except OSError as exc:
+                    raise_storage_error(f"open {self.directory}", exc)
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        checkpoint = None
+        now = self._clock_ms()
+        if target != self._persisted_rp and (
+                now - self._rp_checkpoint_ms >= RECOVERY_CHECKPOINT_INTERVAL_MS
+                or self._segment_for(target) != self._segment_for(self._persisted_rp)):
+            checkpoint = encode_rows([(target,)])
+            self._rp_checkpoint_ms = now
+        return FlushTicket(self, fds, target, self._generation, checkpoint, markers_seen, dir_seq)
+
+    def end_flush(self, ticket: FlushTicket) -> None:
+        """Main thread: advance the recovery point after a successful ``run()``."""
+        if not ticket.ok:
+            ticket.discard()
+            return
+        if ticket.generation == self._generation:
+            self.recovery_point = max(self.recovery_point, min(ticket.target_offset, self.log_end_offset))
+            for base, seq in ticket._markers_seen.items():
+                if self._markers_dirty.get(base) == seq:
+                    del self._markers_dirty[base]
+            self._dir_synced_seq = max(self._dir_synced_seq, ticket._dir_seq)
+
+    def flush(self) -> None:
+        """fsync everything appended so far; advance ``recovery_point``."""
+        ticket = self.begin_flush()
+        try:
+            ticket.run()
+        finally:
+            self.end_flush(ticket)
+
+    def close(self) -> None:
+        """Flush, write recovery point = log end offset, close descriptors."""
+        if self._closed:
+            return
+        self.flush()
+        with self._rp_lock:
+            if self._persisted_rp != self.recovery_point:
+                write_atomic(self.directory / RECOVERY_POINT_FILE, encode_rows([(self.recovery_point,)]))
+                self._persisted_rp = self.recovery_point
+            self._closed = True
+        self.cache.close_under(str(self.directory))
+        if self._own_cache:
+            self.cache.close_all()
+
+    def abandon(self) -> None:
+        """Drop descriptors without flushing (tests simulate a crash with this)."""
+        self._closed = True
+        self.cache.close_under(str(self.directory))
+
+    def delete(self) -> None:
+        """Close without flushing and remove the directory's files (topic deleted)."""
+        import shutil
+        self.abandon()
+        try:
+            shutil.rmtree(self.directory)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise_storage_error(f"delete {self.directory}", exc)
+

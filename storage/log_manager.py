@@ -1,0 +1,191 @@
+"""The data directory: which topics and partitions exist and where their files are.
+
+Owns: the directory layout and the topic-name encoding
+
+    <data_dir>/topics/t.<escaped key>/          a topic (short keys)
+    <data_dir>/topics/h.<sha256 hex>/           a topic whose escaped key is long;
+                                                 its key is in ``topic.key``
+    <data_dir>/topics/<topic dir>/topic.meta    opaque blob of the cluster layer
+    <data_dir>/topics/<topic dir>/partition-<n>/  one PartitionLog each
+    <data_dir>/trash/                           topics being deleted (emptied at start)
+
+Escaping keeps ``[a-z0-9_-]`` and writes every other byte as ``%XX``
+(upper-case hex), so names are reversible, binary-safe and never collide on
+case-insensitive file systems.
+
+Partitions open lazily (``partition()``), and all of them share one bounded
+``FileCache``, so a data dir with thousands of partitions opens in time
+proportional to the number of topics listed, not the number of segments, and
+holds at most ``max_open_files`` descriptors.
+
+Thread contract: main thread only (flush tickets of the logs excepted).
+
+Must not know: streams, groups, RESP, trio.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from storage.checkpoint import fsync_dir, read_file, write_atomic
+from storage.errors import raise_storage_error
+from storage.handles import FileCache
+from storage.log import LogConfig, PartitionLog, wall_clock_ms
+
+TOPICS_DIR = "topics"
+TRASH_DIR = "trash"
+META_FILE = "topic.meta"
+KEY_FILE = "topic.key"
+PARTITION_PREFIX = "partition-"
+MAX_ESCAPED_NAME = 200
+_SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789_-")
+
+
+def encode_topic(topic: bytes) -> str:
+    """Directory name for ``topic`` (``t.<escaped>`` or ``h.<sha256>``)."""
+    escaped = "".join(chr(b) if b in _SAFE else f"%{b:02X}" for b in topic)
+    if len(escaped) <= MAX_ESCAPED_NAME:
+        return "t." + escaped
+    return "h." + hashlib.sha256(topic).hexdigest()
+
+
+def decode_topic(name: str) -> bytes | None:
+    """The key of a ``t.`` directory name; None for other names."""
+    if not name.startswith("t."):
+        return None
+    s = name[2:]
+    out = bytearray()
+    i = 0
+    while i < len(s):
+        if s[i] == "%":
+            out.append(int(s[i + 1: i + 3], 16))
+            i += 3
+        else:
+            out.append(ord(s[i]))
+            i += 1
+    return bytes(out)
+
+
+class LogManager:
+    """See the module docstring and docs/storage-api.md."""
+
+    def __init__(self, data_dir: Path, *, default_config: LogConfig | None = None,
+                 logger: logging.Logger | None = None,
+                 clock_ms: Callable[[], int] = wall_clock_ms,
+                 max_open_files: int = 1000) -> None:
+        self.data_dir = Path(data_dir)
+        self.default_config = default_config or LogConfig()
+        self.logger = logger or logging.getLogger("partita.storage")
+        self.clock_ms = clock_ms
+        self.cache = FileCache(max_open_files)
+        self._logs: dict[tuple[bytes, int], PartitionLog] = {}
+        self._topics_dir = self.data_dir / TOPICS_DIR
+        trash = self.data_dir / TRASH_DIR
+        try:
+            self._topics_dir.mkdir(parents=True, exist_ok=True)
+            if trash.exists():
+                shutil.rmtree(trash)
+        except OSError as exc:
+            raise_storage_error(f"prepare {self.data_dir}", exc)
+
+    # -- topics --------------------------------------------------------------
+
+    def topic_dir(self, topic: bytes) -> Path:
+        return self._topics_dir / encode_topic(topic)
+
+    def topics(self) -> list[bytes]:
+        """Topic keys found on disk, sorted."""
+        out = []
+        try:
+            names = os.listdir(self._topics_dir)
+        except OSError as exc:
+            raise_storage_error(f"list {self._topics_dir}", exc)
+        for name in names:
+            key = decode_topic(name)
+            if key is None and name.startswith("h."):
+                key = read_file(self._topics_dir / name / KEY_FILE)
+            if key is not None:
+                out.append(key)
+        return sorted(out)
+
+    def _ensure_topic_dir(self, topic: bytes) -> Path:
+        d = self.topic_dir(topic)
+        if not d.is_dir():
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise_storage_error(f"create {d}", exc)
+            if d.name.startswith("h."):
+                write_atomic(d / KEY_FILE, topic)
+            fsync_dir(self._topics_dir)
+        return d
+
+    def read_topic_meta(self, topic: bytes) -> bytes | None:
+        return read_file(self.topic_dir(topic) / META_FILE)
+
+    def write_topic_meta(self, topic: bytes, blob: bytes) -> None:
+        write_atomic(self._ensure_topic_dir(topic) / META_FILE, blob)
+
+    def partitions_on_disk(self, topic: bytes) -> list[int]:
+        """Partition numbers that have a directory (opened or not)."""
+        d = self.topic_dir(topic)
+        try:
+            names = os.listdir(d)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise_storage_error(f"list {d}", exc)
+        return sorted(int(n[len(PARTITION_PREFIX):]) for n in names
+                      if n.startswith(PARTITION_PREFIX) and n[len(PARTITION_PREFIX):].isdigit())
+
+    # -- partitions ----------------------------------------------------------
+
+    def partition(self, topic: bytes, n: int, config: LogConfig | None = None) -> PartitionLog:
+        """The log of ``topic#n``: cached, opened (and recovered) on first use,
+        created if missing."""
+        key = (topic, n)
+        log = self._logs.get(key)
+        if log is None:
+            d = self._ensure_topic_dir(topic) / f"{PARTITION_PREFIX}{n}"
+            log = PartitionLog.open(d, config or self.default_config, logger=self.logger,
+                                    clock_ms=self.clock_ms, file_cache=self.cache)
+            self._logs[key] = log
+        return log
+
+    def open_partitions(self) -> list[PartitionLog]:
+        return list(self._logs.values())
+
+    def delete_topic(self, topic: bytes) -> None:
+        """Close the topic's logs and remove its files (a crash halfway leaves
+        it in ``trash/``, emptied at the next start)."""
+        for key in [k for k in self._logs if k[0] == topic]:
+            self._logs.pop(key).abandon()
+        d = self.topic_dir(topic)
+        if not d.exists():
+            return
+        trash = self.data_dir / TRASH_DIR
+        try:
+            trash.mkdir(exist_ok=True)
+            target = trash / uuid.uuid4().hex
+            os.rename(d, target)
+        except OSError as exc:
+            raise_storage_error(f"delete topic dir {d}", exc)
+        fsync_dir(self._topics_dir)
+        self.cache.close_under(str(d))
+        try:
+            shutil.rmtree(target)
+        except OSError as exc:
+            raise_storage_error(f"remove {target}", exc)
+
+    def close(self) -> None:
+        """Flush and close every open log (clean-shutdown checkpoints)."""
+        for log in self._logs.values():
+            log.close()
+        self._logs.clear()
+        self.cache.close_all()

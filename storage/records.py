@@ -1,0 +1,183 @@
+"""The stored batch format: encode, decode, check. Pure functions, no I/O.
+
+Owns: the byte layout of one batch (docs/storage-format.md has the same table).
+All integers are little-endian.
+
+    pos  size  field
+    0    8     base_offset        offset of the first entry
+    8    4     batch_length       bytes in the whole batch, header included
+    12   4     crc                CRC32C (Castagnoli) of bytes [16, batch_length)
+    16   2     format_version     1
+    18   2     flags              0 (reserved)
+    20   4     leader_epoch
+    24   4     entry_count        >= 1
+    28   4     reserved           0
+    32   8     first_ms           ID of the first entry
+    40   8     first_seq
+    48   8     last_ms            ID of the last entry
+    56   8     last_seq
+    64   8     max_timestamp_ms   wall clock of the append (Kafka LogAppendTime);
+                                  drives segment_ms and retention_ms
+    72   16*n  ID table           n x (u64 ms, u64 seq)
+    72+16n 4*n end table          n x u32: end of entry i, relative to the data start
+    72+20n ...  data              the entries' RESP encodings, back to back
+
+Entry ``i`` of a batch at ``pos`` spans ``[d + end[i-1], d + end[i])`` with
+``d = pos + 72 + 20n`` and ``end[-1] = 0``, so N contiguous entries are one
+slice of the file.
+
+Must not know: files, segments, offsets outside the batch.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from array import array
+from collections.abc import Sequence
+from itertools import accumulate
+
+from crc32c import crc32c
+
+assert sys.byteorder == "little", "the entry tables are read with memoryview.cast"
+
+FORMAT_VERSION = 1
+HEADER = struct.Struct("<QIIHHIIIQQQQQ")
+HEADER_BYTES = HEADER.size  # 72
+CRC_START = 16
+ID_BYTES = 16
+END_BYTES = 4
+PER_ENTRY_BYTES = ID_BYTES + END_BYTES
+U32_MAX = 0xFFFFFFFF
+U64_MAX = 0xFFFFFFFFFFFFFFFF
+
+# Field positions in the tuple HEADER.unpack returns.
+H_BASE, H_LENGTH, H_CRC, H_VERSION, H_FLAGS, H_EPOCH, H_COUNT, H_RESERVED = range(8)
+H_FIRST_MS, H_FIRST_SEQ, H_LAST_MS, H_LAST_SEQ, H_MAX_TS = range(8, 13)
+
+_HEAD16 = struct.Struct("<QII")
+_TAIL56 = struct.Struct("<HHIIIQQQQQ")
+
+
+def encode_batch(
+    base_offset: int,
+    entries: Sequence[tuple[int, int, bytes]],
+    leader_epoch: int,
+    timestamp_ms: int,
+) -> tuple[bytes, bytes]:
+    """One batch as ``(head, body)``; write them back to back (``os.pwritev``).
+
+    ``head`` is the first 16 bytes (base offset, length, CRC); ``body`` the
+    CRC-covered rest. IDs must strictly increase (asserted by the caller).
+    """
+    n = len(entries)
+    assert 0 < n <= U32_MAX
+    ids = array("Q")
+    encs = []
+    for ms, seq, enc in entries:
+        ids.append(ms)
+        ids.append(seq)
+        encs.append(enc)
+    ends = array("I", accumulate(len(e) for e in encs))
+    first_ms, first_seq = ids[0], ids[1]
+    last_ms, last_seq = ids[-2], ids[-1]
+    tail = _TAIL56.pack(
+        FORMAT_VERSION, 0, leader_epoch, n, 0,
+        first_ms, first_seq, last_ms, last_seq, timestamp_ms,
+    )
+    body = b"".join([tail, ids.tobytes(), ends.tobytes(), *encs])
+    length = CRC_START + len(body)
+    assert length <= U32_MAX, "batch too large"
+    head = _HEAD16.pack(base_offset, length, crc32c(body))
+    return head, body
+
+
+def unpack_header(buf, pos: int = 0) -> tuple:
+    """The header tuple at ``buf[pos:]`` (fields by the ``H_*`` constants)."""
+    return HEADER.unpack_from(buf, pos)
+
+
+def check_batch(buf, pos: int, available: int, expected_base: int | None,
+                max_batch_bytes: int) -> str | None:
+    """Why the batch at ``buf[pos:pos+available]`` is not whole and valid, or None.
+
+    Checks length bounds, version, base offset continuity and the CRC; used by
+    recovery and ``append_raw``. The reason text goes into the recovery log line.
+    """
+    if available < HEADER_BYTES:
+        return f"torn header ({available} of {HEADER_BYTES} bytes)"
+    h = HEADER.unpack_from(buf, pos)
+    length, count = h[H_LENGTH], h[H_COUNT]
+    if h[H_VERSION] != FORMAT_VERSION:
+        return f"unknown format version {h[H_VERSION]}"
+    if count == 0 or length < HEADER_BYTES + PER_ENTRY_BYTES * count or length > max_batch_bytes + HEADER_BYTES + PER_ENTRY_BYTES * count:
+        return f"bad batch length {length} for {count} entries"
+    if expected_base is not None and h[H_BASE] != expected_base:
+        return f"base offset {h[H_BASE]} where {expected_base} was expected"
+    if length > available:
+        return f"torn batch ({available} of {length} bytes)"
+    view = memoryview(buf)[pos + CRC_START: pos + length]
+    if crc32c(view) != h[H_CRC]:
+        return "CRC mismatch"
+    return None
+
+
+def check_tables(buf, pos: int) -> str | None:
+    """Structural check of a CRC-valid batch: IDs strictly increase, the end
+    table is monotonic and matches the batch length. O(n); for ``append_raw``."""
+    h = HEADER.unpack_from(buf, pos)
+    n = h[H_COUNT]
+    ids = id_table(buf, pos, n)
+    ends = end_table(buf, pos, n)
+    prev = -1
+    for i in range(n):
+        key = (ids[2 * i] << 64) | ids[2 * i + 1]
+        if key <= prev:
+            return "IDs do not increase"
+        prev = key
+    if (ids[0], ids[1]) != (h[H_FIRST_MS], h[H_FIRST_SEQ]) or (ids[-2], ids[-1]) != (h[H_LAST_MS], h[H_LAST_SEQ]):
+        return "first/last ID do not match the ID table"
+    last = 0
+    for i in range(n):
+        if ends[i] < last:
+            return "end table not monotonic"
+        last = ends[i]
+    if HEADER_BYTES + PER_ENTRY_BYTES * n + last != h[H_LENGTH]:
+        return "end table does not match the batch length"
+    return None
+
+
+def id_table(buf, pos: int, count: int) -> memoryview:
+    """The batch's IDs as a u64 view: entry i is ``(v[2i], v[2i+1])``."""
+    start = pos + HEADER_BYTES
+    return memoryview(buf)[start: start + ID_BYTES * count].cast("Q")
+
+
+def end_table(buf, pos: int, count: int) -> memoryview:
+    """The batch's entry ends as a u32 view (relative to ``data_start``)."""
+    start = pos + HEADER_BYTES + ID_BYTES * count
+    return memoryview(buf)[start: start + END_BYTES * count].cast("I")
+
+
+def data_start(pos: int, count: int) -> int:
+    return pos + HEADER_BYTES + PER_ENTRY_BYTES * count
+
+
+def entries_of(buf, pos: int) -> list[tuple[int, int, bytes]]:
+    """Decode a whole batch (tests, truncation of a batch's tail)."""
+    h = HEADER.unpack_from(buf, pos)
+    n = h[H_COUNT]
+    ids = id_table(buf, pos, n)
+    ends = end_table(buf, pos, n)
+    d = data_start(pos, n)
+    out = []
+    prev = 0
+    for i in range(n):
+        out.append((ids[2 * i], ids[2 * i + 1], bytes(buf[d + prev: d + ends[i]])))
+        prev = ends[i]
+    return out
+
+
+def with_base_offset(batch: bytes, base_offset: int) -> bytes:
+    """A copy of a stored batch with another base offset (the CRC does not cover it)."""
+    return struct.pack("<Q", base_offset) + batch[8:]

@@ -1,0 +1,557 @@
+"""One segment: a ``.log`` file of batches plus its two sparse indexes.
+
+Owns: positions inside one ``.log`` file: appending a batch with one
+``pwritev`` (truncating back on failure), finding the batch that holds an
+offset or an ID (index bisect + one bounded read), slicing runs of entries out
+of one ``pread`` buffer, scanning and CRC-checking batches during recovery,
+and truncation. File layouts: ``storage.records`` (batches) and
+``storage.index`` (indexes).
+
+Only the last segment of a partition (the active one) is written; its index
+lives in memory. Sealed segments read everything with ``pread`` through the
+shared ``FileCache`` and keep only a few numbers in memory.
+
+Thread contract: main thread only. ``FlushTicket`` fsyncs ``dup`` copies of
+the descriptors, never these objects.
+
+Must not know: deletion markers' files, checkpoints, leader epochs,
+retention, other segments.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from storage import records
+from storage.errors import StorageError, raise_storage_error
+from storage.files import ID_INDEX_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, segment_path
+from storage.handles import FileCache
+from storage.index import SegmentIndex
+from storage.records import HEADER_BYTES, HEADER
+
+_HEAD28 = struct.Struct("<QIIHHII")  # base, length, crc, version, flags, epoch, count
+_LAST_IDS = struct.Struct("<QQQ")  # last_ms, last_seq, max_timestamp_ms at header byte 48
+_WINDOW_BYTES = 64 * 1024
+_READ_CAP_BYTES = 16 * 1024 * 1024
+_SCAN_CHUNK_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class ReadAccumulator:
+    """What a read has gathered so far across segments."""
+    max_count: int | None
+    max_bytes: int | None
+    split: bool          # one chunk per entry (reverse reads)
+    want_ids: bool
+    chunks: list = field(default_factory=list)
+    entries: list | None = None
+    count: int = 0
+    nbytes: int = 0
+    done: bool = False
+
+
+class Segment:
+    """A ``.log`` file and its indexes; see the module docstring."""
+
+    def __init__(self, directory: Path, base_offset: int, cache: FileCache,
+                 index_interval_bytes: int, log_bytes: int = 0,
+                 index_bytes: int = 0, id_index_bytes: int = 0) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.cache = cache
+        self.index_interval_bytes = index_interval_bytes
+        self.log_path = str(segment_path(directory, base_offset, LOG_SUFFIX))
+        self.size = log_bytes
+        self.end_offset = base_offset  # offset after the last batch
+        self.index = SegmentIndex(
+            cache, str(segment_path(directory, base_offset, INDEX_SUFFIX)),
+            str(segment_path(directory, base_offset, ID_INDEX_SUFFIX)),
+            index_bytes, id_index_bytes)
+        self.index_checked = False
+        self._last_indexed_pos = -1
+        self._first_id: tuple[int, int] | None = None
+        self._first_ts: int | None = None
+        self._last_info: tuple[int, int, int] | None = None  # last_ms, last_seq, max_ts
+
+    def __repr__(self) -> str:
+        return f"Segment({self.base_offset}, end={self.end_offset}, size={self.size})"
+
+    @classmethod
+    def create(cls, directory: Path, base_offset: int, cache: FileCache,
+               index_interval_bytes: int) -> "Segment":
+        seg = cls(directory, base_offset, cache, index_interval_bytes)
+        try:
+            fd = os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            os.close(fd)
+        except OSError as exc:
+            raise_storage_error(f"create {seg.log_path}", exc)
+        for p in (seg.index.offset_path, seg.index.id_path):
+            try:
+                os.truncate(p, 0)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise_storage_error(f"truncate {p}", exc)
+        seg.index_checked = True
+        seg.activate()
+        return seg
+
+    # -- raw I/O -------------------------------------------------------------
+
+    def pread(self, pos: int, n: int) -> bytes:
+        fd = self.cache.get(self.log_path)
+        try:
+            return os.pread(fd, n, pos)
+        except OSError as exc:
+            raise_storage_error(f"read {self.log_path}", exc)
+
+    def header_at(self, pos: int) -> tuple:
+        raw = self.pread(pos, HEADER_BYTES)
+        if len(raw) < HEADER_BYTES:
+            raise StorageError(f"{self.log_path}: no batch header at position {pos}")
+        return HEADER.unpack(raw)
+
+    def _corrupt(self, pos: int, why: str) -> StorageError:
+        return StorageError(f"{self.log_path}: corrupt batch at position {pos}: {why}")
+
+    # -- active / sealed -----------------------------------------------------
+
+    def activate(self) -> None:
+        """Load the index into memory so appends can extend it."""
+        self.index.load()
+        last = self.index.last()
+        self._last_indexed_pos = last[3] if last else -1
+
+    def seal(self) -> None:
+        """Write the pending index entries; drop the in-memory index."""
+        self.index.unload()
+
+    def persist_index(self) -> None:
+        self.index.persist()
+
+    # -- append --------------------------------------------------------------
+
+    def append(self, head: bytes, body: bytes, base_offset: int, count: int,
+               first_ms: int, first_seq: int, last_ms: int, last_seq: int,
+               timestamp_ms: int) -> None:
+        """Write one encoded batch at the end; on failure truncate back."""
+        assert base_offset == self.end_offset
+        pos = self.size
+        total = len(head) + len(body)
+        fd = self.cache.get(self.log_path)
+        try:
+            written = os.pwritev(fd, [head, body], pos)
+            if written < total:
+                rest = memoryview(head + body)[written:]
+                while rest:
+                    n = os.pwrite(fd, rest, pos + total - len(rest))
+                    rest = rest[n:]
+        except OSError as exc:
+            try:
+                os.ftruncate(fd, pos)
+            except OSError:
+                pass
+            raise_storage_error(f"append to {self.log_path}", exc)
+        self._after_append(pos, total, base_offset, count, first_ms, first_seq,
+                           last_ms, last_seq, timestamp_ms)
+
+    def _after_append(self, pos: int, total: int, base_offset: int, count: int,
+                      first_ms: int, first_seq: int, last_ms: int, last_seq: int,
+                      timestamp_ms: int) -> None:
+        if self._last_indexed_pos < 0 or pos - self._last_indexed_pos >= self.index_interval_bytes:
+            self.index.append(base_offset - self.base_offset, pos, first_ms, first_seq)
+            self._last_indexed_pos = pos
+        if self._first_id is None:
+            self._first_id = (first_ms, first_seq)
+            self._first_ts = timestamp_ms
+        self._last_info = (last_ms, last_seq, timestamp_ms if self._last_info is None
+                           else max(timestamp_ms, self._last_info[2]))
+        self.size = pos + total
+        self.end_offset = base_offset + count
+
+    def append_raw(self, data, count_end_offset: int, batches: list[tuple]) -> None:
+        """Write already-encoded batches (``batches``: (pos_in_data, header) each)."""
+        pos = self.size
+        fd = self.cache.get(self.log_path)
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.pwrite(fd, view, pos + len(data) - len(view))
+                view = view[n:]
+        except OSError as exc:
+            try:
+                os.ftruncate(fd, pos)
+            except OSError:
+                pass
+            raise_storage_error(f"append to {self.log_path}", exc)
+        for p, h in batches:
+            self._after_append(pos + p, h[records.H_LENGTH], h[records.H_BASE], h[records.H_COUNT],
+                               h[records.H_FIRST_MS], h[records.H_FIRST_SEQ],
+                               h[records.H_LAST_MS], h[records.H_LAST_SEQ], h[records.H_MAX_TS])
+        assert self.end_offset == count_end_offset
+
+    # -- metadata ------------------------------------------------------------
+
+    @property
+    def empty(self) -> bool:
+        return self.size == 0
+
+    def first_id(self) -> tuple[int, int] | None:
+        if self._first_id is None and self.size:
+            h = self.header_at(0)
+            self._first_id = (h[records.H_FIRST_MS], h[records.H_FIRST_SEQ])
+            self._first_ts = h[records.H_MAX_TS]
+        return self._first_id
+
+    def first_timestamp_ms(self) -> int | None:
+        self.first_id()
+        return self._first_ts
+
+    def last_info(self) -> tuple[int, int, int] | None:
+        """``(last_ms, last_seq, largest max_timestamp_ms)`` of the segment."""
+        if self._last_info is None and self.size:
+            self.ensure_index()
+            last = self.index.last()
+            start = last[3] if last else 0
+            max_ts = 0
+            h = None
+            for _pos, h in self._headers(start, self.size):
+                max_ts = max(max_ts, h[records.H_MAX_TS])
+            if h is None:
+                raise self._corrupt(start, "no batch where the index points")
+            self._last_info = (h[records.H_LAST_MS], h[records.H_LAST_SEQ], max_ts)
+        return self._last_info
+
+    # -- index validity ------------------------------------------------------
+
+    def ensure_index(self) -> None:
+        """Check a sealed segment's index once; rebuild it if it is missing or wrong."""
+        if self.index_checked:
+            return
+        self.index_checked = True
+        if not self._index_looks_valid():
+            self.rebuild_index()
+
+    def _index_looks_valid(self) -> bool:
+        if self.index.in_memory:
+            return True
+        n = self.index.file_entry_count()
+        if self.size == 0:
+            return n == 0
+        if not n:
+            return False
+        first = self.index.entry(0)
+        if first[2] != 0 or first[3] != 0:
+            return False
+        ms, seq, rel, pos = self.index.entry(n - 1)
+        if pos + HEADER_BYTES > self.size:
+            return False
+        h = self.header_at(pos)
+        return (h[records.H_BASE] == self.base_offset + rel
+                and (h[records.H_FIRST_MS], h[records.H_FIRST_SEQ]) == (ms, seq)
+                and pos + h[records.H_LENGTH] <= self.size)
+
+    def rebuild_index(self) -> None:
+        """Rebuild both indexes from the batch headers (no CRC check)."""
+        was_active = self.index.in_memory
+        self.index.reset()
+        self._last_indexed_pos = -1
+        for pos, h in self._headers(0, self.size):
+            if self._last_indexed_pos < 0 or pos - self._last_indexed_pos >= self.index_interval_bytes:
+                self.index.append(h[records.H_BASE] - self.base_offset, pos,
+                                  h[records.H_FIRST_MS], h[records.H_FIRST_SEQ])
+                self._last_indexed_pos = pos
+        self.index.persist()
+        if not was_active:
+            self.index.unload()
+
+    # -- lookups -------------------------------------------------------------
+
+    def _headers(self, pos: int, stop_pos: int):
+        """Yield ``(pos, header)`` for each batch from ``pos`` up to ``stop_pos``."""
+        buf = b""
+        buf_pos = pos
+        while pos < stop_pos:
+            if pos + HEADER_BYTES > buf_pos + len(buf):
+                buf = self.pread(pos, max(HEADER_BYTES, min(_WINDOW_BYTES, stop_pos - pos)))
+                buf_pos = pos
+                if len(buf) < HEADER_BYTES:
+                    raise self._corrupt(pos, "batch header past the end of the file")
+            h = HEADER.unpack_from(buf, pos - buf_pos)
+            if h[records.H_LENGTH] < HEADER_BYTES or h[records.H_COUNT] == 0:
+                raise self._corrupt(pos, f"batch length {h[records.H_LENGTH]}")
+            yield pos, h
+            pos += h[records.H_LENGTH]
+
+    def locate(self, offset: int) -> tuple[int, tuple]:
+        """``(position, header)`` of the batch holding ``offset``."""
+        assert self.base_offset <= offset < self.end_offset, (offset, self)
+        self.ensure_index()
+        rel = offset - self.base_offset
+        lo = self.index.floor_offset(rel)
+        start = lo[1] if lo else 0
+        hi = self.index.ceiling_offset(rel + 1)
+        stop = hi[1] if hi else self.size
+        for pos, h in self._headers(start, stop):
+            if offset < h[records.H_BASE] + h[records.H_COUNT]:
+                if h[records.H_BASE] > offset:
+                    break
+                return pos, h
+        raise self._corrupt(start, f"offset {offset} not found between positions {start} and {stop}")
+
+    def entry_id(self, offset: int) -> tuple[int, int]:
+        pos, h = self.locate(offset)
+        i = offset - h[records.H_BASE]
+        raw = self.pread(pos + HEADER_BYTES + 16 * i, 16)
+        return struct.unpack("<QQ", raw)
+
+    def entry_at(self, offset: int) -> bytes:
+        pos, h = self.locate(offset)
+        n = h[records.H_COUNT]
+        i = offset - h[records.H_BASE]
+        ends_raw = self.pread(pos + HEADER_BYTES + 16 * n + 4 * (i - 1 if i else 0), 8 if i else 4)
+        if i:
+            s, e = struct.unpack("<II", ends_raw)
+        else:
+            s, e = 0, struct.unpack("<I", ends_raw)[0]
+        d = records.data_start(pos, n)
+        return self.pread(d + s, e - s)
+
+    def find_id(self, ms: int, seq: int) -> int:
+        """The first offset in this segment whose ID is >= (ms, seq), else ``end_offset``."""
+        self.ensure_index()
+        i = self.index.floor_id(ms, seq)
+        if i < 0:
+            return self.base_offset
+        start = self.index.entry(i)[3]
+        stop = self.index.entry(i + 1)[3] if i + 1 < len(self.index) else self.size
+        target = (ms, seq)
+        for pos, h in self._headers(start, stop):
+            if (h[records.H_LAST_MS], h[records.H_LAST_SEQ]) >= target:
+                n = h[records.H_COUNT]
+                raw = self.pread(pos + HEADER_BYTES, 16 * n)
+                ids = memoryview(raw).cast("Q")
+                j = bisect_left(range(n), target, key=lambda k: (ids[2 * k], ids[2 * k + 1]))
+                return h[records.H_BASE] + j
+        return self.base_offset + self.index.entry(i + 1)[2] if i + 1 < len(self.index) else self.end_offset
+
+    # -- reads ---------------------------------------------------------------
+
+    def read(self, start: int, stop: int, deleted, acc: ReadAccumulator) -> int:
+        """Append entries in ``[start, stop)`` to ``acc``; return the next offset.
+
+        ``deleted`` is a sorted sequence of deleted offsets of this segment (or
+        empty). Contiguous live entries of one batch become one memoryview
+        slice of one ``pread`` buffer.
+        """
+        stop = min(stop, self.end_offset)
+        pos, h = self.locate(start)
+        next_len = h[records.H_LENGTH]
+        cur = start
+        base_offset = self.base_offset
+        index = self.index
+        head28 = _HEAD28.unpack_from
+        chunks = acc.chunks
+        max_count, max_bytes = acc.max_count, acc.max_bytes
+        split, want_ids = acc.split, acc.want_ids
+        while cur < stop and not acc.done:
+            stop_est = stop
+            if max_count is not None:
+                stop_est = min(stop, cur + (max_count - acc.count) + (len(deleted) and 64))
+            hi = index.ceiling_offset(stop_est - base_offset)
+            want = (hi[1] if hi and hi[1] > pos else self.size) - pos
+            if max_bytes is not None:
+                want = min(want, (max_bytes - acc.nbytes) * 2 + 4096)
+            want = max(min(want, _READ_CAP_BYTES), next_len, HEADER_BYTES)
+            buf = self.pread(pos, want)
+            mv = memoryview(buf)
+            size = len(buf)
+            if size < next_len:
+                raise self._corrupt(pos, "batch runs past the end of the file")
+            p = 0
+            while True:
+                if p + HEADER_BYTES > size:
+                    next_len = HEADER_BYTES
+                    break
+                b_base, length, _crc, _ver, _flags, _epoch, n = head28(buf, p)
+                if p + length > size:
+                    next_len = length
+                    break
+                b_end = b_base + n
+                if b_end <= cur:
+                    p += length
+                    continue
+                i0 = cur - b_base
+                i1 = n if b_end <= stop else stop - b_base
+                d = p + HEADER_BYTES + 20 * n
+                ends = mv[d - 4 * n: d].cast("I")
+                runs = None
+                if deleted:
+                    lo = bisect_left(deleted, b_base + i0)
+                    hi_d = bisect_left(deleted, b_base + i1)
+                    if lo < hi_d:
+                        runs = []
+                        a = i0
+                        for k in range(lo, hi_d):
+                            x = deleted[k] - b_base
+                            if x > a:
+                                runs.append((a, x))
+                            a = x + 1
+                        if a < i1:
+                            runs.append((a, i1))
+                if runs is None:
+                    runs = ((i0, i1),)
+                reached = i1
+                for r0, r1 in runs:
+                    if max_count is not None and r1 - r0 >= max_count - acc.count:
+                        r1 = r0 + (max_count - acc.count)
+                        acc.done = True
+                    rel0 = ends[r0 - 1] if r0 else 0
+                    if max_bytes is not None:
+                        j = bisect_right(ends, rel0 + max_bytes - acc.nbytes, r0, r1)
+                        if j == r0 and acc.count == 0:
+                            j = r0 + 1
+                        if j < r1:
+                            r1 = j
+                            acc.done = True
+                    if r1 > r0:
+                        if split:
+                            prev = rel0
+                            for k in range(r0, r1):
+                                e = ends[k]
+                                chunks.append(mv[d + prev: d + e])
+                                prev = e
+                        else:
+                            chunks.append(mv[d + rel0: d + ends[r1 - 1]])
+                        acc.count += r1 - r0
+                        acc.nbytes += ends[r1 - 1] - rel0
+                        if want_ids:
+                            ids = mv[p + HEADER_BYTES: d - 4 * n].cast("Q")
+                            acc.entries.extend((b_base + k, ids[2 * k], ids[2 * k + 1]) for k in range(r0, r1))
+                    if acc.done:
+                        reached = r1
+                        break
+                cur = b_base + reached
+                if acc.done or cur >= stop:
+                    break
+                p += length
+            pos += p
+        return cur
+
+    # -- recovery ------------------------------------------------------------
+
+    def recover_from(self, pos: int, expected_base: int, max_batch_bytes: int):
+        """CRC-check batches from ``pos`` to the end of the file, indexing them.
+
+        The in-memory index must already hold only entries below ``pos``.
+        Returns ``(valid_end_pos, end_offset, reason)``; ``reason`` is None
+        when the whole file was valid, otherwise why the tail at
+        ``valid_end_pos`` is bad (the caller truncates).
+        """
+        assert self.index.in_memory
+        last = self.index.last()
+        self._last_indexed_pos = last[3] if last else -1
+        offset = expected_base
+        file_size = self.size
+        while pos < file_size:
+            chunk = self.pread(pos, min(max(_SCAN_CHUNK_BYTES, HEADER_BYTES), file_size - pos))
+            p = 0
+            while p < len(chunk):
+                why = records.check_batch(chunk, p, len(chunk) - p, offset, max_batch_bytes)
+                if why is not None and why.startswith("torn") and pos + len(chunk) < file_size:
+                    break  # the batch continues past this chunk: read more
+                if why is not None:
+                    self.size = pos + p
+                    self.end_offset = offset
+                    return pos + p, offset, why
+                h = HEADER.unpack_from(chunk, p)
+                self.size = pos + p  # _after_append sets size and end offset
+                self._after_append(pos + p, h[records.H_LENGTH], h[records.H_BASE], h[records.H_COUNT],
+                                   h[records.H_FIRST_MS], h[records.H_FIRST_SEQ], h[records.H_LAST_MS],
+                                   h[records.H_LAST_SEQ], h[records.H_MAX_TS])
+                offset = h[records.H_BASE] + h[records.H_COUNT]
+                p += h[records.H_LENGTH]
+            if p == 0:
+                big = self.pread(pos, min(file_size - pos, max_batch_bytes + HEADER_BYTES + 64 * 1024 * 1024))
+                why = records.check_batch(big, 0, len(big), offset, max_batch_bytes)
+                if why is not None:
+                    self.size = pos
+                    self.end_offset = offset
+                    return pos, offset, why
+                h = HEADER.unpack_from(big, 0)
+                self._after_append(pos, h[records.H_LENGTH], h[records.H_BASE], h[records.H_COUNT],
+                                   h[records.H_FIRST_MS], h[records.H_FIRST_SEQ], h[records.H_LAST_MS],
+                                   h[records.H_LAST_SEQ], h[records.H_MAX_TS])
+                offset = h[records.H_BASE] + h[records.H_COUNT]
+                p = h[records.H_LENGTH]
+            pos += p
+        self.size = pos
+        self.end_offset = offset
+        return pos, offset, None
+
+    def position_of(self, offset: int) -> int | None:
+        """The position where the batch starting at ``offset`` starts (or the
+        file end when ``offset`` is right after the last batch), walking headers
+        from the index; None if no batch boundary is at ``offset``."""
+        self.ensure_index()
+        rel = offset - self.base_offset
+        lo = self.index.floor_offset(max(rel - 1, 0)) if rel > 0 else None
+        start = lo[1] if lo else 0
+        pos = start
+        try:
+            for pos, h in self._headers(start, self.size):
+                if h[records.H_BASE] == offset:
+                    return pos
+                if h[records.H_BASE] > offset:
+                    return None
+                pos += h[records.H_LENGTH]
+        except StorageError:
+            return None
+        return pos if pos <= self.size and (pos == 0 and offset == self.base_offset or pos > 0) else None
+
+    def truncate_at(self, pos: int, end_offset: int) -> None:
+        """Cut the ``.log`` at ``pos`` (a batch boundary) = ``end_offset``."""
+        fd = self.cache.get(self.log_path)
+        try:
+            os.ftruncate(fd, pos)
+        except OSError as exc:
+            raise_storage_error(f"truncate {self.log_path}", exc)
+        self.index.truncate_from(end_offset - self.base_offset)
+        last = self.index.last()
+        self._last_indexed_pos = last[3] if last else -1
+        self.size = pos
+        self.end_offset = end_offset
+        if pos == 0:
+            self._first_id = self._first_ts = None
+        self._last_info = None
+        if pos:
+            self.last_info()
+
+    def delete_files(self) -> None:
+        """Close and unlink this segment's files (``.log`` first)."""
+        for path in (self.log_path, self.index.offset_path, self.index.id_path):
+            self.cache.close(path)
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise_storage_error(f"delete {path}", exc)
+
+    def dup_fds(self) -> list[int]:
+        """``os.dup`` copies of this segment's descriptors for a flush worker."""
+        out = []
+        for path, create in ((self.log_path, False), (self.index.offset_path, True),
+                             (self.index.id_path, True)):
+            fd = self.cache.get(path, create=create)
+            try:
+                out.append(os.dup(fd))
+            except OSError as exc:
+                for d in out:
+                    os.close(d)
+                raise_storage_error(f"dup {path}", exc)
+        return out

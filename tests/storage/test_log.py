@@ -1,0 +1,159 @@
+"""PartitionLog core behaviour: append, read, find_offset, flush, reopen."""
+
+import pytest
+
+from storage.errors import OffsetOutOfRangeError
+from storage.log import LogConfig, PartitionLog
+from tests.storage.helpers import enc, entries, read_all
+
+SMALL = LogConfig(segment_bytes=2048, index_interval_bytes=256)
+
+
+def make(tmp_path, config=SMALL, **kw):
+    return PartitionLog.open(tmp_path / "p", config, **kw)
+
+
+def fill(log, batches, per_batch=3, payload=b"v" * 20):
+    ms = log.last_id[0] + 1
+    for _ in range(batches):
+        log.append(entries(ms, per_batch, payload))
+        ms += per_batch
+
+
+def test_empty_log(tmp_path):
+    log = make(tmp_path)
+    assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (0, 0, 0)
+    assert log.last_id == (0, 0)
+    assert log.live_count == 0
+    r = log.read(0)
+    assert (r.count, r.chunks, r.next_offset) == (0, [], 0)
+    assert log.find_offset(0, 0) == 0
+    log.close()
+
+
+def test_append_assigns_contiguous_offsets(tmp_path):
+    log = make(tmp_path)
+    assert log.append(entries(1, 3)) == 0
+    assert log.append(entries(4, 2)) == 3
+    assert log.log_end_offset == 5 == log.high_watermark == log.live_count
+    assert log.last_id == (5, 0)
+
+
+def test_append_asserts_increasing_ids(tmp_path):
+    log = make(tmp_path)
+    log.append(entries(5, 1))
+    with pytest.raises(AssertionError):
+        log.append([(5, 0, b"x")])
+    with pytest.raises(AssertionError):
+        log.append([(7, 0, b"x"), (6, 0, b"y")])
+
+
+def test_read_returns_exact_bytes_across_segments(tmp_path):
+    log = make(tmp_path)
+    fill(log, 60)
+    assert log.segment_count > 3
+    r = log.read(0)
+    assert r.count == 180 and r.next_offset == 180
+    assert b"".join(r.chunks) == b"".join(enc(i, 0, b"v" * 20) for i in range(1, 181))
+    # one chunk per batch: runs are not split per entry
+    assert len(r.chunks) == 60
+
+
+def test_read_limits(tmp_path):
+    log = make(tmp_path)
+    fill(log, 40)
+    r = log.read(7, max_count=10, with_ids=True)
+    assert r.count == 10 and r.next_offset == 17
+    assert [e[0] for e in r.entries] == list(range(7, 17))
+    assert [(e[1], e[2]) for e in r.entries] == [(i + 1, 0) for i in range(7, 17)]
+    r = log.read(7, end_offset=9)
+    assert r.count == 2 and r.next_offset == 9
+    size = len(enc(1, 0, b"v" * 20))
+    r = log.read(0, max_bytes=size * 4 + 1)
+    assert r.count == 4 and sum(len(c) for c in r.chunks) == size * 4
+    r = log.read(0, max_bytes=1)  # at least one entry
+    assert r.count == 1
+    r = log.read(120)
+    assert r.next_offset == 120 and r.count == 0
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(121)
+
+
+def test_read_reverse(tmp_path):
+    log = make(tmp_path)
+    fill(log, 30)
+    r = log.read_reverse(10, 50, max_count=7, with_ids=True)
+    assert [e[0] for e in r.entries] == list(range(49, 42, -1))
+    assert [bytes(c) for c in r.chunks] == [enc(o + 1, 0, b"v" * 20) for o in range(49, 42, -1)]
+    r = log.read_reverse(0, 90)
+    assert r.count == 90 and bytes(r.chunks[-1]) == enc(1, 0, b"v" * 20)
+
+
+def test_find_offset(tmp_path):
+    log = make(tmp_path)
+    for i in range(50):
+        log.append([(10 * i + 1, 0, b"a"), (10 * i + 1, 1, b"b"), (10 * i + 5, 0, b"c")])
+    # entry ids: offset 3i -> (10i+1,0), 3i+1 -> (10i+1,1), 3i+2 -> (10i+5,0)
+    assert log.find_offset(0, 0) == 0
+    assert log.find_offset(1, 0, inclusive=False) == 1
+    assert log.find_offset(101, 1) == 31
+    assert log.find_offset(101, 1, inclusive=False) == 32
+    assert log.find_offset(102, 0) == 32
+    assert log.find_offset(106, 0) == 33
+    assert log.find_offset(495, 0) == 149
+    assert log.find_offset(495, 0, inclusive=False) == 150
+    assert log.find_offset(10**9, 0) == 150
+    for off in range(150):
+        ms, seq = log.entry_id(off)
+        assert log.find_offset(ms, seq) == off
+        assert log.find_offset(ms, seq, inclusive=False) == off + 1
+
+
+def test_entry_at_and_binary_safety(tmp_path):
+    log = make(tmp_path)
+    blob = bytes(range(256)) * 3
+    log.append([(1, 0, blob), (2, 0, b"")])
+    assert log.entry_at(0) == blob
+    assert log.entry_at(1) == b""
+    assert log.entry_at(2) is None
+    assert log.entry_id(1) == (2, 0)
+
+
+def test_flush_and_reopen(tmp_path):
+    log = make(tmp_path)
+    fill(log, 40)
+    log.flush()
+    assert log.recovery_point == 120
+    fill(log, 5)
+    before = read_all(log)
+    log.close()
+    log = make(tmp_path)
+    assert log.log_end_offset == 135 and log.recovery_point == 135
+    assert log.last_id == (135, 0)
+    assert read_all(log) == before
+    fill(log, 1)
+    assert log.log_end_offset == 138
+    log.close()
+
+
+def test_group_commit_ticket(tmp_path):
+    log = make(tmp_path)
+    fill(log, 10)
+    ticket = log.begin_flush()
+    fill(log, 10)  # appends (and rolls) while the ticket is in flight
+    ticket.run()
+    log.end_flush(ticket)
+    assert log.recovery_point == 30
+    log.flush()
+    assert log.recovery_point == 60
+
+
+def test_segments_info(tmp_path):
+    log = make(tmp_path)
+    fill(log, 30)
+    infos = log.segments()
+    assert len(infos) == log.segment_count
+    assert infos[0].base_offset == 0
+    for a, b in zip(infos, infos[1:]):
+        assert a.end_offset == b.base_offset
+    assert sum(i.size_bytes for i in infos) == log.size_bytes
