@@ -224,7 +224,7 @@ class TopicRegistry:
 
 def partition_dir(log: Any) -> Path:
     """The directory of a partition log (where its stream metadata file lives)."""
-    for name in ("dir", "path", "directory"):
+    for name in ("directory", "dir", "path"):
         value = getattr(log, name, None)
         if value is not None:
             return Path(value)
