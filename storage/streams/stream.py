@@ -60,6 +60,9 @@ META_FILE_NAME = "stream.meta"
 # Redis's texts (t_stream.c).
 EQUAL_OR_SMALLER = "The ID specified in XADD is equal or smaller than the target stream top item"
 ZERO_ID = "The ID specified in XADD must be greater than 0-0"
+# Redis 7.0 answers ``<ms>-*`` after ``<ms>-<max>`` with this (t_stream.c leaves
+# errno unset on that path, so xaddCommand picks its "too large" branch).
+TOO_LARGE = "Elements are too large to be stored"
 EXHAUSTED = "The stream has exhausted the last possible ID, unable to add more items"
 SETID_SMALLER_THAN_TOP = "The ID specified in XSETID is smaller than the target stream top item"
 SETID_ENTRIES_ADDED_TOO_SMALL = (
@@ -273,7 +276,7 @@ class Stream:
         elif ms_given is not None:
             if ms_given == last.ms:
                 if last.seq == UINT64_MAX:
-                    raise StreamError(EQUAL_OR_SMALLER)
+                    raise StreamError(TOO_LARGE)
                 new = StreamId(last.ms, last.seq + 1)
             else:
                 new = StreamId(ms_given, 0)

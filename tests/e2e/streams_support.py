@@ -1,0 +1,128 @@
+"""Helpers for the stream and keyspace end-to-end tests (not a test module).
+
+``RespClient`` is a tiny blocking RESP client that returns each reply's exact
+bytes, so differential tests compare Partita and the real redis-server byte
+for byte, in RESP2 or RESP3. ``parse`` turns reply bytes into Python values
+where a test must look inside (XINFO's extra Partita fields, KEYS order).
+"""
+
+from __future__ import annotations
+
+import socket
+
+PARTITA_XINFO_FIELDS = (b"partitions", b"log-start-offset", b"log-end-offset", b"segments", b"bytes-on-disk")
+
+
+def port_of(server) -> int:
+    return server if isinstance(server, int) else server.port
+
+
+class RespClient:
+    """One connection; ``call`` sends one command and returns its reply's bytes."""
+
+    def __init__(self, port: int, protocol: int = 2, timeout_s: float = 10.0) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
+        self.file = self.sock.makefile("rb")
+        if protocol == 3:
+            reply = self.call(b"HELLO", b"3")
+            assert reply.startswith(b"%"), reply
+
+    def send(self, *argv) -> None:
+        parts = [a if isinstance(a, bytes) else str(a).encode() for a in argv]
+        self.sock.sendall(b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts))
+
+    def read_reply(self) -> bytes:
+        line = self.file.readline()
+        if not line:
+            raise ConnectionError("connection closed")
+        out = [line]
+        kind = line[:1]
+        if kind in (b"$", b"="):
+            n = int(line[1:-2])
+            if n >= 0:
+                out.append(self.file.read(n + 2))
+        elif kind in (b"*", b"~", b">", b"%"):
+            n = int(line[1:-2])
+            for _ in range(max(n, 0) * (2 if kind == b"%" else 1)):
+                out.append(self.read_reply())
+        return b"".join(out)
+
+    def call(self, *argv) -> bytes:
+        self.send(*argv)
+        return self.read_reply()
+
+    def close(self) -> None:
+        try:
+            self.file.close()
+            self.sock.close()
+        except OSError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Error(str):
+    """An error reply (``-ERR ...``) after ``parse``."""
+
+
+def parse(data: bytes):
+    """RESP bytes -> Python values (maps become lists of pairs)."""
+    value, pos = _parse(data, 0)
+    assert pos == len(data), "trailing bytes"
+    return value
+
+
+def _parse(data: bytes, pos: int):
+    end = data.index(b"\r\n", pos)
+    kind, body = data[pos : pos + 1], data[pos + 1 : end]
+    pos = end + 2
+    if kind in (b"+",):
+        return body, pos
+    if kind == b"-":
+        return Error(body.decode()), pos
+    if kind == b":":
+        return int(body), pos
+    if kind in (b"$", b"="):
+        n = int(body)
+        if n < 0:
+            return None, pos
+        return data[pos : pos + n], pos + n + 2
+    if kind == b"_":
+        return None, pos
+    if kind == b"#":
+        return body == b"t", pos
+    if kind == b",":
+        return float(body), pos
+    if kind in (b"*", b"~", b">"):
+        n = int(body)
+        if n < 0:
+            return None, pos
+        items = []
+        for _ in range(n):
+            item, pos = _parse(data, pos)
+            items.append(item)
+        return items, pos
+    if kind == b"%":
+        items = []
+        for _ in range(int(body)):
+            k, pos = _parse(data, pos)
+            v, pos = _parse(data, pos)
+            items.append((k, v))
+        return items, pos
+    raise AssertionError(f"unknown RESP type {kind!r}")
+
+
+def info_pairs(reply: bytes) -> list:
+    """XINFO STREAM reply -> [(field, value)] in order, RESP2 or RESP3."""
+    value = parse(reply)
+    if value and isinstance(value[0], tuple):
+        return value
+    return list(zip(value[0::2], value[1::2]))
+
+
+def without_partita_fields(pairs: list) -> list:
+    return [(k, v) for k, v in pairs if k not in PARTITA_XINFO_FIELDS]
