@@ -73,6 +73,8 @@ class RequestParser:
         "_reader",
         "_chunks",
         "_emitted",
+        "_fed",
+        "_consumed",
         "_slow",
         "_buf",
         "_pos",
@@ -96,6 +98,8 @@ class RequestParser:
         # commands it has returned from that.
         self._chunks: list[bytes] = []
         self._emitted = 0
+        self._fed = 0  # bytes fed to hiredis since it was last at a command boundary
+        self._consumed = 0  # canonical size of the commands it returned since then
         # Exact path state.
         self._slow = False
         self._buf = bytearray()
@@ -119,6 +123,7 @@ class RequestParser:
         else:
             self._reader.feed(data)
             self._chunks.append(data)
+            self._fed += len(data)
 
     def pending_bytes(self) -> int:
         """Bytes received and not yet returned as commands (approximate)."""
@@ -143,13 +148,15 @@ class RequestParser:
                 self._to_slow()
                 continue
             if argv is False:
-                if self._reader.has_data():
-                    # The receive ended inside a command: let the exact
-                    # parser check its headers and limits from here on.
+                if self._consumed != self._fed:
+                    # The receive ended inside a command (or held a form
+                    # hiredis accepts and Redis does not): let the exact
+                    # parser check headers and limits from here on.
                     self._to_slow()
                     continue
                 self._chunks.clear()
                 self._emitted = 0
+                self._fed = self._consumed = 0
                 return None
             if type(argv) is not _LIST:
                 self._to_slow()  # `*-1` (None) and similar: let Redis's rules decide
@@ -160,6 +167,7 @@ class RequestParser:
                     break
             else:
                 self._emitted += 1
+                self._consumed += canonical_size(argv)
                 if argv:
                     if self.authenticated is not None and len(argv) > UNAUTH_MULTIBULK_MAX_COUNT:
                         if not self.authenticated():
@@ -177,6 +185,7 @@ class RequestParser:
         self._reader = hiredis.Reader()
         self._chunks = []
         self._emitted = 0
+        self._fed = self._consumed = 0
         self._slow = True
         self._buf = bytearray(data) + self._buf
         self._pos = 0
@@ -289,6 +298,21 @@ class RequestParser:
         if argv is None:
             raise ProtocolError("unbalanced quotes in request")
         return argv
+
+
+_DIGITS = [len(str(n)) for n in range(10000)]
+_digits_of = _DIGITS.__getitem__
+
+
+def canonical_size(argv: list[bytes]) -> int:
+    """Bytes of ``argv`` as ``*n`` + ``$len`` bulks: the only form Redis accepts."""
+    lens = list(map(len, argv))
+    try:
+        digits = sum(map(_digits_of, lens))
+    except IndexError:
+        digits = sum(len(str(n)) for n in lens)
+    n = len(argv)
+    return 3 + (_DIGITS[n] if n < 10000 else len(str(n))) + sum(lens) + digits + 5 * n
 
 
 def _parse_ll(buf: bytearray, start: int, end: int) -> int | None:

@@ -1,0 +1,277 @@
+"""The connection loop over a socketpair, and durability (group commit) with fake logs.
+
+No real time: trio's autojump clock where time matters; the socketpair is
+driven by trio's own I/O waits.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+import trio
+
+import server.commands  # noqa: F401
+import server.connection as connection_module
+from server.config import Config
+from server.connection import Connection
+from server.dispatch import Dispatcher
+from server.durability import Durability
+from server.registry import COMMANDS, command
+from server.resp import encode_command
+from server.state import ServerState
+
+
+class FakeTicket:
+    def __init__(self, log, events):
+        self.log = log
+        self.events = events
+
+    def run(self):
+        assert threading.current_thread() is not threading.main_thread() or True
+        self.events.append(("fsync", self.log.name))
+
+
+class FakeLog:
+    """The flush half of storage's PartitionLog contract."""
+
+    def __init__(self, name, events):
+        self.name = name
+        self.events = events
+        self.flushes = 0
+
+    def begin_flush(self):
+        self.events.append(("begin", self.name))
+        return FakeTicket(self, self.events)
+
+    def end_flush(self, ticket):
+        assert ticket.log is self
+        self.flushes += 1
+        self.events.append(("end", self.name))
+
+
+@pytest.fixture
+def test_commands():
+    """TEST-WRITE name (notes a write on a fake log), TEST-BLOCK key (waits for key)."""
+    events: list = []
+    logs: dict = {}
+
+    @command("test-write", arity=2, flags="write", group="test", since="0", summary="", syntax="TEST-WRITE name")
+    def test_write(ctx, argv):
+        name = argv[1].decode()
+        log = logs.setdefault(name, FakeLog(name, events))
+        ctx.note_write(log)
+        ctx.server.signal_key_modified(argv[1])
+        events.append(("write", name))
+        return b"w:" + argv[1]
+
+    @command("test-block", arity=2, flags="blocking", group="test", since="0", summary="", syntax="TEST-BLOCK key")
+    async def test_block(ctx, argv):
+        if not ctx.may_block:
+            return None
+        woke = await ctx.server.wait_for_keys([argv[1]], None)
+        return b"woke:" + argv[1] if woke else None
+
+    yield events, logs
+    del COMMANDS["test-write"]
+    del COMMANDS["test-block"]
+
+
+class Harness:
+    def __init__(self, fsync="everysec", **config_values):
+        config = Config()
+        config.fsync = fsync
+        for k, v in config_values.items():
+            setattr(config, k, v)
+        self.state = ServerState(config)
+        self.state.durability = Durability()
+        self.dispatcher = Dispatcher(self.state)
+        self.sends: list[bytes] = []
+
+    def connect(self, nursery):
+        ours, theirs = socket.socketpair()
+        ours.setblocking(False)
+        client = self.state.new_client("test:1", "test:0", ours.fileno())
+        conn = Connection(self.state, self.dispatcher, ours, client)
+        nursery.start_soon(conn.run)
+        return trio.socket.from_stdlib_socket(theirs), conn
+
+
+async def read_exactly(sock, n):
+    data = b""
+    while len(data) < n:
+        chunk = await sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+@pytest.fixture
+def record_sends(monkeypatch):
+    sends = []
+    real = connection_module.send_all
+
+    async def recording(sock, data):
+        sends.append(bytes(data))
+        await real(sock, data)
+
+    monkeypatch.setattr(connection_module, "send_all", recording)
+    return sends
+
+
+async def test_pipelined_replies_leave_in_one_send(record_sends):
+    h = Harness()
+    async with trio.open_nursery() as nursery:
+        sock, conn = h.connect(nursery)
+        payload = encode_command([b"PING"]) + encode_command([b"ECHO", b"a"]) + b"PING\r\n"
+        await sock.send(payload)
+        expected = b"+PONG\r\n$1\r\na\r\n+PONG\r\n"
+        assert await read_exactly(sock, len(expected)) == expected
+        assert record_sends == [expected]
+        nursery.cancel_scope.cancel()
+
+
+async def test_protocol_error_replies_then_closes_and_runs_earlier_commands():
+    h = Harness()
+    async with trio.open_nursery() as nursery:
+        sock, conn = h.connect(nursery)
+        await sock.send(encode_command([b"PING"]) + b"*1\r\n$4294967296\r\n")
+        data = await read_exactly(sock, 10**6)  # until close
+        assert data == b"+PONG\r\n-ERR Protocol error: invalid bulk length\r\n"
+    assert h.state.clients == {}
+
+
+async def test_quit_replies_ok_then_closes():
+    h = Harness()
+    async with trio.open_nursery() as nursery:
+        sock, _ = h.connect(nursery)
+        await sock.send(b"QUIT\r\nPING\r\n")
+        assert await read_exactly(sock, 10**6) == b"+OK\r\n"
+
+
+async def test_hello_3_switches_encoding_for_the_rest_of_the_batch():
+    h = Harness()
+    async with trio.open_nursery() as nursery:
+        sock, _ = h.connect(nursery)
+        await sock.send(b"HELLO 3\r\nCLIENT GETNAME\r\n")
+        data = b""
+        while not data.endswith(b"_\r\n"):
+            data += await sock.recv(65536)
+        assert data.startswith(b"%7\r\n") and data.endswith(b"_\r\n")
+        nursery.cancel_scope.cancel()
+
+
+async def test_blocking_command_sends_earlier_replies_first_and_keeps_order(test_commands, record_sends):
+    h = Harness()
+    async with trio.open_nursery() as nursery:
+        reader, _ = h.connect(nursery)
+        writer, _ = h.connect(nursery)
+        await reader.send(b"PING\r\nTEST-BLOCK k\r\nECHO after\r\n")
+        assert await read_exactly(reader, 7) == b"+PONG\r\n"
+        await writer.send(b"TEST-WRITE k\r\n")
+        assert await read_exactly(writer, 9) == b"$3\r\nw:k\r\n"
+        rest = b"$6\r\nwoke:k\r\n$5\r\nafter\r\n"
+        assert await read_exactly(reader, len(rest)) == rest
+        nursery.cancel_scope.cancel()
+
+
+async def test_client_disconnect_while_blocked_leaves_no_waiter(test_commands, autojump_clock):
+    h = Harness()
+    async with trio.open_nursery() as nursery:
+        sock, _ = h.connect(nursery)
+        await sock.send(b"TEST-BLOCK k\r\n")
+        await trio.sleep(1)
+        assert h.state.blocked_clients == 1
+        conn = next(iter(h.state.clients.values()))
+        conn.kill()
+        await trio.sleep(1)
+        assert h.state.blocked_clients == 0 and h.state._waiters == {} and h.state.clients == {}
+
+
+async def test_fsync_always_holds_replies_until_the_flush(test_commands, record_sends):
+    events, logs = test_commands
+    h = Harness(fsync="always")
+    real_send = connection_module.send_all
+
+    async with trio.open_nursery() as nursery:
+        sock, _ = h.connect(nursery)
+        await sock.send(b"TEST-WRITE a\r\nTEST-WRITE b\r\nPING\r\n")
+        expected = b"$3\r\nw:a\r\n$3\r\nw:b\r\n+PONG\r\n"
+        assert await read_exactly(sock, len(expected)) == expected
+        nursery.cancel_scope.cancel()
+    assert real_send is not None
+    kinds = [e[0] for e in events]
+    # Both writes, then one flush round covering both logs, then one send.
+    assert kinds[:2] == ["write", "write"]
+    assert sorted(kinds[2:]) == ["begin", "begin", "end", "end", "fsync", "fsync"]
+    assert len(record_sends) == 1
+    assert logs["a"].flushes == 1 and logs["b"].flushes == 1
+
+
+async def test_fsync_everysec_replies_at_once_and_flushes_in_background(test_commands, autojump_clock):
+    events, logs = test_commands
+    h = Harness(fsync="everysec")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(h.state.durability.run_everysec)
+        sock, _ = h.connect(nursery)
+        await sock.send(b"TEST-WRITE a\r\n")
+        assert await read_exactly(sock, 9) == b"$3\r\nw:a\r\n"
+        assert logs["a"].flushes == 0
+        await trio.sleep(1.5)
+        assert logs["a"].flushes == 1
+        await trio.sleep(2)
+        assert logs["a"].flushes == 1  # nothing new written: no flush
+        nursery.cancel_scope.cancel()
+
+
+async def test_fsync_no_never_flushes(test_commands, autojump_clock):
+    events, logs = test_commands
+    h = Harness(fsync="no")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(h.state.durability.run_everysec)
+        sock, _ = h.connect(nursery)
+        await sock.send(b"TEST-WRITE a\r\n")
+        assert await read_exactly(sock, 9) == b"$3\r\nw:a\r\n"
+        await trio.sleep(5)
+        assert logs["a"].flushes == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_group_commit_shares_fsyncs_between_writers():
+    events: list = []
+    log = FakeLog("a", events)
+    durability = Durability()
+    done = []
+
+    async def writer(i):
+        seq = durability.note_write(log, "always")
+        await durability.wait_for_flush(seq)
+        done.append(i)
+
+    async with trio.open_nursery() as nursery:
+        for i in range(50):
+            nursery.start_soon(writer, i)
+    assert sorted(done) == list(range(50))
+    assert 1 <= log.flushes <= 2  # not 50
+
+
+async def test_failed_flush_is_never_acknowledged():
+    class BadTicket:
+        def run(self):
+            raise OSError(5, "EIO")
+
+    class BadLog:
+        def begin_flush(self):
+            return BadTicket()
+
+        def end_flush(self, ticket):
+            raise AssertionError("not reached")
+
+    from server.durability import DurabilityError
+
+    durability = Durability()
+    seq = durability.note_write(BadLog(), "always")
+    with pytest.raises(DurabilityError):
+        await durability.wait_for_flush(seq)
