@@ -6,7 +6,7 @@ of checks as in redis ``t_stream.c``), and shaping replies. The read path
 never decodes entries: XRANGE/XREAD reply with ``Raw`` over the stored bytes.
 
 Consumer groups (XGROUP, XREADGROUP, XACK, ..., XINFO GROUPS/CONSUMERS)
-belong to ``server.commands.groups``; XINFO STREAM reports ``groups`` as 0.
+belong to ``server.commands.groups``, which also supplies XINFO STREAM's ``groups``.
 
 Must not know: sockets, RESP bytes, segment files. Keys become streams only
 through ``ctx.server.topics`` (``cluster.topics.TopicRegistry``).
@@ -581,6 +581,8 @@ def xinfo_stream(ctx, argv):
             count = parse_int(opts[2])
             if count < 0:
                 count = 10
+    from server.commands.groups import group_count, groups_full_info  # groups import this module
+
     length = stream.length
     tree_keys = math.ceil(length / max(stream.node_max_entries, 1))
     info = Map()
@@ -594,9 +596,9 @@ def xinfo_stream(ctx, argv):
     if full:
         entries = stream.range(MIN_ID, MAX_ID, count or None)
         info["entries"] = Raw(entries.count, entries.chunks)
-        info["groups"] = []
+        info["groups"] = groups_full_info(stream, count)
     else:
-        info["groups"] = 0
+        info["groups"] = group_count(stream)
         info["first-entry"] = _entry_value(stream.first_entry())
         info["last-entry"] = _entry_value(stream.last_entry())
     log = stream.log

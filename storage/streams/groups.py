@@ -673,6 +673,16 @@ class GroupStore:
         self._journal_bytes = good_end
         self._durable_bytes = good_end
 
+    def __del__(self) -> None:
+        # A store dropped without close() (its stream was deleted): free the fd.
+        fd = getattr(self, "_fd", -1)
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+            self._fd = -1
+
     def close(self) -> None:
         """Flush and close the journal. The store is unusable afterwards."""
         if self._closed:
@@ -1235,3 +1245,18 @@ def _write_all(fd: int, data: bytes) -> int:
         n = os.write(fd, view)
         view = view[n:]
     return len(data)
+
+
+def groups_of(stream) -> GroupStore:
+    """The ``GroupStore`` of a ``storage.streams.stream.Stream``, opened on first use.
+
+    It lives in the stream's partition directory (beside ``stream.meta``) and
+    is cached on the stream object as ``group_store``, so it shares the
+    stream's lifetime: when the topic registry drops the stream (DEL), the
+    store goes with it and its files go with the partition directory.
+    """
+    store = stream.__dict__.get("group_store")
+    if store is None:
+        store = GroupStore.open(Path(stream.meta_path).parent)
+        stream.group_store = store
+    return store
