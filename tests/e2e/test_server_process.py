@@ -1,0 +1,220 @@
+"""The real ``partita`` process: start-up, config errors, clients, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.conftest import PartitaProcess, RawConn, partita_command, raw_exchange
+
+
+def test_start_up_log_names_version_pid_port_dir(partita_server):
+    log = partita_server.log()
+    assert "Partita" in log and "Redis 7.0.15" in log
+    assert f"pid={partita_server.proc.pid}" in log
+    assert f"port={partita_server.port}" in log
+    assert str(partita_server.data_dir) in log
+    assert log.rstrip().endswith("Ready to accept connections")
+
+
+def test_inline_ping_answers_pong(partita_shared):
+    data, _ = raw_exchange(partita_shared.port, b"PING\r\n")
+    assert data == b"+PONG\r\n"
+
+
+def test_redis_py_resp2(partita_shared):
+    r = partita_shared.client()
+    assert r.ping() is True
+    assert r.echo(b"hi") == b"hi"
+    assert r.client_id() > 0
+    assert r.client_setname("me") is True and r.client_getname() in ("me", b"me")
+    assert r.config_get("port") == {"port": str(partita_shared.port)}
+    assert r.info("server")["redis_version"] == "7.0.15"
+    r.close()
+
+
+def test_redis_py_resp3(partita_shared):
+    r = partita_shared.client(protocol=3)
+    assert r.ping() is True
+    assert r.config_get("maxclients") == {b"maxclients": b"10000"} or r.config_get("maxclients") == {"maxclients": "10000"}
+    info = r.info()
+    assert info["redis_version"] == "7.0.15" and info["role"] == "master"
+    assert isinstance(r.execute_command("HELLO", "3"), dict)
+    r.close()
+
+
+def test_redis_py_asyncio(partita_shared):
+    import redis.asyncio as aioredis
+
+    async def main():
+        r = aioredis.Redis(host=partita_shared.host, port=partita_shared.port)
+        try:
+            results = await asyncio.gather(*(r.echo(f"m{i}") for i in range(20)))
+            async with r.pipeline(transaction=True) as pipe:
+                pipe.ping().echo("x")
+                tx = await pipe.execute()
+        finally:
+            await r.aclose()
+        return results, tx
+
+    results, tx = asyncio.run(main())
+    assert results == [f"m{i}".encode() for i in range(20)]
+    assert tx == [True, b"x"]
+
+
+def test_pipeline_of_many_commands(partita_shared):
+    r = partita_shared.client()
+    pipe = r.pipeline(transaction=False)
+    for i in range(2000):
+        pipe.echo(str(i))
+    assert pipe.execute() == [str(i).encode() for i in range(2000)]
+
+
+def test_large_value_round_trips(partita_shared):
+    r = partita_shared.client()
+    value = b"v" * (3 * 1024 * 1024)
+    assert r.echo(value) == value
+
+
+def test_garbage_closes_that_client_while_others_are_served(partita_shared):
+    with RawConn(partita_shared.port) as good:
+        assert good.request(b"PING\r\n") == b"+PONG\r\n"
+        data, closed = raw_exchange(partita_shared.port, b"*1\r\n\x00\x01garbage\r\n")
+        assert data == b"-ERR Protocol error: expected '$', got '\x00'\r\n" and closed
+        assert good.request(b"ECHO still\r\n") == b"$5\r\nstill\r\n"
+
+
+def test_declared_4gb_bulk_is_refused_without_allocating(partita_shared):
+    with RawConn(partita_shared.port) as good:
+        rss_before = _rss_kb(partita_shared.proc.pid)
+        data, closed = raw_exchange(partita_shared.port, b"*2\r\n$4\r\nECHO\r\n$4294967296\r\n" + b"x" * 65536)
+        assert data == b"-ERR Protocol error: invalid bulk length\r\n" and closed
+        assert good.request(b"PING\r\n") == b"+PONG\r\n"
+        assert _rss_kb(partita_shared.proc.pid) - rss_before < 50_000
+
+
+def _rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_maxclients_reached(partita_factory):
+    server = partita_factory(["--maxclients", "2"])
+    a = RawConn(server.port)
+    b = RawConn(server.port)
+    try:
+        assert a.request(b"PING\r\n") == b"+PONG\r\n"
+        assert b.request(b"PING\r\n") == b"+PONG\r\n"
+        data, closed = raw_exchange(server.port, b"PING\r\n")
+        assert data == b"-ERR max number of clients reached\r\n" and closed
+    finally:
+        a.close()
+        b.close()
+
+
+def test_requirepass(partita_factory):
+    server = partita_factory(["--requirepass", "s3cret"])
+    with RawConn(server.port) as conn:
+        assert conn.request(b"PING\r\n") == b"-NOAUTH Authentication required.\r\n"
+        assert conn.request(b"AUTH s3cret\r\n") == b"+OK\r\n"
+        assert conn.request(b"PING\r\n") == b"+PONG\r\n"
+    r = server.client(password="s3cret")
+    assert r.ping() is True
+
+
+def test_sigterm_shuts_down_cleanly(partita_server):
+    r = partita_server.client()
+    r.ping()
+    started = time.monotonic()
+    assert partita_server.terminate(signal.SIGTERM) == 0
+    assert time.monotonic() - started < 10
+    log = partita_server.log()
+    assert "Received SIGTERM" in log and "bye bye" in log
+
+
+def test_sigint_shuts_down_cleanly(partita_server):
+    assert partita_server.terminate(signal.SIGINT) == 0
+
+
+def test_shutdown_command_exits_zero(partita_server):
+    with socket.create_connection((partita_server.host, partita_server.port)) as s:
+        s.sendall(b"SHUTDOWN NOSAVE\r\n")
+        assert s.recv(100) == b""  # closed without a reply, as Redis does
+    assert partita_server.proc.wait(timeout=10) == 0
+
+
+def test_shutdown_abort_without_shutdown(partita_shared):
+    with RawConn(partita_shared.port) as conn:
+        assert conn.request(b"SHUTDOWN ABORT\r\n") == b"-ERR No shutdown in progress.\r\n"
+
+
+def test_restart_keeps_port(partita_server):
+    port = partita_server.port
+    partita_server.restart()
+    assert partita_server.port == port
+    assert partita_server.client().ping() is True
+    partita_server.restart(kill9=True)
+    assert partita_server.client().ping() is True
+
+
+def _run_partita(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(partita_command() + args, cwd=cwd, capture_output=True, text=True, timeout=30,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_bad_config_file_exits_1_naming_the_line_and_writes_nothing(tmp_path):
+    conf = tmp_path / "partita.conf"
+    data = tmp_path / "data"
+    conf.write_text(f"dir {data}\nport 7777\nnosuch-option 5\n")
+    result = _run_partita([str(conf)], tmp_path)
+    assert result.returncode == 1
+    assert f"{conf}, line 3" in result.stderr and "nosuch-option" in result.stderr
+    assert not data.exists()
+
+
+def test_bad_command_line_value_exits_1(tmp_path):
+    data = tmp_path / "data"
+    result = _run_partita(["--dir", str(data), "--fsync", "sometimes"], tmp_path)
+    assert result.returncode == 1
+    assert "fsync" in result.stderr and "must be one of the following" in result.stderr
+    assert not data.exists()
+
+
+def test_missing_config_file_exits_1(tmp_path):
+    result = _run_partita([str(tmp_path / "nope.conf")], tmp_path)
+    assert result.returncode == 1 and "can't open config file" in result.stderr
+
+
+def test_config_file_and_rewrite(partita_factory, tmp_path):
+    conf = tmp_path / "partita.conf"
+    conf.write_text("# my settings\nloglevel notice\nmaxclients 50\n")
+    server = partita_factory(config_file=conf)
+    r = server.client()
+    assert r.config_get("maxclients") == {"maxclients": "50"}
+    assert r.config_set("maxclients", 60) is True
+    assert r.config_rewrite() in (True, b"OK")
+    text = conf.read_text()
+    assert "# my settings" in text and "maxclients 60" in text
+    server.restart()
+    assert server.client().config_get("maxclients") == {"maxclients": "60"}
+
+
+def test_config_rewrite_without_file(partita_shared):
+    with RawConn(partita_shared.port) as conn:
+        assert conn.request(b"CONFIG REWRITE\r\n") == b"-ERR The server is running without a config file\r\n"
+
+
+def test_console_script_help():
+    result = subprocess.run(partita_command() + ["--help"], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0 and "partita.conf" in result.stdout

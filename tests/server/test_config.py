@@ -1,0 +1,132 @@
+"""Config: file format, units, command-line overrides, CONFIG SET rules, REWRITE."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from server.config import Config, ConfigError, parse_command_line, parse_size
+
+
+@pytest.mark.parametrize(
+    "text, value",
+    [("1gb", 2**30), ("512mb", 512 * 2**20), ("4k", 4000), ("4kb", 4096), ("100", 100), ("1G", 10**9), ("2MB", 2 * 2**20)],
+)
+def test_sizes_take_redis_units(text, value):
+    assert parse_size(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "1x", "mb", "1.5mb", "-"])
+def test_bad_sizes(text):
+    with pytest.raises(ConfigError):
+        parse_size(text)
+
+
+def test_defaults():
+    c = Config()
+    assert (c.port, c.bind, c.fsync, c.maxclients, c.default_partitions) == (6379, "127.0.0.1", "everysec", 10000, 1)
+    assert c.proto_max_bulk_len == 512 * 2**20 and c.client_query_buffer_limit == 2**30
+
+
+def test_file_with_comments_quotes_and_overrides(tmp_path: Path):
+    path = tmp_path / "partita.conf"
+    path.write_text(
+        "# a comment\n\n"
+        "port 7000\n"
+        "requirepass \"p w#d\"\n"
+        "proto-max-bulk-len 2mb\n"
+        "fsync always\n"
+        "save ''\n"
+    )
+    c = Config.load(path, [("port", "7001"), ("default-partitions", "4")])
+    assert c.port == 7001 and c.requirepass == "p w#d" and c.proto_max_bulk_len == 2 * 2**20
+    assert c.fsync == "always" and c.appendfsync == "always" and c.default_partitions == 4 and c.save == ""
+
+
+@pytest.mark.parametrize(
+    "line, reason",
+    [
+        ("nosuch 1", "Bad directive or wrong number of arguments"),
+        ("port", "Bad directive or wrong number of arguments"),
+        ("port abc", "argument couldn't be parsed into an integer"),
+        ("fsync sometimes", "argument(s) must be one of the following: always, everysec, no"),
+        ("maxclients 0", "argument must be between 1 and 4294967295 inclusive"),
+        ('requirepass "open', "Unbalanced quotes in configuration line"),
+    ],
+)
+def test_bad_file_lines_name_file_and_line(tmp_path: Path, line, reason):
+    path = tmp_path / "p.conf"
+    path.write_text("# ok\nport 7000\n" + line + "\n")
+    with pytest.raises(ConfigError) as info:
+        Config.load(path)
+    assert f"{path}, line 3" in info.value.message
+    assert reason in info.value.message
+
+
+def test_command_line_parsing():
+    assert parse_command_line(["a.conf", "--port", "1", "--save", ""]) == (Path("a.conf"), [("port", "1"), ("save", "")])
+    assert parse_command_line(["--port=2"]) == (None, [("port", "2")])
+    with pytest.raises(ConfigError):
+        parse_command_line(["--port"])
+    with pytest.raises(ConfigError):
+        parse_command_line(["a.conf", "b.conf"])
+
+
+def test_set_many_is_atomic_and_uses_redis_reasons():
+    c = Config()
+    with pytest.raises(ConfigError) as info:
+        c.set_many([("maxclients", "10"), ("loglevel", "foo")])
+    assert info.value.name == "loglevel"
+    assert c.maxclients == 10000  # nothing applied
+    for pairs, reason in [
+        ([("daemonize", "yes")], "can't set immutable config"),
+        ([("dir", "/x")], "can't set protected config"),
+        ([("maxclients", "1"), ("MAXCLIENTS", "2")], "duplicate parameter"),
+        ([("proto-max-bulk-len", "12q")], "argument must be a memory value"),
+        ([("appendonly", "maybe")], "can't set immutable config"),
+    ]:
+        with pytest.raises(ConfigError) as info:
+            c.set_many(pairs)
+        assert info.value.message == reason
+    assert c.set_many([("maxclients", "5"), ("fsync", "no")]) == ["maxclients", "fsync"]
+    assert c.maxclients == 5 and c.appendfsync == "no"
+
+
+def test_hook_can_refuse_and_values_are_restored():
+    c = Config()
+
+    def hook(name, value):
+        raise ConfigError("nope", name)
+
+    c.on_change(hook)
+    with pytest.raises(ConfigError):
+        c.set_many([("maxclients", "5")])
+    assert c.maxclients == 10000
+
+
+def test_matching_globs_and_several_patterns():
+    c = Config()
+    got = c.matching(["port", "max*", "PORT"])
+    assert got["port"] == "6379" and got["maxclients"] == "10000"
+    assert list(got).count("port") == 1
+    assert c.matching(["nosuch"]) == {}
+    assert c.matching(["appendonly"]) == {"appendonly": "yes"}
+
+
+def test_rewrite_keeps_comments_and_round_trips(tmp_path: Path):
+    path = tmp_path / "p.conf"
+    path.write_text("# keep me\nport 7000\nport 7002\nloglevel notice\n")
+    c = Config.load(path)
+    c.set_many([("loglevel", "warning"), ("requirepass", "a \"b\""), ("proto-max-bulk-len", "3mb")])
+    c.rewrite()
+    text = path.read_text()
+    assert text.startswith("# keep me\nport 7002\nloglevel warning\n")
+    again = Config.load(path)
+    assert again.requirepass == 'a "b"' and again.proto_max_bulk_len == 3 * 2**20 and again.port == 7002
+
+
+def test_rewrite_without_file():
+    with pytest.raises(ConfigError) as info:
+        Config().rewrite()
+    assert info.value.message == "The server is running without a config file"
