@@ -541,11 +541,14 @@ class PartitionLog:
             if not seg.index.in_memory:
                 seg.ensure_index()
                 seg.activate()
-            pos, h = seg.locate(offset)
-            b_base = h[records.H_BASE]
-            if b_base == offset:
+            if offset == seg.end_offset:
+                pass  # only whole later segments were dropped
+            elif (loc := seg.locate(offset))[1][records.H_BASE] == offset:
+                pos = loc[0]
                 seg.truncate_at(pos, offset)
             else:
+                pos, h = loc
+                b_base = h[records.H_BASE]
                 raw = seg.pread(pos, h[records.H_LENGTH])
                 keep = records.entries_of(raw, 0)[: offset - b_base]
                 seg.truncate_at(pos, b_base)

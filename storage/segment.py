@@ -165,7 +165,7 @@ class Segment:
         if self._last_indexed_pos < 0 or pos - self._last_indexed_pos >= self.index_interval_bytes:
             self.index.append(base_offset - self.base_offset, pos, first_ms, first_seq)
             self._last_indexed_pos = pos
-        if self._first_id is None:
+        if pos == 0:
             self._first_id = (first_ms, first_seq)
             self._first_ts = timestamp_ms
         self._last_info = (last_ms, last_seq, timestamp_ms if self._last_info is None

@@ -1,0 +1,250 @@
+"""Deletion markers, log start, truncation, retention, leader epochs, disk errors."""
+
+import errno
+import os
+
+import pytest
+
+from storage.errors import StorageError, add_disk_error_listener, remove_disk_error_listener
+from storage.log import LogConfig, PartitionLog
+from tests.storage.helpers import entries, read_all
+
+CFG = LogConfig(segment_bytes=2048, index_interval_bytes=256)
+
+
+def make(path, config=CFG, **kw):
+    return PartitionLog.open(path, config, **kw)
+
+
+def fill(log, batches, per=3, payload=b"d" * 20, epoch=0):
+    ms = log.last_id[0] + 1
+    for _ in range(batches):
+        log.append(entries(ms, per, payload), leader_epoch=epoch)
+        ms += per
+
+
+# -- deletion markers ---------------------------------------------------------
+
+def test_deleted_entries_are_skipped_and_survive_restart(tmp_path):
+    log = make(tmp_path / "p")
+    fill(log, 20)
+    assert log.delete_entries([5, 6, 7, 30, 59, 59, 1000]) == 5
+    assert log.delete_entries([5]) == 0
+    assert log.live_count == 55
+    r = log.read(0, with_ids=True)
+    assert r.count == 55 and [e[0] for e in r.entries] == [o for o in range(60) if o not in (5, 6, 7, 30, 59)]
+    # a run is split only where a deleted entry sits
+    r = log.read(3, end_offset=10)
+    assert r.count == 4 and len(r.chunks) == 3  # [3,4] [8] [9] (batches 3..5, 6..8, 9..11)
+    r = log.read(0, max_count=6, with_ids=True)
+    assert [e[0] for e in r.entries] == [0, 1, 2, 3, 4, 8] and r.next_offset == 9
+    assert log.entry_at(6) is None
+    rr = log.read_reverse(0, 10, with_ids=True)
+    assert [e[0] for e in rr.entries] == [9, 8, 4, 3, 2, 1, 0]
+    log.flush()
+    log.delete_entries([40])  # not flushed: still written to the markers file
+    log.close()
+    log = make(tmp_path / "p")
+    assert log.live_count == 54
+    assert log.is_deleted(40) and log.is_deleted(5) and not log.is_deleted(4)
+    assert log.last_id == (60, 0)  # markers do not change last_id
+
+
+def test_markers_dropped_on_truncate_so_offsets_are_reborn_live(tmp_path):
+    log = make(tmp_path / "p")
+    fill(log, 10)
+    log.delete_entries([25, 26, 3])
+    log.truncate_to(20)
+    assert log.live_count == 19
+    fill(log, 3)
+    assert not log.is_deleted(25)
+    log.close()
+    log = make(tmp_path / "p")
+    assert not log.is_deleted(25) and log.is_deleted(3)
+    assert log.live_count == 28
+
+
+# -- log start ------------------------------------------------------------------
+
+def test_advance_log_start_offset(tmp_path):
+    log = make(tmp_path / "p")
+    fill(log, 60)
+    nseg = log.segment_count
+    log.delete_entries([1, 100])
+    base = log.segment_base_at_or_below(100)
+    assert 0 < base <= 100
+    log.advance_log_start_offset(100)
+    assert log.log_start_offset == 100
+    assert log.live_count == 180 - 100 - 1
+    assert log._segs[0].base_offset == base
+    assert log.segment_count < nseg
+    with pytest.raises(Exception):
+        log.read(99)
+    assert log.read(100).count == 79
+    assert log.find_offset(0, 0) == 100
+    log.close()
+    log = make(tmp_path / "p")
+    assert log.log_start_offset == 100 and log.live_count == 79
+    # trim everything: the active segment stays, last_id survives
+    log.advance_log_start_offset(log.log_end_offset)
+    assert log.live_count == 0 and log.read(180).count == 0
+    log.roll()
+    log.advance_log_start_offset(180)
+    log.close()
+    log = make(tmp_path / "p")
+    assert log.last_id == (180, 0) and log.log_start_offset == 180 == log.log_end_offset
+
+
+def test_advance_beyond_high_watermark_is_refused(tmp_path):
+    log = make(tmp_path / "p", hw_follows_end=False)
+    fill(log, 3)
+    log.set_high_watermark(4)
+    assert log.read(0).count == 4
+    with pytest.raises(Exception):
+        log.advance_log_start_offset(5)
+
+
+# -- truncate -----------------------------------------------------------------
+
+def test_truncate_inside_a_batch(tmp_path):
+    log = make(tmp_path / "p")
+    fill(log, 30)
+    want = read_all(log)[:44]
+    log.truncate_to(44)  # 44 = batch 14 (42..44) + 2
+    assert log.log_end_offset == 44 and log.last_id == (44, 0)
+    assert read_all(log) == want
+    log.close()
+    log = make(tmp_path / "p")
+    assert read_all(log) == want
+    log.truncate_to(0)
+    assert log.log_end_offset == 0 and log.read(0).count == 0
+    log.append(entries(1, 1))
+    log.close()
+
+
+# -- retention ----------------------------------------------------------------
+
+def test_retention_by_time_and_bytes(tmp_path):
+    now = [1_000_000]
+    cfg = LogConfig(segment_bytes=2048, index_interval_bytes=256, retention_ms=10_000)
+    log = make(tmp_path / "p", cfg, clock_ms=lambda: now[0])
+    for i in range(40):
+        fill(log, 1)
+        now[0] += 1000
+    segs = log.segments()
+    assert len(segs) >= 4
+    removed = log.apply_retention(now[0])
+    assert removed >= 1
+    assert log.log_start_offset == log.segments()[0].base_offset
+    assert log.segment_count == len(segs) - removed
+    # every remaining sealed segment is younger than retention
+    assert log.apply_retention(now[0]) == 0
+    sealed = log.segment_count - 1
+    assert log.apply_retention(now[0] + 10**9) == sealed
+    assert log.segment_count == 1  # only the active segment is left
+    cfg = LogConfig(segment_bytes=2048, index_interval_bytes=256, retention_bytes=5000)
+    log2 = make(tmp_path / "q", cfg)
+    fill(log2, 200)
+    log2.apply_retention(0)
+    assert log2.size_bytes - log2._segs[0].size < 5000 <= log2.size_bytes or log2.segment_count == 1
+
+
+def test_retention_never_passes_high_watermark(tmp_path):
+    cfg = LogConfig(segment_bytes=2048, index_interval_bytes=256, retention_ms=0)
+    log = make(tmp_path / "p", cfg, hw_follows_end=False)
+    fill(log, 100)
+    log.set_high_watermark(0)
+    assert log.apply_retention(10**15) == 0
+    log.set_high_watermark(log._segs[2].base_offset)
+    assert log.apply_retention(10**15) == 2
+
+
+# -- epochs ---------------------------------------------------------------------
+
+def test_leader_epochs(tmp_path):
+    log = make(tmp_path / "p")
+    assert log.latest_epoch == -1
+    fill(log, 3, epoch=1)   # 0..8
+    fill(log, 2, epoch=3)   # 9..14
+    fill(log, 2, epoch=3)   # 15..20
+    fill(log, 1, epoch=5)   # 21..23
+    assert log.epochs() == [(1, 0), (3, 9), (5, 21)]
+    assert log.end_offset_for_epoch(0) == (-1, -1)
+    assert log.end_offset_for_epoch(1) == (1, 9)
+    assert log.end_offset_for_epoch(2) == (1, 9)
+    assert log.end_offset_for_epoch(3) == (3, 21)
+    assert log.end_offset_for_epoch(4) == (3, 21)
+    assert log.end_offset_for_epoch(5) == (5, 24)
+    assert log.end_offset_for_epoch(9) == (5, 24)
+    log.truncate_to(12)
+    assert log.epochs() == [(1, 0), (3, 9)]
+    log.close()
+    log = make(tmp_path / "p")
+    assert log.epochs() == [(1, 0), (3, 9)] and log.latest_epoch == 3
+    log.advance_log_start_offset(10)
+    assert log.epochs() == [(3, 10)]
+
+
+def test_append_raw_copies_batches(tmp_path):
+    leader = make(tmp_path / "l")
+    fill(leader, 10, epoch=2)
+    follower = make(tmp_path / "f")
+    raw = b"".join(seg.pread(0, seg.size) for seg in leader._segs)
+    assert follower.append_raw(raw) == 0
+    assert read_all(follower) == read_all(leader)
+    assert follower.epochs() == [(2, 0)]
+    bad = bytearray(raw)
+    bad[-1] ^= 1
+    f2 = make(tmp_path / "f2")
+    with pytest.raises(ValueError):
+        f2.append_raw(bytes(bad))
+    assert f2.log_end_offset == 0
+    with pytest.raises(ValueError):
+        follower.append_raw(raw)  # base offsets do not match the end offset
+
+
+# -- disk errors ----------------------------------------------------------------
+
+def test_enospc_on_append_leaves_log_consistent(tmp_path, monkeypatch):
+    log = make(tmp_path / "p")
+    fill(log, 10)
+    log.flush()
+    want = read_all(log)
+    seen = []
+    add_disk_error_listener(lambda what, exc: seen.append(exc.errno))
+    real_pwritev, real_pwrite = os.pwritev, os.pwrite
+
+    def short_then_fail(fd, bufs, pos):
+        # a partial write lands on disk, then the disk is full
+        real_pwrite(fd, bytes(bufs[0])[:10], pos)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "pwritev", short_then_fail)
+    with pytest.raises(StorageError) as info:
+        log.append(entries(1000, 5))
+    assert "ENOSPC" in str(info.value) and info.value.errno == errno.ENOSPC
+    assert seen == [errno.ENOSPC]
+    assert read_all(log) == want
+    assert log.log_end_offset == 30
+    monkeypatch.setattr(os, "pwritev", real_pwritev)
+    log.append(entries(1000, 5))
+    assert log.log_end_offset == 35
+    log.abandon()
+    log = make(tmp_path / "p")
+    assert read_all(log)[:30] == want and log.log_end_offset == 35
+
+
+def test_eio_on_fsync_is_a_storage_error_and_keeps_recovery_point(tmp_path, monkeypatch):
+    log = make(tmp_path / "p")
+    fill(log, 3)
+
+    def eio(fd):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", eio)
+    with pytest.raises(StorageError, match="EIO"):
+        log.flush()
+    assert log.recovery_point == 0
+    monkeypatch.undo()
+    log.flush()
+    assert log.recovery_point == 9

@@ -1,0 +1,208 @@
+"""Crash recovery: torn and corrupt tails, lost indexes, bounded start-up work."""
+
+import logging
+import os
+import random
+import shutil
+
+import pytest
+
+from storage.files import LOG_SUFFIX, RECOVERY_POINT_FILE
+from storage.log import LogConfig, PartitionLog
+from tests.storage.helpers import entries, read_all
+
+CFG = LogConfig(segment_bytes=4096, index_interval_bytes=256)
+
+
+def build(path, batches=12, flush_before_last=True):
+    """A log whose last batch is past the recovery point; returns
+    (model before the last batch, model with it, position of the last batch)."""
+    log = PartitionLog.open(path, CFG)
+    ms = 1
+    for i in range(batches - 1):
+        log.append(entries(ms, 1 + i % 3, b"p%d" % i))
+        ms += 1 + i % 3
+    if flush_before_last:
+        log.flush()
+    before = read_all(log)
+    seg = log._segs[-1]
+    last_pos = seg.size
+    log.append(entries(ms, 4, b"last"))
+    after = read_all(log)
+    log.abandon()  # kill -9: no flush, no clean checkpoint
+    return before, after, last_pos, seg.log_path
+
+
+def recovery_lines(caplog):
+    return [r for r in caplog.records if r.name == "partita.storage" and "recovery cut" in r.getMessage()]
+
+
+def test_unclean_shutdown_with_intact_tail_loses_nothing(tmp_path, caplog):
+    before, after, _, _ = build(tmp_path / "p")
+    log = PartitionLog.open(tmp_path / "p", CFG)
+    assert read_all(log) == after
+    assert recovery_lines(caplog) == []
+
+
+def test_cut_at_every_byte_of_the_last_batch(tmp_path, caplog):
+    src = tmp_path / "src"
+    before, after, last_pos, log_path = build(src)
+    full = os.path.getsize(log_path)
+    rel = os.path.relpath(log_path, src)
+    for cut in range(last_pos, full):
+        caplog.clear()
+        d = tmp_path / f"c{cut}"
+        shutil.copytree(src, d)
+        os.truncate(d / rel, cut)
+        log = PartitionLog.open(d, CFG)
+        assert read_all(log) == before, cut
+        assert log.log_end_offset == before[-1][0] + 1
+        lines = recovery_lines(caplog)
+        if cut == last_pos:
+            assert lines == []
+        else:
+            assert len(lines) == 1, cut
+            assert "torn" in lines[0].getMessage()
+        # the log keeps working after recovery
+        log.append(entries(10**6, 1))
+        log.close()
+        log = PartitionLog.open(d, CFG)
+        assert log.log_end_offset == before[-1][0] + 2
+        log.close()
+        shutil.rmtree(d)
+
+
+def test_random_bit_flips_in_the_tail(tmp_path, caplog):
+    src = tmp_path / "src"
+    before, after, last_pos, log_path = build(src)
+    full = os.path.getsize(log_path)
+    rel = os.path.relpath(log_path, src)
+    rnd = random.Random(1234)
+    for trial in range(60):
+        caplog.clear()
+        d = tmp_path / f"f{trial}"
+        shutil.copytree(src, d)
+        bit = rnd.randrange((full - last_pos) * 8)
+        with open(d / rel, "r+b") as f:
+            f.seek(last_pos + bit // 8)
+            b = f.read(1)[0]
+            f.seek(last_pos + bit // 8)
+            f.write(bytes([b ^ (1 << (bit % 8))]))
+        log = PartitionLog.open(d, CFG)
+        assert read_all(log) == before, bit
+        lines = recovery_lines(caplog)
+        assert len(lines) == 1
+        log.close()
+        shutil.rmtree(d)
+
+
+def test_corruption_in_an_unflushed_middle_segment_cuts_later_segments(tmp_path, caplog):
+    d = tmp_path / "p"
+    log = PartitionLog.open(d, CFG)
+    ms = 1
+    for i in range(100):
+        log.append(entries(ms, 2, b"x" * 40))
+        ms += 2
+    assert log.segment_count >= 4
+    segs = [s.log_path for s in log._segs]
+    second = log._segs[1]
+    keep = read_all(log)
+    keep = [e for e in keep if e[0] < second.base_offset + 2]  # first batch of segment 1 survives
+    # corrupt the second batch of segment 1; nothing was flushed (recovery point 0)
+    h = second.header_at(0)
+    log.abandon()
+    with open(segs[1], "r+b") as f:
+        f.seek(h[1] + 100)
+        f.write(b"\xde\xad")
+    log = PartitionLog.open(d, CFG)
+    assert read_all(log) == keep
+    assert log.segment_count == 2
+    assert not os.path.exists(segs[2])
+    (line,) = recovery_lines(caplog)
+    msg = line.getMessage()
+    assert "CRC mismatch" in msg and f"offset {second.base_offset + 2}" in msg and "later segment" in msg
+
+
+def test_missing_and_corrupt_indexes_are_rebuilt(tmp_path):
+    d = tmp_path / "p"
+    log = PartitionLog.open(d, CFG)
+    ms = 1
+    for i in range(200):
+        log.append(entries(ms, 3, b"y" * 10))
+        ms += 3
+    want = read_all(log)
+    ids = [log.entry_id(o) for o in range(0, 600, 7)]
+    log.close()
+    names = sorted(os.listdir(d))
+    for n in names:
+        if n.endswith(".index") and n < names[-1]:
+            os.unlink(d / n)
+            break
+    idx = [n for n in names if n.endswith(".idindex")]
+    with open(d / idx[2], "r+b") as f:
+        f.write(os.urandom(50))
+    with open(d / idx[3], "ab") as f:
+        f.write(b"junk")
+    log = PartitionLog.open(d, CFG)
+    assert read_all(log) == want
+    for i, o in enumerate(range(0, 600, 7)):
+        assert log.find_offset(*ids[i]) == o
+    log.close()
+
+
+def count_io(monkeypatch):
+    stats = {"bytes": 0, "opens": 0}
+    real_pread, real_open = os.pread, os.open
+
+    def pread(fd, n, pos):
+        data = real_pread(fd, n, pos)
+        stats["bytes"] += len(data)
+        return data
+
+    def open_(path, *a, **kw):
+        stats["opens"] += 1
+        return real_open(path, *a, **kw)
+
+    monkeypatch.setattr(os, "pread", pread)
+    monkeypatch.setattr(os, "open", open_)
+    return stats
+
+
+def test_recovery_reads_only_the_tail(tmp_path, monkeypatch):
+    d = tmp_path / "p"
+    cfg = LogConfig(segment_bytes=64 * 1024, index_interval_bytes=4096)
+    log = PartitionLog.open(d, cfg)
+    ms = 1
+    for i in range(2000):
+        log.append(entries(ms, 10, b"z" * 100))
+        ms += 10
+    log.flush()
+    log.append(entries(ms, 10, b"tail"))
+    total = log.size_bytes
+    nseg = log.segment_count
+    assert nseg > 50
+    log.abandon()
+    stats = count_io(monkeypatch)
+    log = PartitionLog.open(d, cfg)
+    assert log.log_end_offset == 20010
+    assert stats["bytes"] < 2 * 65536, (stats, total)
+    assert stats["opens"] < 20, stats
+    log.close()
+    # clean shutdown: reopening scans nothing past the last index entry
+    stats["bytes"] = stats["opens"] = 0
+    log = PartitionLog.open(d, cfg)
+    assert stats["bytes"] < 3 * 4096 + 65536
+    log.close()
+
+
+def test_lost_recovery_checkpoint_means_full_scan_not_data_loss(tmp_path, caplog):
+    d = tmp_path / "p"
+    log = PartitionLog.open(d, CFG)
+    for i in range(50):
+        log.append(entries(1 + 5 * i, 5))
+    want = read_all(log)
+    log.close()
+    (d / RECOVERY_POINT_FILE).write_bytes(b"garbage")
+    log = PartitionLog.open(d, CFG)
+    assert read_all(log) == want
+    assert recovery_lines(caplog) == []
