@@ -678,6 +678,31 @@ async def xreadgroup(ctx, argv):
 
     keys = list(args.keys)
     deadline = None if args.timeout_ms == 0 else trio.current_time() + args.timeout_ms / 1000
+    token = object()
+    queues = [_blocked_queue(t) for t in targets]
+    for queue in queues:
+        queue.append(token)
+    try:
+        return await _wait_and_serve(ctx, args, targets, keys, deadline, queues, token)
+    finally:
+        for t, queue in zip(targets, queues):
+            queue.remove(token)
+            if not queue:
+                _BLOCKED.pop((id(t.stream), t.group.name), None)
+
+
+# Readers blocked per (stream, group), in arrival order: one signal wakes them
+# all at once, and each waits one scheduler pass per reader ahead of it, so
+# new entries go to the longest-waiting reader first, as in Redis.
+_BLOCKED: dict[tuple[int, bytes], list] = {}
+
+
+def _blocked_queue(t: _Target) -> list:
+    return _BLOCKED.setdefault((id(t.stream), t.group.name), [])
+
+
+async def _wait_and_serve(ctx, args, targets, keys, deadline, queues, token):
+    topics = ctx.server.topics
     while True:
         remaining_s = None
         if deadline is not None:
@@ -686,6 +711,9 @@ async def xreadgroup(ctx, argv):
                 return NULL_ARRAY
         if not await ctx.server.wait_for_keys(keys, remaining_s):
             return NULL_ARRAY
+        ahead = max(queue.index(token) for queue in queues)
+        for _ in range(ahead):
+            await trio.sleep(0)
         for t in targets:
             if topics.get(t.key) is not t.stream:
                 return CommandError("UNBLOCKED", "the stream key no longer exists")
@@ -951,10 +979,8 @@ def xautoclaim(ctx, argv):
             raise syntax_error()
         j += 1
     stream = ctx.server.topics.get(key)
-    if stream is None:
-        return [b"0-0", [], []]
-    store = groups_of(stream)
-    group = store.group(name)
+    store = groups_of(stream) if stream is not None else None
+    group = store.group(name) if store is not None else None
     if group is None:
         raise _nogroup(key, name)
     if count > XAUTOCLAIM_COUNT_ALLOC_MAX:

@@ -1,0 +1,142 @@
+"""Helpers for the consumer-group end-to-end tests: a raw RESP client, and a
+pair of them (Partita + redis-server) that runs the same commands on both."""
+
+from __future__ import annotations
+
+import copy
+import shlex
+import socket
+
+import hiredis
+
+
+class Resp:
+    """One raw connection; ``call`` returns the reply's exact bytes."""
+
+    def __init__(self, port: int, protocol: int = 2, timeout_s: float = 10.0) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
+        self.protocol = protocol
+        if protocol == 3:
+            self.call("HELLO", "3")
+
+    def send(self, *argv) -> None:
+        parts = [a if isinstance(a, bytes) else str(a).encode() for a in argv]
+        self.sock.sendall(b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts))
+
+    def read(self) -> bytes:
+        reader = hiredis.Reader()
+        raw = b""
+        while True:
+            data = self.sock.recv(65536)
+            if not data:
+                raise ConnectionError(f"closed after {raw!r}")
+            raw += data
+            reader.feed(data)
+            if reader.gets() is not False:
+                return raw
+
+    def call(self, *argv) -> bytes:
+        self.send(*argv)
+        return self.read()
+
+    def value(self, *argv):
+        """The reply parsed (errors come back as ``hiredis.ReplyError`` values)."""
+        reader = hiredis.Reader()
+        reader.feed(self.call(*argv))
+        return reader.gets()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def parse(raw: bytes):
+    reader = hiredis.Reader()
+    reader.feed(raw)
+    return reader.gets()
+
+
+class Pair:
+    """The same commands to Partita and to Redis."""
+
+    def __init__(self, partita_port: int, redis_port: int, protocol: int) -> None:
+        self.protocol = protocol
+        self.partita = Resp(partita_port, protocol)
+        self.redis = Resp(redis_port, protocol)
+        self.partita.call("FLUSHALL")
+        self.redis.call("FLUSHALL")
+
+    def both(self, *argv) -> tuple[bytes, bytes]:
+        return self.partita.call(*argv), self.redis.call(*argv)
+
+    def same(self, *argv) -> bytes:
+        mine, theirs = self.both(*argv)
+        assert mine == theirs, f"{argv!r}\n partita: {mine!r}\n redis:   {theirs!r}"
+        return mine
+
+    def similar(self, *argv, idle_paths=(), tolerance_ms: int = 1000):
+        """Same reply once the values at ``idle_paths`` (times in ms) are within tolerance."""
+        raw_mine, raw_theirs = self.both(*argv)
+        mine, theirs = parse(raw_mine), parse(raw_theirs)
+        if isinstance(mine, Exception) or isinstance(theirs, Exception):
+            assert raw_mine == raw_theirs, f"{argv!r}\n partita: {raw_mine!r}\n redis:   {raw_theirs!r}"
+            return mine
+        for path in idle_paths:
+            for a, b in zip(_at(mine, path), _at(theirs, path)):
+                assert abs(a - b) <= tolerance_ms, f"{argv!r} at {path}: {a} vs {b}"
+        original = copy.deepcopy(mine)
+        _blank(mine, idle_paths)
+        _blank(theirs, idle_paths)
+        assert mine == theirs, f"{argv!r}\n partita: {mine!r}\n redis:   {theirs!r}"
+        return original
+
+    def script(self, text: str) -> None:
+        for line in text.strip().splitlines():
+            line = line.strip()
+            if line and not line.startswith("#"):
+                self.same(*[a.encode("latin-1") for a in shlex.split(line)])
+
+    def close(self) -> None:
+        self.partita.close()
+        self.redis.close()
+
+
+def _at(value, path):
+    """Values at ``path``: a tuple of indexes/keys; ``"*"`` means every element."""
+    if not path:
+        return [value]
+    head, rest = path[0], path[1:]
+    if head == "*":
+        out = []
+        for item in value:
+            out.extend(_at(item, rest))
+        return out
+    if isinstance(value, dict):
+        return _at(value[head], rest)
+    if isinstance(value, list) and isinstance(head, bytes):  # RESP2 flat map
+        return _at(value[value.index(head) + 1], rest)
+    return _at(value[head], rest)
+
+
+def _blank(value, paths) -> None:
+    for path in paths:
+        _set(value, path)
+
+
+def _set(value, path) -> None:
+    head, rest = path[0], path[1:]
+    if head == "*":
+        for item in value:
+            if rest:
+                _set(item, rest)
+        if not rest:
+            for i in range(len(value)):
+                value[i] = 0
+        return
+    if isinstance(value, list) and isinstance(head, bytes):
+        idx = value.index(head) + 1
+    else:
+        idx = head
+    if rest:
+        _set(value[idx], rest)
+    else:
+        value[idx] = 0
