@@ -52,7 +52,7 @@ from storage.streams.ids import (
     parse_range_start,
     parse_strict_id,
 )
-from storage.streams.stream import ZERO_ID, StreamError, decode_entry
+from storage.streams.stream import TOO_LARGE, ZERO_ID, StreamError, decode_entry
 
 NO_SUCH_KEY = "no such key"
 
@@ -212,6 +212,9 @@ def xadd(ctx, argv):
         raise wrong_arity("xadd")
     if args.id_given and args.seq_given and args.stream_id == MIN_ID:
         raise err(ZERO_ID)
+    max_entry_bytes = getattr(ctx.server.config, "max_entry_bytes", None)
+    if max_entry_bytes and sum(len(item) for item in argv[field_pos:]) > max_entry_bytes:
+        raise err(TOO_LARGE)
     key = argv[1]
     topics = ctx.server.topics
     if args.no_mkstream:

@@ -368,6 +368,17 @@ class Stream:
             new_start = end
         elif log.live_count == end - start:
             new_start = end - maxlen
+        elif self._deleted_counter() is not None:
+            # The largest start that keeps ``maxlen`` live entries: a bisect
+            # over offsets on marker counts, no entry bytes read.
+            lo, hi = start, end - maxlen
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if self._live_between(mid, end) >= maxlen:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            new_start = lo
         else:
             res = log.read_reverse(start, end, max_count=maxlen, with_ids=True)
             new_start = res.entries[-1][0]
@@ -425,10 +436,15 @@ class Stream:
             return 0
         if log.live_count == log.log_end_offset - log.log_start_offset:
             return end - start  # no deletion markers in the log
-        counter = getattr(log, "live_count_between", None)
+        counter = self._deleted_counter()
         if counter is not None:
-            return counter(start, end)
+            return (end - start) - counter(start, end)
         return log.read(start, end).count
+
+    def _deleted_counter(self):
+        """``count(lo, hi)`` of deletion markers, when the log exposes them."""
+        markers = getattr(self.log, "markers", None)
+        return getattr(markers, "count_in", None)
 
     def _advance_to(self, new_start: int) -> int:
         log = self.log

@@ -226,3 +226,26 @@ def test_setid_below_a_deleted_top_entry_is_refused(make_stream):
         s.set_id(StreamId(4, 0))
     assert info.value.message == SETID_SMALLER_THAN_TOP
     assert s.last_id == (5, 0)
+
+
+def test_exact_maxlen_after_random_deletions_matches_a_model(make_stream):
+    import random
+
+    rng = random.Random(7)
+    s = make_stream(segment_entries=16)
+    model = []
+    for i in range(1, 121):
+        s.add([b"n", b"%d" % i], id_given=StreamId(i, 0))
+        model.append(StreamId(i, 0))
+    for _ in range(8):
+        doomed = rng.sample(model, min(15, len(model) // 2))
+        assert s.delete(doomed) == len(doomed)
+        model = [m for m in model if m not in doomed]
+        keep = rng.randrange(0, len(model))
+        assert s.trim_maxlen(keep) == len(model) - keep
+        model = model[len(model) - keep:]
+        assert ids_of(s.range(MIN_ID, MAX_ID)) == model and s.length == len(model)
+        for _ in range(30):  # refill
+            nxt = StreamId(s.last_id.ms + 1, 0)
+            s.add([b"n", b"x"], id_given=nxt)
+            model.append(nxt)
