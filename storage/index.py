@@ -80,6 +80,8 @@ class SegmentIndex:
         self._off: bytearray | None = None  # in-memory entries (active segment)
         self._ids: bytearray | None = None
         self._persisted = 0  # entries already in the files (memory mode)
+        self.write_seq = 0  # bumps on every write to the files
+        self.synced_seq = 0  # write_seq covered by the last completed fsync
 
     # -- state ---------------------------------------------------------------
 
@@ -151,6 +153,7 @@ class SegmentIndex:
         self.offset_file_bytes = n * OFFSET_ENTRY_BYTES
         self.id_file_bytes = n * ID_ENTRY_BYTES
         self._persisted = n
+        self.write_seq += 1
         return True
 
     def _write_tail(self, path: str, buf: bytearray, start: int) -> None:

@@ -709,10 +709,14 @@ class PartitionLog:
         target = self.log_end_offset
         fds: list[int] = []
         try:
-            if target > self.recovery_point or self._segs[-1].index.persist():
-                for seg in self._segs[self._segment_for(self.recovery_point):]:
-                    seg.persist_index()
-                    fds.extend(seg.dup_fds())
+            index_seen = []
+            for seg in self._segs[self._segment_for(self.recovery_point):]:
+                seg.persist_index()
+                with_index = seg.index.write_seq != seg.index.synced_seq
+                if with_index or seg.end_offset > self.recovery_point:
+                    fds.extend(seg.dup_fds(with_index))
+                if with_index:
+                    index_seen.append((seg.index, seg.index.write_seq))
             markers_seen = dict(self._markers_dirty)
             for base in markers_seen:
                 fd = self.markers.dup_fd(base)
@@ -735,7 +739,9 @@ class PartitionLog:
                 or self._segment_for(target) != self._segment_for(self._persisted_rp)):
             checkpoint = encode_rows([(target,)])
             self._rp_checkpoint_ms = now
-        return FlushTicket(self, fds, target, self._generation, checkpoint, markers_seen, dir_seq)
+        ticket = FlushTicket(self, fds, target, self._generation, checkpoint, markers_seen, dir_seq)
+        ticket._index_seen = index_seen
+        return ticket
 
     def end_flush(self, ticket: FlushTicket) -> None:
         """Main thread: advance the recovery point after a successful ``run()``."""
@@ -748,6 +754,8 @@ class PartitionLog:
                 if self._markers_dirty.get(base) == seq:
                     del self._markers_dirty[base]
             self._dir_synced_seq = max(self._dir_synced_seq, ticket._dir_seq)
+            for index, seq in ticket._index_seen:
+                index.synced_seq = max(index.synced_seq, seq)
 
     def flush(self) -> None:
         """fsync everything appended so far; advance ``recovery_point``."""

@@ -542,11 +542,13 @@ class Segment:
             except OSError as exc:
                 raise_storage_error(f"delete {path}", exc)
 
-    def dup_fds(self) -> list[int]:
+    def dup_fds(self, with_index: bool = True) -> list[int]:
         """``os.dup`` copies of this segment's descriptors for a flush worker."""
         out = []
-        for path, create in ((self.log_path, False), (self.index.offset_path, True),
-                             (self.index.id_path, True)):
+        paths = [(self.log_path, False)]
+        if with_index:
+            paths += [(self.index.offset_path, True), (self.index.id_path, True)]
+        for path, create in paths:
             fd = self.cache.get(path, create=create)
             try:
                 out.append(os.dup(fd))
