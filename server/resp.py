@@ -22,12 +22,18 @@ Two parsers, one behaviour:
   anything is buffered for it, and it stays in charge until the stream is
   back at a command boundary.
 
+hiredis allocates a list as soon as it reads an array header, so a receive
+holding ``*`` followed by six digits (a count of 100000 or more, or a bulk
+that happens to contain such bytes) goes to the exact parser instead.
+
 The one known leniency of the fast path: hiredis accepts a simple string
 element (``*1\\r\\n+PING\\r\\n``) where Redis wants ``$``. Such input is
 executed rather than refused; it cannot grow memory.
 """
 
 from __future__ import annotations
+
+import re
 
 import hiredis
 
@@ -43,6 +49,7 @@ UNAUTH_BULK_MAX_BYTES = 16384
 ARG_OVERHEAD_BYTES = 48
 
 _LIST = list
+_BIG_ARRAY = re.compile(rb"\*[0-9]{6}").search
 _BYTES = bytes
 
 
@@ -119,6 +126,12 @@ class RequestParser:
             self._buf += data
         elif not self._chunks and data[0] != 42:  # not '*' at a boundary: inline
             self._slow = True
+            self._buf += data
+        elif _BIG_ARRAY(data) is not None:
+            # hiredis allocates an array as soon as it reads ``*<count>``
+            # (PyList_New(count)): a declared count of 100000 or more is
+            # left to the exact parser, which allocates per element received.
+            self._to_slow()
             self._buf += data
         else:
             self._reader.feed(data)

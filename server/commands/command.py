@@ -201,7 +201,7 @@ def command_list(ctx, argv):
     raise syntax_error()
 
 
-@command("command|getkeys", arity=-3, flags="loading stale", group="server", since="2.8.13",
+@command("command|getkeys", arity=-4, flags="loading stale", group="server", since="2.8.13",
          acl_categories=_ACL, summary="Extracts the key names from an arbitrary command.",
          syntax="COMMAND GETKEYS command [arg [arg ...]]")
 def command_getkeys(ctx, argv):

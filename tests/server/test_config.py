@@ -50,7 +50,7 @@ def test_file_with_comments_quotes_and_overrides(tmp_path: Path):
         ("nosuch 1", "Bad directive or wrong number of arguments"),
         ("port", "Bad directive or wrong number of arguments"),
         ("port abc", "argument couldn't be parsed into an integer"),
-        ("fsync sometimes", "argument(s) must be one of the following: always, everysec, no"),
+        ("fsync sometimes", "argument(s) must be one of the following: everysec, always, no"),
         ("maxclients 0", "argument must be between 1 and 4294967295 inclusive"),
         ('requirepass "open', "Unbalanced quotes in configuration line"),
     ],

@@ -268,3 +268,22 @@ def test_encoded_replies_decode_back_with_hiredis(value):
     r2 = hiredis.Reader()
     r2.feed(encode(value, 2))
     assert r2.gets() == _flat(value)
+
+
+def test_huge_declared_array_is_not_preallocated():
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        parser = RequestParser()
+        parser.feed(b"*2147483647\r\n$1\r\na\r\n")
+        assert parser.get_command() is None
+        current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000
+
+
+def test_big_array_count_still_parses():
+    argv = [b"x"] * 100001
+    assert parse_all(encode_command(argv)) == [argv]

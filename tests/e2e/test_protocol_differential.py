@@ -1,0 +1,162 @@
+"""Partita and redis-server 7.0 get the same bytes and must answer the same bytes.
+
+Protocol errors (reply, then close) and the errors of the server/connection
+commands. The reference is a real redis-server started by the
+``redis_server`` fixture (skipped with a reason when it is not installed).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import RawConn, same_reply
+
+PROTOCOL_GARBAGE = [
+    b"*abc\r\n",
+    b"*2147483648\r\n",
+    b"*1\r\n$abc\r\n",
+    b"*1\r\n$-1\r\n",
+    b"*1\r\n$4294967296\r\n",
+    b"*1\r\n$536870913\r\n",
+    b"*1\r\nx\r\n",
+    b"*2\r\n$4\r\nECHO\r\n:5\r\n",
+    b"*1\r\n*1\r\n$4\r\nPING\r\n",
+    b'SET "a b\r\n',
+    b"ECHO 'x\r\n",
+    b'ECHO "a"b\r\n',
+    b"PING\r\n*1\r\nx\r\n",
+    b"*1\r\n$4\r\nPING\r\n*1\r\n$4294967296\r\n",
+    b"*0\r\n*-1\r\nPING\r\n",
+    b"A" * 70000,
+    b"*1\r\n$" + b"1" * 70000,
+]
+
+
+@pytest.mark.parametrize("payload", PROTOCOL_GARBAGE, ids=lambda p: repr(p[:30]))
+def test_protocol_errors_match_redis(partita_shared, redis_server, payload):
+    same_reply(partita_shared, redis_server, payload, quiet_s=0.2)
+
+
+COMMAND_ERRORS = [
+    b"foo\r\n",
+    b"foo a b 'c d'\r\n",
+    b"PING a b\r\n",
+    b"ECHO\r\n",
+    b"ECHO a b\r\n",
+    b"SELECT x\r\n",
+    b"SELECT 0 1\r\n",
+    b"AUTH x\r\n",
+    b"AUTH a b\r\n",
+    b"AUTH a b c\r\n",
+    b"HELLO 4\r\n",
+    b"HELLO 1\r\n",
+    b"HELLO x\r\n",
+    b"HELLO 3 foo\r\n",
+    b"HELLO 3 auth x\r\n",
+    b"HELLO 3 setname \"a b\"\r\n",
+    b"EXEC\r\n",
+    b"DISCARD\r\n",
+    b"MULTI x\r\n",
+    b"WATCH\r\n",
+    b"TIME x\r\n",
+    b"QUIT x y\r\n",
+    b"CLIENT\r\n",
+    b"CLIENT foo\r\n",
+    b"CLIENT ID x\r\n",
+    b"CLIENT SETNAME \"a b\"\r\n",
+    b"CLIENT SETNAME\r\n",
+    b"CLIENT GETNAME x\r\n",
+    b"CLIENT KILL\r\n",
+    b"CLIENT KILL 1.2.3.4:5\r\n",
+    b"CLIENT KILL id abc\r\n",
+    b"CLIENT KILL id 0\r\n",
+    b"CLIENT KILL id 999999\r\n",
+    b"CLIENT KILL foo bar\r\n",
+    b"CLIENT KILL addr\r\n",
+    b"CLIENT KILL skipme maybe\r\n",
+    b"CLIENT LIST type foo\r\n",
+    b"CLIENT LIST id abc\r\n",
+    b"CLIENT NO-EVICT maybe\r\n",
+    b"CLIENT INFO x\r\n",
+    b"CONFIG\r\n",
+    b"CONFIG foo\r\n",
+    b"CONFIG GET\r\n",
+    b"CONFIG SET foo bar\r\n",
+    b"CONFIG SET maxclients\r\n",
+    b"CONFIG SET maxclients abc\r\n",
+    b"CONFIG SET maxclients -5\r\n",
+    b"CONFIG SET maxclients 10 maxclients 11\r\n",
+    b"CONFIG SET loglevel foo\r\n",
+    b"CONFIG SET appendfsync foo\r\n",
+    b"CONFIG SET proto-max-bulk-len 12q\r\n",
+    b"CONFIG SET daemonize yes\r\n",
+    b"CONFIG SET dir /tmp\r\n",
+    b"CONFIG SET maxclients 10 foo 1\r\n",
+    b"CONFIG RESETSTAT x\r\n",
+    b"CONFIG GET nosuchname\r\n",
+    b"CONFIG GET maxclients\r\n",
+    b"CONFIG GET proto-max-bulk-len\r\n",
+    b"CONFIG GET client-query-buffer-limit\r\n",
+    b"CONFIG GET stream-node-max-entries\r\n",
+    b"COMMAND foo\r\n",
+    b"COMMAND COUNT x\r\n",
+    b"COMMAND GETKEYS\r\n",
+    b"COMMAND GETKEYS ping\r\n",
+    b"COMMAND GETKEYS foo a\r\n",
+    b"COMMAND GETKEYS ping x\r\n",
+    b"COMMAND GETKEYS watch a b\r\n",
+    b"COMMAND LIST foo\r\n",
+    b"COMMAND LIST filterby foo bar\r\n",
+    b"COMMAND LIST filterby aclcat nosuch\r\n",
+    b"COMMAND INFO nosuch\r\n",
+    b"COMMAND DOCS nosuch\r\n",
+    b"SHUTDOWN foo\r\n",
+    b"SHUTDOWN ABORT\r\n",
+    b"SHUTDOWN NOSAVE SAVE\r\n",
+    b"INFO nosuchsection\r\n",
+]
+
+
+@pytest.mark.parametrize("payload", COMMAND_ERRORS, ids=lambda p: p.decode("latin-1").strip())
+def test_command_errors_match_redis(partita_shared, redis_server, payload):
+    with RawConn(partita_shared.port) as ours, RawConn(redis_server.port) as theirs:
+        assert ours.request(payload) == theirs.request(payload)
+
+
+TRANSACTIONS = [
+    [b"MULTI\r\n", b"MULTI\r\n", b"DISCARD\r\n"],
+    [b"MULTI\r\n", b"WATCH k\r\n", b"DISCARD\r\n"],
+    [b"MULTI\r\n", b"ECHO\r\n", b"PING\r\n", b"EXEC\r\n"],
+    [b"MULTI\r\n", b"nosuch\r\n", b"EXEC\r\n"],
+    [b"MULTI\r\n", b"ECHO a\r\n", b"PING\r\n", b"EXEC\r\n"],
+    [b"MULTI\r\n", b"SHUTDOWN\r\n", b"EXEC\r\n"],
+    [b"MULTI\r\n", b"SELECT 0\r\n", b"EXEC\r\n"],
+    [b"WATCH a b\r\n", b"UNWATCH\r\n", b"MULTI\r\n", b"EXEC\r\n"],
+    [b"MULTI\r\n", b"RESET\r\n", b"EXEC\r\n"],
+]
+
+
+@pytest.mark.parametrize("steps", TRANSACTIONS, ids=lambda s: " ".join(x.decode().strip() for x in s))
+def test_transactions_match_redis(partita_shared, redis_server, steps):
+    with RawConn(partita_shared.port) as ours, RawConn(redis_server.port) as theirs:
+        for step in steps:
+            assert ours.request(step) == theirs.request(step), step
+
+
+@pytest.mark.parametrize("protocol", [b"2", b"3"])
+def test_hello_reply_shape_matches_redis(partita_shared, redis_server, protocol):
+    with RawConn(partita_shared.port) as ours, RawConn(redis_server.port) as theirs:
+        a = ours.request(b"HELLO " + protocol + b"\r\n")
+        b = theirs.request(b"HELLO " + protocol + b"\r\n")
+        # Only the client id differs.
+        assert a.split(b"id\r\n")[0] == b.split(b"id\r\n")[0]
+        assert a.split(b"mode")[1] == b.split(b"mode")[1]
+        for payload in (b"PING\r\n", b"ECHO x\r\n", b"CONFIG GET maxclients\r\n", b"CLIENT GETNAME\r\n",
+                        b"SELECT 0\r\n", b"CLIENT NO-EVICT on\r\n"):
+            assert ours.request(payload) == theirs.request(payload), payload
+
+
+def test_pipelined_mixed_inline_and_multibulk_match_redis(partita_shared, redis_server):
+    payload = b"PING\r\n*2\r\n$4\r\nECHO\r\n$2\r\nhi\r\nECHO \"a\\x41\"\r\n\r\n*1\r\n$4\r\nPING\r\n"
+    with RawConn(partita_shared.port) as ours, RawConn(redis_server.port) as theirs:
+        assert ours.request(payload, replies=4) == theirs.request(payload, replies=4)
