@@ -210,7 +210,7 @@ def _dead_letter(ctx, key: bytes, store: GroupStore, group: ConsumerGroup,
 
 container(
     "xgroup", group="stream", since="5.0.0",
-    summary="A container for consumer groups commands.",
+    summary="A container for consumer groups commands",
     acl_categories=("slow",),
 )
 
