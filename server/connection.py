@@ -94,7 +94,15 @@ class Connection:
         recv = sock.recv
         while not self.stopping:
             self.idle = True
-            await wait_readable(sock)
+            idle_timeout_s = config.timeout
+            if idle_timeout_s:
+                with trio.move_on_after(idle_timeout_s) as idle_scope:
+                    await wait_readable(sock)
+                if idle_scope.cancelled_caught:
+                    log.info("closing idle client %d (timeout %ds)", client.id, idle_timeout_s)
+                    return
+            else:
+                await wait_readable(sock)
             try:
                 data = recv(RECV_BYTES)
             except (BlockingIOError, InterruptedError):

@@ -188,24 +188,21 @@ class RequestParser:
                     return argv
 
     def _to_slow(self) -> None:
-        """Hand everything hiredis holds to the exact parser.
+        """Hand what hiredis holds to the exact parser.
 
-        The commands hiredis already returned are parsed again and dropped,
-        so the exact parser resumes at the same place in the stream.
+        The commands hiredis already returned are skipped by their canonical
+        size (the only encoding Redis accepts), so the exact parser resumes
+        where hiredis stood at its last command boundary.
         """
         data = b"".join(self._chunks)
-        skip = self._emitted
+        skip = min(self._consumed, len(data))
         self._reader = hiredis.Reader()
         self._chunks = []
         self._emitted = 0
         self._fed = self._consumed = 0
         self._slow = True
-        self._buf = bytearray(data) + self._buf
+        self._buf = bytearray(memoryview(data)[skip:]) + self._buf
         self._pos = 0
-        while skip:
-            argv = self._parse_one()
-            assert argv is not None, "hiredis returned a command the exact parser cannot find"
-            skip -= 1
 
     def _get_slow(self) -> list[bytes] | None:
         while True:

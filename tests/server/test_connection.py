@@ -275,3 +275,16 @@ async def test_failed_flush_is_never_acknowledged():
     seq = durability.note_write(BadLog(), "always")
     with pytest.raises(DurabilityError):
         await durability.wait_for_flush(seq)
+
+
+async def test_idle_timeout_closes_quiet_clients(autojump_clock):
+    h = Harness(timeout=30)
+    async with trio.open_nursery() as nursery:
+        sock, _ = h.connect(nursery)
+        await sock.send(b"PING\r\n")
+        assert await read_exactly(sock, 7) == b"+PONG\r\n"
+        await trio.sleep(29)
+        await sock.send(b"PING\r\n")
+        assert await read_exactly(sock, 7) == b"+PONG\r\n"
+        assert await read_exactly(sock, 100) == b""  # closed after 30 s idle
+        assert trio.current_time() >= 59
