@@ -781,7 +781,8 @@ class PartitionLog:
 
     def abandon(self) -> None:
         """Drop descriptors without flushing (tests simulate a crash with this)."""
-        self._closed = True
+        with self._rp_lock:  # a flush worker must not write a checkpoint after this
+            self._closed = True
         self.cache.close_under(str(self.directory))
 
     def delete(self) -> None:

@@ -57,6 +57,7 @@ H_FIRST_MS, H_FIRST_SEQ, H_LAST_MS, H_LAST_SEQ, H_MAX_TS = range(8, 13)
 
 _HEAD16 = struct.Struct("<QII")
 _TAIL56 = struct.Struct("<HHIIIQQQQQ")
+_ONE = struct.Struct("<HHIIIQQQQQQQI")  # tail + one ID + one end
 
 
 def encode_batch(
@@ -72,6 +73,11 @@ def encode_batch(
     """
     n = len(entries)
     assert 0 < n <= U32_MAX
+    if n == 1:  # the common XADD case: one pack, one concatenation
+        ms, seq, enc = entries[0]
+        body = _ONE.pack(FORMAT_VERSION, 0, leader_epoch, 1, 0, ms, seq, ms, seq,
+                         timestamp_ms, ms, seq, len(enc)) + enc
+        return _HEAD16.pack(base_offset, CRC_START + len(body), crc32c(body)), body
     ids = array("Q")
     encs = []
     for ms, seq, enc in entries:
