@@ -565,10 +565,9 @@ def _serve_new(ctx, target: _Target, consumer: bytes, count: int, noack: bool, n
     stream, group, store = target.stream, target.group, target.store
     if not stream.length:
         return None
-    top = stream.last_live_id()
-    if top is None or tuple(top) <= group.last_id:
-        return None
     log = stream.log
+    if tuple(log.last_id) <= group.last_id:  # cheap: no entry after last_id at all
+        return None
     start = max(log.find_offset(group.last_id[0], group.last_id[1], inclusive=False), log.log_start_offset)
     res = log.read(start, log.log_end_offset, max_count=count or None, with_ids=True)
     if not res.count:
