@@ -1,19 +1,29 @@
 """The topic registry: the ONE place where a key becomes topic + partition.
 
-Owns: which topics exist, how many partitions each has, their per-topic
-metadata blob (stored through ``LogManager.write_topic_meta``), and the
-``Stream`` object of each opened partition.
+Owns: which topics exist, how many partitions each has, each topic's
+configuration (overrides of the server-wide defaults, persisted in its
+metadata blob through ``LogManager.write_topic_meta``), the ``Stream`` of
+each opened partition, the producer partitioner's choice for ``XADD
+<topic>``, background retention over every partition, the per-topic fsync
+policy the durability layer asks for, and topic traffic counters.
 
 Key grammar: ``<topic>`` names a whole topic; ``<topic>#<n>`` (n decimal, no
 leading zeros) names partition n. ``#<digits>`` at the end of a key is
 reserved for this and parsed only in ``split_partition_key``.
 
-For now every topic has exactly one partition, so ``<topic>`` and
-``<topic>#0`` are the same stream and behave exactly like a Redis stream.
-Multi-partition topics (``default-partitions`` > 1, the partitioner) hook in
-at ``_partitions_for_new_topic`` and ``_stream_for``.
+A 1-partition topic is a Redis stream: ``<topic>`` and ``<topic>#0`` are the
+same stream. For a topic with more partitions ``get(<topic>)`` refuses (with
+a message naming the partition keys); the commands that have a topic-wide
+meaning ask ``is_multi`` / ``expand`` / ``append_target`` instead (see
+docs/topics.md).
 
-Topic metadata blob (JSON): ``{"version": 1, "partitions": n, "config": {...}}``.
+Topic metadata blob (JSON)::
+
+    {"version": 1, "partitions": n, "config": {"retention-ms": 60000, ...}}
+
+``config`` holds only the names set by TOPIC CREATE/ALTER; every other name
+follows the server's config (CONFIG SET of a default reaches every topic
+that does not override it at the next maintenance pass).
 
 Must not know: sockets, RESP, the server's errors and replies. Refusals are
 ``TopicError`` with a Redis-style message (no ``ERR`` code).
@@ -22,19 +32,29 @@ Must not know: sockets, RESP, the server's errors and replies. Refusals are
 from __future__ import annotations
 
 import json
+import logging
+import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
+from cluster.partitioner import Partitioner
 from storage.streams.stream import META_FILE_NAME, Stream
 
 if TYPE_CHECKING:
     from storage.log import LogConfig
     from storage.log_manager import LogManager
 
+log = logging.getLogger("partita.topics")
+
 _PARTITION_SUFFIX = re.compile(rb"#([0-9]+)\Z")
 
 META_VERSION = 1
+MAX_PARTITIONS = 1024
+SEGMENT_BYTES_MAX = 2**31  # segment positions are u32 (storage.log.LogConfig)
+I64 = 2**63 - 1
+FSYNC_POLICIES = ("always", "everysec", "no")
 
 
 class TopicError(Exception):
@@ -43,6 +63,10 @@ class TopicError(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+def _text(key: bytes) -> str:
+    return key.decode("utf-8", "replace")
 
 
 def split_partition_key(key: bytes) -> tuple[bytes, int | None]:
@@ -58,20 +82,147 @@ def split_partition_key(key: bytes) -> tuple[bytes, int | None]:
     topic = key[: match.start()]
     if (len(digits) > 1 and digits[:1] == b"0") or len(digits) > 9 or not topic:
         raise TopicError(
-            f"invalid partition key '{key.decode('utf-8', 'replace')}': "
+            f"invalid partition key '{_text(key)}': "
             "'#<digits>' at the end of a key is reserved for '<topic>#<partition>'"
         )
     return topic, int(digits)
 
 
-def log_config_from(config: Any) -> LogConfig:
-    """The storage defaults from the server config (missing names keep LogConfig's)."""
+def partition_key(topic: bytes, partition: int) -> bytes:
+    return b"%s#%d" % (topic, partition)
+
+
+# ------------------------------------------------------------ topic config
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1024, "m": 1000**2, "mb": 1024**2,
+               "g": 1000**3, "gb": 1024**3}
+_SIZE_RE = re.compile(r"^(-?\d+)([a-z]*)$")
+
+
+@dataclass(frozen=True)
+class TopicOption:
+    """One per-topic config name; its server-wide default has the same name."""
+
+    name: str
+    kind: str  # int | size | enum | string
+    default: Any  # used when the server config has no such name
+    minimum: int | None = None
+    maximum: int | None = None
+    choices: tuple[str, ...] = ()
+    doc: str = ""
+
+    @property
+    def attr(self) -> str:
+        return self.name.replace("-", "_")
+
+    def parse(self, raw: bytes | str) -> Any:
+        """The value of ``raw``, or TopicError naming the option."""
+        text = raw.decode("utf-8", "replace") if isinstance(raw, (bytes, bytearray)) else str(raw)
+        if self.kind == "string":
+            return text
+        if self.kind == "enum":
+            if text.lower() not in self.choices:
+                raise TopicError(f"invalid value '{text}' for topic config '{self.name}': "
+                                 f"must be one of {', '.join(self.choices)}")
+            return text.lower()
+        m = _SIZE_RE.match(text.strip().lower())
+        units = _SIZE_UNITS if self.kind == "size" else {"": 1}
+        if not m or m.group(2) not in units:
+            what = "a size (e.g. 1048576, 64kb, 1mb)" if self.kind == "size" else "an integer"
+            raise TopicError(f"invalid value '{text}' for topic config '{self.name}': must be {what}")
+        value = int(m.group(1)) * units[m.group(2)]
+        if (self.minimum is not None and value < self.minimum) or (
+                self.maximum is not None and value > self.maximum):
+            raise TopicError(f"invalid value '{text}' for topic config '{self.name}': "
+                             f"must be between {self.minimum} and {self.maximum}")
+        return value
+
+
+TOPIC_OPTIONS: tuple[TopicOption, ...] = (
+    TopicOption("retention-ms", "int", -1, -1, I64,
+                doc="delete whole segments whose newest entry is older than this (-1: keep)"),
+    TopicOption("retention-bytes", "size", -1, -1, I64,
+                doc="delete the oldest segments while a partition stays above this size (-1: no limit)"),
+    TopicOption("segment-bytes", "size", 128 * 1024**2, 1024, SEGMENT_BYTES_MAX,
+                doc="roll a partition's active segment at this size"),
+    TopicOption("segment-ms", "int", 7 * 24 * 3600 * 1000, 1, I64,
+                doc="roll a partition's active segment at this age"),
+    TopicOption("fsync", "enum", "everysec", choices=FSYNC_POLICIES,
+                doc="when an XADD to this topic is durable before its reply"),
+    TopicOption("partition-key-field", "string", "",
+                doc="XADD <topic> hashes this field's value to pick the partition (empty: round-robin)"),
+    TopicOption("max-entry-bytes", "size", 1024**2, 1, I64,
+                doc="largest entry (field and value bytes) XADD accepts"),
+)
+TOPIC_OPTIONS_BY_NAME = {o.name: o for o in TOPIC_OPTIONS}
+
+
+def log_config_from(config: Any, overrides: dict[str, Any] | None = None) -> LogConfig:
+    """The storage settings from the server config plus a topic's overrides."""
     from storage.log import LogConfig
 
+    overrides = overrides or {}
     names = ("segment_bytes", "segment_ms", "retention_ms", "retention_bytes",
              "index_interval_bytes", "max_batch_bytes")
     values = {n: getattr(config, n) for n in names if getattr(config, n, None) is not None}
+    for name in ("segment-bytes", "segment-ms", "retention-ms", "retention-bytes"):
+        if name in overrides:
+            values[name.replace("-", "_")] = overrides[name]
+    if "segment_bytes" in values:
+        values["segment_bytes"] = min(int(values["segment_bytes"]), SEGMENT_BYTES_MAX)
     return LogConfig(**values)
+
+
+@dataclass
+class TopicMeta:
+    partitions: int
+    config: dict[str, Any]
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"version": META_VERSION, "partitions": self.partitions,
+                           "config": self.config}, sort_keys=True).encode()
+
+    @classmethod
+    def from_bytes(cls, blob: bytes | None) -> TopicMeta:
+        if not blob:
+            return cls(1, {})
+        obj = json.loads(blob)
+        config = {k: v for k, v in (obj.get("config") or {}).items() if k in TOPIC_OPTIONS_BY_NAME}
+        return cls(int(obj.get("partitions", 1)), config)
+
+
+@dataclass(frozen=True)
+class RetentionAction:
+    """One segment deleted by retention (for the log and INFO)."""
+
+    topic: bytes
+    partition: int
+    base_offset: int
+    end_offset: int
+    size_bytes: int
+
+
+class TopicStats:
+    """Totals and per-second rates of entries written and read (INFO topics)."""
+
+    def __init__(self) -> None:
+        self.entries_in = 0
+        self.entries_out = 0
+        self.retention_segments_deleted = 0
+        self.retention_bytes_deleted = 0
+        self.in_per_sec = 0.0
+        self.out_per_sec = 0.0
+        self._last: tuple[float, int, int] | None = None
+
+    def sample(self, now_s: float) -> None:
+        """Called about once a second: the rates since the previous sample."""
+        if self._last is not None:
+            t0, in0, out0 = self._last
+            dt = now_s - t0
+            if dt > 0:
+                self.in_per_sec = (self.entries_in - in0) / dt
+                self.out_per_sec = (self.entries_out - out0) / dt
+        self._last = (now_s, self.entries_in, self.entries_out)
 
 
 class TopicRegistry:
@@ -83,10 +234,15 @@ class TopicRegistry:
     def __init__(self, log_manager: LogManager, config: Any = None) -> None:
         self.log_manager = log_manager
         self.config = config
-        self._partitions: dict[bytes, int] = {}
+        self._meta: dict[bytes, TopicMeta] = {}
         self._streams: dict[tuple[bytes, int], Stream] = {}
+        self.partitioner = Partitioner()
+        self.stats = TopicStats()
+        self._fsync_by_dir: dict[str, str] = {}  # topic dir -> fsync override
+        self.coordinators: dict[tuple[bytes, bytes], Any] = {}  # (topic, group) -> membership
         for topic in log_manager.topics():
-            self._partitions[topic] = self._read_partition_count(topic)
+            self._meta[topic] = TopicMeta.from_bytes(log_manager.read_topic_meta(topic))
+            self._remember_fsync(topic)
 
     @classmethod
     def open(cls, data_dir: Path, config: Any = None) -> TopicRegistry:
@@ -98,42 +254,113 @@ class TopicRegistry:
         return cls(manager, config)
 
     def close(self) -> None:
+        for stream in self._streams.values():
+            store = stream.__dict__.get("group_store")
+            if store is not None:
+                store.close()
         self._streams.clear()
         self.log_manager.close()
 
+    # ---------------------------------------------------------------- config
+
+    def config_value(self, topic: bytes, name: str) -> Any:
+        """The effective value of topic config ``name``: override, else server default."""
+        meta = self._meta.get(topic)
+        if meta is not None and name in meta.config:
+            return meta.config[name]
+        option = TOPIC_OPTIONS_BY_NAME[name]
+        value = getattr(self.config, option.attr, None)
+        return option.default if value is None else value
+
+    def topic_config(self, topic: bytes) -> dict[str, tuple[Any, bool]]:
+        """name -> (effective value, overridden by the topic?) for every topic option."""
+        meta = self._meta[topic]
+        return {o.name: (self.config_value(topic, o.name), o.name in meta.config) for o in TOPIC_OPTIONS}
+
+    def log_config_for(self, topic: bytes) -> LogConfig:
+        return log_config_from(self.config, self._meta[topic].config)
+
+    @staticmethod
+    def parse_config(pairs: Sequence[tuple[bytes, bytes]]) -> dict[str, Any]:
+        """Validate ``[(name, value) ...]``; raises TopicError on a bad name or value."""
+        out: dict[str, Any] = {}
+        for raw_name, raw_value in pairs:
+            name = raw_name.decode("utf-8", "replace").lower()
+            option = TOPIC_OPTIONS_BY_NAME.get(name)
+            if option is None:
+                raise TopicError(f"unknown topic config '{_text(raw_name)}' (known: "
+                                 f"{', '.join(o.name for o in TOPIC_OPTIONS)})")
+            out[name] = option.parse(raw_value)
+        return out
+
+    def _remember_fsync(self, topic: bytes) -> None:
+        d = str(self.log_manager.topic_dir(topic))
+        policy = self._meta[topic].config.get("fsync")
+        if policy:
+            self._fsync_by_dir[d] = policy
+        else:
+            self._fsync_by_dir.pop(d, None)
+
+    def fsync_policy_of(self, obj: Any) -> str | None:
+        """The fsync override of the topic a partition log or group store belongs to.
+
+        Both live in ``<topic dir>/partition-<n>/``; None when the topic
+        follows the server's ``fsync`` (the common case costs one dict check).
+        """
+        if not self._fsync_by_dir:
+            return None
+        directory = getattr(obj, "directory", None)
+        if directory is None:
+            return None
+        return self._fsync_by_dir.get(os.path.dirname(str(directory)))
+
+    def refresh_log_configs(self) -> None:
+        """Give every open partition log its topic's current settings (after a
+        CONFIG SET of a default or TOPIC ALTER ... CONFIG)."""
+        cache: dict[bytes, LogConfig] = {}
+        for (topic, n), stream in self._streams.items():
+            cfg = cache.get(topic)
+            if cfg is None:
+                cfg = cache[topic] = self.log_config_for(topic)
+            if stream.log.config != cfg:
+                stream.log.config = cfg
+
+    def max_entry_bytes(self, topic: bytes) -> int:
+        return int(self.config_value(topic, "max-entry-bytes"))
+
     # ---------------------------------------------------------------- lookup
 
-    def _read_partition_count(self, topic: bytes) -> int:
-        blob = self.log_manager.read_topic_meta(topic)
-        if not blob:
-            return 1
-        return int(json.loads(blob).get("partitions", 1))
-
     def _partitions_for_new_topic(self) -> int:
-        # Hook for the next issue: int(self.config.default_partitions).
-        return 1
+        value = getattr(self.config, "default_partitions", 1)
+        return int(value) if value else 1
 
     def _resolve(self, key: bytes) -> tuple[bytes, int | None]:
         topic, partition = split_partition_key(key)
-        count = self._partitions.get(topic)
-        if count is not None and partition is not None and partition >= count:
+        meta = self._meta.get(topic)
+        if meta is not None and partition is not None and partition >= meta.partitions:
             raise TopicError(
                 f"partition {partition} out of range: topic "
-                f"'{topic.decode('utf-8', 'replace')}' has {count} partition(s)"
+                f"'{_text(topic)}' has {meta.partitions} partition(s)"
             )
         return topic, partition
 
     def _stream_for(self, topic: bytes, partition: int | None) -> Stream:
-        count = self._partitions[topic]
+        count = self._meta[topic].partitions
         if partition is None:
             if count != 1:
-                raise TopicError("multi-partition topics are not supported yet")
+                raise TopicError(
+                    f"'{_text(topic)}' is a topic of {count} partitions: this command needs a "
+                    f"partition key ('{_text(topic)}#0' .. '{_text(topic)}#{count - 1}')"
+                )
             partition = 0
         cached = self._streams.get((topic, partition))
         if cached is not None:
             return cached
-        log = self.log_manager.partition(topic, partition)
-        stream = Stream(log, partition_dir(log) / META_FILE_NAME,
+        cfg = self.log_config_for(topic)
+        plog = self.log_manager.partition(topic, partition, cfg)
+        if plog.config != cfg:
+            plog.config = cfg
+        stream = Stream(plog, partition_dir(plog) / META_FILE_NAME,
                         node_max_entries=self._node_max_entries())
         self._streams[(topic, partition)] = stream
         return stream
@@ -143,54 +370,226 @@ class TopicRegistry:
         return int(value) if value is not None else 100
 
     def get(self, key: bytes) -> Stream | None:
-        """The stream a key names, or None when its topic does not exist."""
+        """The stream a key names, or None when its topic does not exist.
+
+        Raises TopicError for the key of a topic with several partitions.
+        """
         topic, partition = self._resolve(key)
-        if topic not in self._partitions:
+        if topic not in self._meta:
             return None
         return self._stream_for(topic, partition)
+
+    def _create(self, topic: bytes, partitions: int, config: dict[str, Any]) -> None:
+        meta = TopicMeta(partitions, dict(config))
+        self.log_manager.write_topic_meta(topic, meta.to_bytes())
+        self._meta[topic] = meta
+        self._remember_fsync(topic)
 
     def get_or_create(self, key: bytes) -> Stream:
         """The stream a key names, creating its topic (XADD without NOMKSTREAM)."""
         topic, partition = self._resolve(key)
-        if topic not in self._partitions:
+        if topic not in self._meta:
             count = self._partitions_for_new_topic()
             if partition is not None and partition >= count:
                 raise TopicError(
                     f"partition {partition} out of range: a new topic has {count} partition(s)"
                 )
-            meta = {"version": META_VERSION, "partitions": count, "config": {}}
-            self.log_manager.write_topic_meta(topic, json.dumps(meta).encode())
-            self._partitions[topic] = count
+            self._create(topic, count, {})
         return self._stream_for(topic, partition)
+
+    def append_target(self, key: bytes, fields: Sequence[bytes], *, create: bool = True
+                      ) -> tuple[Stream, bytes] | None:
+        """Where ``XADD key ... fields`` writes: ``(stream, partition key)``.
+
+        ``<topic>#<n>`` is partition n; ``<topic>`` of a multi-partition topic
+        goes through the partitioner. A missing topic is created with
+        ``default-partitions`` partitions when ``create``, else None.
+        """
+        topic, partition = self._resolve(key)
+        meta = self._meta.get(topic)
+        if meta is None:
+            if not create:
+                return None
+            count = self._partitions_for_new_topic()
+            if partition is not None and partition >= count:
+                raise TopicError(
+                    f"partition {partition} out of range: a new topic has {count} partition(s)"
+                )
+            self._create(topic, count, {})
+            meta = self._meta[topic]
+        if partition is None:
+            if meta.partitions == 1:
+                partition = 0
+            else:
+                field = self.config_value(topic, "partition-key-field")
+                partition = self.partitioner.choose(
+                    topic, meta.partitions, fields, field.encode() if field else None)
+        return self._stream_for(topic, partition), partition_key(topic, partition)
+
+    def sibling_keys(self, key: bytes, written_key: bytes) -> list[bytes]:
+        """Keys other than ``key`` whose readers must wake after an append to
+        partition ``written_key`` through ``key``: the partition key and the
+        topic key."""
+        topic = written_key[: written_key.rindex(b"#")]
+        return [k for k in (written_key, topic) if k != key]
 
     def exists(self, key: bytes) -> bool:
         try:
             topic, _ = self._resolve(key)
         except TopicError:
             return False
-        return topic in self._partitions
+        return topic in self._meta
+
+    def is_multi(self, key: bytes) -> bool:
+        """True for the bare key of an existing topic with more than one partition."""
+        try:
+            topic, partition = split_partition_key(key)
+        except TopicError:
+            return False
+        meta = self._meta.get(topic)
+        return partition is None and meta is not None and meta.partitions > 1
+
+    def expand(self, key: bytes) -> list[bytes]:
+        """The partition keys of a multi-partition topic key; ``[key]`` otherwise."""
+        if not self.is_multi(key):
+            return [key]
+        return [partition_key(key, n) for n in range(self._meta[key].partitions)]
 
     def streams_of(self, key: bytes) -> list[Stream]:
         """Every partition's stream of the key's topic (all of them for ``<topic>``)."""
         topic, partition = self._resolve(key)
-        if topic not in self._partitions:
+        if topic not in self._meta:
             return []
         if partition is not None:
             return [self._stream_for(topic, partition)]
-        return [self._stream_for(topic, n) for n in range(self._partitions[topic])]
+        return [self._stream_for(topic, n) for n in range(self._meta[topic].partitions)]
 
     def partition_count(self, key: bytes) -> int:
         topic, _ = self._resolve(key)
-        return self._partitions.get(topic, 0)
+        meta = self._meta.get(topic)
+        return meta.partitions if meta else 0
+
+    def topic_of(self, key: bytes) -> bytes:
+        return split_partition_key(key)[0]
+
+    # ---------------------------------------------------------- TOPIC admin
+
+    def topics(self) -> list[bytes]:
+        return sorted(self._meta)
+
+    def create_topic(self, topic: bytes, partitions: int, pairs: Sequence[tuple[bytes, bytes]] = ()) -> None:
+        """TOPIC CREATE. Raises TopicError (exists, bad name, bad count or config)."""
+        if b"#" in topic:
+            raise TopicError(f"invalid topic name '{_text(topic)}': '#' is reserved for "
+                             "partition keys ('<topic>#<n>')")
+        if not topic:
+            raise TopicError("invalid topic name '': a topic name must not be empty")
+        if topic in self._meta:
+            raise TopicError(f"topic '{_text(topic)}' already exists")
+        _check_partitions(partitions)
+        config = self.parse_config(pairs)
+        self._create(topic, partitions, config)
+
+    def _need(self, topic: bytes) -> TopicMeta:
+        meta = self._meta.get(topic)
+        if meta is None:
+            raise TopicError(f"unknown topic '{_text(topic)}'")
+        return meta
+
+    def alter_partitions(self, topic: bytes, partitions: int) -> list[int]:
+        """TOPIC ALTER name PARTITIONS n: only grows. Returns the new partition numbers.
+
+        Groups of the topic are created on the new partitions reading from
+        their start (the new partitions are empty), so no entry is skipped.
+        """
+        meta = self._need(topic)
+        _check_partitions(partitions)
+        if partitions < meta.partitions:
+            raise TopicError(f"topic '{_text(topic)}' has {meta.partitions} partitions: "
+                             "the partition count can only grow (entries would be lost)")
+        old = meta.partitions
+        if partitions == old:
+            return []
+        group_names: set[bytes] = set()
+        from storage.streams.groups import groups_of
+
+        for n in range(old):
+            group_names.update(groups_of(self._stream_for(topic, n)).groups)
+        meta.partitions = partitions
+        self.log_manager.write_topic_meta(topic, meta.to_bytes())
+        for n in range(old, partitions):
+            stream = self._stream_for(topic, n)
+            if group_names:
+                store = groups_of(stream)
+                for name in sorted(group_names):
+                    if store.group(name) is None:
+                        store.create_group(name, (0, 0), 0)
+                store.flush()
+        for membership in self.memberships_of(topic):
+            membership.set_partition_count(partitions)
+        return list(range(old, partitions))
+
+    def alter_config(self, topic: bytes, pairs: Sequence[tuple[bytes, bytes]]) -> dict[str, Any]:
+        """TOPIC ALTER name CONFIG k v ...: validate all, then apply all.
+
+        A value of ``default`` removes the override (the server's default
+        applies again). Returns the overrides now in force.
+        """
+        meta = self._need(topic)
+        resets = {p[0].decode("utf-8", "replace").lower() for p in pairs if p[1].lower() == b"default"}
+        parsed = self.parse_config([p for p in pairs if p[1].lower() != b"default"])
+        for name in resets:
+            if name not in TOPIC_OPTIONS_BY_NAME:
+                raise TopicError(f"unknown topic config '{name}'")
+        config = dict(meta.config)
+        for name in resets:
+            config.pop(name, None)
+        config.update(parsed)
+        meta.config = config
+        self.log_manager.write_topic_meta(topic, meta.to_bytes())
+        self._remember_fsync(topic)
+        cfg = self.log_config_for(topic)
+        for (t, _n), stream in self._streams.items():
+            if t == topic:
+                stream.log.config = cfg
+        return dict(config)
+
+    def describe(self, topic: bytes) -> dict[str, Any]:
+        """Partitions (offsets, sizes, entries), effective config, group names."""
+        meta = self._need(topic)
+        from storage.streams.groups import groups_of
+
+        parts = []
+        groups: set[bytes] = set()
+        for n in range(meta.partitions):
+            stream = self._stream_for(topic, n)
+            plog = stream.log
+            parts.append({
+                "partition": n,
+                "key": partition_key(topic, n),
+                "length": stream.length,
+                "log-start-offset": plog.log_start_offset,
+                "log-end-offset": plog.log_end_offset,
+                "segments": plog.segment_count,
+                "bytes": plog.size_bytes,
+                "last-generated-id": stream.last_id,
+            })
+            groups.update(groups_of(stream).groups)
+        return {"partitions": parts, "config": self.topic_config(topic), "groups": sorted(groups)}
+
+    # ------------------------------------------------------------ membership
+
+    def memberships_of(self, topic: bytes) -> list[Any]:
+        return [m for (t, _g), m in self.coordinators.items() if t == topic]
 
     # ------------------------------------------------------------- keyspace
 
     def keys(self) -> Iterator[bytes]:
         """Topic names (the keys a Redis client sees), in no particular order."""
-        return iter(list(self._partitions))
+        return iter(list(self._meta))
 
     def key_count(self) -> int:
-        return len(self._partitions)
+        return len(self._meta)
 
     def delete(self, key: bytes) -> bool:
         """Delete a whole topic and its files. A partition key deletes its topic."""
@@ -198,17 +597,21 @@ class TopicRegistry:
             topic, _ = split_partition_key(key)
         except TopicError:
             return False
-        if topic not in self._partitions:
+        if topic not in self._meta:
             return False
         for cache_key in [k for k in self._streams if k[0] == topic]:
             del self._streams[cache_key]
-        del self._partitions[topic]
+        for ck in [k for k in self.coordinators if k[0] == topic]:
+            del self.coordinators[ck]
+        self._fsync_by_dir.pop(str(self.log_manager.topic_dir(topic)), None)
+        del self._meta[topic]
+        self.partitioner.forget(topic)
         self.log_manager.delete_topic(topic)
         return True
 
     def flush_all(self) -> int:
         """Delete every topic; returns how many there were."""
-        topics = list(self._partitions)
+        topics = list(self._meta)
         for topic in topics:
             self.delete(topic)
         return len(topics)
@@ -220,6 +623,94 @@ class TopicRegistry:
             TopicError: always (after the caller checked that ``src`` exists).
         """
         raise TopicError("RENAME is not supported for Partita topics (their logs cannot be moved atomically yet)")
+
+    # ------------------------------------------------------------ retention
+
+    def apply_retention(self, now_ms: int) -> list[RetentionAction]:
+        """One retention pass over every partition of every topic with a limit.
+
+        Time-rolls idle active segments (``segment-ms``) so old data becomes
+        deletable, then deletes whole old segments by ``retention-ms`` /
+        ``retention-bytes``. Each deleted segment is logged and returned.
+        Partitions of topics without a retention limit are not opened.
+        """
+        actions: list[RetentionAction] = []
+        for topic, n in self.retention_targets():
+            actions.extend(self.retain_partition(topic, n, now_ms))
+        return actions
+
+    def retention_targets(self) -> list[tuple[bytes, int]]:
+        """``(topic, partition)`` of every partition whose topic has a retention
+        limit (the server's task calls ``retain_partition`` for each, yielding
+        to other tasks in between)."""
+        self.refresh_log_configs()
+        out = []
+        for topic, meta in self._meta.items():
+            cfg = self.log_config_for(topic)
+            if cfg.retention_ms >= 0 or cfg.retention_bytes >= 0:
+                out.extend((topic, n) for n in range(meta.partitions))
+        return out
+
+    def retain_partition(self, topic: bytes, n: int, now_ms: int) -> list[RetentionAction]:
+        """Retention on one partition (a no-op if the topic or partition is gone)."""
+        meta = self._meta.get(topic)
+        if meta is None or n >= meta.partitions:
+            return []
+        stream = self._stream_for(topic, n)
+        plog = stream.log
+        if plog.config.retention_ms >= 0:
+            plog.maybe_roll(now_ms)
+        before = plog.segments()
+        removed = plog.apply_retention(now_ms)  # the log keeps its last ID: XADD stays monotonic
+        if not removed:
+            return []
+        after = {s.base_offset for s in plog.segments()}
+        out = []
+        for seg in before:
+            if seg.base_offset in after:
+                continue
+            action = RetentionAction(topic, n, seg.base_offset, seg.end_offset, seg.size_bytes)
+            out.append(action)
+            self.stats.retention_segments_deleted += 1
+            self.stats.retention_bytes_deleted += seg.size_bytes
+            log.info("Retention: deleted segment %020d of %s#%d (offsets %d..%d, %d bytes); "
+                     "log start offset now %d", seg.base_offset, _text(topic), n,
+                     seg.base_offset, seg.end_offset - 1, seg.size_bytes, plog.log_start_offset)
+        return out
+
+    # --------------------------------------------------------------- stats
+
+    def note_entries_in(self, n: int) -> None:
+        self.stats.entries_in += n
+
+    def note_entries_out(self, n: int) -> None:
+        self.stats.entries_out += n
+
+    def bytes_on_disk(self) -> int:
+        """Bytes of every partition's segments (open logs counted in memory,
+        the others from the file sizes)."""
+        total = 0
+        for topic, meta in self._meta.items():
+            for n in range(meta.partitions):
+                stream = self._streams.get((topic, n))
+                if stream is not None:
+                    total += stream.log.size_bytes
+                    continue
+                d = self.log_manager.topic_dir(topic) / f"partition-{n}"
+                try:
+                    with os.scandir(d) as it:
+                        total += sum(e.stat().st_size for e in it if e.name.endswith(".log"))
+                except OSError:
+                    pass
+        return total
+
+    def partition_total(self) -> int:
+        return sum(m.partitions for m in self._meta.values())
+
+
+def _check_partitions(partitions: int) -> None:
+    if not 1 <= partitions <= MAX_PARTITIONS:
+        raise TopicError(f"invalid partition count {partitions}: must be between 1 and {MAX_PARTITIONS}")
 
 
 def partition_dir(log: Any) -> Path:

@@ -2,7 +2,8 @@
 
 Owns: the start-up order (validate → data dir → topics → sockets → "Ready to
 accept connections"), the task tree (accept loops, connections, the
-``everysec`` flusher, the ops/sec sampler), and shutdown: stop accepting,
+``everysec`` flusher, the ops/sec sampler, topic maintenance: retention and
+traffic rates), and shutdown: stop accepting,
 let in-flight commands finish (bounded by ``shutdown-timeout``), flush and
 close the topics.
 
@@ -55,6 +56,7 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
         topics = open_topics(config)
     state = ServerState(config, topics)
     durability = Durability()
+    durability.policy_of = getattr(topics, "fsync_policy_of", None)  # per-topic fsync
     state.durability = durability
     dispatcher = Dispatcher(state)
     try:
@@ -76,10 +78,21 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
                     conn.parser.query_buffer_limit_bytes = config.client_query_buffer_limit
 
     config.on_change(apply_limits)
+
+    def apply_topic_defaults(name: str, value: Any) -> None:
+        # CONFIG SET of a segment/retention default reaches topics without an override.
+        if name in ("segment-bytes", "segment-ms", "retention-ms", "retention-bytes"):
+            refresh = getattr(state.topics, "refresh_log_configs", None)
+            if refresh is not None:
+                refresh()
+
+    config.on_change(apply_topic_defaults)
     try:
         async with trio.open_nursery() as root:
             root.start_soon(durability.run_everysec)
             root.start_soon(_sample_ops, state)
+            if hasattr(topics, "retention_targets"):
+                root.start_soon(_maintain_topics, state)
             async with trio.open_nursery() as conn_nursery:
                 listen_scope = trio.CancelScope()
 
@@ -135,6 +148,35 @@ def _sock_text(sock) -> str:
     except OSError:
         return "?"
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+TOPIC_STATS_INTERVAL_S = 1.0
+
+
+async def _maintain_topics(state: ServerState) -> None:
+    """Background: traffic rates every second, retention every
+    ``retention-check-interval-ms`` over every partition with a limit.
+
+    Retention is synchronous storage work on this (the storage) thread; it
+    yields to the other tasks between partitions, and each pass only deletes
+    whole segments (an unlink each), so command handling is never held up
+    for more than one partition's deletions. Each deleted segment is logged
+    by ``cluster.topics``; totals are in INFO topics.
+    """
+    topics = state.topics
+    next_retention_s = time.monotonic()
+    while True:
+        topics.stats.sample(time.monotonic())
+        if time.monotonic() >= next_retention_s:
+            interval_s = state.config.retention_check_interval_ms / 1000
+            next_retention_s = time.monotonic() + interval_s
+            try:
+                for topic, n in topics.retention_targets():
+                    topics.retain_partition(topic, n, int(time.time() * 1000))
+                    await trio.sleep(0)
+            except Exception:
+                log.exception("retention pass failed")
+        await trio.sleep(min(TOPIC_STATS_INTERVAL_S, state.config.retention_check_interval_ms / 1000))
 
 
 async def _sample_ops(state: ServerState) -> None:

@@ -189,8 +189,12 @@ OPTIONS: tuple[Option, ...] = (
            doc="delete old segments beyond this size per partition (-1: no limit)"),
     Option("max-entry-bytes", "size", 1024**2, minimum=1, maximum=I64,
            doc="largest stream entry accepted"),
-    Option("group-session-timeout-ms", "int", 30000, minimum=1, maximum=I64,
+    Option("group-session-timeout-ms", "int", 10000, minimum=1, maximum=I64,
            doc="a group member that stops reading this long is dead"),
+    Option("partition-key-field", "string", "",
+           doc="XADD <topic> hashes this field's value to pick a partition (empty: round-robin)"),
+    Option("retention-check-interval-ms", "int", 5000, minimum=10, maximum=I64,
+           doc="how often background retention runs over every partition"),
     # Accepted for Redis compatibility; they do not change Partita's storage.
     Option("stream-node-max-entries", "int", 100, minimum=0, maximum=I64,
            doc="accepted for Redis compatibility; no effect on Partita storage"),

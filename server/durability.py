@@ -4,6 +4,11 @@ Owns: group commit for ``fsync always`` (every connection waiting on a write
 shares one fsync per dirty log), the once-a-second flusher for ``everysec``,
 and doing nothing for ``no``.
 
+Per-topic policy: ``policy_of(log)`` (set by the app to the topic registry's
+``fsync_policy_of``) returns a topic's own ``fsync`` for the logs and group
+stores of that topic, or None; it wins over the policy the caller passes
+(the server-wide ``fsync``).
+
 Must not know: sockets, RESP, commands, how a log lays out its files. It uses
 only the flush contract of ``storage.log.PartitionLog`` (docs/storage-api.md):
 ``ticket = log.begin_flush()`` on the trio thread, ``ticket.run()`` on a
@@ -49,9 +54,12 @@ class Durability:
         self._failed_seq = 0
         self.fsync_count = 0  # rounds of group commit done (INFO persistence)
         self.last_flush_error: str | None = None
+        self.policy_of: Any = None  # log -> the topic's fsync override, or None
 
     def note_write(self, log_: Any, policy: str) -> int:
         """Record that ``log_`` was appended to; the seq to wait for, or 0."""
+        if self.policy_of is not None:
+            policy = self.policy_of(log_) or policy
         if policy == "always":
             self._always_dirty[id(log_)] = log_
             self._noted_seq += 1

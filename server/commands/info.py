@@ -2,7 +2,8 @@
 
 Owns: the INFO text: Redis's sections and field names (server, clients,
 memory, persistence, stats, replication, cpu, commandstats, errorstats,
-keyspace) plus a ``partita`` section. ``redis_version`` names the Redis
+keyspace) plus ``topics`` (topics, partitions, bytes, entries in/out,
+retention) and ``partita`` sections. ``redis_version`` names the Redis
 version whose behaviour Partita matches; ``partita_version`` is Partita's own.
 
 Must not know: sockets, storage files (keyspace counts come from
@@ -22,8 +23,8 @@ from server.reply import Verbatim
 from server.state import REDIS_VERSION, partita_version
 
 DEFAULT_SECTIONS = ("server", "clients", "memory", "persistence", "stats", "replication", "cpu",
-                    "errorstats", "keyspace", "partita")
-ALL_SECTIONS = DEFAULT_SECTIONS[:-3] + ("commandstats", "errorstats", "keyspace", "partita")
+                    "errorstats", "keyspace", "topics", "partita")
+ALL_SECTIONS = DEFAULT_SECTIONS[:-4] + ("commandstats", "errorstats", "keyspace", "topics", "partita")
 
 
 def _human(n: int) -> str:
@@ -186,6 +187,27 @@ def section_keyspace(server) -> list[str]:
     return [f"db0:keys={keys},expires=0,avg_ttl=0"] if keys else []
 
 
+def section_topics(server) -> list[str]:
+    topics = server.topics
+    stats = getattr(topics, "stats", None)
+    if stats is None:
+        return [f"topics:{server.key_count()}"]
+    memberships = list(getattr(topics, "coordinators", {}).values())
+    return [
+        f"topics:{topics.key_count()}",
+        f"partitions:{topics.partition_total()}",
+        f"topics_bytes:{topics.bytes_on_disk()}",
+        f"entries_in_total:{stats.entries_in}",
+        f"entries_out_total:{stats.entries_out}",
+        f"entries_in_per_sec:{stats.in_per_sec:.2f}",
+        f"entries_out_per_sec:{stats.out_per_sec:.2f}",
+        f"retention_segments_deleted:{stats.retention_segments_deleted}",
+        f"retention_bytes_deleted:{stats.retention_bytes_deleted}",
+        f"group_memberships:{len(memberships)}",
+        f"group_members:{sum(m.member_count() for m in memberships)}",
+    ]
+
+
 def section_partita(server) -> list[str]:
     config = server.config
     return [
@@ -209,6 +231,7 @@ SECTIONS = {
     "commandstats": ("Commandstats", section_commandstats),
     "errorstats": ("Errorstats", section_errorstats),
     "keyspace": ("Keyspace", section_keyspace),
+    "topics": ("Topics", section_topics),
     "partita": ("Partita", section_partita),
 }
 

@@ -40,6 +40,7 @@ from server.errors import (
     syntax_error,
     wrong_arity,
 )
+from server.commands.topics import expand_read_args, read_partitions_after, topic_len, topic_range
 from server.registry import command, container
 from server.reply import NULL_ARRAY, OK, Map, Raw, Simple
 from storage.streams.ids import (
@@ -212,17 +213,19 @@ def xadd(ctx, argv):
         raise wrong_arity("xadd")
     if args.id_given and args.seq_given and args.stream_id == MIN_ID:
         raise err(ZERO_ID)
-    max_entry_bytes = getattr(ctx.server.config, "max_entry_bytes", None)
-    if max_entry_bytes and sum(len(item) for item in argv[field_pos:]) > max_entry_bytes:
-        raise err(TOO_LARGE)
     key = argv[1]
     topics = ctx.server.topics
-    if args.no_mkstream:
-        stream = topics.get(key)
-        if stream is None:
-            return None
-    else:
-        stream = topics.get_or_create(key)
+    # Per-topic max-entry-bytes (server default for a new topic); nothing is written.
+    max_entry_bytes = topics.max_entry_bytes(topics.topic_of(key))
+    entry_bytes = sum(len(item) for item in argv[field_pos:])
+    if entry_bytes > max_entry_bytes:
+        raise err(f"{TOO_LARGE}: the entry has {entry_bytes} bytes of fields and values, "
+                  f"over the topic's max-entry-bytes ({max_entry_bytes})")
+    # A multi-partition topic key goes through the partitioner (cluster.topics).
+    target = topics.append_target(key, argv[field_pos:], create=not args.no_mkstream)
+    if target is None:
+        return None
+    stream, partition_key = target
     if not args.id_given:
         new_id = stream.add(argv[field_pos:])
     elif args.seq_given:
@@ -231,6 +234,10 @@ def xadd(ctx, argv):
         new_id = stream.add(argv[field_pos:], ms_given=args.stream_id.ms)
     _trim(stream, args)
     _after_write(ctx, key, stream)
+    topics.note_entries_in(1)
+    # Readers blocked on the topic key or on the partition key both wake.
+    for other in topics.sibling_keys(key, partition_key):
+        ctx.server.signal_key_modified(other)
     return new_id.encode()
 
 
@@ -274,12 +281,17 @@ def _range(ctx, argv, rev: bool):
             j += 2
         else:
             raise syntax_error()
-    stream = ctx.server.topics.get(argv[1])
+    topics = ctx.server.topics
+    if topics.is_multi(argv[1]):  # partitions merged by ID
+        return NULL_ARRAY if count == 0 else topic_range(
+            ctx, argv[1], start, end, None if count == -1 else count, rev)
+    stream = topics.get(argv[1])
     if stream is None:
         return []
     if count == 0:
         return NULL_ARRAY
     found = stream.range(start, end, None if count == -1 else count, rev=rev)
+    topics.note_entries_out(found.count)
     return Raw(found.count, found.chunks)
 
 
@@ -316,6 +328,8 @@ def xrevrange(ctx, argv):
 @_redis_errors
 def xlen(ctx, argv):
     """XLEN key"""
+    if ctx.server.topics.is_multi(argv[1]):  # the sum over partitions
+        return topic_len(ctx, argv[1])
     stream = ctx.server.topics.get(argv[1])
     return 0 if stream is None else stream.length
 
@@ -459,11 +473,15 @@ def _serve_reads(ctx, keys: list[bytes], positions: list[tuple[StreamId, int]]):
     topics = ctx.server.topics
     found = []
     for key, (after, count) in zip(keys, positions):
+        if topics.is_multi(key):  # became a multi-partition topic while we blocked
+            found.extend(read_partitions_after(ctx, key, after, count))
+            continue
         stream = topics.get(key)
         if stream is None or stream.length == 0:
             continue
         entries = stream.read_after(after, count or None)
         if entries.count:
+            topics.note_entries_out(entries.count)
             found.append((key, Raw(entries.count, entries.chunks)))
     if not found:
         return None
@@ -489,6 +507,7 @@ async def xread(ctx, argv):
     reads again; the wait is cancelled with the client's task.
     """
     args = _parse_xread(argv)
+    expand_read_args(ctx, args)  # a multi-partition topic key reads every partition
     positions = _resolve_read_positions(ctx, args)
     reply = _serve_reads(ctx, args.keys, positions)
     if reply is not None:

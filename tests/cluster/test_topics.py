@@ -95,3 +95,129 @@ def test_rename_is_refused_clearly(registry):
     registry.get_or_create(b"a")
     with pytest.raises(TopicError, match="RENAME is not supported"):
         registry.rename(b"a", b"b")
+
+
+# ------------------------------------------------------- multi-partition topics
+
+
+def _cfg(**kw):
+    base = dict(segment_bytes=4096, stream_node_max_entries=100, default_partitions=1)
+    base.update(kw)
+    return types.SimpleNamespace(**base)
+
+
+def test_default_partitions_for_auto_created_topics(tmp_path):
+    reg = TopicRegistry.open(tmp_path / "d", _cfg(default_partitions=3))
+    try:
+        stream, pkey = reg.append_target(b"orders", [b"a", b"1"])
+        assert reg.partition_count(b"orders") == 3 and pkey == b"orders#0"
+        assert reg.is_multi(b"orders") and not reg.is_multi(b"orders#1")
+        assert reg.expand(b"orders") == [b"orders#0", b"orders#1", b"orders#2"]
+        assert reg.expand(b"other") == [b"other"]
+        with pytest.raises(TopicError, match="partition key"):
+            reg.get(b"orders")
+        assert reg.get(b"orders#2") is not None
+    finally:
+        reg.close()
+
+
+def test_create_alter_describe_delete(registry):
+    registry.create_topic(b"t", 2, [(b"retention-ms", b"60000"), (b"SEGMENT-BYTES", b"64kb")])
+    with pytest.raises(TopicError, match="already exists"):
+        registry.create_topic(b"t", 2)
+    with pytest.raises(TopicError, match="'#' is reserved"):
+        registry.create_topic(b"a#b", 1)
+    with pytest.raises(TopicError, match="between 1 and"):
+        registry.create_topic(b"z", 0)
+    with pytest.raises(TopicError, match="unknown topic config 'nope'"):
+        registry.create_topic(b"z", 1, [(b"nope", b"1")])
+    with pytest.raises(TopicError, match="fsync"):
+        registry.create_topic(b"z", 1, [(b"fsync", b"sometimes")])
+    with pytest.raises(TopicError, match="segment-bytes"):
+        registry.create_topic(b"z", 1, [(b"segment-bytes", b"12")])
+    assert not registry.exists(b"z")
+
+    assert registry.config_value(b"t", "retention-ms") == 60000
+    assert registry.config_value(b"t", "segment-bytes") == 65536
+    assert registry.config_value(b"t", "retention-bytes") == -1  # builtin default
+    assert registry.log_config_for(b"t").segment_bytes == 65536
+    with pytest.raises(TopicError, match="only grow"):
+        registry.alter_partitions(b"t", 1)
+    assert registry.alter_partitions(b"t", 4) == [2, 3]
+    registry.alter_config(b"t", [(b"retention-ms", b"default"), (b"max-entry-bytes", b"10")])
+    assert registry.config_value(b"t", "retention-ms") == -1
+    assert registry.max_entry_bytes(b"t") == 10
+    desc = registry.describe(b"t")
+    assert [p["key"] for p in desc["partitions"]] == [b"t#0", b"t#1", b"t#2", b"t#3"]
+    assert desc["config"]["max-entry-bytes"] == (10, True)
+    with pytest.raises(TopicError, match="unknown topic"):
+        registry.alter_partitions(b"missing", 2)
+    assert registry.delete(b"t")
+    assert not registry.exists(b"t")
+
+
+def test_topic_config_and_partitions_survive_reopen(tmp_path):
+    reg = TopicRegistry.open(tmp_path / "d", _cfg())
+    reg.create_topic(b"t", 3, [(b"fsync", b"always"), (b"partition-key-field", b"user")])
+    stream, pkey = reg.append_target(b"t", [b"user", b"alice"])
+    stream.add([b"user", b"alice"])
+    reg.close()
+    reg = TopicRegistry.open(tmp_path / "d", _cfg())
+    try:
+        assert reg.partition_count(b"t") == 3
+        assert reg.config_value(b"t", "fsync") == "always"
+        again, pkey2 = reg.append_target(b"t", [b"user", b"alice"])
+        assert pkey2 == pkey and again.length == 1
+        # The durability layer learns the topic's policy from the log or group store.
+        assert reg.fsync_policy_of(again.log) == "always"
+        assert reg.fsync_policy_of(types.SimpleNamespace(directory=tmp_path / "x" / "y")) is None
+    finally:
+        reg.close()
+
+
+def test_altered_log_config_reaches_open_logs(registry):
+    registry.create_topic(b"t", 1)
+    stream = registry.get(b"t")
+    registry.alter_config(b"t", [(b"segment-bytes", b"2048"), (b"retention-bytes", b"5000")])
+    assert stream.log.config.segment_bytes == 2048 and stream.log.config.retention_bytes == 5000
+    registry.config.segment_bytes = 8192  # a CONFIG SET of the server default
+    registry.alter_config(b"t", [(b"segment-bytes", b"default")])
+    assert stream.log.config.segment_bytes == 8192
+
+
+def test_retention_by_bytes_deletes_old_segments(registry, caplog):
+    registry.create_topic(b"t", 2, [(b"segment-bytes", b"1024"), (b"retention-bytes", b"3000")])
+    for i in range(200):
+        stream, _ = registry.append_target(b"t", [b"n", b"%d" % i])
+        stream.add([b"n", b"%d" % i])
+    before = [registry.get(b"t#%d" % n).log.size_bytes for n in range(2)]
+    assert all(b > 6000 for b in before)
+    with caplog.at_level("INFO", logger="partita.topics"):
+        actions = registry.apply_retention(now_ms=0)
+    assert actions and {a.partition for a in actions} == {0, 1}
+    for n in range(2):
+        log = registry.get(b"t#%d" % n).log
+        assert 3000 <= log.size_bytes < 3000 + 1024 and log.log_start_offset > 0
+    assert sum("Retention: deleted segment" in r.message for r in caplog.records) == len(actions)
+    assert registry.stats.retention_segments_deleted == len(actions)
+    # Nothing left to delete: a second pass is a no-op.
+    assert registry.apply_retention(now_ms=0) == []
+
+
+def test_retention_by_time(registry):
+    registry.create_topic(b"t", 1, [(b"retention-ms", b"1000"), (b"segment-bytes", b"1024")])
+    stream = registry.get(b"t")
+    for i in range(60):
+        stream.add([b"n", b"%d" % i], id_given=StreamId(1000 + i, 0))
+    segments = stream.log.segment_count
+    assert segments > 2
+    # Entry IDs (and batch timestamps) are wall-clock now; far in the future everything is old,
+    # but the active segment is never deleted.
+    actions = registry.apply_retention(now_ms=2**62)
+    assert len(actions) >= segments - 1
+    assert stream.length < 60 and stream.last_id == (1059, 0)
+
+
+def test_sibling_keys(registry):
+    assert registry.sibling_keys(b"t", b"t#2") == [b"t#2"]
+    assert registry.sibling_keys(b"t#2", b"t#2") == [b"t"]

@@ -1,0 +1,5 @@
+"""Consumer groups on multi-partition topic keys (membership). Placeholder."""
+
+
+def groups_view(ctx, topic, group):
+    return []
