@@ -254,3 +254,25 @@ def test_info_topics_section(partita_server):
     assert info["entries_in_total"] == 9 and info["entries_out_total"] == 9
     assert info["topics_bytes"] > 0
     assert "entries_in_per_sec" in info and "retention_segments_deleted" in info
+
+
+def test_topic_fsync_policy_overrides_the_server_default(partita_factory):
+    server = partita_factory(["--fsync", "no"])
+    r = server.client()
+    r.execute_command("TOPIC", "CREATE", "durable", "CONFIG", "fsync", "always")
+    r.execute_command("TOPIC", "CREATE", "loose")
+
+    def commits():
+        return r.info("persistence")["partita_group_commits"]
+
+    before = commits()
+    for i in range(5):
+        r.xadd("loose", {"i": i})
+    assert commits() == before  # fsync no: never waits for a flush
+    for i in range(5):
+        r.xadd("durable", {"i": i})
+    assert commits() >= before + 5  # each acknowledged XADD waited for its fsync
+    r.execute_command("TOPIC", "ALTER", "durable", "CONFIG", "fsync", "default")
+    mid = commits()
+    r.xadd("durable", {"i": 9})
+    assert commits() == mid
