@@ -582,6 +582,36 @@ class TopicRegistry:
     def memberships_of(self, topic: bytes) -> list[Any]:
         return [m for (t, _g), m in self.coordinators.items() if t == topic]
 
+    def membership(self, topic: bytes, group: bytes):
+        """The membership of ``group`` on multi-partition ``topic`` (created on
+        first use: soft state, see ``cluster.membership``)."""
+        from cluster.membership import TopicGroupMembership
+        from storage.streams.groups import groups_of
+
+        timeout_ms = int(getattr(self.config, "group_session_timeout_ms", 10000) or 10000)
+        m = self.coordinators.get((topic, group))
+        if m is None:
+            m = TopicGroupMembership(
+                topic, group, self._meta[topic].partitions, timeout_ms,
+                lambda p: groups_of(self._stream_for(topic, p)))
+            self.coordinators[(topic, group)] = m
+        else:
+            m.set_session_timeout(timeout_ms)
+        return m
+
+    def drop_membership(self, topic: bytes, group: bytes) -> None:
+        self.coordinators.pop((topic, group), None)
+
+    def create_if_missing(self, key: bytes) -> bool:
+        """Create the topic a bare key names when ``default-partitions`` > 1
+        (XGROUP CREATE ... MKSTREAM then works on every partition); True if
+        created. With 1 partition the caller creates the stream as Redis does."""
+        topic, partition = self._resolve(key)
+        if topic in self._meta or partition is not None or self._partitions_for_new_topic() == 1:
+            return False
+        self._create(topic, self._partitions_for_new_topic(), {})
+        return True
+
     # ------------------------------------------------------------- keyspace
 
     def keys(self) -> Iterator[bytes]:

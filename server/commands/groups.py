@@ -32,6 +32,7 @@ import time
 import trio
 
 import server.commands.streams  # noqa: F401  (declares the XINFO container first)
+from server.commands import topic_groups  # multi-partition topic keys (membership)
 from cluster.topics import TopicError
 from server.args import parse_int
 from server.errors import (
@@ -287,7 +288,13 @@ def xgroup_create(ctx, argv):
     """XGROUP CREATE key group <id | $> [MKSTREAM] [ENTRIESREAD entries-read] [MAXDELIVERIES count DEADLETTER dlkey]
 
     Partita: MAXDELIVERIES/DEADLETTER turn on dead-lettering for the group.
+    On a multi-partition topic key: on every partition (server.commands.topic_groups).
     """
+    topics = ctx.server.topics
+    if any(_word(a) == b"MKSTREAM" for a in argv[5:]) and topics.create_if_missing(argv[2]):
+        ctx.server.signal_key_modified(argv[2])  # a new topic of default-partitions
+    if topics.is_multi(argv[2]):
+        return topic_groups.xgroup_create(ctx, argv, xgroup_create)
     argc = len(argv)
     key, name = argv[2], argv[3]
     mkstream = False
@@ -361,6 +368,8 @@ def _existing_group(store: GroupStore, key: bytes, name: bytes) -> ConsumerGroup
 @_redis_errors
 def xgroup_setid(ctx, argv):
     """XGROUP SETID key group <id | $> [ENTRIESREAD entries-read]"""
+    if ctx.server.topics.is_multi(argv[2]):
+        return topic_groups.xgroup_all_ok(ctx, argv, xgroup_setid)
     key, name = argv[2], argv[3]
     stream, store = _stream_and_store(ctx, key)
     _existing_group(store, key, name)
@@ -395,6 +404,8 @@ def xgroup_destroy(ctx, argv):
 
     Readers blocked on the group wake and get ``-NOGROUP``.
     """
+    if ctx.server.topics.is_multi(argv[2]):
+        return topic_groups.xgroup_any(ctx, argv, xgroup_destroy)
     key, name = argv[2], argv[3]
     _, store = _stream_and_store(ctx, key)
     if not store.destroy_group(name):
@@ -414,6 +425,8 @@ def xgroup_destroy(ctx, argv):
 @_redis_errors
 def xgroup_createconsumer(ctx, argv):
     """XGROUP CREATECONSUMER key group consumer"""
+    if ctx.server.topics.is_multi(argv[2]):
+        return topic_groups.xgroup_any(ctx, argv, xgroup_createconsumer)
     key, name = argv[2], argv[3]
     _, store = _stream_and_store(ctx, key)
     _existing_group(store, key, name)
@@ -434,7 +447,10 @@ def xgroup_delconsumer(ctx, argv):
     """XGROUP DELCONSUMER key group consumer
 
     Returns how many pending entries the consumer had (they leave the PEL).
+    On a topic key the member leaves first: its pending entries go to the new owners.
     """
+    if ctx.server.topics.is_multi(argv[2]):
+        return topic_groups.xgroup_delconsumer(ctx, argv, xgroup_delconsumer)
     key, name = argv[2], argv[3]
     _, store = _stream_and_store(ctx, key)
     group = _existing_group(store, key, name)
@@ -458,6 +474,8 @@ def xgroup_config(ctx, argv):
     ``MAXDELIVERIES 0`` turns dead-lettering off. Without DEADLETTER the
     group keeps its current dead-letter key.
     """
+    if ctx.server.topics.is_multi(argv[2]):
+        return topic_groups.xgroup_all_ok(ctx, argv, xgroup_config)
     key, name = argv[2], argv[3]
     _, store = _stream_and_store(ctx, key)
     group = _existing_group(store, key, name)
@@ -572,6 +590,7 @@ def _serve_new(ctx, target: _Target, consumer: bytes, count: int, noack: bool, n
     res = log.read(start, log.log_end_offset, max_count=count or None, with_ids=True)
     if not res.count:
         return None
+    ctx.server.topics.note_entries_out(res.count)
     ids = [(ms, seq) for _, ms, seq in res.entries]
     counters = _Counters(stream)
     entries_read = group.entries_read
@@ -642,6 +661,8 @@ async def xreadgroup(ctx, argv):
     """
     args = _parse_xreadgroup(argv)
     topics = ctx.server.topics
+    if any(topics.is_multi(key) for key in args.keys):  # membership: server.commands.topic_groups
+        return await topic_groups.xreadgroup(ctx, args)
     targets: list[_Target] = []
     for key, raw in zip(args.keys, args.id_args):
         stream = topics.get(key)
@@ -1060,6 +1081,8 @@ def xinfo_groups(ctx, argv):
     Redis's fields; a group with dead-lettering also reports
     max-deliveries, dead-letter-key and dead-lettered.
     """
+    if ctx.server.topics.is_multi(argv[2]):
+        return topic_groups.xinfo_groups(ctx, argv[2])
     stream = ctx.server.topics.get(argv[2])
     if stream is None:
         raise err(NO_SUCH_KEY)
@@ -1077,6 +1100,8 @@ def xinfo_groups(ctx, argv):
 def xinfo_consumers(ctx, argv):
     """XINFO CONSUMERS key group"""
     key, name = argv[2], argv[3]
+    if ctx.server.topics.is_multi(key):
+        return topic_groups.xinfo_consumers(ctx, key, name)
     stream = ctx.server.topics.get(key)
     if stream is None:
         raise err(NO_SUCH_KEY)

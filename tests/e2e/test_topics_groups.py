@@ -1,0 +1,233 @@
+"""Group membership on multi-partition topics through a real partita:
+assignment, session timeouts, hand-over of pending entries, joins, leaves, restart."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import redis
+
+SESSION_MS = 400
+
+
+def _pairs(value):
+    if isinstance(value, dict):
+        return value
+    return dict(zip(value[::2], value[1::2]))
+
+
+@pytest.fixture
+def server(partita_factory):
+    return partita_factory(["--group-session-timeout-ms", str(SESSION_MS)])
+
+
+def read(r, consumer, count=None, topic="t", ack=True):
+    """One XREADGROUP >; returns {partition key: [(id, fields)]}, acking unless told not to."""
+    got = r.xreadgroup("g", consumer, {topic: ">"}, count=count) or []
+    out = {}
+    for key, entries in got:
+        out[key.decode()] = entries
+        if ack and entries:
+            r.xack(key, "g", *[eid for eid, _ in entries])
+    return out
+
+
+def assignment(r, topic="t"):
+    groups = r.execute_command("TOPIC", "GROUPS", topic, "g")
+    g = _pairs(groups[0])
+    return {_pairs(m)[b"name"].decode(): sorted(k.decode() for k in _pairs(m)[b"partitions"])
+            for m in g[b"members"]}
+
+
+def settle(r, consumers, want_each, topic="t", timeout_s=10.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for c in consumers:
+            read(r, c, topic=topic)
+        a = assignment(r, topic)
+        if sorted(a) == sorted(consumers) and all(len(v) == want_each for v in a.values()):
+            return a
+        time.sleep(0.02)
+    raise AssertionError(f"assignment did not settle: {assignment(r, topic)}")
+
+
+def setup_topic(r, partitions=6):
+    r.execute_command("TOPIC", "CREATE", "t", "PARTITIONS", str(partitions))
+    assert r.xgroup_create("t", "g", id="$") is True
+    for p in range(partitions):
+        assert [g["name"] for g in r.xinfo_groups(f"t#{p}")] == [b"g"]
+
+
+def test_six_partitions_three_consumers_each_own_two(server):
+    r = server.client()
+    setup_topic(r)
+    a = settle(r, ["c1", "c2", "c3"], 2)
+    assert sorted(k for v in a.values() for k in v) == [f"t#{p}" for p in range(6)]
+    for i in range(60):
+        r.xadd("t", {"i": i})
+    seen = {}
+    for c in ("c1", "c2", "c3"):
+        for key, entries in read(r, c).items():
+            assert key in a[c]  # only from its own partitions
+            for _, fields in entries:
+                assert fields[b"i"] not in seen
+                seen[fields[b"i"]] = c
+    assert len(seen) == 60
+    assert [sum(1 for v in seen.values() if v == c) for c in ("c1", "c2", "c3")] == [20, 20, 20]
+
+
+def test_silent_consumer_dies_and_its_pending_entries_go_first_to_the_new_owners(server):
+    r = server.client()
+    setup_topic(r)
+    a = settle(r, ["c1", "c2", "c3"], 2)
+    for i in range(30):
+        r.xadd("t", {"i": i})
+    read(r, "c1")
+    read(r, "c2")
+    left = read(r, "c3", ack=False)  # c3 takes its entries and stops reading
+    assert sorted(left) == a["c3"] and sum(len(v) for v in left.values()) == 10
+    deadline = time.monotonic() + SESSION_MS / 1000 + 5
+    got: dict[str, list] = {"c1": [], "c2": []}
+    while time.monotonic() < deadline:
+        for c in ("c1", "c2"):
+            for key, entries in read(r, c).items():
+                got[c].append((key, [eid for eid, _ in entries]))
+        if sorted(assignment(r)) == ["c1", "c2"] and sum(
+                len(ids) for c in got for key, ids in got[c] if key in left) == 10:
+            break
+        time.sleep(0.05)
+    final = assignment(r)
+    assert sorted(final) == ["c1", "c2"] and [len(v) for v in final.values()] == [3, 3]
+    for c in ("c1", "c2"):
+        assert set(a[c]) <= set(final[c])  # sticky: only c3's partitions moved
+    # The new owner of each of c3's partitions got c3's unacknowledged entries,
+    # first, with delivery count 2.
+    for key, entries in left.items():
+        owner = next(c for c in final if key in final[c])
+        batches = [ids for k, ids in got[owner] if k == key]
+        assert batches[0] == [eid for eid, _ in entries]
+    r.xadd("t", {"after": 1})
+    # No entry is left pending for the dead consumer.
+    for p in range(6):
+        assert all(row["consumer"] != b"c3" for row in r.xpending_range(f"t#{p}", "g", "-", "+", 100))
+
+
+def test_delivery_count_of_handed_over_entries(server):
+    r = server.client()
+    setup_topic(r, partitions=2)
+    settle(r, ["a", "b"], 1)
+    for i in range(4):
+        r.xadd("t", {"i": i})
+    b_part = assignment(r)["b"][0]
+    read(r, "a")
+    taken = read(r, "b", ack=False)[b_part]
+    time.sleep(SESSION_MS / 1000 + 0.1)
+    first = read(r, "a", ack=False)
+    assert [eid for eid, _ in first[b_part]] == [eid for eid, _ in taken]
+    rows = r.xpending_range(b_part, "g", "-", "+", 10)
+    assert {row["consumer"] for row in rows} == {b"a"}
+    assert {row["times_delivered"] for row in rows} == {2}
+
+
+def test_a_joiner_takes_only_its_share_and_waits_for_acks(server):
+    r = server.client()
+    setup_topic(r)
+    before = settle(r, ["c1", "c2"], 3)
+    for i in range(12):
+        r.xadd("t", {"i": i})
+    held = read(r, "c1", ack=False)  # c1 holds unacknowledged entries on its 3 partitions
+    read(r, "c2")
+    assert sorted(held) == before["c1"]
+    read(r, "c3")
+    a = assignment(r)
+    # The partition moving from c1 is revoked (nobody reads it) until c1 acks.
+    assert len(a["c1"]) == 2 and set(a["c1"]) <= set(before["c1"])
+    moving = (set(before["c1"]) - set(a["c1"])).pop()
+    assert moving not in a["c3"]
+    r.xadd(moving, {"new": 1})
+    assert moving not in read(r, "c3")
+    assert moving not in read(r, "c1")  # the revoked owner gets no new entries either
+    # c1 acknowledges what it held there; then c3 takes the partition.
+    r.xack(moving, "g", *[eid for eid, _ in held[moving]])
+    got = read(r, "c3")
+    assert [f for _, f in got[moving]] == [{b"new": b"1"}]
+    final = settle(r, ["c1", "c2", "c3"], 2)
+    # Only the two partitions c3 took changed hands.
+    assert set(final["c1"]) <= set(before["c1"]) and set(final["c2"]) <= set(before["c2"])
+
+
+def test_leave_hands_pending_entries_to_the_remaining_member(server):
+    r = server.client()
+    setup_topic(r, partitions=4)
+    a = settle(r, ["x", "y"], 2)
+    for i in range(8):
+        r.xadd("t", {"i": i})
+    read(r, "x")
+    held = read(r, "y", ack=False)
+    assert sum(len(v) for v in held.values()) == 4
+    assert r.xgroup_delconsumer("t", "g", "y") == 4
+    assert assignment(r) == {"x": [f"t#{p}" for p in range(4)]}
+    got = read(r, "x")
+    assert {k: [eid for eid, _ in v] for k, v in got.items()} == {
+        k: [eid for eid, _ in v] for k, v in held.items()}
+
+
+def test_blocked_member_wakes_for_its_partitions(server):
+    r = server.client()
+    setup_topic(r, partitions=3)
+    settle(r, ["solo"], 3)
+    result = {}
+
+    def reader():
+        c = server.client()
+        result["got"] = c.xreadgroup("g", "solo", {"t": ">"}, block=5000)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    time.sleep(SESSION_MS / 1000 * 2)  # blocked longer than the session timeout: still a member
+    r.xadd("t#1", {"late": 1})
+    t.join(10)
+    assert [k for k, _ in result["got"]] == [b"t#1"]
+    assert list(assignment(r)) == ["solo"]
+
+
+def test_views_and_manual_assignment_on_partition_keys(server):
+    r = server.client()
+    setup_topic(r, partitions=2)
+    settle(r, ["m1", "m2"], 1)
+    for i in range(4):
+        r.xadd("t", {"i": i})
+    consumers = {c["name"]: c for c in r.xinfo_consumers("t", "g")}
+    assert set(consumers) == {b"m1", b"m2"}
+    groups = r.xinfo_groups("t")
+    assert groups[0]["name"] == b"g" and groups[0]["lag"] == 4
+    # Explicit partition key: plain Redis semantics, no membership.
+    got = r.xreadgroup("g", "manual", {"t#0": ">"})
+    assert got[0][0] == b"t#0" and len(got[0][1]) == 2
+    assert r.xpending("t#0", "g")["consumers"] == [{"name": b"manual", "pending": 2}]
+    with pytest.raises(redis.ResponseError, match="needs a partition key"):
+        r.xack("t", "g", "1-1")
+    desc = _pairs(r.execute_command("TOPIC", "DESCRIBE", "t"))
+    rows = [_pairs(p) for p in _pairs(desc[b"groups"][0])[b"partitions"]]
+    assert [row[b"key"] for row in rows] == [b"t#0", b"t#1"]
+    assert [row[b"lag"] for row in rows] == [0, 2]
+
+
+def test_restart_keeps_group_state_and_pending_entries_come_back_first(server):
+    r = server.client()
+    setup_topic(r, partitions=3)
+    settle(r, ["k"], 3)
+    for i in range(6):
+        r.xadd("t", {"i": i})
+    held = read(r, "k", ack=False)
+    assert sum(len(v) for v in held.values()) == 6
+    server.restart()
+    r = server.client()
+    for p in range(3):
+        assert r.xpending(f"t#{p}", "g")["pending"] == 2
+    got = read(r, "k2")  # membership is rebuilt by reading: a new member takes everything
+    assert {k: [eid for eid, _ in v] for k, v in got.items()} == {
+        k: [eid for eid, _ in v] for k, v in held.items()}
+    assert all(r.xpending(f"t#{p}", "g")["pending"] == 0 for p in range(3))
