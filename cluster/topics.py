@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("partita.topics")
 
 _PARTITION_SUFFIX = re.compile(rb"#([0-9]+)\Z")
+_SPLIT_CACHE_MAX = 65536
 
 META_VERSION = 1
 MAX_PARTITIONS = 1024
@@ -240,6 +241,11 @@ class TopicRegistry:
         self.stats = TopicStats()
         self._fsync_by_dir: dict[str, str] = {}  # topic dir -> fsync override
         self.coordinators: dict[tuple[bytes, bytes], Any] = {}  # (topic, group) -> membership
+        # Hot-path caches (XADD, XREAD): key -> split result, and key -> append
+        # target for keys that do not go through the partitioner. The second
+        # is cleared by every create / delete / alter.
+        self._split_cache: dict[bytes, tuple[bytes, int | None]] = {}
+        self._append_cache: dict[bytes, tuple[Stream, bytes, list[bytes]]] = {}
         for topic in log_manager.topics():
             self._meta[topic] = TopicMeta.from_bytes(log_manager.read_topic_meta(topic))
             self._remember_fsync(topic)
@@ -326,7 +332,20 @@ class TopicRegistry:
                 stream.log.config = cfg
 
     def max_entry_bytes(self, topic: bytes) -> int:
-        return int(self.config_value(topic, "max-entry-bytes"))
+        meta = self._meta.get(topic)
+        value = meta.config.get("max-entry-bytes") if meta is not None else None
+        if value is None:
+            value = getattr(self.config, "max_entry_bytes", None)
+        return int(value) if value is not None else TOPIC_OPTIONS_BY_NAME["max-entry-bytes"].default
+
+    def _split(self, key: bytes) -> tuple[bytes, int | None]:
+        found = self._split_cache.get(key)
+        if found is None:
+            found = split_partition_key(key)  # raises for malformed suffixes: never cached
+            if len(self._split_cache) >= _SPLIT_CACHE_MAX:
+                self._split_cache.clear()
+            self._split_cache[key] = found
+        return found
 
     # ---------------------------------------------------------------- lookup
 
@@ -335,7 +354,7 @@ class TopicRegistry:
         return int(value) if value else 1
 
     def _resolve(self, key: bytes) -> tuple[bytes, int | None]:
-        topic, partition = split_partition_key(key)
+        topic, partition = self._split(key)
         meta = self._meta.get(topic)
         if meta is not None and partition is not None and partition >= meta.partitions:
             raise TopicError(
@@ -383,6 +402,7 @@ class TopicRegistry:
         meta = TopicMeta(partitions, dict(config))
         self.log_manager.write_topic_meta(topic, meta.to_bytes())
         self._meta[topic] = meta
+        self._append_cache.clear()
         self._remember_fsync(topic)
 
     def get_or_create(self, key: bytes) -> Stream:
@@ -405,6 +425,9 @@ class TopicRegistry:
         goes through the partitioner. A missing topic is created with
         ``default-partitions`` partitions when ``create``, else None.
         """
+        cached = self._append_cache.get(key)
+        if cached is not None:
+            return cached[0], cached[1]
         topic, partition = self._resolve(key)
         meta = self._meta.get(topic)
         if meta is None:
@@ -424,12 +447,24 @@ class TopicRegistry:
                 field = self.config_value(topic, "partition-key-field")
                 partition = self.partitioner.choose(
                     topic, meta.partitions, fields, field.encode() if field else None)
-        return self._stream_for(topic, partition), partition_key(topic, partition)
+                return self._stream_for(topic, partition), partition_key(topic, partition)
+        stream, pkey = self._stream_for(topic, partition), partition_key(topic, partition)
+        if len(self._append_cache) >= _SPLIT_CACHE_MAX:
+            self._append_cache.clear()
+        self._append_cache[key] = (stream, pkey, self._siblings(key, pkey))
+        return stream, pkey
 
     def sibling_keys(self, key: bytes, written_key: bytes) -> list[bytes]:
         """Keys other than ``key`` whose readers must wake after an append to
         partition ``written_key`` through ``key``: the partition key and the
         topic key."""
+        cached = self._append_cache.get(key)
+        if cached is not None and cached[1] == written_key:
+            return cached[2]
+        return self._siblings(key, written_key)
+
+    @staticmethod
+    def _siblings(key: bytes, written_key: bytes) -> list[bytes]:
         topic = written_key[: written_key.rindex(b"#")]
         return [k for k in (written_key, topic) if k != key]
 
@@ -443,7 +478,7 @@ class TopicRegistry:
     def is_multi(self, key: bytes) -> bool:
         """True for the bare key of an existing topic with more than one partition."""
         try:
-            topic, partition = split_partition_key(key)
+            topic, partition = self._split(key)
         except TopicError:
             return False
         meta = self._meta.get(topic)
@@ -470,7 +505,7 @@ class TopicRegistry:
         return meta.partitions if meta else 0
 
     def topic_of(self, key: bytes) -> bytes:
-        return split_partition_key(key)[0]
+        return self._split(key)[0]
 
     # ---------------------------------------------------------- TOPIC admin
 
@@ -516,6 +551,7 @@ class TopicRegistry:
         for n in range(old):
             group_names.update(groups_of(self._stream_for(topic, n)).groups)
         meta.partitions = partitions
+        self._append_cache.clear()
         self.log_manager.write_topic_meta(topic, meta.to_bytes())
         for n in range(old, partitions):
             stream = self._stream_for(topic, n)
@@ -635,6 +671,7 @@ class TopicRegistry:
             del self.coordinators[ck]
         self._fsync_by_dir.pop(str(self.log_manager.topic_dir(topic)), None)
         del self._meta[topic]
+        self._append_cache.clear()
         self.partitioner.forget(topic)
         self.log_manager.delete_topic(topic)
         return True
