@@ -43,7 +43,14 @@ def _run_tickets(tickets: list[Any]) -> None:
 
 
 class Durability:
-    def __init__(self) -> None:
+    """The fsync policy for every log written through ``Context.note_write``.
+
+    ``run_in_thread`` runs the fsyncs off the trio thread (tests pass an
+    inline runner to stay deterministic under a virtual clock).
+    """
+
+    def __init__(self, run_in_thread=None) -> None:
+        self._run_in_thread = run_in_thread or trio.to_thread.run_sync
         self._always_dirty: dict[int, Any] = {}  # id(log) -> log
         self._everysec_dirty: dict[int, Any] = {}
         self._noted_seq = 0  # last sequence handed to a writer
@@ -88,7 +95,7 @@ class Durability:
         self._always_dirty.clear()
         try:
             with trio.CancelScope(shield=True):
-                await flush_logs(logs)
+                await flush_logs(logs, self._run_in_thread)
             self._flushed_seq = target
             self.fsync_count += 1
         except Exception as e:  # storage errors: refuse to acknowledge
@@ -110,7 +117,7 @@ class Durability:
         self._everysec_dirty.clear()
         try:
             with trio.CancelScope(shield=True):
-                await flush_logs(logs)
+                await flush_logs(logs, self._run_in_thread)
         except Exception as e:
             log.error("background fsync failed: %s", e)
             self.last_flush_error = str(e)
@@ -128,11 +135,11 @@ class Durability:
         self._everysec_dirty.pop(id(log_), None)
 
 
-async def flush_logs(logs: list[Any]) -> None:
+async def flush_logs(logs: list[Any], run_in_thread=None) -> None:
     """One group flush: begin on this thread, fsync on a worker, end here."""
     if not logs:
         return
     tickets = [lg.begin_flush() for lg in logs]
-    await trio.to_thread.run_sync(_run_tickets, tickets)
+    await (run_in_thread or trio.to_thread.run_sync)(_run_tickets, tickets)
     for lg, ticket in zip(logs, tickets):
         lg.end_flush(ticket)

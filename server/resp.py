@@ -49,6 +49,7 @@ UNAUTH_BULK_MAX_BYTES = 16384
 ARG_OVERHEAD_BYTES = 48
 
 _LIST = list
+_JOIN = b"".join
 _BIG_ARRAY = re.compile(rb"\*[0-9]{6}").search
 _BYTES = bytes
 
@@ -79,7 +80,6 @@ class RequestParser:
         "authenticated",
         "_reader",
         "_chunks",
-        "_emitted",
         "_fed",
         "_consumed",
         "_slow",
@@ -101,10 +101,8 @@ class RequestParser:
         self.query_buffer_limit_bytes = query_buffer_limit_bytes
         self.authenticated = authenticated
         self._reader = hiredis.Reader()
-        # Fast path: what hiredis holds since it was last empty, and how many
-        # commands it has returned from that.
+        # Fast path: what hiredis holds since it was last at a command boundary.
         self._chunks: list[bytes] = []
-        self._emitted = 0
         self._fed = 0  # bytes fed to hiredis since it was last at a command boundary
         self._consumed = 0  # canonical size of the commands it returned since then
         # Exact path state.
@@ -152,40 +150,47 @@ class RequestParser:
         Empty commands (``*0``, ``*-1``, blank inline lines) are skipped as
         Redis skips them. Raises ``ProtocolError`` with Redis's text.
         """
+        if self._slow:
+            return self._get_slow()
+        gets = self._reader.gets
         while True:
-            if self._slow:
-                return self._get_slow()
             try:
-                argv = self._reader.gets()
+                argv = gets()
             except hiredis.ProtocolError:
                 self._to_slow()
-                continue
+                return self._get_slow()
             if argv is False:
                 if self._consumed != self._fed:
                     # The receive ended inside a command (or held a form
                     # hiredis accepts and Redis does not): let the exact
                     # parser check headers and limits from here on.
                     self._to_slow()
-                    continue
+                    return self._get_slow()
                 self._chunks.clear()
-                self._emitted = 0
                 self._fed = self._consumed = 0
                 return None
-            if type(argv) is not _LIST:
+            if argv.__class__ is not _LIST:
                 self._to_slow()  # `*-1` (None) and similar: let Redis's rules decide
-                continue
-            for item in argv:
-                if type(item) is not _BYTES:
-                    self._to_slow()
-                    break
+                return self._get_slow()
+            try:
+                # join raises TypeError unless every element is bytes-like
+                # (hiredis gives int / list / None / ReplyError for `:`,
+                # `*`, `$-1`, `-`): those go to the exact parser's errors.
+                size = len(_JOIN(argv))
+            except TypeError:
+                self._to_slow()
+                return self._get_slow()
+            n = len(argv)
+            if n < 10 and size < 10000:
+                # Canonical size: `*n\r\n` + per element `$len\r\n...\r\n`.
+                self._consumed += 4 + size + 5 * n + sum(map(_digits_of, map(len, argv)))
             else:
-                self._emitted += 1
                 self._consumed += canonical_size(argv)
-                if argv:
-                    if self.authenticated is not None and len(argv) > UNAUTH_MULTIBULK_MAX_COUNT:
-                        if not self.authenticated():
-                            raise ProtocolError("unauthenticated multibulk length")
-                    return argv
+            if n:
+                if n > UNAUTH_MULTIBULK_MAX_COUNT and self.authenticated is not None:
+                    if not self.authenticated():
+                        raise ProtocolError("unauthenticated multibulk length")
+                return argv
 
     def _to_slow(self) -> None:
         """Hand what hiredis holds to the exact parser.
@@ -198,7 +203,6 @@ class RequestParser:
         skip = min(self._consumed, len(data))
         self._reader = hiredis.Reader()
         self._chunks = []
-        self._emitted = 0
         self._fed = self._consumed = 0
         self._slow = True
         self._buf = bytearray(memoryview(data)[skip:]) + self._buf

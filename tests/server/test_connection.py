@@ -13,7 +13,6 @@ import pytest
 import trio
 
 import server.commands  # noqa: F401
-import server.connection as connection_module
 from server.config import Config
 from server.connection import Connection
 from server.dispatch import Dispatcher
@@ -78,6 +77,25 @@ def test_commands():
     del COMMANDS["test-block"]
 
 
+async def run_inline(fn, *args):
+    """Stand-in for trio.to_thread.run_sync: deterministic under autojump_clock."""
+    await trio.lowlevel.checkpoint()
+    return fn(*args)
+
+
+class RecordingSocket(socket.socket):
+    """A socket that records every ``send`` (to check one send per batch)."""
+
+    def __init__(self, sends, **kwargs):
+        super().__init__(**kwargs)
+        self.sends = sends
+
+    def send(self, data, *args):
+        n = super().send(data, *args)
+        self.sends.append(bytes(data[:n]))
+        return n
+
+
 class Harness:
     def __init__(self, fsync="everysec", **config_values):
         config = Config()
@@ -85,12 +103,13 @@ class Harness:
         for k, v in config_values.items():
             setattr(config, k, v)
         self.state = ServerState(config)
-        self.state.durability = Durability()
+        self.state.durability = Durability(run_in_thread=run_inline)
         self.dispatcher = Dispatcher(self.state)
         self.sends: list[bytes] = []
 
     def connect(self, nursery):
         ours, theirs = socket.socketpair()
+        ours = RecordingSocket(self.sends, fileno=ours.detach())
         ours.setblocking(False)
         client = self.state.new_client("test:1", "test:0", ours.fileno())
         conn = Connection(self.state, self.dispatcher, ours, client)
@@ -108,20 +127,7 @@ async def read_exactly(sock, n):
     return data
 
 
-@pytest.fixture
-def record_sends(monkeypatch):
-    sends = []
-    real = connection_module.send_all
-
-    async def recording(sock, data):
-        sends.append(bytes(data))
-        await real(sock, data)
-
-    monkeypatch.setattr(connection_module, "send_all", recording)
-    return sends
-
-
-async def test_pipelined_replies_leave_in_one_send(record_sends):
+async def test_pipelined_replies_leave_in_one_send():
     h = Harness()
     async with trio.open_nursery() as nursery:
         sock, conn = h.connect(nursery)
@@ -129,7 +135,7 @@ async def test_pipelined_replies_leave_in_one_send(record_sends):
         await sock.send(payload)
         expected = b"+PONG\r\n$1\r\na\r\n+PONG\r\n"
         assert await read_exactly(sock, len(expected)) == expected
-        assert record_sends == [expected]
+        assert h.sends == [expected]
         nursery.cancel_scope.cancel()
 
 
@@ -163,7 +169,7 @@ async def test_hello_3_switches_encoding_for_the_rest_of_the_batch():
         nursery.cancel_scope.cancel()
 
 
-async def test_blocking_command_sends_earlier_replies_first_and_keeps_order(test_commands, record_sends):
+async def test_blocking_command_sends_earlier_replies_first_and_keeps_order(test_commands):
     h = Harness()
     async with trio.open_nursery() as nursery:
         reader, _ = h.connect(nursery)
@@ -190,10 +196,9 @@ async def test_client_disconnect_while_blocked_leaves_no_waiter(test_commands, a
         assert h.state.blocked_clients == 0 and h.state._waiters == {} and h.state.clients == {}
 
 
-async def test_fsync_always_holds_replies_until_the_flush(test_commands, record_sends):
+async def test_fsync_always_holds_replies_until_the_flush(test_commands):
     events, logs = test_commands
     h = Harness(fsync="always")
-    real_send = connection_module.send_all
 
     async with trio.open_nursery() as nursery:
         sock, _ = h.connect(nursery)
@@ -201,12 +206,11 @@ async def test_fsync_always_holds_replies_until_the_flush(test_commands, record_
         expected = b"$3\r\nw:a\r\n$3\r\nw:b\r\n+PONG\r\n"
         assert await read_exactly(sock, len(expected)) == expected
         nursery.cancel_scope.cancel()
-    assert real_send is not None
     kinds = [e[0] for e in events]
     # Both writes, then one flush round covering both logs, then one send.
     assert kinds[:2] == ["write", "write"]
     assert sorted(kinds[2:]) == ["begin", "begin", "end", "end", "fsync", "fsync"]
-    assert len(record_sends) == 1
+    assert len(h.sends) == 1
     assert logs["a"].flushes == 1 and logs["b"].flushes == 1
 
 
