@@ -231,3 +231,46 @@ def test_restart_keeps_group_state_and_pending_entries_come_back_first(server):
     assert {k: [eid for eid, _ in v] for k, v in got.items()} == {
         k: [eid for eid, _ in v] for k, v in held.items()}
     assert all(r.xpending(f"t#{p}", "g")["pending"] == 0 for p in range(3))
+
+
+def test_concurrent_members_and_a_joiner_get_each_entry_once(server):
+    """Members reading with BLOCK and acking at once, a producer, and a member
+    joining half-way: every entry is delivered exactly once (nobody dies, so
+    nothing is handed over), and the joiner gets a share."""
+    r = server.client()
+    setup_topic(r, partitions=6)
+    total = 300
+    deliveries: list = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def member(name):
+        c = server.client()
+        while not stop.is_set():
+            got = c.xreadgroup("g", name, {"t": ">"}, count=20, block=100) or []
+            for key, entries in got:
+                with lock:
+                    deliveries.extend((name, key, eid) for eid, _ in entries)
+                if entries:
+                    c.xack(key, "g", *[eid for eid, _ in entries])
+
+    threads = [threading.Thread(target=member, args=(n,)) for n in ("m1", "m2")]
+    for t in threads:
+        t.start()
+    for i in range(total):
+        r.xadd("t", {"i": i})
+        if i == total // 2:
+            late = threading.Thread(target=member, args=("m3",))
+            late.start()
+            threads.append(late)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and len(deliveries) < total:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    stop.set()
+    for t in threads:
+        t.join(10)
+    ids = [(key, eid) for _, key, eid in deliveries]
+    assert len(ids) == total and len(set(ids)) == total
+    assert {name for name, _, _ in deliveries} == {"m1", "m2", "m3"}
+    assert all(r.xpending(f"t#{p}", "g")["pending"] == 0 for p in range(6))
