@@ -31,13 +31,14 @@ def test_inline_ping_answers_pong(partita_shared):
 
 
 def test_redis_py_resp2(partita_shared):
-    r = partita_shared.client()
+    r = partita_shared.client(protocol=2)
     assert r.ping() is True
     assert r.echo(b"hi") == b"hi"
     assert r.client_id() > 0
     assert r.client_setname("me") is True and r.client_getname() in ("me", b"me")
     assert r.config_get("port") == {"port": str(partita_shared.port)}
     assert r.info("server")["redis_version"] == "7.0.15"
+    assert r.client_info()["resp"] == "2"
     r.close()
 
 
@@ -48,6 +49,7 @@ def test_redis_py_resp3(partita_shared):
     info = r.info()
     assert info["redis_version"] == "7.0.15" and info["role"] == "master"
     assert isinstance(r.execute_command("HELLO", "3"), dict)
+    assert r.client_info()["resp"] == "3"
     r.close()
 
 
