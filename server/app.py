@@ -1,6 +1,6 @@
 """Composition root: build the server from a Config, run it, stop it cleanly.
 
-Owns: the start-up order (validate → data dir → topics → sockets → "Ready to
+Owns: the start-up order (validate → sockets → data dir → topics → "Ready to
 accept connections"), the task tree (accept loops, connections, the
 ``everysec`` flusher, the ops/sec sampler, topic maintenance: retention and
 traffic rates), and shutdown: stop accepting,
@@ -49,22 +49,24 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
     ``task_status.started`` gets the ``ServerState`` once the sockets listen
     (``state.port`` is the bound port, useful with ``port 0``).
     """
-    data_dir = prepare_data_dir(config)
     log.info("Partita %s (Redis %s protocol) starting, pid=%d", partita_version(), REDIS_VERSION, os.getpid())
     log.info("Configuration: %s", config.path if config.path else "no config file, using defaults")
-    log.info("Data directory: %s", data_dir)
-    if topics is None:
-        topics = open_topics(config)
+    # Bind first: a busy port fails the start before the data dir is touched.
+    sockets = bind_sockets(config.bind, config.port)
+    try:
+        data_dir = prepare_data_dir(config)
+        log.info("Data directory: %s", data_dir)
+        if topics is None:
+            topics = open_topics(config)
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
     state = ServerState(config, topics)
     durability = Durability()
     durability.policy_of = getattr(topics, "fsync_policy_of", None)  # per-topic fsync
     state.durability = durability
     dispatcher = Dispatcher(state)
-    try:
-        sockets = bind_sockets(config.bind, config.port)
-    except Exception:
-        topics.close()
-        raise
     state.port = sockets[0].getsockname()[1]
     config.port = state.port
     connections: set = set()

@@ -155,6 +155,13 @@ class Dispatcher:
                 client.multi_error = True
                 self.stats.record_rejected(spec.name)
                 return CommandError("ERR", "Command not allowed inside a transaction")
+            # A transaction's queue counts against the client's query buffer
+            # limit, so MULTI cannot grow memory without bound.
+            client.multi_bytes += sum(map(len, argv)) + 16 * len(argv) + 64
+            if client.multi_bytes > self.server.config.client_query_buffer_limit:
+                client.multi_error = True
+                client.multi_queue = []
+                return CommandError("ERR", "Transaction too big: client-query-buffer-limit reached")
             client.multi_queue.append((spec, argv))
             return QUEUED
         if spec.is_async:
@@ -217,6 +224,7 @@ class Dispatcher:
             return CommandError("ERR", "MULTI calls can not be nested")
         client.in_multi = True
         client.multi_queue = []
+        client.multi_bytes = 0
         client.multi_error = False
         return OK
 
@@ -257,5 +265,6 @@ class Dispatcher:
         client = ctx.client
         client.in_multi = False
         client.multi_queue = []
+        client.multi_bytes = 0
         client.multi_error = False
         self.server.unwatch_all(client)

@@ -105,7 +105,7 @@ class Client:
 
     __slots__ = (
         "id", "name", "protocol", "db", "authenticated", "user", "in_multi",
-        "multi_queue", "multi_error", "watched", "watch_dirty", "lib_name", "lib_ver",
+        "multi_queue", "multi_bytes", "multi_error", "watched", "watch_dirty", "lib_name", "lib_ver",
         "addr", "laddr", "fd", "created", "last_interaction", "last_command",
         "close_after_reply", "kill_requested", "no_evict", "no_touch", "blocked",
         "_kill",
@@ -121,6 +121,7 @@ class Client:
         self.user = "default"
         self.in_multi = False
         self.multi_queue: list[Any] = []
+        self.multi_bytes = 0
         self.multi_error = False
         self.watched: set[bytes] = set()
         self.watch_dirty = False

@@ -220,3 +220,15 @@ def test_config_rewrite_without_file(partita_shared):
 def test_console_script_help():
     result = subprocess.run(partita_command() + ["--help"], capture_output=True, text=True, timeout=30)
     assert result.returncode == 0 and "partita.conf" in result.stdout
+
+
+def test_busy_port_exits_1_before_creating_the_data_dir(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        data = tmp_path / "data"
+        result = _run_partita(["--port", str(port), "--dir", str(data)], tmp_path)
+    assert result.returncode == 1
+    assert "Address already in use" in result.stdout + result.stderr
+    assert not data.exists()

@@ -236,3 +236,15 @@ def test_command_error_raised_by_handler_becomes_reply():
     reply = d.call(ctx, [b"CONFIG", b"SET", b"nosuch", b"1"])
     assert isinstance(reply, CommandError)
     assert reply.message == "Unknown option or number of arguments for CONFIG SET - 'nosuch'"
+
+
+def test_multi_queue_is_bounded_by_query_buffer_limit():
+    state, d, ctx = make()
+    state.config.client_query_buffer_limit = 1024 * 1024
+    d.call(ctx, [b"MULTI"])
+    big = b"x" * 100_000
+    replies = [d.call(ctx, [b"ECHO", big]) for _ in range(12)]
+    assert replies[0] == QUEUED
+    assert isinstance(replies[-1], CommandError)
+    assert len(ctx.client.multi_queue) < 11
+    assert d.call(ctx, [b"EXEC"]).code == "EXECABORT"
