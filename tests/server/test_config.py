@@ -130,3 +130,11 @@ def test_rewrite_without_file():
     with pytest.raises(ConfigError) as info:
         Config().rewrite()
     assert info.value.message == "The server is running without a config file"
+
+
+def test_readme_config_table_lists_every_name():
+    from server.config import OPTIONS
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    missing = [o.name for o in OPTIONS if f"| `{o.name}` |" not in readme]
+    assert not missing, f"README.md's config table lacks {missing}"
