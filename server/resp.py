@@ -187,9 +187,13 @@ class RequestParser:
             else:
                 self._consumed += canonical_size(argv)
             if n:
-                if n > UNAUTH_MULTIBULK_MAX_COUNT and self.authenticated is not None:
-                    if not self.authenticated():
+                if (n > UNAUTH_MULTIBULK_MAX_COUNT or size > UNAUTH_BULK_MAX_BYTES) and (
+                    self.authenticated is not None and not self.authenticated()
+                ):
+                    if n > UNAUTH_MULTIBULK_MAX_COUNT:
                         raise ProtocolError("unauthenticated multibulk length")
+                    if max(map(len, argv)) > UNAUTH_BULK_MAX_BYTES:
+                        raise ProtocolError("unauthenticated bulk length")
                 return argv
 
     def _to_slow(self) -> None:

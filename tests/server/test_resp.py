@@ -159,8 +159,12 @@ def test_unauthenticated_limits():
     parser = RequestParser(authenticated=lambda: False)
     _, message = parse_error(b"*2\r\n$4\r\nAUTH\r\n$16385\r\n", parser=parser)
     assert message == "unauthenticated bulk length"
+    parser = RequestParser(authenticated=lambda: False)
+    _, message = parse_error(encode_command([b"AUTH", b"x" * 16385]), parser=parser)  # whole, in one receive
+    assert message == "unauthenticated bulk length"
     parser = RequestParser(authenticated=lambda: True)
     assert parse_all(encode_command([b"a"] * 11), parser=parser) == [[b"a"] * 11]
+    assert parse_all(encode_command([b"a", b"x" * 16385]), parser=RequestParser(authenticated=lambda: True))
 
 
 def test_pending_bytes_stay_small_for_a_streamed_big_value():
