@@ -158,11 +158,22 @@ def _convert_seq(nodes: list[Any]) -> list[dict[str, Any]]:
                     group_args = args[-count:]
                     del args[-count:]
                     del shapes[-count:]
+                    token = group_args[0].get("token")
+                    if token is not None and group_args[0]["type"] != "pure-token":
+                        # CONFIG name value [name value ...]: the token once,
+                        # then the repeated part.
+                        first = dict(group_args[0])
+                        del first["token"]
+                        group_args = [first] + group_args[1:]
                     if len(group_args) == 1:
                         arg = group_args[0]
                     else:
                         arg = {"name": _name_of(group_args), "type": "block", "arguments": group_args}
                     _add_flag(arg, "multiple")
+                    if token is not None and len(group_args) > 1:
+                        arg = {"name": token.lower(), "type": "block", "token": token, "arguments": [arg]}
+                    elif token is not None:
+                        arg["token"] = token
                     args.append(arg)
                     shapes.append(body_shape)
                     i += 1

@@ -49,3 +49,11 @@ def test_every_registered_syntax_line_parses():
             if s.handler is None:
                 continue
             syntax_arguments(s.syntax, 2 if "|" in s.name else 1)
+
+
+def test_token_then_repeated_pairs():
+    args = syntax_arguments("TOPIC CREATE topic [CONFIG name value [name value ...]]", 2)
+    config = args[1]
+    assert (config["type"], config["token"], config["flags"]) == ("block", "CONFIG", ["optional"])
+    inner = config["arguments"][0]
+    assert inner["flags"] == ["multiple"] and [a["name"] for a in inner["arguments"]] == ["name", "value"]
