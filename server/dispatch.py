@@ -14,6 +14,7 @@ the connection awaits after sending the replies already produced.
 
 from __future__ import annotations
 
+import logging
 import time
 import types
 from typing import Any
@@ -22,6 +23,7 @@ from server.errors import CommandError, wrong_arity
 from server.registry import COMMANDS, CommandSpec
 from server.reply import NULL_ARRAY, OK, QUEUED
 
+log = logging.getLogger("partita.dispatch")
 COROUTINE = types.CoroutineType
 NO_REPLY = object()  # a handler's return value when nothing must be sent (SHUTDOWN)
 NOAUTH = CommandError("NOAUTH", "Authentication required.")
@@ -176,6 +178,8 @@ class Dispatcher:
             reply = spec.handler(ctx, argv)
         except CommandError as e:
             reply = e
+        except Exception as e:  # a bug in one handler: an error reply, not a dead server
+            reply = self._internal_error(spec, e)
         usec = (_perf_ns() - started) // 1000
         stats = self.stats
         stats.total_commands_processed += 1
@@ -196,6 +200,8 @@ class Dispatcher:
             reply = await spec.handler(ctx, argv)
         except CommandError as e:
             reply = e
+        except Exception as e:
+            reply = self._internal_error(spec, e)
         finally:
             ctx.client.blocked = False
         failed = type(reply) is CommandError
@@ -205,6 +211,11 @@ class Dispatcher:
         self.stats.record_command(spec.name, (_perf_ns() - started) // 1000, failed)
         ctx.client.last_command = spec.name
         return reply
+
+    def _internal_error(self, spec: CommandSpec, e: Exception) -> CommandError:
+        log.exception("command '%s' failed", spec.name)
+        self.stats.unexpected_error_replies += 1
+        return CommandError("ERR", f"internal error in '{spec.name}': {type(e).__name__}: {e}")
 
     def _call_nowait(self, spec: CommandSpec, ctx: Context, argv: list[bytes]) -> Any:
         """A blocking handler run inside EXEC: it must not actually wait."""

@@ -248,3 +248,18 @@ def test_multi_queue_is_bounded_by_query_buffer_limit():
     assert isinstance(replies[-1], CommandError)
     assert len(ctx.client.multi_queue) < 11
     assert d.call(ctx, [b"EXEC"]).code == "EXECABORT"
+
+
+def test_handler_bug_becomes_an_error_reply():
+    @command("test-bug", arity=1, group="test", since="0", summary="", syntax="TEST-BUG")
+    def test_bug(ctx, argv):
+        raise KeyError("boom")
+
+    try:
+        state, d, ctx = make()
+        reply = d.call(ctx, [b"test-bug"])
+        assert reply.code == "ERR" and "internal error in 'test-bug'" in reply.message
+        assert state.stats.unexpected_error_replies == 1
+        assert d.call(ctx, [b"PING"]) == "PONG"
+    finally:
+        del COMMANDS["test-bug"]
