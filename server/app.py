@@ -121,7 +121,7 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
                 for sock in sockets:
                     sock.close()
                 for conn in list(connections):
-                    conn.kill()
+                    conn.stop()
                 conn_nursery.cancel_scope.deadline = trio.current_time() + config.shutdown_timeout
             root.cancel_scope.cancel()
     finally:

@@ -58,7 +58,12 @@ class Connection:
         client._kill = self.kill
 
     def kill(self) -> None:
-        """Close from outside (CLIENT KILL, shutdown): stop at the next wait."""
+        """CLIENT KILL: close at the next wait, even one for a slow reader."""
+        self.stopping = True
+        self.cancel_scope.cancel()
+
+    def stop(self) -> None:
+        """Shutdown: close now if idle, else after the batch in flight is answered."""
         self.stopping = True
         if self.idle:
             self.cancel_scope.cancel()
