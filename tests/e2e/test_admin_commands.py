@@ -191,3 +191,28 @@ def test_shutdown_while_a_client_is_blocked(partita_server):
     assert time.monotonic() - started < 5
     assert blocked.sock.recv(100) == b""
     blocked.close()
+
+
+def test_client_kill_closes_a_client_that_does_not_read(partita_server):
+    import socket as socket_module
+
+    from server.resp import encode_command
+
+    stuck = socket_module.create_connection((partita_server.host, partita_server.port))
+    stuck.setsockopt(socket_module.SOL_SOCKET, socket_module.SO_RCVBUF, 4096)
+    stuck.sendall(b"CLIENT SETNAME stuck\r\n")
+    value = b"v" * 100_000
+    stuck.settimeout(0.5)
+    try:
+        for _ in range(200):  # ~20 MB of replies nobody reads
+            stuck.sendall(encode_command([b"ECHO", value]))
+    except (socket_module.timeout, OSError):
+        pass  # the server stopped reading us: its send is blocked
+    r = partita_server.client(protocol=2)
+    entry = next(c for c in r.client_list() if c["name"] == "stuck")
+    assert r.client_kill_filter(_id=entry["id"]) == 1
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(c["name"] == "stuck" for c in r.client_list()):
+        time.sleep(0.02)
+    assert not any(c["name"] == "stuck" for c in r.client_list())
+    stuck.close()
