@@ -34,9 +34,10 @@ def valid_client_name(name: bytes) -> bool:
 def check_password(ctx, user: bytes, password: bytes) -> None:
     """Authenticate the client or raise Redis's error."""
     required = ctx.server.config.requirepass
-    if user != b"default" or not required or not hmac.compare_digest(
-        password, required.encode("utf-8", "surrogateescape")
-    ):
+    if user != b"default":
+        raise WRONGPASS
+    # Without requirepass the default user is "nopass": any password works.
+    if required and not hmac.compare_digest(password, required.encode("utf-8", "surrogateescape")):
         raise WRONGPASS
     ctx.client.authenticated = True
     ctx.client.user = "default"
