@@ -28,9 +28,9 @@ def bench(name: str, fn, per_call: int, seconds: float) -> None:
     started = time.perf_counter()
     deadline = started + seconds
     while time.perf_counter() < deadline:
-        for _ in range(100):
+        for _ in range(10):
             fn()
-        calls += 100
+        calls += 10
     elapsed = time.perf_counter() - started
     ops = calls * per_call / elapsed
     print(f"{name:<44} {ops:>12,.0f} ops/s {1e6 / ops:>8.2f} us/op")
@@ -41,6 +41,16 @@ def parse_whole(parser: RequestParser, data: bytes):
         parser.feed(data)
         while parser.get_command() is not None:
             pass
+
+    return run
+
+
+def parse_chunks(parser: RequestParser, chunks: list[bytes]):
+    def run():
+        for chunk in chunks:
+            parser.feed(chunk)
+            while parser.get_command() is not None:
+                pass
 
     return run
 
@@ -69,6 +79,9 @@ def main() -> None:
     bench("parse XADD x16 pipelined, one receive", parse_whole(RequestParser(), pipeline16), 16, s)
     bench("parse XADD x16, receive cut mid-command", parse_split(RequestParser(), pipeline16, len(pipeline16) // 2 + 3), 16, s)
     bench("parse inline PING", parse_whole(RequestParser(), b"PING\r\n"), 1, s)
+    stream = XADD * 1000
+    chunks = [stream[i : i + 16384] for i in range(0, len(stream), 16384)]
+    bench("parse 1000 XADD streamed in 16 KiB receives", parse_chunks(RequestParser(), chunks), 1000, s)
     entry = b"*2\r\n$15\r\n1700000000000-0\r\n*4\r\n$4\r\nitem\r\n$4\r\nbook\r\n$3\r\nqty\r\n$1\r\n1\r\n"
     raw100 = Raw(100, [entry * 100])
     hello = Map([("server", "redis"), ("version", "7.0.15"), ("proto", 3), ("id", 7), ("mode", "standalone")])

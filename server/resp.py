@@ -47,6 +47,8 @@ UNAUTH_BULK_MAX_BYTES = 16384
 # Python-side cost charged per parsed argument when enforcing the query
 # buffer limit (an argv entry costs memory beyond its bytes).
 ARG_OVERHEAD_BYTES = 48
+# Exact parser -> hiredis hand-back threshold: below it copying is not worth it.
+HANDBACK_MIN_BYTES = 1024
 
 _LIST = list
 _JOIN = b"".join
@@ -227,11 +229,32 @@ class RequestParser:
                     self._pos = 0
                 return None
             if argv:
-                if len(self._buf) == self._pos and self._argv is None:
-                    self._buf = bytearray()
-                    self._pos = 0
-                    self._slow = False
+                if self._argv is None:
+                    rest = len(self._buf) - self._pos
+                    if rest == 0:
+                        self._buf = bytearray()
+                        self._pos = 0
+                        self._slow = False
+                    elif rest >= HANDBACK_MIN_BYTES and self._buf[self._pos] == 42:
+                        self._hand_back()
                 return argv
+
+    def _hand_back(self) -> None:
+        """At a command boundary with a long pipeline left: back to hiredis.
+
+        A client streaming a big pipeline ends most receives mid-command;
+        without this the Python parser would keep the whole stream.
+        """
+        data = bytes(self._buf[self._pos :])
+        if _BIG_ARRAY(data) is not None:
+            return
+        self._buf = bytearray()
+        self._pos = 0
+        self._slow = False
+        self._reader.feed(data)  # the reader is fresh: _to_slow replaced it
+        self._chunks = [data]
+        self._fed = len(data)
+        self._consumed = 0
 
     # -- the exact parser --------------------------------------------------
 
