@@ -291,3 +291,24 @@ def test_huge_declared_array_is_not_preallocated():
 def test_big_array_count_still_parses():
     argv = [b"x"] * 100001
     assert parse_all(encode_command(argv)) == [argv]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(argvs, min_size=50, max_size=120), st.lists(st.integers(1, 700), min_size=1, max_size=40), st.booleans())
+def test_long_pipelines_in_random_receives(commands, sizes, with_inline):
+    """Exercises the hand-back from the exact parser to hiredis mid-stream."""
+    parts = []
+    for i, argv in enumerate(commands):
+        if with_inline and i % 7 == 3 and all(a.isalnum() for a in argv):
+            parts.append(b" ".join(argv) + b"\r\n")
+        else:
+            parts.append(encode_command(argv))
+    stream = b"".join(parts)
+    chunks, pos, i = [], 0, 0
+    while pos < len(stream):
+        size = sizes[i % len(sizes)]
+        chunks.append(stream[pos : pos + size])
+        pos += size
+        i += 1
+    # Only alphanumeric (hence non-empty) words go inline, so every command comes back.
+    assert parse_all(*chunks) == commands
