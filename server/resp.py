@@ -20,7 +20,8 @@ Two parsers, one behaviour:
   command. In the last case the Python parser checks every declared length
   as soon as its header line arrives, so ``$4294967296`` is refused before
   anything is buffered for it, and it stays in charge until the stream is
-  back at a command boundary.
+  back at a command boundary, where it hands a long remaining pipeline
+  back to hiredis.
 
 hiredis allocates a list as soon as it reads an array header, so a receive
 holding ``*`` followed by six digits (a count of 100000 or more, or a bulk
