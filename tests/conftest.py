@@ -172,6 +172,16 @@ class RedisProcess:
 @pytest.fixture(scope="module")
 def redis_server(tmp_path_factory):
     """A real redis-server (the reference for differential tests)."""
+    yield from _redis_process(tmp_path_factory, [])
+
+
+@pytest.fixture(scope="module")
+def redis_server_with_password(tmp_path_factory):
+    """A real redis-server with ``requirepass pw`` (for NOAUTH differential tests)."""
+    yield from _redis_process(tmp_path_factory, ["--requirepass", "pw"])
+
+
+def _redis_process(tmp_path_factory, extra_args: list[str]):
     if not os.path.exists(REDIS_SERVER):
         pytest.skip(f"redis-server not found at {REDIS_SERVER}: differential checks need it (apt-get install redis-server)")
     workdir = tmp_path_factory.mktemp("redis")
@@ -179,7 +189,7 @@ def redis_server(tmp_path_factory):
         port = free_port()
         proc = subprocess.Popen(
             [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(workdir), "--daemonize", "no", "--logfile", str(workdir / "redis.log")],
+             "--dir", str(workdir), "--daemonize", "no", "--logfile", str(workdir / "redis.log")] + extra_args,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 10
@@ -187,7 +197,7 @@ def redis_server(tmp_path_factory):
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
                     s.sendall(b"PING\r\n")
-                    if s.recv(64).startswith(b"+PONG"):
+                    if s.recv(64).startswith((b"+PONG", b"-NOAUTH")):
                         break
             except OSError:
                 time.sleep(0.05)

@@ -107,7 +107,7 @@ def hello(ctx, argv):
         check_password(ctx, *auth)
     if not client.authenticated:
         raise CommandError("NOAUTH", "HELLO must be called with the client already authenticated, "
-                           "otherwise the HELLO <proto> AUTH <user> <pass> option can be used to "
+                           "otherwise the HELLO AUTH <user> <pass> option can be used to "
                            "authenticate the client and select the RESP protocol version at the same time")
     if name is not None:
         client.name = name

@@ -163,3 +163,41 @@ def test_pipelined_mixed_inline_and_multibulk_match_redis(partita_shared, redis_
     payload = b"PING\r\n*2\r\n$4\r\nECHO\r\n$2\r\nhi\r\nECHO \"a\\x41\"\r\n\r\n*1\r\n$4\r\nPING\r\n"
     with RawConn(partita_shared.port) as ours, RawConn(redis_server.port) as theirs:
         assert ours.request(payload, replies=4) == theirs.request(payload, replies=4)
+
+
+@pytest.fixture(scope="module")
+def partita_with_password(tmp_path_factory):
+    from tests.conftest import PartitaProcess
+
+    server = PartitaProcess(tmp_path_factory.mktemp("partita-pw") / "data", ["--requirepass", "pw"]).start()
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        [b"PING\r\n", b"ECHO x\r\n", b"CLIENT ID\r\n", b"nosuch\r\n", b"ECHO\r\n"],
+        [b"AUTH wrong\r\n", b"AUTH default wrong\r\n", b"AUTH nosuch pw\r\n", b"AUTH pw\r\n", b"PING\r\n"],
+        [b"HELLO 3\r\n", b"HELLO 3 AUTH default wrong\r\n", b"HELLO 2 AUTH default pw\r\n"],
+        [b"MULTI\r\n", b"AUTH pw\r\n", b"MULTI\r\n", b"PING\r\n", b"EXEC\r\n"],
+        [b"QUIT\r\n"],
+    ],
+    ids=lambda s: " ".join(x.decode().strip() for x in s),
+)
+def test_noauth_flows_match_redis(partita_with_password, redis_server_with_password, steps):
+    with RawConn(partita_with_password.port) as ours, RawConn(redis_server_with_password.port) as theirs:
+        for step in steps:
+            a, b = ours.request(step), theirs.request(step)
+            if step.startswith(b"HELLO 2 AUTH default pw"):
+                a, b = a.split(b"id\r\n")[0], b.split(b"id\r\n")[0]
+            assert a == b, step
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"*11\r\n", b"*2\r\n$4\r\nAUTH\r\n$20000\r\n", b"*2\r\n$4\r\nECHO\r\n$16385\r\n" + b"x" * 16385 + b"\r\n"],
+    ids=["11 args", "20000-byte bulk header", "whole 16385-byte bulk"],
+)
+def test_unauthenticated_limits_match_redis(partita_with_password, redis_server_with_password, payload):
+    same_reply(partita_with_password, redis_server_with_password, payload, quiet_s=0.2)
