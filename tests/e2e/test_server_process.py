@@ -232,3 +232,30 @@ def test_busy_port_exits_1_before_creating_the_data_dir(tmp_path):
     assert result.returncode == 1
     assert "Address already in use" in result.stdout + result.stderr
     assert not data.exists()
+
+
+def test_fsync_always_group_commits_concurrent_writers(partita_factory):
+    import threading
+
+    server = partita_factory(["--fsync", "always"])
+    errors = []
+
+    def writer(i):
+        try:
+            r = server.client(protocol=2)
+            for j in range(20):
+                r.xadd("gc", {"w": str(i), "j": str(j)})
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    r = server.client(protocol=2)
+    assert r.xlen("gc") == 400
+    info = r.info("persistence")
+    assert info["partita_fsync_policy"] == "always"
+    assert 1 <= info["partita_group_commits"] < 400
