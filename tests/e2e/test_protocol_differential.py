@@ -201,3 +201,28 @@ def test_noauth_flows_match_redis(partita_with_password, redis_server_with_passw
 )
 def test_unauthenticated_limits_match_redis(partita_with_password, redis_server_with_password, payload):
     same_reply(partita_with_password, redis_server_with_password, payload, quiet_s=0.2)
+
+
+def test_command_info_matches_redis_for_every_shared_command(partita_shared, redis_server):
+    """Arity, flags and key positions, as COMMAND INFO reports them, are Redis's own."""
+    import hiredis
+
+    from server.resp import encode_command
+
+    def ask(conn, *argv):
+        reader = hiredis.Reader()
+        reader.feed(conn.request(encode_command(list(argv))))
+        return reader.gets()
+
+    with RawConn(partita_shared.port) as ours, RawConn(redis_server.port) as theirs:
+        names = ask(ours, b"COMMAND", b"LIST")
+        shared = 0
+        for name in names:
+            theirs_info = ask(theirs, b"COMMAND", b"INFO", name)[0]
+            if theirs_info is None:
+                continue  # a Partita command (TOPIC ...)
+            ours_info = ask(ours, b"COMMAND", b"INFO", name)[0]
+            shape = lambda i: (i[0], i[1], sorted(i[2]), i[3], i[4], i[5])  # noqa: E731
+            assert shape(ours_info) == shape(theirs_info), name
+            shared += 1
+        assert shared >= 30
