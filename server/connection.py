@@ -39,6 +39,7 @@ _JOIN = b"".join
 # Replies accumulated past this are sent before executing more of the batch,
 # so a large pipeline of large replies does not pile up in memory.
 SEND_AT_BYTES = 1024 * 1024
+SIZE_CHECK_CHUNKS = 4096
 
 
 
@@ -121,6 +122,7 @@ class Connection:
             stats.total_net_input_bytes += len(data)
             parser.feed(data)
             out: list = []
+            check_at = SIZE_CHECK_CHUNKS
             while True:
                 try:
                     argv = get_command()
@@ -139,6 +141,7 @@ class Connection:
                 if type(reply) is COROUTINE:
                     await self._flush(out)
                     out = []
+                    check_at = SIZE_CHECK_CHUNKS
                     self.idle = True
                     try:
                         reply = await reply
@@ -150,10 +153,15 @@ class Connection:
                 if client.close_after_reply or self.stopping:
                     await self._flush(out)
                     return
-                if len(out) > 4096:
+                if len(out) >= check_at:
+                    # Checked every 4096 chunks, not per reply: a long
+                    # pipeline must not cost quadratic time here.
                     if sum(map(len, out)) >= SEND_AT_BYTES:
                         await self._flush(out)
                         out = []
+                        check_at = SIZE_CHECK_CHUNKS
+                    else:
+                        check_at = len(out) + SIZE_CHECK_CHUNKS
             client.last_interaction = _now()
             if ctx.flush_seq:
                 await self._flush(out)

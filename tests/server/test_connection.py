@@ -292,3 +292,24 @@ async def test_idle_timeout_closes_quiet_clients(autojump_clock):
         assert await read_exactly(sock, 7) == b"+PONG\r\n"
         assert await read_exactly(sock, 100) == b""  # closed after 30 s idle
         assert trio.current_time() >= 59
+
+
+async def test_big_pipelined_replies_are_sent_in_pieces():
+    h = Harness()
+    value = b"v" * 10_000
+    n = 300  # ~3 MB of replies from one receive (the requests fit in ~3 MB too)
+    request = encode_command([b"ECHO", value]) * n
+    reply = b"$10000\r\n" + value + b"\r\n"
+    async with trio.open_nursery() as nursery:
+        sock, _ = h.connect(nursery)
+
+        async def send_requests():
+            view = memoryview(request)
+            while view:
+                sent = await sock.send(view[:65536])
+                view = view[sent:]
+
+        nursery.start_soon(send_requests)
+        assert await read_exactly(sock, len(reply) * n) == reply * n
+        nursery.cancel_scope.cancel()
+    assert max(map(len, h.sends)) < 2 * 1024 * 1024 + 65536
