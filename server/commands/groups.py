@@ -1115,6 +1115,8 @@ def xinfo_consumers(ctx, argv):
         info["name"] = c.name
         info["pending"] = len(c.pending)
         info["idle"] = max(now - c.seen_time_ms, 0)
+        # Redis 7.2's field: ms since the last read or claim that got entries; -1 never.
+        info["inactive"] = max(now - c.active_time_ms, 0) if c.active_time_ms >= 0 else -1
         out.append(info)
     return out
 

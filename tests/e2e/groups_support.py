@@ -73,13 +73,22 @@ class Pair:
         assert mine == theirs, f"{argv!r}\n partita: {mine!r}\n redis:   {theirs!r}"
         return mine
 
-    def similar(self, *argv, idle_paths=(), tolerance_ms: int = 1000):
-        """Same reply once the values at ``idle_paths`` (times in ms) are within tolerance."""
+    def similar(self, *argv, idle_paths=(), tolerance_ms: int = 1000, partita_only=()):
+        """Same reply once the values at ``idle_paths`` (times in ms) are within tolerance.
+
+        ``partita_only`` lists ``(path, field)``: maps at ``path`` that must carry
+        ``field`` in Partita's reply only (a field newer than the reference
+        Redis, e.g. XINFO CONSUMERS ``inactive`` from 7.2); it is checked to be
+        there and then dropped before comparing.
+        """
         raw_mine, raw_theirs = self.both(*argv)
         mine, theirs = parse(raw_mine), parse(raw_theirs)
         if isinstance(mine, Exception) or isinstance(theirs, Exception):
             assert raw_mine == raw_theirs, f"{argv!r}\n partita: {raw_mine!r}\n redis:   {raw_theirs!r}"
             return mine
+        for path, name in partita_only:
+            for item in _at(mine, path):
+                _drop_field(item, name)
         for path in idle_paths:
             for a, b in zip(_at(mine, path), _at(theirs, path)):
                 assert abs(a - b) <= tolerance_ms, f"{argv!r} at {path}: {a} vs {b}"
@@ -115,6 +124,16 @@ def _at(value, path):
     if isinstance(value, list) and isinstance(head, bytes):  # RESP2 flat map
         return _at(value[value.index(head) + 1], rest)
     return _at(value[head], rest)
+
+
+def _drop_field(mapping, name: bytes) -> None:
+    """Remove ``name`` from a RESP3 map (dict) or RESP2 flat map (list); it must be there."""
+    if isinstance(mapping, dict):
+        assert name in mapping, f"{name!r} missing from {mapping!r}"
+        del mapping[name]
+    else:
+        idx = mapping.index(name)
+        del mapping[idx : idx + 2]
 
 
 def _blank(value, paths) -> None:

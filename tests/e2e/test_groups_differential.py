@@ -104,7 +104,7 @@ def test_xgroup_consumers(pair):
         XPENDING s g
         XINFO GROUPS s
     """)
-    pair.similar("XINFO", "CONSUMERS", "s", "g", idle_paths=[("*", b"idle")])
+    pair.similar("XINFO", "CONSUMERS", "s", "g", idle_paths=[("*", b"idle")], partita_only=[(("*",), b"inactive")])
 
 
 def test_xreadgroup_new_history_and_errors(pair):
@@ -275,7 +275,7 @@ def test_xclaim_options_and_errors(pair):
         XPENDING s g
     """)
     pair.similar("XPENDING", "s", "g", "-", "+", "10", idle_paths=[("*", 2)])
-    pair.similar("XINFO", "CONSUMERS", "s", "g", idle_paths=[("*", b"idle")])
+    pair.similar("XINFO", "CONSUMERS", "s", "g", idle_paths=[("*", b"idle")], partita_only=[(("*",), b"inactive")])
 
 
 def test_xautoclaim_cursor_count_and_deleted_ids(pair):
@@ -455,3 +455,27 @@ def test_two_blocked_readers_share_one_entry(pair):
         server.call("XPENDING", "s", "g")
     assert outcomes[0] == outcomes[1]
     pair.same("XPENDING", "s", "g")
+
+
+def test_xinfo_consumers_inactive_as_redis_7_2(partita_shared):
+    """``inactive`` (Redis 7.2): -1 before a consumer got anything, then ms since its last read or claim."""
+    c = Resp(partita_shared.port, 3)
+    try:
+        c.call("DEL", "inact")
+        c.call("XADD", "inact", "1-0", "f", "v")
+        c.call("XGROUP", "CREATE", "inact", "g", "0")
+        c.call("XGROUP", "CREATECONSUMER", "inact", "g", "idler")
+        [idler] = c.value("XINFO", "CONSUMERS", "inact", "g")
+        assert idler[b"inactive"] == -1
+        c.call("XREADGROUP", "GROUP", "g", "reader", "STREAMS", "inact", ">")
+        rows = {row[b"name"]: row for row in c.value("XINFO", "CONSUMERS", "inact", "g")}
+        assert 0 <= rows[b"reader"][b"inactive"] < 5000
+        assert rows[b"idler"][b"inactive"] == -1
+        # A read that gets nothing does not make the consumer active: inactive keeps counting.
+        time.sleep(0.05)
+        c.call("XREADGROUP", "GROUP", "g", "reader", "STREAMS", "inact", ">")
+        rows = {row[b"name"]: row for row in c.value("XINFO", "CONSUMERS", "inact", "g")}
+        assert rows[b"reader"][b"inactive"] >= 50
+    finally:
+        c.call("DEL", "inact")
+        c.close()
