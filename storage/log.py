@@ -138,8 +138,17 @@ class FlushTicket:
             log = self._log
             with log._rp_lock:
                 if log._generation == self.generation and not log._closed:
-                    write_atomic(log.directory / RECOVERY_POINT_FILE, self._checkpoint)
-                    log._persisted_rp = self.target_offset
+                    try:
+                        write_atomic(log.directory / RECOVERY_POINT_FILE, self._checkpoint)
+                        log._persisted_rp = self.target_offset
+                    except StorageError as exc:
+                        # The data is fsynced: the flush succeeded. The
+                        # checkpoint only shortens recovery (an old one
+                        # means a longer scan, never a wrong log), so a
+                        # full disk must not turn durable writes into
+                        # refused ones. Retried by the next flush.
+                        log.logger.warning("%s: recovery point not checkpointed (%s); "
+                                           "the next flush retries", log.directory, exc)
         self.ok = True
 
     def discard(self) -> None:

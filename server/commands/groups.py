@@ -35,6 +35,7 @@ import server.commands.streams  # noqa: F401  (declares the XINFO container firs
 from server.commands import topic_groups  # multi-partition topic keys (membership)
 from cluster.topics import TopicError
 from server.args import parse_int
+from server.commands._disk import DISK_ERRORS, misconf
 from server.errors import (
     TIMEOUT_NEGATIVE,
     TIMEOUT_NOT_INTEGER,
@@ -98,6 +99,8 @@ def _redis_errors(handler):
                 return await handler(ctx, argv)
             except (StreamIdError, StreamError, TopicError) as exc:
                 raise err(exc.message) from None
+            except DISK_ERRORS as exc:  # disk full/failing: -MISCONF, not an internal error
+                raise misconf(exc) from None
 
     else:
 
@@ -107,6 +110,8 @@ def _redis_errors(handler):
                 return handler(ctx, argv)
             except (StreamIdError, StreamError, TopicError) as exc:
                 raise err(exc.message) from None
+            except DISK_ERRORS as exc:  # disk full/failing: -MISCONF, not an internal error
+                raise misconf(exc) from None
 
     return wrapper
 

@@ -32,6 +32,7 @@ import trio
 
 from cluster.topics import TopicError
 from server.args import parse_int
+from server.commands._disk import DISK_ERRORS, misconf
 from server.errors import (
     TIMEOUT_NEGATIVE,
     TIMEOUT_NOT_INTEGER,
@@ -68,6 +69,8 @@ def _redis_errors(handler):
                 return await handler(ctx, argv)
             except (StreamIdError, StreamError, TopicError) as exc:
                 raise err(exc.message) from None
+            except DISK_ERRORS as exc:  # disk full/failing: -MISCONF, not an internal error
+                raise misconf(exc) from None
 
     else:
 
@@ -77,6 +80,8 @@ def _redis_errors(handler):
                 return handler(ctx, argv)
             except (StreamIdError, StreamError, TopicError) as exc:
                 raise err(exc.message) from None
+            except DISK_ERRORS as exc:  # disk full/failing: -MISCONF, not an internal error
+                raise misconf(exc) from None
 
     return wrapper
 

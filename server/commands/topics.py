@@ -23,6 +23,7 @@ import heapq
 
 from cluster.topics import TOPIC_OPTIONS, TopicError
 from server.args import parse_int
+from server.commands._disk import DISK_ERRORS, misconf
 from server.commands.keyspace import glob_match
 from server.errors import err, syntax_error
 from server.registry import command, container
@@ -64,6 +65,8 @@ def _topic_errors(handler):
             return handler(ctx, argv)
         except TopicError as exc:
             raise err(exc.message) from None
+        except DISK_ERRORS as exc:  # disk full/failing: -MISCONF, not an internal error
+            raise misconf(exc) from None
 
     wrapper.__name__ = handler.__name__
     wrapper.__doc__ = handler.__doc__

@@ -83,6 +83,8 @@ from typing import Callable, Iterable, Iterator, Protocol, Sequence
 
 from crc32c import crc32c
 
+from storage.errors import raise_storage_error
+
 StreamIdT = tuple[int, int]
 
 ZERO_ID: StreamIdT = (0, 0)
@@ -569,6 +571,7 @@ class GroupStore:
         self._compactions = 0
         self._closed = False
         self._replaying = False
+        self._compact_retry_bytes = 0  # no compaction below this (after a failed one)
 
     # ----- lifecycle -----
 
@@ -1140,19 +1143,38 @@ class GroupStore:
 
     def _write(self, payload: bytes) -> None:
         assert not self._closed, "group store is closed"
-        if self._fd < 0:
-            self._start_journal()
-        record = _frame(payload)
-        written = os.write(self._fd, record)
-        if written != len(record):  # a short write to a regular file: ENOSPC
-            # Cut the partial record so the journal stays replayable.
-            os.ftruncate(self._fd, self._journal_bytes)
-            raise OSError(28, "short write to group journal")
+        # Disk errors go through the storage funnel (one log line, listeners
+        # told) as StorageError; nothing was applied, the caller's mutation
+        # is refused whole (written before applied).
+        try:
+            if self._fd < 0:
+                self._start_journal()
+            record = _frame(payload)
+            written = os.write(self._fd, record)
+            if written != len(record):  # a short write to a regular file: ENOSPC
+                # Cut the partial record so the journal stays replayable.
+                os.ftruncate(self._fd, self._journal_bytes)
+                raise OSError(28, "short write to group journal")
+        except OSError as exc:
+            raise_storage_error(f"write {self.directory / JOURNAL_NAME}", exc)
         self._journal_bytes += written
 
     def _maybe_compact(self) -> None:
-        if self._journal_bytes > max(self.compact_min_bytes, 2 * self._snapshot_bytes):
-            self.compact()
+        if self._journal_bytes > max(self.compact_min_bytes, 2 * self._snapshot_bytes, self._compact_retry_bytes):
+            try:
+                self.compact()
+            except OSError as exc:
+                # The mutation is already journaled and applied: a failed
+                # compaction (disk full) must not make it look refused.
+                # Compaction is retried after another compact_min_bytes / 4
+                # of journal; the half-written tmp snapshot is removed now
+                # so it does not hold the space.
+                self._compact_retry_bytes = self._journal_bytes + self.compact_min_bytes // 4
+                try:
+                    (self.directory / (SNAPSHOT_NAME + _TMP_SUFFIX)).unlink()
+                except OSError:
+                    pass
+                self.logger.warning("%s: group state compaction failed, retried later: %s", self.directory, exc)
 
     def compact(self) -> None:
         """Write a snapshot of generation G + 1 and restart the journal."""

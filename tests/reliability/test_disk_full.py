@@ -1,0 +1,139 @@
+"""Disk full: the server's data dir on a 4 MiB tmpfs, filled to the last byte.
+
+Writes (XADD, XREADGROUP's delivery record, XACK) get
+``-MISCONF Errors writing to the partition log: No space left on device``
+and change nothing; reads and other clients carry on; once space is freed,
+writes resume, and the log and group state are exactly what was
+acknowledged, also after kill -9 and a restart (docs/guarantees.md).
+
+Needs root (mount); skipped with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import hiredis
+import pytest
+
+from tests.conftest import PartitaProcess
+from tests.reliability.crashkit import Conn, check_fields, make_fields
+
+MISCONF = "MISCONF Errors writing to the partition log: No space left on device"
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a 4 MiB tmpfs (needs root): {proc.stderr.strip() or proc.returncode}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def _fill(path) -> None:
+    """Write zeros until the file system is full."""
+    with open(path, "wb", buffering=0) as f:
+        for size in (1 << 16, 4096, 512, 1):
+            try:
+                while True:
+                    f.write(b"\0" * size)
+            except OSError:
+                pass
+
+
+def _is_misconf(reply) -> bool:
+    return isinstance(reply, hiredis.ReplyError) and str(reply) == MISCONF
+
+
+def test_disk_full_refuses_writes_cleanly_and_recovers(small_fs, tmp_path):
+    server = PartitaProcess(small_fs / "data", ["--fsync", "always"])
+    server.log_path = tmp_path / "server.log"  # the log must not share the full disk
+    server.start()
+    try:
+        c = Conn(server.port)
+        acked: list[tuple[bytes, int]] = []
+        seq = 0
+
+        def xadd():
+            nonlocal seq
+            reply = c.call(b"XADD", b"s", b"*", *make_fields(0, seq))
+            if not isinstance(reply, hiredis.ReplyError):
+                acked.append((reply, seq))
+            seq += 1
+            return reply
+
+        for _ in range(300):  # more than one page of delivery records can take
+            xadd()
+        assert c.call(b"XGROUP", b"CREATE", b"s", b"g", b"0") == b"OK"
+        _fill(small_fs / "filler")
+
+        # XADD: some may still fit in a partly used page; then a clean refusal.
+        for _ in range(2000):
+            reply = xadd()
+            if isinstance(reply, hiredis.ReplyError):
+                break
+        assert _is_misconf(reply), f"XADD on a full disk: {reply!r}"
+        assert _is_misconf(xadd())  # and again: no state change between refusals
+        n_acked = len(acked)
+
+        # Group journal writes: XREADGROUP deliveries until refused, then XACK.
+        delivered: list[bytes] = []
+        for _ in range(2000):
+            reply = c.call(b"XREADGROUP", b"GROUP", b"g", b"c", b"COUNT", 1, b"STREAMS", b"s", b">")
+            if isinstance(reply, hiredis.ReplyError):
+                break
+            assert reply is not None, "ran out of entries before the journal filled its page"
+            delivered.append(reply[0][1][0][0])
+        assert _is_misconf(reply), f"XREADGROUP on a full disk: {reply!r}"
+        info = c.call(b"XINFO", b"GROUPS", b"s")[0]
+        info = dict(zip(info[0::2], info[1::2]))
+        assert info[b"last-delivered-id"] == (delivered[-1] if delivered else b"0-0"), \
+            "a refused delivery moved last-delivered-id"
+        assert info[b"pending"] == len(delivered)
+        if delivered:
+            reply = c.call(b"XACK", b"s", b"g", delivered[0])
+            assert reply == 1 or _is_misconf(reply), reply
+            acked_ids = {delivered[0]} if reply == 1 else set()
+        else:
+            acked_ids = set()
+
+        # Reads and other clients are unaffected.
+        other = Conn(server.port)
+        assert other.call(b"PING") == b"PONG"
+        assert other.call(b"XLEN", b"s") == n_acked
+        entries = other.call(b"XRANGE", b"s", b"-", b"+")
+        assert [(e[0], check_fields(e[1])[1]) for e in entries] == acked
+        assert other.call(b"TOPIC", b"LIST") is not None
+        other.close()
+        assert "Traceback" not in server.log(), "a disk-full refusal logged a traceback"
+        assert "disk error: append to" in server.log()
+
+        # Free the space: writes resume on the same connection.
+        os.unlink(small_fs / "filler")
+        for _ in range(5):
+            assert not isinstance(xadd(), hiredis.ReplyError)
+        reply = c.call(b"XREADGROUP", b"GROUP", b"g", b"c", b"COUNT", 1, b"STREAMS", b"s", b">")
+        delivered.append(reply[0][1][0][0])
+        assert c.call(b"XACK", b"s", b"g", delivered[-1]) == 1
+        acked_ids.add(delivered[-1])
+        c.close()
+
+        # Nothing half-written is visible, before or after a kill -9.
+        for restart in ("kill9", "sigterm"):
+            server.restart(kill9=(restart == "kill9"))
+            c = Conn(server.port)
+            entries = c.call(b"XRANGE", b"s", b"-", b"+")
+            assert [(e[0], check_fields(e[1])[1]) for e in entries] == acked, f"log after {restart}"
+            pending = {row[0] for row in c.call(b"XPENDING", b"s", b"g", b"-", b"+", 100000)}
+            assert pending == set(delivered) - acked_ids, f"group state after {restart}"
+            c.close()
+        assert "recovery cut" not in server.log()
+    finally:
+        server.stop()
