@@ -29,7 +29,7 @@ from trio.lowlevel import wait_readable, wait_writable
 from server.dispatch import COROUTINE, NO_REPLY, Context, Dispatcher
 from server.durability import DurabilityError
 from server.errors import ProtocolError
-from server.reply import encode_into
+from server.reply import encode, encode_into
 from server.resp import QueryBufferLimitError, RequestParser
 
 log = logging.getLogger("partita.connection")
@@ -52,6 +52,7 @@ class Connection:
         self.sock = sock
         self.client = client
         self.ctx = Context(server, client, dispatcher)
+        self.ctx.may_defer = True  # XADDs of one receive share a log batch (Context.commit)
         self.cancel_scope = trio.CancelScope()
         self.idle = True  # waiting for a request or in a blocking command
         self.stopping = False
@@ -79,6 +80,10 @@ class Connection:
         except Exception:  # a bug in one connection must not stop the server
             log.exception("connection %d failed", self.client.id)
         finally:
+            # Entries deferred by a batch cut short are written (their
+            # replies are lost, as for a client that disconnects).
+            self.ctx.commit()
+            self.ctx.commit_error = None
             server.remove_client(self.client)
             try:
                 self.sock.close()
@@ -148,8 +153,13 @@ class Connection:
                     finally:
                         self.idle = False
                 if reply is not NO_REPLY:
+                    if ctx.defer_mark:  # an XADD whose entry awaits ctx.commit()
+                        ctx.defer_mark = False
+                        ctx.deferred_marks.append(len(out))
                     # Read per reply: HELLO may switch protocol mid-batch.
                     encode_into(out, reply, client.protocol)
+                if ctx.commit_error is not None:  # deferred appends failed
+                    self._fail_deferred(out)
                 if client.close_after_reply or self.stopping:
                     await self._flush(out)
                     return
@@ -163,6 +173,10 @@ class Connection:
                     else:
                         check_at = len(out) + SIZE_CHECK_CHUNKS
             client.last_interaction = _now()
+            if ctx.deferred:
+                ctx.commit()  # the batch's XADDs: one log write per stream
+                if ctx.commit_error is not None:
+                    self._fail_deferred(out)
             if ctx.flush_seq:
                 await self._flush(out)
             elif out:
@@ -178,9 +192,25 @@ class Connection:
                 if sent != len(payload):
                     await send_all(sock, memoryview(payload)[sent:])
 
-    async def _flush(self, out: list) -> None:
-        """Wait for this batch's writes to be durable, then send its replies."""
+    def _fail_deferred(self, out: list) -> None:
+        """A commit failed: the deferred replies in ``out`` become its error."""
         ctx = self.ctx
+        error = encode(ctx.commit_error, self.client.protocol)
+        for pos in ctx.deferred_marks:
+            if pos + 2 < len(out):  # an ID reply: header, ID, CRLF
+                out[pos] = error
+                out[pos + 1] = out[pos + 2] = b""
+        ctx.deferred_marks.clear()
+        ctx.commit_error = None
+
+    async def _flush(self, out: list) -> None:
+        """Write deferred appends, wait for this batch's writes to be durable,
+        then send its replies."""
+        ctx = self.ctx
+        if ctx.deferred:
+            ctx.commit()
+        if ctx.commit_error is not None:
+            self._fail_deferred(out)
         if ctx.flush_seq:
             seq = ctx.flush_seq
             ctx.flush_seq = 0

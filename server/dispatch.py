@@ -41,9 +41,24 @@ class Context:
     - ``note_write(log, fsync=None)``: the command appended to ``log`` (a
       storage ``PartitionLog``). The replies of this batch are held until the
       write is durable per ``fsync`` (default: the server's ``fsync`` config).
+    - ``may_defer`` / ``defer(stream, on_error)`` / ``commit()``: deferred
+      appends (group commit into the log). When ``may_defer`` is True (the
+      connection sets it; False inside EXEC and for a bare Context), a
+      handler may ``stream.add(..., defer=True)`` and then call
+      ``defer(stream, on_error)``; its reply must be one bulk string (an
+      entry ID). ``commit()`` writes every deferred entry, one log batch per
+      stream. It runs before any command other than XADD (``Dispatcher.call``;
+      XADD commits itself when it does not defer) and before the connection
+      sends replies or awaits anything, so nothing else ever sees a deferred
+      entry: a pipeline of N XADDs costs one log write, and read-your-writes
+      holds. If the commit fails, each deferred reply of the batch becomes
+      ``on_error(exc)`` (the error the immediate append would have replied):
+      the connection records where those replies sit (``deferred_marks``,
+      ``defer_mark``) and rewrites them when ``commit_error`` is set.
     """
 
-    __slots__ = ("server", "client", "may_block", "flush_seq", "dispatcher")
+    __slots__ = ("server", "client", "may_block", "flush_seq", "dispatcher", "may_defer",
+                 "deferred", "defer_mark", "deferred_marks", "commit_error", "_on_error")
 
     def __init__(self, server: Any, client: Any, dispatcher: "Dispatcher | None" = None) -> None:
         self.server = server
@@ -51,6 +66,54 @@ class Context:
         self.may_block = True
         self.flush_seq = 0  # group-commit round this batch's replies wait for
         self.dispatcher = dispatcher
+        self.may_defer = False
+        self.deferred: list = []  # streams with deferred entries
+        self.defer_mark = False  # the reply being produced is a deferred one
+        self.deferred_marks: list[int] = []  # the connection's reply positions of deferred replies
+        self.commit_error: CommandError | None = None  # set by a failed commit, for the connection
+        self._on_error: Any = None
+
+    def defer(self, stream: Any, on_error: Any) -> None:
+        """The handler deferred an entry of ``stream`` (see the class docstring)."""
+        deferred = self.deferred
+        if stream not in deferred:
+            deferred.append(stream)
+        self._on_error = on_error
+        self.defer_mark = True
+
+    def commit(self) -> None:
+        """Write the deferred entries; on failure set ``commit_error``."""
+        deferred = self.deferred
+        if not deferred:
+            return
+        self.deferred = []
+        failure = None
+        for stream in deferred:
+            try:
+                stream.commit()
+            except Exception as exc:  # noqa: BLE001 - every deferred reply must learn it
+                if failure is None:
+                    failure = exc
+        marks = self.deferred_marks
+        if failure is None:
+            marks.clear()
+            return
+        try:
+            error = self._on_error(failure)
+        except Exception:  # noqa: BLE001
+            error = None
+        if type(error) is not CommandError:
+            log.error("deferred append failed", exc_info=failure)
+            self.server.stats.unexpected_error_replies += 1
+            error = CommandError("ERR", f"internal error in 'xadd': {type(failure).__name__}: {failure}")
+        # The replies already produced said "written": they become the error.
+        stats = self.server.stats
+        entry = stats.commands.get("xadd")
+        for _ in marks:
+            stats.record_error(error.code)
+            if entry is not None:
+                entry[3] += 1
+        self.commit_error = error
 
     def note_write(self, log: Any, fsync: str | None = None) -> None:
         durability = self.server.durability
@@ -124,6 +187,8 @@ class Dispatcher:
         """Run one command; a reply value, or a coroutine for a blocking one."""
         client = ctx.client
         spec = self._plain.get(argv[0])
+        if ctx.deferred and (spec is None or spec.name != "xadd"):
+            ctx.commit()  # nothing but XADD may see a deferred entry
         if spec is not None and client.authenticated and not client.in_multi:
             # Hot path: a known plain command (no subcommands) spelled as
             # seen before, outside MULTI, from an authenticated client.
@@ -261,6 +326,7 @@ class Dispatcher:
         # As in Redis, the client stays "in MULTI" while EXEC runs the queue:
         # blocking commands see it (and ``ctx.may_block``) and do not wait.
         ctx.may_block = False
+        may_defer, ctx.may_defer = ctx.may_defer, False
         try:
             for spec, argv in queue:
                 if spec.is_async:
@@ -269,6 +335,7 @@ class Dispatcher:
                     replies.append(self._call_sync(spec, ctx, argv))
         finally:
             ctx.may_block = True
+            ctx.may_defer = may_defer
             self._end_multi(ctx)
         return replies
 

@@ -211,6 +211,10 @@ def xadd(ctx, argv):
     The whole entry is encoded once and appended as one log batch; the reply
     waits for durability by the fsync policy (``ctx.note_write``).
     """
+    if argv[2] == b"*" and len(argv) & 1:
+        return _xadd_star(ctx, argv)
+    if ctx.deferred:
+        ctx.commit()  # this XADD appends now: earlier deferred entries first
     args = _parse_add_or_trim(ctx, argv, xadd=True)
     field_pos = args.id_pos + 1
     nfields = len(argv) - field_pos
@@ -244,6 +248,62 @@ def xadd(ctx, argv):
     for other in topics.sibling_keys(key, partition_key):
         ctx.server.signal_key_modified(other)
     return new_id.encode()
+
+
+# An entry with more field/value bytes than this is appended at once, and
+# a stream's deferred entries are committed once they reach it (bounded memory).
+DEFER_MAX_BYTES = 512 * 1024
+
+
+def _xadd_star(ctx, argv):
+    """The hot form ``XADD key * field value [field value ...]``: no options.
+
+    Same checks and replies as the general path; the entry is deferred
+    (``ctx.defer``) so a pipeline of XADDs becomes one log batch.
+    """
+    key = argv[1]
+    server = ctx.server
+    topics = server.topics
+    fields = argv[3:]
+    max_entry_bytes = topics.max_entry_bytes(topics.topic_of(key))
+    entry_bytes = sum(map(len, fields))
+    if entry_bytes > max_entry_bytes:
+        raise err(f"{TOO_LARGE}: the entry has {entry_bytes} bytes of fields and values, "
+                  f"over the topic's max-entry-bytes ({max_entry_bytes})")
+    stream, partition_key = topics.append_target(key, fields)
+    if ctx.may_defer and entry_bytes < DEFER_MAX_BYTES:
+        new_id = stream.add(fields, defer=True)
+        ctx.defer(stream, _deferred_error)
+        if stream.pending_bytes >= DEFER_MAX_BYTES:
+            ctx.commit()
+    else:
+        if ctx.deferred:
+            ctx.commit()
+        new_id = stream.add(fields)
+    ctx.note_write(stream.log)
+    signal = server.signal_key_modified
+    signal(key)
+    topics.note_entries_in(1)
+    # Readers blocked on the topic key or on the partition key both wake.
+    for other in topics.sibling_keys(key, partition_key):
+        signal(other)
+    return b"%d-%d" % new_id
+
+
+@_redis_errors
+def _raise(ctx, exc):
+    raise exc
+
+
+def _deferred_error(exc: Exception) -> CommandError | None:
+    """The reply an immediate append failing with ``exc`` would have had."""
+    try:
+        _raise(None, exc)
+    except CommandError as e:
+        return e
+    except Exception:  # noqa: BLE001 - not a Redis-visible error: the dispatcher's internal error
+        return None
+    return None
 
 
 @command(

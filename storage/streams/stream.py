@@ -47,6 +47,7 @@ cluster's topics. Errors are ``StreamError`` with Redis's message text.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,6 +89,13 @@ def encode_entry(stream_id: tuple[int, int], fields: Sequence[bytes]) -> bytes:
         parts.append(bytes(item))
         parts.append(b"\r\n")
     return b"".join(parts)
+
+
+def _encode_pair(stream_id: tuple[int, int], field: bytes, value: bytes) -> bytes:
+    """``encode_entry`` for the common one-pair entry: one format, no join."""
+    id_text = b"%d-%d" % (stream_id[0], stream_id[1])
+    return b"*2\r\n$%d\r\n%s\r\n*2\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (
+        len(id_text), id_text, len(field), field, len(value), value)
 
 
 def decode_entry(encoded: bytes | memoryview) -> tuple[StreamId, list[bytes]]:
@@ -203,8 +211,27 @@ class Stream:
         self.meta = StreamMeta()
         stored = read_file(self.meta_path)
         if stored is not None:
-            self.meta = StreamMeta.from_bytes(stored)
+            try:
+                self.meta = StreamMeta.from_bytes(stored)
+            except (ValueError, KeyError, TypeError) as exc:
+                # Damaged on disk (it is replaced atomically, so a crash
+                # cannot do this). Everything in it is a refinement of what
+                # the log knows: rebuild conservatively rather than refuse
+                # the stream. IDs stay increasing (the log's last ID);
+                # max-deleted-entry-id = last ID makes lag "unknown" rather
+                # than wrong; an XSETID ENTRIESADDED adjustment is lost.
+                last = StreamId(*log.last_id)
+                self.meta = StreamMeta(last_generated_id=last, max_deleted_entry_id=last)
+                logging.getLogger("partita.storage").warning(
+                    "%s: corrupt stream metadata (%s): rebuilt from the log (last-generated-id %s, "
+                    "max-deleted-entry-id %s, entries-added %d)",
+                    self.meta_path, exc, last, last, log.log_end_offset)
         self._stored_meta = StreamMeta(**vars(self.meta))
+        # Deferred appends (``add(..., defer=True)``): entries with IDs
+        # assigned, not yet in the log; ``commit()`` writes them as one batch.
+        self._pending: list[tuple[int, int, bytes]] = []
+        self.pending_bytes = 0
+        self._pending_last = MIN_ID
 
     # ----------------------------------------------------------------- state
 
@@ -214,8 +241,15 @@ class Stream:
 
     @property
     def last_id(self) -> StreamId:
-        """Redis's ``last-generated-id``."""
+        """Redis's ``last-generated-id`` (counting deferred entries)."""
+        if self._pending:
+            return self._pending_last
         return max(self.meta.last_generated_id, StreamId(*self.log.last_id))
+
+    @property
+    def pending(self) -> bool:
+        """True while deferred entries wait for ``commit()``."""
+        return bool(self._pending)
 
     @property
     def max_deleted_entry_id(self) -> StreamId:
@@ -293,11 +327,46 @@ class Stream:
         *,
         ms_given: int | None = None,
         id_given: StreamId | None = None,
+        defer: bool = False,
     ) -> StreamId:
-        """XADD one entry (one log batch); returns its ID. Raises StreamError."""
+        """XADD one entry; returns its ID. Raises StreamError.
+
+        Without ``defer`` the entry is one log batch, written now (after any
+        deferred entries). With ``defer`` the ID is assigned now and the
+        entry waits in memory until ``commit()``, which writes every
+        deferred entry as ONE batch (one header, CRC and write for a whole
+        pipeline). The caller must commit before anything reads this stream
+        or its log and before acknowledging the entry, and bounds the
+        memory (``pending_bytes``); until then only ``add`` and ``last_id``
+        see deferred entries.
+        """
         new = self.next_id(ms_given, id_given)
-        self.log.append([(new.ms, new.seq, encode_entry(new, fields))])
+        if len(fields) == 2:
+            enc = _encode_pair(new, fields[0], fields[1])
+        else:
+            enc = encode_entry(new, fields)
+        if defer:
+            self._pending.append((new[0], new[1], enc))
+            self._pending_last = new
+            self.pending_bytes += len(enc)
+            return new
+        if self._pending:
+            self.commit()
+        self.log.append([(new[0], new[1], enc)])
         return new
+
+    def commit(self) -> None:
+        """Write the deferred entries as one log batch.
+
+        On failure (a ``StorageError``) the deferred entries are dropped, as
+        a failed immediate append writes nothing: the caller must then not
+        acknowledge them.
+        """
+        pending = self._pending
+        if pending:
+            self._pending = []
+            self.pending_bytes = 0
+            self.log.append(pending)
 
     def delete(self, ids: Iterable[StreamId]) -> int:
         """XDEL: mark the entries with these IDs deleted; returns how many were live."""

@@ -313,3 +313,102 @@ async def test_big_pipelined_replies_are_sent_in_pieces():
         assert await read_exactly(sock, len(reply) * n) == reply * n
         nursery.cancel_scope.cancel()
     assert max(map(len, h.sends)) < 2 * 1024 * 1024 + 65536
+
+
+# -- deferred appends: a pipeline of XADDs is one log batch -------------------
+
+
+class TopicsHarness(Harness):
+    """A Harness with a real topic registry in ``path``."""
+
+    def __init__(self, path, **config_values):
+        from cluster.topics import TopicRegistry
+
+        super().__init__(**config_values)
+        self.state.config.dir = str(path)
+        self.state.topics = TopicRegistry.open(path, self.state.config)
+
+
+def _xadd(key=b"s", value=b"v"):
+    return encode_command([b"XADD", key, b"*", b"f", value])
+
+
+async def _replies(sock, n):
+    import hiredis
+
+    reader = hiredis.Reader()
+    out = []
+    while len(out) < n:
+        got = reader.gets()
+        if got is False:
+            reader.feed(await sock.recv(65536))
+            continue
+        out.append(got)
+    return out
+
+
+async def test_pipelined_xadds_share_one_log_batch_and_are_read_back_in_the_pipeline(tmp_path):
+    from storage import records
+
+    h = TopicsHarness(tmp_path)
+    async with trio.open_nursery() as nursery:
+        sock, _ = h.connect(nursery)
+        await sock.send(_xadd() * 3 + encode_command([b"XLEN", b"s"])
+                        + _xadd() + encode_command([b"XRANGE", b"s", b"-", b"+"]))
+        r = await _replies(sock, 6)
+        ids = [r[0], r[1], r[2], r[4]]
+        assert r[3] == 3  # read-your-writes inside the pipeline
+        assert [e[0] for e in r[5]] == ids
+        nursery.cancel_scope.cancel()
+    log = h.state.topics.get(b"s").log
+    data = open(log.segments()[-1].path, "rb").read()
+    counts, pos = [], 0
+    while pos < len(data):
+        hdr = records.unpack_header(data, pos)
+        counts.append(hdr[records.H_COUNT])
+        pos += hdr[records.H_LENGTH]
+    assert counts == [3, 1]  # XLEN committed the first three; the batch end the last
+    h.state.topics.close()
+
+
+async def test_pipelined_xadds_inside_multi_are_visible_to_later_queued_commands(tmp_path):
+    h = TopicsHarness(tmp_path)
+    async with trio.open_nursery() as nursery:
+        sock, _ = h.connect(nursery)
+        await sock.send(encode_command([b"MULTI"]) + _xadd() * 2 + encode_command([b"XLEN", b"s"])
+                        + encode_command([b"EXEC"]))
+        r = await _replies(sock, 5)
+        assert r[4][2] == 2
+        nursery.cancel_scope.cancel()
+    h.state.topics.close()
+
+
+async def test_a_failed_commit_turns_every_deferred_reply_into_the_error(tmp_path):
+    import errno
+
+    from storage.errors import StorageError
+
+    h = TopicsHarness(tmp_path)
+    async with trio.open_nursery() as nursery:
+        sock, _ = h.connect(nursery)
+        await sock.send(_xadd())
+        (first,) = await _replies(sock, 1)
+        stream = h.state.topics.get(b"s")
+        real_append = stream.log.append
+
+        def failing_append(entries, *a, **kw):
+            raise StorageError("append: No space left on device", errno=errno.ENOSPC)
+
+        stream.log.append = failing_append
+        await sock.send(encode_command([b"PING"]) + _xadd() * 2 + encode_command([b"PING"]) + _xadd())
+        r = await _replies(sock, 5)
+        assert r[0] == b"PONG" and r[3] == b"PONG"
+        for i in (1, 2, 4):
+            assert isinstance(r[i], Exception) and str(r[i]).startswith("MISCONF Errors writing to the partition log"), r
+        stream.log.append = real_append
+        await sock.send(_xadd() + encode_command([b"XLEN", b"s"]))
+        r = await _replies(sock, 2)
+        assert r[1] == 2 and r[0] > first  # nothing of the failed batch was written
+        nursery.cancel_scope.cancel()
+    h.state.topics.close()
+

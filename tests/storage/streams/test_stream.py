@@ -249,3 +249,35 @@ def test_exact_maxlen_after_random_deletions_matches_a_model(make_stream):
             nxt = StreamId(s.last_id.ms + 1, 0)
             s.add([b"n", b"x"], id_given=nxt)
             model.append(nxt)
+
+
+def test_deferred_adds_assign_ids_now_and_commit_as_one_batch(make_stream):
+    clock = Clock(5000)
+    s = make_stream(clock=clock)
+    first = s.add([b"f", b"a"])
+    deferred = [s.add([b"f", b"%d" % i], defer=True) for i in range(3)]
+    assert s.pending and s.pending_bytes > 0
+    # IDs keep increasing through deferred entries; the log has not seen them.
+    assert deferred == [StreamId(5000, 1), StreamId(5000, 2), StreamId(5000, 3)]
+    assert s.last_id == StreamId(5000, 3)
+    assert s.log.log_end_offset == 1
+    s.commit()
+    assert not s.pending and s.pending_bytes == 0
+    assert s.log.log_end_offset == 4 and s.length == 4
+    assert ids_of(s.range(MIN_ID, MAX_ID)) == [first, *deferred]
+    if make_stream.kind == "real":
+        # One batch for the three deferred entries: two batch headers in all.
+        from storage import records
+        seg = s.log.segments()[-1]
+        data = open(seg.path, "rb").read()
+        h1 = records.unpack_header(data, 0)
+        h2 = records.unpack_header(data, h1[records.H_LENGTH])
+        assert (h1[records.H_COUNT], h2[records.H_COUNT]) == (1, 3)
+
+
+def test_immediate_add_writes_deferred_entries_first(make_stream):
+    s = make_stream(clock=Clock(7000))
+    a = s.add([b"f", b"1"], defer=True)
+    b = s.add([b"f", b"2", b"g", b"3"])
+    assert not s.pending
+    assert ids_of(s.range(MIN_ID, MAX_ID)) == [a, b]
