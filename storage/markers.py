@@ -22,6 +22,7 @@ Must not know: batches, indexes, streams.
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 import struct
 from array import array
@@ -75,6 +76,12 @@ class DeletionMarkers:
             good = pos + RECORD_BYTES
         kept = sorted({o for o in offsets if base <= o < keep_below})
         self._by_segment[base] = array("Q", kept)
+        if good != len(data):
+            # A torn last record (kill -9 mid-write) or damage: say so, since
+            # the entries those records deleted are visible again.
+            logging.getLogger("partita.storage").warning(
+                "%s: dropped %d bytes of torn or corrupt deletion markers after %d good record(s)",
+                path, len(data) - good, len(offsets))
         if good != len(data) or len(kept) != len(offsets):
             self._rewrite(base)
         else:

@@ -1,28 +1,43 @@
-"""A disk error under a command becomes Redis's MISCONF reply, not a crash.
+"""Disk errors and damaged files under a command become clear error replies.
 
-Owns: ``DISK_ERRORS`` (what the storage layer raises when the disk fails:
-``StorageError`` from the funnel, or a bare ``OSError``) and ``misconf(exc)``,
-the reply for it. Redis answers writes it cannot persist with
-``-MISCONF Errors writing to the AOF file: <strerror>``; Partita says
-``-MISCONF Errors writing to the partition log: <strerror>`` (disk full:
-``No space left on device``). The write is not acknowledged, the connection
-stays open, reads keep working, and the next write tries the disk again
-(docs/guarantees.md).
+Owns: ``DISK_ERRORS`` (what the storage layer raises when the disk fails or
+a file is damaged: ``StorageError`` from the funnel, a bare ``OSError``,
+``GroupStateError``) and ``misconf(exc)``, the reply for each:
+
+- a system call failed (errno set; disk full: ENOSPC): Redis answers writes
+  it cannot persist with ``-MISCONF Errors writing to the AOF file:
+  <strerror>``; Partita says ``-MISCONF Errors writing to the partition log:
+  <strerror>``. The write is not acknowledged and changed nothing.
+- a damaged log batch found by a read (no errno): ``-ERR corrupt partition
+  log, not served: <file>: corrupt batch at position N: <why>``.
+- damaged consumer-group files: ``-ERR consumer group state unreadable,
+  refusing to guess: <file>: <why>``.
+
+The connection stays open, other keys keep working, and the next command
+tries the disk again. No traceback is logged: the storage funnel already
+logged one line per disk error, and a damaged batch gets one WARNING here (docs/guarantees.md).
 
 Must not know: which command failed or how files are laid out.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 
 from server.errors import CommandError
 from storage.errors import StorageError
+from storage.streams.groups import GroupStateError
 
-DISK_ERRORS = (StorageError, OSError)
+DISK_ERRORS = (StorageError, OSError, GroupStateError)
+log = logging.getLogger("partita.storage")
 
 
 def misconf(exc: BaseException) -> CommandError:
+    if isinstance(exc, GroupStateError):
+        return CommandError("ERR", f"consumer group state unreadable, refusing to guess: {exc}")
     code = getattr(exc, "errno", None)
-    reason = os.strerror(code) if code else str(exc)
-    return CommandError("MISCONF", f"Errors writing to the partition log: {reason}")
+    if not code:
+        log.warning("refused to serve a damaged batch: %s", exc)
+        return CommandError("ERR", f"corrupt partition log, not served: {exc}")
+    return CommandError("MISCONF", f"Errors writing to the partition log: {os.strerror(code)}")

@@ -641,13 +641,16 @@ class GroupStore:
         generation = _parse_header(data, _JRNL_MAGIC)
         if generation != self._generation:
             # Older generation: a crash after the snapshot rename, before the
-            # journal restart; the snapshot already holds all of it. No valid
-            # header: a crash while creating it (it is created tmp + rename,
-            # so only a damaged disk gets here).
+            # journal restart; the snapshot already holds all of it.
             if generation is None or generation > self._generation:
-                self.logger.warning(
-                    "%s: journal header %s does not follow snapshot generation %d; discarded",
-                    path, "invalid" if generation is None else generation, self._generation,
+                # No valid header (it is created tmp + fsync + rename, so
+                # only a damaged disk gets here), or a journal newer than
+                # the snapshot (the snapshot it follows is lost): replaying
+                # or discarding would both silently lose acknowledged group
+                # state. Refuse, loudly (docs/guarantees.md).
+                raise GroupStateError(
+                    f"{path}: journal header {'invalid' if generation is None else generation} does not "
+                    f"follow snapshot generation {self._generation}; group state not loaded"
                 )
             self._start_journal()
             return
