@@ -153,9 +153,9 @@ class Connection:
                     finally:
                         self.idle = False
                 if reply is not NO_REPLY:
-                    if ctx.defer_mark:  # an XADD whose entry awaits ctx.commit()
-                        ctx.defer_mark = False
-                        ctx.deferred_marks.append(len(out))
+                    if ctx.defer_mark is not None:  # an XADD whose entry awaits ctx.commit()
+                        ctx.deferred_marks.append((len(out), ctx.defer_mark))
+                        ctx.defer_mark = None
                     # Read per reply: HELLO may switch protocol mid-batch.
                     encode_into(out, reply, client.protocol)
                 if ctx.commit_error is not None:  # deferred appends failed
@@ -195,10 +195,11 @@ class Connection:
     def _fail_deferred(self, out: list) -> None:
         """A commit failed: the deferred replies in ``out`` become its error."""
         ctx = self.ctx
-        error = encode(ctx.commit_error, self.client.protocol)
-        for pos in ctx.deferred_marks:
-            if pos + 2 < len(out):  # an ID reply: header, ID, CRLF
-                out[pos] = error
+        error, failed = ctx.commit_error
+        encoded = encode(error, self.client.protocol)
+        for pos, stream in ctx.deferred_marks:
+            if stream in failed and pos + 2 < len(out):  # an ID reply: header, ID, CRLF
+                out[pos] = encoded
                 out[pos + 1] = out[pos + 2] = b""
         ctx.deferred_marks.clear()
         ctx.commit_error = None

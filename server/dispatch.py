@@ -41,20 +41,24 @@ class Context:
     - ``note_write(log, fsync=None)``: the command appended to ``log`` (a
       storage ``PartitionLog``). The replies of this batch are held until the
       write is durable per ``fsync`` (default: the server's ``fsync`` config).
-    - ``may_defer`` / ``defer(stream, on_error)`` / ``commit()``: deferred
-      appends (group commit into the log). When ``may_defer`` is True (the
-      connection sets it; False inside EXEC and for a bare Context), a
-      handler may ``stream.add(..., defer=True)`` and then call
-      ``defer(stream, on_error)``; its reply must be one bulk string (an
-      entry ID). ``commit()`` writes every deferred entry, one log batch per
-      stream. It runs before any command other than XADD (``Dispatcher.call``;
-      XADD commits itself when it does not defer) and before the connection
-      sends replies or awaits anything, so nothing else ever sees a deferred
-      entry: a pipeline of N XADDs costs one log write, and read-your-writes
-      holds. If the commit fails, each deferred reply of the batch becomes
+    - ``may_defer`` / ``defer(stream, key, siblings, on_error)`` /
+      ``commit()``: deferred appends (group commit into the log). When
+      ``may_defer`` is True (the connection sets it; False inside EXEC and
+      for a bare Context), a handler may ``stream.add(..., defer=True)`` and
+      then call ``defer``; its reply must be one bulk string (an entry ID).
+      ``commit()`` writes every deferred entry, one log batch per stream,
+      and then does what the handler would have done after an immediate
+      append: ``note_write`` of the log, ``signal_key_modified`` of ``key``
+      and ``siblings``, the topics' entries-in count. It runs before any
+      command other than XADD (``Dispatcher.call``; XADD commits itself when
+      it does not defer) and before the connection sends replies or awaits
+      anything, so nothing else ever sees a deferred entry: a pipeline of N
+      XADDs costs one log write, and read-your-writes holds. If a stream's
+      commit fails, each deferred reply of that stream becomes
       ``on_error(exc)`` (the error the immediate append would have replied):
-      the connection records where those replies sit (``deferred_marks``,
-      ``defer_mark``) and rewrites them when ``commit_error`` is set.
+      the connection records where those replies sit (``defer_mark`` is the
+      stream, ``deferred_marks`` holds ``(position, stream)``) and rewrites
+      them when ``commit_error`` (``(error, failed streams)``) is set.
     """
 
     __slots__ = ("server", "client", "may_block", "flush_seq", "dispatcher", "may_defer",
@@ -67,53 +71,11 @@ class Context:
         self.flush_seq = 0  # group-commit round this batch's replies wait for
         self.dispatcher = dispatcher
         self.may_defer = False
-        self.deferred: list = []  # streams with deferred entries
-        self.defer_mark = False  # the reply being produced is a deferred one
-        self.deferred_marks: list[int] = []  # the connection's reply positions of deferred replies
-        self.commit_error: CommandError | None = None  # set by a failed commit, for the connection
+        self.deferred: dict = {}  # stream -> [key, siblings, key, siblings, ...] to signal
+        self.defer_mark: Any = None  # the stream of the deferred reply being produced
+        self.deferred_marks: list = []  # (reply position, stream), kept by the connection
+        self.commit_error: Any = None  # (CommandError, failed streams) after a failed commit
         self._on_error: Any = None
-
-    def defer(self, stream: Any, on_error: Any) -> None:
-        """The handler deferred an entry of ``stream`` (see the class docstring)."""
-        deferred = self.deferred
-        if stream not in deferred:
-            deferred.append(stream)
-        self._on_error = on_error
-        self.defer_mark = True
-
-    def commit(self) -> None:
-        """Write the deferred entries; on failure set ``commit_error``."""
-        deferred = self.deferred
-        if not deferred:
-            return
-        self.deferred = []
-        failure = None
-        for stream in deferred:
-            try:
-                stream.commit()
-            except Exception as exc:  # noqa: BLE001 - every deferred reply must learn it
-                if failure is None:
-                    failure = exc
-        marks = self.deferred_marks
-        if failure is None:
-            marks.clear()
-            return
-        try:
-            error = self._on_error(failure)
-        except Exception:  # noqa: BLE001
-            error = None
-        if type(error) is not CommandError:
-            log.error("deferred append failed", exc_info=failure)
-            self.server.stats.unexpected_error_replies += 1
-            error = CommandError("ERR", f"internal error in 'xadd': {type(failure).__name__}: {failure}")
-        # The replies already produced said "written": they become the error.
-        stats = self.server.stats
-        entry = stats.commands.get("xadd")
-        for _ in marks:
-            stats.record_error(error.code)
-            if entry is not None:
-                entry[3] += 1
-        self.commit_error = error
 
     def note_write(self, log: Any, fsync: str | None = None) -> None:
         durability = self.server.durability
@@ -122,6 +84,64 @@ class Context:
         seq = durability.note_write(log, fsync or self.server.config.fsync)
         if seq > self.flush_seq:
             self.flush_seq = seq
+
+    def defer(self, stream: Any, key: bytes, siblings: Any, on_error: Any) -> None:
+        """The handler deferred an entry of ``stream`` (see the class docstring)."""
+        keys = self.deferred.get(stream)
+        if keys is None:
+            self.deferred[stream] = [key, siblings]
+        elif keys[-2] != key:
+            keys += (key, siblings)
+        self._on_error = on_error
+        self.defer_mark = stream
+
+    def commit(self) -> None:
+        """Write the deferred entries; on failure set ``commit_error``."""
+        deferred = self.deferred
+        if not deferred:
+            return
+        self.deferred = {}
+        server = self.server
+        failed = None
+        failure = None
+        written = 0
+        for stream, keys in deferred.items():
+            try:
+                written += stream.commit()
+            except Exception as exc:  # noqa: BLE001 - every deferred reply must learn it
+                if failed is None:
+                    failed = set()
+                    failure = exc
+                failed.add(stream)
+                continue
+            self.note_write(stream.log)
+            signal = server.signal_key_modified
+            for i in range(0, len(keys), 2):
+                signal(keys[i])
+                for other in keys[i + 1]:
+                    signal(other)
+        if written:
+            server.topics.note_entries_in(written)
+        if failed is None:
+            self.deferred_marks.clear()
+            return
+        try:
+            error = self._on_error(failure)
+        except Exception:  # noqa: BLE001
+            error = None
+        if type(error) is not CommandError:
+            log.error("deferred append failed", exc_info=failure)
+            server.stats.unexpected_error_replies += 1
+            error = CommandError("ERR", f"internal error in 'xadd': {type(failure).__name__}: {failure}")
+        # The replies already produced said "written": they become the error.
+        stats = server.stats
+        entry = stats.commands.get("xadd")
+        for _pos, stream in self.deferred_marks:
+            if stream in failed:
+                stats.record_error(error.code)
+                if entry is not None:
+                    entry[3] += 1
+        self.commit_error = (error, failed)
 
 
 def unknown_command(argv: list[bytes]) -> CommandError:

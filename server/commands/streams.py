@@ -271,21 +271,27 @@ def _xadd_star(ctx, argv):
         raise err(f"{TOO_LARGE}: the entry has {entry_bytes} bytes of fields and values, "
                   f"over the topic's max-entry-bytes ({max_entry_bytes})")
     stream, partition_key = topics.append_target(key, fields)
+    # Readers blocked on the topic key or on the partition key both wake.
+    siblings = topics.sibling_keys(key, partition_key)
     if ctx.may_defer and entry_bytes < DEFER_MAX_BYTES:
         new_id = stream.add(fields, defer=True)
-        ctx.defer(stream, _deferred_error)
-        if stream.pending_bytes >= DEFER_MAX_BYTES:
+        # ctx.commit() notes the write and wakes readers, once per batch.
+        ctx.defer(stream, key, siblings, _deferred_error)
+        if stream.pending_bytes >= DEFER_MAX_BYTES:  # bounded memory: write now
+            ctx.defer_mark = None  # this reply is no longer a deferred one
             ctx.commit()
-    else:
-        if ctx.deferred:
-            ctx.commit()
-        new_id = stream.add(fields)
+            failed = ctx.commit_error
+            if failed is not None and stream in failed[1]:
+                raise failed[0]
+        return b"%d-%d" % new_id
+    if ctx.deferred:
+        ctx.commit()
+    new_id = stream.add(fields)
     ctx.note_write(stream.log)
     signal = server.signal_key_modified
     signal(key)
     topics.note_entries_in(1)
-    # Readers blocked on the topic key or on the partition key both wake.
-    for other in topics.sibling_keys(key, partition_key):
+    for other in siblings:
         signal(other)
     return b"%d-%d" % new_id
 

@@ -412,3 +412,18 @@ async def test_a_failed_commit_turns_every_deferred_reply_into_the_error(tmp_pat
         nursery.cancel_scope.cancel()
     h.state.topics.close()
 
+
+
+async def test_deferred_bytes_are_bounded_and_a_large_entry_is_written_at_once(tmp_path, monkeypatch):
+    from server.commands import streams
+
+    monkeypatch.setattr(streams, "DEFER_MAX_BYTES", 1000)
+    h = TopicsHarness(tmp_path)
+    async with trio.open_nursery() as nursery:
+        sock, _ = h.connect(nursery)
+        await sock.send(_xadd(value=b"x" * 400) * 3 + _xadd(value=b"y" * 2000) + _xadd()
+                        + encode_command([b"XLEN", b"s"]))
+        r = await _replies(sock, 6)
+        assert r[5] == 5 and len(set(r[:5])) == 5
+        nursery.cancel_scope.cancel()
+    h.state.topics.close()
