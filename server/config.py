@@ -64,6 +64,43 @@ def format_size(value: int) -> str:
     return str(value)
 
 
+# client-output-buffer-limit: class -> (hard_bytes, soft_bytes, soft_seconds), as redis.conf.
+OUTPUT_BUFFER_CLASSES = ("normal", "slave", "pubsub")
+_OBUF_CLASS_NAMES = {"normal": "normal", "slave": "slave", "replica": "slave", "pubsub": "pubsub"}
+DEFAULT_OUTPUT_BUFFER_LIMITS = {
+    "normal": (0, 0, 0),
+    "slave": (256 * 1024**2, 64 * 1024**2, 60),
+    "pubsub": (32 * 1024**2, 8 * 1024**2, 60),
+}
+
+
+def parse_output_buffer_limits(text: str) -> dict[str, tuple[int, int, int]]:
+    """``normal 1mb 512kb 10 [replica ...] [pubsub ...]`` -> the classes given (Redis's texts)."""
+    words = text.split()
+    if not words or len(words) % 4 != 0:
+        raise ConfigError("Wrong number of arguments in buffer limit configuration.")
+    out: dict[str, tuple[int, int, int]] = {}
+    for i in range(0, len(words), 4):
+        cls = _OBUF_CLASS_NAMES.get(words[i].lower())
+        if cls is None:
+            raise ConfigError("Invalid client class specified in buffer limit configuration.")
+        try:
+            hard, soft = parse_size(words[i + 1]), parse_size(words[i + 2])
+            if not re.fullmatch(r"\d+", words[i + 3]):
+                raise ConfigError("")
+            seconds = int(words[i + 3])
+        except ConfigError:
+            raise ConfigError("Error in hard, soft or soft_seconds setting in buffer limit configuration.") from None
+        if hard < 0 or soft < 0:
+            raise ConfigError("Error in hard, soft or soft_seconds setting in buffer limit configuration.")
+        out[cls] = (hard, soft, seconds)
+    return out
+
+
+def format_output_buffer_limits(value: dict[str, tuple[int, int, int]]) -> str:
+    return " ".join(f"{cls} {h} {s} {sec}" for cls in OUTPUT_BUFFER_CLASSES for h, s, sec in [value[cls]])
+
+
 @dataclass(frozen=True)
 class Option:
     name: str  # Redis spelling
@@ -100,6 +137,8 @@ class Option:
             if low not in ("yes", "no"):
                 raise ConfigError("argument must be 'yes' or 'no'")
             return low == "yes"
+        if self.kind == "obuf":
+            return parse_output_buffer_limits(text)
         if self.kind == "enum":
             low = text.lower()
             if low not in self.choices:
@@ -118,6 +157,8 @@ class Option:
     def format(self, value: Any) -> str:
         if self.kind == "bool":
             return "yes" if value else "no"
+        if self.kind == "obuf":
+            return format_output_buffer_limits(value)
         return str(value)
 
     def format_for_file(self, value: Any) -> str:
@@ -165,6 +206,21 @@ OPTIONS: tuple[Option, ...] = (
            doc="Redis's name for fsync; setting either sets both"),
     Option("requirepass", "string", "", doc="password for AUTH; empty: no authentication"),
     Option("maxclients", "int", 10000, minimum=1, maximum=U32, doc="connected clients at most"),
+    # Limits and access control (docs/security.md).
+    Option("client-output-buffer-limit", "obuf", DEFAULT_OUTPUT_BUFFER_LIMITS,
+           doc="reply bytes a client may leave unread: `<class> <hard> <soft> <soft-seconds>`"),
+    Option("max-blocked-clients", "int", 0, minimum=0, maximum=U32,
+           doc="clients waiting in XREAD/XREADGROUP BLOCK at most (0: only maxclients bounds them)"),
+    Option("aclfile", "string", "", mutable=False,
+           doc="ACL users file for ACL SAVE / ACL LOAD; empty: users live in memory only"),
+    Option("tls-port", "int", 0, mutable=False, minimum=0, maximum=65535,
+           doc="TLS port on the `bind` addresses (0: no TLS listener)"),
+    Option("tls-cert-file", "string", "", mutable=False, doc="server certificate (PEM) for the TLS port"),
+    Option("tls-key-file", "string", "", mutable=False, doc="private key (PEM) of `tls-cert-file`"),
+    Option("tls-ca-cert-file", "string", "", mutable=False,
+           doc="CA certificates (PEM) that client certificates must chain to"),
+    Option("tls-auth-clients", "enum", "yes", mutable=False, choices=("yes", "no", "optional"),
+           doc="client certificates on the TLS port: required, not asked for, or checked if sent"),
     Option("default-partitions", "int", 1, minimum=1, maximum=1024,
            doc="partitions of a topic created by XADD on a missing key"),
     Option("loglevel", "enum", "notice", choices=("debug", "verbose", "notice", "warning"),
@@ -254,6 +310,8 @@ class Config:
         self._assign(option, parsed)
 
     def _assign(self, option: Option, value: Any) -> None:
+        if option.kind == "obuf":  # as Redis: only the classes given change
+            value = {**getattr(self, option.attr), **value}
         setattr(self, option.attr, value)
         alias = _ALIASES.get(option.name)
         if alias:

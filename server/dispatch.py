@@ -19,6 +19,7 @@ import time
 import types
 from typing import Any
 
+from server.acl import denied as acl_denied
 from server.errors import CommandError, wrong_arity
 from server.registry import COMMANDS, CommandSpec
 from server.reply import NULL_ARRAY, OK, QUEUED
@@ -209,7 +210,7 @@ class Dispatcher:
         spec = self._plain.get(argv[0])
         if ctx.deferred and (spec is None or spec.name != "xadd"):
             ctx.commit()  # nothing but XADD may see a deferred entry
-        if spec is not None and client.authenticated and not client.in_multi:
+        if spec is not None and client.authenticated and not client.in_multi and client.acl is None:
             # Hot path: a known plain command (no subcommands) spelled as
             # seen before, outside MULTI, from an authenticated client.
             arity = spec.arity
@@ -237,6 +238,10 @@ class Dispatcher:
             self.stats.record_rejected(spec.name)
             self.stats.record_error("NOAUTH")
             return NOAUTH
+        if client.acl is not None:  # ACL hook: only clients of restricted users (server/acl.py)
+            denied = acl_denied(ctx, spec, argv)
+            if denied is not None:
+                return denied
         if client.in_multi and spec.name not in _MULTI_IMMEDIATE:
             if "no_multi" in spec.flags:
                 client.multi_error = True

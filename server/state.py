@@ -26,7 +26,9 @@ from typing import Any, Callable
 
 import trio
 
+from server.acl import AclRegistry
 from server.config import Config
+from server.errors import CommandError
 
 REDIS_VERSION = "7.0.15"  # the Redis version whose behaviour Partita matches
 
@@ -108,7 +110,7 @@ class Client:
         "multi_queue", "multi_bytes", "multi_error", "watched", "watch_dirty", "lib_name", "lib_ver",
         "addr", "laddr", "fd", "created", "last_interaction", "last_command",
         "close_after_reply", "kill_requested", "no_evict", "no_touch", "blocked",
-        "_kill",
+        "_kill", "acl",
     )
 
     def __init__(self, client_id: int, addr: str = "", laddr: str = "", fd: int = -1) -> None:
@@ -139,6 +141,9 @@ class Client:
         self.no_touch = False
         self.blocked = False
         self._kill: Callable[[], None] | None = None
+        # The ACL user (server.acl.User) when it is restricted; None when it
+        # may run everything (the dispatcher's whole ACL cost is this check).
+        self.acl: Any = None
 
     def kill(self) -> None:
         """Close this client's connection (CLIENT KILL, SHUTDOWN)."""
@@ -217,13 +222,23 @@ class ServerState:
         self._next_client_id = 1
         self._watchers: dict[bytes, set[Client]] = {}
         self._waiters: dict[bytes, set[trio.Event]] = {}
+        # ACL users; ``requirepass`` is the default user's password (server/acl.py).
+        self.acl = AclRegistry(config.requirepass, config.aclfile)
+
+        def on_config_change(name: str, value: Any) -> None:
+            if name == "requirepass":
+                self.acl.set_requirepass(value)
+
+        config.on_change(on_config_change)
 
     # -- clients -----------------------------------------------------------
 
     def new_client(self, addr: str = "", laddr: str = "", fd: int = -1) -> Client:
         client = Client(self._next_client_id, addr, laddr, fd)
         self._next_client_id += 1
-        client.authenticated = not self.config.requirepass
+        client.authenticated = self.acl.default_authenticated()
+        if client.authenticated and not self.acl.default.unrestricted:
+            client.acl = self.acl.default
         self.clients[client.id] = client
         self.stats.total_connections_received += 1
         return client
@@ -281,6 +296,10 @@ class ServerState:
         ``timeout_s`` None waits forever. Cancellation (client gone, server
         stopping) propagates; the waiter is removed in every case.
         """
+        limit = self.config.max_blocked_clients
+        if limit and self.blocked_clients >= limit:
+            raise CommandError("ERR", f"max-blocked-clients reached ({limit} clients already blocked); "
+                               "retry later or raise max-blocked-clients")
         event = trio.Event()
         waiters = self._waiters
         for key in keys:

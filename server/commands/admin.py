@@ -8,9 +8,9 @@ or ``server.shutdown_requested``), storage.
 
 from __future__ import annotations
 
-import hmac
 import time
 
+from server.acl import WRONGPASS  # noqa: F401  (re-exported: Redis's one text for every failed AUTH)
 from server.args import parse_int
 from server.dispatch import NO_REPLY
 from server.errors import CommandError, err, syntax_error
@@ -18,7 +18,6 @@ from server.registry import command
 from server.reply import OK, PONG, Map, Simple
 from server.state import REDIS_VERSION
 
-WRONGPASS = CommandError("WRONGPASS", "invalid username-password pair or user is disabled.")
 NO_PASSWORD = err(
     "AUTH <password> called without any password configured for the default user. "
     "Are you sure your configuration is correct?"
@@ -32,15 +31,9 @@ def valid_client_name(name: bytes) -> bool:
 
 
 def check_password(ctx, user: bytes, password: bytes) -> None:
-    """Authenticate the client or raise Redis's error."""
-    required = ctx.server.config.requirepass
-    if user != b"default":
-        raise WRONGPASS
-    # Without requirepass the default user is "nopass": any password works.
-    if required and not hmac.compare_digest(password, required.encode("utf-8", "surrogateescape")):
-        raise WRONGPASS
-    ctx.client.authenticated = True
-    ctx.client.user = "default"
+    """Authenticate the client as ``user`` (an ACL user, server/acl.py) or raise WRONGPASS."""
+    acl = ctx.server.acl
+    acl.login(ctx.client, acl.authenticate(user, password))
 
 
 @command("ping", arity=-1, flags="fast", group="connection", since="1.0.0",
@@ -134,7 +127,7 @@ def auth(ctx, argv):
     if len(argv) > 3:
         raise syntax_error()
     if len(argv) == 2:
-        if not ctx.server.config.requirepass:
+        if ctx.server.acl.default.nopass:
             raise NO_PASSWORD
         check_password(ctx, b"default", argv[1])
     else:
@@ -169,8 +162,12 @@ def reset(ctx, argv):
     client.db = 0
     client.no_evict = False
     client.no_touch = False
-    client.authenticated = not ctx.server.config.requirepass
+    acl = ctx.server.acl
+    client.authenticated = False
+    client.acl = None
     client.user = "default"
+    if acl.default_authenticated():
+        acl.login(client, acl.default)
     return Simple("RESET")
 
 
