@@ -24,8 +24,9 @@ from time import time as _now
 from typing import Any
 
 import trio
-from trio.lowlevel import wait_readable, wait_writable
+from trio.lowlevel import cancel_shielded_checkpoint, wait_readable, wait_writable
 
+from server import outbuf
 from server.dispatch import COROUTINE, NO_REPLY, Context, Dispatcher
 from server.durability import DurabilityError
 from server.errors import ProtocolError
@@ -82,8 +83,8 @@ class Connection:
         finally:
             # Entries deferred by a batch cut short are written (their
             # replies are lost, as for a client that disconnects).
-            self.ctx.commit()
-            self.ctx.commit_error = None
+            self.ctx.appends.commit()
+            self.ctx.deferred_marks.clear()
             server.remove_client(self.client)
             try:
                 self.sock.close()
@@ -104,6 +105,8 @@ class Connection:
         )
         get_command = parser.get_command
         recv = sock.recv
+        appends = ctx.appends
+        marks = ctx.deferred_marks
         while not self.stopping:
             self.idle = True
             idle_timeout_s = config.timeout
@@ -153,17 +156,18 @@ class Connection:
                     finally:
                         self.idle = False
                 if reply is not NO_REPLY:
-                    if ctx.defer_mark is not None:  # an XADD whose entry awaits ctx.commit()
-                        ctx.deferred_marks.append((len(out), ctx.defer_mark))
+                    if ctx.defer_mark is not None:  # an XADD whose entry awaits a commit
+                        marks.append((len(out), ctx.defer_mark, appends.round))
                         ctx.defer_mark = None
                     # Read per reply: HELLO may switch protocol mid-batch.
                     encode_into(out, reply, client.protocol)
-                if ctx.commit_error is not None:  # deferred appends failed
-                    self._fail_deferred(out)
                 if client.close_after_reply or self.stopping:
                     await self._flush(out)
                     return
-                if len(out) >= check_at:
+                # limits hook (server/outbuf.py): a reply read from a log is few
+                # chunks but can be megabytes; weigh such replies as they come.
+                if len(out) >= check_at or (reply.__class__ in outbuf.WEIGHED
+                                            and outbuf.weigh(self, out) >= SEND_AT_BYTES):
                     # Checked every 4096 chunks, not per reply: a long
                     # pipeline must not cost quadratic time here.
                     if sum(map(len, out)) >= SEND_AT_BYTES:
@@ -173,10 +177,12 @@ class Connection:
                     else:
                         check_at = len(out) + SIZE_CHECK_CHUNKS
             client.last_interaction = _now()
-            if ctx.deferred:
-                ctx.commit()  # the batch's XADDs: one log write per stream
-                if ctx.commit_error is not None:
-                    self._fail_deferred(out)
+            if marks:
+                if appends.streams and marks[-1][2] == appends.round:
+                    # Let the other connections of this scheduler tick run
+                    # their batches first: one log write for all of them.
+                    await cancel_shielded_checkpoint()
+                self._settle(out)
             if ctx.flush_seq:
                 await self._flush(out)
             elif out:
@@ -190,28 +196,36 @@ class Connection:
                 except OSError:
                     return
                 if sent != len(payload):
-                    await send_all(sock, memoryview(payload)[sent:])
+                    # limits hook: client-output-buffer-limit (server/outbuf.py)
+                    await outbuf.send_all(self, memoryview(payload)[sent:])
 
-    def _fail_deferred(self, out: list) -> None:
-        """A commit failed: the deferred replies in ``out`` become its error."""
+    def _settle(self, out: list) -> None:
+        """Before replies leave: commit deferred appends (``server.appends``);
+        the replies of entries whose commit failed become the error."""
         ctx = self.ctx
-        error, failed = ctx.commit_error
-        encoded = encode(error, self.client.protocol)
-        for pos, stream in ctx.deferred_marks:
-            if stream in failed and pos + 2 < len(out):  # an ID reply: header, ID, CRLF
-                out[pos] = encoded
-                out[pos + 1] = out[pos + 2] = b""
-        ctx.deferred_marks.clear()
-        ctx.commit_error = None
+        appends = ctx.appends
+        if appends.streams:
+            appends.commit()
+        marks = ctx.deferred_marks
+        if not marks:
+            return
+        if appends.flush_seq > ctx.flush_seq:
+            ctx.flush_seq = appends.flush_seq  # fsync always: wait for the commit's round
+        if appends.failures:
+            protocol = self.client.protocol
+            for pos, stream, round_ in marks:
+                error = appends.failure(round_, stream)
+                if error is not None and pos + 2 < len(out):  # an ID reply: header, ID, CRLF
+                    out[pos] = encode(error, protocol)
+                    out[pos + 1] = out[pos + 2] = b""
+                    appends.count_failed_reply(error)
+        marks.clear()
 
     async def _flush(self, out: list) -> None:
         """Write deferred appends, wait for this batch's writes to be durable,
         then send its replies."""
         ctx = self.ctx
-        if ctx.deferred:
-            ctx.commit()
-        if ctx.commit_error is not None:
-            self._fail_deferred(out)
+        self._settle(out)
         if ctx.flush_seq:
             seq = ctx.flush_seq
             ctx.flush_seq = 0
@@ -226,7 +240,7 @@ class Connection:
             return
         data = b"".join(out) if len(out) != 1 else out[0]
         self.server.stats.total_net_output_bytes += len(data)
-        await send_all(self.sock, data)
+        await outbuf.send_all(self, data)  # limits hook: client-output-buffer-limit (server/outbuf.py)
 
 
 class _CloseNow(Exception):

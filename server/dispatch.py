@@ -20,6 +20,7 @@ import types
 from typing import Any
 
 from server.acl import denied as acl_denied
+from server.appends import DeferredAppends
 from server.errors import CommandError, wrong_arity
 from server.registry import COMMANDS, CommandSpec
 from server.reply import NULL_ARRAY, OK, QUEUED
@@ -42,28 +43,19 @@ class Context:
     - ``note_write(log, fsync=None)``: the command appended to ``log`` (a
       storage ``PartitionLog``). The replies of this batch are held until the
       write is durable per ``fsync`` (default: the server's ``fsync`` config).
-    - ``may_defer`` / ``defer(stream, key, siblings, on_error)`` /
-      ``commit()``: deferred appends (group commit into the log). When
-      ``may_defer`` is True (the connection sets it; False inside EXEC and
-      for a bare Context), a handler may ``stream.add(..., defer=True)`` and
-      then call ``defer``; its reply must be one bulk string (an entry ID).
-      ``commit()`` writes every deferred entry, one log batch per stream,
-      and then does what the handler would have done after an immediate
-      append: ``note_write`` of the log, ``signal_key_modified`` of ``key``
-      and ``siblings``, the topics' entries-in count. It runs before any
-      command other than XADD (``Dispatcher.call``; XADD commits itself when
-      it does not defer) and before the connection sends replies or awaits
-      anything, so nothing else ever sees a deferred entry: a pipeline of N
-      XADDs costs one log write, and read-your-writes holds. If a stream's
-      commit fails, each deferred reply of that stream becomes
-      ``on_error(exc)`` (the error the immediate append would have replied):
-      the connection records where those replies sit (``defer_mark`` is the
-      stream, ``deferred_marks`` holds ``(position, stream)``) and rewrites
-      them when ``commit_error`` (``(error, failed streams)``) is set.
+    - ``may_defer`` / ``defer(stream, key, siblings, on_error)``: deferred
+      appends (``server.appends``). When ``may_defer`` is True (the
+      connection sets it; False inside EXEC and for a bare Context), a
+      handler may ``stream.add(..., defer=True)`` and then call ``defer``
+      instead of ``note_write`` and waking readers: the commit does those.
+      Its reply must be one bulk string (an entry ID): the connection
+      records where it sits (``defer_mark`` is the stream;
+      ``deferred_marks`` holds ``(position, stream, round)``) so that a
+      failed commit can turn it into the error.
     """
 
     __slots__ = ("server", "client", "may_block", "flush_seq", "dispatcher", "may_defer",
-                 "deferred", "defer_mark", "deferred_marks", "commit_error", "_on_error")
+                 "appends", "defer_mark", "deferred_marks")
 
     def __init__(self, server: Any, client: Any, dispatcher: "Dispatcher | None" = None) -> None:
         self.server = server
@@ -72,11 +64,9 @@ class Context:
         self.flush_seq = 0  # group-commit round this batch's replies wait for
         self.dispatcher = dispatcher
         self.may_defer = False
-        self.deferred: dict = {}  # stream -> [key, siblings, key, siblings, ...] to signal
+        self.appends: DeferredAppends | None = dispatcher.appends if dispatcher is not None else None
         self.defer_mark: Any = None  # the stream of the deferred reply being produced
-        self.deferred_marks: list = []  # (reply position, stream), kept by the connection
-        self.commit_error: Any = None  # (CommandError, failed streams) after a failed commit
-        self._on_error: Any = None
+        self.deferred_marks: list = []  # (reply position, stream, round), kept by the connection
 
     def note_write(self, log: Any, fsync: str | None = None) -> None:
         durability = self.server.durability
@@ -88,61 +78,8 @@ class Context:
 
     def defer(self, stream: Any, key: bytes, siblings: Any, on_error: Any) -> None:
         """The handler deferred an entry of ``stream`` (see the class docstring)."""
-        keys = self.deferred.get(stream)
-        if keys is None:
-            self.deferred[stream] = [key, siblings]
-        elif keys[-2] != key:
-            keys += (key, siblings)
-        self._on_error = on_error
+        self.appends.defer(stream, key, siblings, on_error)
         self.defer_mark = stream
-
-    def commit(self) -> None:
-        """Write the deferred entries; on failure set ``commit_error``."""
-        deferred = self.deferred
-        if not deferred:
-            return
-        self.deferred = {}
-        server = self.server
-        failed = None
-        failure = None
-        written = 0
-        for stream, keys in deferred.items():
-            try:
-                written += stream.commit()
-            except Exception as exc:  # noqa: BLE001 - every deferred reply must learn it
-                if failed is None:
-                    failed = set()
-                    failure = exc
-                failed.add(stream)
-                continue
-            self.note_write(stream.log)
-            signal = server.signal_key_modified
-            for i in range(0, len(keys), 2):
-                signal(keys[i])
-                for other in keys[i + 1]:
-                    signal(other)
-        if written:
-            server.topics.note_entries_in(written)
-        if failed is None:
-            self.deferred_marks.clear()
-            return
-        try:
-            error = self._on_error(failure)
-        except Exception:  # noqa: BLE001
-            error = None
-        if type(error) is not CommandError:
-            log.error("deferred append failed", exc_info=failure)
-            server.stats.unexpected_error_replies += 1
-            error = CommandError("ERR", f"internal error in 'xadd': {type(failure).__name__}: {failure}")
-        # The replies already produced said "written": they become the error.
-        stats = server.stats
-        entry = stats.commands.get("xadd")
-        for _pos, stream in self.deferred_marks:
-            if stream in failed:
-                stats.record_error(error.code)
-                if entry is not None:
-                    entry[3] += 1
-        self.commit_error = (error, failed)
 
 
 def unknown_command(argv: list[bytes]) -> CommandError:
@@ -175,6 +112,7 @@ class Dispatcher:
         self.stats = server.stats
         self._cache: dict[bytes, CommandSpec] = {}
         self._plain: dict[bytes, CommandSpec] = {}  # raw name -> spec without subcommands
+        self.appends = DeferredAppends(server)
 
     def lookup(self, argv: list[bytes]) -> CommandSpec | CommandError:
         """The spec to run, or the error Redis gives before running anything."""
@@ -208,8 +146,8 @@ class Dispatcher:
         """Run one command; a reply value, or a coroutine for a blocking one."""
         client = ctx.client
         spec = self._plain.get(argv[0])
-        if ctx.deferred and (spec is None or spec.name != "xadd"):
-            ctx.commit()  # nothing but XADD may see a deferred entry
+        if self.appends.streams and (spec is None or spec.name != "xadd"):
+            self.appends.commit()  # nothing but XADD may see a deferred entry
         if spec is not None and client.authenticated and not client.in_multi and client.acl is None:
             # Hot path: a known plain command (no subcommands) spelled as
             # seen before, outside MULTI, from an authenticated client.

@@ -213,8 +213,8 @@ def xadd(ctx, argv):
     """
     if argv[2] == b"*" and len(argv) & 1:
         return _xadd_star(ctx, argv)
-    if ctx.deferred:
-        ctx.commit()  # this XADD appends now: earlier deferred entries first
+    if ctx.appends is not None and ctx.appends.streams:
+        ctx.appends.commit()  # this XADD appends now: deferred entries first
     args = _parse_add_or_trim(ctx, argv, xadd=True)
     field_pos = args.id_pos + 1
     nfields = len(argv) - field_pos
@@ -275,17 +275,19 @@ def _xadd_star(ctx, argv):
     siblings = topics.sibling_keys(key, partition_key)
     if ctx.may_defer and entry_bytes < DEFER_MAX_BYTES:
         new_id = stream.add(fields, defer=True)
-        # ctx.commit() notes the write and wakes readers, once per batch.
+        # The commit (server.appends) notes the write and wakes readers, once per batch.
         ctx.defer(stream, key, siblings, _deferred_error)
         if stream.pending_bytes >= DEFER_MAX_BYTES:  # bounded memory: write now
             ctx.defer_mark = None  # this reply is no longer a deferred one
-            ctx.commit()
-            failed = ctx.commit_error
-            if failed is not None and stream in failed[1]:
-                raise failed[0]
+            appends = ctx.appends
+            done = appends.round
+            appends.commit()
+            error = appends.failure(done, stream)
+            if error is not None:
+                raise error
         return b"%d-%d" % new_id
-    if ctx.deferred:
-        ctx.commit()
+    if ctx.appends is not None and ctx.appends.streams:
+        ctx.appends.commit()
     new_id = stream.add(fields)
     ctx.note_write(stream.log)
     signal = server.signal_key_modified

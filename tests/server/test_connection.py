@@ -6,11 +6,13 @@ driven by trio's own I/O waits.
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 
 import pytest
 import trio
+import trio.testing
 
 import server.commands  # noqa: F401
 from server.config import Config
@@ -426,4 +428,30 @@ async def test_deferred_bytes_are_bounded_and_a_large_entry_is_written_at_once(t
         r = await _replies(sock, 6)
         assert r[5] == 5 and len(set(r[:5])) == 5
         nursery.cancel_scope.cancel()
+    h.state.topics.close()
+
+
+async def test_xadds_of_connections_ready_in_the_same_tick_share_one_log_batch(tmp_path):
+    from storage import records
+
+    h = TopicsHarness(tmp_path)
+    async with trio.open_nursery() as nursery:
+        a, _ = h.connect(nursery)
+        b, _ = h.connect(nursery)
+        await trio.testing.wait_all_tasks_blocked()
+        # Both requests are in the sockets before the server runs again.
+        raw_a = socket.socket(fileno=os.dup(a.fileno()))
+        raw_b = socket.socket(fileno=os.dup(b.fileno()))
+        raw_a.sendall(_xadd(value=b"a"))
+        raw_b.sendall(_xadd(value=b"b"))
+        raw_a.close()
+        raw_b.close()
+        (id_a,) = await _replies(a, 1)
+        (id_b,) = await _replies(b, 1)
+        assert id_a != id_b
+        nursery.cancel_scope.cancel()
+    log = h.state.topics.get(b"s").log
+    data = open(log.segments()[-1].path, "rb").read()
+    hdr = records.unpack_header(data, 0)
+    assert hdr[records.H_COUNT] == 2 and hdr[records.H_LENGTH] == len(data)
     h.state.topics.close()
