@@ -474,3 +474,23 @@ class AclRegistry:
         except OSError as e:
             raise AclError(f"There was an error trying to save the ACLs. Please check the server logs "
                            f"for more information ({e.strerror})") from None
+
+
+def warn_if_unprotected(registry: AclRegistry, addrs: list[str], logger: Any) -> bool:
+    """Log a warning when listening beyond loopback while the default user needs no password."""
+    import ipaddress
+
+    exposed = []
+    for addr in addrs:
+        try:
+            if not ipaddress.ip_address(addr.split("%")[0]).is_loopback:
+                exposed.append(addr)
+        except ValueError:
+            exposed.append(addr)
+    if exposed and registry.default_authenticated():
+        logger.warning(
+            "WARNING: Partita is listening on a non-loopback address without a password (%s): anyone "
+            "who can reach it can read, write and delete every stream. Set requirepass or ACL users, "
+            "and consider tls-port (docs/security.md).", ", ".join(exposed))
+        return True
+    return False

@@ -26,6 +26,8 @@ from server.config import Config
 from server.dispatch import Dispatcher
 from server.durability import Durability
 from server.listener import accept_loop, bind_sockets
+from server import tls
+from server.acl import warn_if_unprotected
 from server.state import REDIS_VERSION, ServerState, open_topics, partita_version
 
 log = logging.getLogger("partita")
@@ -53,13 +55,20 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
     log.info("Configuration: %s", config.path if config.path else "no config file, using defaults")
     # Bind first: a busy port fails the start before the data dir is touched.
     sockets = bind_sockets(config.bind, config.port)
+    try:  # TLS hook (server/tls.py): the context is checked and the port bound before the data dir
+        tls_sockets, tls_context = tls.bind(config)
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    sockets_to_close = sockets + tls_sockets
     try:
         data_dir = prepare_data_dir(config)
         log.info("Data directory: %s", data_dir)
         if topics is None:
             topics = open_topics(config)
     except BaseException:
-        for sock in sockets:
+        for sock in sockets_to_close:
             sock.close()
         raise
     state = ServerState(config, topics)
@@ -104,10 +113,18 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
                         async with trio.open_nursery() as accepts:
                             for sock in sockets:
                                 accepts.start_soon(accept_loop, state, dispatcher, sock, conn_nursery, connections)
+                            for sock in tls_sockets:  # TLS hook (server/tls.py)
+                                accepts.start_soon(tls.accept_loop, state, dispatcher, sock, tls_context,
+                                                   conn_nursery, connections)
 
                 conn_nursery.start_soon(listen_all)
                 addrs = ", ".join(_sock_text(s) for s in sockets)
                 log.info("Listening on %s, port=%d", addrs, state.port)
+                if tls_sockets:
+                    log.info("Listening (TLS) on %s, tls-port=%d", ", ".join(_sock_text(s) for s in tls_sockets),
+                             tls_sockets[0].getsockname()[1])
+                # Safe defaults (server/acl.py): say so when exposed without a password.
+                warn_if_unprotected(state.acl, [s.getsockname()[0] for s in sockets_to_close], log)
                 log.info("Ready to accept connections")
                 # Everything allocated so far lives as long as the server:
                 # keep it out of the collector's generations (cheaper GC
@@ -125,7 +142,7 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
                 conn_nursery.cancel_scope.deadline = trio.current_time() + config.shutdown_timeout
             root.cancel_scope.cancel()
     finally:
-        for sock in sockets:
+        for sock in sockets_to_close:
             sock.close()
         with trio.CancelScope(shield=True):
             await _close_topics(state)

@@ -1,0 +1,157 @@
+"""The TLS port end to end: redis-py over TLS, client certificates, plain text on the TLS port.
+
+Certificates are made per test module with the ``openssl`` command line (a
+CA, a server certificate for 127.0.0.1 signed by it, a client certificate).
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import ssl
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.conftest import PartitaProcess, free_port
+
+OPENSSL = shutil.which("openssl")
+pytestmark = pytest.mark.skipif(OPENSSL is None, reason="the openssl command line makes the test certificates")
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run([OPENSSL, *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("certs")
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=Partita Test CA",
+             "-keyout", "ca.key", "-out", "ca.crt", cwd=d)
+    (d / "server.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for name, ext in (("server", ["-extfile", "server.ext"]), ("client", [])):
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout", f"{name}.key",
+                 "-out", f"{name}.csr", cwd=d)
+        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+                 "-days", "2", "-out", f"{name}.crt", *ext, cwd=d)
+    return d
+
+
+def _tls_args(certs: Path, auth_clients: str = "no") -> list[str]:
+    return ["--tls-port", str(free_port()), "--tls-cert-file", str(certs / "server.crt"),
+            "--tls-key-file", str(certs / "server.key"), "--tls-ca-cert-file", str(certs / "ca.crt"),
+            "--tls-auth-clients", auth_clients]
+
+
+def _tls_port(server: PartitaProcess) -> int:
+    return int(server.extra_args[server.extra_args.index("--tls-port") + 1])
+
+
+def _tls_client(server: PartitaProcess, certs: Path, **kwargs) -> redis.Redis:
+    kwargs.setdefault("socket_timeout", 10)
+    return redis.Redis(host="127.0.0.1", port=_tls_port(server), ssl=True, ssl_ca_certs=str(certs / "ca.crt"),
+                       **kwargs)
+
+
+def test_redis_py_over_tls_xadd_xread(partita_factory, certs):
+    server = partita_factory(_tls_args(certs))
+    assert "Listening (TLS) on 127.0.0.1:" in server.log()
+    r = _tls_client(server, certs)
+    assert r.ping()
+    entry_id = r.xadd("orders", {"item": "book"})
+    assert r.xread({"orders": "0"}) == [[b"orders", [(entry_id, {b"item": b"book"})]]]
+    r3 = _tls_client(server, certs, protocol=3)
+    assert r3.xrange("orders") == [(entry_id, {b"item": b"book"})]
+    # the plain port serves the same data
+    assert server.client().xlen("orders") == 1
+    # a blocking read over TLS is woken by a write on the plain port
+    r.xread({"orders": "$"}, block=10)
+    started = time.monotonic()
+    import threading
+
+    got = {}
+    t = threading.Thread(target=lambda: got.setdefault("r", r.xread({"orders": "$"}, block=5000)))
+    t.start()
+    time.sleep(0.2)
+    server.client().xadd("orders", {"item": "pen"})
+    t.join(10)
+    assert got["r"][0][1][0][1] == {b"item": b"pen"} and time.monotonic() - started < 5
+    # big replies cross TLS records intact
+    big = r.xadd("big", {"v": "x" * 500_000})
+    assert r.xrange("big") == [(big, {b"v": b"x" * 500_000})]
+
+
+def test_plain_text_on_the_tls_port_fails_cleanly_without_affecting_others(partita_factory, certs):
+    server = partita_factory(_tls_args(certs))
+    r = _tls_client(server, certs)
+    assert r.ping()
+    with socket.create_connection(("127.0.0.1", _tls_port(server)), timeout=5) as plain:
+        plain.sendall(b"PING\r\n")
+        data = b""
+        try:
+            while chunk := plain.recv(100):
+                data += chunk
+        except ConnectionResetError:
+            pass
+        assert b"PONG" not in data  # closed without a RESP reply
+    assert r.xadd("s", {"a": 1}) and r.ping()
+    assert server.client().ping()
+    with pytest.raises(redis.ConnectionError):
+        # a client that does not trust the certificate fails its handshake only
+        redis.Redis(host="127.0.0.1", port=_tls_port(server), ssl=True, socket_timeout=5).ping()
+    assert r.ping()
+    assert server.proc.poll() is None
+
+
+def test_tls_auth_clients_yes_requires_a_client_certificate(partita_factory, certs):
+    server = partita_factory(_tls_args(certs, "yes"))
+    with pytest.raises(redis.ConnectionError):
+        _tls_client(server, certs, socket_timeout=5).ping()
+    r = _tls_client(server, certs, ssl_certfile=str(certs / "client.crt"), ssl_keyfile=str(certs / "client.key"))
+    assert r.ping()
+
+
+def test_tls_with_acl_user(partita_factory, certs):
+    server = partita_factory(_tls_args(certs) + ["--requirepass", "pw"])
+    r = _tls_client(server, certs, password="pw")
+    r.execute_command("ACL SETUSER", "reader", "on", ">rp", "~*", "-@all", "+@read", "+@connection")
+    reader = _tls_client(server, certs, username="reader", password="rp")
+    assert reader.xlen("s") == 0
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        reader.xadd("s", {"a": 1})
+
+
+def test_tls_port_without_certificate_stops_the_start(tmp_path):
+    server = PartitaProcess(tmp_path / "data", ["--tls-port", str(free_port())])
+    with pytest.raises(RuntimeError, match="tls-cert-file"):
+        server.start()
+    assert server.proc.returncode == 1
+    assert not (tmp_path / "data").exists()
+
+
+def test_non_loopback_without_password_logs_a_warning(tmp_path):
+    server = PartitaProcess(tmp_path / "data")
+    server.host = "0.0.0.0"
+    server.start()
+    try:
+        assert "listening on a non-loopback address without a password" in server.log()
+    finally:
+        server.stop()
+    protected = PartitaProcess(tmp_path / "data2", ["--requirepass", "x"])
+    protected.host = "0.0.0.0"
+    protected.start()
+    try:
+        assert "non-loopback" not in protected.log()
+    finally:
+        protected.stop()
+
+
+def test_default_bind_is_loopback_and_logs_no_warning(partita_server):
+    from server.config import Config
+
+    assert Config().bind == "127.0.0.1"
+    assert "non-loopback" not in partita_server.log()
+    assert ssl  # (the TLS tests above need the stdlib ssl module)
