@@ -96,8 +96,12 @@ def _serve_partition(ctx, m, p: int, consumer: bytes, count: int, noack: bool, n
         raw = _g._serve_new(ctx, _g._Target(pkey, stream, store, group, None), consumer,
                             remaining, noack, now_ms)
         if raw is not None:
+            # raw.count, not len(chunks): a log read returns a run of
+            # contiguous entries as ONE chunk, so counting chunks framed
+            # the reply short and desynchronised the client (found by the
+            # crash test's reply-shape check).
             chunks.extend(raw.chunks)
-            return Raw(len(chunks), chunks)
+            return Raw(len(chunks) - len(raw.chunks) + raw.count, chunks)
     return Raw(len(chunks), chunks) if chunks else None
 
 

@@ -178,7 +178,7 @@ class Consumer(threading.Thread):
 
     def __init__(self, ledger: Ledger, port: int, key: bytes, name: bytes, stop: threading.Event) -> None:
         super().__init__(daemon=True, name=f"consumer-{name.decode()}")
-        self.ledger, self.port, self.key, self.name, self.stop_event = ledger, port, key, name, stop
+        self.ledger, self.port, self.key, self.consumer, self.stop_event = ledger, port, key, name, stop
         self.corrupt: list[str] = []
 
     def run(self) -> None:
@@ -188,12 +188,15 @@ class Consumer(threading.Thread):
             return
         try:
             while not self.stop_event.is_set():
-                reply = conn.call(b"XREADGROUP", b"GROUP", GROUP, self.name, b"COUNT", 50, b"BLOCK", 100,
+                reply = conn.call(b"XREADGROUP", b"GROUP", GROUP, self.consumer, b"COUNT", 50, b"BLOCK", 100,
                                   b"STREAMS", self.key, b">")
                 if isinstance(reply, hiredis.ReplyError):
                     with self.ledger.lock:
                         self.ledger.errors.append(f"XREADGROUP {self.key!r}: {reply}")
                     time.sleep(0.05)
+                    continue
+                if not _well_formed(reply):
+                    self.corrupt.append(f"XREADGROUP {self.key!r}: malformed reply {reply!r:.600}")
                     continue
                 for pk, entries in reply or []:
                     ids = []
@@ -219,8 +222,21 @@ class Consumer(threading.Thread):
                             self.ledger.group_acked.setdefault(pk, set()).update(ids)
         except (ConnectionError, OSError):
             pass
+        except Exception as e:  # a reply the kit cannot parse: report it, do not die silently
+            self.corrupt.append(f"consumer {self.consumer!r} failed: {type(e).__name__}: {e}")
         finally:
             conn.close()
+
+
+def _well_formed(reply) -> bool:
+    """RESP2 XREADGROUP: nil, or [[key, [[id, fields or nil], ...]], ...]."""
+    if reply is None:
+        return True
+    try:
+        return all(len(kv) == 2 and isinstance(kv[0], bytes)
+                   and all(len(e) == 2 and isinstance(e[0], bytes) for e in kv[1]) for kv in reply)
+    except TypeError:
+        return False
 
 
 # ------------------------------------------------------------- checks
