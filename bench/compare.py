@@ -76,6 +76,9 @@ class Row:
         if self.ratio_kind == "cpu/entry":
             r = self.redis.cpu_us_per_entry
             return self.partita.cpu_us_per_entry / r if r else 0.0
+        if self.ratio_kind == "entries/s":
+            r = self.redis.entries_per_s
+            return self.partita.entries_per_s / r if r else 0.0
         if self.ratio_kind == "value":
             r = self.redis.extra.get("value", 0.0)
             return self.partita.extra.get("value", 0.0) / r if r else 0.0
@@ -172,6 +175,63 @@ def w_group_loop(scale: float) -> tuple[Measure, Measure]:
     return results[0], results[1]
 
 
+MIXED_PARTITIONS = 6
+MIXED_CONSUMERS = 3
+
+
+def w_mixed(scale: float) -> tuple[Measure, Measure]:
+    """Producers and a consumer group at once on 6 partitions.
+
+    Partita: ``TOPIC CREATE t PARTITIONS 6``; redis-benchmark producers
+    ``XADD t * field <100 B>`` (25 clients, -P 16; the topic's partitioner
+    spreads them round-robin); 3 consumers ``XREADGROUP GROUP g c<i> COUNT
+    100 BLOCK 100 STREAMS t >`` (the group assigns 2 partitions to each)
+    with ``XACK`` on the partition key each reply names.
+
+    Redis has no partitions: 6 plain streams ``t#000000000000`` ..
+    ``t#000000000005`` (redis-benchmark ``-r 6`` and ``t#__rand_int__``
+    spreads producers randomly over them), one group per stream, and the
+    same 3 consumers each reading its own 2 streams in one XREADGROUP (the
+    assignment Partita's group does, done by hand). Same entries, same
+    batch sizes, same acks.
+
+    The row: entries consumed per second from the first XADD until every
+    entry was read and acked; requests count XADDs, XREADGROUPs and XACKs;
+    server CPU per request covers producing and consuming.
+    """
+    n = int(200_000 * scale)
+    value = "v" * 100
+    results = []
+    for server in pair(["--fsync", "everysec"], REDIS_AOF_EVERYSEC):
+        with server:
+            admin = loadgen.Client(server.port)
+            if server.kind == "partita":
+                admin.call("TOPIC", "CREATE", "t", "PARTITIONS", str(MIXED_PARTITIONS))
+                admin.call("XGROUP", "CREATE", "t", "g", "0")
+                consumer_keys = [["t"] for _ in range(MIXED_CONSUMERS)]
+                produce = ["XADD", "t", "*", "field", value]
+                extra: list[str] = []
+            else:
+                keys = [f"t#{i:012d}" for i in range(MIXED_PARTITIONS)]
+                for key in keys:
+                    admin.call("XGROUP", "CREATE", key, "g", "0", "MKSTREAM")
+                per = MIXED_PARTITIONS // MIXED_CONSUMERS
+                consumer_keys = [keys[i * per:(i + 1) * per] for i in range(MIXED_CONSUMERS)]
+                produce = ["XADD", "t#__rand_int__", "*", "field", value]
+                extra = ["-r", str(MIXED_PARTITIONS)]
+            admin.close()
+
+            def run():
+                handle = loadgen.mixed_consume(server.port, consumer_keys, n)
+                _s, _rps, _p50, _p99 = redis_benchmark(server.port, produce, requests=n, clients=25,
+                                                       pipeline=16, extra=extra)
+                seconds, requests, entries, p50, p99 = handle.join()
+                return seconds, requests + n, entries, p50, p99
+
+            results.append(measured(server, run))
+    return results[0], results[1]
+
+
 def w_rss(entries: int) -> tuple[Measure, Measure]:
     results = []
     for server in pair(["--fsync", "no"], ["--appendonly", "no"]):
@@ -215,6 +275,9 @@ def markdown(rows: list[Row], header: str) -> str:
              "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
     for r in rows:
         p, q = r.partita, r.redis
+        met = target_met(r)
+        if met is not None:
+            r = Row(r.name, p, q, f"{r.target} ({'met' if met else 'NOT met'})", r.ratio_kind)
         if r.ratio_kind == "value":
             lines.append(f"| {r.name} | {fmt(p.extra.get('value'), 2)} | {fmt(q.extra.get('value'), 2)} | | "
                          f"| {r.ratio:.2f}x | {r.target} | | | | |")
@@ -227,6 +290,19 @@ def markdown(rows: list[Row], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def target_met(row: Row) -> bool | None:
+    """Whether a ratio target such as ``>= 0.35x`` or ``<= 0.35x`` is met (None: no ratio target)."""
+    text = row.target.strip()
+    for op in (">=", "<="):
+        if text.startswith(op) and text.endswith("x"):
+            try:
+                bound = float(text[len(op):-1])
+            except ValueError:
+                return None
+            return row.ratio >= bound if op == ">=" else row.ratio <= bound
+    return None
+
+
 def charts(rows: list[Row], stem: Path) -> None:
     try:
         import matplotlib
@@ -234,19 +310,25 @@ def charts(rows: list[Row], stem: Path) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         return
-    names = [r.name for r in rows]
+    names = [r.name + ("  (lower is better)" if r.ratio_kind in ("cpu/entry", "value") else "")
+             for r in rows]
     ratios = [r.ratio for r in rows]
-    fig, ax = plt.subplots(figsize=(9, 0.5 * len(rows) + 1.5))
-    ax.barh(names, ratios)
+    colours = {True: "tab:green", False: "tab:red", None: "tab:grey"}
+    fig, ax = plt.subplots(figsize=(11, 0.5 * len(rows) + 1.5))
+    bars = ax.barh(names, ratios, color=[colours[target_met(r)] for r in rows])
+    for bar, r in zip(bars, rows):
+        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {r.ratio:.2f}x  {r.target}",
+                va="center", fontsize=8)
     ax.axvline(1.0, color="grey", linestyle="--")
-    ax.set_xlabel("Partita / Redis (same run)")
+    ax.set_xlabel("Partita / Redis in the same run (green: target met, red: not met, grey: no ratio target)")
     ax.invert_yaxis()
     fig.tight_layout()
     fig.savefig(stem.with_suffix(".png"))
     plt.close(fig)
 
 
-WORKLOADS = ["xadd", "xadd-p16", "xadd-always", "xread-10", "xread-1000", "group-loop", "rss", "restart"]
+WORKLOADS = ["xadd", "xadd-p16", "xadd-always", "xread-10", "xread-1000", "group-loop", "mixed", "rss",
+             "restart"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -282,6 +364,10 @@ def main(argv: list[str] | None = None) -> int:
         elif name == "group-loop":
             p, r = w_group_loop(scale)
             rows.append(Row("XREADGROUP COUNT 100 + XACK loop", p, r, "-"))
+        elif name == "mixed":
+            p, r = w_mixed(scale)
+            rows.append(Row("mixed: 25 producers -P 16 + 3 group consumers, 6 partitions (Redis: 6 streams)",
+                            p, r, "-", "entries/s"))
         elif name == "rss":
             sizes = args.rss_entries or ([1_000_000] if args.quick else [1_000_000, 20_000_000])
             for size in sizes:

@@ -101,3 +101,71 @@ def group_consume(port: int, key: str, total: int, *, count: int = 100, group: s
     p50 = 1000 * latencies[len(latencies) // 2] if latencies else None
     p99 = 1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] if latencies else None
     return seconds, requests, entries, p50, p99
+
+
+def mixed_consume(port: int, consumer_keys: list[list[str]], total: int, *, group: str = "g",
+                  count: int = 100, block_ms: int = 100, timeout_s: float = 600.0):
+    """Start one consumer thread per entry of ``consumer_keys``; returns a handle.
+
+    Each consumer loops ``XREADGROUP GROUP <group> c<i> COUNT <count> BLOCK
+    <block_ms> STREAMS <its keys> > ...`` and XACKs each batch on the key the
+    reply names (a Partita topic key replies with partition keys), until the
+    consumers together have read ``total`` entries. ``handle.join()`` returns
+    (seconds since start, requests, entries, p50_ms, p99_ms).
+    """
+    import threading
+
+    state = {"entries": 0, "requests": 0, "latencies": [], "error": None}
+    lock = threading.Lock()
+    started = time.monotonic()
+    deadline = started + timeout_s
+
+    def consume(i: int, keys: list[str]) -> None:
+        client = Client(port)
+        cmd = ["XREADGROUP", "GROUP", group, f"c{i}", "COUNT", str(count), "BLOCK", str(block_ms),
+               "STREAMS", *keys, *([">"] * len(keys))]
+        try:
+            while time.monotonic() < deadline:
+                with lock:
+                    if state["entries"] >= total:
+                        return
+                t0 = time.monotonic()
+                reply = client.call(*cmd)
+                lat = [time.monotonic() - t0]
+                got = 0
+                requests = 1
+                for key, batch in reply or ():
+                    ids = [e[0] for e in batch]
+                    if ids:
+                        t0 = time.monotonic()
+                        client.call("XACK", key, group, *ids)
+                        lat.append(time.monotonic() - t0)
+                        requests += 1
+                        got += len(ids)
+                with lock:
+                    state["entries"] += got
+                    state["requests"] += requests
+                    state["latencies"].extend(lat)
+        except Exception as e:  # noqa: BLE001 - reported by join()
+            state["error"] = e
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=consume, args=(i, keys), daemon=True)
+               for i, keys in enumerate(consumer_keys)]
+    for t in threads:
+        t.start()
+
+    class Handle:
+        def join(self):
+            for t in threads:
+                t.join(max(0.0, deadline - time.monotonic()) + 5)
+            if state["error"] is not None:
+                raise RuntimeError(f"consumer failed: {state['error']}")
+            seconds = time.monotonic() - started
+            lats = sorted(state["latencies"])
+            p50 = 1000 * lats[len(lats) // 2] if lats else None
+            p99 = 1000 * lats[min(len(lats) - 1, int(len(lats) * 0.99))] if lats else None
+            return seconds, state["requests"], state["entries"], p50, p99
+
+    return Handle()
