@@ -247,8 +247,37 @@ class TopicRegistry:
         self._split_cache: dict[bytes, tuple[bytes, int | None]] = {}
         self._append_cache: dict[bytes, tuple[Stream, bytes, list[bytes]]] = {}
         for topic in log_manager.topics():
-            self._meta[topic] = TopicMeta.from_bytes(log_manager.read_topic_meta(topic))
+            self._meta[topic] = self._load_meta(topic)
             self._remember_fsync(topic)
+
+    def _load_meta(self, topic: bytes) -> TopicMeta:
+        """A topic's metadata at start-up, checked against the partitions on disk.
+
+        A missing ``topic.meta`` (lost before its directory's fsync) is rebuilt
+        from the partition directories, so no partition's entries are hidden;
+        an unreadable one stops the start with the file named, since guessing
+        its partitions or config could hide or misroute data.
+        """
+        lm = self.log_manager
+        path = lm.topic_dir(topic) / "topic.meta"
+        on_disk = lm.partitions_on_disk(topic)
+        blob = lm.read_topic_meta(topic)
+        if blob is None:
+            meta = TopicMeta(max(on_disk) + 1 if on_disk else 1, {})
+            log.warning("%s is missing: topic '%s' reopened with the %d partition(s) found on disk "
+                        "and the server's default config", path, _text(topic), meta.partitions)
+            lm.write_topic_meta(topic, meta.to_bytes())
+            return meta
+        try:
+            meta = TopicMeta.from_bytes(blob)
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise TopicError(f"unreadable topic metadata {path}: {exc}; refusing to start "
+                             f"(partitions on disk: {on_disk}); restore or remove the file") from None
+        if on_disk and max(on_disk) >= meta.partitions:
+            log.warning("%s says %d partition(s) but partition %d exists on disk: using %d",
+                        path, meta.partitions, max(on_disk), max(on_disk) + 1)
+            meta.partitions = max(on_disk) + 1
+        return meta
 
     @classmethod
     def open(cls, data_dir: Path, config: Any = None) -> TopicRegistry:
