@@ -365,7 +365,7 @@ class Stream:
         if defer:
             self._pending.append((new[0], new[1], enc))
             self._pending_last = new
-            self.pending_bytes += len(enc)
+            self.pending_bytes += len(enc) + 20  # with its ID and end table entries
             return new
         if self._pending:
             self.commit()
