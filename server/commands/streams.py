@@ -268,7 +268,7 @@ def _xadd_star(ctx, argv):
     topics = server.topics
     fields = argv[3:]
     max_entry_bytes = topics.max_entry_bytes(topics.topic_of(key))
-    entry_bytes = sum(map(len, fields))
+    entry_bytes = len(fields[0]) + len(fields[1]) if len(fields) == 2 else sum(map(len, fields))
     if entry_bytes > max_entry_bytes:
         raise err(f"{TOO_LARGE}: the entry has {entry_bytes} bytes of fields and values, "
                   f"over the topic's max-entry-bytes ({max_entry_bytes})")
@@ -277,11 +277,13 @@ def _xadd_star(ctx, argv):
     siblings = topics.sibling_keys(key, partition_key)
     if ctx.may_defer and entry_bytes < DEFER_MAX_BYTES:
         new_id = stream.add(fields, defer=True)
-        # The commit (server.appends) notes the write and wakes readers, once per batch.
-        ctx.defer(stream, key, siblings, _deferred_error)
+        # The commit (server.appends) notes the write and wakes readers, once
+        # per batch. (``ctx.defer`` inlined.)
+        appends = ctx.appends
+        appends.defer(stream, key, siblings, _deferred_error)
+        ctx.defer_mark = stream
         if stream.pending_bytes >= DEFER_MAX_BYTES:  # bounded memory: write now
             ctx.defer_mark = None  # this reply is no longer a deferred one
-            appends = ctx.appends
             done = appends.round
             appends.commit()
             error = appends.failure(done, stream)
