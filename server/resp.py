@@ -27,9 +27,14 @@ hiredis allocates a list as soon as it reads an array header, so a receive
 holding ``*`` followed by six digits (a count of 100000 or more, or a bulk
 that happens to contain such bytes) goes to the exact parser instead.
 
-The one known leniency of the fast path: hiredis accepts a simple string
-element (``*1\\r\\n+PING\\r\\n``) where Redis wants ``$``. Such input is
-executed rather than refused; it cannot grow memory.
+hiredis also accepts reply types as elements where Redis wants ``$``, and
+three of them come back as plain bytes, indistinguishable from a bulk: a
+simple string (``*1\\r\\n+PING\\r\\n``), a big number (``(12``) and a
+verbatim string (``=``). A receive with ``+``, ``(`` or ``=`` right after a
+CRLF therefore goes to the exact parser too, which refuses them with Redis's
+``expected '$', got '+'``. A bulk whose payload starts with one of those
+bytes (``XRANGE s - +``) takes the same detour and is parsed the same way,
+only in Python.
 """
 
 from __future__ import annotations
@@ -53,7 +58,9 @@ HANDBACK_MIN_BYTES = 1024
 
 _LIST = list
 _JOIN = b"".join
-_BIG_ARRAY = re.compile(rb"\*[0-9]{6}").search
+# Input the fast path must not see: a huge array count, or an element typed
+# `+`, `(` or `=` (hiredis returns those as bytes; Redis refuses them).
+_NEEDS_EXACT = re.compile(rb"\*[0-9]{6}|\r\n[+(=]").search
 _BYTES = bytes
 
 
@@ -128,10 +135,11 @@ class RequestParser:
         elif not self._chunks and data[0] != 42:  # not '*' at a boundary: inline
             self._slow = True
             self._buf += data
-        elif _BIG_ARRAY(data) is not None:
+        elif _NEEDS_EXACT(data) is not None:
             # hiredis allocates an array as soon as it reads ``*<count>``
             # (PyList_New(count)): a declared count of 100000 or more is
-            # left to the exact parser, which allocates per element received.
+            # left to the exact parser, which allocates per element received;
+            # so are elements hiredis would take for bulks (module docstring).
             self._to_slow()
             self._buf += data
         else:
@@ -247,7 +255,7 @@ class RequestParser:
         without this the Python parser would keep the whole stream.
         """
         data = bytes(self._buf[self._pos :])
-        if _BIG_ARRAY(data) is not None:
+        if _NEEDS_EXACT(data) is not None:
             return
         self._buf = bytearray()
         self._pos = 0

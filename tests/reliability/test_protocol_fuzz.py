@@ -106,10 +106,6 @@ def test_parser_never_crashes_and_split_does_not_matter(data, cuts):
     whole = run_parser(data, [])  # one receive: the hiredis fast path where it can
     split = run_parser(data, [c % (len(data) + 1) for c in cuts])  # cut receives: the exact path
     bytewise = run_parser(data, list(range(1, len(data))))
-    if b"+" in data or b"(" in data:
-        # The fast-path leniency (a `+simple` or `(bignum` element is
-        # executed in one receive, refused when split): xfail test below.
-        return
     assert split == whole, f"{data!r} split at {cuts}: {split} != {whole}"
     assert bytewise == whole, f"{data!r} byte by byte: {bytewise} != {whole}"
 
@@ -253,13 +249,7 @@ def test_protocol_errors_match_redis(fuzz_server, redis_server, payload):
 
 
 @pytest.mark.redis
-@pytest.mark.xfail(strict=True, reason=(
-    "server/resp.py RequestParser.get_command fast path: hiredis.Reader returns a simple-string element "
-    "(`*1\\r\\n+PING\\r\\n`) or a RESP3 big number (`*1\\r\\n(1\\r\\n`) as bytes, so it is executed, while Redis (and the exact parser when the same "
-    "bytes arrive split) answers \"-ERR Protocol error: expected '$', got '+'\" and closes; found by "
-    "test_parser_never_crashes_and_split_does_not_matter. Fix: send a receive containing b'\\r\\n+' to the "
-    "exact parser (likewise b'\\r\\n(') or check elements' type bytes before trusting hiredis"))
-@pytest.mark.parametrize("payload", [b"*1\r\n+PING\r\n", b"*2\r\n$4\r\nECHO\r\n(12\r\n"])
+@pytest.mark.parametrize("payload", [b"*1\r\n+PING\r\n", b"*2\r\n$4\r\nECHO\r\n(12\r\n", b"*2\r\n$4\r\nECHO\r\n=7\r\ntxt:abc\r\n"])
 def test_simple_string_element_is_refused_like_redis(fuzz_server, redis_server, payload):
     ours, ours_closed = raw_exchange(fuzz_server.port, payload)
     theirs, theirs_closed = raw_exchange(redis_server.port, payload)
