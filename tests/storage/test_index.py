@@ -43,3 +43,38 @@ def test_truncate_and_persist(tmp_path):
     idx.persist()
     assert (tmp_path / "0.index").stat().st_size == 32
     assert (tmp_path / "0.idindex").stat().st_size == 96
+
+
+def test_sealed_indexes_are_read_once_and_held_in_a_bounded_lru(tmp_path, monkeypatch):
+    import os
+
+    from storage import index as index_mod
+
+    cache = FileCache(64)
+    sealed = []
+    for k in range(index_mod.SEALED_CACHE_MAX + 2):
+        d = tmp_path / f"s{k}"
+        d.mkdir()
+        idx = make(d, cache)
+        idx.load()
+        for i in range(50):
+            idx.append(rel_offset=10 * i, position=100 * i, first_ms=i + 1, first_seq=0)
+        idx.unload()
+        sealed.append(SegmentIndex(cache, idx.offset_path, idx.id_path, 400, 1200))
+    reads = []
+    real_pread = os.pread
+    monkeypatch.setattr(index_mod.os, "pread", lambda *a: reads.append(a) or real_pread(*a))
+    first = sealed[0]
+    assert first.floor_offset(15) == (10, 100) and first.floor_id(3, 0) == 2
+    assert len(reads) == 2  # both files read once, then bisects in memory
+    assert first.ceiling_offset(11) == (20, 200) and first.entry(49) == (50, 0, 490, 4900)
+    assert len(reads) == 2
+    for idx in sealed[1:]:
+        assert idx.floor_offset(0) == (0, 0)
+    assert len(index_mod._sealed_lru) == index_mod.SEALED_CACHE_MAX  # bounded
+    assert first._sealed is None  # the least recently used one was dropped
+    # Becoming active again drops the sealed copy (the files may change).
+    last = sealed[-1]
+    last.load()
+    assert last._sealed is None and id(last) not in index_mod._sealed_lru
+    assert last.floor_offset(15) == (10, 100)
