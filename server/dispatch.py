@@ -22,6 +22,7 @@ from typing import Any
 from server.acl import denied as acl_denied
 from server.appends import DeferredAppends
 from server.errors import CommandError, wrong_arity
+from server.failures import reply_for
 from server.registry import COMMANDS, CommandSpec
 from server.reply import NULL_ARRAY, OK, QUEUED
 
@@ -206,8 +207,8 @@ class Dispatcher:
             reply = spec.handler(ctx, argv)
         except CommandError as e:
             reply = e
-        except Exception as e:  # a bug in one handler: an error reply, not a dead server
-            reply = self._internal_error(spec, e)
+        except Exception as e:  # a lower layer's refusal, or a bug: an error reply either way
+            reply = reply_for(e) or self._internal_error(spec, e)
         usec = (_perf_ns() - started) // 1000
         stats = self.stats
         stats.total_commands_processed += 1
@@ -229,7 +230,7 @@ class Dispatcher:
         except CommandError as e:
             reply = e
         except Exception as e:
-            reply = self._internal_error(spec, e)
+            reply = reply_for(e) or self._internal_error(spec, e)
         finally:
             ctx.client.blocked = False
         failed = type(reply) is CommandError

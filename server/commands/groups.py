@@ -25,17 +25,13 @@ Known differences from Redis 7.0:
 
 from __future__ import annotations
 
-import functools
-import inspect
 import time
 
 import trio
 
 import server.commands.streams  # noqa: F401  (declares the XINFO container first)
 from server.commands import topic_groups  # multi-partition topic keys (membership)
-from cluster.topics import TopicError
 from server.args import parse_int
-from server.commands._disk import DISK_ERRORS, misconf
 from server.errors import (
     TIMEOUT_NEGATIVE,
     TIMEOUT_NOT_INTEGER,
@@ -57,7 +53,7 @@ from storage.streams.groups import (
     range_has_tombstones,
 )
 from storage.streams.ids import StreamIdError, format_id, parse_id, parse_range_end, parse_range_start, parse_strict_id
-from storage.streams.stream import StreamError, decode_entry
+from storage.streams.stream import decode_entry
 
 NO_SUCH_KEY = "no such key"
 KEY_MUST_EXIST = (
@@ -87,33 +83,6 @@ def clock_ms() -> int:
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def _redis_errors(handler):
-    """Turn the lower layers' refusals (Redis texts) into ``-ERR`` replies."""
-    if inspect.iscoroutinefunction(handler):
-
-        @functools.wraps(handler)
-        async def wrapper(ctx, argv):
-            try:
-                return await handler(ctx, argv)
-            except (StreamIdError, StreamError, TopicError) as exc:
-                raise err(exc.message) from None
-            except DISK_ERRORS as exc:  # disk full/failing: -MISCONF, not an internal error
-                raise misconf(exc) from None
-
-    else:
-
-        @functools.wraps(handler)
-        def wrapper(ctx, argv):
-            try:
-                return handler(ctx, argv)
-            except (StreamIdError, StreamError, TopicError) as exc:
-                raise err(exc.message) from None
-            except DISK_ERRORS as exc:  # disk full/failing: -MISCONF, not an internal error
-                raise misconf(exc) from None
-
-    return wrapper
 
 
 def _c(raw: bytes) -> str:
@@ -288,7 +257,6 @@ def _check_dead_letter(key: bytes, md: int, dl: bytes | None) -> None:
            "[MAXDELIVERIES count DEADLETTER dlkey]",
     acl_categories=("write", "stream", "slow"),
 )
-@_redis_errors
 def xgroup_create(ctx, argv):
     """XGROUP CREATE key group <id | $> [MKSTREAM] [ENTRIESREAD entries-read] [MAXDELIVERIES count DEADLETTER dlkey]
 
@@ -370,7 +338,6 @@ def _existing_group(store: GroupStore, key: bytes, name: bytes) -> ConsumerGroup
     syntax="XGROUP SETID key group <id | $> [ENTRIESREAD entries-read]",
     acl_categories=("write", "stream", "slow"),
 )
-@_redis_errors
 def xgroup_setid(ctx, argv):
     """XGROUP SETID key group <id | $> [ENTRIESREAD entries-read]"""
     if ctx.server.topics.is_multi(argv[2]):
@@ -403,7 +370,6 @@ def xgroup_setid(ctx, argv):
     syntax="XGROUP DESTROY key group",
     acl_categories=("write", "stream", "slow"),
 )
-@_redis_errors
 def xgroup_destroy(ctx, argv):
     """XGROUP DESTROY key group
 
@@ -427,7 +393,6 @@ def xgroup_destroy(ctx, argv):
     syntax="XGROUP CREATECONSUMER key group consumer",
     acl_categories=("write", "stream", "slow"),
 )
-@_redis_errors
 def xgroup_createconsumer(ctx, argv):
     """XGROUP CREATECONSUMER key group consumer"""
     if ctx.server.topics.is_multi(argv[2]):
@@ -447,7 +412,6 @@ def xgroup_createconsumer(ctx, argv):
     syntax="XGROUP DELCONSUMER key group consumer",
     acl_categories=("write", "stream", "slow"),
 )
-@_redis_errors
 def xgroup_delconsumer(ctx, argv):
     """XGROUP DELCONSUMER key group consumer
 
@@ -472,7 +436,6 @@ def xgroup_delconsumer(ctx, argv):
     syntax="XGROUP CONFIG key group MAXDELIVERIES count [DEADLETTER dlkey]",
     acl_categories=("write", "stream", "slow"),
 )
-@_redis_errors
 def xgroup_config(ctx, argv):
     """XGROUP CONFIG key group MAXDELIVERIES count [DEADLETTER dlkey]
 
@@ -655,7 +618,6 @@ def _read_reply(ctx, served: list[tuple[bytes, object]]):
     acl_categories=("write", "stream", "slow", "blocking"),
     key_finder=_xreadgroup_keys,
 )
-@_redis_errors
 async def xreadgroup(ctx, argv):
     """XREADGROUP GROUP group consumer [COUNT count] [BLOCK milliseconds] [NOACK] STREAMS key [key ...] id [id ...]
 
@@ -763,7 +725,6 @@ async def _wait_and_serve(ctx, args, targets, keys, deadline, queues, token):
     syntax="XACK key group id [id ...]",
     acl_categories=("write", "stream", "fast"),
 )
-@_redis_errors
 def xack(ctx, argv):
     """XACK key group id [id ...]"""
     stream = ctx.server.topics.get(argv[1])
@@ -788,7 +749,6 @@ def xack(ctx, argv):
     syntax="XPENDING key group [[IDLE min-idle-time] start end count [consumer]]",
     acl_categories=("read", "stream", "slow"),
 )
-@_redis_errors
 def xpending(ctx, argv):
     """XPENDING key group [[IDLE min-idle-time] start end count [consumer]]"""
     argc = len(argv)
@@ -850,7 +810,6 @@ def xpending(ctx, argv):
     syntax="XCLAIM key group consumer min-idle-time id [id ...] [IDLE ms] [TIME unix-time-milliseconds] [RETRYCOUNT count] [FORCE] [JUSTID] [LASTID lastid]",
     acl_categories=("write", "stream", "fast"),
 )
-@_redis_errors
 def xclaim(ctx, argv):
     """XCLAIM key group consumer min-idle-time id [id ...] [IDLE ms] [TIME unix-time-milliseconds] [RETRYCOUNT count] [FORCE] [JUSTID] [LASTID lastid]
 
@@ -972,7 +931,6 @@ def xclaim(ctx, argv):
     syntax="XAUTOCLAIM key group consumer min-idle-time start [COUNT count] [JUSTID]",
     acl_categories=("write", "stream", "fast"),
 )
-@_redis_errors
 def xautoclaim(ctx, argv):
     """XAUTOCLAIM key group consumer min-idle-time start [COUNT count] [JUSTID]
 
@@ -1079,7 +1037,6 @@ def _add_dead_letter_info(info: Map, group: ConsumerGroup) -> None:
     syntax="XINFO GROUPS key",
     acl_categories=("read", "stream", "slow"),
 )
-@_redis_errors
 def xinfo_groups(ctx, argv):
     """XINFO GROUPS key
 
@@ -1101,7 +1058,6 @@ def xinfo_groups(ctx, argv):
     syntax="XINFO CONSUMERS key group",
     acl_categories=("read", "stream", "slow"),
 )
-@_redis_errors
 def xinfo_consumers(ctx, argv):
     """XINFO CONSUMERS key group"""
     key, name = argv[2], argv[3]

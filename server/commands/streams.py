@@ -23,16 +23,12 @@ Known differences from Redis 7.0 (see docs and tests):
 
 from __future__ import annotations
 
-import functools
-import inspect
 import math
 from dataclasses import dataclass
 
 import trio
 
-from cluster.topics import TopicError
 from server.args import parse_int
-from server.commands._disk import DISK_ERRORS, misconf
 from server.errors import (
     TIMEOUT_NEGATIVE,
     TIMEOUT_NOT_INTEGER,
@@ -42,48 +38,21 @@ from server.errors import (
     wrong_arity,
 )
 from server.commands.topics import expand_read_args, read_partitions_after, topic_len, topic_range
+from server.failures import reply_for
 from server.registry import command, container
 from server.reply import NULL_ARRAY, OK, Map, Raw, Simple
 from storage.streams.ids import (
     MAX_ID,
     MIN_ID,
     StreamId,
-    StreamIdError,
     parse_id,
     parse_range_end,
     parse_range_start,
     parse_strict_id,
 )
-from storage.streams.stream import TOO_LARGE, ZERO_ID, StreamError, decode_entry
+from storage.streams.stream import TOO_LARGE, ZERO_ID, decode_entry
 
 NO_SUCH_KEY = "no such key"
-
-
-def _redis_errors(handler):
-    """Turn the lower layers' refusals (Redis texts) into ``-ERR`` replies."""
-    if inspect.iscoroutinefunction(handler):
-
-        @functools.wraps(handler)
-        async def wrapper(ctx, argv):
-            try:
-                return await handler(ctx, argv)
-            except (StreamIdError, StreamError, TopicError) as exc:
-                raise err(exc.message) from None
-            except DISK_ERRORS as exc:  # disk full/failing: -MISCONF, not an internal error
-                raise misconf(exc) from None
-
-    else:
-
-        @functools.wraps(handler)
-        def wrapper(ctx, argv):
-            try:
-                return handler(ctx, argv)
-            except (StreamIdError, StreamError, TopicError) as exc:
-                raise err(exc.message) from None
-            except DISK_ERRORS as exc:  # disk full/failing: -MISCONF, not an internal error
-                raise misconf(exc) from None
-
-    return wrapper
 
 
 def _keyword(raw: bytes) -> bytes:
@@ -204,7 +173,6 @@ def _trim(stream, args: _AddTrimArgs) -> int:
     syntax="XADD key [NOMKSTREAM] [<MAXLEN | MINID> [= | ~] threshold [LIMIT count]] <* | id> field value [field value ...]",
     acl_categories=("write", "stream", "fast"),
 )
-@_redis_errors
 def xadd(ctx, argv):
     """XADD key [NOMKSTREAM] [<MAXLEN | MINID> [= | ~] threshold [LIMIT count]] <* | id> field value [field value ...]
 
@@ -280,7 +248,7 @@ def _xadd_star(ctx, argv):
         # The commit (server.appends) notes the write and wakes readers, once
         # per batch. (``ctx.defer`` inlined.)
         appends = ctx.appends
-        appends.defer(stream, key, siblings, _deferred_error)
+        appends.defer(stream, key, siblings, reply_for)  # what an immediate append failing so would answer
         ctx.defer_mark = stream
         if stream.pending_bytes >= DEFER_MAX_BYTES:  # bounded memory: write now
             ctx.defer_mark = None  # this reply is no longer a deferred one
@@ -302,29 +270,12 @@ def _xadd_star(ctx, argv):
     return b"%d-%d" % new_id
 
 
-@_redis_errors
-def _raise(ctx, exc):
-    raise exc
-
-
-def _deferred_error(exc: Exception) -> CommandError | None:
-    """The reply an immediate append failing with ``exc`` would have had."""
-    try:
-        _raise(None, exc)
-    except CommandError as e:
-        return e
-    except Exception:  # noqa: BLE001 - not a Redis-visible error: the dispatcher's internal error
-        return None
-    return None
-
-
 @command(
     "xtrim", arity=-4, flags="write", keys=(1, 1, 1), group="stream", since="5.0.0",
     summary="Deletes messages from the beginning of a stream.",
     syntax="XTRIM key <MAXLEN | MINID> [= | ~] threshold [LIMIT count]",
     acl_categories=("write", "stream", "slow"),
 )
-@_redis_errors
 def xtrim(ctx, argv):
     """XTRIM key <MAXLEN | MINID> [= | ~] threshold [LIMIT count]
 
@@ -378,7 +329,6 @@ def _range(ctx, argv, rev: bool):
     syntax="XRANGE key start end [COUNT count]",
     acl_categories=("read", "stream", "slow"),
 )
-@_redis_errors
 def xrange(ctx, argv):
     """XRANGE key start end [COUNT count]"""
     return _range(ctx, argv, rev=False)
@@ -390,7 +340,6 @@ def xrange(ctx, argv):
     syntax="XREVRANGE key end start [COUNT count]",
     acl_categories=("read", "stream", "slow"),
 )
-@_redis_errors
 def xrevrange(ctx, argv):
     """XREVRANGE key end start [COUNT count]"""
     return _range(ctx, argv, rev=True)
@@ -402,7 +351,6 @@ def xrevrange(ctx, argv):
     syntax="XLEN key",
     acl_categories=("read", "stream", "fast"),
 )
-@_redis_errors
 def xlen(ctx, argv):
     """XLEN key"""
     if ctx.server.topics.is_multi(argv[1]):  # the sum over partitions
@@ -420,7 +368,6 @@ def xlen(ctx, argv):
     syntax="XDEL key id [id ...]",
     acl_categories=("write", "stream", "fast"),
 )
-@_redis_errors
 def xdel(ctx, argv):
     """XDEL key id [id ...]
 
@@ -442,7 +389,6 @@ def xdel(ctx, argv):
     syntax="XSETID key last-id [ENTRIESADDED entries-added] [MAXDELETEDID max-deleted-id]",
     acl_categories=("write", "stream", "fast"),
 )
-@_redis_errors
 def xsetid(ctx, argv):
     """XSETID key last-id [ENTRIESADDED entries-added] [MAXDELETEDID max-deleted-id]"""
     new_last = parse_strict_id(argv[2])
@@ -575,7 +521,6 @@ def _serve_reads(ctx, keys: list[bytes], positions: list[tuple[StreamId, int]]):
     acl_categories=("read", "stream", "slow", "blocking"),
     key_finder=_xread_keys,
 )
-@_redis_errors
 async def xread(ctx, argv):
     """XREAD [COUNT count] [BLOCK milliseconds] STREAMS key [key ...] id [id ...]
 
@@ -657,7 +602,6 @@ def _entry_value(encoded: bytes | None):
     syntax="XINFO STREAM key [FULL [COUNT count]]",
     acl_categories=("read", "stream", "slow"),
 )
-@_redis_errors
 def xinfo_stream(ctx, argv):
     """XINFO STREAM key [FULL [COUNT count]]
 

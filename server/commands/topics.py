@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import heapq
 
-from cluster.topics import TOPIC_OPTIONS, TopicError
+from cluster.topics import TOPIC_OPTIONS
 from server.args import parse_int
-from server.commands._disk import DISK_ERRORS, misconf
 from server.commands.keyspace import glob_match
 from server.errors import err, syntax_error
 from server.registry import command, container
@@ -59,20 +58,6 @@ _HELP = [
 ]
 
 
-def _topic_errors(handler):
-    def wrapper(ctx, argv):
-        try:
-            return handler(ctx, argv)
-        except TopicError as exc:
-            raise err(exc.message) from None
-        except DISK_ERRORS as exc:  # disk full/failing: -MISCONF, not an internal error
-            raise misconf(exc) from None
-
-    wrapper.__name__ = handler.__name__
-    wrapper.__doc__ = handler.__doc__
-    return wrapper
-
-
 def _config_pairs(args: list[bytes]) -> list[tuple[bytes, bytes]]:
     if not args or len(args) % 2:
         raise err("CONFIG needs name value pairs")
@@ -100,7 +85,6 @@ def topic_help(ctx, argv):
     syntax="TOPIC CREATE topic [PARTITIONS partitions] [CONFIG name value [name value ...]]",
     acl_categories=("write", "stream", "slow"),
 )
-@_topic_errors
 def topic_create(ctx, argv):
     """TOPIC CREATE topic [PARTITIONS partitions] [CONFIG name value [name value ...]]"""
     topic = argv[2]
@@ -134,7 +118,6 @@ def topic_create(ctx, argv):
     syntax="TOPIC DELETE topic",
     acl_categories=("write", "stream", "slow"),
 )
-@_topic_errors
 def topic_delete(ctx, argv):
     """TOPIC DELETE topic"""
     topic = argv[2]
@@ -172,7 +155,6 @@ def topic_list(ctx, argv):
     syntax="TOPIC ALTER topic <PARTITIONS partitions | CONFIG name value [name value ...]>",
     acl_categories=("write", "stream", "slow"),
 )
-@_topic_errors
 def topic_alter(ctx, argv):
     """TOPIC ALTER topic <PARTITIONS partitions | CONFIG name value [name value ...]>"""
     topic = argv[2]
@@ -196,7 +178,6 @@ def topic_alter(ctx, argv):
     syntax="TOPIC DESCRIBE topic",
     acl_categories=("read", "stream", "slow"),
 )
-@_topic_errors
 def topic_describe(ctx, argv):
     """TOPIC DESCRIBE topic
 
@@ -245,7 +226,6 @@ def topic_describe(ctx, argv):
     syntax="TOPIC GROUPS topic [group]",
     acl_categories=("read", "stream", "slow"),
 )
-@_topic_errors
 def topic_groups(ctx, argv):
     """TOPIC GROUPS topic [group]
 

@@ -1,4 +1,10 @@
-"""Disk errors and damaged files under a command become clear error replies.
+"""What the lower layers raise under a command becomes a clear error reply.
+
+The dispatcher calls ``reply_for(exc)`` for any exception a handler lets
+escape (a try costs nothing on the success path, so handlers carry no
+wrappers): the stream and topic layers' refusals, which already carry
+Redis's text, become ``-ERR <text>``; disk failures become the replies below;
+anything else is a bug and the dispatcher logs it as one.
 
 Owns: ``DISK_ERRORS`` (what the storage layer raises when the disk fails or
 a file is damaged: ``StorageError`` from the funnel, a bare ``OSError``,
@@ -25,11 +31,15 @@ from __future__ import annotations
 import logging
 import os
 
+from cluster.topics import TopicError
 from server.errors import CommandError
 from storage.errors import StorageError
 from storage.streams.groups import GroupStateError
+from storage.streams.ids import StreamIdError
+from storage.streams.stream import StreamError
 
 DISK_ERRORS = (StorageError, OSError, GroupStateError)
+REFUSALS = (StreamIdError, StreamError, TopicError)  # ``message`` is Redis's (or Partita's) text
 log = logging.getLogger("partita.storage")
 
 
@@ -41,3 +51,12 @@ def misconf(exc: BaseException) -> CommandError:
         log.warning("refused to serve a damaged batch: %s", exc)
         return CommandError("ERR", f"corrupt partition log, not served: {exc}")
     return CommandError("MISCONF", f"Errors writing to the partition log: {os.strerror(code)}")
+
+
+def reply_for(exc: BaseException) -> CommandError | None:
+    """The reply for a lower layer's exception, or None if it is a bug."""
+    if isinstance(exc, REFUSALS):
+        return CommandError("ERR", exc.message)
+    if isinstance(exc, DISK_ERRORS):
+        return misconf(exc)
+    return None
