@@ -220,13 +220,30 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes (about a minute)")
     ap.add_argument("--dir", type=Path, default=None, help="scratch directory on the disk to measure")
+    ap.add_argument("--recovery-mb", type=int, nargs="+", default=None, metavar="MB",
+                    help="run only the recovery table, at these log sizes (e.g. 1024 8192)")
     args = ap.parse_args(argv)
     quick = args.quick
     base = Path(tempfile.mkdtemp(prefix="storage-bench-", dir=args.dir))
     try:
-        run(base, quick)
+        if args.recovery_mb:
+            recovery_table(base, args.recovery_mb)
+        else:
+            run(base, quick)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def recovery_table(base: Path, sizes_mb) -> None:
+    print("\n## recovery (open time)\n")
+    print("| log size | clean shutdown | kill -9 under everysec flushing | no checkpoint (full scan) |")
+    print("|---|---|---|---|")
+    for size_mb in sizes_mb:
+        r = recovery_run(base / "k", 1024, 100, size_mb * MiB, 2.5)
+        print(f"| {r['size_mb']:.0f} MiB (+{r['size_after_kill_mb'] - r['size_mb']:.0f} MiB by the killed writer) | "
+              f"{r['clean_s'] * 1000:.1f} ms | {r['kill9_s'] * 1000:.1f} ms | {r['full_scan_s'] * 1000:.0f} ms |",
+              flush=True)
+        shutil.rmtree(base / "k", ignore_errors=True)
 
 
 def run(base: Path, quick: bool) -> None:
@@ -262,15 +279,7 @@ def run(base: Path, quick: bool) -> None:
               f"{r['reads_s']:,.0f} | {r['seq_entries_s']:,.0f} |", flush=True)
         shutil.rmtree(base / "r", ignore_errors=True)
 
-    print("\n## recovery (open time)\n")
-    print("| log size | clean shutdown | kill -9 under everysec flushing | no checkpoint (full scan) |")
-    print("|---|---|---|---|")
-    for size_mb in ((256,) if quick else (1024, 4096)):
-        r = recovery_run(base / "k", 1024, 100, size_mb * MiB, 2.5)
-        print(f"| {r['size_mb']:.0f} MiB (+{r['size_after_kill_mb'] - r['size_mb']:.0f} MiB by the killed writer) | "
-              f"{r['clean_s'] * 1000:.1f} ms | {r['kill9_s'] * 1000:.1f} ms | {r['full_scan_s'] * 1000:.0f} ms |",
-              flush=True)
-        shutil.rmtree(base / "k", ignore_errors=True)
+    recovery_table(base, (256,) if quick else (1024, 4096))
 
     print("\n## RSS while one process appends 1 KiB entries in batches of 100\n")
     total_mb = 512 if quick else 4096
