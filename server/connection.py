@@ -41,6 +41,19 @@ _JOIN = b"".join
 # so a large pipeline of large replies does not pile up in memory.
 SEND_AT_BYTES = 1024 * 1024
 SIZE_CHECK_CHUNKS = 4096
+_PEER_GONE = object()  # what _await_watching_peer returns when the client left
+
+
+def _may_wait(argv: list[bytes]) -> bool:
+    """Whether a blocking-flagged command was given a BLOCK option (before
+    STREAMS): only then is it worth watching the socket while it runs."""
+    for arg in argv[1:]:
+        n = len(arg)
+        if n == 5 and arg.upper() == b"BLOCK":
+            return True
+        if n == 7 and arg.upper() == b"STREAMS":
+            return False
+    return False
 
 
 
@@ -152,7 +165,13 @@ class Connection:
                     check_at = SIZE_CHECK_CHUNKS
                     self.idle = True
                     try:
-                        reply = await reply
+                        if _may_wait(argv):
+                            reply = await self._await_watching_peer(reply)
+                            if reply is _PEER_GONE:
+                                log.debug("client %d closed the connection while blocked", client.id)
+                                return
+                        else:
+                            reply = await reply
                     finally:
                         self.idle = False
                 if reply is not NO_REPLY:
@@ -198,6 +217,44 @@ class Connection:
                 if sent != len(payload):
                     # limits hook: client-output-buffer-limit (server/outbuf.py)
                     await outbuf.send_all(self, memoryview(payload)[sent:])
+
+    async def _await_watching_peer(self, reply_coro: Any) -> Any:
+        """Await a command that may block (XREAD/XREADGROUP BLOCK) while
+        watching the socket: a peer that closes meanwhile cancels the wait
+        (Redis frees a blocked client whose connection drops), so it does not
+        linger in ``blocked_clients`` or hold its waiter until a write comes.
+        Returns ``_PEER_GONE`` in that case."""
+        result: list = []
+
+        async def run() -> None:
+            result.append(await reply_coro)
+            nursery.cancel_scope.cancel()
+
+        async def watch() -> None:
+            if await self._wait_peer_closed():
+                result.append(_PEER_GONE)
+                nursery.cancel_scope.cancel()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run)
+            nursery.start_soon(watch)
+        return result[0]
+
+    async def _wait_peer_closed(self) -> bool:
+        """True once the peer has closed; False (at once) if it sent more
+        bytes instead: those stay unread in the socket, queued behind the
+        blocked command as Redis queues them, and EOF is then noticed when
+        they are read."""
+        sock = self.sock
+        while True:
+            await wait_readable(sock)
+            try:
+                data = sock.recv(1, socket.MSG_PEEK)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:
+                return True
+            return not data
 
     def _settle(self, out: list) -> None:
         """Before replies leave: commit deferred appends (``server.appends``);

@@ -122,11 +122,6 @@ def test_xdel_wakes_but_the_reader_keeps_waiting(partita_server):
         assert parse(reader.read_reply()) == [[b"s", [[b"2-1", [b"k", b"v"]]]]]
 
 
-@pytest.mark.xfail(
-    reason="server/connection.py awaits a blocking handler without watching the socket, "
-    "so a peer that disconnects mid-XREAD BLOCK 0 is noticed only at its next reply",
-    strict=False,
-)
 def test_a_killed_client_does_not_leak_its_wait(partita_server):
     port = port_of(partita_server)
     victim = RespClient(port)
@@ -138,6 +133,27 @@ def test_a_killed_client_does_not_leak_its_wait(partita_server):
     with RespClient(port) as c:
         assert c.call("XADD", "s", "1-1", "k", "v") == b"$3\r\n1-1\r\n"
         assert c.call("PING") == b"+PONG\r\n"
+
+
+def test_a_closed_group_reader_does_not_leak_its_wait_and_pipelined_commands_still_run(partita_server):
+    """A plain close (FIN) during XREADGROUP BLOCK frees the wait too; a client
+    that pipelines a command behind its blocked read still gets both replies in order."""
+    port = port_of(partita_server)
+    with RespClient(port) as c:
+        c.call("XGROUP", "CREATE", "gs", "g", "$", "MKSTREAM")
+    leaver = RespClient(port)
+    leaver.send("XREADGROUP", "GROUP", "g", "c1", "BLOCK", "0", "STREAMS", "gs", ">")
+    _wait_until(lambda: _blocked_clients(port) == 1)
+    leaver.close()
+    _wait_until(lambda: _blocked_clients(port) == 0)
+    with RespClient(port) as stayer, RespClient(port) as writer:
+        stayer.send("XREAD", "BLOCK", "0", "STREAMS", "gs", "$")
+        stayer.send("PING")
+        _wait_until(lambda: _blocked_clients(port) == 1)
+        writer.call("XADD", "gs", "5-1", "k", "v")
+        stayer.sock.settimeout(WAKE_TIMEOUT_S)
+        assert parse(stayer.read_reply()) == [[b"gs", [[b"5-1", [b"k", b"v"]]]]]
+        assert stayer.read_reply() == b"+PONG\r\n"
 
 
 def test_block_waits_across_many_writes_from_threads(partita_server):
