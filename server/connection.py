@@ -8,7 +8,17 @@ before awaiting a blocking command, protocol errors (reply, then close), and
 closing the client on QUIT / CLIENT KILL / SHUTDOWN.
 
 Must not know: what any command means (``server.dispatch``), RESP reply
-encoding rules (``server.reply``), request framing (``server.resp``).
+encoding rules (``server.reply``), request framing (``server.resp``), TLS
+(``server.tls``).
+
+Transports: the loop reaches its socket only through ``_transport`` (wait
+for input, take it, try a non-blocking send), ``_send_rest`` (what that send
+did not take), ``_wait_peer_closed`` (disconnect watch during a BLOCK) and
+``_open`` / ``_close_transport``. ``server.tls.TlsConnection`` overrides
+those and nothing else, so both ports share one set of command semantics
+(deferred XADD batching, output limits, freeing a blocked client that
+leaves). The plain methods hand the loop bound socket methods as locals, so
+the hot path pays nothing for the indirection.
 
 Why raw sockets: trio's ``SocketStream`` costs about 1.6x more per request
 than a non-blocking stdlib socket with ``trio.lowlevel.wait_readable`` before
@@ -88,7 +98,8 @@ class Connection:
         server = self.server
         try:
             with self.cancel_scope:
-                await self._serve()
+                if await self._open():
+                    await self._serve()
         except _CloseNow:
             pass
         except Exception:  # a bug in one connection must not stop the server
@@ -99,10 +110,50 @@ class Connection:
             self.ctx.appends.commit()
             self.ctx.deferred_marks.clear()
             server.remove_client(self.client)
+            await self._close_transport()
+
+    # -- transport: the plain socket (server.tls.TlsConnection overrides) --
+
+    async def _open(self) -> bool:
+        """Whatever must happen before the first request; False closes."""
+        return True
+
+    async def _close_transport(self) -> None:
+        """Close the client's socket (runs in ``run``'s ``finally``, cancelled or not)."""
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def _transport(self) -> tuple[Any, Any, Any]:
+        """``(wait, recv, send)`` for the loop's locals: ``await wait(sock)``
+        until input (or EOF) is there, ``recv(n)`` takes it (b"" at EOF,
+        BlockingIOError if there was none after all), ``send(data)`` sends
+        what it can without waiting and returns the byte count."""
+        sock = self.sock
+        return wait_readable, sock.recv, sock.send
+
+    async def _send_rest(self, data: bytes | memoryview) -> None:
+        """Send bytes ``send`` did not take, under the output buffer limits."""
+        await outbuf.send_all(self, data)  # limits hook: client-output-buffer-limit (server/outbuf.py)
+
+    async def _wait_peer_closed(self) -> bool:
+        """True once the peer has closed; False (at once) if it sent more
+        bytes instead: those stay unread in the socket, queued behind the
+        blocked command as Redis queues them, and EOF is then noticed when
+        they are read."""
+        sock = self.sock
+        while True:
+            await wait_readable(sock)
             try:
-                self.sock.close()
+                data = sock.recv(1, socket.MSG_PEEK)
+            except (BlockingIOError, InterruptedError):
+                continue
             except OSError:
-                pass
+                return True
+            return not data
+
+    # -- the command loop (both transports) --------------------------------
 
     async def _serve(self) -> None:
         sock = self.sock
@@ -117,7 +168,7 @@ class Connection:
             authenticated=lambda: client.authenticated,
         )
         get_command = parser.get_command
-        recv = sock.recv
+        wait, recv, send = self._transport()
         appends = ctx.appends
         marks = ctx.deferred_marks
         while not self.stopping:
@@ -125,12 +176,12 @@ class Connection:
             idle_timeout_s = config.timeout
             if idle_timeout_s:
                 with trio.move_on_after(idle_timeout_s) as idle_scope:
-                    await wait_readable(sock)
+                    await wait(sock)
                 if idle_scope.cancelled_caught:
                     log.info("closing idle client %d (timeout %ds)", client.id, idle_timeout_s)
                     return
             else:
-                await wait_readable(sock)
+                await wait(sock)
             try:
                 data = recv(RECV_BYTES)
             except (BlockingIOError, InterruptedError):
@@ -209,14 +260,13 @@ class Connection:
                 payload = _JOIN(out)
                 stats.total_net_output_bytes += len(payload)
                 try:
-                    sent = sock.send(payload)
+                    sent = send(payload)
                 except (BlockingIOError, InterruptedError):
                     sent = 0
                 except OSError:
                     return
                 if sent != len(payload):
-                    # limits hook: client-output-buffer-limit (server/outbuf.py)
-                    await outbuf.send_all(self, memoryview(payload)[sent:])
+                    await self._send_rest(memoryview(payload)[sent:] if sent else payload)
 
     async def _await_watching_peer(self, reply_coro: Any) -> Any:
         """Await a command that may block (XREAD/XREADGROUP BLOCK) while
@@ -239,22 +289,6 @@ class Connection:
             nursery.start_soon(run)
             nursery.start_soon(watch)
         return result[0]
-
-    async def _wait_peer_closed(self) -> bool:
-        """True once the peer has closed; False (at once) if it sent more
-        bytes instead: those stay unread in the socket, queued behind the
-        blocked command as Redis queues them, and EOF is then noticed when
-        they are read."""
-        sock = self.sock
-        while True:
-            await wait_readable(sock)
-            try:
-                data = sock.recv(1, socket.MSG_PEEK)
-            except (BlockingIOError, InterruptedError):
-                continue
-            except OSError:
-                return True
-            return not data
 
     def _settle(self, out: list) -> None:
         """Before replies leave: commit deferred appends (``server.appends``);
@@ -297,7 +331,7 @@ class Connection:
             return
         data = b"".join(out) if len(out) != 1 else out[0]
         self.server.stats.total_net_output_bytes += len(data)
-        await outbuf.send_all(self, data)  # limits hook: client-output-buffer-limit (server/outbuf.py)
+        await self._send_rest(data)
 
 
 class _CloseNow(Exception):

@@ -9,7 +9,9 @@ limits."). Limits of 0 mean none (Redis's default for normal clients).
 
 Must not know: RESP, commands. The connection calls ``send_all`` only when a
 ``send`` came back short (or for batches held for durability), so the hot
-path never enters this module.
+path never enters this module. The TLS port (``server.tls``) sends through
+``send_all_stream``: same limits, measured on what trio's stream has not
+finished sending.
 
 Why this bounds memory: a connection sends before it reads more requests and
 never holds more than about one send's worth of replies (``SEND_AT_BYTES``
@@ -69,6 +71,34 @@ async def send_all(conn: Any, data: bytes | memoryview) -> None:
         else:
             over_soft_since = None
             await wait_writable(sock)
+
+
+async def send_all_stream(conn: Any, stream: Any, data: bytes | memoryview) -> None:
+    """Send all of ``data`` on a trio ``stream`` (the TLS port); close ``conn``
+    past its output limits or when the stream breaks.
+
+    A stream's ``send_all`` takes everything or waits, so the whole of
+    ``data`` counts as pending until it is done: past the hard limit it must
+    drain within a second, past the soft limit within soft-seconds.
+    """
+    hard, soft, soft_s = conn.server.config.client_output_buffer_limit["normal"]
+    pending = len(data)
+    limit_s = None
+    if hard and pending > hard:
+        limit_s = 1.0
+    elif soft and pending > soft:
+        limit_s = float(soft_s)
+    try:
+        if limit_s is None:
+            await stream.send_all(data)
+            return
+        with trio.move_on_after(limit_s) as scope:
+            await stream.send_all(data)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        await _close(conn)
+        return
+    if scope.cancelled_caught:
+        await _close(conn, limit=True)
 
 
 async def _close(conn: Any, limit: bool = False) -> None:

@@ -3,18 +3,17 @@
 Owns: the server's ``ssl.SSLContext`` (built and checked before anything
 listens, so a bad certificate fails the start), the TLS accept loop, and
 ``TlsConnection``: one client over ``trio.SSLStream(trio.SocketStream)``
-running the same parser (``server.resp``), dispatcher (``server.dispatch``)
-and encoder (``server.reply``) as a plain connection. A client that fails
-the handshake (plain text on the TLS port, a bad or missing certificate) is
-logged and closed; nobody else notices.
+running the plain connection's command loop (``server.connection``): it
+subclasses ``Connection`` and overrides only its transport methods (receive
+a chunk, send bytes, notice a peer that closes during a BLOCK), so TLS
+clients get the same pipelining, deferred XADD batching, durability holds,
+output buffer limits and blocked-client disconnect handling. A client that
+fails the handshake (plain text on the TLS port, a bad or missing
+certificate) is logged and closed; nobody else notices.
 
-Must not know: what commands do, RESP framing or encoding rules.
-
-Why a separate loop: the plain connection (``server.connection``) works on
-a raw non-blocking socket for speed; TLS needs trio's stream layer. The loop
-here is the plain one without its hot-path tricks: deferred appends are off
-(``ctx.may_defer`` False, so XADD appends at once) and every batch is sent
-with ``send_all`` after its writes are durable.
+Must not know: what commands do, RESP framing or encoding rules, the
+command loop's internals (only the transport hooks ``server.connection``
+documents).
 """
 
 from __future__ import annotations
@@ -23,22 +22,17 @@ import errno
 import logging
 import socket
 import ssl
-from time import time as _now
 from typing import Any
 
 import trio
 
-from server.dispatch import COROUTINE, NO_REPLY, Context, Dispatcher
-from server.durability import DurabilityError
-from server.errors import ProtocolError
-from server.reply import encode_into
-from server.resp import QueryBufferLimitError, RequestParser
+from server import outbuf
+from server.connection import RECV_BYTES, Connection
+from server.dispatch import Dispatcher
 
 log = logging.getLogger("partita.tls")
 
-RECV_BYTES = 64 * 1024
 HANDSHAKE_TIMEOUT_S = 10.0
-SEND_AT_BYTES = 1024 * 1024
 MAXCLIENTS_ERROR = b"-ERR max number of clients reached\r\n"
 
 
@@ -116,161 +110,91 @@ def _addr_text(addr: Any) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-class TlsConnection:
-    """One TLS client: handshake, then receive → parse → dispatch → encode → send."""
+class TlsConnection(Connection):
+    """One TLS client: the handshake, then the plain connection's command loop
+    (``server.connection.Connection``) over ``trio.SSLStream``.
+
+    Overrides only the transport methods. Input goes through a holding
+    buffer: ``_fill`` receives a chunk into it (the loop's "wait for input"),
+    ``_take`` hands it to the parser. While a BLOCK command waits,
+    ``_wait_peer_closed`` receives into the same buffer, so bytes the client
+    sends meanwhile are parsed after the command, in order, and an EOF frees
+    the blocked client at once.
+    """
 
     def __init__(self, server: Any, dispatcher: Dispatcher, sock: socket.socket, context: ssl.SSLContext,
                  addr: Any) -> None:
-        self.server = server
-        self.dispatcher = dispatcher
-        self.sock = sock
         try:
             laddr = _addr_text(sock.getsockname())
         except OSError:
             laddr = ""
-        self.client = server.new_client(_addr_text(addr), laddr, sock.fileno())
-        self.ctx = Context(server, self.client, dispatcher)  # may_defer stays False
+        client = server.new_client(_addr_text(addr), laddr, sock.fileno())
+        super().__init__(server, dispatcher, sock, client)
         self.stream = trio.SSLStream(trio.SocketStream(trio.socket.from_stdlib_socket(sock)), context,
                                      server_side=True)
-        self.cancel_scope = trio.CancelScope()
-        self.idle = True
-        self.stopping = False
-        self.parser: RequestParser | None = None
-        self.client._kill = self.kill
+        self._held = b""  # received and not yet parsed; b"" with _eof set: the peer has closed
+        self._eof = False
 
-    def kill(self) -> None:
-        self.stopping = True
-        self.cancel_scope.cancel()
-
-    def stop(self) -> None:
-        self.stopping = True
-        if self.idle:
-            self.cancel_scope.cancel()
-
-    async def run(self) -> None:
-        handshake_done = False
-        try:
-            with self.cancel_scope:
-                with trio.move_on_after(HANDSHAKE_TIMEOUT_S) as handshake_scope:
-                    await self.stream.do_handshake()
-                if handshake_scope.cancelled_caught:
-                    log.info("TLS handshake timed out from %s", self.client.addr)
-                    return
-                handshake_done = True
-                await self._serve()
-        except (trio.BrokenResourceError, trio.ClosedResourceError) as e:
-            if not handshake_done:  # after it: the client went away, nothing to report
+    async def _open(self) -> bool:
+        with trio.move_on_after(HANDSHAKE_TIMEOUT_S) as handshake_scope:
+            try:
+                await self.stream.do_handshake()
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as e:
                 log.info("Error accepting a client connection: %s (addr=%s laddr=%s)", e.__cause__ or e,
                          self.client.addr, self.client.laddr)
-        except Exception:  # a bug in one connection must not stop the server
-            log.exception("TLS connection %d failed", self.client.id)
-        finally:
-            self.server.remove_client(self.client)
-            with trio.CancelScope(shield=True):
-                with trio.move_on_after(1):
-                    try:
-                        await self.stream.aclose()
-                    except Exception:  # noqa: BLE001 - closing a broken stream
-                        pass
-            try:
-                self.sock.close()
-            except OSError:
-                pass
+                return False
+        if handshake_scope.cancelled_caught:
+            log.info("TLS handshake timed out from %s", self.client.addr)
+            return False
+        return True
 
-    async def _serve(self) -> None:
-        client = self.client
-        ctx = self.ctx
-        config = self.server.config
-        stats = self.server.stats
-        call = self.dispatcher.call
-        parser = self.parser = RequestParser(config.proto_max_bulk_len, config.client_query_buffer_limit,
-                                             authenticated=lambda: client.authenticated)
-        while not self.stopping:
-            self.idle = True
-            if config.timeout:
-                with trio.move_on_after(config.timeout) as idle_scope:
-                    data = await self.stream.receive_some(RECV_BYTES)
-                if idle_scope.cancelled_caught:
-                    log.info("closing idle client %d (timeout %ds)", client.id, config.timeout)
-                    return
-            else:
-                data = await self.stream.receive_some(RECV_BYTES)
-            if not data:
-                return
-            self.idle = False
-            stats.total_net_input_bytes += len(data)
-            parser.feed(data)
-            out: list = []
-            while True:
+    async def _close_transport(self) -> None:
+        with trio.CancelScope(shield=True):
+            with trio.move_on_after(1):
                 try:
-                    argv = parser.get_command()
-                except QueryBufferLimitError:
-                    log.warning("closing client %d that reached max query buffer length", client.id)
-                    await self._flush(out)
-                    return
-                except ProtocolError as e:
-                    log.info("protocol error from client %d: %s", client.id, e.message)
-                    out.append(e.reply_line())
-                    await self._flush(out)
-                    return
-                if argv is None:
-                    break
-                reply = call(ctx, argv)
-                if type(reply) is COROUTINE:
-                    await self._flush(out)
-                    out = []
-                    self.idle = True
-                    try:
-                        reply = await reply
-                    finally:
-                        self.idle = False
-                if reply is not NO_REPLY:
-                    encode_into(out, reply, client.protocol)
-                if client.close_after_reply or self.stopping:
-                    await self._flush(out)
-                    return
-                if sum(map(len, out)) >= SEND_AT_BYTES:
-                    await self._flush(out)
-                    out = []
-            client.last_interaction = _now()
-            await self._flush(out)
+                    await self.stream.aclose()
+                except Exception:  # noqa: BLE001 - closing a broken stream
+                    pass
+        await super()._close_transport()
 
-    async def _flush(self, out: list) -> None:
-        """Wait until this batch's writes are durable, then send its replies."""
-        ctx = self.ctx
-        if ctx.flush_seq:
-            seq = ctx.flush_seq
-            ctx.flush_seq = 0
-            try:
-                await self.server.durability.wait_for_flush(seq)
-            except DurabilityError:
-                self.stopping = True
-                self.cancel_scope.cancel()
-                await trio.lowlevel.checkpoint()
-        if not out:
-            return
-        data = b"".join(out)
-        self.server.stats.total_net_output_bytes += len(data)
-        await self._send_limited(data)
+    def _transport(self) -> tuple[Any, Any, Any]:
+        return self._fill, self._take, _send_nothing
 
-    async def _send_limited(self, data: bytes) -> None:
-        """``send_all`` under ``client-output-buffer-limit normal`` (the whole batch is pending)."""
-        hard, soft, soft_s = self.server.config.client_output_buffer_limit["normal"]
-        limit_s = None
-        if hard and len(data) > hard:
-            limit_s = 1.0  # more than the hard limit pending: it must drain within a second
-        elif soft and len(data) > soft:
-            limit_s = float(soft_s)
-        if limit_s is None:
-            await self.stream.send_all(data)
+    async def _fill(self, _sock: Any = None) -> None:
+        """Until ``_held`` has bytes or the peer has closed (at once if so already)."""
+        if self._held or self._eof:
             return
-        with trio.move_on_after(limit_s) as scope:
-            await self.stream.send_all(data)
-        if scope.cancelled_caught:
-            log.warning("Client %s scheduled to be closed ASAP for overcoming of output buffer limits.",
-                        self.client.info_line())
-            self.kill()
-            await trio.lowlevel.checkpoint()
+        try:
+            data = await self.stream.receive_some(RECV_BYTES)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            data = b""
+        if data:
+            self._held = data
+        else:
+            self._eof = True
+
+    def _take(self, _max_bytes: int) -> bytes:
+        """What ``_fill`` received (b"" at EOF); the loop's ``recv``."""
+        data = self._held
+        if not data and not self._eof:
+            raise BlockingIOError  # (not reached: the loop takes only after _fill)
+        self._held = b""
+        return data
+
+    async def _send_rest(self, data: bytes | memoryview) -> None:
+        await outbuf.send_all_stream(self, self.stream, data)  # limits hook (server/outbuf.py)
+
+    async def _wait_peer_closed(self) -> bool:
+        """True once the peer has closed; False once it sent more bytes
+        instead (kept in ``_held``, parsed after the blocked command)."""
+        await self._fill()
+        return self._eof and not self._held
+
+
+def _send_nothing(_data: Any) -> int:
+    """The loop's non-blocking ``send`` for TLS: a stream cannot send part of
+    a batch without waiting, so every batch goes through ``_send_rest``."""
+    return 0
 
 
 def bind(config: Any) -> tuple[list[socket.socket], ssl.SSLContext | None]:

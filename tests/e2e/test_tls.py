@@ -155,3 +155,89 @@ def test_default_bind_is_loopback_and_logs_no_warning(partita_server):
     assert Config().bind == "127.0.0.1"
     assert "non-loopback" not in partita_server.log()
     assert ssl  # (the TLS tests above need the stdlib ssl module)
+
+
+def _tls_socket(server: PartitaProcess, certs: Path) -> ssl.SSLSocket:
+    context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+    raw = socket.create_connection(("127.0.0.1", _tls_port(server)), timeout=10)
+    return context.wrap_socket(raw, server_hostname="127.0.0.1")
+
+
+def _read_replies(sock: ssl.SSLSocket, n: int) -> list:
+    import hiredis
+
+    reader = hiredis.Reader(replyError=lambda message: ("error", message))
+    replies: list = []
+    while len(replies) < n:
+        reply = reader.gets()
+        if reply is not False:
+            replies.append(reply)
+            continue
+        chunk = sock.recv(65536)
+        assert chunk, f"closed after {len(replies)} of {n} replies"
+        reader.feed(chunk)
+    return replies
+
+
+def _blocked_clients(server: PartitaProcess) -> int:
+    return server.client().info("clients")["blocked_clients"]
+
+
+def _wait_until(predicate, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.01)
+    raise AssertionError("condition not reached in time")
+
+
+@pytest.mark.parametrize("close_notify", [False, True], ids=["fin", "close-notify"])
+def test_tls_client_disconnecting_during_xread_block_is_freed(partita_factory, certs, close_notify):
+    server = partita_factory(_tls_args(certs))
+    leaver = _tls_socket(server, certs)
+    leaver.sendall(b"XREAD BLOCK 0 STREAMS s $\r\n")
+    _wait_until(lambda: _blocked_clients(server) == 1)
+    if close_notify:
+        leaver = leaver.unwrap()  # TLS close_notify, then the TCP close
+    leaver.close()
+    _wait_until(lambda: _blocked_clients(server) == 0)
+    # A command pipelined behind a blocked read over TLS runs after it, in order.
+    with _tls_socket(server, certs) as stayer:
+        stayer.sendall(b"XREAD BLOCK 0 STREAMS s $\r\n")
+        _wait_until(lambda: _blocked_clients(server) == 1)
+        stayer.sendall(b"PING\r\n")
+        time.sleep(0.05)
+        assert _blocked_clients(server) == 1  # the PING waits behind the read
+        server.client().xadd("s", {"k": "v"}, id="5-1")
+        assert _read_replies(stayer, 2) == [[[b"s", [[b"5-1", [b"k", b"v"]]]]], b"PONG"]
+    assert server.proc.poll() is None
+
+
+def test_tls_pipelined_xadds_are_answered_in_order(partita_factory, certs):
+    from server.resp import encode_command
+
+    server = partita_factory(_tls_args(certs))
+    n = 500
+    payload = b"".join(encode_command([b"XADD", b"s", b"1-%d" % i, b"f", b"%d" % i]) for i in range(1, n + 1))
+    payload += encode_command([b"XADD", b"s", b"1-1", b"f", b"late"])  # an ID too small: an error, in place
+    payload += encode_command([b"XLEN", b"s"]) + encode_command([b"XADD", b"s", b"2-1", b"f", b"last"])
+    with _tls_socket(server, certs) as s:
+        s.sendall(payload)
+        replies = _read_replies(s, n + 3)
+    assert replies[:n] == [b"1-%d" % i for i in range(1, n + 1)]
+    assert replies[n][0] == "error" and "equal or smaller" in replies[n][1]
+    assert replies[n + 1:] == [n, b"2-1"]
+    entries = server.client().xrange("s")
+    assert [e[0] for e in entries] == [b"1-%d" % i for i in range(1, n + 1)] + [b"2-1"]
+
+
+def test_tls_output_buffer_hard_limit_closes_a_client_that_never_reads(partita_factory, certs):
+    server = partita_factory(_tls_args(certs) + ["--client-output-buffer-limit", "normal 256kb 0 0"])
+    r = server.client()
+    r.xadd("big", {"v": "x" * 1_000_000})
+    with _tls_socket(server, certs) as never_reads:
+        never_reads.sendall(b"XRANGE big - +\r\n" * 20)
+        _wait_until(lambda: "overcoming of output buffer limits" in server.log())
+        _wait_until(lambda: len(r.client_list()) == 1)  # only r is left
+    assert r.ping()
