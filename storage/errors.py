@@ -71,3 +71,27 @@ def raise_storage_error(what: str, exc: OSError) -> NoReturn:
         except Exception:  # a broken listener must not hide the disk error
             _log.exception("disk error listener failed")
     raise StorageError(message, code) from exc
+
+
+def append_or_undo(fd: int, chunks: list, pos: int, what: str) -> int:
+    """Write ``chunks`` back to back at ``pos`` (one ``pwritev``, then any
+    rest); if the disk fails part way, truncate the file back to ``pos`` so no
+    half record stays behind, and raise through the funnel.
+
+    Returns the bytes written. Raises StorageError.
+    """
+    total = sum(map(len, chunks))
+    try:
+        written = os.pwritev(fd, chunks, pos)
+        if written < total:
+            rest = memoryview(b"".join(chunks))[written:]
+            while rest:
+                n = os.pwrite(fd, rest, pos + total - len(rest))
+                rest = rest[n:]
+    except OSError as exc:
+        try:
+            os.ftruncate(fd, pos)
+        except OSError:
+            pass
+        raise_storage_error(what, exc)
+    return total

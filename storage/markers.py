@@ -31,7 +31,7 @@ from pathlib import Path
 from crc32c import crc32c
 
 from storage.checkpoint import write_atomic
-from storage.errors import raise_storage_error
+from storage.errors import append_or_undo, raise_storage_error
 from storage.files import MARKERS_SUFFIX, segment_path
 from storage.handles import FileCache
 
@@ -105,17 +105,7 @@ class DeletionMarkers:
         fd = self.cache.get(path, create=True)
         pos = self._file_bytes.get(base, 0)
         data = b"".join(encode_record(o) for o in offsets)
-        try:
-            view = memoryview(data)
-            while view:
-                n = os.pwrite(fd, view, pos + len(data) - len(view))
-                view = view[n:]
-        except OSError as exc:
-            try:
-                os.ftruncate(fd, pos)
-            except OSError:
-                pass
-            raise_storage_error(f"append to {path}", exc)
+        append_or_undo(fd, [data], pos, f"append to {path}")
         self._file_bytes[base] = pos + len(data)
         arr = self._by_segment.setdefault(base, array("Q"))
         if not arr or offsets[0] > arr[-1]:

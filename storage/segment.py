@@ -29,7 +29,7 @@ from pathlib import Path
 from crc32c import crc32c
 
 from storage import records
-from storage.errors import StorageError, raise_storage_error
+from storage.errors import StorageError, append_or_undo, raise_storage_error
 from storage.files import ID_INDEX_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, segment_path
 from storage.handles import FileCache
 from storage.index import SegmentIndex
@@ -148,21 +148,8 @@ class Segment:
         """Write one encoded batch at the end; on failure truncate back."""
         assert base_offset == self.end_offset
         pos = self.size
-        total = len(head) + len(body)
         fd = self.cache.get(self.log_path)
-        try:
-            written = os.pwritev(fd, [head, body], pos)
-            if written < total:
-                rest = memoryview(head + body)[written:]
-                while rest:
-                    n = os.pwrite(fd, rest, pos + total - len(rest))
-                    rest = rest[n:]
-        except OSError as exc:
-            try:
-                os.ftruncate(fd, pos)
-            except OSError:
-                pass
-            raise_storage_error(f"append to {self.log_path}", exc)
+        total = append_or_undo(fd, [head, body], pos, f"append to {self.log_path}")
         self._after_append(pos, total, base_offset, count, first_ms, first_seq,
                            last_ms, last_seq, timestamp_ms)
 
@@ -184,17 +171,7 @@ class Segment:
         """Write already-encoded batches (``batches``: (pos_in_data, header) each)."""
         pos = self.size
         fd = self.cache.get(self.log_path)
-        try:
-            view = memoryview(data)
-            while view:
-                n = os.pwrite(fd, view, pos + len(data) - len(view))
-                view = view[n:]
-        except OSError as exc:
-            try:
-                os.ftruncate(fd, pos)
-            except OSError:
-                pass
-            raise_storage_error(f"append to {self.log_path}", exc)
+        append_or_undo(fd, [data], pos, f"append to {self.log_path}")
         for p, h in batches:
             self._after_append(pos + p, h[records.H_LENGTH], h[records.H_BASE], h[records.H_COUNT],
                                h[records.H_FIRST_MS], h[records.H_FIRST_SEQ],
