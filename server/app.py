@@ -12,6 +12,7 @@ Must not know: RESP, what commands do, storage file formats.
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import os
@@ -23,6 +24,7 @@ import trio
 
 import server.commands  # noqa: F401  (registers every command)
 from server.config import Config
+from server.connection import Connection
 from server.dispatch import Dispatcher
 from server.durability import Durability
 from server.listener import accept_loop, bind_sockets
@@ -112,10 +114,12 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
                     with listen_scope:
                         async with trio.open_nursery() as accepts:
                             for sock in sockets:
-                                accepts.start_soon(accept_loop, state, dispatcher, sock, conn_nursery, connections)
+                                accepts.start_soon(accept_loop, state, sock, conn_nursery, connections,
+                                                   functools.partial(Connection, state, dispatcher))
                             for sock in tls_sockets:  # TLS hook (server/tls.py)
-                                accepts.start_soon(tls.accept_loop, state, dispatcher, sock, tls_context,
-                                                   conn_nursery, connections)
+                                accepts.start_soon(accept_loop, state, sock, conn_nursery, connections,
+                                                   functools.partial(tls.TlsConnection, state, dispatcher,
+                                                                     context=tls_context))
 
                 conn_nursery.start_soon(listen_all)
                 addrs = ", ".join(_sock_text(s) for s in sockets)

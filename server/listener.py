@@ -14,7 +14,7 @@ from __future__ import annotations
 import errno
 import logging
 import socket
-from typing import Any
+from typing import Any, Callable
 
 import trio
 from trio.lowlevel import wait_readable
@@ -75,9 +75,15 @@ def _addr_text(addr: Any) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-async def accept_loop(server: Any, dispatcher: Any, sock: socket.socket, nursery: trio.Nursery,
-                      connections: set) -> None:
-    """Accept clients on ``sock`` forever, each served in ``nursery``."""
+async def accept_loop(server: Any, sock: socket.socket, nursery: trio.Nursery, connections: set,
+                      make_connection: Callable[[socket.socket, Any], Connection]) -> None:
+    """Accept clients on ``sock`` forever, each served in ``nursery``.
+
+    ``make_connection(sock, client)`` builds the connection for an accepted
+    socket: a plain ``Connection``, or a ``server.tls.TlsConnection`` on the
+    TLS port; accepting, the maxclients refusal (in the clear, before any TLS
+    handshake, as Redis does) and the client record are the same for both.
+    """
     config = server.config
     while True:
         await wait_readable(sock)
@@ -112,7 +118,7 @@ async def accept_loop(server: Any, dispatcher: Any, sock: socket.socket, nursery
             except OSError:
                 laddr = ""
             client = server.new_client(_addr_text(addr), laddr, conn_sock.fileno())
-            conn = Connection(server, dispatcher, conn_sock, client)
+            conn = make_connection(conn_sock, client)
             connections.add(conn)
             nursery.start_soon(_run_connection, conn, connections)
 

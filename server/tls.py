@@ -18,7 +18,6 @@ documents).
 
 from __future__ import annotations
 
-import errno
 import logging
 import socket
 import ssl
@@ -33,7 +32,6 @@ from server.dispatch import Dispatcher
 log = logging.getLogger("partita.tls")
 
 HANDSHAKE_TIMEOUT_S = 10.0
-MAXCLIENTS_ERROR = b"-ERR max number of clients reached\r\n"
 
 
 class TlsConfigError(OSError):
@@ -65,51 +63,6 @@ def make_server_context(config: Any) -> ssl.SSLContext:
     return context
 
 
-async def accept_loop(server: Any, dispatcher: Dispatcher, sock: socket.socket, context: ssl.SSLContext,
-                      nursery: trio.Nursery, connections: set) -> None:
-    """Accept TLS clients on ``sock`` (raw, listening, non-blocking) forever."""
-    while True:
-        await trio.lowlevel.wait_readable(sock)
-        for _ in range(64):
-            try:
-                conn_sock, addr = sock.accept()
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError as e:
-                if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    log.warning("accept failed: %s; pausing accepts", e.strerror)
-                    await trio.sleep(0.1)
-                    break
-                if e.errno in (errno.ECONNABORTED, errno.EPROTO):
-                    continue
-                raise
-            conn_sock.setblocking(False)
-            if len(server.clients) >= server.config.maxclients:
-                # Redis answers in the clear before the handshake too.
-                server.stats.rejected_connections += 1
-                try:
-                    conn_sock.send(MAXCLIENTS_ERROR)
-                except OSError:
-                    pass
-                conn_sock.close()
-                continue
-            conn = TlsConnection(server, dispatcher, conn_sock, context, addr)
-            connections.add(conn)
-            nursery.start_soon(_run, conn, connections)
-
-
-async def _run(conn: "TlsConnection", connections: set) -> None:
-    try:
-        await conn.run()
-    finally:
-        connections.discard(conn)
-
-
-def _addr_text(addr: Any) -> str:
-    host, port = addr[0], addr[1]
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 class TlsConnection(Connection):
     """One TLS client: the handshake, then the plain connection's command loop
     (``server.connection.Connection``) over ``trio.SSLStream``.
@@ -122,13 +75,8 @@ class TlsConnection(Connection):
     the blocked client at once.
     """
 
-    def __init__(self, server: Any, dispatcher: Dispatcher, sock: socket.socket, context: ssl.SSLContext,
-                 addr: Any) -> None:
-        try:
-            laddr = _addr_text(sock.getsockname())
-        except OSError:
-            laddr = ""
-        client = server.new_client(_addr_text(addr), laddr, sock.fileno())
+    def __init__(self, server: Any, dispatcher: Dispatcher, sock: socket.socket, client: Any,
+                 context: ssl.SSLContext) -> None:
         super().__init__(server, dispatcher, sock, client)
         self.stream = trio.SSLStream(trio.SocketStream(trio.socket.from_stdlib_socket(sock)), context,
                                      server_side=True)
