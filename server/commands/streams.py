@@ -98,7 +98,7 @@ def _parse_add_or_trim(ctx, argv: list[bytes], xadd: bool) -> _AddTrimArgs:
         word = _keyword(opt)
         if xadd and opt == b"*":
             break
-        if word == b"MAXLEN" and more:
+        if (word == b"MAXLEN" or word == b"MINID") and more:
             if args.strategy is not None:
                 raise err("syntax error, MAXLEN and MINID options at the same time are not compatible")
             args.approx = False
@@ -108,24 +108,14 @@ def _parse_add_or_trim(ctx, argv: list[bytes], xadd: bool) -> _AddTrimArgs:
                 i += 1
             elif more >= 2 and nxt == b"=":
                 i += 1
-            args.maxlen = parse_int(argv[i + 1])
-            if args.maxlen < 0:
-                raise err("The MAXLEN argument must be >= 0.")
+            if word == b"MAXLEN":
+                args.maxlen = parse_int(argv[i + 1])
+                if args.maxlen < 0:
+                    raise err("The MAXLEN argument must be >= 0.")
+            else:
+                args.minid = parse_strict_id(argv[i + 1])
             i += 1
-            args.strategy = "MAXLEN"
-        elif word == b"MINID" and more:
-            if args.strategy is not None:
-                raise err("syntax error, MAXLEN and MINID options at the same time are not compatible")
-            args.approx = False
-            nxt = argv[i + 1]
-            if more >= 2 and nxt == b"~":
-                args.approx = True
-                i += 1
-            elif more >= 2 and nxt == b"=":
-                i += 1
-            args.minid = parse_strict_id(argv[i + 1])
-            i += 1
-            args.strategy = "MINID"
+            args.strategy = word.decode()
         elif word == b"LIMIT" and more:
             args.limit = parse_int(argv[i + 1])
             if args.limit < 0:
