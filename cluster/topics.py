@@ -154,6 +154,11 @@ TOPIC_OPTIONS: tuple[TopicOption, ...] = (
                 doc="XADD <topic> hashes this field's value to pick the partition (empty: round-robin)"),
     TopicOption("max-entry-bytes", "size", 1024**2, 1, I64,
                 doc="largest entry (field and value bytes) XADD accepts"),
+    TopicOption("acks", "enum", "all", choices=("all", "1"),
+                doc="replicated topics: XADD replies once the in-sync replicas have the entry (all) "
+                    "or after the leader's own write (1)"),
+    TopicOption("min-insync-replicas", "int", 1, 1, 1000,
+                doc="acks=all XADDs are refused, and the high watermark waits, while fewer replicas are in sync"),
 )
 TOPIC_OPTIONS_BY_NAME = {o.name: o for o in TOPIC_OPTIONS}
 
@@ -178,10 +183,15 @@ def log_config_from(config: Any, overrides: dict[str, Any] | None = None) -> Log
 class TopicMeta:
     partitions: int
     config: dict[str, Any]
+    # Random at creation (Kafka's topic ID): replicas of a deleted and
+    # re-created topic tell the two apart. "" for topics older than it.
+    topic_id: str = ""
 
     def to_bytes(self) -> bytes:
-        return json.dumps({"version": META_VERSION, "partitions": self.partitions,
-                           "config": self.config}, sort_keys=True).encode()
+        obj = {"version": META_VERSION, "partitions": self.partitions, "config": self.config}
+        if self.topic_id:
+            obj["id"] = self.topic_id
+        return json.dumps(obj, sort_keys=True).encode()
 
     @classmethod
     def from_bytes(cls, blob: bytes | None) -> TopicMeta:
@@ -189,7 +199,7 @@ class TopicMeta:
             return cls(1, {})
         obj = json.loads(blob)
         config = {k: v for k, v in (obj.get("config") or {}).items() if k in TOPIC_OPTIONS_BY_NAME}
-        return cls(int(obj.get("partitions", 1)), config)
+        return cls(int(obj.get("partitions", 1)), config, str(obj.get("id", "")))
 
 
 @dataclass(frozen=True)
@@ -246,6 +256,7 @@ class TopicRegistry:
         # is cleared by every create / delete / alter.
         self._split_cache: dict[bytes, tuple[bytes, int | None]] = {}
         self._append_cache: dict[bytes, tuple[Stream, bytes, list[bytes]]] = {}
+        self.generation = 0  # bumped by every create / delete / alter (replication rescans)
         for topic in log_manager.topics():
             self._meta[topic] = self._load_meta(topic)
             self._remember_fsync(topic)
@@ -427,12 +438,59 @@ class TopicRegistry:
             return None
         return self._stream_for(topic, partition)
 
-    def _create(self, topic: bytes, partitions: int, config: dict[str, Any]) -> None:
-        meta = TopicMeta(partitions, dict(config))
+    def _create(self, topic: bytes, partitions: int, config: dict[str, Any], topic_id: str = "") -> None:
+        meta = TopicMeta(partitions, dict(config), topic_id or os.urandom(8).hex())
         self.log_manager.write_topic_meta(topic, meta.to_bytes())
         self._meta[topic] = meta
         self._append_cache.clear()
         self._remember_fsync(topic)
+        self.generation += 1
+
+    # ------------------------------------------------- replication support
+
+    def topic_meta_blob(self, topic: bytes) -> bytes | None:
+        meta = self._meta.get(topic)
+        return meta.to_bytes() if meta is not None else None
+
+    def topic_id(self, topic: bytes) -> str | None:
+        meta = self._meta.get(topic)
+        return meta.topic_id if meta is not None else None
+
+    def adopt_topic(self, topic: bytes, blob: bytes) -> None:
+        """Make this node's copy of ``topic`` match a leader's ``topic.meta``:
+        create it, or replace a different topic of the same name (another
+        topic ID: it was deleted and re-created), or take its partition count
+        and config."""
+        theirs = TopicMeta.from_bytes(blob)
+        mine = self._meta.get(topic)
+        if mine is not None and mine.topic_id != theirs.topic_id:
+            self.delete(topic)
+            mine = None
+        if mine is None:
+            self._create(topic, theirs.partitions, theirs.config, theirs.topic_id)
+            return
+        if mine.partitions != theirs.partitions or mine.config != theirs.config:
+            grew = theirs.partitions > mine.partitions
+            mine.config = dict(theirs.config)
+            if grew:
+                self.alter_partitions(topic, theirs.partitions)
+            else:
+                self.log_manager.write_topic_meta(topic, mine.to_bytes())
+            self._append_cache.clear()
+            self._remember_fsync(topic)
+            self.refresh_log_configs()
+            self.generation += 1
+
+    def partitions_of(self, topic: bytes) -> int:
+        meta = self._meta.get(topic)
+        return meta.partitions if meta is not None else 0
+
+    def stream_of(self, topic: bytes, partition: int) -> Stream:
+        """Partition ``partition`` of an existing topic (replication's way in)."""
+        return self._stream_for(topic, partition)
+
+    def cached_stream(self, topic: bytes, partition: int) -> Stream | None:
+        return self._streams.get((topic, partition))
 
     def get_or_create(self, key: bytes) -> Stream:
         """The stream a key names, creating its topic (XADD without NOMKSTREAM)."""
@@ -592,6 +650,7 @@ class TopicRegistry:
                 store.flush()
         for membership in self.memberships_of(topic):
             membership.set_partition_count(partitions)
+        self.generation += 1
         return list(range(old, partitions))
 
     def alter_config(self, topic: bytes, pairs: Sequence[tuple[bytes, bytes]]) -> dict[str, Any]:
@@ -617,6 +676,7 @@ class TopicRegistry:
         for (t, _n), stream in self._streams.items():
             if t == topic:
                 stream.log.config = cfg
+        self.generation += 1
         return dict(config)
 
     def describe(self, topic: bytes) -> dict[str, Any]:
@@ -703,6 +763,7 @@ class TopicRegistry:
         self._append_cache.clear()
         self.partitioner.forget(topic)
         self.log_manager.delete_topic(topic)
+        self.generation += 1
         return True
 
     def flush_all(self) -> int:

@@ -106,6 +106,14 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(e.message, file=sys.stderr)
         return 1
+    if config.cluster_nodes:  # a bad cluster description stops the start before anything is touched
+        from cluster.nodes import ClusterConfigError, Placement, parse_cluster_nodes
+
+        try:
+            Placement(parse_cluster_nodes(config.cluster_nodes), config.node_id, config.replication_factor)
+        except ClusterConfigError as e:
+            print(f"Fatal: cluster configuration: {e}", file=sys.stderr)
+            return 1
     setup_logging(config)
     try:
         trio.run(run, config)

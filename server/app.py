@@ -28,7 +28,7 @@ from server.connection import Connection
 from server.dispatch import Dispatcher
 from server.durability import Durability
 from server.listener import accept_loop, bind_sockets
-from server import tls
+from server import replication, tls
 from server.acl import warn_if_unprotected
 from server.state import REDIS_VERSION, ServerState, open_topics, partita_version
 
@@ -74,6 +74,14 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
             sock.close()
         raise
     state = ServerState(config, topics)
+    try:
+        state.replication = replication.build(config, topics)
+    except ValueError:
+        for sock in sockets_to_close:
+            sock.close()
+        raise
+    if state.replication is not None:
+        state.replication.server = state
     durability = Durability()
     durability.policy_of = getattr(topics, "fsync_policy_of", None)  # per-topic fsync
     state.durability = durability
@@ -107,6 +115,8 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
             root.start_soon(_sample_ops, state)
             if hasattr(topics, "retention_targets"):
                 root.start_soon(_maintain_topics, state)
+            if state.replication is not None:
+                root.start_soon(state.replication.run)
             async with trio.open_nursery() as conn_nursery:
                 listen_scope = trio.CancelScope()
 
@@ -155,6 +165,8 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
 
 async def _close_topics(state: ServerState) -> None:
     await durability_final_flush(state)
+    if state.replication is not None:
+        state.replication.close()
     started = time.monotonic()
     try:
         state.topics.close()  # on the trio thread: cluster objects may use trio

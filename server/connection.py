@@ -39,6 +39,7 @@ from trio.lowlevel import cancel_shielded_checkpoint, wait_readable, wait_writab
 from server import outbuf
 from server.dispatch import COROUTINE, NO_REPLY, Context, Dispatcher
 from server.durability import DurabilityError
+from server.replication import AcksFailed
 from server.errors import ProtocolError
 from server.reply import encode, encode_into
 from server.resp import QueryBufferLimitError, RequestParser
@@ -253,7 +254,7 @@ class Connection:
                     # their batches first: one log write for all of them.
                     await cancel_shielded_checkpoint()
                 self._settle(out)
-            if ctx.flush_seq:
+            if ctx.flush_seq or ctx.repl_pending:
                 await self._flush(out)
             elif out:
                 # Hot path: one send of the whole batch, no extra awaits.
@@ -325,6 +326,16 @@ class Connection:
             except DurabilityError:
                 # Never acknowledge a write that is not on disk: drop the
                 # replies and close; the client sees a connection error.
+                self.stopping = True
+                raise _CloseNow() from None
+        if ctx.repl_pending:
+            pending, ctx.repl_pending = ctx.repl_pending, None
+            try:
+                await self.server.replication.wait_acks(self.client, pending)
+            except AcksFailed as e:
+                # Appended here but not on enough replicas: as for a failed
+                # fsync, no reply acknowledges it; the client sees the close.
+                log.warning("closing client %d: acks=all write not acknowledged: %s", self.client.id, e)
                 self.stopping = True
                 raise _CloseNow() from None
         if not out:

@@ -56,7 +56,7 @@ class Context:
     """
 
     __slots__ = ("server", "client", "may_block", "flush_seq", "dispatcher", "may_defer",
-                 "appends", "defer_mark", "deferred_marks")
+                 "appends", "defer_mark", "deferred_marks", "repl_pending")
 
     def __init__(self, server: Any, client: Any, dispatcher: "Dispatcher | None" = None) -> None:
         self.server = server
@@ -68,6 +68,8 @@ class Context:
         self.appends: DeferredAppends | None = dispatcher.appends if dispatcher is not None else None
         self.defer_mark: Any = None  # the stream of the deferred reply being produced
         self.deferred_marks: list = []  # (reply position, stream, round), kept by the connection
+        # acks=all writes of this batch: partition key -> stream (server/replication.py)
+        self.repl_pending: dict | None = None
 
     def note_write(self, log: Any, fsync: str | None = None) -> None:
         durability = self.server.durability
@@ -114,6 +116,9 @@ class Dispatcher:
         self._cache: dict[bytes, CommandSpec] = {}
         self._plain: dict[bytes, CommandSpec] = {}  # raw name -> spec without subcommands
         self.appends = DeferredAppends(server)
+        # Cluster mode: ``route(spec, argv)`` refuses keys led elsewhere (-MOVED).
+        replication = getattr(server, "replication", None)
+        self.route = replication.route if replication is not None else None
 
     def lookup(self, argv: list[bytes]) -> CommandSpec | CommandError:
         """The spec to run, or the error Redis gives before running anything."""
@@ -204,6 +209,10 @@ class Dispatcher:
         ctx.client.last_command = name
         started = _perf_ns()
         try:
+            if self.route is not None and (spec.first_key > 0 or spec.key_finder is not None):
+                refused = self.route(spec, argv)
+                if refused is not None:
+                    raise refused
             reply = spec.handler(ctx, argv)
         except CommandError as e:
             reply = e
@@ -226,6 +235,10 @@ class Dispatcher:
         started = _perf_ns()
         ctx.client.blocked = True
         try:
+            if self.route is not None and (spec.first_key > 0 or spec.key_finder is not None):
+                refused = self.route(spec, argv)
+                if refused is not None:
+                    raise refused
             reply = await spec.handler(ctx, argv)
         except CommandError as e:
             reply = e

@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import os
 
+from cluster.replica_manager import NotEnoughReplicasError, NotLeaderError
 from cluster.topics import TopicError
 from server.errors import CommandError
 from storage.errors import StorageError
@@ -57,6 +58,11 @@ def reply_for(exc: BaseException) -> CommandError | None:
     """The reply for a lower layer's exception, or None if it is a bug."""
     if isinstance(exc, REFUSALS):
         return CommandError("ERR", exc.message)
+    if isinstance(exc, NotLeaderError):  # Redis Cluster's redirect (docs/replication.md)
+        return CommandError("MOVED", f"{exc.slot} {exc.leader.address}")
+    if isinstance(exc, NotEnoughReplicasError):
+        code, _, rest = exc.message.partition(" ")
+        return CommandError(code, rest)
     if isinstance(exc, DISK_ERRORS):
         return misconf(exc)
     return None

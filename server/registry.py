@@ -123,14 +123,19 @@ def command(
     syntax: str,
     acl_categories: tuple[str, ...] = (),
     key_finder: Callable[[list[bytes]], list[int]] | None = None,
+    waits: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Declare a command (or ``container|sub`` subcommand) and register its handler."""
+    """Declare a command (or ``container|sub`` subcommand) and register its handler.
+
+    ``waits``: the handler is async although Redis does not flag the command
+    ``blocking`` (WAIT, CLUSTER FAILOVER, the internal long-poll fetch).
+    """
 
     def decorate(handler: Callable[..., Any]) -> Callable[..., Any]:
         flag_set = _flags(flags)
         is_async = inspect.iscoroutinefunction(handler)
-        assert is_async == ("blocking" in flag_set), (
-            f"{name}: a handler is async exactly when its spec says 'blocking'"
+        assert is_async == ("blocking" in flag_set or waits), (
+            f"{name}: a handler is async exactly when its spec says 'blocking' (or waits=True)"
         )
         _register(
             CommandSpec(

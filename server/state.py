@@ -110,7 +110,7 @@ class Client:
         "multi_queue", "multi_bytes", "multi_error", "watched", "watch_dirty", "lib_name", "lib_ver",
         "addr", "laddr", "fd", "created", "last_interaction", "last_command",
         "close_after_reply", "kill_requested", "no_evict", "no_touch", "blocked",
-        "_kill", "acl",
+        "_kill", "acl", "repl_writes",
     )
 
     def __init__(self, client_id: int, addr: str = "", laddr: str = "", fd: int = -1) -> None:
@@ -144,6 +144,7 @@ class Client:
         # The ACL user (server.acl.User) when it is restricted; None when it
         # may run everything (the dispatcher's whole ACL cost is this check).
         self.acl: Any = None
+        self.repl_writes: dict | None = None  # partition key -> (stream, end offset) for WAIT
 
     def kill(self) -> None:
         """Close this client's connection (CLIENT KILL, SHUTDOWN)."""
@@ -215,6 +216,7 @@ class ServerState:
         self.run_id = os.urandom(20).hex()
         self.port = config.port  # the bound port (differs when config says 0)
         self.durability: Any = None  # server.durability.Durability, set by app
+        self.replication: Any = None  # server.replication.Replication in a cluster, else None
         self.shutdown_requested = trio.Event()
         self.shutdown_flags: set[str] = set()
         self.blocked_clients = 0
@@ -290,14 +292,14 @@ class ServerState:
 
     # -- blocked readers ---------------------------------------------------
 
-    async def wait_for_keys(self, keys: list[bytes], timeout_s: float | None) -> bool:
+    async def wait_for_keys(self, keys: list[bytes], timeout_s: float | None, *, internal: bool = False) -> bool:
         """Wait until one of ``keys`` is signalled; False on timeout.
 
         ``timeout_s`` None waits forever. Cancellation (client gone, server
         stopping) propagates; the waiter is removed in every case.
         """
         limit = self.config.max_blocked_clients
-        if limit and self.blocked_clients >= limit:
+        if not internal and limit and self.blocked_clients >= limit:
             raise CommandError("ERR", f"max-blocked-clients reached ({limit} clients already blocked); "
                                "retry later or raise max-blocked-clients")
         event = trio.Event()
@@ -307,7 +309,8 @@ class ServerState:
             if bucket is None:
                 bucket = waiters[key] = set()
             bucket.add(event)
-        self.blocked_clients += 1
+        blocked = 0 if internal else 1  # a follower's fetch is not a blocked client
+        self.blocked_clients += blocked
         try:
             if timeout_s is None:
                 await event.wait()
@@ -316,7 +319,7 @@ class ServerState:
                 await event.wait()
             return event.is_set()
         finally:
-            self.blocked_clients -= 1
+            self.blocked_clients -= blocked
             for key in keys:
                 bucket = waiters.get(key)
                 if bucket is not None:

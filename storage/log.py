@@ -493,6 +493,11 @@ class PartitionLog:
         self._deleted_live += n
         return n
 
+    def deleted_offsets(self) -> list[int]:
+        """Every deletion marker at or above the log start, ascending."""
+        start = self.log_start_offset
+        return [o for base in self._bases for o in self.markers.get(base) if o >= start]
+
     def is_deleted(self, offset: int) -> bool:
         return self.markers.is_deleted(self._bases[self._segment_for(offset)], offset)
 
@@ -537,15 +542,7 @@ class PartitionLog:
         with self._rp_lock:
             self._generation += 1
         if offset <= self.log_start_offset:
-            for seg in self._segs:
-                self._delete_segment(seg)
-            self._segs = [Segment.create(self.directory, offset, self.cache, self.config.index_interval_bytes)]
-            self._segs[0].end_offset = offset
-            self._bases = [offset]
-            self.log_start_offset = offset
-            self.last_id = (0, 0)
-            self._deleted_live = 0
-            self._write_log_start()
+            self._empty_at(offset)
         else:
             while self._segs[-1].base_offset >= offset:
                 self._delete_segment(self._segs.pop())
@@ -581,6 +578,35 @@ class PartitionLog:
             self.recovery_point = offset
         with self._rp_lock:
             if self._persisted_rp > offset:
+                write_atomic(self.directory / RECOVERY_POINT_FILE, encode_rows([(self.recovery_point,)]))
+                self._persisted_rp = self.recovery_point
+
+    def _empty_at(self, offset: int) -> None:
+        for seg in self._segs:
+            self._delete_segment(seg)
+        self._segs = [Segment.create(self.directory, offset, self.cache, self.config.index_interval_bytes)]
+        self._segs[0].end_offset = offset
+        self._bases = [offset]
+        self.log_start_offset = offset
+        self.last_id = (0, 0)
+        self._deleted_live = 0
+        self._write_log_start()
+
+    def restart_at(self, offset: int) -> None:
+        """Drop every entry and continue the log at ``offset`` (a follower
+        whose copy ends below the leader's log start: Kafka's
+        truncate-fully-and-start-at)."""
+        self.truncate_to(self.log_start_offset)
+        if offset != self.log_start_offset:
+            with self._rp_lock:
+                self._generation += 1
+            self._empty_at(offset)
+            self._dir_seq += 1
+            self._hw = offset
+            self._epochs = []
+            write_rows(self.directory / LEADER_EPOCH_FILE, self._epochs)
+            self.recovery_point = offset
+            with self._rp_lock:
                 write_atomic(self.directory / RECOVERY_POINT_FILE, encode_rows([(self.recovery_point,)]))
                 self._persisted_rp = self.recovery_point
 
@@ -658,6 +684,55 @@ class PartitionLog:
             if cur >= seg.end_offset:
                 i += 1
         return ReadResult(acc.count, acc.chunks, max(cur, start_offset), acc.entries)
+
+    def read_batches(self, start_offset: int, max_bytes: int) -> tuple[bytes, int]:
+        """Whole stored batches from ``start_offset`` (not stopping at the high
+        watermark), at most ``max_bytes`` unless the first batch alone is
+        larger: what a follower fetches. Returns ``(bytes, next_offset)``.
+
+        A ``start_offset`` inside a batch (a follower that truncated inside
+        one) gets that batch's suffix re-encoded as a batch of its own, with
+        the same epoch and timestamp, as ``truncate_to`` keeps a prefix.
+        Deletion markers are not applied: the follower gets every entry.
+        """
+        self._check_start(start_offset)
+        out: list[bytes] = []
+        size = 0
+        cur = start_offset
+        i = self._segment_for(cur)
+        segs = self._segs
+        while i < len(segs) and cur < self.log_end_offset:
+            seg = segs[i]
+            if cur >= seg.end_offset:
+                i += 1
+                continue
+            pos, h = seg.locate(cur)
+            if h[records.H_BASE] != cur:
+                raw = seg.pread(pos, h[records.H_LENGTH])
+                keep = records.entries_of(raw, 0)[cur - h[records.H_BASE]:]
+                head, body = records.encode_batch(cur, keep, h[records.H_EPOCH], h[records.H_MAX_TS])
+                out.append(head + body)
+                size += len(out[-1])
+                cur = h[records.H_BASE] + h[records.H_COUNT]
+                if size >= max_bytes:
+                    break
+                continue
+            stop_pos = seg.size
+            taken_end = pos
+            new_cur = cur
+            for bpos, bh in seg._headers(pos, stop_pos):
+                if size + (bpos + bh[records.H_LENGTH] - pos) > max_bytes and (size or bpos > pos):
+                    break
+                taken_end = bpos + bh[records.H_LENGTH]
+                new_cur = bh[records.H_BASE] + bh[records.H_COUNT]
+            if taken_end > pos:
+                out.append(seg.pread(pos, taken_end - pos))
+                size += taken_end - pos
+            cur = new_cur
+            if taken_end < stop_pos or size >= max_bytes:
+                break
+            i += 1
+        return b"".join(out), cur
 
     def read_reverse(self, start_offset: int, end_offset: int, max_count: int | None = None,
                      with_ids: bool = False) -> ReadResult:

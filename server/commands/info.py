@@ -153,7 +153,16 @@ def section_replication(server) -> list[str]:
         "repl_backlog_size:0",
         "repl_backlog_first_byte_offset:0",
         "repl_backlog_histlen:0",
-    ]
+    ] + _partition_roles(server)
+
+
+def _partition_roles(server) -> list[str]:
+    """Partita's replication, per partition (docs/replication.md): roles,
+    ISR, high watermark, and per follower ``node<id>:<lag entries>:<lag bytes>``."""
+    repl = getattr(server, "replication", None)
+    if repl is None:
+        return ["cluster_enabled:0"]
+    return ["cluster_enabled:1"] + repl.manager.info_lines()
 
 
 def section_cpu(server) -> list[str]:

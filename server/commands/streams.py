@@ -64,6 +64,18 @@ def _after_write(ctx, key: bytes, stream) -> None:
     ctx.server.signal_key_modified(key)
 
 
+def _replicated_write(ctx, partition_key: bytes, stream) -> None:
+    """Cluster mode, before an XADD appends: this node must lead the
+    partition, and an acks=all topic needs min-insync-replicas in sync
+    (raises, nothing written). The batch's replies then wait for the
+    in-sync replicas (``Connection._flush``, server/replication.py)."""
+    acks_all = ctx.server.replication.before_append(partition_key)
+    pending = ctx.repl_pending
+    if pending is None:
+        pending = ctx.repl_pending = {}
+    pending[partition_key] = (stream, acks_all or pending.get(partition_key, (None, False))[1])
+
+
 def _node_max_entries(ctx) -> int:
     value = getattr(ctx.server.config, "stream_node_max_entries", 100)
     return 100 if value is None else int(value)
@@ -193,6 +205,8 @@ def xadd(ctx, argv):
     if target is None:
         return None
     stream, partition_key = target
+    if ctx.server.replication is not None:
+        _replicated_write(ctx, partition_key, stream)
     if not args.id_given:
         new_id = stream.add(argv[field_pos:])
     elif args.seq_given:
@@ -231,6 +245,8 @@ def _xadd_star(ctx, argv):
         raise err(f"{TOO_LARGE}: the entry has {entry_bytes} bytes of fields and values, "
                   f"over the topic's max-entry-bytes ({max_entry_bytes})")
     stream, partition_key = topics.append_target(key, fields)
+    if server.replication is not None:
+        _replicated_write(ctx, partition_key, stream)
     # Readers blocked on the topic key or on the partition key both wake.
     siblings = topics.sibling_keys(key, partition_key)
     if ctx.may_defer and entry_bytes < DEFER_MAX_BYTES:

@@ -572,6 +572,7 @@ class GroupStore:
         self._closed = False
         self._replaying = False
         self._compact_retry_bytes = 0  # no compaction below this (after a failed one)
+        self.changes = 0  # mutations since open (a replication leader resends state when it moves)
 
     # ----- lifecycle -----
 
@@ -1161,6 +1162,7 @@ class GroupStore:
         except OSError as exc:
             raise_storage_error(f"write {self.directory / JOURNAL_NAME}", exc)
         self._journal_bytes += written
+        self.changes += 1
 
     def _maybe_compact(self) -> None:
         if self._journal_bytes > max(self.compact_min_bytes, 2 * self._snapshot_bytes, self._compact_retry_bytes):
@@ -1219,6 +1221,38 @@ class GroupStore:
                     )
                     count += 1
         yield _frame(_U8.pack(_OP_END) + _U32.pack(count))
+
+    def snapshot_bytes(self) -> bytes:
+        """The whole group state as one snapshot file's bytes (what a
+        replication leader sends a follower)."""
+        return b"".join(self._snapshot_chunks(self._generation + 1))
+
+    def replace(self, snapshot: bytes) -> None:
+        """Make the state exactly ``snapshot`` (a leader's ``snapshot_bytes``):
+        checked first, then written durably as this store's next snapshot with
+        a fresh journal. Raises GroupStateError and changes nothing when the
+        bytes are not a valid snapshot."""
+        check = GroupStore(self.directory, logger=self.logger)
+        check._replaying = True
+        if not snapshot:  # no groups at all
+            snapshot = b"".join(check._snapshot_chunks(0))
+        tmp = self.directory / (SNAPSHOT_NAME + _TMP_SUFFIX)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        generation = self._generation + 1
+        data = _header(_SNAP_MAGIC, generation) + bytes(snapshot)[_HEADER_BYTES:]
+        tmp.write_bytes(data)
+        try:
+            check._load_snapshot(tmp)
+        finally:
+            tmp.unlink()
+        _write_file_durably(tmp, self.directory / SNAPSHOT_NAME, [data], self.directory)
+        self.groups = check.groups
+        self._generation = generation
+        self._snapshot_bytes = len(data)
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self._start_journal()
 
     def _start_journal(self) -> None:
         """A fresh journal for the current generation (tmp + fsync + rename)."""

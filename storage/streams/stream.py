@@ -235,6 +235,10 @@ class Stream:
         self._pending: list[tuple[int, int, bytes]] = []
         self.pending_bytes = 0
         self._pending_last = MIN_ID
+        # The epoch new batches carry (replication sets it when this replica
+        # leads; 0 on a single node).
+        self.leader_epoch = max(0, getattr(log, "latest_epoch", 0))
+        self.changes = 0  # metadata writes, deletions and trims since open (replication)
 
     # ----------------------------------------------------------------- state
 
@@ -369,7 +373,7 @@ class Stream:
             return new
         if self._pending:
             self.commit()
-        self.log.append([(new[0], new[1], enc)])
+        self.log.append([(new[0], new[1], enc)], self.leader_epoch)
         return new
 
     def commit(self) -> int:
@@ -384,7 +388,7 @@ class Stream:
             return 0
         self._pending = []
         self.pending_bytes = 0
-        self.log.append(pending)
+        self.log.append(pending, self.leader_epoch)
         return len(pending)
 
     def delete(self, ids: Iterable[StreamId]) -> int:
@@ -541,6 +545,7 @@ class Stream:
         last_before = self.last_id
         live_before = log.live_count
         log.advance_log_start_offset(new_start)
+        self.changes += 1
         if StreamId(*log.last_id) < last_before and self.meta.last_generated_id < last_before:
             self.meta.last_generated_id = last_before
             self._save_meta()
@@ -576,6 +581,7 @@ class Stream:
     # ------------------------------------------------------------- metadata
 
     def _save_meta(self) -> None:
+        self.changes += 1
         if self.meta == self._stored_meta:
             return
         write_atomic(self.meta_path, self.meta.to_bytes())

@@ -1,0 +1,553 @@
+"""Every partition's replica on this node: which it leads, which it follows,
+serving followers' fetches and fetching from leaders.
+
+Owns: the role of each partition (from its canonical key's hash slot, the
+slot's shard and ``ClusterState``), the ``LeaderState`` of each partition
+this node leads, one fetcher task per leader node this node follows
+(``run_fetcher``), the fetch wire format (a request is a list of RESP
+arguments, a response a nested list; ``server/`` only moves them), topic
+discovery (a leader lists the partitions it leads for the asking follower,
+with their ``topic.meta``), and a high-watermark checkpoint per partition.
+
+Leadership is an input: ``ClusterState`` says who leads each shard at which
+epoch; this module acts on it and never decides it (the controller issue
+does). Peers carry their ``ClusterState`` view in every request and reply,
+and the higher epoch wins, so a manual failover reaches every node that
+talks to any node that knows it.
+
+Canonical partition key: the bare topic name for a one-partition topic
+(what clients send), ``topic#n`` otherwise. Its slot decides the shard.
+
+Must not know: sockets, RESP bytes, commands. ``LeaderEndpoint`` (below) is
+how a fetcher reaches a leader; ``server/leader_link.py`` implements it over
+RESP, tests implement it in memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+import trio
+
+from cluster import replication as rp
+from cluster.nodes import ClusterState, Placement, key_slot
+from cluster.topics import TopicRegistry, partition_key, split_partition_key
+from storage.checkpoint import read_file, write_atomic
+from storage.streams.replica_state import apply_state, encode_state, state_version
+
+log = logging.getLogger("partita.replication")
+
+HW_CHECKPOINT = "replication.hw"
+PARTITION_FIELDS = 6  # topic, n, topic id, fetch offset, last fetched epoch, state version
+RETRY_S = 0.5  # a fetcher whose leader is unreachable retries this often
+
+
+class LeaderEndpoint(Protocol):
+    """How a follower reaches one leader node (``server/leader_link.py``)."""
+
+    async def call(self, args: list[bytes]) -> Any:
+        """Send one internal command; its reply as nested lists / bytes / ints.
+        Raises ``ConnectionError`` (or ``OSError``) when the leader is unreachable."""
+
+
+@dataclass
+class Settings:
+    min_insync: int = 1
+    lag_max_ms: int = 30000
+    fetch_wait_ms: int = 500
+    fetch_max_bytes: int = 1024 * 1024
+
+
+class NotLeaderError(Exception):
+    """This node does not lead the partition; ``leader`` is the node that does."""
+
+    def __init__(self, slot: int, leader: Any) -> None:
+        super().__init__(f"MOVED {slot} {leader.address}")
+        self.slot = slot
+        self.leader = leader
+
+
+class NotEnoughReplicasError(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass
+class Followed:
+    """A partition this node follows."""
+
+    topic: bytes
+    n: int
+    epoch_truncated: int = -1  # the shard epoch whose truncation step is done
+    state_token: bytes = b""  # the leader's state version last applied
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class ReplicaManager:
+    def __init__(self, registry: TopicRegistry, placement: Placement, state: ClusterState,
+                 settings: Settings | None = None, *, clock_ms: Callable[[], int] = _now_ms,
+                 topic_setting: Callable[[bytes, str], Any] | None = None) -> None:
+        self.registry = registry
+        self.placement = placement
+        self.state = state
+        self.settings = settings or Settings()
+        self.clock_ms = clock_ms
+        self.my_id = placement.my_id
+        self.token = os.urandom(6).hex().encode()
+        self.leaders: dict[tuple[bytes, int], rp.LeaderState] = {}
+        self.followed: dict[int, dict[tuple[bytes, int], Followed]] = {}  # leader id -> partitions
+        self.discovery_token: dict[int, bytes] = {}  # leader id -> its last topics token
+        self.on_hw_advance: Callable[[bytes, int], None] = lambda topic, n: None
+        self.on_data: Callable[[], None] = lambda: None  # follower appended (tests)
+        self._topic_setting = topic_setting or (lambda topic, name: registry.config_value(topic, name))
+        self.fetch_counts = {"served": 0, "fetched": 0, "truncations": 0}
+        self._hw_saved: dict[tuple[bytes, int], int] = {}
+        self._follow_stamp: dict[int, tuple[int, int]] = {}
+        self.paused: dict[int, tuple[int, int]] = {}  # shard -> (epoch, until ms)
+
+    # -- where a partition lives -------------------------------------------
+
+    def canonical_key(self, topic: bytes, n: int) -> bytes:
+        return topic if self.registry.partitions_of(topic) == 1 and n == 0 else partition_key(topic, n)
+
+    def shard_of(self, topic: bytes, n: int) -> int:
+        return self.placement.shard_of_slot(key_slot(self.canonical_key(topic, n)))
+
+    def key_shard(self, key: bytes) -> tuple[int, int]:
+        """``(slot, shard)`` of a client key; ``t#0`` of a one-partition topic
+        is the topic's own partition, so it maps to ``t``'s shard."""
+        slot = key_slot(key)
+        try:
+            topic, n = split_partition_key(key)
+        except Exception:  # noqa: BLE001 - a malformed key is refused later, by the command
+            return slot, self.placement.shard_of_slot(slot)
+        if n == 0 and self.registry.partitions_of(topic) == 1:
+            return slot, self.placement.shard_of_slot(key_slot(topic))
+        return slot, self.placement.shard_of_slot(slot)
+
+    def leads_shard(self, shard: int) -> bool:
+        return self.state.leader(shard) == self.my_id
+
+    def check_key(self, key: bytes) -> None:
+        """Raise NotLeaderError for a key this node does not lead."""
+        slot, shard = self.key_shard(key)
+        leader = self.state.leader(shard)
+        if leader != self.my_id:
+            raise NotLeaderError(slot, self.placement.by_id[leader])
+
+    def is_replicated(self, topic: bytes, n: int) -> bool:
+        return self.placement.replication_factor > 1
+
+    # -- leading ----------------------------------------------------------
+
+    def leader_state(self, topic: bytes, n: int) -> rp.LeaderState | None:
+        """This node's leader state of the partition (made on first use at the
+        shard's current epoch), or None when it does not lead it."""
+        shard = self.shard_of(topic, n)
+        leader, epoch = self.state.shards[shard]
+        if leader != self.my_id:
+            self.leaders.pop((topic, n), None)
+            return None
+        ls = self.leaders.get((topic, n))
+        if ls is not None and ls.epoch == epoch:
+            return ls
+        stream = self.registry.stream_of(topic, n)
+        plog = stream.log
+        if plog.hw_follows_end and self.placement.replication_factor > 1:  # freshly opened here: start from the checkpointed HW
+            saved = self._read_hw(plog)
+            plog.hw_follows_end = False
+            plog.set_high_watermark(saved if saved is not None else plog.log_end_offset)
+        stream.leader_epoch = max(epoch, plog.latest_epoch)
+        ls = rp.LeaderState(self.my_id, self.placement.replicas(shard), epoch, plog, self.clock_ms(),
+                            min_insync=self.min_insync(topic), lag_max_ms=self.settings.lag_max_ms)
+        self.leaders[(topic, n)] = ls
+        log.info("leading %s at epoch %d (replicas %s, end offset %d, high watermark %d)",
+                 self.canonical_key(topic, n).decode("utf-8", "replace"), epoch,
+                 ls.replicas, plog.log_end_offset, plog.high_watermark)
+        return ls
+
+    def min_insync(self, topic: bytes) -> int:
+        return int(self._topic_setting(topic, "min-insync-replicas") or 1)
+
+    def acks_all(self, topic: bytes) -> bool:
+        return self.is_replicated(topic, 0) and self._topic_setting(topic, "acks") == "all"
+
+    def pause(self, shard: int, ms: int) -> None:
+        """Refuse writes to ``shard`` for ``ms`` (a manual failover is moving it); 0 resumes."""
+        if ms > 0:
+            self.paused[shard] = (self.state.epoch(shard), self.clock_ms() + ms)
+        else:
+            self.paused.pop(shard, None)
+
+    def shard_ends(self, shard: int) -> list:
+        """``[topic, n, end offset, high watermark, ...]`` of the shard's partitions here."""
+        out: list = []
+        reg = self.registry
+        for topic in reg.topics():
+            for n in range(reg.partitions_of(topic)):
+                if self.shard_of(topic, n) == shard:
+                    plog = reg.stream_of(topic, n).log
+                    ls = self.leader_state(topic, n)
+                    if ls is not None:  # followers' fetches may have moved it: re-evaluate
+                        ls.update_hw()
+                    out += [topic, b"%d" % n, plog.log_end_offset, plog.high_watermark]
+        return out
+
+    def before_append(self, topic: bytes, n: int) -> rp.LeaderState | None:
+        """Called before an XADD appends; raises NotEnoughReplicasError for an
+        acks=all topic whose ISR is smaller than min-insync-replicas."""
+        ls = self.leader_state(topic, n)
+        shard = self.shard_of(topic, n)
+        if ls is None:
+            raise NotLeaderError(key_slot(self.canonical_key(topic, n)),
+                                 self.placement.by_id[self.state.leader(shard)])
+        paused = self.paused.get(shard)
+        if paused is not None:
+            if paused[0] == self.state.epoch(shard) and self.clock_ms() < paused[1]:
+                raise NotEnoughReplicasError("TRYAGAIN a manual failover is moving this partition's "
+                                             "leadership; retry shortly")
+            del self.paused[shard]
+        ls.min_insync = self.min_insync(topic)
+        if self.acks_all(topic) and not ls.accepts_acks_all():
+            raise NotEnoughReplicasError(
+                f"NOTENOUGHREPLICAS {len(ls.isr)} in-sync replica(s) of "
+                f"{self.canonical_key(topic, n).decode('utf-8', 'replace')}, "
+                f"min-insync-replicas is {ls.min_insync}; nothing was written")
+        return ls
+
+    def tick(self) -> None:
+        """Periodic: ISR shrink by lag, HW checkpoints."""
+        now = self.clock_ms()
+        for (topic, n), ls in list(self.leaders.items()):
+            before = set(ls.isr)
+            hw = ls.log.high_watermark
+            ls.min_insync = self.min_insync(topic)
+            ls.check_lag(now)
+            ls.update_hw()
+            if ls.isr != before:
+                log.warning("%s: ISR %s -> %s", self.canonical_key(topic, n).decode("utf-8", "replace"),
+                            sorted(before), sorted(ls.isr))
+            if ls.log.high_watermark != hw:
+                self.on_hw_advance(topic, n)
+        self.save_hw_checkpoints()
+
+    # -- serving a follower's fetch -----------------------------------------
+
+    def serve_fetch(self, args: list[bytes]) -> tuple[list, bool]:
+        """One REPLFETCH; returns ``(reply, has_news)``. ``has_news`` False
+        means the reply carries nothing a follower waits for (the caller may
+        hold it up to max-wait and ask again)."""
+        replica = int(args[0])
+        self.state.merge(args[1])
+        max_bytes = int(args[3])
+        their_token = args[4]
+        now = self.clock_ms()
+        news = False
+        topics_token = b"%s:%d:%d" % (self.token, self.registry.generation, self.state.version)
+        discovered = None
+        if their_token != topics_token:
+            discovered = self._discover_for(replica)
+            news = True
+        results = []
+        body = args[5:]
+        for i in range(0, len(body) - PARTITION_FIELDS + 1, PARTITION_FIELDS):
+            topic, n_raw, topic_id, off_raw, _epoch_raw, their_state = body[i:i + PARTITION_FIELDS]
+            res, item_news = self._serve_partition(replica, topic, int(n_raw), topic_id.decode(),
+                                                   int(off_raw), their_state, max_bytes, now)
+            results.append(res)
+            news |= item_news
+        self.fetch_counts["served"] += 1
+        return [self.state.encode(), topics_token, discovered, results], news
+
+    def _discover_for(self, replica: int) -> list:
+        out: list = []
+        reg = self.registry
+        for topic in reg.topics():
+            for n in range(reg.partitions_of(topic)):
+                shard = self.shard_of(topic, n)
+                if self.leads_shard(shard) and replica in self.placement.replicas(shard):
+                    out += [topic, b"%d" % n, reg.topic_meta_blob(topic)]
+        return out
+
+    def _serve_partition(self, replica: int, topic: bytes, n: int, topic_id: str, offset: int,
+                         their_state: bytes, max_bytes: int, now: int) -> tuple[list, bool]:
+        reg = self.registry
+        head = [topic, b"%d" % n]
+        if n >= reg.partitions_of(topic):
+            return head + [rp.UNKNOWN_PARTITION.encode()], True
+        ls = self.leader_state(topic, n)
+        if ls is None:
+            return head + [rp.NOT_LEADER.encode()], True
+        if reg.topic_id(topic) != topic_id:
+            return head + [rp.TOPIC_ID_MISMATCH.encode(), reg.topic_meta_blob(topic)], True
+        plog = ls.log
+        if offset < plog.log_start_offset or offset > plog.log_end_offset:
+            return head + [rp.OUT_OF_RANGE.encode(), plog.log_start_offset, plog.log_end_offset], True
+        hw_before = plog.high_watermark
+        if ls.on_fetch(replica, offset, now):
+            self.on_hw_advance(topic, n)
+        batches = b""
+        if offset < plog.log_end_offset:
+            batches, _next = plog.read_batches(offset, max_bytes)
+            ls.progress[replica].fetched_bytes += len(batches)
+        stream = reg.stream_of(topic, n)
+        token = b"%s:%d:%d:%d" % ((self.token,) + (ls.epoch,) + state_version(stream))
+        state = encode_state(stream) if token != their_state else None
+        news = bool(batches) or state is not None or plog.high_watermark != hw_before
+        return head + [b"", plog.high_watermark, plog.log_start_offset, plog.log_end_offset,
+                       batches, token, state], news
+
+    def end_offsets_for_epochs(self, args: list[bytes]) -> list:
+        """REPLEPOCH topic n epoch ...: ``[epoch, end offset]`` each, or an error string."""
+        out: list = []
+        for i in range(0, len(args) - 2, 3):
+            topic, n, epoch = args[i], int(args[i + 1]), int(args[i + 2])
+            if n >= self.registry.partitions_of(topic):
+                out.append(rp.UNKNOWN_PARTITION.encode())
+                continue
+            ls = self.leader_state(topic, n)
+            if ls is None:
+                out.append(rp.NOT_LEADER.encode())
+                continue
+            e, end = ls.log.end_offset_for_epoch(epoch)
+            out.append([e, end])
+        return out
+
+    # -- following ------------------------------------------------------------
+
+    def leaders_to_follow(self) -> list[int]:
+        """Nodes leading a shard this node replicates (not itself)."""
+        out = set()
+        for shard in self.placement.shards_of(self.my_id):
+            leader = self.state.leader(shard)
+            if leader != self.my_id:
+                out.add(leader)
+        for gone in [lid for lid in self.followed if lid not in out]:
+            del self.followed[gone]
+            self._follow_stamp.pop(gone, None)
+        return sorted(out)
+
+    def _follows(self, leader: int) -> dict[tuple[bytes, int], Followed]:
+        parts = self.followed.setdefault(leader, {})
+        stamp = (self.registry.generation, self.state.version)
+        if self._follow_stamp.get(leader) == stamp:
+            return parts
+        self._follow_stamp[leader] = stamp
+        # Partitions already on disk in the leader's shards are followed from the start.
+        for topic in self.registry.topics():
+            for n in range(self.registry.partitions_of(topic)):
+                if (topic, n) not in parts and self._follows_from(topic, n) == leader:
+                    parts[(topic, n)] = Followed(topic, n)
+        for key in [k for k in parts if self._follows_from(*k) != leader]:
+            del parts[key]
+        return parts
+
+    def _follows_from(self, topic: bytes, n: int) -> int | None:
+        shard = self.shard_of(topic, n)
+        if self.my_id not in self.placement.replicas(shard):
+            return None
+        leader = self.state.leader(shard)
+        return leader if leader != self.my_id else None
+
+    def fetch_request(self, leader: int) -> list[bytes]:
+        parts = self._follows(leader)
+        args = [b"REPLFETCH", b"%d" % self.my_id, self.state.encode(), b"%d" % self.settings.fetch_wait_ms,
+                b"%d" % self.settings.fetch_max_bytes, self.discovery_token.get(leader, b"")]
+        for f in parts.values():
+            stream = self.registry.stream_of(f.topic, f.n)
+            plog = stream.log
+            args += [f.topic, b"%d" % f.n, (self.registry.topic_id(f.topic) or "").encode(),
+                     b"%d" % plog.log_end_offset, b"%d" % plog.latest_epoch, f.state_token]
+        return args
+
+    def truncation_request(self, leader: int) -> tuple[list[bytes], list[Followed]]:
+        """REPLEPOCH for followed partitions whose truncation step is not done
+        for the shard's current epoch."""
+        args: list[bytes] = [b"REPLEPOCH"]
+        todo = []
+        for f in self._follows(leader).values():
+            epoch = self.state.epoch(self.shard_of(f.topic, f.n))
+            if f.epoch_truncated == epoch:
+                continue
+            plog = self.registry.stream_of(f.topic, f.n).log
+            if plog.latest_epoch < 0:
+                f.epoch_truncated = epoch
+                continue
+            args += [f.topic, b"%d" % f.n, b"%d" % plog.latest_epoch]
+            todo.append(f)
+        return args, todo
+
+    def apply_truncation(self, todo: list[Followed], reply: list) -> None:
+        for f, answer in zip(todo, reply):
+            if not isinstance(answer, list):
+                continue  # the leader moved or lost it: the next fetch says what to do
+            stream = self.registry.stream_of(f.topic, f.n)
+            stream.commit()
+            plog = stream.log
+            plog.hw_follows_end = False
+            target = rp.truncation_offset(plog, (int(answer[0]), int(answer[1])))
+            if target is not None:
+                log.warning("%s: truncating from %d to %d (leader's end of epoch %s)",
+                            self.canonical_key(f.topic, f.n).decode("utf-8", "replace"),
+                            plog.log_end_offset, target, answer[0])
+                plog.truncate_to(target)
+                self.fetch_counts["truncations"] += 1
+            f.epoch_truncated = self.state.epoch(self.shard_of(f.topic, f.n))
+
+    def apply_fetch(self, leader: int, reply: list) -> bool:  # noqa: C901 - one reply, one pass
+        """Apply a REPLFETCH reply; True when anything was appended."""
+        view, topics_token, discovered, results = reply
+        if view:
+            self.state.merge(view)
+        if discovered is not None:
+            self._apply_discovery(leader, discovered)
+            self.discovery_token[leader] = topics_token
+        appended = False
+        parts = self.followed.get(leader, {})
+        for res in results:
+            topic, n, error = res[0], int(res[1]), res[2]
+            f = parts.get((topic, n))
+            if f is None:
+                continue
+            if error:
+                self._on_fetch_error(leader, f, error.decode() if isinstance(error, bytes) else str(error), res)
+                continue
+            hw, lso, _leo, batches, token, state = res[3:9]
+            stream = self.registry.stream_of(topic, n)
+            stream.commit()
+            before = stream.log.log_end_offset
+            rp.apply_fetched(stream.log, batches or b"", int(hw), int(lso))
+            if stream.log.log_end_offset != before:
+                appended = True
+                stream.leader_epoch = max(stream.leader_epoch, stream.log.latest_epoch)
+            if state is not None:
+                if apply_state(stream, state):
+                    f.state_token = token
+            self.fetch_counts["fetched"] += 1
+        if appended:
+            self.on_data()
+        return appended
+
+    def _apply_discovery(self, leader: int, discovered: list) -> None:
+        parts = self.followed.setdefault(leader, {})
+        listed = set()
+        for i in range(0, len(discovered) - 2, 3):
+            topic, n, blob = discovered[i], int(discovered[i + 1]), discovered[i + 2]
+            self.registry.adopt_topic(topic, blob)
+            listed.add((topic, n))
+            if (topic, n) not in parts and self._follows_from(topic, n) == leader:
+                parts[(topic, n)] = Followed(topic, n)
+        # Partitions of the leader's shards it no longer has were deleted there.
+        for topic in self.registry.topics():
+            count = self.registry.partitions_of(topic)
+            if all(self._follows_from(topic, n) == leader for n in range(count)) and \
+                    not any((topic, n) in listed for n in range(count)):
+                log.info("topic %s is gone from its leader (node %d): deleting this replica",
+                         topic.decode("utf-8", "replace"), leader)
+                self.registry.delete(topic)
+                for n in range(count):
+                    parts.pop((topic, n), None)
+
+    def _on_fetch_error(self, leader: int, f: Followed, error: str, res: list) -> None:
+        name = self.canonical_key(f.topic, f.n).decode("utf-8", "replace")
+        if error == rp.OUT_OF_RANGE:
+            lso, leo = int(res[3]), int(res[4])
+            plog = self.registry.stream_of(f.topic, f.n).log
+            if plog.log_end_offset < lso:
+                log.warning("%s: end offset %d is below the leader's log start %d: restarting the replica there",
+                            name, plog.log_end_offset, lso)
+                plog.restart_at(lso)
+            elif plog.log_end_offset > leo:
+                f.epoch_truncated = -1  # truncate by epoch again before fetching
+        elif error == rp.TOPIC_ID_MISMATCH:
+            log.warning("%s: the leader's topic is another incarnation: replacing this replica", name)
+            self.registry.adopt_topic(f.topic, res[3])
+            self.followed.get(leader, {}).pop((f.topic, f.n), None)
+            self.discovery_token.pop(leader, None)
+        elif error == rp.UNKNOWN_PARTITION:
+            self.followed.get(leader, {}).pop((f.topic, f.n), None)
+            self.discovery_token.pop(leader, None)
+        # NOT_LEADER: the cluster view in the reply says who leads now.
+
+    async def run_fetcher(self, leader: int, endpoint: LeaderEndpoint) -> None:
+        """Fetch from ``leader`` until it no longer leads anything this node
+        follows (the caller restarts fetchers when the cluster view changes)."""
+        while leader in self.leaders_to_follow():
+            try:
+                args, todo = self.truncation_request(leader)
+                if todo:
+                    answer = await endpoint.call(args)
+                    if not isinstance(answer, list):
+                        raise ConnectionError(f"unexpected REPLEPOCH reply from node {leader}: {answer!r:.200}")
+                    self.apply_truncation(todo, answer)
+                reply = await endpoint.call(self.fetch_request(leader))
+                if isinstance(reply, Exception) or not isinstance(reply, list) or len(reply) != 4:
+                    raise ConnectionError(f"unexpected fetch reply from node {leader}: {reply!r:.200}")
+                self.apply_fetch(leader, reply)
+            except (ConnectionError, OSError, EOFError) as e:
+                log.debug("fetch from node %d failed: %s", leader, e)
+                await trio.sleep(RETRY_S)
+            except Exception:  # a bug or a damaged reply must not stop the node
+                log.exception("fetch from node %d failed", leader)
+                await trio.sleep(RETRY_S)
+            await trio.sleep(0)
+
+    # -- checkpoints -------------------------------------------------------------
+
+    def _read_hw(self, plog: Any) -> int | None:
+        data = read_file(plog.directory / HW_CHECKPOINT)
+        try:
+            return int(data) if data else None
+        except ValueError:
+            return None
+
+    def save_hw_checkpoints(self) -> None:
+        for key, ls in self.leaders.items():
+            hw = ls.log.high_watermark
+            if self._hw_saved.get(key) != hw:
+                try:
+                    write_atomic(ls.log.directory / HW_CHECKPOINT, b"%d" % hw, sync=False)
+                    self._hw_saved[key] = hw
+                except OSError as e:
+                    log.warning("high watermark checkpoint of %s failed: %s", key, e)
+
+    # -- INFO ---------------------------------------------------------------------
+
+    def info_lines(self) -> list[str]:
+        lines = [f"cluster_node_id:{self.my_id}", f"cluster_nodes:{len(self.placement.nodes)}",
+                 f"replication_factor:{self.placement.replication_factor}"]
+        for s in range(self.placement.shard_count):
+            first, last = self.placement.slot_range(s)
+            lines.append(f"shard{s}:slots={first}-{last},leader={self.state.leader(s)},"
+                         f"epoch={self.state.epoch(s)},replicas={'/'.join(map(str, self.placement.replicas(s)))}")
+        i = 0
+        for (topic, n), ls in sorted(self.leaders.items()):
+            if self.leader_state(topic, n) is not ls:
+                continue
+            plog = ls.log
+            per_entry = plog.size_bytes / max(1, plog.log_end_offset - plog.log_start_offset)
+            lag = "/".join(f"node{rid}:{ls.lag(rid)}:{int(ls.lag(rid) * per_entry)}"
+                           for rid in sorted(ls.progress))
+            lines.append(f"partition{i}:key={self.canonical_key(topic, n).decode('utf-8', 'replace')},role=leader,"
+                         f"epoch={ls.epoch},isr={'/'.join(map(str, sorted(ls.isr)))},"
+                         f"high_watermark={ls.log.high_watermark},end_offset={ls.log.log_end_offset},lag={lag}")
+            i += 1
+        for leader, parts in sorted(self.followed.items()):
+            for (topic, n) in sorted(parts):
+                stream = self.registry.cached_stream(topic, n)
+                if stream is None:
+                    continue
+                plog = stream.log
+                lines.append(f"partition{i}:key={self.canonical_key(topic, n).decode('utf-8', 'replace')},"
+                             f"role=follower,leader={leader},epoch={self.state.epoch(self.shard_of(topic, n))},"
+                             f"high_watermark={plog.high_watermark},end_offset={plog.log_end_offset}")
+                i += 1
+        return lines

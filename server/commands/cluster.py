@@ -1,0 +1,308 @@
+"""Cluster and replication commands: CLUSTER ..., WAIT, and the internal
+REPLFETCH / REPLEPOCH / REPLPAUSE / REPLVIEW followers and peers use.
+
+Owns: these handlers' arguments and replies. What they do is
+``cluster.replica_manager`` (fetch serving, truncation answers, leadership)
+and ``server.replication`` (acks, WAIT, links).
+
+Routing replies follow Redis Cluster: a node id is 40 hex characters (the
+configured node id, zero-padded), CLUSTER SLOTS lists each shard's slot
+range with its leader first and its followers after, CLUSTER NODES shows a
+node as ``master`` of the slots it leads. A Partita node leads some shards
+and follows others at once, which Redis's one-role-per-node output cannot
+say; INFO replication has the per-partition roles.
+
+Must not know: sockets, storage formats.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from cluster.nodes import SLOTS, key_slot
+from server.args import parse_int
+from server.errors import CommandError, err
+from server.registry import command, container
+from server.reply import OK, Map, Simple, Verbatim
+
+DISABLED = err("This instance has cluster support disabled")
+FAILOVER_TIMEOUT_S = 10.0
+PAUSE_MS = 15000
+
+
+def _repl(ctx):
+    repl = ctx.server.replication
+    if repl is None:
+        raise DISABLED
+    return repl
+
+
+def node_name(node_id: int) -> str:
+    return f"{node_id:040x}"
+
+
+container("cluster", group="cluster", since="3.0.0",
+          summary="A container for Redis Cluster commands.", acl_categories=("slow",))
+
+
+@command("cluster|myid", arity=2, flags="stale", group="cluster", since="3.0.0",
+         acl_categories=("slow",), summary="Returns the ID of a node.", syntax="CLUSTER MYID")
+def cluster_myid(ctx, argv):
+    """CLUSTER MYID"""
+    return node_name(_repl(ctx).manager.my_id)
+
+
+@command("cluster|keyslot", arity=3, flags="stale", group="cluster", since="3.0.0",
+         acl_categories=("slow",), summary="Returns the hash slot for a key.", syntax="CLUSTER KEYSLOT key")
+def cluster_keyslot(ctx, argv):
+    """CLUSTER KEYSLOT key"""
+    _repl(ctx)
+    return key_slot(argv[2])
+
+
+def _node_entry(node) -> list:
+    return [node.host, node.port, node_name(node.id)]
+
+
+@command("cluster|slots", arity=2, flags="stale", group="cluster", since="3.0.0",
+         acl_categories=("slow",), summary="Returns the mapping of cluster slots to nodes.",
+         syntax="CLUSTER SLOTS")
+def cluster_slots(ctx, argv):
+    """CLUSTER SLOTS"""
+    m = _repl(ctx).manager
+    out = []
+    for s in range(m.placement.shard_count):
+        first, last = m.placement.slot_range(s)
+        leader = m.state.leader(s)
+        nodes = [leader] + [r for r in m.placement.replicas(s) if r != leader]
+        out.append([first, last] + [_node_entry(m.placement.by_id[n]) for n in nodes])
+    return out
+
+
+@command("cluster|shards", arity=2, flags="stale", group="cluster", since="7.0.0",
+         acl_categories=("slow",), summary="Returns the mapping of cluster slots to shards.",
+         syntax="CLUSTER SHARDS")
+def cluster_shards(ctx, argv):
+    """CLUSTER SHARDS"""
+    m = _repl(ctx).manager
+    out = []
+    for s in range(m.placement.shard_count):
+        first, last = m.placement.slot_range(s)
+        leader = m.state.leader(s)
+        nodes = []
+        for n in [leader] + [r for r in m.placement.replicas(s) if r != leader]:
+            node = m.placement.by_id[n]
+            nodes.append(Map([(b"id", node_name(n)), (b"port", node.port), (b"ip", node.host),
+                              (b"endpoint", node.host), (b"role", "master" if n == leader else "replica"),
+                              (b"replication-offset", 0), (b"health", "online")]))
+        out.append(Map([(b"slots", [first, last]), (b"nodes", nodes)]))
+    return out
+
+
+@command("cluster|nodes", arity=2, flags="stale", group="cluster", since="3.0.0",
+         acl_categories=("slow",), summary="Returns the cluster configuration for a node.",
+         syntax="CLUSTER NODES")
+def cluster_nodes(ctx, argv):
+    """CLUSTER NODES"""
+    m = _repl(ctx).manager
+    lines = []
+    for node in m.placement.nodes:
+        flags = ("myself," if node.id == m.my_id else "") + "master"
+        slots = [f"{a}-{b}" for s in range(m.placement.shard_count) if m.state.leader(s) == node.id
+                 for a, b in [m.placement.slot_range(s)]]
+        epoch = max([m.state.epoch(s) for s in range(m.placement.shard_count)] or [0])
+        lines.append(f"{node_name(node.id)} {node.host}:{node.port}@0 {flags} - 0 0 {epoch} connected"
+                     + (" " + " ".join(slots) if slots else ""))
+    return Verbatim("\n".join(lines) + "\n")
+
+
+@command("cluster|info", arity=2, flags="stale", group="cluster", since="3.0.0",
+         acl_categories=("slow",), summary="Returns information about the state of a node.",
+         syntax="CLUSTER INFO")
+def cluster_info(ctx, argv):
+    """CLUSTER INFO"""
+    m = _repl(ctx).manager
+    epochs = [m.state.epoch(s) for s in range(m.placement.shard_count)]
+    lines = ["cluster_state:ok", f"cluster_slots_assigned:{SLOTS}", f"cluster_slots_ok:{SLOTS}",
+             "cluster_slots_pfail:0", "cluster_slots_fail:0",
+             f"cluster_known_nodes:{len(m.placement.nodes)}", f"cluster_size:{m.placement.shard_count}",
+             f"cluster_current_epoch:{max(epochs)}", f"cluster_my_epoch:{max(epochs)}"]
+    return Verbatim("\r\n".join(lines) + "\r\n")
+
+
+@command("cluster|help", arity=2, flags="loading stale", group="cluster", since="5.0.0",
+         acl_categories=("slow",), summary="Returns helpful text about the different subcommands.",
+         syntax="CLUSTER HELP")
+def cluster_help(ctx, argv):
+    """CLUSTER HELP"""
+    return [Simple(line) for line in (
+        "CLUSTER <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "FAILOVER [FORCE|TAKEOVER]", "    Make this replica the leader of the shard it follows (manual failover).",
+        "INFO", "    Return information about the cluster.",
+        "KEYSLOT <key>", "    Return the hash slot for <key>.",
+        "MYID", "    Return the node id.",
+        "NODES", "    Return cluster configuration seen by node.",
+        "SHARDS", "    Return information about slot range mappings and the nodes associated with them.",
+        "SLOTS", "    Return information about slots range mappings.",
+        "HELP", "    Print this help.")]
+
+
+@command("cluster|failover", arity=-2, flags="admin stale", group="cluster", since="3.0.0",
+         acl_categories=("admin", "slow", "dangerous"),
+         summary="Forces a replica to perform a manual failover of its master.",
+         syntax="CLUSTER FAILOVER [FORCE | TAKEOVER]", waits=True)
+async def cluster_failover(ctx, argv):
+    """CLUSTER FAILOVER [FORCE | TAKEOVER]
+
+    On a follower: take over every shard this node follows whose leader is
+    reachable (see ``failover_shard``); FORCE / TAKEOVER skip the wait for the
+    old leader and only need this node's copy (they may lose entries the old
+    leader had and this node had not fetched; acks=all entries are on it if it
+    was in the ISR).
+    """
+    repl = _repl(ctx)
+    mode = argv[2].upper() if len(argv) > 2 else b""
+    if len(argv) > 3 or mode not in (b"", b"FORCE", b"TAKEOVER"):
+        raise err("syntax error")
+    m = repl.manager
+    shards = [s for s in m.placement.shards_of(m.my_id) if m.state.leader(s) != m.my_id]
+    if not shards:
+        raise err("You should send CLUSTER FAILOVER to a replica")
+    for shard in shards:
+        await failover_shard(repl, shard, force=bool(mode))
+    return OK
+
+
+async def failover_shard(repl, shard: int, *, force: bool = False) -> None:
+    """Make this node the leader of ``shard``: pause the old leader's writes
+    for the shard, fetch until this node's logs end where the old leader's
+    do and its high watermark covers them, then take the next epoch and tell
+    every node (Redis's manual failover, Kafka's preferred-leader move)."""
+    m = repl.manager
+    old = m.state.leader(shard)
+    epoch = m.state.epoch(shard)
+    if not force:
+        link = repl.link(old, "admin")
+        caught_up = False
+        with trio.move_on_after(FAILOVER_TIMEOUT_S):
+            while True:
+                ends = await link.call([b"REPLPAUSE", b"%d" % shard, b"%d" % epoch, b"%d" % PAUSE_MS])
+                if isinstance(ends, Exception):
+                    raise err(f"failover refused by node {old}: {ends}")
+                if _caught_up(m, ends):
+                    caught_up = True
+                    break
+                await trio.sleep(0.02)
+        if not caught_up:
+            await link.call([b"REPLPAUSE", b"%d" % shard, b"%d" % epoch, b"0"])
+            raise err(f"failover timed out: this node did not catch up with node {old} "
+                      f"within {FAILOVER_TIMEOUT_S:.0f}s; the old leader goes on")
+    m.state.set_leader(shard, m.my_id, epoch + 1)
+    await _announce(repl)
+
+
+def _caught_up(m, ends) -> bool:
+    """``ends`` is the old leader's ``[topic, n, end, hw, ...]`` of the shard."""
+    for i in range(0, len(ends) - 3, 4):
+        topic, n, end, hw = ends[i], int(ends[i + 1]), int(ends[i + 2]), int(ends[i + 3])
+        if n >= m.registry.partitions_of(topic):
+            return False
+        plog = m.registry.stream_of(topic, n).log
+        if plog.log_end_offset < end or hw < end:
+            return False
+    return True
+
+
+async def _announce(repl) -> None:
+    m = repl.manager
+    view = m.state.encode()
+    for node in m.placement.nodes:
+        if node.id == m.my_id:
+            continue
+        try:
+            await repl.link(node.id, "admin").call([b"REPLVIEW", view])
+        except ConnectionError:
+            pass  # it learns the view from the next fetch it makes or serves
+
+
+@command("replpause", arity=4, flags="admin stale", group="cluster", since="7.0.0",
+         acl_categories=("admin", "slow", "dangerous"),
+         summary="Internal: a manual failover pauses writes to a shard and asks for its end offsets.",
+         syntax="REPLPAUSE shard epoch milliseconds")
+def replpause(ctx, argv):
+    """REPLPAUSE shard epoch milliseconds"""
+    m = _repl(ctx).manager
+    shard, epoch, ms = parse_int(argv[1]), parse_int(argv[2]), parse_int(argv[3])
+    if not 0 <= shard < m.placement.shard_count or m.state.leader(shard) != m.my_id:
+        raise err("this node does not lead that shard")
+    if m.state.epoch(shard) != epoch:
+        raise err("stale epoch")
+    m.pause(shard, ms)
+    return m.shard_ends(shard)
+
+
+@command("replview", arity=2, flags="admin stale", group="cluster", since="7.0.0",
+         acl_categories=("admin", "slow", "dangerous"),
+         summary="Internal: adopt a peer's newer shard leaders and epochs.", syntax="REPLVIEW view")
+def replview(ctx, argv):
+    """REPLVIEW view"""
+    m = _repl(ctx).manager
+    m.state.merge(argv[1])
+    return m.state.encode()
+
+
+@command("replfetch", arity=-6, flags="admin stale", group="cluster", since="7.0.0",
+         acl_categories=("admin", "slow", "dangerous"),
+         summary="Internal: a follower fetches stored batches from this leader (long poll).",
+         syntax="REPLFETCH replica view max-wait-ms max-bytes topics-token "
+                "[topic partition topic-id offset epoch state-version ...]", waits=True)
+async def replfetch(ctx, argv):
+    """REPLFETCH replica view max-wait-ms max-bytes topics-token [topic partition topic-id offset epoch state ...]"""
+    repl = _repl(ctx)
+    m = repl.manager
+    wait_s = min(parse_int(argv[3]), 60000) / 1000
+    deadline = trio.current_time() + wait_s
+    body = argv[6:]
+    keys = []
+    for i in range(0, len(body) - 5, 6):
+        topic, n = body[i], body[i + 1]
+        keys += [topic, topic + b"#" + n]
+    while True:
+        reply, news = m.serve_fetch(argv[1:])
+        remaining = deadline - trio.current_time()
+        if news or remaining <= 0 or not ctx.may_block:
+            return reply
+        await ctx.server.wait_for_keys(keys, remaining, internal=True)
+
+
+@command("replepoch", arity=-4, flags="admin stale", group="cluster", since="7.0.0",
+         acl_categories=("admin", "slow", "dangerous"),
+         summary="Internal: the end offset of a leader epoch per partition (KIP-101).",
+         syntax="REPLEPOCH topic partition epoch [topic partition epoch ...]")
+def replepoch(ctx, argv):
+    """REPLEPOCH topic partition epoch [topic partition epoch ...]"""
+    return _repl(ctx).manager.end_offsets_for_epochs(argv[1:])
+
+
+@command("wait", arity=3, flags="noscript", group="generic", since="3.0.0",
+         acl_categories=("slow", "connection"),
+         summary="Blocks until the asynchronous replication of all preceding write commands "
+                 "sent by the connection is completed.",
+         syntax="WAIT numreplicas timeout", waits=True)
+async def wait(ctx, argv):
+    """WAIT numreplicas timeout
+
+    The replicas that hold every entry this client wrote (per partition, the
+    fewest over the partitions it wrote); ``timeout`` 0 waits forever, as in
+    Redis. On a single node there are no replicas: 0 at once.
+    """
+    numreplicas = parse_int(argv[1])
+    timeout_ms = parse_int(argv[2])
+    if timeout_ms < 0:
+        raise CommandError("ERR", "timeout is negative")
+    repl = ctx.server.replication
+    if repl is None:
+        return 0
+    if not ctx.may_block:
+        return repl.replicas_acknowledging(ctx.client)
+    return await repl.wait_replicas(ctx.client, numreplicas, timeout_ms / 1000 if timeout_ms else None)

@@ -1,0 +1,96 @@
+"""A RESP client to another Partita node: the internal link followers fetch over.
+
+Owns: one TCP connection to a peer (opened on first use, reopened after a
+failure), AUTH with this node's ``requirepass`` (every node of a cluster
+shares it), sending one command and reading its reply with hiredis. It
+implements ``cluster.replica_manager.LeaderEndpoint``.
+
+Must not know: what the commands mean (cluster/replica_manager.py builds
+them and reads the replies).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import hiredis
+import trio
+
+CONNECT_TIMEOUT_S = 2.0
+
+
+def _encode(args: list[bytes]) -> bytes:
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        out.append(b"$%d\r\n" % len(a))
+        out.append(a)
+        out.append(b"\r\n")
+    return b"".join(out)
+
+
+class LinkError(ConnectionError):
+    """The peer could not be reached or answered an error to AUTH."""
+
+
+class LeaderLink:
+    def __init__(self, host: str, port: int, password: str = "", *, reply_timeout_s: float = 30.0) -> None:
+        self.host = host
+        self.port = port
+        self.password = password
+        self.reply_timeout_s = reply_timeout_s
+        self._stream: trio.SocketStream | None = None
+        self._reader: Any = None
+        self._lock = trio.Lock()
+
+    async def _connect(self) -> None:
+        with trio.move_on_after(CONNECT_TIMEOUT_S) as scope:
+            self._stream = await trio.open_tcp_stream(self.host, self.port)
+        if scope.cancelled_caught or self._stream is None:
+            raise LinkError(f"connect to {self.host}:{self.port} timed out")
+        self._reader = hiredis.Reader(replyError=LinkError)
+        if self.password:
+            reply = await self._roundtrip([b"AUTH", self.password.encode()])
+            if isinstance(reply, Exception):
+                raise LinkError(f"AUTH to {self.host}:{self.port} refused: {reply}")
+
+    async def _roundtrip(self, args: list[bytes]) -> Any:
+        assert self._stream is not None
+        await self._stream.send_all(_encode(args))
+        while True:
+            reply = self._reader.gets()
+            if reply is not False:
+                return reply
+            data = await self._stream.receive_some(1 << 20)
+            if not data:
+                raise LinkError(f"{self.host}:{self.port} closed the connection")
+            self._reader.feed(data)
+
+    async def call(self, args: list[bytes]) -> Any:
+        """Send one command, return its reply (an error reply is returned as a
+        ``LinkError`` instance). Raises LinkError/OSError when the link fails."""
+        async with self._lock:
+            done = False
+            try:
+                if self._stream is None:
+                    await self._connect()
+                with trio.fail_after(self.reply_timeout_s):
+                    reply = await self._roundtrip(args)
+                done = True
+                return reply
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError,
+                    LinkError, hiredis.ProtocolError) as e:
+                raise LinkError(f"link to {self.host}:{self.port}: {e}") from None
+            finally:
+                if not done:
+                    # Failed or cancelled between request and reply: a late
+                    # reply must never be read as the next request's.
+                    await self.aclose()
+
+    async def aclose(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            with trio.CancelScope(shield=True):
+                try:
+                    await stream.aclose()
+                except Exception:  # noqa: BLE001 - closing a broken link
+                    pass

@@ -1,0 +1,215 @@
+"""Replication in the running server: routing, acks, fetcher tasks.
+
+Owns: building the ``cluster.replica_manager.ReplicaManager`` from the
+config (``node-id``, ``cluster-nodes`` ...), the background tasks (one
+fetcher per leader this node follows, restarted when the cluster view
+changes; the ISR/high-watermark tick), ``route`` (``-MOVED`` for keys led
+elsewhere, the dispatcher calls it in cluster mode only), the acks=all wait
+a connection does before sending an XADD's reply, ``WAIT``'s count, and
+waking blocked readers when a high watermark moves.
+
+Must not know: RESP bytes, sockets (``server/leader_link.py`` is the link),
+the replication rules themselves (cluster/replication.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from cluster.nodes import ClusterState, Placement, parse_cluster_nodes
+from cluster.replica_manager import NotEnoughReplicasError, NotLeaderError, ReplicaManager, Settings
+from cluster.topics import partition_key, split_partition_key
+from server.errors import CommandError
+from server.leader_link import LeaderLink
+
+log = logging.getLogger("partita.replication")
+TICK_S = 0.1
+
+
+class AcksFailed(Exception):
+    """An acks=all write was appended but can no longer be acknowledged."""
+
+
+def build(config: Any, topics: Any) -> "Replication | None":
+    """The server's replication, or None on a single node (no cluster-nodes)."""
+    if not config.cluster_nodes:
+        return None
+    nodes = parse_cluster_nodes(config.cluster_nodes)
+    placement = Placement(nodes, config.node_id, config.replication_factor)
+    state = ClusterState(placement, Path(config.dir))
+    settings = Settings(min_insync=config.min_insync_replicas, lag_max_ms=config.replica_lag_time_max_ms,
+                        fetch_wait_ms=config.replica_fetch_wait_max_ms,
+                        fetch_max_bytes=config.replica_fetch_max_bytes)
+    manager = ReplicaManager(topics, placement, state, settings)
+    return Replication(config, topics, manager)
+
+
+class Replication:
+    def __init__(self, config: Any, topics: Any, manager: ReplicaManager) -> None:
+        self.config = config
+        self.topics = topics
+        self.manager = manager
+        self.server: Any = None
+        self._hw_changed = trio.Event()
+        self._links: dict[int, LeaderLink] = {}
+        manager.on_hw_advance = self._on_hw_advance
+
+    @property
+    def me(self):
+        return self.manager.placement.by_id[self.manager.my_id]
+
+    def link(self, node_id: int, purpose: str = "fetch") -> LeaderLink:
+        key = (node_id, purpose)
+        link = self._links.get(key)
+        if link is None:
+            node = self.manager.placement.by_id[node_id]
+            link = self._links[key] = LeaderLink(node.host, node.port, self.config.requirepass)
+        return link
+
+    # -- routing ------------------------------------------------------------
+
+    def route(self, spec: Any, argv: list[bytes]) -> CommandError | None:
+        """``-MOVED`` for the first key this node does not lead; an error for a
+        multi-partition topic key whose partitions are not all led here."""
+        try:
+            indexes = spec.key_indexes(argv)
+        except Exception:  # noqa: BLE001 - malformed: the handler answers it
+            return None
+        manager = self.manager
+        topics = self.topics
+        for i in indexes:
+            key = argv[i]
+            try:
+                if topics.is_multi(key):
+                    away = []
+                    for n in range(topics.partitions_of(key)):
+                        shard = manager.shard_of(key, n)
+                        leader = manager.state.leader(shard)
+                        if leader != manager.my_id:
+                            away.append(f"{partition_key(key, n).decode('utf-8', 'replace')} on "
+                                        f"{manager.placement.by_id[leader].address}")
+                    if away:
+                        return CommandError(
+                            "ERR", f"topic '{key.decode('utf-8', 'replace')}' has partitions led by other "
+                            f"nodes ({', '.join(away[:4])}{', ...' if len(away) > 4 else ''}): "
+                            "in a cluster, use partition keys ('<topic>#<n>')")
+                    continue
+                manager.check_key(key)
+            except NotLeaderError as e:
+                return CommandError("MOVED", f"{e.slot} {e.leader.address}")
+        return None
+
+    # -- writes ---------------------------------------------------------------
+
+    def before_append(self, pkey: bytes) -> bool:
+        """Before an XADD to partition key ``topic#n`` appends. True when its
+        reply must wait for the in-sync replicas (acks=all). Raises
+        NotLeaderError / NotEnoughReplicasError (nothing written)."""
+        topic, n = split_partition_key(pkey)
+        n = n or 0
+        self.manager.before_append(topic, n)
+        return self.manager.acks_all(topic)
+
+    async def wait_acks(self, client: Any, pending: dict) -> None:
+        """Wait until every acks=all partition in ``pending`` (``partition key
+        -> (stream, acks_all)``) has its high watermark at its end offset as of now.
+
+        Raises AcksFailed when the ISR fell below min-insync-replicas or this
+        node stopped leading the partition before that happened.
+        """
+        targets = []
+        for pkey, (stream, acks_all) in pending.items():
+            end = stream.log.log_end_offset
+            client_writes(client)[pkey] = (stream, end)
+            if acks_all:
+                targets.append((pkey, stream, end))
+        for pkey, stream, end in targets:
+            topic, n = split_partition_key(pkey)
+            n = n or 0
+            while stream.log.high_watermark < end:
+                ls = self.manager.leader_state(topic, n)
+                if ls is None:
+                    raise AcksFailed(f"{pkey!r}: this node no longer leads it")
+                if not ls.accepts_acks_all():
+                    raise AcksFailed(f"{pkey!r}: {len(ls.isr)} in-sync replica(s), "
+                                     f"min-insync-replicas {ls.min_insync}")
+                await self._hw_changed.wait()
+
+    def _on_hw_advance(self, topic: bytes, n: int) -> None:
+        event, self._hw_changed = self._hw_changed, trio.Event()
+        event.set()
+        server = self.server
+        if server is not None:
+            for key in {topic, partition_key(topic, n), self.manager.canonical_key(topic, n)}:
+                server.signal_key_modified(key)
+
+    def replicas_acknowledging(self, client: Any) -> int:
+        """WAIT's count: replicas holding every write of this client so far."""
+        writes = client_writes(client)
+        if not writes:
+            return 0  # no write: nothing to count (Redis also answers 0 before any write)
+        best = None
+        for pkey, (stream, end) in list(writes.items()):
+            topic, n = split_partition_key(pkey)
+            ls = self.manager.leader_state(topic, n or 0)
+            count = ls.replicas_at(end) if ls is not None else 0
+            best = count if best is None else min(best, count)
+        return best or 0
+
+    async def wait_replicas(self, client: Any, numreplicas: int, timeout_s: float | None) -> int:
+        with trio.move_on_after(timeout_s if timeout_s is not None else float("inf")):
+            while self.replicas_acknowledging(client) < numreplicas:
+                await self._hw_changed.wait()
+        return self.replicas_acknowledging(client)
+
+    # -- background -----------------------------------------------------------
+
+    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._tick)
+            while True:
+                version = self.manager.state.version
+                async with trio.open_nursery() as fetchers:
+                    for leader in self.manager.leaders_to_follow():
+                        fetchers.start_soon(self.manager.run_fetcher, leader, self.link(leader))
+                    fetchers.start_soon(self._watch_view, version, fetchers.cancel_scope)
+                await trio.sleep(0)
+
+    async def _watch_view(self, version: int, scope: trio.CancelScope) -> None:
+        while self.manager.state.version == version:
+            await trio.sleep(TICK_S)
+        log.info("cluster view changed: restarting fetchers")
+        scope.cancel()
+
+    async def _tick(self) -> None:
+        while True:
+            await trio.sleep(TICK_S)
+            try:
+                self.manager.tick()
+                # Wake acks=all waiters so they re-check the ISR.
+                event, self._hw_changed = self._hw_changed, trio.Event()
+                event.set()
+            except Exception:
+                log.exception("replication tick failed")
+
+    def close(self) -> None:
+        try:
+            self.manager.save_hw_checkpoints()
+        except Exception:  # noqa: BLE001
+            log.exception("saving high watermark checkpoints failed")
+
+
+def client_writes(client: Any) -> dict:
+    """The client's last write per partition key (for WAIT)."""
+    writes = getattr(client, "repl_writes", None)
+    if writes is None:
+        writes = client.repl_writes = {}
+    return writes
+
+
+__all__ = ["build", "Replication", "AcksFailed", "NotEnoughReplicasError"]
