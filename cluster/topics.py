@@ -257,6 +257,11 @@ class TopicRegistry:
         self._split_cache: dict[bytes, tuple[bytes, int | None]] = {}
         self._append_cache: dict[bytes, tuple[Stream, bytes, list[bytes]]] = {}
         self.generation = 0  # bumped by every create / delete / alter (replication rescans)
+        # Called with the topic after a local create / delete / alter (not
+        # after ``adopt_topic``): replication tells the other nodes.
+        self.on_change: Any = None
+        self.deleted_ids: dict[bytes, str] = {}
+        self._adopting = False
         for topic in log_manager.topics():
             self._meta[topic] = self._load_meta(topic)
             self._remember_fsync(topic)
@@ -444,9 +449,14 @@ class TopicRegistry:
         self._meta[topic] = meta
         self._append_cache.clear()
         self._remember_fsync(topic)
-        self.generation += 1
+        self._changed(topic)
 
     # ------------------------------------------------- replication support
+
+    def _changed(self, topic: bytes) -> None:
+        self.generation += 1
+        if self.on_change is not None and not self._adopting:
+            self.on_change(topic)
 
     def topic_meta_blob(self, topic: bytes) -> bytes | None:
         meta = self._meta.get(topic)
@@ -461,6 +471,22 @@ class TopicRegistry:
         create it, or replace a different topic of the same name (another
         topic ID: it was deleted and re-created), or take its partition count
         and config."""
+        self._adopting = True
+        try:
+            self._adopt(topic, blob)
+        finally:
+            self._adopting = False
+
+    def adopt_deletion(self, topic: bytes, topic_id: str) -> None:
+        """The topic was deleted on the node that owns it (same topic ID only)."""
+        if topic in self._meta and self._meta[topic].topic_id == topic_id:
+            self._adopting = True
+            try:
+                self.delete(topic)
+            finally:
+                self._adopting = False
+
+    def _adopt(self, topic: bytes, blob: bytes) -> None:
         theirs = TopicMeta.from_bytes(blob)
         mine = self._meta.get(topic)
         if mine is not None and mine.topic_id != theirs.topic_id:
@@ -479,7 +505,7 @@ class TopicRegistry:
             self._append_cache.clear()
             self._remember_fsync(topic)
             self.refresh_log_configs()
-            self.generation += 1
+            self._changed(topic)
 
     def partitions_of(self, topic: bytes) -> int:
         meta = self._meta.get(topic)
@@ -650,7 +676,7 @@ class TopicRegistry:
                 store.flush()
         for membership in self.memberships_of(topic):
             membership.set_partition_count(partitions)
-        self.generation += 1
+        self._changed(topic)
         return list(range(old, partitions))
 
     def alter_config(self, topic: bytes, pairs: Sequence[tuple[bytes, bytes]]) -> dict[str, Any]:
@@ -676,7 +702,7 @@ class TopicRegistry:
         for (t, _n), stream in self._streams.items():
             if t == topic:
                 stream.log.config = cfg
-        self.generation += 1
+        self._changed(topic)
         return dict(config)
 
     def describe(self, topic: bytes) -> dict[str, Any]:
@@ -759,11 +785,12 @@ class TopicRegistry:
         for ck in [k for k in self.coordinators if k[0] == topic]:
             del self.coordinators[ck]
         self._fsync_by_dir.pop(str(self.log_manager.topic_dir(topic)), None)
+        self.deleted_ids[topic] = self._meta[topic].topic_id  # replication tells the other nodes
         del self._meta[topic]
         self._append_cache.clear()
         self.partitioner.forget(topic)
         self.log_manager.delete_topic(topic)
-        self.generation += 1
+        self._changed(topic)
         return True
 
     def flush_all(self) -> int:

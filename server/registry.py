@@ -42,7 +42,7 @@ KNOWN_FLAGS = frozenset(
         "blocking", "loading", "stale", "skip_monitor", "skip_slowlog",
         "asking", "fast", "no_auth", "may_replicate", "sentinel",
         "only_sentinel", "no_mandatory_keys", "no_multi", "movablekeys",
-        "allow_busy",
+        "allow_busy", "no_async_loading",
     }
 )
 

@@ -57,6 +57,10 @@ class Replication:
         self._hw_changed = trio.Event()
         self._links: dict[int, LeaderLink] = {}
         manager.on_hw_advance = self._on_hw_advance
+        # Topic metadata changes not yet told to each other node: node -> {topic: (blob, id)}.
+        self._topic_news: dict[int, dict[bytes, tuple[bytes | None, str]]] = {}
+        self._topic_news_ready = trio.Event()
+        topics.on_change = self.broadcast_topic
 
     @property
     def me(self):
@@ -81,10 +85,11 @@ class Replication:
             return None
         manager = self.manager
         topics = self.topics
+        admin = spec.name.startswith("topic|")  # TOPIC ... runs where the topic name's slot is led
         for i in indexes:
             key = argv[i]
             try:
-                if topics.is_multi(key):
+                if not admin and topics.is_multi(key):
                     away = []
                     for n in range(topics.partitions_of(key)):
                         shard = manager.shard_of(key, n)
@@ -166,12 +171,49 @@ class Replication:
                 await self._hw_changed.wait()
         return self.replicas_acknowledging(client)
 
+    # -- topic metadata ---------------------------------------------------------
+
+    def broadcast_topic(self, topic: bytes) -> None:
+        """A topic was created, altered or deleted here: tell every other node
+        (in the background, retried until each has it), so the leaders of its
+        partitions know the topic. Followers also get it from their leaders'
+        fetch replies."""
+        blob = self.topics.topic_meta_blob(topic)
+        topic_id = self.topics.topic_id(topic) or self.topics.deleted_ids.get(topic, "")
+        for node in self.manager.placement.nodes:
+            if node.id != self.manager.my_id:
+                self._topic_news.setdefault(node.id, {})[topic] = (blob, topic_id)
+        self._topic_news_ready.set()
+
+    async def _tell_topics(self) -> None:
+        while True:
+            await self._topic_news_ready.wait()
+            self._topic_news_ready = trio.Event()
+            for node_id in list(self._topic_news):
+                news = self._topic_news[node_id]
+                for topic, (blob, topic_id) in list(news.items()):
+                    args = [b"REPLTOPIC", topic, blob or b"", topic_id.encode()]
+                    try:
+                        reply = await self.link(node_id, "admin").call(args)
+                    except ConnectionError:
+                        break  # down: retried below
+                    if isinstance(reply, Exception):
+                        log.warning("node %d refused topic %r metadata: %s", node_id, topic, reply)
+                    if news.get(topic) == (blob, topic_id):
+                        del news[topic]
+                if not news:
+                    del self._topic_news[node_id]
+            if self._topic_news:
+                await trio.sleep(1.0)
+                self._topic_news_ready.set()
+
     # -- background -----------------------------------------------------------
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._tick)
+            nursery.start_soon(self._tell_topics)
             while True:
                 version = self.manager.state.version
                 async with trio.open_nursery() as fetchers:

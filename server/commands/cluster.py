@@ -147,7 +147,7 @@ def cluster_help(ctx, argv):
         "HELP", "    Print this help.")]
 
 
-@command("cluster|failover", arity=-2, flags="admin stale", group="cluster", since="3.0.0",
+@command("cluster|failover", arity=-2, flags="admin stale no_async_loading", group="cluster", since="3.0.0",
          acl_categories=("admin", "slow", "dangerous"),
          summary="Forces a replica to perform a manual failover of its master.",
          syntax="CLUSTER FAILOVER [FORCE | TAKEOVER]", waits=True)
@@ -273,6 +273,22 @@ async def replfetch(ctx, argv):
         if news or remaining <= 0 or not ctx.may_block:
             return reply
         await ctx.server.wait_for_keys(keys, remaining, internal=True)
+
+
+@command("repltopic", arity=4, flags="admin stale", group="cluster", since="7.0.0",
+         acl_categories=("admin", "slow", "dangerous"),
+         summary="Internal: a topic's metadata (or its deletion) from the node that changed it.",
+         syntax="REPLTOPIC topic meta topic-id")
+def repltopic(ctx, argv):
+    """REPLTOPIC topic meta topic-id (an empty meta: the topic was deleted)"""
+    _repl(ctx)
+    topics = ctx.server.topics
+    if argv[2]:
+        topics.adopt_topic(argv[1], argv[2])
+    else:
+        topics.adopt_deletion(argv[1], argv[3].decode())
+    ctx.server.signal_key_modified(argv[1])
+    return OK
 
 
 @command("replepoch", arity=-4, flags="admin stale", group="cluster", since="7.0.0",

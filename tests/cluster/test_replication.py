@@ -1,0 +1,322 @@
+"""Replication state machines, step by step, and two replica managers joined by
+an in-memory endpoint under trio's autojump clock (no sockets)."""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+
+import pytest
+import trio
+
+from cluster import replication as rp
+from cluster.nodes import ClusterState, Node, Placement, crc16, key_slot, parse_cluster_nodes, ClusterConfigError
+from cluster.replica_manager import NotEnoughReplicasError, NotLeaderError, ReplicaManager, Settings
+from cluster.topics import TopicRegistry
+from storage.log import LogConfig, PartitionLog
+from storage.streams.groups import groups_of
+
+
+# ---------------------------------------------------------------- slots
+
+
+def test_crc16_and_key_slot_match_redis_cluster():
+    # Redis Cluster spec: crc16("123456789") == 0x31C3; hash tags pick the slot.
+    assert crc16(b"123456789") == 0x31C3
+    assert key_slot(b"foo") == 12182  # CLUSTER KEYSLOT foo
+    assert key_slot(b"{user1000}.following") == key_slot(b"{user1000}.followers") == key_slot(b"user1000")
+    assert key_slot(b"foo{}{bar}") == key_slot(b"foo{}{bar}")  # empty tag: the whole key
+    assert key_slot(b"foo{}{bar}") != key_slot(b"bar")
+
+
+def test_placement_spreads_leaders_and_replicas():
+    nodes = parse_cluster_nodes("3@h:3,1@h:1,2@h:2")
+    p = Placement(nodes, 1)
+    assert [n.id for n in p.nodes] == [1, 2, 3]
+    assert p.replication_factor == 3
+    assert [p.replicas(s) for s in range(3)] == [[1, 2, 3], [2, 3, 1], [3, 1, 2]]
+    assert p.slot_range(0) == (0, 5461) and p.slot_range(2)[1] == 16383
+    covered = [p.shard_of_slot(s) for s in range(16384)]
+    assert all(covered[a] == s for s in range(3) for a in p.slot_range(s))
+
+
+@pytest.mark.parametrize("text, why", [
+    ("1@h", "not <node-id>@<host>:<port>"),
+    ("1@h:1,1@h:2", "twice"),
+    ("0@h:1", "start at 1"),
+])
+def test_bad_cluster_nodes_are_refused(text, why):
+    with pytest.raises(ClusterConfigError, match=why):
+        parse_cluster_nodes(text)
+
+
+def test_placement_refuses_unknown_node_and_large_rf():
+    nodes = [Node(1, "h", 1), Node(2, "h", 2)]
+    with pytest.raises(ClusterConfigError, match="not one of"):
+        Placement(nodes, 5)
+    with pytest.raises(ClusterConfigError, match="needs at least 3 nodes"):
+        Placement(nodes, 1, 3)
+
+
+def test_cluster_state_adopts_only_newer_epochs_and_persists(tmp_path):
+    p = Placement(parse_cluster_nodes("1@h:1,2@h:2,3@h:3"), 1)
+    st = ClusterState(p, tmp_path)
+    assert st.shards == [(1, 1), (2, 1), (3, 1)]
+    assert not st.set_leader(0, 2, 1)  # same epoch: ignored
+    assert not st.set_leader(0, 9, 5)  # not a replica
+    assert st.set_leader(0, 2, 2)
+    (tmp_path / "other").mkdir()
+    other = ClusterState(p, tmp_path / "other")
+    assert other.merge(st.encode()) and other.shards[0] == (2, 2)
+    assert ClusterState(p, tmp_path).shards[0] == (2, 2)  # survived a restart
+
+
+# ---------------------------------------------------------- leader rules
+
+
+def _log(tmp_path: Path, name: str = "p") -> PartitionLog:
+    return PartitionLog.open(tmp_path / name, LogConfig(segment_bytes=4096))
+
+
+def _append(plog: PartitionLog, n: int, epoch: int = 1) -> None:
+    for _ in range(n):
+        ms = plog.last_id[0] + 1
+        plog.append([(ms, 0, b"*2\r\n$3\r\n%d-0\r\n*2\r\n$1\r\nf\r\n$1\r\nv\r\n" % ms)], epoch)
+
+
+def test_high_watermark_is_the_isr_minimum_and_never_goes_back(tmp_path):
+    plog = _log(tmp_path)
+    ls = rp.LeaderState(1, [1, 2, 3], 1, plog, now_ms=0, lag_max_ms=1000)
+    _append(plog, 10)
+    assert plog.high_watermark == 0
+    assert not ls.on_fetch(2, 10, 1)  # node 3 has nothing yet
+    assert ls.on_fetch(3, 4, 1) and plog.high_watermark == 4
+    ls.on_fetch(3, 2, 2)  # a follower that went back (restart) does not move the HW back
+    assert plog.high_watermark == 4
+    assert ls.on_fetch(3, 10, 3) and plog.high_watermark == 10
+
+
+def test_lagging_follower_leaves_the_isr_and_rejoins_when_caught_up(tmp_path):
+    plog = _log(tmp_path)
+    ls = rp.LeaderState(1, [1, 2, 3], 1, plog, now_ms=0, lag_max_ms=1000)
+    _append(plog, 5)
+    ls.on_fetch(2, 5, 100)
+    assert not ls.check_lag(900)
+    assert ls.check_lag(1001)  # node 3 never caught up within lag_max_ms
+    assert ls.isr == {1, 2} and plog.high_watermark == 5
+    _append(plog, 5)
+    ls.on_fetch(2, 10, 1100)
+    assert plog.high_watermark == 10
+    ls.on_fetch(3, 7, 1200)  # below the HW: still out
+    assert 3 not in ls.isr
+    ls.on_fetch(3, 10, 1300)
+    assert ls.isr == {1, 2, 3}
+
+
+def test_min_insync_freezes_the_high_watermark_and_refuses_acks_all(tmp_path):
+    plog = _log(tmp_path)
+    ls = rp.LeaderState(1, [1, 2, 3], 1, plog, now_ms=0, min_insync=3, lag_max_ms=10)
+    _append(plog, 3)
+    ls.on_fetch(2, 3, 5)
+    ls.check_lag(100)  # node 2 caught up at 5, node 3 never: both lag now? only 3 is behind
+    assert ls.isr == {1, 2}
+    assert not ls.accepts_acks_all()
+    _append(plog, 2)
+    ls.on_fetch(2, 5, 101)
+    assert plog.high_watermark == 0  # frozen below min-insync-replicas
+    ls.min_insync = 2
+    assert ls.update_hw() and plog.high_watermark == 5
+
+
+def test_truncation_kip_101_uncommitted_tail(tmp_path):
+    leader, follower = _log(tmp_path, "l"), _log(tmp_path, "f")
+    _append(leader, 5, epoch=1)
+    _append(follower, 7, epoch=1)  # two entries the leader never had
+    assert rp.truncation_offset(follower, leader.end_offset_for_epoch(follower.latest_epoch)) == 5
+
+
+def test_truncation_kip_279_several_epochs(tmp_path):
+    leader, follower = _log(tmp_path, "l"), _log(tmp_path, "f")
+    _append(leader, 5, epoch=1)
+    _append(leader, 5, epoch=3)  # the leader's epoch 3 started at 5...
+    _append(follower, 5, epoch=1)
+    _append(follower, 3, epoch=2)  # ...while this replica led epoch 2 alone
+    answer = leader.end_offset_for_epoch(follower.latest_epoch)
+    assert answer == (1, 5)
+    assert rp.truncation_offset(follower, answer) == 5
+    follower.truncate_to(5)
+    _append(follower, 0)
+    assert rp.truncation_offset(follower, leader.end_offset_for_epoch(follower.latest_epoch)) is None
+
+
+def test_truncation_when_leader_has_no_such_old_epoch(tmp_path):
+    follower = _log(tmp_path, "f")
+    _append(follower, 3, epoch=1)
+    assert rp.truncation_offset(follower, (-1, -1)) == 0
+    empty = _log(tmp_path, "e")
+    assert rp.truncation_offset(empty, (-1, -1)) is None
+
+
+def test_read_batches_is_what_append_raw_takes(tmp_path):
+    leader, follower = _log(tmp_path, "l"), _log(tmp_path, "f")
+    _append(leader, 200)  # several segments of 4 KiB
+    assert leader.segment_count > 2
+    off = 0
+    while off < leader.log_end_offset:
+        data, off = leader.read_batches(off, 1000)
+        follower.append_raw(data)
+    assert follower.log_end_offset == 200
+    # A start inside a batch gets the batch's suffix.
+    plog = _log(tmp_path, "x")
+    plog.append([(1, 0, b"a"), (2, 0, b"b"), (3, 0, b"c")], 1)
+    data, nxt = plog.read_batches(1, 1 << 20)
+    copy = _log(tmp_path, "y")
+    copy.truncate_to(0)
+    copy.restart_at(1)
+    copy.append_raw(data)
+    assert nxt == 3 and copy.log_end_offset == 3 and copy.log_start_offset == 1
+
+
+# ------------------------------------------------ two managers, in memory
+
+
+def _key_led_by(placement: Placement, node: int) -> bytes:
+    for i in range(10000):
+        key = b"s%d" % i
+        if placement.replicas(placement.shard_of_slot(key_slot(key)))[0] == node:
+            return key
+    raise AssertionError
+
+
+class MemoryEndpoint:
+    """The leader manager, called directly (the long poll sleeps on the clock)."""
+
+    def __init__(self, leader: ReplicaManager) -> None:
+        self.leader = leader
+        self.up = True
+
+    async def call(self, args):
+        await trio.sleep(0.001)
+        if not self.up:
+            raise ConnectionError("down")
+        if args[0] == b"REPLEPOCH":
+            return self.leader.end_offsets_for_epochs(args[1:])
+        reply, news = self.leader.serve_fetch(args[1:])
+        if not news:
+            await trio.sleep(int(args[3]) / 1000)
+            reply, _ = self.leader.serve_fetch(args[1:])
+        return reply
+
+
+class Node2:
+    def __init__(self, tmp_path: Path, my_id: int, clock) -> None:
+        cfg = types.SimpleNamespace(segment_bytes=4096, stream_node_max_entries=100, acks="all",
+                                    min_insync_replicas=1)
+        self.registry = TopicRegistry.open(tmp_path / f"n{my_id}", cfg)
+        placement = Placement([Node(1, "h", 1), Node(2, "h", 2)], my_id)
+        self.manager = ReplicaManager(self.registry, placement, ClusterState(placement, tmp_path / f"n{my_id}"),
+                                      Settings(lag_max_ms=1000, fetch_wait_ms=200), clock_ms=clock)
+
+    def append(self, key: bytes, n: int) -> None:
+        for i in range(n):
+            stream, pkey = self.registry.append_target(key, [b"f", b"%d" % i])
+            self.manager.before_append(pkey.rsplit(b"#", 1)[0], 0)
+            stream.add([b"f", b"%d" % i])
+
+
+@pytest.fixture
+def pair(tmp_path):
+    now = [0]
+
+    def clock():
+        return int(trio.current_time() * 1000) if trio.lowlevel.current_root_task() else now[0]
+
+    a, b = Node2(tmp_path, 1, clock), Node2(tmp_path, 2, clock)
+    yield a, b
+    a.registry.close()
+    b.registry.close()
+
+
+def _files(reg: TopicRegistry, topic: bytes) -> bytes:
+    """Every stored batch of the topic in offset order (segments may roll at
+    other offsets on each replica; the batches are the same bytes)."""
+    d = reg.log_manager.topic_dir(topic)
+    return b"".join(p.read_bytes() for p in sorted(d.rglob("*.log")))
+
+
+async def test_follower_copies_batches_state_and_groups(pair, autojump_clock):
+    a, b = pair
+    key = _key_led_by(a.manager.placement, 1)
+    a.append(key, 50)
+    stream = a.registry.get(key)
+    store = groups_of(stream)
+    with pytest.raises(NotLeaderError):
+        b.manager.before_append(key, 0)
+    endpoint = MemoryEndpoint(a.manager)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(b.manager.run_fetcher, 1, endpoint)
+        await trio.sleep(1)
+        assert a.registry.get(key).log.high_watermark == 50
+        store.create_group(b"g", (0, 0), 0)
+        stream.delete([stream.range((0, 0), (2**64 - 1, 2**64 - 1), count=3).count and
+                       tuple(stream.log.entry_id(1))])
+        a.append(key, 5)
+        await trio.sleep(1)
+        nursery.cancel_scope.cancel()
+    copy = b.registry.get(key)
+    assert copy.log.log_end_offset == 55 and copy.log.high_watermark <= 55
+    assert _files(a.registry, key) == _files(b.registry, key)  # byte-identical
+    assert copy.log.is_deleted(1)
+    assert groups_of(copy).group(b"g") is not None
+    assert copy.meta == stream.meta
+
+
+async def test_isr_shrinks_when_the_follower_is_unreachable(pair, autojump_clock):
+    a, b = pair
+    key = _key_led_by(a.manager.placement, 1)
+    a.append(key, 1)
+    endpoint = MemoryEndpoint(a.manager)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(b.manager.run_fetcher, 1, endpoint)
+        await trio.sleep(1)
+        endpoint.up = False
+        a.append(key, 1)
+        for _ in range(20):
+            await trio.sleep(0.1)
+            a.manager.tick()
+        ls = a.manager.leader_state(key, 0)
+        assert ls.isr == {1}
+        a.registry.alter_config(key, [(b"min-insync-replicas", b"2")])
+        with pytest.raises(NotEnoughReplicasError, match="NOTENOUGHREPLICAS"):
+            a.manager.before_append(key, 0)
+        endpoint.up = True
+        await trio.sleep(1)
+        assert ls.isr == {1, 2}
+        a.manager.before_append(key, 0)
+        nursery.cancel_scope.cancel()
+
+
+async def test_old_leader_truncates_its_unreplicated_tail_after_failover(pair, autojump_clock):
+    a, b = pair
+    key = _key_led_by(a.manager.placement, 1)
+    a.append(key, 10)
+    endpoint_a = MemoryEndpoint(a.manager)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(b.manager.run_fetcher, 1, endpoint_a)
+        await trio.sleep(1)
+        nursery.cancel_scope.cancel()
+    a.append(key, 3)  # never fetched by b: not acknowledged with acks=all
+    shard = a.manager.shard_of(key, 0)
+    # b takes over at epoch 2 and writes; a learns and follows b.
+    b.manager.state.set_leader(shard, 2, 2)
+    a.manager.state.merge(b.manager.state.encode())
+    b.append(key, 4)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(a.manager.run_fetcher, 2, MemoryEndpoint(b.manager))
+        await trio.sleep(1)
+        nursery.cancel_scope.cancel()
+    assert a.manager.fetch_counts["truncations"] == 1
+    la, lb = a.registry.get(key).log, b.registry.get(key).log
+    assert la.log_end_offset == lb.log_end_offset == 14
+    assert la.epochs() == lb.epochs() == [(1, 0), (2, 10)]
+    assert _files(a.registry, key) == _files(b.registry, key)

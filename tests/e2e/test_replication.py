@@ -1,0 +1,264 @@
+"""A 3-node cluster of real ``partita`` processes on loopback: acks, ISR,
+-MOVED, WAIT, manual failover, a follower killed and restarted."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import pytest
+import redis
+
+from tests.conftest import PartitaProcess, RawConn, free_port
+
+LAG_MS = 1000
+
+
+def _partition_lines(server: PartitaProcess) -> dict[str, dict[str, str]]:
+    """INFO replication's ``partitionN:key=...`` lines, by key."""
+    with RawConn(server.port) as conn:
+        info = conn.request(b"INFO replication\r\n").decode()
+    out = {}
+    for line in info.splitlines():
+        if line.startswith("partition") and ":" in line:
+            fields = dict(item.split("=", 1) for item in line.split(":", 1)[1].split(","))
+            out[fields["key"]] = fields
+    return out
+
+
+class Cluster:
+    def __init__(self, tmp_path, n: int = 3, extra: list[str] | None = None) -> None:
+        self.ports = [free_port() for _ in range(n)]
+        spec = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(self.ports))
+        self.nodes: list[PartitaProcess] = []
+        for i, port in enumerate(self.ports):
+            node = PartitaProcess(tmp_path / f"node{i + 1}", [
+                "--node-id", str(i + 1), "--cluster-nodes", spec,
+                "--replica-lag-time-max-ms", str(LAG_MS), "--replica-fetch-wait-max-ms", "100",
+                *(extra or [])])
+            node.port = port
+            self.nodes.append(node)
+        for node in self.nodes:
+            node.start()
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            if node.proc is not None and node.proc.poll() is None:
+                node.proc.send_signal(signal.SIGCONT)
+                node.stop()
+
+    def node_at(self, port: int) -> PartitaProcess:
+        return self.nodes[self.ports.index(port)]
+
+    def leader_of(self, key: bytes) -> PartitaProcess:
+        slot = self.nodes[0].client().execute_command("CLUSTER", "KEYSLOT", key)
+        for first, last, leader, *_ in self.nodes[0].client().execute_command("CLUSTER", "SLOTS"):
+            if first <= slot <= last:
+                return self.node_at(leader[1])
+        raise AssertionError(slot)
+
+    def followers_of(self, key: bytes) -> list[PartitaProcess]:
+        leader = self.leader_of(key)
+        return [n for n in self.nodes if n is not leader]
+
+    def wait_converged(self, key: str, timeout_s: float = 20.0) -> None:
+        """Every replica's end offset equals the leader's high watermark and end."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            lines = [_partition_lines(n).get(key) for n in self.nodes]
+            if all(lines):
+                ends = {line["end_offset"] for line in lines}
+                hws = {line["high_watermark"] for line in lines}
+                if len(ends) == 1 and hws == ends:
+                    return
+            time.sleep(0.05)
+        raise AssertionError(f"replicas did not converge: {[_partition_lines(n).get(key) for n in self.nodes]}")
+
+    def log_bytes(self, node: PartitaProcess, topic: str) -> bytes:
+        files = sorted((node.data_dir / "topics").glob(f"*{topic}*/partition-0/*.log"))
+        assert files, f"no log of {topic} on {node.data_dir}"
+        return b"".join(f.read_bytes() for f in files)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(tmp_path)
+    yield c
+    c.stop()
+
+
+def test_writes_to_a_follower_are_moved_to_the_leader(cluster):
+    key = b"orders"
+    leader = cluster.leader_of(key)
+    slot = leader.client().execute_command("CLUSTER", "KEYSLOT", key)
+    for follower in cluster.followers_of(key):
+        with RawConn(follower.port) as conn:
+            assert conn.request(b"XADD orders * a 1\r\n") == b"-MOVED %d 127.0.0.1:%d\r\n" % (slot, leader.port)
+            assert conn.request(b"XRANGE orders - +\r\n").startswith(b"-MOVED %d " % slot)
+    assert leader.client().xadd(key, {"a": "1"})
+
+
+def test_redis_cluster_client_finds_every_leader(cluster):
+    from redis.cluster import ClusterNode, RedisCluster
+
+    rc = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", cluster.ports[0])], socket_timeout=10)
+    keys = [f"stream-{i}" for i in range(30)]
+    for k in keys:
+        rc.xadd(k, {"v": k})
+    for k in keys:
+        assert rc.xrange(k)[0][1] == {b"v": k.encode()}
+    assert {cluster.leader_of(k.encode()).port for k in keys} == set(cluster.ports)
+    rc.close()
+
+
+def test_acks_all_entries_are_on_every_isr_replica_when_acknowledged(cluster):
+    key = b"acked"
+    leader = cluster.leader_of(key)
+    client = leader.client()
+    for round_ in range(10):
+        pipe = client.pipeline(transaction=False)
+        for i in range(20):
+            pipe.xadd(key, {"r": round_, "i": i})
+        pipe.execute()
+        acked = 20 * (round_ + 1)
+        # Acknowledged means on every ISR replica (all three are in sync here).
+        for follower in cluster.followers_of(key):
+            line = _partition_lines(follower)["acked"]
+            assert int(line["end_offset"]) >= acked, (round_, line)
+    assert _partition_lines(leader)["acked"]["isr"] == "1/2/3"
+
+
+def test_stopped_follower_leaves_the_isr_then_catches_up_and_rejoins(cluster):
+    key = b"paused"
+    leader = cluster.leader_of(key)
+    client = leader.client()
+    client.xadd(key, {"a": "0"})
+    stopped = cluster.followers_of(key)[0]
+    stopped.proc.send_signal(signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        client.xadd(key, {"a": "1"})  # acks=all waits until the stopped follower leaves the ISR
+        assert time.monotonic() - started < LAG_MS / 1000 + 3
+        isr = _partition_lines(leader)["paused"]["isr"]
+        assert len(isr.split("/")) == 2
+        client.execute_command("TOPIC", "ALTER", key, "CONFIG", "min-insync-replicas", "3")
+        with pytest.raises(redis.ResponseError, match="NOTENOUGHREPLICAS 2 in-sync replica"):
+            client.xadd(key, {"a": "refused"})
+        client.execute_command("TOPIC", "ALTER", key, "CONFIG", "min-insync-replicas", "2")
+        for i in range(50):
+            client.xadd(key, {"a": f"more{i}"})
+    finally:
+        stopped.proc.send_signal(signal.SIGCONT)
+    deadline = time.monotonic() + 10
+    while _partition_lines(leader)["paused"]["isr"] != "1/2/3":
+        assert time.monotonic() < deadline, _partition_lines(leader)
+        time.sleep(0.05)
+    cluster.wait_converged("paused")
+    assert client.xlen(key) == 52  # the refused entry was never written
+    logs = {cluster.log_bytes(n, "paused") for n in cluster.nodes}
+    assert len(logs) == 1  # byte-identical on all replicas
+
+
+def test_wait_counts_replicas_holding_the_clients_writes(cluster):
+    key = b"waited"
+    leader = cluster.leader_of(key)
+    client = leader.client()
+    client.execute_command("TOPIC", "CREATE", key, "CONFIG", "acks", "1")
+    client.xadd(key, {"a": "1"})
+    assert client.execute_command("WAIT", 2, 5000) == 2
+    stopped = cluster.followers_of(key)[0]
+    stopped.proc.send_signal(signal.SIGSTOP)
+    try:
+        client.xadd(key, {"a": "2"})  # acks=1: replies at once
+        started = time.monotonic()
+        assert client.execute_command("WAIT", 2, 300) == 1
+        assert time.monotonic() - started >= 0.25
+    finally:
+        stopped.proc.send_signal(signal.SIGCONT)
+    assert client.execute_command("WAIT", 2, 5000) == 2
+
+
+def test_manual_failover_loses_no_acknowledged_entry(cluster):
+    key = b"moving"
+    old = cluster.leader_of(key)
+    acked: list[bytes] = []
+    stop = threading.Event()
+    errors: list[str] = []
+
+    def produce() -> None:
+        from redis.cluster import ClusterNode, RedisCluster
+
+        rc = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", p) for p in cluster.ports],
+                          socket_timeout=10)
+        i = 0
+        while not stop.is_set():
+            try:
+                acked.append(rc.xadd(key, {"i": str(i)}))
+            except (redis.RedisError, OSError) as e:  # unacknowledged: may or may not be stored
+                errors.append(repr(e))
+                time.sleep(0.05)
+            i += 1
+        rc.close()
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    try:
+        time.sleep(0.5)
+        new = cluster.followers_of(key)[0]
+        assert new.client().execute_command("CLUSTER", "FAILOVER") == b"OK"
+        time.sleep(0.8)
+    finally:
+        stop.set()
+        thread.join(30)
+    assert cluster.leader_of(key) is new and new is not old
+    assert len(acked) > 20
+    cluster.wait_converged("moving")
+    stored = [entry_id for entry_id, _ in new.client().xrange(key)]
+    assert len(stored) == len(set(stored))
+    missing = set(acked) - set(stored)
+    assert not missing, (len(missing), errors[:5])
+    positions = [stored.index(a) for a in acked]
+    assert positions == sorted(positions)  # in the order they were acknowledged
+    assert len({cluster.log_bytes(n, "moving") for n in cluster.nodes}) == 1
+
+
+def test_follower_killed_mid_write_truncates_and_converges(cluster):
+    key = b"crashy"
+    leader = cluster.leader_of(key)
+    client = leader.client()
+    victim = cluster.followers_of(key)[0]
+    for i in range(100):
+        client.xadd(key, {"i": str(i)})
+    victim.kill9()
+    for i in range(100, 200):
+        client.xadd(key, {"i": str(i)})  # the ISR drops the dead follower, writes go on
+    victim.start()
+    for i in range(200, 220):
+        client.xadd(key, {"i": str(i)})
+    cluster.wait_converged("crashy")
+    assert client.xlen(key) == 220
+    assert len({cluster.log_bytes(n, "crashy") for n in cluster.nodes}) == 1
+
+
+def test_multi_partition_topic_is_known_by_every_partition_leader(cluster):
+    owner = cluster.leader_of(b"events")
+    assert owner.client().execute_command("TOPIC", "CREATE", "events", "PARTITIONS", "6") == b"OK"
+    keys = [f"events#{n}".encode() for n in range(6)]
+    deadline = time.monotonic() + 10
+    for key in keys:  # each partition is written on its own leader
+        while True:
+            try:
+                cluster.leader_of(key).client().xadd(key, {"k": key})
+                break
+            except redis.ResponseError as e:
+                assert time.monotonic() < deadline, e
+                time.sleep(0.05)
+    assert len({cluster.leader_of(k).port for k in keys}) > 1
+    with pytest.raises(redis.ResponseError, match="partitions led by other nodes"):
+        owner.client().xrange("events")
+    assert owner.client().execute_command("TOPIC", "DELETE", "events") == b"OK"
+    deadline = time.monotonic() + 10
+    while any(b"events" in n.client().execute_command("TOPIC", "LIST") for n in cluster.nodes):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
