@@ -37,13 +37,17 @@ from cluster import replication as rp
 from cluster.nodes import ClusterState, Placement, key_slot
 from cluster.topics import TopicRegistry, partition_key, split_partition_key
 from storage.checkpoint import read_file, write_atomic
-from storage.streams.replica_state import apply_state, encode_state, state_version
+from storage.streams.groups import GroupStateError, groups_of
+from storage.streams.replica_state import (apply_group_changes, apply_state, encode_state, group_changes,
+                                           state_version)
 
 log = logging.getLogger("partita.replication")
 
 HW_CHECKPOINT = "replication.hw"
-PARTITION_FIELDS = 6  # topic, n, topic id, fetch offset, last fetched epoch, state version
+# topic, n, topic id, fetch offset, last fetched epoch, state version, group journal position
+PARTITION_FIELDS = 7
 RETRY_S = 0.5  # a fetcher whose leader is unreachable retries this often
+PAUSED = "TRYAGAIN a manual failover is moving this partition's leadership; retry shortly"
 
 
 class LeaderEndpoint(Protocol):
@@ -85,6 +89,7 @@ class Followed:
     n: int
     epoch_truncated: int = -1  # the shard epoch whose truncation step is done
     state_token: bytes = b""  # the leader's state version last applied
+    group_token: bytes = b""  # where this replica stands in the leader's group journal
 
 
 def _now_ms() -> int:
@@ -136,12 +141,23 @@ class ReplicaManager:
     def leads_shard(self, shard: int) -> bool:
         return self.state.leader(shard) == self.my_id
 
-    def check_key(self, key: bytes) -> None:
-        """Raise NotLeaderError for a key this node does not lead."""
+    def check_key(self, key: bytes) -> int:
+        """The key's shard; NotLeaderError for a key this node does not lead."""
         slot, shard = self.key_shard(key)
         leader = self.state.leader(shard)
         if leader != self.my_id:
             raise NotLeaderError(slot, self.placement.by_id[leader])
+        return shard
+
+    def is_paused(self, shard: int) -> bool:
+        """A manual failover is moving ``shard``: its writes wait (TRYAGAIN)."""
+        paused = self.paused.get(shard)
+        if paused is None:
+            return False
+        if paused[0] == self.state.epoch(shard) and self.clock_ms() < paused[1]:
+            return True
+        del self.paused[shard]
+        return False
 
     def is_replicated(self, topic: bytes, n: int) -> bool:
         return self.placement.replication_factor > 1
@@ -188,18 +204,38 @@ class ReplicaManager:
             self.paused.pop(shard, None)
 
     def shard_ends(self, shard: int) -> list:
-        """``[topic, n, end offset, high watermark, ...]`` of the shard's partitions here."""
+        """``[topic, n, end offset, high watermark, state token, group token, ...]``
+        of the shard's partitions here: what a follower must hold to take over."""
         out: list = []
         reg = self.registry
         for topic in reg.topics():
             for n in range(reg.partitions_of(topic)):
                 if self.shard_of(topic, n) == shard:
-                    plog = reg.stream_of(topic, n).log
+                    stream = reg.stream_of(topic, n)
+                    plog = stream.log
                     ls = self.leader_state(topic, n)
-                    if ls is not None:  # followers' fetches may have moved it: re-evaluate
-                        ls.update_hw()
-                    out += [topic, b"%d" % n, plog.log_end_offset, plog.high_watermark]
+                    if ls is None:
+                        continue
+                    ls.update_hw()  # followers' fetches may have moved it: re-evaluate
+                    prefix = b"%s:%d:" % (self.token, ls.epoch)
+                    gen, end = groups_of(stream).journal_position()
+                    out += [topic, b"%d" % n, plog.log_end_offset, plog.high_watermark,
+                            prefix + b"%d" % state_version(stream), prefix + b"%d:%d" % (gen, end)]
         return out
+
+    def holds(self, leader: int, ends: list) -> bool:
+        """Whether this follower has everything ``shard_ends`` listed (entries,
+        stream state, group journal) and the leader's HW covers the entries."""
+        parts = self.followed.get(leader, {})
+        for i in range(0, len(ends) - 5, 6):
+            topic, n, end, hw, state_token, group_token = ends[i:i + 6]
+            f = parts.get((topic, int(n)))
+            if f is None or int(hw) < int(end):
+                return False
+            plog = self.registry.stream_of(topic, int(n)).log
+            if plog.log_end_offset < int(end) or f.group_token != group_token or f.state_token != state_token:
+                return False
+        return True
 
     def before_append(self, topic: bytes, n: int) -> rp.LeaderState | None:
         """Called before an XADD appends; raises NotEnoughReplicasError for an
@@ -209,12 +245,8 @@ class ReplicaManager:
         if ls is None:
             raise NotLeaderError(key_slot(self.canonical_key(topic, n)),
                                  self.placement.by_id[self.state.leader(shard)])
-        paused = self.paused.get(shard)
-        if paused is not None:
-            if paused[0] == self.state.epoch(shard) and self.clock_ms() < paused[1]:
-                raise NotEnoughReplicasError("TRYAGAIN a manual failover is moving this partition's "
-                                             "leadership; retry shortly")
-            del self.paused[shard]
+        if self.is_paused(shard):
+            raise NotEnoughReplicasError(PAUSED)
         ls.min_insync = self.min_insync(topic)
         if self.acks_all(topic) and not ls.accepts_acks_all():
             raise NotEnoughReplicasError(
@@ -259,9 +291,9 @@ class ReplicaManager:
         results = []
         body = args[5:]
         for i in range(0, len(body) - PARTITION_FIELDS + 1, PARTITION_FIELDS):
-            topic, n_raw, topic_id, off_raw, _epoch_raw, their_state = body[i:i + PARTITION_FIELDS]
+            topic, n_raw, topic_id, off_raw, _epoch_raw, their_state, their_groups = body[i:i + PARTITION_FIELDS]
             res, item_news = self._serve_partition(replica, topic, int(n_raw), topic_id.decode(),
-                                                   int(off_raw), their_state, max_bytes, now)
+                                                   int(off_raw), their_state, their_groups, max_bytes, now)
             results.append(res)
             news |= item_news
         self.fetch_counts["served"] += 1
@@ -278,7 +310,8 @@ class ReplicaManager:
         return out
 
     def _serve_partition(self, replica: int, topic: bytes, n: int, topic_id: str, offset: int,
-                         their_state: bytes, max_bytes: int, now: int) -> tuple[list, bool]:
+                         their_state: bytes, their_groups: bytes, max_bytes: int,
+                         now: int) -> tuple[list, bool]:
         reg = self.registry
         head = [topic, b"%d" % n]
         if n >= reg.partitions_of(topic):
@@ -299,11 +332,18 @@ class ReplicaManager:
             batches, _next = plog.read_batches(offset, max_bytes)
             ls.progress[replica].fetched_bytes += len(batches)
         stream = reg.stream_of(topic, n)
-        token = b"%s:%d:%d:%d" % ((self.token,) + (ls.epoch,) + state_version(stream))
+        prefix = b"%s:%d:" % (self.token, ls.epoch)
+        token = prefix + b"%d" % state_version(stream)
         state = encode_state(stream) if token != their_state else None
-        news = bool(batches) or state is not None or plog.high_watermark != hw_before
+        gen, pos = -1, -1
+        if their_groups.startswith(prefix):
+            gen, pos = (int(x) for x in their_groups[len(prefix):].split(b":"))
+        gen, end, snapshot, records = group_changes(stream, gen, pos)
+        group_token = prefix + b"%d:%d" % (gen, end)
+        news = (bool(batches) or state is not None or plog.high_watermark != hw_before
+                or snapshot is not None or bool(records))
         return head + [b"", plog.high_watermark, plog.log_start_offset, plog.log_end_offset,
-                       batches, token, state], news
+                       batches, token, state, group_token, snapshot, records], news
 
     def end_offsets_for_epochs(self, args: list[bytes]) -> list:
         """REPLEPOCH topic n epoch ...: ``[epoch, end offset]`` each, or an error string."""
@@ -365,7 +405,7 @@ class ReplicaManager:
             stream = self.registry.stream_of(f.topic, f.n)
             plog = stream.log
             args += [f.topic, b"%d" % f.n, (self.registry.topic_id(f.topic) or "").encode(),
-                     b"%d" % plog.log_end_offset, b"%d" % plog.latest_epoch, f.state_token]
+                     b"%d" % plog.log_end_offset, b"%d" % plog.latest_epoch, f.state_token, f.group_token]
         return args
 
     def truncation_request(self, leader: int) -> tuple[list[bytes], list[Followed]]:
@@ -420,7 +460,7 @@ class ReplicaManager:
             if error:
                 self._on_fetch_error(leader, f, error.decode() if isinstance(error, bytes) else str(error), res)
                 continue
-            hw, lso, _leo, batches, token, state = res[3:9]
+            hw, lso, _leo, batches, token, state, group_token, group_snapshot, group_records = res[3:12]
             stream = self.registry.stream_of(topic, n)
             stream.commit()
             before = stream.log.log_end_offset
@@ -431,6 +471,16 @@ class ReplicaManager:
             if state is not None:
                 if apply_state(stream, state):
                     f.state_token = token
+            if group_snapshot is not None or group_records:
+                try:
+                    apply_group_changes(stream, group_snapshot, group_records or b"")
+                    f.group_token = group_token
+                except GroupStateError as e:
+                    log.warning("%s: replicated group state did not apply (%s): asking for a snapshot",
+                                self.canonical_key(topic, n).decode("utf-8", "replace"), e)
+                    f.group_token = b""
+            else:
+                f.group_token = group_token
             self.fetch_counts["fetched"] += 1
         if appended:
             self.on_data()

@@ -21,7 +21,7 @@ from typing import Any
 import trio
 
 from cluster.nodes import ClusterState, Placement, parse_cluster_nodes
-from cluster.replica_manager import NotEnoughReplicasError, NotLeaderError, ReplicaManager, Settings
+from cluster.replica_manager import PAUSED, NotEnoughReplicasError, NotLeaderError, ReplicaManager, Settings
 from cluster.topics import partition_key, split_partition_key
 from server.errors import CommandError
 from server.leader_link import LeaderLink
@@ -45,6 +45,18 @@ def build(config: Any, topics: Any) -> "Replication | None":
                         fetch_wait_ms=config.replica_fetch_wait_max_ms,
                         fetch_max_bytes=config.replica_fetch_max_bytes)
     manager = ReplicaManager(topics, placement, state, settings)
+
+    def apply(name: str, value: Any) -> None:  # CONFIG SET reaches the running replication
+        if name == "replica-lag-time-max-ms":
+            settings.lag_max_ms = value
+            for ls in manager.leaders.values():
+                ls.lag_max_ms = value
+        elif name == "replica-fetch-wait-max-ms":
+            settings.fetch_wait_ms = value
+        elif name == "replica-fetch-max-bytes":
+            settings.fetch_max_bytes = value
+
+    config.on_change(apply)
     return Replication(config, topics, manager)
 
 
@@ -103,7 +115,10 @@ class Replication:
                             f"nodes ({', '.join(away[:4])}{', ...' if len(away) > 4 else ''}): "
                             "in a cluster, use partition keys ('<topic>#<n>')")
                     continue
-                manager.check_key(key)
+                shard = manager.check_key(key)
+                if manager.is_paused(shard) and "write" in spec.flags:
+                    code, _, text = PAUSED.partition(" ")
+                    return CommandError(code, text)
             except NotLeaderError as e:
                 return CommandError("MOVED", f"{e.slot} {e.leader.address}")
         return None

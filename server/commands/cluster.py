@@ -189,7 +189,7 @@ async def failover_shard(repl, shard: int, *, force: bool = False) -> None:
                 ends = await link.call([b"REPLPAUSE", b"%d" % shard, b"%d" % epoch, b"%d" % PAUSE_MS])
                 if isinstance(ends, Exception):
                     raise err(f"failover refused by node {old}: {ends}")
-                if _caught_up(m, ends):
+                if m.holds(old, ends):
                     caught_up = True
                     break
                 await trio.sleep(0.02)
@@ -199,18 +199,6 @@ async def failover_shard(repl, shard: int, *, force: bool = False) -> None:
                       f"within {FAILOVER_TIMEOUT_S:.0f}s; the old leader goes on")
     m.state.set_leader(shard, m.my_id, epoch + 1)
     await _announce(repl)
-
-
-def _caught_up(m, ends) -> bool:
-    """``ends`` is the old leader's ``[topic, n, end, hw, ...]`` of the shard."""
-    for i in range(0, len(ends) - 3, 4):
-        topic, n, end, hw = ends[i], int(ends[i + 1]), int(ends[i + 2]), int(ends[i + 3])
-        if n >= m.registry.partitions_of(topic):
-            return False
-        plog = m.registry.stream_of(topic, n).log
-        if plog.log_end_offset < end or hw < end:
-            return False
-    return True
 
 
 async def _announce(repl) -> None:
@@ -255,16 +243,16 @@ def replview(ctx, argv):
          acl_categories=("admin", "slow", "dangerous"),
          summary="Internal: a follower fetches stored batches from this leader (long poll).",
          syntax="REPLFETCH replica view max-wait-ms max-bytes topics-token "
-                "[topic partition topic-id offset epoch state-version ...]", waits=True)
+                "[topic partition topic-id offset epoch state-version group-position ...]", waits=True)
 async def replfetch(ctx, argv):
-    """REPLFETCH replica view max-wait-ms max-bytes topics-token [topic partition topic-id offset epoch state ...]"""
+    """REPLFETCH replica view max-wait-ms max-bytes topics-token [topic partition topic-id offset epoch state groups ...]"""
     repl = _repl(ctx)
     m = repl.manager
     wait_s = min(parse_int(argv[3]), 60000) / 1000
     deadline = trio.current_time() + wait_s
     body = argv[6:]
     keys = []
-    for i in range(0, len(body) - 5, 6):
+    for i in range(0, len(body) - 6, 7):
         topic, n = body[i], body[i + 1]
         keys += [topic, topic + b"#" + n]
     while True:

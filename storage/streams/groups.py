@@ -1222,6 +1222,51 @@ class GroupStore:
                     count += 1
         yield _frame(_U8.pack(_OP_END) + _U32.pack(count))
 
+    # ----- replication: the journal is fetched like a log -----
+
+    def journal_position(self) -> tuple[int, int]:
+        """``(generation, journal end)``: where a follower that has applied
+        everything so far stands in this store's journal."""
+        return self._generation, self._journal_bytes
+
+    def journal_since(self, generation: int, position: int) -> bytes | None:
+        """The journal's records from ``position`` to its end, if
+        ``(generation, position)`` is a point of this store's current journal;
+        None otherwise (the follower needs ``snapshot_bytes()`` first)."""
+        if generation != self._generation or position > self._journal_bytes:
+            return None
+        if position == self._journal_bytes:
+            return b""
+        if position < _HEADER_BYTES:
+            return None
+        try:
+            with open(self.directory / JOURNAL_NAME, "rb") as f:
+                return os.pread(f.fileno(), self._journal_bytes - position, position)
+        except OSError as exc:
+            raise_storage_error(f"read {self.directory / JOURNAL_NAME}", exc)
+
+    def apply_journal(self, records: bytes) -> int:
+        """Apply a leader's journal records (``journal_since``) here: each is
+        written to this store's own journal and applied, as the leader's
+        mutation was. Returns how many. Raises GroupStateError on a damaged
+        or inapplicable record (the caller then asks for a snapshot)."""
+        count = 0
+        for pos, _end, payload in _iter_records(records, 0):
+            if payload is None:
+                raise GroupStateError(f"replicated group journal record at byte {pos} is damaged")
+            data = bytes(payload)
+            try:
+                # This replica's state equals the leader's before the record
+                # (same snapshot, same records), so it applies as it did there.
+                # If it does not, the caller re-syncs from a snapshot.
+                self._apply(_Reader(data))
+            except (ValueError, KeyError, struct.error, AssertionError) as e:
+                raise GroupStateError(f"replicated group journal record at byte {pos}: {e}") from e
+            self._write(data)
+            count += 1
+        self._maybe_compact()
+        return count
+
     def snapshot_bytes(self) -> bytes:
         """The whole group state as one snapshot file's bytes (what a
         replication leader sends a follower)."""

@@ -1,21 +1,23 @@
-"""The part of a partition's state that is not in its entry log, as one blob.
+"""The part of a partition's state that is not in its entry log.
 
-Owns: what a replication leader sends a follower besides batches — the
-stream metadata (``stream.meta``), the deletion markers (XDEL) and every
-consumer group of the partition (a ``GroupStore`` snapshot) — and applying
-such a blob on the follower so that, after a leader change, the new leader
-answers XINFO / XPENDING / XREADGROUP as the old one did.
+Owns: what a replication leader sends a follower besides batches, and
+applying it on the follower, so that after a leader change the new leader
+answers XINFO / XPENDING / XREADGROUP as the old one did:
 
-This is the interim form of docs/replication.md's "control records": the
-whole state travels whenever it changed (the leader compares a version
-token), instead of as records in the log. It is correct, and its cost grows
-with the size of the group state; the per-mutation log replaces it.
+- the stream's metadata (``stream.meta``) and deletion markers (XDEL), as one
+  small blob sent whenever they changed (``Stream.changes`` moved). This is
+  the interim form of docs/replication.md's control records; XDELs are rare
+  and the blob holds one u64 per deleted entry;
+- consumer groups, fetched like a log: the follower stands at a position
+  ``(generation, byte)`` of the leader's group journal and gets the records
+  after it, replayed into its own store; a follower at no known position
+  (first fetch, a compaction on the leader, a new leader) gets a snapshot
+  first. Cost per round: the group mutations since the last one.
 
-Blob layout (all integers little-endian)::
+State blob layout (integers little-endian)::
 
     u32 len + stream.meta JSON
     u32 n + n × u64 deleted offsets
-    u32 len + group snapshot bytes (len 0: no groups)
 
 Must not know: sockets, trio, the cluster.
 """
@@ -32,20 +34,37 @@ from storage.streams.stream import StreamMeta
 _U32 = struct.Struct("<I")
 
 
-def state_version(stream) -> tuple[int, int]:
-    """Changes so far of the stream's metadata and of its groups (a leader
-    resends the state when this moves)."""
-    store = stream.__dict__.get("group_store")
-    return stream.changes, store.changes if store is not None else 0
+def state_version(stream) -> int:
+    """Changes so far of the stream's metadata and markers (a leader resends
+    the blob when this moves)."""
+    return stream.changes
 
 
 def encode_state(stream) -> bytes:
     meta = stream.meta.to_bytes()
     deleted = array("Q", stream.log.deleted_offsets())
+    return b"".join([_U32.pack(len(meta)), meta, _U32.pack(len(deleted)), deleted.tobytes()])
+
+
+def group_changes(stream, generation: int, position: int) -> tuple[int, int, bytes | None, bytes]:
+    """For a follower at ``(generation, position)`` of this leader's group
+    journal: ``(generation, new position, snapshot or None, records)``."""
     store = groups_of(stream)
-    snap = store.snapshot_bytes() if store.groups else b""
-    return b"".join([_U32.pack(len(meta)), meta, _U32.pack(len(deleted)), deleted.tobytes(),
-                     _U32.pack(len(snap)), snap])
+    records = store.journal_since(generation, position)
+    gen, end = store.journal_position()
+    if records is None:
+        return gen, end, store.snapshot_bytes() if store.groups else b"", b""
+    return gen, end, None, records
+
+
+def apply_group_changes(stream, snapshot: bytes | None, records: bytes) -> None:
+    """Apply ``group_changes`` on the follower. Raises GroupStateError when
+    the records do not apply (the caller asks for a snapshot next time)."""
+    store: GroupStore = groups_of(stream)
+    if snapshot is not None and (snapshot or store.groups):
+        store.replace(snapshot)
+    if records:
+        store.apply_journal(records)
 
 
 def apply_state(stream, blob: bytes) -> bool:
@@ -71,8 +90,6 @@ def apply_state(stream, blob: bytes) -> bool:
     count = _U32.unpack(take(4))[0]
     deleted = array("Q")
     deleted.frombytes(bytes(take(8 * count)))
-    snap_len = _U32.unpack(take(4))[0]
-    snap = bytes(take(snap_len))
     if pos != len(view):
         raise ValueError("trailing bytes after replica state")
     log = stream.log
@@ -83,7 +100,4 @@ def apply_state(stream, blob: bytes) -> bool:
         stream.meta = meta
         write_atomic(stream.meta_path, meta.to_bytes())
         stream._stored_meta = StreamMeta(**vars(meta))
-    store: GroupStore = groups_of(stream)
-    if snap or store.groups:
-        store.replace(snap)
     return complete

@@ -320,3 +320,36 @@ async def test_old_leader_truncates_its_unreplicated_tail_after_failover(pair, a
     assert la.log_end_offset == lb.log_end_offset == 14
     assert la.epochs() == lb.epochs() == [(1, 0), (2, 10)]
     assert _files(a.registry, key) == _files(b.registry, key)
+
+
+def test_group_journal_is_fetched_like_a_log(tmp_path):
+    from storage.streams.groups import GroupStore
+    from storage.streams.replica_state import apply_group_changes, group_changes
+
+    class S:  # just enough of a Stream for groups_of()
+        def __init__(self, d):
+            d.mkdir()
+            self.meta_path = d / "stream.meta"
+
+    leader, follower = S(tmp_path / "l"), S(tmp_path / "f")
+    lstore = groups_of(leader)
+    lstore.create_group(b"g", (0, 0), 0)
+    gen, pos, snap, records = group_changes(leader, -1, -1)
+    assert snap is not None and records == b""  # unknown position: a snapshot first
+    apply_group_changes(follower, snap, records)
+    lstore.create_consumer(b"g", b"c", 1)
+    lstore.deliver(b"g", b"c", [(1, 0), (2, 0)], (2, 0), 2, 5)
+    lstore.ack(b"g", [(1, 0)])
+    gen2, pos2, snap2, records2 = group_changes(leader, gen, pos)
+    assert snap2 is None and records2 and pos2 > pos  # only the records since
+    apply_group_changes(follower, snap2, records2)
+    fstore = groups_of(follower)
+    pel = lambda store: [(sid, e.consumer, e.delivery_count) for sid, e in store.group(b"g").pel.items()]  # noqa: E731
+    assert pel(fstore) == pel(lstore) == [((2, 0), b"c", 1)]
+    assert fstore.group(b"g").last_id == (2, 0)
+    fstore.close()
+    reopened = GroupStore.open(tmp_path / "f")  # the follower journaled what it applied
+    assert pel(reopened) == [((2, 0), b"c", 1)]
+    lstore.compact()
+    _, _, snap3, _ = group_changes(leader, gen2, pos2)
+    assert snap3 is not None  # the leader compacted: the old position is gone

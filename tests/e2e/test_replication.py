@@ -262,3 +262,31 @@ def test_multi_partition_topic_is_known_by_every_partition_leader(cluster):
     while any(b"events" in n.client().execute_command("TOPIC", "LIST") for n in cluster.nodes):
         assert time.monotonic() < deadline
         time.sleep(0.05)
+
+
+def test_consumer_group_state_survives_a_leader_change(cluster):
+    key = b"jobs"
+    old = cluster.leader_of(key)
+    client = old.client()
+    for i in range(30):
+        client.xadd(key, {"i": str(i)})
+    client.xgroup_create(key, "workers", id="0")
+    got = client.xreadgroup("workers", "w1", {key: ">"}, count=20)[0][1]
+    client.xack(key, "workers", *[entry_id for entry_id, _ in got[:12]])
+    first = client.xrange(key, count=1)[0][0]
+    client.xdel(key, first)
+    before = (client.xpending(key, "workers"), client.xinfo_groups(key), client.xlen(key))
+    new = cluster.followers_of(key)[0]
+    deadline = time.monotonic() + 10
+    while True:  # group changes reach followers within a fetch round
+        assert new.client().execute_command("CLUSTER", "FAILOVER") == b"OK"
+        if cluster.leader_of(key) is new:
+            break
+        assert time.monotonic() < deadline
+    moved = new.client()
+    after = (moved.xpending(key, "workers"), moved.xinfo_groups(key), moved.xlen(key))
+    assert after[0] == before[0] and after[2] == before[2] == 29
+    for a, b in zip(after[1], before[1]):
+        assert {k: v for k, v in a.items() if k != "lag"} == {k: v for k, v in b.items() if k != "lag"}
+    rest = moved.xreadgroup("workers", "w1", {key: ">"}, count=100)[0][1]
+    assert len(rest) == 10  # delivery resumes where the old leader stopped
