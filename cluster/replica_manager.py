@@ -60,7 +60,6 @@ class LeaderEndpoint(Protocol):
 
 @dataclass
 class Settings:
-    min_insync: int = 1
     lag_max_ms: int = 30000
     fetch_wait_ms: int = 500
     fetch_max_bytes: int = 1024 * 1024

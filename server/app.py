@@ -109,6 +109,8 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
                 refresh()
 
     config.on_change(apply_topic_defaults)
+    if state.replication is not None:
+        await state.replication.sync_view()
     try:
         async with trio.open_nursery() as root:
             root.start_soon(durability.run_everysec)

@@ -41,7 +41,7 @@ def build(config: Any, topics: Any) -> "Replication | None":
     nodes = parse_cluster_nodes(config.cluster_nodes)
     placement = Placement(nodes, config.node_id, config.replication_factor)
     state = ClusterState(placement, Path(config.dir))
-    settings = Settings(min_insync=config.min_insync_replicas, lag_max_ms=config.replica_lag_time_max_ms,
+    settings = Settings(lag_max_ms=config.replica_lag_time_max_ms,
                         fetch_wait_ms=config.replica_fetch_wait_max_ms,
                         fetch_max_bytes=config.replica_fetch_max_bytes)
     manager = ReplicaManager(topics, placement, state, settings)
@@ -221,6 +221,25 @@ class Replication:
             if self._topic_news:
                 await trio.sleep(1.0)
                 self._topic_news_ready.set()
+
+    async def sync_view(self, timeout_s: float = 1.0) -> None:
+        """At start-up, before serving: adopt any newer shard leaders a peer
+        knows (a failover may have happened while this node was down), so a
+        returning old leader does not take writes for a shard it lost."""
+        m = self.manager
+        for node in m.placement.nodes:
+            if node.id == m.my_id:
+                continue
+            link = LeaderLink(node.host, node.port, self.config.requirepass, reply_timeout_s=timeout_s)
+            try:
+                with trio.move_on_after(timeout_s):
+                    reply = await link.call([b"REPLVIEW", m.state.encode()])
+                    if isinstance(reply, bytes):
+                        m.state.merge(reply)
+            except ConnectionError:
+                pass  # not up (yet): its view reaches this node with the first fetch either way
+            finally:
+                await link.aclose()
 
     # -- background -----------------------------------------------------------
 

@@ -51,9 +51,14 @@ class Cluster:
     def node_at(self, port: int) -> PartitaProcess:
         return self.nodes[self.ports.index(port)]
 
+    def alive(self) -> PartitaProcess:
+        return next(n for n in self.nodes if n.proc is not None and n.proc.poll() is None)
+
     def leader_of(self, key: bytes) -> PartitaProcess:
-        slot = self.nodes[0].client().execute_command("CLUSTER", "KEYSLOT", key)
-        for first, last, leader, *_ in self.nodes[0].client().execute_command("CLUSTER", "SLOTS"):
+        """The leader of ``key``'s slot in the view of a live node."""
+        asked = self.alive().client()
+        slot = asked.execute_command("CLUSTER", "KEYSLOT", key)
+        for first, last, leader, *_ in asked.execute_command("CLUSTER", "SLOTS"):
             if first <= slot <= last:
                 return self.node_at(leader[1])
         raise AssertionError(slot)
@@ -290,3 +295,60 @@ def test_consumer_group_state_survives_a_leader_change(cluster):
         assert {k: v for k, v in a.items() if k != "lag"} == {k: v for k, v in b.items() if k != "lag"}
     rest = moved.xreadgroup("workers", "w1", {key: ">"}, count=100)[0][1]
     assert len(rest) == 10  # delivery resumes where the old leader stopped
+
+
+def test_blocked_readers_wake_when_the_high_watermark_passes_the_entry(cluster):
+    key = b"watched"
+    leader = cluster.leader_of(key)
+    leader.client().xadd(key, {"a": "0"})
+    got: list = []
+
+    def read() -> None:
+        got.append(leader.client().xread({key: "$"}, block=10000))
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    time.sleep(0.3)
+    leader.client().xadd(key, {"a": "1"})
+    thread.join(10)
+    assert got and got[0][0][1][0][1] == {b"a": b"1"}
+
+
+def test_the_whole_cluster_restarts_with_its_data(cluster):
+    keys = [f"r{i}".encode() for i in range(6)]
+    for key in keys:
+        leader = cluster.leader_of(key)
+        for i in range(20):
+            leader.client().xadd(key, {"i": str(i)})
+        leader.client().xgroup_create(key, "g", id="0")
+        leader.client().xreadgroup("g", "c", {key: ">"}, count=5)
+    for key in keys:
+        cluster.wait_converged(key.decode())
+    for node in cluster.nodes:
+        assert node.terminate() == 0
+    for node in cluster.nodes:
+        node.start()
+    for key in keys:
+        leader = cluster.leader_of(key)
+        assert leader.client().xlen(key) == 20
+        assert len(leader.client().xrange(key)) == 20  # readable at once: the HW was checkpointed
+        assert leader.client().xpending(key, "g")["pending"] == 5
+
+
+def test_forced_failover_after_a_leader_dies_and_the_old_leader_rejoins(cluster):
+    key = b"orphan"
+    old = cluster.leader_of(key)
+    acked = [old.client().xadd(key, {"i": str(i)}) for i in range(50)]  # acks=all: on every replica
+    old.kill9()
+    new = cluster.followers_of(key)[0]
+    assert new.client().execute_command("CLUSTER", "FAILOVER", "FORCE") == b"OK"
+    assert cluster.leader_of(key) is new
+    client = new.client()
+    acked += [client.xadd(key, {"i": str(i)}) for i in range(50, 80)]
+    old.start()  # learns the newer epoch from its peers before serving
+    with pytest.raises(redis.exceptions.MovedError, match=f"127.0.0.1:{new.port}"):
+        old.client().xadd(key, {"i": "stale leader"})
+    cluster.wait_converged("orphan")
+    stored = [entry_id for entry_id, _ in client.xrange(key)]
+    assert stored == acked
+    assert len({cluster.log_bytes(n, "orphan") for n in cluster.nodes}) == 1
