@@ -261,6 +261,7 @@ class TopicRegistry:
         # after ``adopt_topic``): replication tells the other nodes.
         self.on_change: Any = None
         self.deleted_ids: dict[bytes, str] = {}
+        self.key_filter: Any = None  # cluster: which topic names this node answers for
         self._adopting = False
         for topic in log_manager.topics():
             self._meta[topic] = self._load_meta(topic)
@@ -766,10 +767,16 @@ class TopicRegistry:
     # ------------------------------------------------------------- keyspace
 
     def keys(self) -> Iterator[bytes]:
-        """Topic names (the keys a Redis client sees), in no particular order."""
+        """Topic names (the keys a Redis client sees), in no particular order;
+        in a cluster only those whose name's slot this node leads
+        (``key_filter``), as a Redis Cluster node lists only its own keys."""
+        if self.key_filter is not None:
+            return iter([k for k in self._meta if self.key_filter(k)])
         return iter(list(self._meta))
 
     def key_count(self) -> int:
+        if self.key_filter is not None:
+            return sum(1 for k in self._meta if self.key_filter(k))
         return len(self._meta)
 
     def delete(self, key: bytes) -> bool:

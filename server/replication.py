@@ -73,6 +73,7 @@ class Replication:
         self._topic_news: dict[int, dict[bytes, tuple[bytes | None, str]]] = {}
         self._topic_news_ready = trio.Event()
         topics.on_change = self.broadcast_topic
+        topics.key_filter = self._leads_key
 
     @property
     def me(self):
@@ -122,6 +123,13 @@ class Replication:
             except NotLeaderError as e:
                 return CommandError("MOVED", f"{e.slot} {e.leader.address}")
         return None
+
+    def _leads_key(self, key: bytes) -> bool:
+        try:
+            self.manager.check_key(key)
+        except NotLeaderError:
+            return False
+        return True
 
     # -- writes ---------------------------------------------------------------
 

@@ -352,3 +352,14 @@ def test_forced_failover_after_a_leader_dies_and_the_old_leader_rejoins(cluster)
     stored = [entry_id for entry_id, _ in client.xrange(key)]
     assert stored == acked
     assert len({cluster.log_bytes(n, "orphan") for n in cluster.nodes}) == 1
+
+
+def test_each_node_lists_only_the_keys_it_leads(cluster):
+    keys = [f"k{i}".encode() for i in range(12)]
+    for key in keys:
+        cluster.leader_of(key).client().xadd(key, {"a": "1"})
+    for key in keys:
+        cluster.wait_converged(key.decode())
+    listed = [sorted(n.client().keys("*")) for n in cluster.nodes]
+    assert sorted(k for ks in listed for k in ks) == sorted(keys)  # each key on exactly one node
+    assert sum(n.client().dbsize() for n in cluster.nodes) == len(keys)
