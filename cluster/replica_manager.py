@@ -116,26 +116,36 @@ class ReplicaManager:
         self._hw_saved: dict[tuple[bytes, int], int] = {}
         self._follow_stamp: dict[int, tuple[int, int]] = {}
         self.paused: dict[int, tuple[int, int]] = {}  # shard -> (epoch, until ms)
+        self._shard_cache: dict[bytes, tuple[int, int]] = {}  # key -> (slot, shard): pure functions of the key
 
     # -- where a partition lives -------------------------------------------
 
     def canonical_key(self, topic: bytes, n: int) -> bytes:
-        return topic if self.registry.partitions_of(topic) == 1 and n == 0 else partition_key(topic, n)
+        """The key whose slot places partition ``n``: the bare topic name for
+        partition 0 (what clients send for a one-partition topic, and stable
+        when a topic grows), ``topic#n`` for the others."""
+        return topic if n == 0 else partition_key(topic, n)
 
     def shard_of(self, topic: bytes, n: int) -> int:
-        return self.placement.shard_of_slot(key_slot(self.canonical_key(topic, n)))
+        return self.key_shard(self.canonical_key(topic, n))[1]
 
     def key_shard(self, key: bytes) -> tuple[int, int]:
-        """``(slot, shard)`` of a client key; ``t#0`` of a one-partition topic
-        is the topic's own partition, so it maps to ``t``'s shard."""
+        """``(slot, shard)`` of a client key: the key's own slot, and the shard
+        of its partition (``t#0`` is partition 0, placed by ``t``)."""
+        cached = self._shard_cache.get(key)
+        if cached is not None:
+            return cached
         slot = key_slot(key)
         try:
             topic, n = split_partition_key(key)
         except Exception:  # noqa: BLE001 - a malformed key is refused later, by the command
-            return slot, self.placement.shard_of_slot(slot)
-        if n == 0 and self.registry.partitions_of(topic) == 1:
-            return slot, self.placement.shard_of_slot(key_slot(topic))
-        return slot, self.placement.shard_of_slot(slot)
+            topic, n = key, None
+        place = key_slot(topic) if n == 0 else slot
+        found = slot, self.placement.shard_of_slot(place)
+        if len(self._shard_cache) >= 65536:
+            self._shard_cache.clear()
+        self._shard_cache[key] = found
+        return found
 
     def leads_shard(self, shard: int) -> bool:
         return self.state.leader(shard) == self.my_id

@@ -154,11 +154,13 @@ def cluster_help(ctx, argv):
 async def cluster_failover(ctx, argv):
     """CLUSTER FAILOVER [FORCE | TAKEOVER]
 
-    On a follower: take over every shard this node follows whose leader is
-    reachable (see ``failover_shard``); FORCE / TAKEOVER skip the wait for the
-    old leader and only need this node's copy (they may lose entries the old
-    leader had and this node had not fetched; acks=all entries are on it if it
-    was in the ISR).
+    On a follower: take over every shard this node follows (see
+    ``failover_shard``). A shard whose leader answers always moves the
+    coordinated way, waiting until this node holds everything the leader
+    has. FORCE / TAKEOVER only change what happens to a shard whose leader
+    does not answer (it died): this node takes it over with what it has —
+    every acks=all entry if it was in the ISR, otherwise possibly less (an
+    unclean election, as Redis's FORCE on a replica that lagged).
     """
     repl = _repl(ctx)
     mode = argv[2].upper() if len(argv) > 2 else b""
@@ -175,24 +177,34 @@ async def cluster_failover(ctx, argv):
 
 async def failover_shard(repl, shard: int, *, force: bool = False) -> None:
     """Make this node the leader of ``shard``: pause the old leader's writes
-    for the shard, fetch until this node's logs end where the old leader's
-    do and its high watermark covers them, then take the next epoch and tell
-    every node (Redis's manual failover, Kafka's preferred-leader move)."""
+    for the shard, fetch until this node holds what the old leader has and
+    its high watermark covers it, then take the next epoch and tell every
+    node (Redis's manual failover, Kafka's preferred-leader move). With
+    ``force``, a leader that cannot be reached is taken over at once."""
     m = repl.manager
     old = m.state.leader(shard)
     epoch = m.state.epoch(shard)
-    if not force:
-        link = repl.link(old, "admin")
+    link = repl.link(old, "admin")
+    pause = [b"REPLPAUSE", b"%d" % shard, b"%d" % epoch, b"%d" % PAUSE_MS]
+    try:
+        ends = await link.call(pause)
+    except ConnectionError as e:
+        if not force:
+            first, last = m.placement.slot_range(shard)
+            raise err(f"node {old}, leader of slots {first}-{last}, does not answer ({e}); "
+                      "CLUSTER FAILOVER FORCE takes its shards over with what this node has") from None
+        ends = None
+    if ends is not None:
         caught_up = False
         with trio.move_on_after(FAILOVER_TIMEOUT_S):
             while True:
-                ends = await link.call([b"REPLPAUSE", b"%d" % shard, b"%d" % epoch, b"%d" % PAUSE_MS])
                 if isinstance(ends, Exception):
                     raise err(f"failover refused by node {old}: {ends}")
                 if m.holds(old, ends):
                     caught_up = True
                     break
                 await trio.sleep(0.02)
+                ends = await link.call(pause)
         if not caught_up:
             await link.call([b"REPLPAUSE", b"%d" % shard, b"%d" % epoch, b"0"])
             raise err(f"failover timed out: this node did not catch up with node {old} "

@@ -10,81 +10,8 @@ import time
 import pytest
 import redis
 
-from tests.conftest import PartitaProcess, RawConn, free_port
-
-LAG_MS = 1000
-
-
-def _partition_lines(server: PartitaProcess) -> dict[str, dict[str, str]]:
-    """INFO replication's ``partitionN:key=...`` lines, by key."""
-    with RawConn(server.port) as conn:
-        info = conn.request(b"INFO replication\r\n").decode()
-    out = {}
-    for line in info.splitlines():
-        if line.startswith("partition") and ":" in line:
-            fields = dict(item.split("=", 1) for item in line.split(":", 1)[1].split(","))
-            out[fields["key"]] = fields
-    return out
-
-
-class Cluster:
-    def __init__(self, tmp_path, n: int = 3, extra: list[str] | None = None) -> None:
-        self.ports = [free_port() for _ in range(n)]
-        spec = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(self.ports))
-        self.nodes: list[PartitaProcess] = []
-        for i, port in enumerate(self.ports):
-            node = PartitaProcess(tmp_path / f"node{i + 1}", [
-                "--node-id", str(i + 1), "--cluster-nodes", spec,
-                "--replica-lag-time-max-ms", str(LAG_MS), "--replica-fetch-wait-max-ms", "100",
-                *(extra or [])])
-            node.port = port
-            self.nodes.append(node)
-        for node in self.nodes:
-            node.start()
-
-    def stop(self) -> None:
-        for node in self.nodes:
-            if node.proc is not None and node.proc.poll() is None:
-                node.proc.send_signal(signal.SIGCONT)
-                node.stop()
-
-    def node_at(self, port: int) -> PartitaProcess:
-        return self.nodes[self.ports.index(port)]
-
-    def alive(self) -> PartitaProcess:
-        return next(n for n in self.nodes if n.proc is not None and n.proc.poll() is None)
-
-    def leader_of(self, key: bytes) -> PartitaProcess:
-        """The leader of ``key``'s slot in the view of a live node."""
-        asked = self.alive().client()
-        slot = asked.execute_command("CLUSTER", "KEYSLOT", key)
-        for first, last, leader, *_ in asked.execute_command("CLUSTER", "SLOTS"):
-            if first <= slot <= last:
-                return self.node_at(leader[1])
-        raise AssertionError(slot)
-
-    def followers_of(self, key: bytes) -> list[PartitaProcess]:
-        leader = self.leader_of(key)
-        return [n for n in self.nodes if n is not leader]
-
-    def wait_converged(self, key: str, timeout_s: float = 20.0) -> None:
-        """Every replica's end offset equals the leader's high watermark and end."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            lines = [_partition_lines(n).get(key) for n in self.nodes]
-            if all(lines):
-                ends = {line["end_offset"] for line in lines}
-                hws = {line["high_watermark"] for line in lines}
-                if len(ends) == 1 and hws == ends:
-                    return
-            time.sleep(0.05)
-        raise AssertionError(f"replicas did not converge: {[_partition_lines(n).get(key) for n in self.nodes]}")
-
-    def log_bytes(self, node: PartitaProcess, topic: str) -> bytes:
-        files = sorted((node.data_dir / "topics").glob(f"*{topic}*/partition-0/*.log"))
-        assert files, f"no log of {topic} on {node.data_dir}"
-        return b"".join(f.read_bytes() for f in files)
-
+from tests.clusterkit import LAG_MS, Cluster, partition_lines as _partition_lines
+from tests.conftest import RawConn
 
 @pytest.fixture
 def cluster(tmp_path):
@@ -249,17 +176,22 @@ def test_follower_killed_mid_write_truncates_and_converges(cluster):
 def test_multi_partition_topic_is_known_by_every_partition_leader(cluster):
     owner = cluster.leader_of(b"events")
     assert owner.client().execute_command("TOPIC", "CREATE", "events", "PARTITIONS", "6") == b"OK"
+    from redis.cluster import ClusterNode, RedisCluster
+
     keys = [f"events#{n}".encode() for n in range(6)]
+    rc = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", cluster.ports[0])], socket_timeout=10)
     deadline = time.monotonic() + 10
-    for key in keys:  # each partition is written on its own leader
+    for key in keys:  # each partition is written on its own leader (events#0 is placed by "events")
         while True:
             try:
-                cluster.leader_of(key).client().xadd(key, {"k": key})
+                rc.xadd(key, {"k": key})
                 break
-            except redis.ResponseError as e:
+            except redis.ResponseError as e:  # the topic has not reached that node yet
                 assert time.monotonic() < deadline, e
                 time.sleep(0.05)
-    assert len({cluster.leader_of(k).port for k in keys}) > 1
+    assert [len(rc.xrange(key)) for key in keys] == [1] * 6
+    rc.close()
+    assert len({cluster.leader_of(k).port for k in keys[1:]}) > 1
     with pytest.raises(redis.ResponseError, match="partitions led by other nodes"):
         owner.client().xrange("events")
     assert owner.client().execute_command("TOPIC", "DELETE", "events") == b"OK"
