@@ -67,7 +67,20 @@ class LeaderLink:
 
     async def call(self, args: list[bytes]) -> Any:
         """Send one command, return its reply (an error reply is returned as a
-        ``LinkError`` instance). Raises LinkError/OSError when the link fails."""
+        ``LinkError`` instance). Raises LinkError when the link fails.
+
+        Every internal command is idempotent, so a call that fails on a kept
+        connection (the peer restarted since) is tried once more on a new one.
+        """
+        reused = self._stream is not None
+        try:
+            return await self._call_once(args)
+        except LinkError:
+            if not reused:
+                raise
+            return await self._call_once(args)
+
+    async def _call_once(self, args: list[bytes]) -> Any:
         async with self._lock:
             done = False
             try:
