@@ -578,6 +578,18 @@ class ReplicaManager:
                 except OSError as e:
                     log.warning("high watermark checkpoint of %s failed: %s", key, e)
 
+    def partition_view(self, topic: bytes, n: int) -> dict[str, Any]:
+        """Where a partition lives, for TOPIC DESCRIBE: its leader, replicas,
+        epoch, and (on its leader) ISR and high watermark."""
+        shard = self.shard_of(topic, n)
+        view: dict[str, Any] = {"leader": self.state.leader(shard), "leader-epoch": self.state.epoch(shard),
+                                "replicas": self.placement.replicas(shard)}
+        ls = self.leader_state(topic, n)
+        if ls is not None:
+            view["isr"] = sorted(ls.isr)
+            view["high-watermark"] = ls.log.high_watermark
+        return view
+
     # -- INFO ---------------------------------------------------------------------
 
     def info_lines(self) -> list[str]:

@@ -82,11 +82,11 @@ def topic_help(ctx, argv):
 @command(
     "topic|create", arity=-3, flags="write denyoom", keys=(2, 2, 1), group="stream", since="7.0.0",
     summary="(Partita) Create a topic with a number of partitions and config overrides.",
-    syntax="TOPIC CREATE topic [PARTITIONS partitions] [CONFIG name value [name value ...]]",
+    syntax="TOPIC CREATE topic [PARTITIONS partitions] [REPLICATION-FACTOR replicas] [CONFIG name value [name value ...]]",
     acl_categories=("write", "stream", "slow"),
 )
 def topic_create(ctx, argv):
-    """TOPIC CREATE topic [PARTITIONS partitions] [CONFIG name value [name value ...]]"""
+    """TOPIC CREATE topic [PARTITIONS partitions] [REPLICATION-FACTOR replicas] [CONFIG name value [name value ...]]"""
     topic = argv[2]
     topics = ctx.server.topics
     partitions = None
@@ -97,9 +97,12 @@ def topic_create(ctx, argv):
         if word == b"PARTITIONS" and i + 1 < len(argv) and partitions is None:
             partitions = parse_int(argv[i + 1])
             i += 2
+        elif word == b"REPLICATION-FACTOR" and i + 1 < len(argv):
+            _check_replication_factor(ctx, parse_int(argv[i + 1]))
+            i += 2
         elif word == b"CONFIG" and not pairs:
             j = i + 1
-            while j + 1 < len(argv) and argv[j].upper() != b"PARTITIONS":
+            while j + 1 < len(argv) and argv[j].upper() not in (b"PARTITIONS", b"REPLICATION-FACTOR"):
                 j += 2
             pairs = _config_pairs(argv[i + 1:j])
             i = j
@@ -110,6 +113,18 @@ def topic_create(ctx, argv):
     topics.create_topic(topic, partitions, pairs)
     ctx.server.signal_key_modified(topic)
     return OK
+
+
+def _check_replication_factor(ctx, wanted: int) -> None:
+    """REPLICATION-FACTOR is accepted when it is what the cluster gives every
+    partition: replica sets belong to hash-slot ranges (docs/replication.md),
+    so one topic cannot have more or fewer copies than the others."""
+    repl = ctx.server.replication
+    actual = repl.manager.placement.replication_factor if repl is not None else 1
+    if wanted != actual:
+        where = "this cluster's replication-factor" if repl is not None else "a single node"
+        raise err(f"REPLICATION-FACTOR {wanted} not possible: every partition has {actual} "
+                  f"replica(s) on {where} (set replication-factor on every node)")
 
 
 @command(
@@ -212,8 +227,14 @@ def topic_describe(ctx, argv):
         m["segments"] = p["segments"]
         m["bytes"] = p["bytes"]
         m["last-generated-id"] = p["last-generated-id"].encode()
+        repl = ctx.server.replication
+        if repl is not None:  # where the partition lives (docs/replication.md)
+            for name, value in repl.manager.partition_view(topic, p["partition"]).items():
+                m[name] = value
         parts.append(m)
     info["partition-info"] = parts
+    if ctx.server.replication is not None:
+        info["replication-factor"] = ctx.server.replication.manager.placement.replication_factor
     from server.commands.topic_groups import groups_view
 
     info["groups"] = groups_view(ctx, topic, None)

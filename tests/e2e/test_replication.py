@@ -295,3 +295,24 @@ def test_each_node_lists_only_the_keys_it_leads(cluster):
     listed = [sorted(n.client().keys("*")) for n in cluster.nodes]
     assert sorted(k for ks in listed for k in ks) == sorted(keys)  # each key on exactly one node
     assert sum(n.client().dbsize() for n in cluster.nodes) == len(keys)
+
+
+def test_topic_replication_factor_and_placement_in_describe(cluster, partita_factory):
+    owner = cluster.leader_of(b"rf")
+    client = owner.client()
+    with pytest.raises(redis.ResponseError, match="REPLICATION-FACTOR 2 not possible: every partition has 3"):
+        client.execute_command("TOPIC", "CREATE", "rf", "REPLICATION-FACTOR", "2")
+    assert client.execute_command("TOPIC", "CREATE", "rf", "PARTITIONS", "2", "REPLICATION-FACTOR", "3",
+                                  "CONFIG", "acks", "1") == b"OK"
+    def as_map(reply):
+        return reply if isinstance(reply, dict) else dict(zip(reply[::2], reply[1::2]))
+
+    desc = as_map(client.execute_command("TOPIC", "DESCRIBE", "rf"))
+    assert desc[b"replication-factor"] == 3
+    part0 = as_map(desc[b"partition-info"][0])
+    assert part0[b"leader"] == cluster.nodes.index(owner) + 1
+    assert sorted(part0[b"replicas"]) == [1, 2, 3] and part0[b"isr"] == [1, 2, 3]
+    single = partita_factory().client()
+    with pytest.raises(redis.ResponseError, match="REPLICATION-FACTOR 3 not possible: every partition has 1"):
+        single.execute_command("TOPIC", "CREATE", "t", "REPLICATION-FACTOR", "3")
+    assert single.execute_command("TOPIC", "CREATE", "t", "REPLICATION-FACTOR", "1") == b"OK"
