@@ -434,10 +434,12 @@ class ReplicaManager:
             todo.append(f)
         return args, todo
 
-    def apply_truncation(self, todo: list[Followed], reply: list) -> None:
+    def apply_truncation(self, leader: int, todo: list[Followed], reply: list) -> None:
         for f, answer in zip(todo, reply):
             if not isinstance(answer, list):
                 continue  # the leader moved or lost it: the next fetch says what to do
+            if self._follows_from(f.topic, f.n) != leader:
+                continue  # leadership moved while the request was out: never touch a log this node leads
             stream = self.registry.stream_of(f.topic, f.n)
             stream.commit()
             plog = stream.log
@@ -464,8 +466,8 @@ class ReplicaManager:
         for res in results:
             topic, n, error = res[0], int(res[1]), res[2]
             f = parts.get((topic, n))
-            if f is None:
-                continue
+            if f is None or self._follows_from(topic, n) != leader:
+                continue  # not followed from this leader (any more): never touch a log this node leads
             if error:
                 self._on_fetch_error(leader, f, error.decode() if isinstance(error, bytes) else str(error), res)
                 continue
@@ -546,7 +548,7 @@ class ReplicaManager:
                     answer = await endpoint.call(args)
                     if not isinstance(answer, list):
                         raise ConnectionError(f"unexpected REPLEPOCH reply from node {leader}: {answer!r:.200}")
-                    self.apply_truncation(todo, answer)
+                    self.apply_truncation(leader, todo, answer)
                 reply = await endpoint.call(self.fetch_request(leader))
                 if isinstance(reply, Exception) or not isinstance(reply, list) or len(reply) != 4:
                     raise ConnectionError(f"unexpected fetch reply from node {leader}: {reply!r:.200}")
