@@ -69,6 +69,13 @@ class Replication:
         self._hw_changed = trio.Event()
         self._links: dict[int, LeaderLink] = {}
         manager.on_hw_advance = self._on_hw_advance
+        self._writes: dict[bytes, tuple] = {}  # partition key -> (stamp, leader state, acks=all, shard)
+        self._config_generation = 0
+
+        def config_changed(name: str, value: Any) -> None:
+            self._config_generation += 1
+
+        config.on_change(config_changed)
         # Topic metadata changes not yet told to each other node: node -> {topic: (blob, id)}.
         self._topic_news: dict[int, dict[bytes, tuple[bytes | None, str]]] = {}
         self._topic_news_ready = trio.Event()
@@ -133,28 +140,44 @@ class Replication:
 
     # -- writes ---------------------------------------------------------------
 
-    def before_append(self, pkey: bytes) -> bool:
+    def before_append(self, client: Any, pkey: bytes, stream: Any) -> bool:
         """Before an XADD to partition key ``topic#n`` appends. True when its
         reply must wait for the in-sync replicas (acks=all). Raises
-        NotLeaderError / NotEnoughReplicasError (nothing written)."""
-        topic, n = split_partition_key(pkey)
-        n = n or 0
-        self.manager.before_append(topic, n)
-        return self.manager.acks_all(topic)
+        NotLeaderError / NotEnoughReplicasError (nothing written).
+
+        The hot path of every replicated XADD: what it needs per partition
+        (leader state, acks) is cached until the cluster view, the topics or
+        the config change."""
+        manager = self.manager
+        stamp = (manager.state.version, self.topics.generation, self._config_generation)
+        cached = self._writes.get(pkey)
+        if cached is None or cached[0] != stamp:
+            topic, n = split_partition_key(pkey)
+            ls = manager.before_append(topic, n or 0)  # raises when not leader / too few in sync
+            cached = (stamp, ls, manager.acks_all(topic), manager.shard_of(topic, n or 0))
+            if len(self._writes) >= 65536:
+                self._writes.clear()
+            self._writes[pkey] = cached
+        else:
+            ls = cached[1]
+            if manager.paused and manager.is_paused(cached[3]):
+                raise NotEnoughReplicasError(PAUSED)
+            if cached[2] and len(ls.isr) < ls.min_insync:
+                manager.before_append(*split_partition_key(pkey))  # raises with the full message
+        writes = client.repl_writes
+        if writes is None:
+            writes = client.repl_writes = {}
+        writes[pkey] = stream
+        return cached[2]
 
     async def wait_acks(self, client: Any, pending: dict) -> None:
-        """Wait until every acks=all partition in ``pending`` (``partition key
-        -> (stream, acks_all)``) has its high watermark at its end offset as of now.
+        """Wait until every partition in ``pending`` (``partition key ->
+        stream`` of the batch's acks=all writes) has its high watermark at its end offset as of now.
 
         Raises AcksFailed when the ISR fell below min-insync-replicas or this
         node stopped leading the partition before that happened.
         """
-        targets = []
-        for pkey, (stream, acks_all) in pending.items():
-            end = stream.log.log_end_offset
-            client_writes(client)[pkey] = (stream, end)
-            if acks_all:
-                targets.append((pkey, stream, end))
+        targets = [(pkey, stream, stream.log.log_end_offset) for pkey, stream in pending.items()]
         for pkey, stream, end in targets:
             topic, n = split_partition_key(pkey)
             n = n or 0
@@ -176,12 +199,15 @@ class Replication:
                 server.signal_key_modified(key)
 
     def replicas_acknowledging(self, client: Any) -> int:
-        """WAIT's count: replicas holding every write of this client so far."""
-        writes = client_writes(client)
+        """WAIT's count: replicas holding every write of this client so far.
+        A write's offset is not kept: the partition's end offset now is at or
+        past it, so a replica counted here holds it."""
+        writes = client.repl_writes
         if not writes:
             return 0  # no write: nothing to count (Redis also answers 0 before any write)
         best = None
-        for pkey, (stream, end) in list(writes.items()):
+        for pkey, stream in list(writes.items()):
+            end = stream.log.log_end_offset
             topic, n = split_partition_key(pkey)
             ls = self.manager.leader_state(topic, n or 0)
             count = ls.replicas_at(end) if ls is not None else 0
@@ -286,14 +312,6 @@ class Replication:
             self.manager.save_hw_checkpoints()
         except Exception:  # noqa: BLE001
             log.exception("saving high watermark checkpoints failed")
-
-
-def client_writes(client: Any) -> dict:
-    """The client's last write per partition key (for WAIT)."""
-    writes = getattr(client, "repl_writes", None)
-    if writes is None:
-        writes = client.repl_writes = {}
-    return writes
 
 
 __all__ = ["build", "Replication", "AcksFailed", "NotEnoughReplicasError"]

@@ -144,7 +144,7 @@ class Client:
         # The ACL user (server.acl.User) when it is restricted; None when it
         # may run everything (the dispatcher's whole ACL cost is this check).
         self.acl: Any = None
-        self.repl_writes: dict | None = None  # partition key -> (stream, end offset) for WAIT
+        self.repl_writes: dict | None = None  # partition key -> stream this client wrote (WAIT)
 
     def kill(self) -> None:
         """Close this client's connection (CLIENT KILL, SHUTDOWN)."""

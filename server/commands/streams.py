@@ -67,13 +67,13 @@ def _after_write(ctx, key: bytes, stream) -> None:
 def _replicated_write(ctx, partition_key: bytes, stream) -> None:
     """Cluster mode, before an XADD appends: this node must lead the
     partition, and an acks=all topic needs min-insync-replicas in sync
-    (raises, nothing written). The batch's replies then wait for the
+    (raises, nothing written). An acks=all batch's replies then wait for the
     in-sync replicas (``Connection._flush``, server/replication.py)."""
-    acks_all = ctx.server.replication.before_append(partition_key)
-    pending = ctx.repl_pending
-    if pending is None:
-        pending = ctx.repl_pending = {}
-    pending[partition_key] = (stream, acks_all or pending.get(partition_key, (None, False))[1])
+    if ctx.server.replication.before_append(ctx.client, partition_key, stream):
+        pending = ctx.repl_pending
+        if pending is None:
+            pending = ctx.repl_pending = {}
+        pending[partition_key] = stream
 
 
 def _node_max_entries(ctx) -> int:
