@@ -2,6 +2,7 @@
 
 - ``compare``: Partita beside redis-server, every workload (bench/compare.py).
 - ``storage``: the partition log on its own (bench/storage_bench.py).
+- ``replication``: a 3-node cluster, acks=all and acks=1, beside one node (bench/replication_bench.py).
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHES = {"compare": "bench.compare", "storage": "bench.storage_bench"}
+BENCHES = {"compare": "bench.compare", "storage": "bench.storage_bench",
+           "replication": "bench.replication_bench"}
 
 
 def main() -> int:
