@@ -795,11 +795,24 @@ class PartitionLog:
         everything not yet fsynced."""
         assert not self._closed
         target = self.log_end_offset
+        checkpoint = None
+        now = self._clock_ms()
+        if target != self._persisted_rp and (
+                now - self._rp_checkpoint_ms >= RECOVERY_CHECKPOINT_INTERVAL_MS
+                or self._segment_for(target) != self._segment_for(self._persisted_rp)):
+            checkpoint = encode_rows([(target,)])
         fds: list[int] = []
+        active = self._segs[-1]
         try:
             index_seen = []
             for seg in self._segs[self._segment_for(self.recovery_point):]:
-                seg.persist_index()
+                # The active segment's index is written with the recovery
+                # point checkpoint (once a second at most), not every round:
+                # an index that stops short of the end is still a valid sparse
+                # index, and recovery scans past the checkpoint anyway. So an
+                # fsync=always round is one fsync of the log, not two.
+                if seg is not active or checkpoint is not None:
+                    seg.persist_index()
                 with_index = seg.index.write_seq != seg.index.synced_seq
                 if with_index or seg.end_offset > self.recovery_point:
                     fds.extend(seg.dup_fds(with_index))
@@ -820,12 +833,7 @@ class PartitionLog:
             for fd in fds:
                 os.close(fd)
             raise
-        checkpoint = None
-        now = self._clock_ms()
-        if target != self._persisted_rp and (
-                now - self._rp_checkpoint_ms >= RECOVERY_CHECKPOINT_INTERVAL_MS
-                or self._segment_for(target) != self._segment_for(self._persisted_rp)):
-            checkpoint = encode_rows([(target,)])
+        if checkpoint is not None:
             self._rp_checkpoint_ms = now
         ticket = FlushTicket(self, fds, target, self._generation, checkpoint, markers_seen, dir_seq)
         ticket._index_seen = index_seen
