@@ -116,6 +116,7 @@ class FlushTicket:
         self._dir_seq = dir_seq
         self.ok = False
         self.ran = False
+        self.dir_fd = -1  # the partition directory's descriptor among ``fds``, if any
 
     def run(self) -> None:
         """fsync every duplicated descriptor, then persist the recovery point."""
@@ -123,9 +124,15 @@ class FlushTicket:
         self.ran = True
         fds, self._fds = self._fds, []
         try:
+            dir_fd = self.dir_fd
             for fd in fds:
                 try:
-                    os.fsync(fd)
+                    # Appends need only the data and the size: fdatasync skips
+                    # the timestamp journal write (the directory gets fsync).
+                    if fd == dir_fd:
+                        os.fsync(fd)
+                    else:
+                        os.fdatasync(fd)
                 except OSError as exc:
                     raise_storage_error(f"fsync {self._log.directory}", exc)
         finally:
@@ -824,11 +831,13 @@ class PartitionLog:
                 if fd is not None:
                     fds.append(fd)
             dir_seq = self._dir_seq
+            dir_fd = -1
             if dir_seq != self._dir_synced_seq:
                 try:
-                    fds.append(os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+                    dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
                 except OSError as exc:
                     raise_storage_error(f"open {self.directory}", exc)
+                fds.append(dir_fd)
         except BaseException:
             for fd in fds:
                 os.close(fd)
@@ -837,6 +846,7 @@ class PartitionLog:
             self._rp_checkpoint_ms = now
         ticket = FlushTicket(self, fds, target, self._generation, checkpoint, markers_seen, dir_seq)
         ticket._index_seen = index_seen
+        ticket.dir_fd = dir_fd
         return ticket
 
     def end_flush(self, ticket: FlushTicket) -> None:

@@ -528,7 +528,7 @@ class GroupFlushTicket:
 
     def run(self) -> None:
         if self.fd >= 0:
-            os.fsync(self.fd)
+            os.fdatasync(self.fd)  # journal appends: data and size
 
 
 @dataclass(frozen=True, slots=True)
@@ -722,7 +722,7 @@ class GroupStore:
     def flush(self) -> None:
         """fsync every mutation so far."""
         if self._fd >= 0 and self.needs_flush:
-            os.fsync(self._fd)
+            os.fdatasync(self._fd)
             self._durable_bytes = self._journal_bytes
 
     def begin_flush(self) -> GroupFlushTicket:

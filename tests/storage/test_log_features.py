@@ -242,6 +242,7 @@ def test_eio_on_fsync_is_a_storage_error_and_keeps_recovery_point(tmp_path, monk
         raise OSError(errno.EIO, "Input/output error")
 
     monkeypatch.setattr(os, "fsync", eio)
+    monkeypatch.setattr(os, "fdatasync", eio)  # log files are fdatasync'ed (appends)
     with pytest.raises(StorageError, match="EIO"):
         log.flush()
     assert log.recovery_point == 0
