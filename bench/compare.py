@@ -142,16 +142,33 @@ def w_xadd(scale: float, pipeline: int) -> tuple[Measure, Measure]:
     return results[0], results[1]
 
 
-def w_xadd_always(scale: float) -> tuple[Measure, Measure, Measure]:
-    """Partita fsync=always vs redis appendfsync always, plus Partita everysec for the 0.8x target."""
+FSYNC_PAIRS = 5
+
+
+def w_xadd_always(scale: float) -> tuple[Measure, Measure, Measure, Measure]:
+    """Partita fsync=always vs redis appendfsync always, and, for the 0.8x
+    target, Partita always vs Partita everysec as the median of
+    ``FSYNC_PAIRS`` back-to-back pairs: this VM's fsync time and CPU share
+    swing by 2x within a minute, so one run of each compared 0.5x to 1.0x
+    for the same code. Returns (always, redis, median-pair always, median-pair everysec)."""
     n = int(100_000 * scale)
     cmd = ["XADD", "s", "*", "field", "v" * 100]
     out = []
-    for server in (ServerProcess("partita", ["--fsync", "always"]), ServerProcess("redis", REDIS_AOF_ALWAYS),
-                   ServerProcess("partita", ["--fsync", "everysec"])):
+    for server in (ServerProcess("partita", ["--fsync", "always"]), ServerProcess("redis", REDIS_AOF_ALWAYS)):
         with server:
             out.append(bench_command(server, cmd, requests=n, pipeline=16))
-    return out[0], out[1], out[2]
+    pairs = []
+    for _ in range(FSYNC_PAIRS):
+        pair_ = []
+        for policy in ("always", "everysec"):
+            with ServerProcess("partita", ["--fsync", policy]) as server:
+                pair_.append(bench_command(server, cmd, requests=n, pipeline=16))
+        pairs.append(pair_)
+    pairs.sort(key=lambda pr: pr[0].req_per_s / pr[1].req_per_s if pr[1].req_per_s else 0.0)
+    print("  always/everysec per pair: "
+          + ", ".join(f"{a.req_per_s / e.req_per_s:.2f}x" for a, e in pairs if e.req_per_s), flush=True)
+    always, everysec = pairs[len(pairs) // 2]
+    return out[0], out[1], always, everysec
 
 
 def w_xread(scale: float, count: int) -> tuple[Measure, Measure]:
@@ -356,9 +373,10 @@ def main(argv: list[str] | None = None) -> int:
             p, r = w_xadd(scale, 16)
             rows.append(Row("XADD, 50 clients, -P 16", p, r, ">= 0.7x"))
         elif name == "xadd-always":
-            p, r, p_everysec = w_xadd_always(scale)
+            p, r, p_always, p_everysec = w_xadd_always(scale)
             rows.append(Row("XADD -P 16, fsync always vs appendfsync always", p, r, "-"))
-            rows.append(Row("XADD -P 16, Partita always vs Partita everysec", p, p_everysec, ">= 0.8x"))
+            rows.append(Row(f"XADD -P 16, Partita always vs Partita everysec (median of {FSYNC_PAIRS} pairs)",
+                            p_always, p_everysec, ">= 0.8x"))
         elif name == "xread-10":
             p, r = w_xread(scale, 10)
             rows.append(Row("XREAD COUNT 10 over the stream", p, r, "-"))
