@@ -116,6 +116,7 @@ class ReplicaManager:
         self._hw_saved: dict[tuple[bytes, int], int] = {}
         self._follow_stamp: dict[int, tuple[int, int]] = {}
         self.paused: dict[int, tuple[int, int]] = {}  # shard -> (epoch, until ms)
+        self._fetch_errors: dict[int, str] = {}  # leader -> the last fetch failure logged
         self._shard_cache: dict[bytes, tuple[int, int]] = {}  # key -> (slot, shard): pure functions of the key
 
     # -- where a partition lives -------------------------------------------
@@ -553,8 +554,14 @@ class ReplicaManager:
                 if isinstance(reply, Exception) or not isinstance(reply, list) or len(reply) != 4:
                     raise ConnectionError(f"unexpected fetch reply from node {leader}: {reply!r:.200}")
                 self.apply_fetch(leader, reply)
+                if self._fetch_errors.pop(leader, None) is not None:
+                    log.info("fetching from node %d again", leader)
             except (ConnectionError, OSError, EOFError) as e:
-                log.debug("fetch from node %d failed: %s", leader, e)
+                # Once per new reason (a peer that is down says so every retry).
+                text = str(e)
+                if self._fetch_errors.get(leader) != text:
+                    self._fetch_errors[leader] = text
+                    log.warning("fetch from node %d failed (retrying every %.1fs): %s", leader, RETRY_S, text)
                 await trio.sleep(RETRY_S)
             except Exception:  # a bug or a damaged reply must not stop the node
                 log.exception("fetch from node %d failed", leader)

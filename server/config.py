@@ -256,6 +256,9 @@ OPTIONS: tuple[Option, ...] = (
            doc="this node's id in cluster-nodes (0: not in a cluster)"),
     Option("cluster-nodes", "string", "", mutable=False,
            doc="every node of the cluster: `<id>@<host>:<port>,...` (empty: a single node)"),
+    Option("cluster-secret", "string", "", mutable=False, protected=True,
+           doc="shared by every node: peers must present it before internal replication commands "
+               "(empty: any client may send them)"),
     Option("replication-factor", "int", 0, mutable=False, minimum=0, maximum=1000,
            doc="replicas of every partition on distinct nodes (0: min(3, nodes))"),
     Option("acks", "enum", "all", choices=("all", "1"),

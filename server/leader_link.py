@@ -1,8 +1,9 @@
 """A RESP client to another Partita node: the internal link followers fetch over.
 
 Owns: one TCP connection to a peer (opened on first use, reopened after a
-failure), AUTH with this node's ``requirepass`` (every node of a cluster
-shares it), sending one command and reading its reply with hiredis. It
+failure), AUTH with this node's ``requirepass`` and REPLAUTH with its
+``cluster-secret`` (every node of a cluster shares both), sending one command
+and reading its reply with hiredis. It
 implements ``cluster.replica_manager.LeaderEndpoint``.
 
 Must not know: what the commands mean (cluster/replica_manager.py builds
@@ -33,10 +34,12 @@ class LinkError(ConnectionError):
 
 
 class LeaderLink:
-    def __init__(self, host: str, port: int, password: str = "", *, reply_timeout_s: float = 30.0) -> None:
+    def __init__(self, host: str, port: int, password: str = "", *, secret: str = "",
+                 reply_timeout_s: float = 30.0) -> None:
         self.host = host
         self.port = port
         self.password = password
+        self.secret = secret
         self.reply_timeout_s = reply_timeout_s
         self._stream: trio.SocketStream | None = None
         self._reader: Any = None
@@ -52,6 +55,10 @@ class LeaderLink:
             reply = await self._roundtrip([b"AUTH", self.password.encode()])
             if isinstance(reply, Exception):
                 raise LinkError(f"AUTH to {self.host}:{self.port} refused: {reply}")
+        if self.secret:
+            reply = await self._roundtrip([b"REPLAUTH", self.secret.encode()])
+            if isinstance(reply, Exception):
+                raise LinkError(f"REPLAUTH to {self.host}:{self.port} refused: {reply}")
 
     async def _roundtrip(self, args: list[bytes]) -> Any:
         assert self._stream is not None

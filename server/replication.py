@@ -91,7 +91,8 @@ class Replication:
         link = self._links.get(key)
         if link is None:
             node = self.manager.placement.by_id[node_id]
-            link = self._links[key] = LeaderLink(node.host, node.port, self.config.requirepass)
+            link = self._links[key] = LeaderLink(node.host, node.port, self.config.requirepass,
+                                                 secret=self.config.cluster_secret)
         return link
 
     # -- routing ------------------------------------------------------------
@@ -264,7 +265,8 @@ class Replication:
         for node in m.placement.nodes:
             if node.id == m.my_id:
                 continue
-            link = LeaderLink(node.host, node.port, self.config.requirepass, reply_timeout_s=timeout_s)
+            link = LeaderLink(node.host, node.port, self.config.requirepass, secret=self.config.cluster_secret,
+                              reply_timeout_s=timeout_s)
             try:
                 with trio.move_on_after(timeout_s):
                     reply = await link.call([b"REPLVIEW", m.state.encode()])

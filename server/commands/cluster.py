@@ -17,6 +17,8 @@ Must not know: sockets, storage formats.
 
 from __future__ import annotations
 
+import hmac
+
 import trio
 
 from cluster.nodes import SLOTS, key_slot
@@ -34,6 +36,18 @@ def _repl(ctx):
     repl = ctx.server.replication
     if repl is None:
         raise DISABLED
+    return repl
+
+
+def _peer(ctx):
+    """The replication, for an internal command from a peer: with a
+    ``cluster-secret`` configured, only a connection that presented it
+    (REPLAUTH) may move leadership, fetch, or change topics this way."""
+    repl = _repl(ctx)
+    secret = ctx.server.config.cluster_secret
+    if secret and not ctx.client.repl_peer:
+        raise CommandError("NOPERM", "internal cluster command: a peer authenticates with REPLAUTH "
+                                     "<cluster-secret> first")
     return repl
 
 
@@ -225,13 +239,28 @@ async def _announce(repl) -> None:
             pass  # it learns the view from the next fetch it makes or serves
 
 
+@command("replauth", arity=2, flags="admin stale fast", group="cluster", since="7.0.0",
+         acl_categories=("admin", "fast", "dangerous"),
+         summary="Internal: a peer presents the cluster secret before replication commands.",
+         syntax="REPLAUTH secret")
+def replauth(ctx, argv):
+    """REPLAUTH secret"""
+    _repl(ctx)
+    secret = ctx.server.config.cluster_secret
+    if not secret or not hmac.compare_digest(argv[1], secret.encode()):
+        ctx.client.repl_peer = False
+        raise CommandError("NOPERM", "invalid cluster secret")
+    ctx.client.repl_peer = True
+    return OK
+
+
 @command("replpause", arity=4, flags="admin stale", group="cluster", since="7.0.0",
          acl_categories=("admin", "slow", "dangerous"),
          summary="Internal: a manual failover pauses writes to a shard and asks for its end offsets.",
          syntax="REPLPAUSE shard epoch milliseconds")
 def replpause(ctx, argv):
     """REPLPAUSE shard epoch milliseconds"""
-    m = _repl(ctx).manager
+    m = _peer(ctx).manager
     shard, epoch, ms = parse_int(argv[1]), parse_int(argv[2]), parse_int(argv[3])
     if not 0 <= shard < m.placement.shard_count or m.state.leader(shard) != m.my_id:
         raise err("this node does not lead that shard")
@@ -246,7 +275,7 @@ def replpause(ctx, argv):
          summary="Internal: adopt a peer's newer shard leaders and epochs.", syntax="REPLVIEW view")
 def replview(ctx, argv):
     """REPLVIEW view"""
-    m = _repl(ctx).manager
+    m = _peer(ctx).manager
     m.state.merge(argv[1])
     return m.state.encode()
 
@@ -258,7 +287,7 @@ def replview(ctx, argv):
                 "[topic partition topic-id offset epoch state-version group-position ...]", waits=True)
 async def replfetch(ctx, argv):
     """REPLFETCH replica view max-wait-ms max-bytes topics-token [topic partition topic-id offset epoch state groups ...]"""
-    repl = _repl(ctx)
+    repl = _peer(ctx)
     m = repl.manager
     wait_s = min(parse_int(argv[3]), 60000) / 1000
     deadline = trio.current_time() + wait_s
@@ -281,7 +310,7 @@ async def replfetch(ctx, argv):
          syntax="REPLTOPIC topic meta topic-id")
 def repltopic(ctx, argv):
     """REPLTOPIC topic meta topic-id (an empty meta: the topic was deleted)"""
-    _repl(ctx)
+    _peer(ctx)
     topics = ctx.server.topics
     if argv[2]:
         topics.adopt_topic(argv[1], argv[2])
@@ -297,7 +326,7 @@ def repltopic(ctx, argv):
          syntax="REPLEPOCH topic partition epoch [topic partition epoch ...]")
 def replepoch(ctx, argv):
     """REPLEPOCH topic partition epoch [topic partition epoch ...]"""
-    return _repl(ctx).manager.end_offsets_for_epochs(argv[1:])
+    return _peer(ctx).manager.end_offsets_for_epochs(argv[1:])
 
 
 @command("wait", arity=3, flags="noscript", group="generic", since="3.0.0",

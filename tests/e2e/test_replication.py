@@ -316,3 +316,19 @@ def test_topic_replication_factor_and_placement_in_describe(cluster, partita_fac
     with pytest.raises(redis.ResponseError, match="REPLICATION-FACTOR 3 not possible: every partition has 1"):
         single.execute_command("TOPIC", "CREATE", "t", "REPLICATION-FACTOR", "3")
     assert single.execute_command("TOPIC", "CREATE", "t", "REPLICATION-FACTOR", "1") == b"OK"
+
+
+def test_cluster_secret_guards_the_internal_commands(tmp_path):
+    secured = Cluster(tmp_path, extra=["--cluster-secret", "s3cret"])
+    try:
+        key = b"guarded"
+        leader = secured.leader_of(key)
+        leader.client().xadd(key, {"a": "1"})
+        secured.wait_converged("guarded")  # the nodes replicate with the secret
+        with RawConn(leader.port) as conn:
+            assert conn.request(b"REPLVIEW 2:9,2:9,2:9\r\n").startswith(b"-NOPERM internal cluster command")
+            assert conn.request(b"REPLAUTH wrong\r\n") == b"-NOPERM invalid cluster secret\r\n"
+            assert conn.request(b"REPLAUTH s3cret\r\n") == b"+OK\r\n"
+        assert secured.leader_of(key) is leader  # nothing moved
+    finally:
+        secured.stop()
