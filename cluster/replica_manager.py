@@ -110,7 +110,6 @@ class ReplicaManager:
         self.followed: dict[int, dict[tuple[bytes, int], Followed]] = {}  # leader id -> partitions
         self.discovery_token: dict[int, bytes] = {}  # leader id -> its last topics token
         self.on_hw_advance: Callable[[bytes, int], None] = lambda topic, n: None
-        self.on_data: Callable[[], None] = lambda: None  # follower appended (tests)
         self._topic_setting = topic_setting or (lambda topic, name: registry.config_value(topic, name))
         self.fetch_counts = {"served": 0, "fetched": 0, "truncations": 0}
         self._hw_saved: dict[tuple[bytes, int], int] = {}
@@ -169,7 +168,7 @@ class ReplicaManager:
         del self.paused[shard]
         return False
 
-    def is_replicated(self, topic: bytes, n: int) -> bool:
+    def is_replicated(self) -> bool:
         return self.placement.replication_factor > 1
 
     # -- leading ----------------------------------------------------------
@@ -204,7 +203,7 @@ class ReplicaManager:
         return int(self._topic_setting(topic, "min-insync-replicas") or 1)
 
     def acks_all(self, topic: bytes) -> bool:
-        return self.is_replicated(topic, 0) and self._topic_setting(topic, "acks") == "all"
+        return self.is_replicated() and self._topic_setting(topic, "acks") == "all"
 
     def pause(self, shard: int, ms: int) -> None:
         """Refuse writes to ``shard`` for ``ms`` (a manual failover is moving it); 0 resumes."""
@@ -494,8 +493,6 @@ class ReplicaManager:
             else:
                 f.group_token = group_token
             self.fetch_counts["fetched"] += 1
-        if appended:
-            self.on_data()
         return appended
 
     def _apply_discovery(self, leader: int, discovered: list) -> None:
@@ -603,7 +600,10 @@ class ReplicaManager:
 
     def info_lines(self) -> list[str]:
         lines = [f"cluster_node_id:{self.my_id}", f"cluster_nodes:{len(self.placement.nodes)}",
-                 f"replication_factor:{self.placement.replication_factor}"]
+                 f"replication_factor:{self.placement.replication_factor}",
+                 f"fetches_served:{self.fetch_counts['served']}",
+                 f"partition_fetches_applied:{self.fetch_counts['fetched']}",
+                 f"truncations:{self.fetch_counts['truncations']}"]
         for s in range(self.placement.shard_count):
             first, last = self.placement.slot_range(s)
             lines.append(f"shard{s}:slots={first}-{last},leader={self.state.leader(s)},"

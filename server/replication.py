@@ -82,10 +82,6 @@ class Replication:
         topics.on_change = self.broadcast_topic
         topics.key_filter = self._leads_key
 
-    @property
-    def me(self):
-        return self.manager.placement.by_id[self.manager.my_id]
-
     def link(self, node_id: int, purpose: str = "fetch") -> LeaderLink:
         key = (node_id, purpose)
         link = self._links.get(key)
