@@ -602,7 +602,7 @@ class ReplicaManager:
         lines = [f"cluster_node_id:{self.my_id}", f"cluster_nodes:{len(self.placement.nodes)}",
                  f"replication_factor:{self.placement.replication_factor}",
                  f"fetches_served:{self.fetch_counts['served']}",
-                 f"partition_fetches_applied:{self.fetch_counts['fetched']}",
+                 f"fetch_results_applied:{self.fetch_counts['fetched']}",
                  f"truncations:{self.fetch_counts['truncations']}"]
         for s in range(self.placement.shard_count):
             first, last = self.placement.slot_range(s)

@@ -3,6 +3,7 @@ leaders, read INFO replication, wait for replicas to converge, compare logs."""
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 
@@ -17,7 +18,7 @@ def partition_lines(server: PartitaProcess) -> dict[str, dict[str, str]]:
         info = conn.request(b"INFO replication\r\n").decode()
     out = {}
     for line in info.splitlines():
-        if line.startswith("partition") and ":" in line:
+        if re.match(r"partition\d+:", line):
             fields = dict(item.split("=", 1) for item in line.split(":", 1)[1].split(","))
             out[fields["key"]] = fields
     return out
