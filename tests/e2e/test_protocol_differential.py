@@ -117,6 +117,19 @@ COMMAND_ERRORS = [
     b"SHUTDOWN ABORT\r\n",
     b"SHUTDOWN NOSAVE SAVE\r\n",
     b"INFO nosuchsection\r\n",
+    # A single node answers cluster commands as a Redis without cluster mode.
+    b"CLUSTER INFO\r\n",
+    b"CLUSTER KEYSLOT foo\r\n",
+    b"CLUSTER SLOTS\r\n",
+    b"CLUSTER MYID\r\n",
+    b"CLUSTER FAILOVER\r\n",
+    b"CLUSTER NOSUCH\r\n",
+    b"CLUSTER\r\n",
+    b"WAIT 0 0\r\n",
+    b"WAIT 1 1\r\n",
+    b"WAIT x 1\r\n",
+    b"WAIT 1 -1\r\n",
+    b"WAIT 1\r\n",
 ]
 
 

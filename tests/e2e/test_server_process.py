@@ -259,3 +259,17 @@ def test_fsync_always_group_commits_concurrent_writers(partita_factory):
     info = r.info("persistence")
     assert info["partita_fsync_policy"] == "always"
     assert 1 <= info["partita_group_commits"] < 400
+
+
+@pytest.mark.parametrize("args, why", [
+    (["--cluster-nodes", "1@127.0.0.1:7001,2@127.0.0.1:7002", "--node-id", "3"], "node-id 3 is not one of cluster-nodes"),
+    (["--cluster-nodes", "1@127.0.0.1", "--node-id", "1"], "is not <node-id>@<host>:<port>"),
+    (["--cluster-nodes", "1@127.0.0.1:7001", "--node-id", "1", "--replication-factor", "2"],
+     "replication-factor 2 needs at least 2 nodes"),
+])
+def test_bad_cluster_configuration_exits_1_and_writes_nothing(tmp_path, args, why):
+    data = tmp_path / "data"
+    result = _run_partita(["--dir", str(data), *args], tmp_path)
+    assert result.returncode == 1
+    assert "Fatal: cluster configuration:" in result.stderr and why in result.stderr
+    assert not data.exists()
