@@ -225,7 +225,7 @@ class Replication:
         partitions know the topic. Followers also get it from their leaders'
         fetch replies."""
         blob = self.topics.topic_meta_blob(topic)
-        topic_id = self.topics.topic_id(topic) or self.topics.deleted_ids.get(topic, "")
+        topic_id = self.topics.topic_id(topic) or self.topics.deleted_ids.pop(topic, "")
         for node in self.manager.placement.nodes:
             if node.id != self.manager.my_id:
                 self._topic_news.setdefault(node.id, {})[topic] = (blob, topic_id)
