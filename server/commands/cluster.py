@@ -51,6 +51,22 @@ def _peer(ctx):
     return repl
 
 
+class _Malformed:
+    """``with _Malformed("REPLFETCH"):`` — a peer's request that does not parse
+    is refused with a clear error, not reported as an internal error."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if kind is not None and issubclass(kind, (ValueError, IndexError, KeyError, TypeError)):
+            raise err(f"malformed {self.name} request: {exc}") from None
+        return False
+
+
 def node_name(node_id: int) -> str:
     return f"{node_id:040x}"
 
@@ -297,7 +313,8 @@ async def replfetch(ctx, argv):
         topic, n = body[i], body[i + 1]
         keys += [topic, topic + b"#" + n]
     while True:
-        reply, news = m.serve_fetch(argv[1:])
+        with _Malformed("REPLFETCH"):
+            reply, news = m.serve_fetch(argv[1:])
         remaining = deadline - trio.current_time()
         if news or remaining <= 0 or not ctx.may_block:
             return reply
@@ -312,10 +329,11 @@ def repltopic(ctx, argv):
     """REPLTOPIC topic meta topic-id (an empty meta: the topic was deleted)"""
     _peer(ctx)
     topics = ctx.server.topics
-    if argv[2]:
-        topics.adopt_topic(argv[1], argv[2])
-    else:
-        topics.adopt_deletion(argv[1], argv[3].decode())
+    with _Malformed("REPLTOPIC"):
+        if argv[2]:
+            topics.adopt_topic(argv[1], argv[2])
+        else:
+            topics.adopt_deletion(argv[1], argv[3].decode())
     ctx.server.signal_key_modified(argv[1])
     return OK
 
@@ -326,7 +344,9 @@ def repltopic(ctx, argv):
          syntax="REPLEPOCH topic partition epoch [topic partition epoch ...]")
 def replepoch(ctx, argv):
     """REPLEPOCH topic partition epoch [topic partition epoch ...]"""
-    return _peer(ctx).manager.end_offsets_for_epochs(argv[1:])
+    manager = _peer(ctx).manager
+    with _Malformed("REPLEPOCH"):
+        return manager.end_offsets_for_epochs(argv[1:])
 
 
 @command("wait", arity=3, flags="noscript", group="generic", since="3.0.0",
