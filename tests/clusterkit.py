@@ -3,8 +3,10 @@ leaders, read INFO replication, wait for replicas to converge, compare logs."""
 
 from __future__ import annotations
 
+import random
 import re
 import signal
+import socket
 import time
 
 from tests.conftest import PartitaProcess, RawConn, free_port
@@ -24,9 +26,33 @@ def partition_lines(server: PartitaProcess) -> dict[str, dict[str, str]]:
     return out
 
 
+def listen_ports(n: int) -> list[int]:
+    """``n`` free ports below the ephemeral range: nodes connect to each
+    other while the cluster starts, and an outgoing connection's ephemeral
+    port must not take a port a node not started yet is about to listen on."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return [free_port() for _ in range(n)]
+    ports: list[int] = []
+    rng = random.Random()
+    while len(ports) < n:
+        port = rng.randrange(10000, max(10001, low - 1))
+        if port in ports:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        ports.append(port)
+    return ports
+
+
 class Cluster:
     def __init__(self, tmp_path, n: int = 3, extra: list[str] | None = None) -> None:
-        self.ports = [free_port() for _ in range(n)]
+        self.ports = listen_ports(n)
         spec = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(self.ports))
         self.nodes: list[PartitaProcess] = []
         for i, port in enumerate(self.ports):
