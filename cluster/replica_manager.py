@@ -37,6 +37,7 @@ from cluster import replication as rp
 from cluster.nodes import ClusterState, Placement, key_slot
 from cluster.topics import TopicRegistry, partition_key, split_partition_key
 from storage.checkpoint import read_file, write_atomic
+from storage.errors import StorageError
 from storage.streams.groups import GroupStateError, groups_of
 from storage.streams.replica_state import (apply_group_changes, apply_state, encode_state, group_changes,
                                            state_version)
@@ -181,11 +182,11 @@ class ReplicaManager:
         if leader != self.my_id:
             self.leaders.pop((topic, n), None)
             return None
-        ls = self.leaders.get((topic, n))
-        if ls is not None and ls.epoch == epoch:
-            return ls
         stream = self.registry.stream_of(topic, n)
         plog = stream.log
+        ls = self.leaders.get((topic, n))
+        if ls is not None and ls.epoch == epoch and ls.log is plog:
+            return ls  # (another log: the topic was deleted and created again)
         if plog.hw_follows_end and self.placement.replication_factor > 1:  # freshly opened here: start from the checkpointed HW
             saved = self._read_hw(plog)
             plog.hw_follows_end = False
@@ -264,9 +265,19 @@ class ReplicaManager:
                 f"min-insync-replicas is {ls.min_insync}; nothing was written")
         return ls
 
+    def _prune(self) -> None:
+        """Forget leader states of partitions deleted since (DEL, TOPIC DELETE)."""
+        reg = self.registry
+        for (topic, n), ls in list(self.leaders.items()):
+            stream = reg.cached_stream(topic, n) if n < reg.partitions_of(topic) else None
+            if stream is None or stream.log is not ls.log:
+                del self.leaders[(topic, n)]
+                self._hw_saved.pop((topic, n), None)
+
     def tick(self) -> None:
         """Periodic: ISR shrink by lag, HW checkpoints."""
         now = self.clock_ms()
+        self._prune()
         for (topic, n), ls in list(self.leaders.items()):
             before = set(ls.isr)
             hw = ls.log.high_watermark
@@ -575,13 +586,14 @@ class ReplicaManager:
             return None
 
     def save_hw_checkpoints(self) -> None:
+        self._prune()
         for key, ls in self.leaders.items():
             hw = ls.log.high_watermark
             if self._hw_saved.get(key) != hw:
                 try:
                     write_atomic(ls.log.directory / HW_CHECKPOINT, b"%d" % hw, sync=False)
                     self._hw_saved[key] = hw
-                except OSError as e:
+                except (OSError, StorageError) as e:  # only shortens what a restart shows at once
                     log.warning("high watermark checkpoint of %s failed: %s", key, e)
 
     def partition_view(self, topic: bytes, n: int) -> dict[str, Any]:

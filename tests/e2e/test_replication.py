@@ -342,3 +342,20 @@ def test_malformed_internal_requests_are_refused_clearly(cluster):
             assert reply.startswith(b"-ERR malformed REPL"), (payload, reply)
         assert conn.request(b"PING\r\n") == b"+PONG\r\n"
     assert "Traceback" not in node.log()
+
+
+def test_a_deleted_and_recreated_stream_replicates_as_a_new_topic(cluster):
+    key = b"reborn"
+    leader = cluster.leader_of(key)
+    client = leader.client()
+    client.xadd(key, {"life": "1"})
+    cluster.wait_converged("reborn")
+    assert client.delete(key) == 1
+    client.xadd(key, {"life": "2"})  # acks=all: must not wait on the deleted log
+    client.xadd(key, {"life": "2b"})
+    cluster.wait_converged("reborn")
+    assert [f[b"life"] for _, f in client.xrange(key)] == [b"2", b"2b"]
+    assert len({cluster.log_bytes(n, "reborn") for n in cluster.nodes}) == 1
+    time.sleep(0.3)  # a tick: no checkpoint may be written into the deleted partition
+    for node in cluster.nodes:
+        assert "disk error" not in node.log() and "Traceback" not in node.log()
