@@ -92,6 +92,11 @@ class Followed:
     group_token: bytes = b""  # where this replica stands in the leader's group journal
 
 
+def key_gone(registry: TopicRegistry, topic: bytes, n: int) -> bool:
+    """The partition no longer exists on this node (its topic was deleted)."""
+    return n >= registry.partitions_of(topic)
+
+
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
 
@@ -406,7 +411,8 @@ class ReplicaManager:
             for n in range(self.registry.partitions_of(topic)):
                 if (topic, n) not in parts and self._follows_from(topic, n) == leader:
                     parts[(topic, n)] = Followed(topic, n)
-        for key in [k for k in parts if self._follows_from(*k) != leader]:
+        for key in [k for k in parts
+                    if key_gone(self.registry, *k) or self._follows_from(*k) != leader]:
             del parts[key]
         return parts
 
@@ -449,8 +455,8 @@ class ReplicaManager:
         for f, answer in zip(todo, reply):
             if not isinstance(answer, list):
                 continue  # the leader moved or lost it: the next fetch says what to do
-            if self._follows_from(f.topic, f.n) != leader:
-                continue  # leadership moved while the request was out: never touch a log this node leads
+            if self._follows_from(f.topic, f.n) != leader or key_gone(self.registry, f.topic, f.n):
+                continue  # leadership moved, or the topic went, while the request was out
             stream = self.registry.stream_of(f.topic, f.n)
             stream.commit()
             plog = stream.log
@@ -479,6 +485,9 @@ class ReplicaManager:
             f = parts.get((topic, n))
             if f is None or self._follows_from(topic, n) != leader:
                 continue  # not followed from this leader (any more): never touch a log this node leads
+            if key_gone(self.registry, topic, n):
+                parts.pop((topic, n), None)  # deleted here while the fetch was out
+                continue
             if error:
                 self._on_fetch_error(leader, f, error.decode() if isinstance(error, bytes) else str(error), res)
                 continue

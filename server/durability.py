@@ -128,7 +128,7 @@ class Durability:
             with trio.CancelScope(shield=True):
                 await flush_logs(logs, self._run_in_thread)
         except Exception as e:
-            log.error("background fsync failed: %s", e)
+            log.error("background fsync failed: %s", e or repr(e))
             self.last_flush_error = str(e)
 
     async def run_everysec(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -144,8 +144,15 @@ class Durability:
         self._everysec_dirty.pop(id(log_), None)
 
 
+def _open_logs(logs: list[Any]) -> list[Any]:
+    """Logs closed since they were written (their topic was deleted) have
+    nothing left to flush."""
+    return [lg for lg in logs if not getattr(lg, "closed", False)]
+
+
 def flush_logs_now(logs: list[Any]) -> None:
     """One group flush on the calling thread."""
+    logs = _open_logs(logs)
     tickets = [lg.begin_flush() for lg in logs]
     try:
         _run_tickets(tickets)
@@ -156,6 +163,7 @@ def flush_logs_now(logs: list[Any]) -> None:
 
 async def flush_logs(logs: list[Any], run_in_thread=None) -> None:
     """One group flush: begin on this thread, fsync on a worker, end here."""
+    logs = _open_logs(logs)
     if not logs:
         return
     tickets = [lg.begin_flush() for lg in logs]

@@ -341,6 +341,11 @@ class PartitionLog:
         return self._segs[-1].end_offset
 
     @property
+    def closed(self) -> bool:
+        """True after ``close()``, ``abandon()`` or ``delete()``."""
+        return self._closed
+
+    @property
     def high_watermark(self) -> int:
         return self._hw
 
