@@ -71,6 +71,20 @@ class Cluster:
                 node.proc.send_signal(signal.SIGCONT)
                 node.stop()
 
+    def unexpected_log_lines(self) -> list[str]:
+        """Tracebacks and disk errors in any node's log (every run since the
+        cluster was made): a bug the test's own checks may not see."""
+        found = []
+        for node in self.nodes:
+            try:
+                text = node.log_path.read_text(errors="replace")
+            except FileNotFoundError:
+                continue
+            for line in text.splitlines():
+                if "Traceback" in line or "disk error" in line or "fsync failed" in line:
+                    found.append(f"{node.log_path.name}: {line}")
+        return found
+
     def node_at(self, port: int) -> PartitaProcess:
         return self.nodes[self.ports.index(port)]
 

@@ -18,6 +18,7 @@ def cluster(tmp_path):
     c = Cluster(tmp_path)
     yield c
     c.stop()
+    assert not c.unexpected_log_lines(), c.unexpected_log_lines()[:5]
 
 
 def test_writes_to_a_follower_are_moved_to_the_leader(cluster):

@@ -140,6 +140,7 @@ def _run(tmp_path, seconds: float, seed: int) -> str:
     finally:
         stop.set()
         cluster.stop()
+    assert not cluster.unexpected_log_lines(), cluster.unexpected_log_lines()[:5]
     acked = sum(map(len, ledger.acked.values()))
     faults = ", ".join(f"{v} {k}" for k, v in sorted(ledger.faults.items()))
     line = (f"replication faults (seed {seed}, {seconds:.0f}s): {faults}; {acked} acknowledged XADDs, "
