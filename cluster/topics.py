@@ -264,10 +264,12 @@ class TopicRegistry:
         self.key_filter: Any = None  # cluster: which topic names this node answers for
         self._adopting = False
         for topic in log_manager.topics():
-            self._meta[topic] = self._load_meta(topic)
-            self._remember_fsync(topic)
+            meta = self._load_meta(topic)
+            if meta is not None:
+                self._meta[topic] = meta
+                self._remember_fsync(topic)
 
-    def _load_meta(self, topic: bytes) -> TopicMeta:
+    def _load_meta(self, topic: bytes) -> TopicMeta | None:
         """A topic's metadata at start-up, checked against the partitions on disk.
 
         A missing ``topic.meta`` (lost before its directory's fsync) is rebuilt
@@ -279,6 +281,14 @@ class TopicRegistry:
         path = lm.topic_dir(topic) / "topic.meta"
         on_disk = lm.partitions_on_disk(topic)
         blob = lm.read_topic_meta(topic)
+        if blob is None and not on_disk:
+            # Killed while creating it: the directory exists, nothing was
+            # written in it (``topic.meta`` comes first and is renamed into
+            # place). The creating XADD was never acknowledged.
+            log.warning("%s is missing and no partition exists: removing the half-created topic '%s'",
+                        path, _text(topic))
+            lm.delete_topic(topic)
+            return None
         if blob is None:
             meta = TopicMeta(max(on_disk) + 1 if on_disk else 1, {})
             log.warning("%s is missing: topic '%s' reopened with the %d partition(s) found on disk "
@@ -444,8 +454,10 @@ class TopicRegistry:
             return None
         return self._stream_for(topic, partition)
 
-    def _create(self, topic: bytes, partitions: int, config: dict[str, Any], topic_id: str = "") -> None:
-        meta = TopicMeta(partitions, dict(config), topic_id or os.urandom(8).hex())
+    def _create(self, topic: bytes, partitions: int, config: dict[str, Any], topic_id: str | None = None) -> None:
+        """``topic_id`` None: a new topic, a new random ID; a string (maybe ""):
+        a copy of another node's topic, under its ID exactly."""
+        meta = TopicMeta(partitions, dict(config), os.urandom(8).hex() if topic_id is None else topic_id)
         self.log_manager.write_topic_meta(topic, meta.to_bytes())
         self._meta[topic] = meta
         self._append_cache.clear()

@@ -353,3 +353,31 @@ def test_group_journal_is_fetched_like_a_log(tmp_path):
     lstore.compact()
     _, _, snap3, _ = group_changes(leader, gen2, pos2)
     assert snap3 is not None  # the leader compacted: the old position is gone
+
+
+def test_a_topic_copied_under_an_empty_id_keeps_it(tmp_path):
+    """A leader whose topic.meta was rebuilt has no topic ID: its followers must
+    copy that (empty) ID, not invent one — they would see a different
+    incarnation on every fetch and throw their copy away each time."""
+    cfg = types.SimpleNamespace(segment_bytes=4096, stream_node_max_entries=100)
+    reg = TopicRegistry.open(tmp_path / "f", cfg)
+    try:
+        reg.adopt_topic(b"t", b'{"version": 1, "partitions": 1, "config": {}}')
+        assert reg.topic_id(b"t") == ""
+        reg.adopt_topic(b"t", b'{"version": 1, "partitions": 1, "config": {}}')
+        assert reg.topic_id(b"t") == "" and reg.generation == 1  # nothing replaced
+    finally:
+        reg.close()
+
+
+def test_a_half_created_topic_is_removed_at_start(tmp_path):
+    """Killed inside TOPIC creation: a topic directory with no topic.meta and no
+    partition was never acknowledged; it must not come back as an empty topic
+    (without a topic ID) at the next start."""
+    cfg = types.SimpleNamespace(segment_bytes=4096, stream_node_max_entries=100)
+    (tmp_path / "d" / "topics" / "t.half").mkdir(parents=True)
+    reg = TopicRegistry.open(tmp_path / "d", cfg)
+    try:
+        assert reg.topics() == [] and not (tmp_path / "d" / "topics" / "t.half").exists()
+    finally:
+        reg.close()

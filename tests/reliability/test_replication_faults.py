@@ -56,12 +56,6 @@ def _produce(cluster: Cluster, key: bytes, ledger: Ledger, stop: threading.Event
         i += 1
 
 
-def _healthy_isr(cluster: Cluster, key: bytes) -> tuple:
-    leader = cluster.leader_of(key)
-    line = partition_lines(leader).get(key.decode())
-    return leader, (line or {}).get("isr", "")
-
-
 def _fault(cluster: Cluster, rng: random.Random, ledger: Ledger) -> None:
     key = rng.choice(KEYS)
     leader = cluster.leader_of(key)
@@ -85,10 +79,13 @@ def _fault(cluster: Cluster, rng: random.Random, ledger: Ledger) -> None:
             ledger.count(f"failover refused ({str(e)[:40]})")
             return
     else:
-        # Only an in-sync follower may take over (unclean election is off):
-        # read the ISR while every node is healthy, then kill the leader.
-        _, isr = _healthy_isr(cluster, key)
-        in_sync = [n for n in followers if str(cluster.nodes.index(n) + 1) in isr.split("/")]
+        # Only a follower in sync on every partition the leader leads may
+        # take over (FORCE takes all of the dead leader's shards; unclean
+        # election is not what this checks): read the ISRs while every node
+        # is healthy, then kill the leader.
+        isrs = [line.get("isr", "") for line in partition_lines(leader).values() if line.get("role") == "leader"]
+        in_sync = [n for n in followers
+                   if all(str(cluster.nodes.index(n) + 1) in isr.split("/") for isr in isrs)]
         if not in_sync:
             ledger.count("kill_leader skipped (no in-sync follower)")
             return
