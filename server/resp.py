@@ -91,6 +91,7 @@ class RequestParser:
         "_reader",
         "_chunks",
         "_fed",
+        "_suspect",
         "_consumed",
         "_slow",
         "_buf",
@@ -115,6 +116,11 @@ class RequestParser:
         self._chunks: list[bytes] = []
         self._fed = 0  # bytes fed to hiredis since it was last at a command boundary
         self._consumed = 0  # canonical size of the commands it returned since then
+        # The bytes fed since then hold '+', '(' or '=': an element hiredis
+        # took for a bulk may have been a simple string, a big number or a
+        # verbatim string, which Redis refuses ("expected '$'"); each command
+        # is then checked against its canonical bytes before it is returned.
+        self._suspect = False
         # Exact path state.
         self._slow = False
         self._buf = bytearray()
@@ -146,6 +152,8 @@ class RequestParser:
             self._reader.feed(data)
             self._chunks.append(data)
             self._fed += len(data)
+            if not self._suspect and (b"+" in data or b"(" in data or b"=" in data):
+                self._suspect = True
 
     def pending_bytes(self) -> int:
         """Bytes received and not yet returned as commands (approximate)."""
@@ -179,6 +187,7 @@ class RequestParser:
                     return self._get_slow()
                 self._chunks.clear()
                 self._fed = self._consumed = 0
+                self._suspect = False
                 return None
             if argv.__class__ is not _LIST:
                 self._to_slow()  # `*-1` (None) and similar: let Redis's rules decide
@@ -192,11 +201,16 @@ class RequestParser:
                 self._to_slow()
                 return self._get_slow()
             n = len(argv)
+            start = self._consumed
             if n < 10 and size < 10000:
                 # Canonical size: `*n\r\n` + per element `$len\r\n...\r\n`.
                 self._consumed += 4 + size + 5 * n + sum(map(_digits_of, map(len, argv)))
             else:
                 self._consumed += canonical_size(argv)
+            if self._suspect and not self._is_canonical(argv, start):
+                self._consumed = start  # the exact parser takes it from its first byte
+                self._to_slow()
+                return self._get_slow()
             if n:
                 if (n > UNAUTH_MULTIBULK_MAX_COUNT or size > UNAUTH_BULK_MAX_BYTES) and (
                     self.authenticated is not None and not self.authenticated()
@@ -206,6 +220,14 @@ class RequestParser:
                     if max(map(len, argv)) > UNAUTH_BULK_MAX_BYTES:
                         raise ProtocolError("unauthenticated bulk length")
                 return argv
+
+    def _is_canonical(self, argv: list[bytes], start: int) -> bool:
+        """Whether the bytes hiredis read for ``argv`` (from ``start`` of the
+        bytes fed since the last boundary) are its canonical encoding."""
+        chunks = self._chunks
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        expected = encode_command(argv)
+        return data[start:start + len(expected)] == expected
 
     def _to_slow(self) -> None:
         """Hand what hiredis holds to the exact parser.
@@ -219,6 +241,7 @@ class RequestParser:
         self._reader = hiredis.Reader()
         self._chunks = []
         self._fed = self._consumed = 0
+        self._suspect = False
         self._slow = True
         self._buf = bytearray(memoryview(data)[skip:]) + self._buf
         self._pos = 0
@@ -264,6 +287,7 @@ class RequestParser:
         self._chunks = [data]
         self._fed = len(data)
         self._consumed = 0
+        self._suspect = b"+" in data or b"(" in data or b"=" in data
 
     # -- the exact parser --------------------------------------------------
 

@@ -29,6 +29,9 @@ PROTOCOL_GARBAGE = [
     b"*0\r\n*-1\r\nPING\r\n",
     b"A" * 70000,
     b"*1\r\n$" + b"1" * 70000,
+    # After a bulk Redis skips two bytes unchecked; the next element must be a bulk.
+    b"*2\r\n$0\r\n\x00\n+OK\r\n",
+    b"*3\r\n$4\r\nECHO\r\n$1\r\nab=x\r\n",
 ]
 
 
