@@ -138,7 +138,12 @@ def _leaves(group: BaseExceptionGroup):
 
 
 def _is_bind_error(e: BaseException) -> bool:
-    return type(e).__name__ == "BindError"
+    """A refusal to start that explains itself (busy port, damaged topic
+    metadata, bad cluster state): logged as one line, no traceback."""
+    from cluster.nodes import ClusterConfigError
+    from cluster.topics import TopicError
+
+    return type(e).__name__ == "BindError" or isinstance(e, (TopicError, ClusterConfigError))
 
 
 if __name__ == "__main__":
