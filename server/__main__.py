@@ -121,10 +121,10 @@ def main(argv: list[str] | None = None) -> int:
         for e in _leaves(group):
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 continue
-            logging.getLogger("partita").error("Fatal: %s", e, exc_info=not isinstance(e, OSError) and not _is_bind_error(e))
+            logging.getLogger("partita").error("Fatal: %s", e, exc_info=not isinstance(e, OSError) and not _explains_itself(e))
         return 1
     except Exception as e:
-        logging.getLogger("partita").error("Fatal: %s", e, exc_info=not isinstance(e, OSError) and not _is_bind_error(e))
+        logging.getLogger("partita").error("Fatal: %s", e, exc_info=not isinstance(e, OSError) and not _explains_itself(e))
         return 1
     return 0
 
@@ -137,7 +137,7 @@ def _leaves(group: BaseExceptionGroup):
             yield e
 
 
-def _is_bind_error(e: BaseException) -> bool:
+def _explains_itself(e: BaseException) -> bool:
     """A refusal to start that explains itself (busy port, damaged topic
     metadata, bad cluster state): logged as one line, no traceback."""
     from cluster.nodes import ClusterConfigError
