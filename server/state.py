@@ -298,6 +298,8 @@ class ServerState:
 
         ``timeout_s`` None waits forever. Cancellation (client gone, server
         stopping) propagates; the waiter is removed in every case.
+        ``internal`` (a follower's long-poll fetch): not a blocked client, not
+        bounded by ``max-blocked-clients``.
         """
         limit = self.config.max_blocked_clients
         if not internal and limit and self.blocked_clients >= limit:
