@@ -70,6 +70,8 @@ class Replication:
         self._links: dict[int, LeaderLink] = {}
         manager.on_hw_advance = self._on_hw_advance
         self._writes: dict[bytes, tuple] = {}  # partition key -> (stamp, leader state, acks=all, shard)
+        # acks=all replies waiting: partition key -> [(end offset, event)]
+        self._ack_waiters: dict[bytes, list[tuple[int, trio.Event]]] = {}
         self._config_generation = 0
 
         def config_changed(name: str, value: Any) -> None:
@@ -185,11 +187,45 @@ class Replication:
                 if not ls.accepts_acks_all():
                     raise AcksFailed(f"{pkey!r}: {len(ls.isr)} in-sync replica(s), "
                                      f"min-insync-replicas {ls.min_insync}")
-                await self._hw_changed.wait()
+                # Woken when this partition's high watermark reaches ``end``
+                # (not by every advance of every partition: 50 pipelined
+                # clients would all wake on each follower fetch), or by the
+                # tick, to re-check the ISR and the leadership above.
+                event = trio.Event()
+                waiters = self._ack_waiters.get(pkey)
+                if waiters is None:
+                    waiters = self._ack_waiters[pkey] = []
+                entry = (end, event)
+                waiters.append(entry)
+                try:
+                    with trio.move_on_after(TICK_S):
+                        await event.wait()
+                finally:
+                    if not event.is_set():  # the tick (or a cancel) ended the wait
+                        left = self._ack_waiters.get(pkey)
+                        if left is not None and entry in left:
+                            left.remove(entry)
+                            if not left:
+                                del self._ack_waiters[pkey]
 
     def _on_hw_advance(self, topic: bytes, n: int) -> None:
         event, self._hw_changed = self._hw_changed, trio.Event()
         event.set()
+        pkey = partition_key(topic, n)
+        waiters = self._ack_waiters.get(pkey)
+        stream = self.topics.cached_stream(topic, n) if waiters else None
+        if stream is not None:
+            hw = stream.log.high_watermark
+            keep = []
+            for end, waiter in waiters:
+                if end <= hw:
+                    waiter.set()
+                elif not waiter.is_set():
+                    keep.append((end, waiter))
+            if keep:
+                self._ack_waiters[pkey] = keep
+            else:
+                del self._ack_waiters[pkey]
         server = self.server
         if server is not None:
             for key in {topic, partition_key(topic, n), self.manager.canonical_key(topic, n)}:
