@@ -94,19 +94,27 @@ def _node_entry(node) -> list:
     return [node.host, node.port, node_name(node.id)]
 
 
+def _shard_table(m) -> list[tuple[int, int, list]]:
+    """Each shard's ``(first slot, last slot, nodes)``, its leader first."""
+    table = []
+    for s in range(m.placement.shard_count):
+        leader = m.state.leader(s)
+        ids = [leader] + [r for r in m.placement.replicas(s) if r != leader]
+        table.append((*m.placement.slot_range(s), [m.placement.by_id[i] for i in ids]))
+    return table
+
+
+def _current_epoch(m) -> int:
+    return max(m.state.epoch(s) for s in range(m.placement.shard_count))
+
+
 @command("cluster|slots", arity=2, flags="stale", group="cluster", since="3.0.0",
          acl_categories=("slow",), summary="Returns the mapping of cluster slots to nodes.",
          syntax="CLUSTER SLOTS")
 def cluster_slots(ctx, argv):
     """CLUSTER SLOTS"""
-    m = _repl(ctx).manager
-    out = []
-    for s in range(m.placement.shard_count):
-        first, last = m.placement.slot_range(s)
-        leader = m.state.leader(s)
-        nodes = [leader] + [r for r in m.placement.replicas(s) if r != leader]
-        out.append([first, last] + [_node_entry(m.placement.by_id[n]) for n in nodes])
-    return out
+    return [[first, last] + [_node_entry(node) for node in nodes]
+            for first, last, nodes in _shard_table(_repl(ctx).manager)]
 
 
 @command("cluster|shards", arity=2, flags="stale", group="cluster", since="7.0.0",
@@ -114,18 +122,13 @@ def cluster_slots(ctx, argv):
          syntax="CLUSTER SHARDS")
 def cluster_shards(ctx, argv):
     """CLUSTER SHARDS"""
-    m = _repl(ctx).manager
     out = []
-    for s in range(m.placement.shard_count):
-        first, last = m.placement.slot_range(s)
-        leader = m.state.leader(s)
-        nodes = []
-        for n in [leader] + [r for r in m.placement.replicas(s) if r != leader]:
-            node = m.placement.by_id[n]
-            nodes.append(Map([(b"id", node_name(n)), (b"port", node.port), (b"ip", node.host),
-                              (b"endpoint", node.host), (b"role", "master" if n == leader else "replica"),
-                              (b"replication-offset", 0), (b"health", "online")]))
-        out.append(Map([(b"slots", [first, last]), (b"nodes", nodes)]))
+    for first, last, nodes in _shard_table(_repl(ctx).manager):
+        described = [Map([(b"id", node_name(node.id)), (b"port", node.port), (b"ip", node.host),
+                          (b"endpoint", node.host), (b"role", "master" if i == 0 else "replica"),
+                          (b"replication-offset", 0), (b"health", "online")])
+                     for i, node in enumerate(nodes)]
+        out.append(Map([(b"slots", [first, last]), (b"nodes", described)]))
     return out
 
 
@@ -135,12 +138,12 @@ def cluster_shards(ctx, argv):
 def cluster_nodes(ctx, argv):
     """CLUSTER NODES"""
     m = _repl(ctx).manager
+    table = _shard_table(m)
+    epoch = _current_epoch(m)
     lines = []
     for node in m.placement.nodes:
         flags = ("myself," if node.id == m.my_id else "") + "master"
-        slots = [f"{a}-{b}" for s in range(m.placement.shard_count) if m.state.leader(s) == node.id
-                 for a, b in [m.placement.slot_range(s)]]
-        epoch = max([m.state.epoch(s) for s in range(m.placement.shard_count)] or [0])
+        slots = [f"{first}-{last}" for first, last, nodes in table if nodes[0] is node]
         lines.append(f"{node_name(node.id)} {node.host}:{node.port}@0 {flags} - 0 0 {epoch} connected"
                      + (" " + " ".join(slots) if slots else ""))
     return Verbatim("\n".join(lines) + "\n")
@@ -152,11 +155,11 @@ def cluster_nodes(ctx, argv):
 def cluster_info(ctx, argv):
     """CLUSTER INFO"""
     m = _repl(ctx).manager
-    epochs = [m.state.epoch(s) for s in range(m.placement.shard_count)]
+    epoch = _current_epoch(m)
     lines = ["cluster_state:ok", f"cluster_slots_assigned:{SLOTS}", f"cluster_slots_ok:{SLOTS}",
              "cluster_slots_pfail:0", "cluster_slots_fail:0",
              f"cluster_known_nodes:{len(m.placement.nodes)}", f"cluster_size:{m.placement.shard_count}",
-             f"cluster_current_epoch:{max(epochs)}", f"cluster_my_epoch:{max(epochs)}"]
+             f"cluster_current_epoch:{epoch}", f"cluster_my_epoch:{epoch}"]
     return Verbatim("\r\n".join(lines) + "\r\n")
 
 
