@@ -224,6 +224,14 @@ class Node2:
             stream.add([b"f", b"%d" % i])
 
 
+async def _fetch_a_while(follower: "Node2", leader: "Node2", leader_id: int, seconds: float = 1.0) -> None:
+    """Run the follower's fetcher against the leader for ``seconds`` (virtual time)."""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(follower.manager.run_fetcher, leader_id, MemoryEndpoint(leader.manager))
+        await trio.sleep(seconds)
+        nursery.cancel_scope.cancel()
+
+
 @pytest.fixture
 def pair(tmp_path):
     now = [0]
@@ -300,21 +308,14 @@ async def test_old_leader_truncates_its_unreplicated_tail_after_failover(pair, a
     a, b = pair
     key = _key_led_by(a.manager.placement, 1)
     a.append(key, 10)
-    endpoint_a = MemoryEndpoint(a.manager)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(b.manager.run_fetcher, 1, endpoint_a)
-        await trio.sleep(1)
-        nursery.cancel_scope.cancel()
+    await _fetch_a_while(b, a, leader_id=1)
     a.append(key, 3)  # never fetched by b: not acknowledged with acks=all
     shard = a.manager.shard_of(key, 0)
     # b takes over at epoch 2 and writes; a learns and follows b.
     b.manager.state.set_leader(shard, 2, 2)
     a.manager.state.merge(b.manager.state.encode())
     b.append(key, 4)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(a.manager.run_fetcher, 2, MemoryEndpoint(b.manager))
-        await trio.sleep(1)
-        nursery.cancel_scope.cancel()
+    await _fetch_a_while(a, b, leader_id=2)
     assert a.manager.fetch_counts["truncations"] == 1
     la, lb = a.registry.get(key).log, b.registry.get(key).log
     assert la.log_end_offset == lb.log_end_offset == 14
