@@ -294,7 +294,7 @@ class ReplicaManager:
                             sorted(before), sorted(ls.isr))
             if ls.log.high_watermark != hw:
                 self.on_hw_advance(topic, n)
-        self.save_hw_checkpoints()
+        self.save_hw_checkpoints(prune=False)  # pruned above
 
     # -- serving a follower's fetch -----------------------------------------
 
@@ -594,8 +594,9 @@ class ReplicaManager:
         except ValueError:
             return None
 
-    def save_hw_checkpoints(self) -> None:
-        self._prune()
+    def save_hw_checkpoints(self, *, prune: bool = True) -> None:
+        if prune:
+            self._prune()
         for key, ls in self.leaders.items():
             hw = ls.log.high_watermark
             if self._hw_saved.get(key) != hw:
