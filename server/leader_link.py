@@ -12,6 +12,7 @@ them and reads the replies).
 
 from __future__ import annotations
 
+import select
 from typing import Any
 
 import hiredis
@@ -30,7 +31,13 @@ def _encode(args: list[bytes]) -> bytes:
 
 
 class LinkError(ConnectionError):
-    """The peer could not be reached or answered an error to AUTH."""
+    """The peer could not be reached or answered an error to AUTH.
+
+    ``sent`` (set by ``call_once``): True when the link failed after the
+    request was sent, so the peer may have run it; False when it never left.
+    """
+
+    sent = False
 
 
 class LeaderLink:
@@ -87,19 +94,46 @@ class LeaderLink:
                 raise
             return await self._call_once(args)
 
-    async def _call_once(self, args: list[bytes]) -> Any:
+    async def call_once(self, args: list[bytes]) -> Any:
+        """Send one command that is not idempotent (a forwarded XADD) and
+        return its reply, never retried. A kept connection the peer has
+        already closed is replaced before sending. Raises LinkError whose
+        ``sent`` says whether the request may have reached the peer."""
+        return await self._call_once(args, check_kept=True)
+
+    def _peer_closed(self) -> bool:
+        """Whether the kept, idle connection has input waiting: an idle peer
+        sends nothing unasked, so that is its close (EOF or reset)."""
+        assert self._stream is not None
+        poller = select.poll()
+        try:
+            poller.register(self._stream.socket.fileno(), select.POLLIN)
+        except (OSError, ValueError):
+            return True
+        return bool(poller.poll(0))
+
+    async def _call_once(self, args: list[bytes], check_kept: bool = False) -> Any:
         async with self._lock:
             done = False
+            sent = False
             try:
+                if self._stream is not None and check_kept and self._peer_closed():
+                    await self.aclose()
                 if self._stream is None:
-                    await self._connect()
+                    with trio.fail_after(self.reply_timeout_s):  # AUTH to a stopped peer
+                        await self._connect()
+                sent = True
                 with trio.fail_after(self.reply_timeout_s):
                     reply = await self._roundtrip(args)
                 done = True
                 return reply
             except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError,
                     LinkError, hiredis.ProtocolError) as e:
-                raise LinkError(f"link to {self.host}:{self.port}: {e}") from None
+                reason = (f"no reply within {self.reply_timeout_s:g} s" if isinstance(e, trio.TooSlowError)
+                          else str(e) or type(e).__name__)
+                error = LinkError(f"link to {self.host}:{self.port}: {reason}")
+                error.sent = sent
+                raise error from None
             finally:
                 if not done:
                     # Failed or cancelled between request and reply: a late

@@ -39,6 +39,7 @@ from server.errors import (
 )
 from server.commands.topics import expand_read_args, read_partitions_after, topic_len, topic_range
 from server.failures import reply_for
+from server.forwarding import route_xadd
 from server.registry import command, container
 from server.reply import NULL_ARRAY, OK, Map, Raw, Simple
 from storage.streams.ids import (
@@ -201,7 +202,12 @@ def xadd(ctx, argv):
         raise err(f"{TOO_LARGE}: the entry has {entry_bytes} bytes of fields and values, "
                   f"over the topic's max-entry-bytes ({max_entry_bytes})")
     # A multi-partition topic key goes through the partitioner (cluster.topics).
-    target = topics.append_target(key, argv[field_pos:], create=not args.no_mkstream)
+    target_key = key
+    if ctx.server.replication is not None and topics.is_multi(key):
+        target_key = route_xadd(ctx, argv, argv[field_pos:])  # cluster: server/forwarding.py
+        if target_key.__class__ is not bytes:
+            return target_key  # forwarded to the partition's leader: the connection awaits it
+    target = topics.append_target(target_key, argv[field_pos:], create=not args.no_mkstream)
     if target is None:
         return None
     stream, partition_key = target
@@ -244,9 +250,16 @@ def _xadd_star(ctx, argv):
     if entry_bytes > max_entry_bytes:
         raise err(f"{TOO_LARGE}: the entry has {entry_bytes} bytes of fields and values, "
                   f"over the topic's max-entry-bytes ({max_entry_bytes})")
-    stream, partition_key = topics.append_target(key, fields)
     if server.replication is not None:
+        target_key = key
+        if topics.is_multi(key):
+            target_key = route_xadd(ctx, argv, fields)  # cluster: server/forwarding.py
+            if target_key.__class__ is not bytes:
+                return target_key  # forwarded to the partition's leader: the connection awaits it
+        stream, partition_key = topics.append_target(target_key, fields)
         _replicated_write(ctx, partition_key, stream)
+    else:
+        stream, partition_key = topics.append_target(key, fields)
     # Readers blocked on the topic key or on the partition key both wake.
     siblings = topics.sibling_keys(key, partition_key)
     if ctx.may_defer and entry_bytes < DEFER_MAX_BYTES:
