@@ -1,0 +1,1 @@
+"""The controller quorum: cluster metadata replicated with Raft among the instances."""

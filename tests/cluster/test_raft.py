@@ -1,0 +1,1211 @@
+"""The Raft core under a simulated network and clock, with its safety
+properties checked after every step, plus targeted scenarios and the store.
+
+The simulation (``Sim``) holds every message in flight and delivers them in
+an order drawn from a seeded ``random.Random``; it drops, duplicates,
+reorders (= delays) and partitions, crashes nodes (at any point of a Ready:
+before persisting, or after persisting but before sending) and restarts
+them from what their store persisted. Every message goes through
+``encode``/``decode``. After each step it checks:
+
+- election safety: at most one leader per term, ever;
+- log matching: an (index, term) pair always has the same data and the
+  same predecessor term in every log it appears in (so, inductively, logs
+  that share an entry are identical up to it);
+- leader completeness: every committed entry is in the log (or snapshot) of
+  every leader of a later term;
+- state machine safety: every node applies the same entry at each index
+  (each node's state machine is a hash chain; the chain value at each index
+  is the same everywhere, which makes applied sequences prefixes of one
+  another), snapshots included;
+- persisted term never goes backwards and a node never votes twice in a term.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import struct
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cluster.controller import raft as r
+from cluster.controller.raft import Entry, HardState, Message, Raft, Ready, Snapshot
+from cluster.controller.raft_store import CorruptRaftStateError, RaftStore
+
+# ---------------------------------------------------------------- harness
+
+
+class MemStore:
+    """RaftStore's contract in memory."""
+
+    def __init__(self) -> None:
+        self.hs: HardState | None = None
+        self.snapshot: Snapshot | None = None
+        self.entries: list[Entry] = []
+
+    def load(self):
+        return self.hs, self.snapshot, list(self.entries)
+
+    def save(self, rd: Ready) -> None:
+        if rd.hard_state is not None:
+            self.hs = rd.hard_state
+        if rd.snapshot is not None:
+            self.snapshot = rd.snapshot
+            self.entries = list(rd.entries)
+        elif rd.entries:
+            first = rd.entries[0].index
+            self.entries = [e for e in self.entries if e.index < first] + list(rd.entries)
+
+    def save_snapshot(self, s: Snapshot) -> None:
+        self.snapshot = s
+        self.entries = [e for e in self.entries if e.index > s.index]
+
+
+class App:
+    """A state machine whose state is a hash chain of the applied entries."""
+
+    def __init__(self, index: int = 0, chain: bytes = b"") -> None:
+        self.index = index
+        self.chain = chain
+        self.data: list[bytes] = []  # applied non-no-op data, since the last restore
+
+    @staticmethod
+    def restore(data: bytes) -> App:
+        (index,) = struct.unpack_from("<Q", data)
+        return App(index, data[8:])
+
+    def snapshot_data(self) -> bytes:
+        return struct.pack("<Q", self.index) + self.chain
+
+    def apply(self, e: Entry) -> None:
+        assert e.index == self.index + 1, f"applied {e.index} after {self.index}"
+        self.index = e.index
+        self.chain = hashlib.blake2b(self.chain + struct.pack("<QQ", e.term, e.index) + e.data,
+                                     digest_size=16).digest()
+        if e.data:
+            self.data.append(e.data)
+
+
+class Sim:
+    """N Raft nodes, a lossy network, a logical clock and the safety checks."""
+
+    def __init__(self, seed: int, voters: list[int], learners: list[int] = (), *,
+                 election_ticks: int = 10, heartbeat_ticks: int = 2,
+                 store_dir: Path | None = None, initial: dict | None = None,
+                 max_append_entries: int = 64, drop: float = 0.0, dup: float = 0.0,
+                 fifo: float = 1.0, sync: bool = False) -> None:
+        self.rng = random.Random(seed)
+        self.voters = list(voters)
+        self.learners = list(learners)
+        self.ids = self.voters + self.learners
+        self.kw = dict(election_ticks=election_ticks, heartbeat_ticks=heartbeat_ticks,
+                       max_append_entries=max_append_entries)
+        self.election_ticks = election_ticks
+        self.drop, self.dup, self.fifo = drop, dup, fifo
+        self.store_dir = store_dir
+        self.stores = {}
+        for i in self.ids:
+            if store_dir is not None:
+                self.stores[i] = RaftStore(store_dir / f"n{i}", sync=sync)
+            else:
+                self.stores[i] = MemStore()
+            if initial and i in initial:
+                hs, snap, entries = initial[i]
+                st_ = self.stores[i]
+                st_.load()
+                st_.save(Ready(hard_state=hs, snapshot=snap, entries=list(entries)))
+        self.nodes: dict[int, Raft | None] = {i: None for i in self.ids}
+        self.apps: dict[int, App] = {}
+        self.inflight: list[Message] = []
+        self.group = {i: 0 for i in self.ids}
+        self.ticks = 0
+        self.sent = 0
+        self.kinds: dict[str, int] = {}
+        self.crashes = 0
+        # checker state
+        self.leader_of_term: dict[int, int] = {}
+        self.pair: dict[tuple[int, int], tuple[int, bytes]] = {}  # (index, term) -> (prev term, data)
+        self.chain_at: dict[int, bytes] = {}
+        self.committed: dict[int, tuple[int, int]] = {}  # index -> (entry term, a term it was known committed in)
+        self.max_committed = 0
+        self.durable_hs: dict[int, HardState] = {}
+        for i in self.ids:
+            self.start(i)
+
+    # -- nodes
+
+    def start(self, i: int) -> None:
+        assert self.nodes[i] is None
+        hs, snap, entries = self.stores[i].load()
+        old = self.durable_hs.get(i)
+        if old is not None:
+            assert hs is not None and hs.term >= old.term, f"n{i}: persisted term went back"
+            if hs.term == old.term and old.vote is not None:
+                assert hs.vote == old.vote, f"n{i}: forgot its vote in term {hs.term}"
+        node = Raft(i, self.voters, self.learners, rng=random.Random(self.rng.random()),
+                    hard_state=hs, snapshot=snap, entries=entries, **self.kw)
+        self.nodes[i] = node
+        self.apps[i] = App.restore(snap.data) if snap else App()
+        if snap:
+            self._check_chain(snap.index, self.apps[i].chain)
+        self.process(i)
+
+    def crash(self, i: int) -> None:
+        self.nodes[i] = None
+        self.crashes += 1
+
+    def alive(self) -> list[int]:
+        return [i for i in self.ids if self.nodes[i] is not None]
+
+    def node(self, i: int) -> Raft:
+        n = self.nodes[i]
+        assert n is not None
+        return n
+
+    def leader(self) -> Raft | None:
+        """The leader of the highest term among live nodes, if one is alive."""
+        live = [self.nodes[i] for i in self.alive()]
+        if not live:
+            return None
+        top = max(n.term for n in live)
+        leaders = [n for n in live if n.role == r.LEADER and n.term == top]
+        return leaders[0] if leaders else None
+
+    def process(self, i: int, crash_point: str | None = None) -> None:
+        """Carry out node i's Ready: persist, send, apply (or crash in between)."""
+        node = self.nodes[i]
+        for _ in range(100):
+            if node is None or not node.has_ready():
+                return
+            rd = node.ready()
+            if crash_point == "before_save":
+                self.crash(i)
+                return
+            store = self.stores[i]
+            size = self._log_size(i)
+            store.save(rd)
+            if crash_point == "after_save":
+                if size is not None and rd.snapshot is None and self.rng.random() < 0.5:
+                    self._tear(i, size)
+                self.crash(i)
+                return
+            # Commits count once durable: a lone voter commits in memory
+            # before its own write, which a crash may tear.
+            self._record_commits(node)
+            if rd.hard_state is not None:
+                self._check_hard_state(i, rd.hard_state)
+            for m in rd.messages:
+                self.send(m)
+            app = self.apps[i]
+            if rd.snapshot is not None:
+                app = self.apps[i] = App.restore(rd.snapshot.data)
+                assert app.index == rd.snapshot.index
+                self._check_chain(app.index, app.chain)
+            for e in rd.committed:
+                app.apply(e)
+                self._check_chain(e.index, app.chain)
+        raise AssertionError("ready() never drained")
+
+    def _log_size(self, i: int) -> int | None:
+        st_ = self.stores[i]
+        if isinstance(st_, RaftStore) and st_.log_path.exists():
+            return st_.log_path.stat().st_size
+        return None
+
+    def _tear(self, i: int, size: int) -> None:
+        """A crash in the middle of the last append: keep a random prefix of it."""
+        path = self.stores[i].log_path
+        new = path.stat().st_size
+        if new > size:
+            os.truncate(path, self.rng.randrange(size, new))
+
+    # -- network
+
+    def send(self, m: Message) -> None:
+        blob = m.encode()
+        assert Message.decode(blob) == m
+        self.sent += 1
+        self.kinds[m.kind] = self.kinds.get(m.kind, 0) + 1
+        if self.rng.random() < self.drop:
+            return
+        self.inflight.append(m)
+        if self.rng.random() < self.dup:
+            self.inflight.append(m)
+
+    def reachable(self, a: int, b: int) -> bool:
+        return self.group[a] == self.group[b]
+
+    def partition(self, *groups) -> None:
+        for g, members in enumerate(groups):
+            for i in members:
+                self.group[i] = g + 1
+
+    def heal(self) -> None:
+        self.group = {i: 0 for i in self.ids}
+
+    def deliver(self, m: Message) -> None:
+        if self.nodes[m.dst] is None or not self.reachable(m.src, m.dst):
+            return
+        self.node(m.dst).step(m)
+        self.process(m.dst)
+        self.check([m.dst])
+
+    def deliver_one(self) -> None:
+        if not self.inflight:
+            return
+        if self.rng.random() < self.fifo:
+            k = self.rng.randrange(min(3, len(self.inflight)))
+        else:
+            k = self.rng.randrange(len(self.inflight))
+        self.deliver(self.inflight.pop(k))
+
+    def deliver_all(self, max_messages: int = 200_000) -> None:
+        n = 0
+        while self.inflight:
+            batch, self.inflight = self.inflight, []
+            for m in batch:
+                self.deliver(m)
+            n += len(batch)
+            assert n < max_messages, "the network never went quiet"
+
+    def tick(self) -> None:
+        self.ticks += 1
+        for i in self.alive():
+            self.node(i).tick()
+            self.process(i)
+        self.check(self.alive())
+
+    def run(self, ticks: int) -> None:
+        for _ in range(ticks):
+            self.tick()
+            self.deliver_all()
+
+    def run_until(self, pred, max_ticks: int) -> int:
+        for t in range(max_ticks + 1):
+            self.deliver_all()
+            if pred():
+                return t
+            self.tick()
+        raise AssertionError(f"not reached within {max_ticks} ticks")
+
+    def elect(self, max_ticks: int = 200) -> Raft:
+        self.run_until(lambda: self.leader() is not None and self._settled(), max_ticks)
+        return self.leader()
+
+    def _settled(self) -> bool:
+        lead = self.leader()
+        return all(self.node(i).leader_id == lead.node_id for i in self.alive()
+                   if self.reachable(i, lead.node_id))
+
+    def propose(self, data: bytes) -> int | None:
+        lead = self.leader()
+        if lead is None:
+            return None
+        index = lead.propose(data)
+        self.process(lead.node_id)
+        self.check([lead.node_id])
+        return index
+
+    def commit_everywhere(self, data: bytes, max_ticks: int = 100, among: list[int] | None = None) -> int:
+        """Propose ``data`` (again after a leader change) until every live node
+        (of ``among``) applied it."""
+        state = {"at": None}
+
+        def done() -> bool:
+            lead = self.leader()
+            if lead is not None and state["at"] != (lead.node_id, lead.term):
+                if self.propose(data) is not None:
+                    state["at"] = (lead.node_id, lead.term)
+            return all(data in self.apps[i].data for i in self.alive() if among is None or i in among)
+
+        return self.run_until(done, max_ticks)
+
+    def compact(self, i: int) -> bool:
+        node = self.node(i)
+        app = self.apps[i]
+        assert app.index == node.applied_index
+        if app.index < node.first_index:
+            return False
+        node.compact(app.index, app.snapshot_data())
+        assert node.snapshot.index == app.index
+        self.stores[i].save_snapshot(node.snapshot)
+        return True
+
+    # -- the safety checks
+
+    def _record_commits(self, node: Raft) -> None:
+        for index in range(max(node.first_index - 1, 1), node.commit_index + 1):
+            term = node.term_at(index)
+            if term is None:
+                continue
+            got = self.committed.get(index)
+            if got is None:
+                self.committed[index] = (term, node.term)
+                self.max_committed = max(self.max_committed, index)
+            else:
+                assert got[0] == term, f"index {index} committed with terms {got[0]} and {term}"
+                if node.term < got[1]:
+                    self.committed[index] = (term, node.term)
+
+    def _check_chain(self, index: int, chain: bytes) -> None:
+        assert self.chain_at.setdefault(index, chain) == chain, f"state machines diverge at {index}"
+
+    def _check_hard_state(self, i: int, hs: HardState) -> None:
+        old = self.durable_hs.get(i)
+        if old is not None:
+            assert hs.term >= old.term, f"n{i}: term went back {old.term} -> {hs.term}"
+            if hs.term == old.term and old.vote is not None:
+                assert hs.vote == old.vote, f"n{i}: voted twice in term {hs.term}"
+        self.durable_hs[i] = hs
+
+    def check(self, ids) -> None:
+        for i in ids:
+            node = self.nodes[i]
+            if node is None:
+                continue
+            self._record_commits(node)
+            # election safety
+            if node.role == r.LEADER:
+                first = self.leader_of_term.setdefault(node.term, i)
+                assert first == i, f"two leaders in term {node.term}: {first} and {i}"
+                assert i in self.voters
+            if i in self.learners:
+                assert node.role == r.FOLLOWER
+            # log matching
+            prev = node.term_at(node.first_index - 1)
+            last_term = prev
+            for e in node.entries(node.first_index):
+                key = (e.index, e.term)
+                got = self.pair.setdefault(key, (prev, e.data))
+                assert got == (prev, e.data), f"n{i}: log matching broken at {key}"
+                assert e.term >= prev
+                prev = e.term
+                last_term = e.term
+            assert last_term <= node.term
+            assert node.commit_index <= node.last_index
+            # leader completeness
+            if node.role == r.LEADER:
+                snap = node.first_index - 1
+                if snap > 0 and snap in self.committed:
+                    assert self.committed[snap][0] == node.term_at(snap)
+                for index in range(node.first_index, self.max_committed + 1):
+                    got = self.committed.get(index)
+                    if got is not None and got[1] < node.term:
+                        assert node.term_at(index) == got[0], (
+                            f"leader n{i} of term {node.term} lacks committed entry {index}")
+
+    def check_logs_pairwise(self) -> None:
+        """The direct form of log matching, for the end of a run."""
+        live = [self.node(i) for i in self.alive()]
+        for a in live:
+            for b in live:
+                if a.node_id >= b.node_id:
+                    continue
+                lo = max(a.first_index, b.first_index)
+                hi = min(a.last_index, b.last_index)
+                same = False
+                for index in range(hi, lo - 1, -1):
+                    ta, tb = a.term_at(index), b.term_at(index)
+                    if same:
+                        assert ta == tb
+                    elif ta == tb:
+                        same = True
+                        assert a.entries(index, index + 1) == b.entries(index, index + 1)
+
+    def check_store_matches(self) -> None:
+        for i in self.alive():
+            node = self.node(i)
+            hs, snap, entries = self.stores[i].load()
+            assert hs == HardState(node.term, node.vote, node.commit_index)
+            assert [e for e in entries if e.index >= node.first_index] == node.entries(node.first_index)
+
+    # -- the random mix
+
+    def random_step(self, crashes: bool = True, compaction: bool = True) -> None:
+        rng = self.rng
+        x = rng.random()
+        if x < 0.60:
+            self.deliver_one()
+        elif x < 0.80:
+            # the clock waits for a backlogged network, mostly (else every
+            # message would arrive elections late and nothing would happen)
+            if len(self.inflight) > 3 * len(self.ids) and rng.random() < 0.9:
+                self.deliver_one()
+            else:
+                self.tick()
+        elif x < 0.88:
+            self.propose(b"p%d" % self.sent)
+        elif x < 0.90:
+            kind = rng.random()
+            if kind < 0.3:
+                self.heal()
+            elif kind < 0.6:
+                lone = rng.choice(self.ids)
+                self.partition([lone], [i for i in self.ids if i != lone])
+            else:
+                ids = self.ids[:]
+                rng.shuffle(ids)
+                cut = rng.randrange(1, len(ids))
+                self.partition(ids[:cut], ids[cut:])
+        elif x < 0.925 and crashes:
+            live = self.alive()
+            if live:
+                i = rng.choice(live)
+                how = rng.random()
+                if how < 0.4:
+                    self.crash(i)
+                else:
+                    # crash inside the next Ready: after a tick, before or after persisting
+                    self.node(i).tick()
+                    self.process(i, "before_save" if how < 0.7 else "after_save")
+                    self.check([i])
+        elif x < 0.96 and crashes:
+            dead = [i for i in self.ids if self.nodes[i] is None]
+            if dead:
+                i = rng.choice(dead)
+                self.start(i)
+                self.check([i])
+        elif x < 0.985 and compaction:
+            live = self.alive()
+            if live:
+                self.compact(rng.choice(live))
+        else:
+            lead = self.leader()
+            if lead is not None:
+                lead.transfer_leadership(rng.choice(self.voters))
+                self.process(lead.node_id)
+
+    def heal_and_check_liveness(self, max_ticks: int) -> int:
+        """Heal everything; a leader is elected and a proposal commits
+        everywhere within ``max_ticks``. Returns the ticks it took."""
+        self.heal()
+        self.drop = self.dup = 0.0
+        for i in self.ids:
+            if self.nodes[i] is None:
+                self.start(i)
+        used = self.commit_everywhere(b"live-%d" % self.ticks, max_ticks)
+        self.check(self.ids)
+        self.check_logs_pairwise()
+        self.check_store_matches()
+        return used
+
+
+def run_random(seed: int, steps: int, tmp_path: Path | None = None) -> Sim:
+    rng = random.Random(seed)
+    voters, learners = rng.choice([([1, 2, 3], []), ([1, 2, 3, 4, 5], []), ([1, 2, 3], [4]),
+                                   ([1, 2, 3, 4, 5], [6]), ([1], [2])])
+    election_ticks = rng.choice([4, 6, 10])
+    sim = Sim(seed, voters, learners, store_dir=tmp_path,
+              election_ticks=election_ticks, heartbeat_ticks=rng.randrange(1, election_ticks // 2 + 1),
+              max_append_entries=rng.choice([1, 4, 64]),
+              drop=rng.choice([0.0, 0.05, 0.2]), dup=rng.choice([0.0, 0.05]),
+              fifo=rng.choice([1.0, 0.7]))
+    for _ in range(steps):
+        sim.random_step()
+    sim.check_logs_pairwise()
+    # liveness: after healing, a leader and a commit within a bounded time
+    used = sim.heal_and_check_liveness(max_ticks=20 * sim.election_ticks)
+    assert used <= 20 * sim.election_ticks
+    return sim
+
+
+# ---------------------------------------------------------------- randomized
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_random_faults_keep_raft_safe_and_live(seed):
+    run_random(seed, 3000)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_faults_with_raft_store_and_torn_writes(seed, tmp_path):
+    sim = run_random(1000 + seed, 300, tmp_path)
+    for i in sim.ids:  # and every node restarts from disk to the same state
+        before = sim.node(i)
+        sim.crash(i)
+        sim.start(i)
+        after = sim.node(i)
+        assert (after.term, after.vote, after.commit_index, after.last_index) == (
+            before.term, before.vote, before.commit_index, before.last_index)
+
+
+@pytest.mark.soak
+def test_random_faults_soak(tmp_path):
+    """Many more seeds, longer runs, every tenth on the real store with torn
+    writes, for PARTITA_SOAK_SECONDS (default 60); the failing seed is in
+    the assertion message (rerun it with run_random(seed, steps))."""
+    budget = float(os.environ.get("PARTITA_SOAK_SECONDS", "60"))
+    deadline = time.monotonic() + budget
+    seed = int(os.environ.get("PARTITA_SOAK_SEED", "10000"))
+    runs = 0
+    while time.monotonic() < deadline:
+        steps = 3000 + seed % 7 * 1000
+        try:
+            run_random(seed, steps, tmp_path / f"s{seed}" if seed % 10 == 0 else None)
+        except AssertionError as exc:
+            raise AssertionError(f"seed {seed}, {steps} steps: {exc}") from exc
+        seed += 1
+        runs += 1
+    assert runs > 0
+
+
+# ---------------------------------------------------------------- elections
+
+
+@pytest.mark.parametrize("n", [3, 5])
+@pytest.mark.parametrize("seed", range(5))
+def test_one_leader_is_elected(n, seed):
+    sim = Sim(seed, list(range(1, n + 1)))
+    lead = sim.elect()
+    assert sum(sim.node(i).role == r.LEADER for i in sim.ids) == 1
+    assert {sim.node(i).term for i in sim.ids} == {lead.term}
+    assert {sim.node(i).leader_id for i in sim.ids} == {lead.node_id}
+    # the no-op of its term is committed everywhere
+    sim.run(3)
+    assert {sim.node(i).commit_index for i in sim.ids} == {lead.last_index}
+    assert sim.node(lead.node_id).entries(lead.last_index)[0].data == b""
+
+
+def test_election_timeout_is_randomized_in_range():
+    node = Raft(1, [1, 2, 3], election_ticks=10, rng=random.Random(7))
+    seen = set()
+    for _ in range(200):
+        node._reset_randomized_timeout()
+        seen.add(node._randomized_timeout)
+    assert seen <= set(range(10, 20)) and len(seen) > 5
+
+
+def test_heartbeats_keep_followers_from_campaigning():
+    sim = Sim(1, [1, 2, 3])
+    lead = sim.elect()
+    term = lead.term
+    sim.run(100)  # heartbeats every 2 ticks: nobody campaigns
+    assert sim.leader() is lead and lead.term == term
+    assert all(m.kind in (r.APPEND, r.APPEND_RESP) for m in sim.inflight)
+
+
+def test_single_voter_elects_itself_and_commits_alone():
+    sim = Sim(1, [1])
+    node = sim.node(1)
+    sim.run_until(lambda: node.role == r.LEADER, 20)
+    assert node.term == 1 and node.commit_index == 1
+    index = node.propose(b"x")
+    assert index == 2 and node.commit_index == 2  # committed at once
+    rd = node.ready()
+    assert rd.entries == rd.committed == [Entry(1, 2, b"x")]
+    assert rd.hard_state == HardState(1, 1, 2) and rd.messages == []
+
+
+def test_a_node_votes_once_per_term():
+    node = Raft(1, [1, 2, 3], rng=random.Random(1))
+    node.step(Message(r.VOTE, 2, 1, 5, index=0, log_term=0))
+    node.step(Message(r.VOTE, 3, 1, 5, index=0, log_term=0))
+    node.step(Message(r.VOTE, 2, 1, 5, index=0, log_term=0))  # a retry is answered the same
+    rd = node.ready()
+    assert rd.hard_state == HardState(5, 2, 0)
+    assert [(m.dst, m.reject) for m in rd.messages] == [(2, False), (3, True), (2, False)]
+
+
+def test_vote_refused_to_a_less_up_to_date_log():
+    node = Raft(1, [1, 2, 3], rng=random.Random(1), hard_state=HardState(2, None, 0),
+                entries=[Entry(1, 1, b""), Entry(2, 2, b"a")])
+    node.step(Message(r.VOTE, 2, 1, 3, index=5, log_term=1))  # longer but older
+    node.step(Message(r.VOTE, 3, 1, 3, index=2, log_term=2))  # as good: granted
+    msgs = node.ready().messages
+    assert [(m.dst, m.reject) for m in msgs] == [(2, True), (3, False)]
+    assert node.vote == 3 and node.term == 3
+
+
+def test_prevote_never_changes_the_receivers_term():
+    node = Raft(1, [1, 2, 3], rng=random.Random(1), hard_state=HardState(4, 1, 0))
+    node.step(Message(r.PREVOTE, 2, 1, 9, index=0, log_term=0))
+    assert node.term == 4 and node.vote == 1
+    (m,) = node.ready().messages
+    assert (m.kind, m.term, m.reject) == (r.PREVOTE_RESP, 9, False)
+
+
+# ---------------------------------------------------------------- log repair
+
+
+FIG7_LEADER = [1, 1, 1, 4, 4, 5, 5, 6, 6, 6]
+FIG7_FOLLOWERS = {
+    2: [1, 1, 1, 4, 4, 5, 5, 6, 6],  # (a) missing entries
+    3: [1, 1, 1, 4],  # (b)
+    4: [1, 1, 1, 4, 4, 5, 5, 6, 6, 6, 6],  # (c) an extra uncommitted entry
+    5: [1, 1, 1, 4, 4, 5, 5, 6, 6, 6, 7, 7],  # (d) extra entries of a later term
+    6: [1, 1, 1, 4, 4, 4, 4],  # (e)
+    7: [1, 1, 1, 2, 2, 2, 3, 3, 3, 3, 3],  # (f) a divergent tail of old terms
+}
+
+
+def _log(terms: list[int], tag: str) -> list[Entry]:
+    return [Entry(t, k + 1, b"%s%d.%d" % (tag.encode(), t, k + 1)) for k, t in enumerate(terms)]
+
+
+def test_figure7_divergent_followers_are_repaired():
+    """Raft paper Figure 7: the leader of term 8 brings every follower's log
+    to its own, dropping their uncommitted divergent tails."""
+    leader_log = _log(FIG7_LEADER, "L")
+    initial = {1: (HardState(7, None, 3), None, leader_log)}
+    for i, terms in FIG7_FOLLOWERS.items():
+        # entries they share with the leader carry the leader's data
+        entries = [leader_log[k] if k < len(FIG7_LEADER) and FIG7_LEADER[k] == t and all(
+            FIG7_LEADER[j] == terms[j] for j in range(k)) else Entry(t, k + 1, b"F%d.%d" % (i, k + 1))
+            for k, t in enumerate(terms)]
+        initial[i] = (HardState(7, None, 3), None, entries)
+    sim = Sim(3, list(range(1, 8)), initial=initial, election_ticks=10)
+    leader = sim.node(1)
+    for _ in range(30):  # only node 1 reaches its election timeout
+        leader.tick()
+        sim.process(1)
+        if leader.role != r.FOLLOWER:
+            break
+    sim.deliver_all()
+    assert leader.role == r.LEADER and leader.term == 8
+    sim.run(4)
+    want = leader.entries(1)
+    assert [e.term for e in want] == FIG7_LEADER + [8]
+    for i in sim.ids:
+        assert sim.node(i).entries(1) == want, f"node {i} not repaired"
+        assert sim.node(i).commit_index == 11
+    sim.check_logs_pairwise()
+
+
+def test_figure8_old_term_entry_is_not_committed_by_counting_replicas():
+    """Raft paper Figure 8: S1 (term 4) must not commit index 2 (term 2)
+    just because a majority holds it; only with an entry of term 4."""
+    base = Entry(1, 1, b"a")
+    initial = {
+        1: (HardState(2, 1, 1), None, [base, Entry(2, 2, b"s1")]),
+        2: (HardState(2, 1, 1), None, [base, Entry(2, 2, b"s1")]),
+        3: (HardState(3, 5, 1), None, [base]),
+        4: (HardState(3, 5, 1), None, [base]),
+        5: (HardState(3, 5, 1), None, [base, Entry(3, 2, b"s5")]),
+    }
+    sim = Sim(5, [1, 2, 3, 4, 5], initial=initial, max_append_entries=1)
+    sim.partition([1, 3, 4], [2], [5])
+    s1 = sim.node(1)
+    saw_index2_on_majority = False
+    for _ in range(5000):  # one message or one tick at a time, checking in between
+        if s1.commit_index >= 3:
+            break
+        if sim.inflight:
+            sim.deliver(sim.inflight.pop(0))
+        else:
+            sim.tick()
+        holders2 = [i for i in sim.ids if sim.node(i).term_at(2) == 2]
+        holders4 = [i for i in sim.ids if sim.node(i).term_at(3) == 4]
+        if s1.role == r.LEADER and len(holders2) >= 3 and len(holders4) < 3:
+            saw_index2_on_majority = True
+            assert s1.commit_index < 2, "index 2 committed before any term-4 entry was on a majority"
+    assert s1.role == r.LEADER and s1.term == 4 and s1.commit_index == 3
+    assert saw_index2_on_majority  # the dangerous moment did happen
+    sim.heal()
+    sim.run(10)
+    for i in sim.ids:  # S5's entry of term 3 is gone
+        assert sim.node(i).entries(2, 3) == [Entry(2, 2, b"s1")]
+
+
+def test_leader_crash_elects_new_leader_and_repairs_uncommitted_tail():
+    sim = Sim(11, [1, 2, 3, 4, 5])
+    old = sim.elect()
+    sim.commit_everywhere(b"base")
+    # the leader appends entries only one follower receives, then crashes
+    others = [i for i in sim.ids if i != old.node_id]
+    lucky = others[0]
+    sim.partition([old.node_id, lucky], others[1:])
+    for k in range(3):
+        sim.propose(b"lost%d" % k)
+    sim.deliver_all()
+    assert sim.node(lucky).last_index == old.last_index
+    committed = old.commit_index
+    sim.crash(old.node_id)
+    sim.heal()
+    sim.crash(lucky)
+    # a new leader among the three that lack the tail
+    new = sim.elect()
+    assert new.node_id in others[1:] and new.term > old.term
+    sim.commit_everywhere(b"after")
+    sim.start(lucky)
+    sim.start(old.node_id)
+    sim.run(20)
+    want = sim.leader().entries(1)
+    for i in sim.ids:
+        assert sim.node(i).entries(1) == want
+        assert not any(e.data.startswith(b"lost") for e in sim.node(i).entries(committed + 1))
+
+
+def test_follower_commits_only_what_the_append_proved():
+    # node 2 holds a stale entry 3 of term 4 after a matching entry 2; the
+    # leader of term 5 (whose index 3 differs) says commit=3 in an APPEND that
+    # proves only up to index 2: committing the stale entry 3 would be wrong.
+    node = Raft(2, [1, 2, 3], rng=random.Random(1), hard_state=HardState(4, None, 1),
+                entries=[Entry(1, 1, b"a"), Entry(3, 2, b"b"), Entry(4, 3, b"stale")])
+    node.ready()
+    node.step(Message(r.APPEND, 1, 2, 5, index=1, log_term=1, entries=(Entry(3, 2, b"b"),), commit=3))
+    rd = node.ready()
+    assert node.commit_index == 2 and [e.index for e in rd.committed] == [2]
+    assert node.term_at(3) == 4  # kept: nothing conflicted yet
+    assert (rd.messages[0].index, rd.messages[0].reject) == (2, False)
+    node.step(Message(r.APPEND, 1, 2, 5, index=2, log_term=3, entries=(Entry(5, 3, b"new"),), commit=3))
+    rd = node.ready()
+    assert rd.entries == [Entry(5, 3, b"new")] and rd.committed == [Entry(5, 3, b"new")]
+
+
+def test_fast_backoff_skips_a_whole_divergent_term():
+    # follower holds 100 entries of term 2 the leader (term 3) never had
+    base = [Entry(1, k, b"b%d" % k) for k in range(1, 6)]
+    junk = [Entry(2, k, b"j%d" % k) for k in range(6, 106)]
+    initial = {1: (HardState(2, None, 5), None, base),
+               2: (HardState(2, None, 5), None, base),
+               3: (HardState(2, None, 5), None, base + junk)}
+    sim = Sim(2, [1, 2, 3], initial=initial)
+    sim.partition([1, 2], [3])
+    lead = sim.elect()
+    assert lead.node_id in (1, 2)
+    sim.heal()
+    before = sim.sent
+    sim.run(4)
+    assert sim.node(3).entries(1) == lead.entries(1)
+    assert sim.sent - before < 40  # not one round trip per divergent entry
+
+
+# ---------------------------------------------------------------- partitions
+
+
+def test_minority_partition_cannot_commit_and_its_leader_steps_down():
+    sim = Sim(21, [1, 2, 3, 4, 5])
+    old = sim.elect()
+    sim.commit_everywhere(b"base")
+    mate = next(i for i in sim.ids if i != old.node_id)
+    majority = [i for i in sim.ids if i not in (old.node_id, mate)]
+    sim.partition([old.node_id, mate], majority)
+    commit = old.commit_index
+    index = old.propose(b"doomed")
+    sim.process(old.node_id)
+    stepped_down_at = None
+    for t in range(1, 3 * sim.election_ticks):
+        sim.tick()
+        sim.deliver_all()
+        assert old.commit_index == commit, "a minority committed"
+        if old.role != r.LEADER and stepped_down_at is None:
+            stepped_down_at = t
+    assert stepped_down_at is not None and stepped_down_at <= 2 * sim.election_ticks  # check quorum
+    assert old.role == r.FOLLOWER
+    new = sim.leader()
+    assert new is not None and new.node_id in majority and new.term > old.term
+    sim.commit_everywhere(b"majority", among=majority)
+    sim.heal()
+    sim.run(10)
+    assert old.term == new.term and old.leader_id == new.node_id
+    assert not any(e.data == b"doomed" for i in sim.ids for e in sim.node(i).entries(index))
+    assert all(b"majority" in sim.apps[i].data for i in sim.ids)
+    assert not any(b"doomed" in sim.apps[i].data for i in sim.ids)
+
+
+def test_rejoining_isolated_node_does_not_disturb_the_leader():
+    sim = Sim(31, [1, 2, 3])
+    lead = sim.elect()
+    term = lead.term
+    loner = next(i for i in sim.ids if i != lead.node_id)
+    sim.partition([loner], [i for i in sim.ids if i != loner])
+    roles = set()
+    for _ in range(10 * sim.election_ticks):
+        sim.tick()
+        sim.deliver_all()
+        roles.add(sim.node(loner).role)
+    assert r.PRECANDIDATE in roles and r.CANDIDATE not in roles
+    assert sim.node(loner).term == term  # pre-vote never bumped it
+    sim.heal()
+    sim.run(3 * sim.election_ticks)
+    assert sim.leader() is lead and lead.term == term
+    assert sim.node(loner).leader_id == lead.node_id
+
+
+def test_leader_stickiness_ignores_a_higher_term_vote_request():
+    sim = Sim(32, [1, 2, 3])
+    lead = sim.elect()
+    follower, other = [sim.node(i) for i in sim.ids if i != lead.node_id]
+    term = follower.term
+    for kind in (r.PREVOTE, r.VOTE):
+        follower.step(Message(kind, other.node_id, follower.node_id, term + 5, index=100, log_term=100))
+    assert follower.term == term and follower.vote != other.node_id
+    assert not follower.ready().messages
+
+
+def test_stale_candidate_term_makes_the_leader_step_down_then_cluster_recovers():
+    # A node that somehow has a higher term (e.g. a failed campaign) answers the
+    # leader's APPEND with it: the leader steps down and a new election follows.
+    sim = Sim(33, [1, 2, 3])
+    lead = sim.elect()
+    other = next(i for i in sim.ids if i != lead.node_id)
+    store = sim.stores[other]
+    sim.crash(other)
+    hs, snap, entries = store.load()
+    store.save(Ready(hard_state=HardState(hs.term + 3, None, hs.commit)))
+    sim.start(other)
+    sim.run(3)
+    assert lead.role == r.FOLLOWER and lead.term >= hs.term + 3
+    sim.commit_everywhere(b"x")
+    assert sim.leader().term >= hs.term + 3
+
+
+def test_heal_after_partitions_elects_and_commits_within_bound():
+    sim = Sim(34, [1, 2, 3, 4, 5], drop=0.1)
+    sim.elect()
+    sim.partition([1, 2], [3, 4], [5])  # nobody has a majority
+    sim.run(5 * sim.election_ticks)
+    assert not any(sim.node(i).role == r.LEADER for i in sim.ids)  # check quorum deposed it
+    used = sim.heal_and_check_liveness(max_ticks=10 * sim.election_ticks)
+    assert used <= 10 * sim.election_ticks
+
+
+# ---------------------------------------------------------------- learners
+
+
+def test_learners_replicate_but_never_vote_or_campaign():
+    sim = Sim(41, [1, 2, 3], [4, 5])
+    lead = sim.elect()
+    assert lead.node_id in (1, 2, 3)
+    sim.commit_everywhere(b"to-learners")
+    assert b"to-learners" in sim.apps[4].data and b"to-learners" in sim.apps[5].data
+    assert sim.node(4).commit_index == lead.commit_index
+    # two voters down: one voter plus two learners is no quorum
+    down = [i for i in (1, 2, 3) if i != lead.node_id]
+    for i in down:
+        sim.crash(i)
+    sim.run(4 * sim.election_ticks)
+    assert lead.role != r.LEADER
+    assert sim.leader() is None
+    assert sim.node(4).role == sim.node(5).role == r.FOLLOWER
+    # a learner cut off from everyone never campaigns
+    assert all(m.kind not in (r.PREVOTE, r.VOTE) or m.src in (1, 2, 3) for m in sim.inflight)
+    node = sim.node(4)
+    node.step(Message(r.VOTE, 1, 4, node.term + 1, index=1000, log_term=1000))
+    (resp,) = node.ready().messages
+    assert resp.reject
+    for i in down:
+        sim.start(i)
+    sim.commit_everywhere(b"back")
+
+
+def test_learner_acks_do_not_commit():
+    sim = Sim(42, [1, 2], [3])
+    lead = sim.elect()
+    other = 2 if lead.node_id == 1 else 1
+    sim.commit_everywhere(b"a")
+    sim.partition([lead.node_id, 3], [other])
+    commit = lead.commit_index
+    lead.propose(b"needs-the-voter")
+    sim.process(lead.node_id)
+    sim.deliver_all()
+    assert sim.node(3).last_index == lead.last_index  # the learner has it
+    assert lead.commit_index == commit  # but it is not counted
+    sim.run(2 * sim.election_ticks + 1)
+    assert lead.role == r.FOLLOWER  # check quorum counts voters only
+
+
+# ---------------------------------------------------------------- snapshots
+
+
+def test_snapshot_brings_far_behind_follower_up_to_date():
+    sim = Sim(51, [1, 2, 3])
+    lead = sim.elect()
+    lag = next(i for i in sim.ids if i != lead.node_id)
+    sim.crash(lag)
+    for k in range(30):
+        sim.propose(b"e%d" % k)
+        sim.deliver_all()
+    sim.run(2)
+    for i in sim.alive():
+        assert sim.compact(i)
+    assert lead.first_index > 20
+    sim.start(lag)
+    sent = []
+    orig = sim.send
+    sim.send = lambda m: (sent.append(m.kind), orig(m))
+    sim.commit_everywhere(b"after-snapshot")
+    assert r.SNAPSHOT in sent
+    assert sim.apps[lag].chain == sim.apps[lead.node_id].chain
+    assert sim.node(lag).entries(sim.node(lag).first_index) == lead.entries(sim.node(lag).first_index)
+    assert sim.node(lag).snapshot is not None
+    sim.check_store_matches()
+
+
+def test_snapshot_install_reaches_ready_and_replaces_a_divergent_log():
+    node = Raft(2, [1, 2, 3], rng=random.Random(1), hard_state=HardState(2, None, 1),
+                entries=[Entry(1, 1, b"a"), Entry(2, 2, b"x"), Entry(2, 3, b"y")])
+    node.ready()
+    snap = Snapshot(10, 3, b"state@10")
+    node.step(Message(r.SNAPSHOT, 1, 2, 3, snapshot=snap))
+    rd = node.ready()
+    assert rd.snapshot == snap and rd.entries == [] and rd.committed == []
+    assert rd.hard_state == HardState(3, None, 10)
+    assert (rd.messages[0].kind, rd.messages[0].index) == (r.SNAPSHOT_RESP, 10)
+    assert node.last_index == 10 and node.commit_index == 10 and node.term_at(10) == 3
+    store = MemStore()
+    store.entries = [Entry(1, 1, b"a"), Entry(2, 2, b"x"), Entry(2, 3, b"y")]
+    store.save(rd)
+    assert store.load() == (HardState(3, None, 10), snap, [])
+    # then appends continue after the snapshot
+    node.step(Message(r.APPEND, 1, 2, 3, index=10, log_term=3, entries=(Entry(3, 11, b"z"),), commit=11))
+    rd = node.ready()
+    assert rd.entries == [Entry(3, 11, b"z")] and rd.committed == [Entry(3, 11, b"z")]
+
+
+def test_snapshot_matching_the_log_just_commits():
+    entries = [Entry(1, k, b"%d" % k) for k in range(1, 6)]
+    node = Raft(2, [1, 2, 3], rng=random.Random(1), hard_state=HardState(1, None, 1), entries=entries)
+    node.ready()
+    node.step(Message(r.SNAPSHOT, 1, 2, 1, snapshot=Snapshot(4, 1, b"s")))
+    rd = node.ready()
+    assert rd.snapshot is None and [e.index for e in rd.committed] == [2, 3, 4]
+    assert node.last_index == 5
+
+
+def test_compact_refuses_unapplied_index_and_restart_resumes_after_snapshot(tmp_path):
+    sim = Sim(52, [1], store_dir=tmp_path)
+    node = sim.node(1)
+    sim.run_until(lambda: node.role == r.LEADER, 30)
+    for k in range(5):
+        node.propose(b"%d" % k)
+    with pytest.raises(ValueError):
+        node.compact(node.last_index, b"")
+    sim.process(1)
+    assert sim.compact(1)
+    node.propose(b"after")
+    sim.process(1)
+    chain = sim.apps[1].chain
+    sim.crash(1)
+    sim.start(1)
+    assert sim.apps[1].chain == chain  # snapshot restored, the rest re-applied
+    assert sim.node(1).first_index == 7 and sim.node(1).last_index == 7
+
+
+# ---------------------------------------------------------------- transfer, liveness queries
+
+
+def test_leadership_transfer():
+    sim = Sim(61, [1, 2, 3])
+    lead = sim.elect()
+    sim.commit_everywhere(b"a")
+    target = next(i for i in sim.ids if i != lead.node_id)
+    assert lead.transfer_leadership(target)
+    assert lead.propose(b"refused") is None
+    sim.process(lead.node_id)
+    sim.run(3)
+    assert sim.leader().node_id == target
+    assert not sim.node(target).transfer_leadership(target)
+
+
+def test_peers_heard_within():
+    sim = Sim(62, [1, 2, 3], [4])
+    lead = sim.elect()
+    sim.run(2)
+    assert lead.peers_heard_within(sim.election_ticks) == {1, 2, 3, 4}
+    sim.crash(4)
+    sim.run(sim.election_ticks + 1)
+    assert lead.peers_heard_within(sim.election_ticks) == {1, 2, 3}
+    assert sim.node(1 if lead.node_id != 1 else 2).peers_heard_within(100) == set()
+
+
+# ---------------------------------------------------------------- restart from the store
+
+
+def test_restart_from_raft_store_keeps_term_vote_log_commit(tmp_path):
+    sim = Sim(71, [1, 2, 3], store_dir=tmp_path, sync=True)
+    sim.elect()
+    for k in range(5):
+        sim.commit_everywhere(b"v%d" % k)
+    sim.compact(1)
+    sim.commit_everywhere(b"after-compact")
+    for i in sim.ids:
+        before = sim.node(i)
+        state = (before.term, before.vote, before.commit_index, before.entries(1), before.snapshot)
+        sim.crash(i)
+        sim.start(i)  # a fresh RaftStore object would read the same files
+        fresh = RaftStore(tmp_path / f"n{i}").load()
+        assert fresh[0] == HardState(before.term, before.vote, before.commit_index)
+        after = sim.node(i)
+        assert (after.term, after.vote, after.commit_index, after.entries(1), after.snapshot) == state
+    sim.commit_everywhere(b"after-restart")
+
+
+def test_vote_survives_restart(tmp_path):
+    store = RaftStore(tmp_path)
+    node = Raft(1, [1, 2, 3], rng=random.Random(1))
+    node.step(Message(r.VOTE, 2, 1, 3, index=0, log_term=0))
+    store.save(node.ready())
+    hs, snap, entries = RaftStore(tmp_path).load()
+    again = Raft(1, [1, 2, 3], rng=random.Random(1), hard_state=hs, snapshot=snap, entries=entries)
+    again.step(Message(r.VOTE, 3, 1, 3, index=0, log_term=0))
+    (m,) = again.ready().messages
+    assert m.reject and again.vote == 2
+
+
+# ---------------------------------------------------------------- messages
+
+
+def _sample_messages() -> list[Message]:
+    es = (Entry(3, 8, b""), Entry(3, 9, b"data"), Entry(4, 10, b"\x00" * 300))
+    return [
+        Message(r.PREVOTE, 1, 2, 5, log_term=4, index=10),
+        Message(r.PREVOTE_RESP, 2, 1, 5, reject=True),
+        Message(r.VOTE, 1, 2, 5, log_term=4, index=10, transfer=True),
+        Message(r.VOTE_RESP, 2, 1, 5),
+        Message(r.APPEND, 1, 3, 4, log_term=3, index=7, entries=es, commit=6),
+        Message(r.APPEND, 1, 3, 4, log_term=3, index=7, commit=6),
+        Message(r.APPEND_RESP, 3, 1, 4, index=7, reject=True, hint=5, log_term=2),
+        Message(r.SNAPSHOT, 1, 3, 4, snapshot=Snapshot(100, 4, b"state")),
+        Message(r.SNAPSHOT_RESP, 3, 1, 4, index=100),
+        Message(r.TIMEOUT_NOW, 1, 2, 4),
+    ]
+
+
+def test_message_encode_decode_round_trip():
+    for m in _sample_messages():
+        assert Message.decode(m.encode()) == m
+
+
+@pytest.mark.parametrize("blob", [b"", b"\x00", b"garbage" * 10, b"\x01\x63" + b"\x00" * 80,
+                                  "not bytes", None, 12])
+def test_decode_garbage_raises_value_error(blob):
+    with pytest.raises(ValueError):
+        Message.decode(blob)
+
+
+def test_decode_truncated_or_extended_or_flipped_messages():
+    rng = random.Random(5)
+    for m in _sample_messages():
+        blob = m.encode()
+        for cut in range(len(blob)):
+            with pytest.raises(ValueError):
+                Message.decode(blob[:cut])
+        with pytest.raises(ValueError):
+            Message.decode(blob + b"\x00")
+        for _ in range(50):
+            flipped = bytearray(blob)
+            flipped[rng.randrange(len(blob))] ^= 1 << rng.randrange(8)
+            try:
+                Message.decode(bytes(flipped))
+            except ValueError:
+                pass
+
+
+_entries = st.lists(st.tuples(st.integers(0, 3), st.binary(max_size=20)), max_size=5)
+
+
+@settings(max_examples=100, deadline=None)
+@given(kind=st.sampled_from([k for k in r.KINDS if k not in (r.APPEND, r.SNAPSHOT)]),
+       ids=st.tuples(*[st.integers(0, 2**64 - 1)] * 6), flags=st.tuples(st.booleans(), st.booleans()))
+def test_message_round_trip_property(kind, ids, flags):
+    src, dst, term, log_term, index, commit = ids
+    m = Message(kind, src, dst, term, log_term=log_term, index=index, commit=commit,
+                reject=flags[0], transfer=flags[1], hint=index // 2)
+    assert Message.decode(m.encode()) == m
+
+
+@settings(max_examples=100, deadline=None)
+@given(prev=st.integers(0, 1000), entries=_entries, snap=st.binary(max_size=50))
+def test_append_and_snapshot_round_trip_property(prev, entries, snap):
+    terms = sorted(t for t, _ in entries)
+    es = tuple(Entry(terms[k] + 1, prev + 1 + k, d) for k, (_, d) in enumerate(entries))
+    m = Message(r.APPEND, 1, 2, 10, log_term=1, index=prev, entries=es, commit=prev)
+    assert Message.decode(m.encode()) == m
+    s = Message(r.SNAPSHOT, 1, 2, 10, snapshot=Snapshot(prev, 3, snap))
+    assert Message.decode(s.encode()) == s
+
+
+def test_step_refuses_a_message_for_another_node():
+    node = Raft(1, [1, 2, 3])
+    with pytest.raises(ValueError):
+        node.step(Message(r.APPEND, 2, 3, 1))
+
+
+# ---------------------------------------------------------------- the store on disk
+
+
+def _ready(hs=None, entries=(), snapshot=None) -> Ready:
+    return Ready(hard_state=hs, entries=list(entries), snapshot=snapshot)
+
+
+def test_store_round_trip_and_conflict_truncation(tmp_path):
+    store = RaftStore(tmp_path)
+    assert store.load() == (None, None, [])
+    store.save(_ready(HardState(1, 1, 0), [Entry(1, 1, b"a"), Entry(1, 2, b"b"), Entry(1, 3, b"c")]))
+    store.save(_ready(HardState(2, None, 1), [Entry(2, 2, b"B")]))  # conflict repair from 2
+    store.save(_ready(None, [Entry(2, 3, b"C")]))
+    assert RaftStore(tmp_path).load() == (HardState(2, None, 1), None,
+                                          [Entry(1, 1, b"a"), Entry(2, 2, b"B"), Entry(2, 3, b"C")])
+
+
+def test_store_discards_a_torn_tail(tmp_path):
+    store = RaftStore(tmp_path)
+    store.save(_ready(HardState(1, 1, 1), [Entry(1, 1, b"a"), Entry(1, 2, b"b")]))
+    path = tmp_path / "raft.log"
+    good = path.stat().st_size
+    store.save(_ready(HardState(1, 1, 3), [Entry(1, 3, b"ccc"), Entry(1, 4, b"dddd")]))
+    full = path.read_bytes()
+    for cut in range(good + 1, len(full)):
+        path.write_bytes(full[:cut])
+        hs, snap, entries = RaftStore(tmp_path).load()
+        # a prefix of the second save survives; never garbage, never a commit past the log
+        assert entries[:2] == [Entry(1, 1, b"a"), Entry(1, 2, b"b")]
+        assert entries in ([Entry(1, 1, b"a"), Entry(1, 2, b"b")],
+                           [Entry(1, 1, b"a"), Entry(1, 2, b"b"), Entry(1, 3, b"ccc")])
+        assert hs.commit <= len(entries)
+        assert path.stat().st_size <= cut  # the torn tail was cut off
+    # a corrupt last record (bad CRC) is dropped, and appending goes on after the good prefix
+    bad = bytearray(full)
+    bad[-1] ^= 0xFF
+    path.write_bytes(bytes(bad))
+    store = RaftStore(tmp_path)
+    hs, _, entries = store.load()
+    assert [e.index for e in entries] == [1, 2, 3] and hs == HardState(1, 1, 3)
+    store.save(_ready(None, [Entry(1, 4, b"D")]))
+    assert RaftStore(tmp_path).load()[2][-1] == Entry(1, 4, b"D")
+
+
+def test_store_snapshot_install_and_compaction(tmp_path):
+    store = RaftStore(tmp_path)
+    log = [Entry(1, k, b"%d" % k) for k in range(1, 11)]
+    store.save(_ready(HardState(1, None, 10), log))
+    store.save_snapshot(Snapshot(6, 1, b"s6"))
+    assert store.load() == (HardState(1, None, 10), Snapshot(6, 1, b"s6"), log[6:])
+    # a leader's snapshot replaces a divergent log
+    store.save(_ready(HardState(3, None, 20), [Entry(3, 21, b"n")], Snapshot(20, 3, b"s20")))
+    assert RaftStore(tmp_path).load() == (HardState(3, None, 20), Snapshot(20, 3, b"s20"), [Entry(3, 21, b"n")])
+
+
+def test_store_crash_between_snapshot_and_log_rewrite(tmp_path):
+    from cluster.controller.raft_store import _encode_snapshot
+    from storage.checkpoint import write_atomic
+    store = RaftStore(tmp_path)
+    log = [Entry(1, k, b"%d" % k) for k in range(1, 6)]
+    store.save(_ready(HardState(1, None, 5), log))
+    # own compaction: the log matches the snapshot, entries after it stay
+    write_atomic(tmp_path / "raft.snapshot", _encode_snapshot(Snapshot(3, 1, b"s")))
+    assert RaftStore(tmp_path).load()[2] == log[3:]
+    # an installed snapshot whose last entry the old log disagrees with: drop the log
+    other = RaftStore(tmp_path / "b")
+    other.save(_ready(HardState(1, None, 2), log))
+    write_atomic(tmp_path / "b" / "raft.snapshot", _encode_snapshot(Snapshot(4, 2, b"s")))
+    assert RaftStore(tmp_path / "b").load() == (HardState(1, None, 4), Snapshot(4, 2, b"s"), [])
+
+
+def test_store_refuses_a_corrupt_snapshot(tmp_path):
+    store = RaftStore(tmp_path)
+    store.save(_ready(HardState(1, None, 2), [Entry(1, 1, b"a"), Entry(1, 2, b"b")]))
+    store.save_snapshot(Snapshot(2, 1, b"state"))
+    path = tmp_path / "raft.snapshot"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptRaftStateError):
+        RaftStore(tmp_path).load()
