@@ -1,0 +1,362 @@
+"""The cluster metadata the controller quorum replicates, and the controller's
+decisions, both free of I/O.
+
+Owns: ``Metadata`` — the state machine every node applies from the committed
+Raft log: each shard's replica set, leader, leader epoch, ISR and a version
+(Kafka's partition epoch, bumped on every change); each node's registration
+(the incarnation it started with) and whether it is fenced (stopped
+heartbeating). Records are small JSON objects; a shard record is
+*conditional* (it names the shard version it was decided on and is ignored
+if another change committed first), so two proposers racing — a leader
+shrinking its ISR, the controller electing a new leader — never combine into
+a state neither decided. ``ControllerLogic`` — what the elected controller
+proposes: registrations, fencing a node that stopped heartbeating, electing
+a shard's new leader from its ISR (``unclean-leader-election`` allowing any
+live replica when no ISR member lives), removing fenced or restarted nodes
+from ISRs, and asking preferred leaders to take their shards back.
+
+Kafka's rules kept here (docs/controller.md):
+
+- an ISR member has every acknowledged entry of the shard; a leader is only
+  ever chosen from the ISR (unless unclean election is on);
+- a node that restarted (new incarnation) may have lost its unflushed tail,
+  so it leaves every ISR it is in (KIP-903) and rejoins when caught up — except
+  as the ISR's last member, which stays (there is no better copy);
+- leadership moves bump the leader epoch; ISR changes keep it.
+
+Must not know: sockets, trio, Raft's internals (it sees committed records in
+order), partition logs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+
+class MetadataError(ValueError):
+    """A record or snapshot that does not decode."""
+
+
+@dataclass
+class ShardMeta:
+    replicas: list[int]  # preferred leader first
+    leader: int
+    epoch: int
+    isr: list[int]  # sorted
+    version: int = 0
+
+    def as_json(self) -> dict:
+        return {"replicas": self.replicas, "leader": self.leader, "epoch": self.epoch,
+                "isr": self.isr, "version": self.version}
+
+
+@dataclass
+class NodeMeta:
+    incarnation: str = ""  # "" until the node first registers
+    fenced: bool = False
+
+
+@dataclass
+class Metadata:
+    shards: list[ShardMeta] = field(default_factory=list)
+    nodes: dict[int, NodeMeta] = field(default_factory=dict)
+    initialized: bool = False
+    # topic name -> (topic.meta bytes, topic id, node that made the change)
+    topics: dict[bytes, tuple[bytes, str, int]] = field(default_factory=dict)
+
+    # -- records ----------------------------------------------------------
+
+    @staticmethod
+    def init_record(shards: list[tuple[list[int], int, int]], nodes: list[int]) -> bytes:
+        """The first record: ``(replicas, leader, epoch)`` per shard, every
+        replica in sync (what a fresh static placement starts with)."""
+        return _dump({"t": "init", "nodes": nodes,
+                      "shards": [{"replicas": r, "leader": leader, "epoch": epoch, "isr": sorted(r)}
+                                 for r, leader, epoch in shards]})
+
+    @staticmethod
+    def node_record(node: int, incarnation: str, fenced: bool) -> bytes:
+        """Node ``node`` runs as ``incarnation`` (fenced or not). Applying a new
+        incarnation over a known one (the node restarted, and may have lost its
+        unflushed tail) also takes it out of every ISR where another member
+        is left, handing the shards it led to the next live ISR member."""
+        return _dump({"t": "node", "node": node, "inc": incarnation, "fenced": fenced})
+
+    @staticmethod
+    def shard_record(shard: int, expect: int, leader: int, epoch: int, isr: list[int] | set[int]) -> bytes:
+        """Shard ``shard`` becomes (leader, epoch, isr) if its version is still ``expect``."""
+        return _dump({"t": "shard", "s": shard, "expect": expect, "leader": leader, "epoch": epoch,
+                      "isr": sorted(isr)})
+
+    @staticmethod
+    def topic_record(topic: bytes, blob: bytes | None, topic_id: str, origin: int) -> bytes:
+        """Topic ``topic`` (``topic_id``) now has ``topic.meta`` ``blob``; None:
+        it was deleted. ``origin`` is the node that made the change."""
+        return _dump({"t": "topic", "name": topic.decode("latin-1"),
+                      "blob": None if blob is None else blob.decode("latin-1"), "id": topic_id, "origin": origin,
+                      "nonce": os.urandom(8).hex()})
+
+    @staticmethod
+    def check_record(data: bytes) -> None:
+        """Raise ValueError unless ``data`` is a record this module makes."""
+        try:
+            rec = json.loads(data)
+        except ValueError as e:
+            raise ValueError(f"not a metadata record ({e})") from None
+        fields = {"init": ("nodes", "shards"), "node": ("node", "inc", "fenced"),
+                  "shard": ("s", "expect", "leader", "epoch", "isr"),
+                  "topic": ("name", "blob", "id", "origin", "nonce")}
+        if not isinstance(rec, dict) or rec.get("t") not in fields:
+            raise ValueError("not a metadata record (unknown kind)")
+        missing = [f for f in fields[rec["t"]] if f not in rec]
+        if missing:
+            raise ValueError(f"{rec['t']} record without {', '.join(missing)}")
+
+    def apply(self, data: bytes) -> list[tuple[str, Any]]:
+        """Apply one committed record; the changes it made: ``("shard", s)`` /
+        ``("node", n)`` / ``("init", 0)`` / ``("topic", name)``. A record that
+        does not apply (a stale conditional one, or garbage) changes nothing."""
+        if not data:
+            return []  # a new Raft leader's no-op entry
+        try:
+            rec = json.loads(data)
+            kind = rec["t"]
+        except (ValueError, KeyError, TypeError):
+            return []
+        try:
+            if kind == "init":
+                return self._apply_init(rec)
+            if kind == "node":
+                return self._apply_node(rec)
+            if kind == "shard":
+                return self._apply_shard(rec)
+            if kind == "topic":
+                return self._apply_topic(rec)
+        except (KeyError, TypeError, ValueError, IndexError):
+            return []
+        return []
+
+    def _apply_init(self, rec: dict) -> list[tuple[str, int]]:
+        if self.initialized:
+            return []
+        self.shards = [ShardMeta(list(s["replicas"]), int(s["leader"]), int(s["epoch"]), sorted(s["isr"]))
+                       for s in rec["shards"]]
+        self.nodes = {int(n): NodeMeta() for n in rec["nodes"]}
+        self.initialized = True
+        return [("init", 0)]
+
+    def _apply_node(self, rec: dict) -> list[tuple[str, int]]:
+        node = int(rec["node"])
+        if node not in self.nodes:
+            return []
+        meta = NodeMeta(str(rec["inc"]), bool(rec["fenced"]))
+        old = self.nodes[node]
+        if meta == old:
+            return []
+        self.nodes[node] = meta
+        changes = [("node", node)]
+        if old.incarnation and meta.incarnation != old.incarnation:
+            changes += self._rejoin(node)
+        return changes
+
+    def _rejoin(self, node: int) -> list[tuple[str, int]]:
+        changes = []
+        for s, cur in enumerate(self.shards):
+            if node not in cur.isr:
+                continue
+            others = [r for r in cur.replicas if r in cur.isr and r != node and self.live(r)]
+            isr = [r for r in cur.isr if r != node]
+            if cur.leader != node:
+                self.shards[s] = ShardMeta(cur.replicas, cur.leader, cur.epoch, isr, cur.version + 1)
+            elif others:
+                self.shards[s] = ShardMeta(cur.replicas, others[0], cur.epoch + 1, isr, cur.version + 1)
+            else:
+                continue  # its last live member: stays (there is no better copy)
+            changes.append(("shard", s))
+        return changes
+
+    def _apply_shard(self, rec: dict) -> list[tuple[str, int]]:
+        s = int(rec["s"])
+        if not 0 <= s < len(self.shards):
+            return []
+        cur = self.shards[s]
+        leader, epoch, isr = int(rec["leader"]), int(rec["epoch"]), sorted({int(x) for x in rec["isr"]})
+        if int(rec["expect"]) != cur.version or leader not in cur.replicas or leader not in isr:
+            return []
+        if not set(isr) <= set(cur.replicas) or epoch < cur.epoch or (leader != cur.leader and epoch <= cur.epoch):
+            return []
+        self.shards[s] = ShardMeta(cur.replicas, leader, epoch, isr, cur.version + 1)
+        return [("shard", s)]
+
+    def _apply_topic(self, rec: dict) -> list[tuple[str, Any]]:
+        name = str(rec["name"]).encode("latin-1")
+        blob, topic_id, origin = rec["blob"], str(rec["id"]), int(rec["origin"])
+        if blob is None:
+            known = self.topics.get(name)
+            if known is None or known[1] != topic_id:
+                return [("topic", (name, None, topic_id, -1, rec.get("nonce")))]  # seen, nothing to do
+            del self.topics[name]
+            return [("topic", (name, None, topic_id, origin, rec.get("nonce")))]
+        raw = str(blob).encode("latin-1")
+        self.topics[name] = (raw, topic_id, origin)
+        return [("topic", (name, raw, topic_id, origin, rec.get("nonce")))]
+
+    # -- snapshots ----------------------------------------------------------
+
+    def encode(self) -> bytes:
+        return _dump({"v": 1, "initialized": self.initialized,
+                      "shards": [s.as_json() for s in self.shards],
+                      "nodes": {str(n): [m.incarnation, m.fenced] for n, m in self.nodes.items()},
+                      "topics": [[t.decode("latin-1"), b.decode("latin-1"), i, o]
+                                 for t, (b, i, o) in sorted(self.topics.items())]})
+
+    @classmethod
+    def decode(cls, data: bytes) -> "Metadata":
+        if not data:
+            return cls()
+        try:
+            obj = json.loads(data)
+            return cls([ShardMeta(list(s["replicas"]), int(s["leader"]), int(s["epoch"]), list(s["isr"]),
+                                  int(s["version"])) for s in obj["shards"]],
+                       {int(n): NodeMeta(str(v[0]), bool(v[1])) for n, v in obj["nodes"].items()},
+                       bool(obj["initialized"]),
+                       {str(t).encode("latin-1"): (str(b).encode("latin-1"), str(i), int(o))
+                        for t, b, i, o in obj.get("topics", [])})
+        except (ValueError, KeyError, TypeError, IndexError) as e:
+            raise MetadataError(f"metadata snapshot does not decode: {e}") from None
+
+    def live(self, node: int) -> bool:
+        meta = self.nodes.get(node)
+        return meta is not None and not meta.fenced
+
+
+def _dump(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
+
+
+@dataclass
+class _Heard:
+    at_ms: int
+    incarnation: str
+
+
+class ControllerLogic:
+    """The elected controller's decisions. Fed heartbeats (``beat``) and the
+    time; ``decide`` returns the records to propose and the preferred-leader
+    moves to ask for. Every decision reads only committed metadata plus what
+    this controller heard, and is safe to repeat: shard records are
+    conditional, node records idempotent."""
+
+    def __init__(self, meta: Metadata, *, session_timeout_ms: int = 3000,
+                 unclean: Callable[[], bool] = lambda: False,
+                 rebalance_delay_ms: int = 5000, retry_ms: int = 1000) -> None:
+        self.meta = meta
+        self.session_timeout_ms = session_timeout_ms
+        self.unclean = unclean
+        self.rebalance_delay_ms = rebalance_delay_ms
+        self.retry_ms = retry_ms
+        self.heard: dict[int, _Heard] = {}
+        self.leader_since_ms: int | None = None  # when this node became controller
+        self._proposed: dict[Any, tuple[int, bytes]] = {}  # subject -> (at ms, record)
+        self._preferred_ok_since: dict[int, int] = {}  # shard -> when its preferred leader became eligible
+
+    # -- inputs ---------------------------------------------------------------
+
+    def beat(self, node: int, incarnation: str, now_ms: int) -> None:
+        self.heard[node] = _Heard(now_ms, incarnation)
+
+    def became_leader(self, now_ms: int) -> None:
+        """This node was elected controller: nobody has been heard yet; give
+        every node a whole session before fencing it."""
+        self.leader_since_ms = now_ms
+        self.heard.clear()
+        self._proposed.clear()
+        self._preferred_ok_since.clear()
+
+    def stepped_down(self) -> None:
+        self.leader_since_ms = None
+
+    # -- decisions -------------------------------------------------------------
+
+    def alive(self, node: int, now_ms: int) -> bool:
+        """Heard within the session timeout (or not yet due: the controller is new)."""
+        heard = self.heard.get(node)
+        last = heard.at_ms if heard is not None else self.leader_since_ms
+        return last is not None and now_ms - last <= self.session_timeout_ms
+
+    def decide(self, now_ms: int) -> tuple[list[bytes], list[tuple[int, int]]]:
+        """``(records to propose, [(shard, preferred node)] to move back)``."""
+        meta = self.meta
+        if self.leader_since_ms is None or not meta.initialized:
+            return [], []
+        records: list[bytes] = []
+        # What the decisions below assume about each node, as of this call.
+        fenced = {n for n, m in meta.nodes.items() if m.fenced}
+        restarted: set[int] = set()  # re-registering: its record moves its shards (Metadata._rejoin)
+        for node, m in meta.nodes.items():
+            heard = self.heard.get(node)
+            if self.alive(node, now_ms) and heard is not None:
+                if m.fenced or m.incarnation != heard.incarnation:
+                    if m.incarnation and m.incarnation != heard.incarnation:
+                        restarted.add(node)
+                    fenced.discard(node)
+                    self._propose(records, ("node", node), meta.node_record(node, heard.incarnation, False), now_ms)
+            elif not m.fenced and not self.alive(node, now_ms):
+                fenced.add(node)
+                self._propose(records, ("node", node), meta.node_record(node, m.incarnation, True), now_ms)
+
+        moves: list[tuple[int, int]] = []
+        for s, shard in enumerate(meta.shards):
+            if restarted & set(shard.isr):
+                continue  # decided again once the registration is applied
+            change = self._shard_change(shard, fenced)
+            if change is not None:
+                leader, epoch, isr = change
+                self._propose(records, ("shard", s, shard.version),
+                              meta.shard_record(s, shard.version, leader, epoch, isr), now_ms)
+                self._preferred_ok_since.pop(s, None)
+                continue
+            preferred = shard.replicas[0]
+            if (self.rebalance_delay_ms >= 0 and shard.leader != preferred and preferred in shard.isr
+                    and preferred not in fenced
+                    and preferred not in restarted and shard.leader not in fenced):
+                since = self._preferred_ok_since.setdefault(s, now_ms)
+                if now_ms - since >= self.rebalance_delay_ms and self._due(("move", s, shard.version), now_ms):
+                    self._proposed[("move", s, shard.version)] = (now_ms, b"")
+                    moves.append((s, preferred))
+            else:
+                self._preferred_ok_since.pop(s, None)
+        return records, moves
+
+    def _shard_change(self, shard: ShardMeta, fenced: set[int]) -> tuple[int, int, set[int]] | None:
+        """The (leader, epoch, isr) the shard should move to, or None."""
+        isr = set(shard.isr)
+        if shard.leader in fenced:
+            candidates = [r for r in shard.replicas if r in isr and r not in fenced]
+            if candidates:
+                new = candidates[0]
+                return new, shard.epoch + 1, (isr - fenced) | {new}
+            if self.unclean():
+                live = [r for r in shard.replicas if r not in fenced]
+                if live:  # an unclean election: what only the old ISR had may be lost
+                    return live[0], shard.epoch + 1, {live[0]}
+            # Leaderless until an ISR member returns (it is elected then).
+            return None
+        drop = {r for r in isr & fenced if r != shard.leader}
+        if drop:
+            return shard.leader, shard.epoch, isr - drop
+        return None
+
+    def _due(self, subject: Any, now_ms: int) -> bool:
+        last = self._proposed.get(subject)
+        return last is None or now_ms - last[0] >= self.retry_ms
+
+    def _propose(self, records: list[bytes], subject: Any, record: bytes, now_ms: int) -> None:
+        last = self._proposed.get(subject)
+        if last is not None and last[1] == record and now_ms - last[0] < self.retry_ms:
+            return
+        self._proposed[subject] = (now_ms, record)
+        records.append(record)

@@ -1,0 +1,158 @@
+"""The controller's metadata state machine and decisions (cluster/controller/metadata.py),
+step by step with a hand-driven clock: what it proposes is applied as Raft
+would after commit, and the result checked against Kafka's rules."""
+
+from cluster.controller.metadata import ControllerLogic, Metadata, MetadataError
+
+import pytest
+
+# 3 nodes, 3 shards, replication factor 3: shard i prefers node i+1.
+REPLICAS = [[1, 2, 3], [2, 3, 1], [3, 1, 2]]
+
+
+def fresh() -> Metadata:
+    meta = Metadata()
+    assert meta.apply(Metadata.init_record([(r, r[0], 1) for r in REPLICAS], [1, 2, 3])) == [("init", 0)]
+    return meta
+
+
+def run(logic: ControllerLogic, now_ms: int) -> list[tuple[int, int]]:
+    """One controller tick: apply what it proposes (as if committed at once)."""
+    records, moves = logic.decide(now_ms)
+    for record in records:
+        logic.meta.apply(record)
+    return moves
+
+
+def beat_all(logic: ControllerLogic, now_ms: int, nodes=(1, 2, 3), inc="a") -> None:
+    for n in nodes:
+        logic.beat(n, f"{inc}{n}", now_ms)
+
+
+def controller(meta=None, **kw) -> ControllerLogic:
+    logic = ControllerLogic(meta or fresh(), session_timeout_ms=3000, rebalance_delay_ms=5000, **kw)
+    logic.became_leader(0)
+    return logic
+
+
+def test_init_applies_once_and_shard_records_are_conditional():
+    meta = fresh()
+    assert meta.apply(Metadata.init_record([([9], 9, 7)], [9])) == []  # already initialised
+    s0 = meta.shards[0]
+    assert (s0.leader, s0.epoch, s0.isr, s0.version) == (1, 1, [1, 2, 3], 0)
+    # An ISR shrink decided on version 0 applies; a second one decided on 0 does not.
+    assert meta.apply(Metadata.shard_record(0, 0, 1, 1, {1, 2})) == [("shard", 0)]
+    assert meta.apply(Metadata.shard_record(0, 0, 1, 1, {1, 3})) == []
+    assert (meta.shards[0].isr, meta.shards[0].version) == ([1, 2], 1)
+    # A leader change needs a higher epoch and a leader in the new ISR, among the replicas.
+    assert meta.apply(Metadata.shard_record(0, 1, 2, 1, {1, 2})) == []
+    assert meta.apply(Metadata.shard_record(0, 1, 3, 2, {1, 2})) == []
+    assert meta.apply(Metadata.shard_record(0, 1, 4, 2, {1, 2, 4})) == []
+    assert meta.apply(Metadata.shard_record(0, 1, 2, 2, {2})) == [("shard", 0)]
+    assert (meta.shards[0].leader, meta.shards[0].epoch) == (2, 2)
+    # Garbage and the Raft no-op change nothing.
+    assert meta.apply(b"") == [] and meta.apply(b"{not json") == [] and meta.apply(b'{"t":"shard"}') == []
+
+
+def test_snapshot_round_trip():
+    meta = fresh()
+    meta.apply(Metadata.node_record(2, "x", True))
+    meta.apply(Metadata.shard_record(1, 0, 3, 2, {3, 1}))
+    back = Metadata.decode(meta.encode())
+    assert back == meta
+    with pytest.raises(MetadataError):
+        Metadata.decode(b"{}")
+
+
+def test_registration_then_fencing_elects_from_the_isr_in_preferred_order():
+    logic = controller()
+    beat_all(logic, 100)
+    run(logic, 100)
+    assert {n: m.incarnation for n, m in logic.meta.nodes.items()} == {1: "a1", 2: "a2", 3: "a3"}
+    # Node 2 stops heartbeating; 1 and 3 go on.
+    for t in range(200, 3200, 200):
+        beat_all(logic, t, nodes=(1, 3))
+        run(logic, t)
+    assert not logic.meta.nodes[2].fenced  # not yet: within the session timeout
+    beat_all(logic, 3300, nodes=(1, 3))
+    run(logic, 3300)
+    meta = logic.meta
+    assert meta.nodes[2].fenced
+    # Shard 1 (led by 2, replicas 2,3,1) goes to 3, the next in preference, epoch 2.
+    assert (meta.shards[1].leader, meta.shards[1].epoch, meta.shards[1].isr) == (3, 2, [1, 3])
+    # Node 2 leaves the other ISRs; those leaders and epochs stay.
+    assert [(s.leader, s.epoch, s.isr) for s in (meta.shards[0], meta.shards[2])] == [(1, 1, [1, 3]), (3, 1, [1, 3])]
+
+
+def test_a_new_controller_waits_a_whole_session_before_fencing():
+    logic = controller()
+    run(logic, 2900)
+    assert not any(m.fenced for m in logic.meta.nodes.values())
+    beat_all(logic, 2950, nodes=(1, 2))
+    run(logic, 3100)
+    assert [n for n, m in logic.meta.nodes.items() if m.fenced] == [3]
+
+
+def test_no_live_isr_member_leaves_the_shard_leaderless_unless_unclean():
+    for unclean in (False, True):
+        meta = fresh()
+        meta.apply(Metadata.shard_record(0, 0, 1, 1, {1}))  # only the leader in sync
+        logic = controller(meta, unclean=lambda u=unclean: u)
+        beat_all(logic, 3100, nodes=(2, 3))
+        run(logic, 3100)
+        s0 = logic.meta.shards[0]
+        assert logic.meta.nodes[1].fenced
+        if unclean:
+            assert (s0.leader, s0.epoch, s0.isr) == (2, 2, [2])
+        else:
+            assert (s0.leader, s0.epoch, s0.isr) == (1, 1, [1])
+            # The last ISR member returns: it leads again (the same epoch, it never stopped).
+            beat_all(logic, 3200, nodes=(1, 2, 3))
+            run(logic, 3200)
+            assert not logic.meta.nodes[1].fenced and logic.meta.shards[0].leader == 1
+
+
+def test_a_restarted_node_leaves_every_isr_but_stays_as_the_last_member():
+    meta = fresh()
+    meta.apply(Metadata.shard_record(2, 0, 3, 1, {3}))  # shard 2: only its leader 3 in sync
+    logic = controller(meta)
+    beat_all(logic, 100)
+    run(logic, 100)
+    # Node 3 restarts (new incarnation) within the session timeout; node 1 too.
+    logic.beat(3, "b3", 200)
+    run(logic, 200)
+    meta = logic.meta
+    assert meta.nodes[3].incarnation == "b3" and not meta.nodes[3].fenced
+    assert meta.shards[0].isr == [1, 2]  # follower 3 must catch up again
+    assert (meta.shards[1].leader, meta.shards[1].isr) == (2, [1, 2])
+    assert (meta.shards[2].leader, meta.shards[2].epoch, meta.shards[2].isr) == (3, 1, [3])  # no better copy
+    # A restarted leader with other live ISR members hands over to one of them.
+    logic.beat(1, "b1", 300)
+    run(logic, 300)
+    assert (meta.shards[0].leader, meta.shards[0].epoch, meta.shards[0].isr) == (2, 2, [2])
+    assert meta.shards[1].isr == [2]
+    # Once its removals are done, a leader's ISR expansion is not undone.
+    meta.apply(Metadata.shard_record(0, meta.shards[0].version, 2, 2, {1, 2, 3}))
+    beat_all(logic, 400, nodes=(2,))
+    logic.beat(1, "b1", 400)
+    logic.beat(3, "b3", 400)
+    run(logic, 400)
+    assert meta.shards[0].isr == [1, 2, 3]
+
+
+def test_the_preferred_leader_is_asked_back_after_the_delay():
+    meta = fresh()
+    meta.apply(Metadata.shard_record(0, 0, 2, 2, {1, 2, 3}))  # shard 0 (prefers 1) led by 2
+    logic = controller(meta)
+    beat_all(logic, 100)
+    assert run(logic, 100) == []
+    beat_all(logic, 5000)
+    assert run(logic, 5000) == []
+    beat_all(logic, 5200)
+    assert run(logic, 5200) == [(0, 1)]
+    beat_all(logic, 5300)
+    assert run(logic, 5300) == []  # asked once per retry period
+    # Not while the preferred leader is out of the ISR.
+    meta.apply(Metadata.shard_record(0, 1, 2, 2, {2, 3}))
+    beat_all(logic, 20000)
+    assert run(logic, 20000) == []
