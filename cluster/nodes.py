@@ -10,8 +10,9 @@ shard's current leader and leader epoch, persisted in the data directory so
 a restarted node remembers a manual failover.
 
 Leadership is an input here, never decided: the state changes only when told
-(``set_leader`` with a higher epoch), by ``CLUSTER FAILOVER`` or by a peer
-that reports a newer epoch. The controller issue replaces who tells it.
+— by the controller's committed metadata (``adopt``, cluster/controller/), or
+by a peer that reports a newer epoch (``merge``), which it can only know
+from that metadata.
 
 Must not know: sockets, trio, RESP, partitions' logs.
 """
@@ -156,7 +157,12 @@ class ClusterState:
         self.path = data_dir / STATE_FILE if data_dir is not None else None
         self.shards: list[tuple[int, int]] = [
             (placement.preferred_leader(s), 1) for s in range(placement.shard_count)]
-        self.version = 0  # bumped on every change (watchers re-read)
+        self.version = 0  # bumped on every leader change (watchers re-read)
+        # From the controller's committed metadata (cluster/controller): each
+        # shard's ISR, and the nodes fenced for not heartbeating.
+        self.isr: list[set[int]] = [set(placement.replicas(s)) for s in range(placement.shard_count)]
+        self.fenced: set[int] = set()
+        self.controlled = False  # True once a controller's metadata drives this state
         if self.path is not None:
             self._load()
 
@@ -194,11 +200,32 @@ class ClusterState:
             return False
         if epoch <= self.shards[shard][1]:
             return False
+        self._move(shard, leader, epoch)
+        return True
+
+    def _move(self, shard: int, leader: int, epoch: int) -> None:
         self.shards[shard] = (leader, epoch)
         self.version += 1
         self._save()
         log.info("shard %d (slots %d-%d): leader is now node %d at epoch %d",
                  shard, *self.placement.slot_range(shard), leader, epoch)
+
+    def adopt(self, shard: int, leader: int, epoch: int, isr: set[int]) -> bool:
+        """The controller's committed (leader, epoch, ISR) of ``shard``. Never
+        goes back to an older epoch (a peer's newer view may have arrived
+        first); True if the leader or epoch changed."""
+        if not 0 <= shard < len(self.shards) or leader not in self.placement.replicas(shard):
+            return False
+        cur_leader, cur_epoch = self.shards[shard]
+        if epoch < cur_epoch:
+            return False
+        self.isr[shard] = set(isr)
+        if (leader, epoch) == (cur_leader, cur_epoch):
+            return False
+        if epoch == cur_epoch:
+            log.warning("shard %d: controller says node %d leads at epoch %d, this node knew node %d",
+                        shard, leader, epoch, cur_leader)
+        self._move(shard, leader, epoch)
         return True
 
     def encode(self) -> bytes:

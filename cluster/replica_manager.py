@@ -29,6 +29,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Protocol
 
 import trio
@@ -38,6 +39,7 @@ from cluster.nodes import ClusterState, Placement, key_slot
 from cluster.topics import TopicRegistry, partition_key, split_partition_key
 from storage.checkpoint import read_file, write_atomic
 from storage.errors import StorageError
+from storage.log_manager import decode_topic
 from storage.streams.groups import GroupStateError, groups_of
 from storage.streams.replica_state import (apply_group_changes, apply_state, encode_state, group_changes,
                                            state_version)
@@ -116,8 +118,12 @@ class ReplicaManager:
         self.followed: dict[int, dict[tuple[bytes, int], Followed]] = {}  # leader id -> partitions
         self.discovery_token: dict[int, bytes] = {}  # leader id -> its last topics token
         self.on_hw_advance: Callable[[bytes, int], None] = lambda topic, n: None
+        self.on_group_progress: Callable[[], None] = lambda: None
+        self.by_directory: dict[str, tuple[bytes, int]] = {}  # partition directory -> (topic, n) led here
+        self._leading_stamp: tuple[int, int] | None = None
         self._topic_setting = topic_setting or (lambda topic, name: registry.config_value(topic, name))
         self.fetch_counts = {"served": 0, "fetched": 0, "truncations": 0}
+        self.last_fetch_ms: dict[int, int] = {}  # follower node -> when it last fetched here
         self._hw_saved: dict[tuple[bytes, int], int] = {}
         self._follow_stamp: dict[int, tuple[int, int]] = {}
         self.paused: dict[int, tuple[int, int]] = {}  # shard -> (epoch, until ms)
@@ -197,9 +203,12 @@ class ReplicaManager:
             plog.hw_follows_end = False
             plog.set_high_watermark(saved if saved is not None else plog.log_end_offset)
         stream.leader_epoch = max(epoch, plog.latest_epoch)
+        committed = self.state.isr[shard] if self.state.controlled else None
         ls = rp.LeaderState(self.my_id, self.placement.replicas(shard), epoch, plog, self.clock_ms(),
-                            min_insync=self.min_insync(topic), lag_max_ms=self.settings.lag_max_ms)
+                            min_insync=self.min_insync(topic), lag_max_ms=self.settings.lag_max_ms,
+                            pinned=set(committed or ()), initial_isr=committed)
         self.leaders[(topic, n)] = ls
+        self.by_directory[str(plog.directory)] = (topic, n)
         log.info("leading %s at epoch %d (replicas %s, end offset %d, high watermark %d)",
                  self.canonical_key(topic, n).decode("utf-8", "replace"), epoch,
                  ls.replicas, plog.log_end_offset, plog.high_watermark)
@@ -277,12 +286,23 @@ class ReplicaManager:
             stream = reg.cached_stream(topic, n) if n < reg.partitions_of(topic) else None
             if stream is None or stream.log is not ls.log:
                 del self.leaders[(topic, n)]
+                self.by_directory.pop(str(ls.log.directory), None)
                 self._hw_saved.pop((topic, n), None)
 
     def tick(self) -> None:
         """Periodic: ISR shrink by lag, HW checkpoints."""
         now = self.clock_ms()
         self._prune()
+        stamp = (self.state.version, self.registry.generation)
+        if stamp != self._leading_stamp:
+            # Leader states for every partition led here, not only the ones
+            # touched since: group writes and ISR reports look them up.
+            self._leading_stamp = stamp
+            reg = self.registry
+            for topic in reg.topics():
+                for n in range(reg.partitions_of(topic)):
+                    if self.leads_shard(self.shard_of(topic, n)):
+                        self.leader_state(topic, n)
         for (topic, n), ls in list(self.leaders.items()):
             before = set(ls.isr)
             hw = ls.log.high_watermark
@@ -296,6 +316,72 @@ class ReplicaManager:
                 self.on_hw_advance(topic, n)
         self.save_hw_checkpoints(prune=False)  # pruned above
 
+    def partition_at(self, directory: Any) -> tuple[bytes, int] | None:
+        """``(topic, n)`` of a partition directory (``topics/<topic>/partition-<n>``)."""
+        found = self.by_directory.get(str(directory))
+        if found is not None:
+            return found
+        path = Path(directory)
+        topic = decode_topic(path.parent.name)
+        prefix, _, n = path.name.partition("-")
+        if topic is None or prefix != "partition" or not n.isdigit():
+            return None
+        return topic, int(n)
+
+    # -- the controller's ISR ---------------------------------------------------
+
+    def on_isr_committed(self, shard: int, isr: set[int]) -> None:
+        """The controller committed ``isr`` for ``shard``: the leader states of
+        its partitions wait for those replicas from now on, and drop the ones
+        the controller removed (they rejoin by catching up)."""
+        for (topic, n), ls in list(self.leaders.items()):
+            if self.shard_of(topic, n) != shard:
+                continue
+            for gone in ls.pinned - isr:
+                ls.drop(gone)
+            ls.pinned = set(isr)
+            if ls.update_hw():
+                self.on_hw_advance(topic, n)
+
+    def isr_proposals(self) -> list[tuple[int, set[int]]]:
+        """``(shard, ISR)`` for each shard this node leads whose ISR here (the
+        replicas in sync on every one of its partitions) is not what the
+        controller has: the ISR change to propose. An expansion looks at every
+        partition of the shard on this node, not only the ones touched since
+        this node became leader."""
+        if not self.state.controlled:
+            return []
+        now = self.clock_ms()
+        mine = {s for s in range(self.placement.shard_count) if self.leads_shard(s)}
+        local: dict[int, set[int]] = {}
+        for (topic, n), ls in self.leaders.items():
+            s = self.shard_of(topic, n)
+            if s in mine:
+                local[s] = set(ls.isr) if s not in local else local[s] & ls.isr
+        out = []
+        for s in sorted(mine):
+            committed = self.state.isr[s]
+            if s not in local:  # no partition here: in sync = fetching from this node
+                want = {self.my_id} | {r for r in self.placement.replicas(s) if r != self.my_id
+                                       and now - self.last_fetch_ms.get(r, -10**12) <= self.settings.lag_max_ms}
+            else:
+                want = local[s]
+            if want - committed:
+                want = self._shard_isr_everywhere(s, want)
+            if want != committed:
+                out.append((s, want))
+        return out
+
+    def _shard_isr_everywhere(self, shard: int, want: set[int]) -> set[int]:
+        reg = self.registry
+        for topic in reg.topics():
+            for n in range(reg.partitions_of(topic)):
+                if self.shard_of(topic, n) == shard:
+                    ls = self.leader_state(topic, n)
+                    if ls is not None:
+                        want = want & ls.isr
+        return want
+
     # -- serving a follower's fetch -----------------------------------------
 
     def serve_fetch(self, args: list[bytes]) -> tuple[list, bool]:
@@ -304,6 +390,7 @@ class ReplicaManager:
         hold it up to max-wait and ask again)."""
         replica = int(args[0])
         self.state.merge(args[1])
+        self.last_fetch_ms[replica] = self.clock_ms()
         max_bytes = int(args[3])
         their_token = args[4]
         now = self.clock_ms()
@@ -363,6 +450,10 @@ class ReplicaManager:
         gen, pos = -1, -1
         if their_groups.startswith(prefix):
             gen, pos = (int(x) for x in their_groups[len(prefix):].split(b":"))
+            progress = ls.progress.get(replica)
+            if progress is not None and progress.group_pos != (gen, pos):
+                progress.group_pos = (gen, pos)
+                self.on_group_progress()
         gen, end, snapshot, records = group_changes(stream, gen, pos)
         group_token = prefix + b"%d:%d" % (gen, end)
         news = (bool(batches) or state is not None or plog.high_watermark != hw_before
@@ -517,23 +608,14 @@ class ReplicaManager:
 
     def _apply_discovery(self, leader: int, discovered: list) -> None:
         parts = self.followed.setdefault(leader, {})
-        listed = set()
         for i in range(0, len(discovered) - 2, 3):
             topic, n, blob = discovered[i], int(discovered[i + 1]), discovered[i + 2]
             self.registry.adopt_topic(topic, blob)
-            listed.add((topic, n))
             if (topic, n) not in parts and self._follows_from(topic, n) == leader:
                 parts[(topic, n)] = Followed(topic, n)
-        # Partitions of the leader's shards it no longer has were deleted there.
-        for topic in self.registry.topics():
-            count = self.registry.partitions_of(topic)
-            if all(self._follows_from(topic, n) == leader for n in range(count)) and \
-                    not any((topic, n) in listed for n in range(count)):
-                log.info("topic %s is gone from its leader (node %d): deleting this replica",
-                         topic.decode("utf-8", "replace"), leader)
-                self.registry.delete(topic)
-                for n in range(count):
-                    parts.pop((topic, n), None)
+        # A partition the leader does not list is not taken as deleted: a
+        # new leader may not know a topic yet, and deletions reach every node
+        # through the controller's metadata log (server/controller.py).
 
     def _on_fetch_error(self, leader: int, f: Followed, error: str, res: list) -> None:
         name = self.canonical_key(f.topic, f.n).decode("utf-8", "replace")

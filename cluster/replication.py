@@ -43,6 +43,7 @@ class FollowerProgress:
     last_caught_up_ms: int = 0
     last_fetch_ms: int = -1  # -1: never fetched since this leadership began
     fetched_bytes: int = 0
+    group_pos: tuple[int, int] = (-1, -1)  # where it stands in the leader's group journal (generation, byte)
 
 
 @dataclass
@@ -58,12 +59,18 @@ class LeaderState:
     lag_max_ms: int = 30000
     isr: set[int] = field(default_factory=set)
     progress: dict[int, FollowerProgress] = field(default_factory=dict)
+    # The ISR the controller committed for this partition's shard: the high
+    # watermark also waits for these (an election may pick any of them), so
+    # a shrink counts only once committed; expansions count at once.
+    pinned: set[int] = field(default_factory=set)
+    initial_isr: set[int] | None = None
 
     def __post_init__(self) -> None:
-        # Conservative start: every replica counts as in sync (nothing is
-        # acknowledged on fewer copies than the ISR the last leader had);
-        # one that does not fetch leaves after lag_max_ms.
-        self.isr = set(self.replicas)
+        # Conservative start: the committed ISR, or with no controller every
+        # replica (nothing is acknowledged on fewer copies than the ISR the
+        # last leader had); one that does not fetch leaves after lag_max_ms.
+        self.isr = (set(self.initial_isr) & set(self.replicas)) | {self.my_id} \
+            if self.initial_isr is not None else set(self.replicas)
         for rid in self.replicas:
             if rid != self.my_id:
                 self.progress[rid] = FollowerProgress(match_offset=self.log.high_watermark,
@@ -104,15 +111,30 @@ class LeaderState:
         if log.hw_follows_end or len(self.isr) < self.min_insync:
             return False
         hw = log.log_end_offset
-        for rid in self.isr:
-            if rid != self.my_id:
-                hw = min(hw, self.progress[rid].match_offset)
+        for rid in self.isr | self.pinned if self.pinned else self.isr:
+            p = self.progress.get(rid)
+            if p is not None:
+                hw = min(hw, p.match_offset)
         if hw > log.high_watermark:
             log.set_high_watermark(hw)
             return True
         return False
 
     # -- producers ask ----------------------------------------------------
+
+    def drop(self, replica: int) -> None:
+        """The controller took ``replica`` out of the ISR (fenced, restarted):
+        it rejoins by fetching up to the high watermark again."""
+        if replica != self.my_id:
+            self.isr.discard(replica)
+
+    def groups_replicated(self, target: tuple[int, int]) -> bool:
+        """Every in-sync follower has applied the group journal up to ``target``."""
+        for rid in self.isr | self.pinned:
+            p = self.progress.get(rid)
+            if p is not None and p.group_pos < target:
+                return False
+        return True
 
     def accepts_acks_all(self) -> bool:
         return len(self.isr) >= self.min_insync

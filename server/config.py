@@ -271,6 +271,15 @@ OPTIONS: tuple[Option, ...] = (
            doc="how long a leader holds a follower's fetch when there is nothing new"),
     Option("replica-fetch-max-bytes", "size", 1024**2, minimum=1024, maximum=I64,
            doc="bytes of batches per partition in one fetch response"),
+    # The controller quorum (docs/controller.md).
+    Option("controller-nodes", "string", "", mutable=False,
+           doc="node ids voting in the controller quorum, comma separated (empty: every node)"),
+    Option("controller-session-timeout-ms", "int", 3000, minimum=100, maximum=I64,
+           doc="a node the controller has not heard from this long is fenced and loses its leaderships"),
+    Option("unclean-leader-election", "bool", False,
+           doc="when no in-sync replica of a shard lives, elect any live replica (may lose acknowledged entries)"),
+    Option("leader-rebalance-delay-ms", "int", 5000, minimum=-1, maximum=I64,
+           doc="a preferred leader back in sync this long takes its shard back (-1: never)"),
     # Accepted for Redis compatibility; they do not change Partita's storage.
     Option("stream-node-max-entries", "int", 100, minimum=0, maximum=I64,
            doc="accepted for Redis compatibility; no effect on Partita storage"),

@@ -14,20 +14,29 @@ the replication rules themselves (cluster/replication.py).
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
 
 import trio
 
+from cluster.controller.metadata import Metadata
 from cluster.nodes import ClusterState, Placement, parse_cluster_nodes
 from cluster.replica_manager import PAUSED, NotEnoughReplicasError, NotLeaderError, ReplicaManager, Settings
 from cluster.topics import partition_key, split_partition_key
+from server.controller import Controller, NotReady
 from server.errors import CommandError
 from server.leader_link import LeaderLink
 
 log = logging.getLogger("partita.replication")
 TICK_S = 0.1
+FAILOVER_TIMEOUT_S = 10.0
+PAUSE_MS = 15000
+
+
+class FailoverError(Exception):
+    """A leadership move that could not be made (the reason is the message)."""
 
 
 class AcksFailed(Exception):
@@ -57,7 +66,9 @@ def build(config: Any, topics: Any) -> "Replication | None":
             settings.fetch_max_bytes = value
 
     config.on_change(apply)
-    return Replication(config, topics, manager)
+    repl = Replication(config, topics, manager)
+    repl.controller = Controller(config, repl)
+    return repl
 
 
 class Replication:
@@ -66,9 +77,13 @@ class Replication:
         self.topics = topics
         self.manager = manager
         self.server: Any = None
+        self.controller: Any = None  # server.controller.Controller, set by build()
+        self._moving: set[int] = set()  # shards this node is taking back
         self._hw_changed = trio.Event()
         self._links: dict[int, LeaderLink] = {}
         manager.on_hw_advance = self._on_hw_advance
+        self._group_progress = trio.Event()
+        manager.on_group_progress = self._on_group_progress
         self._writes: dict[bytes, tuple] = {}  # partition key -> (stamp, leader state, acks=all, shard)
         # acks=all replies waiting: partition key -> [(end offset, event)]
         self._ack_waiters: dict[bytes, list[tuple[int, trio.Event]]] = {}
@@ -78,8 +93,8 @@ class Replication:
             self._config_generation += 1
 
         config.on_change(config_changed)
-        # Topic metadata changes not yet told to each other node: node -> {topic: (blob, id)}.
-        self._topic_news: dict[int, dict[bytes, tuple[bytes | None, str]]] = {}
+        # Topic metadata changes made here, not yet handed to the controller (in order).
+        self._topic_news: list[bytes] = []
         self._topic_news_ready = trio.Event()
         topics.on_change = self.broadcast_topic
         topics.key_filter = self._leads_key
@@ -97,7 +112,9 @@ class Replication:
 
     def route(self, spec: Any, argv: list[bytes]) -> CommandError | None:
         """``-MOVED`` for the first key this node does not lead; an error for a
-        multi-partition topic key whose partitions are not all led here."""
+        multi-partition topic key whose partitions are not all led here,
+        except XADD's: it runs where the topic key's slot is led, which
+        forwards it to the chosen partition's leader (server/forwarding.py)."""
         try:
             indexes = spec.key_indexes(argv)
         except Exception:  # noqa: BLE001 - malformed: the handler answers it
@@ -109,6 +126,9 @@ class Replication:
             key = argv[i]
             try:
                 if not admin and topics.is_multi(key):
+                    if spec.name == "xadd":
+                        manager.check_key(key)  # -MOVED to the topic key's slot leader
+                        continue
                     away = []
                     for n in range(topics.partitions_of(key)):
                         shard = manager.shard_of(key, n)
@@ -171,12 +191,16 @@ class Replication:
 
     async def wait_acks(self, client: Any, pending: dict) -> None:
         """Wait until every partition in ``pending`` (``partition key ->
-        stream`` of the batch's acks=all writes) has its high watermark at its end offset as of now.
+        stream`` of the batch's acks=all writes) has its high watermark at its
+        end offset as of now, and every in-sync replica has applied the group
+        journal of each ``("groups", topic, n) -> group store`` as of now.
 
         Raises AcksFailed when the ISR fell below min-insync-replicas or this
         node stopped leading the partition before that happened.
         """
-        targets = [(pkey, stream, stream.log.log_end_offset) for pkey, stream in pending.items()]
+        groups = [(key, store, store.journal_position()) for key, store in pending.items() if type(key) is tuple]
+        targets = [(pkey, stream, stream.log.log_end_offset) for pkey, stream in pending.items()
+                   if type(pkey) is not tuple]
         for pkey, stream, end in targets:
             topic, n = split_partition_key(pkey)
             n = n or 0
@@ -207,6 +231,40 @@ class Replication:
                             left.remove(entry)
                             if not left:
                                 del self._ack_waiters[pkey]
+
+        for (_, topic, n), _store, target in groups:
+            await self._wait_groups(topic, n, target)
+
+    def note_group_write(self, ctx: Any, store: Any) -> None:
+        """A command changed a consumer group of a partition led here: on an
+        acks=all topic its reply waits until every in-sync replica has
+        applied the group journal this far (``wait_acks``), so an
+        acknowledged XACK, XCLAIM or XGROUP survives a leader change as an
+        acknowledged XADD does."""
+        found = self.manager.partition_at(store.directory)
+        if found is None or not self.manager.acks_all(found[0]) or self.manager.leader_state(*found) is None:
+            return
+        pending = ctx.repl_pending
+        if pending is None:
+            pending = ctx.repl_pending = {}
+        pending[("groups", *found)] = store
+
+    async def _wait_groups(self, topic: bytes, n: int, target: tuple[int, int]) -> None:
+        name = self.manager.canonical_key(topic, n)
+        while True:
+            ls = self.manager.leader_state(topic, n)
+            if ls is None:
+                raise AcksFailed(f"{name!r}: this node no longer leads it")
+            if ls.groups_replicated(target):
+                return
+            if not ls.accepts_acks_all():
+                raise AcksFailed(f"{name!r}: {len(ls.isr)} in-sync replica(s), min-insync-replicas {ls.min_insync}")
+            with trio.move_on_after(TICK_S):
+                await self._group_progress.wait()
+
+    def _on_group_progress(self) -> None:
+        event, self._group_progress = self._group_progress, trio.Event()
+        event.set()
 
     def _on_hw_advance(self, topic: bytes, n: int) -> None:
         event, self._hw_changed = self._hw_changed, trio.Event()
@@ -256,38 +314,54 @@ class Replication:
     # -- topic metadata ---------------------------------------------------------
 
     def broadcast_topic(self, topic: bytes) -> None:
-        """A topic was created, altered or deleted here: tell every other node
-        (in the background, retried until each has it), so the leaders of its
-        partitions know the topic. Followers also get it from their leaders'
-        fetch replies."""
+        """A topic was created, altered or deleted here: commit the change to
+        the metadata log (in the background, retried until committed), so
+        every node — also one that is down now — applies it. Followers also
+        get it from their leaders' fetch replies."""
         blob = self.topics.topic_meta_blob(topic)
         topic_id = self.topics.topic_id(topic) or self.topics.deleted_ids.pop(topic, "")
-        for node in self.manager.placement.nodes:
-            if node.id != self.manager.my_id:
-                self._topic_news.setdefault(node.id, {})[topic] = (blob, topic_id)
+        self._topic_news.append(Metadata.topic_record(topic, blob, topic_id, self.manager.my_id))
         self._topic_news_ready.set()
+
+    def _reconcile_topics(self) -> None:
+        """Topics whose name's slot this node leads but whose metadata record
+        is missing or different (a change made here whose proposal was lost:
+        the node crashed first, or no controller was elected then): propose
+        them again. Never a deletion: a topic missing here may be one this
+        node has not received yet."""
+        controller = self.controller
+        if not controller.meta.initialized:
+            return
+        queued = {json.loads(r)["name"].encode("latin-1") for r in self._topic_news}
+        for topic in self.topics.topics():
+            if topic in queued or not self._leads_key(topic):
+                continue
+            known = controller.meta.topics.get(topic)
+            mine = (self.topics.topic_meta_blob(topic), self.topics.topic_id(topic) or "")
+            if known is None or known[:2] != mine:
+                self.broadcast_topic(topic)
 
     async def _tell_topics(self) -> None:
         while True:
-            await self._topic_news_ready.wait()
+            with trio.move_on_after(2.0):
+                await self._topic_news_ready.wait()
             self._topic_news_ready = trio.Event()
-            for node_id in list(self._topic_news):
-                news = self._topic_news[node_id]
-                for topic, (blob, topic_id) in list(news.items()):
-                    args = [b"REPLTOPIC", topic, blob or b"", topic_id.encode()]
-                    try:
-                        reply = await self.link(node_id, "admin").call(args)
-                    except ConnectionError:
-                        break  # down: retried below
-                    if isinstance(reply, Exception):
-                        log.warning("node %d refused topic %r metadata: %s", node_id, topic, reply)
-                    if news.get(topic) == (blob, topic_id):
-                        del news[topic]
-                if not news:
-                    del self._topic_news[node_id]
-            if self._topic_news:
-                await trio.sleep(1.0)
-                self._topic_news_ready.set()
+            self._reconcile_topics()
+            while self._topic_news:
+                record = self._topic_news[0]
+                try:
+                    await self.controller.propose(record)
+                    # Proposed is not committed (a controller may lose its
+                    # leadership first): wait to see it applied, else again.
+                    with trio.move_on_after(5.0):
+                        while not self.controller.has_applied(record):
+                            await self.controller.applied_event().wait()
+                except NotReady as e:
+                    log.warning("topic change not committed yet (retrying): %s", e)
+                    await trio.sleep(1.0)
+                    continue
+                if self.controller.has_applied(record):
+                    self._topic_news.pop(0)
 
     async def sync_view(self, timeout_s: float = 1.0) -> None:
         """At start-up, before serving: adopt any newer shard leaders a peer
@@ -309,11 +383,83 @@ class Replication:
             finally:
                 await link.aclose()
 
+    # -- moving leadership -------------------------------------------------------
+
+    async def take_shard(self, shard: int, *, force: bool = False) -> None:
+        """Make this node the leader of ``shard``: pause the old leader's writes
+        for the shard, fetch until this node holds what the old leader has and
+        its high watermark covers it, then have the controller commit this node
+        as leader at the next epoch (Redis's manual failover, Kafka's
+        preferred-leader move: nothing acknowledged, even with acks=1, is
+        lost). With ``force``, a leader that cannot be reached is taken over
+        with what this node has. Raises FailoverError."""
+        m = self.manager
+        old = m.state.leader(shard)
+        epoch = m.state.epoch(shard)
+        if old == m.my_id:
+            return
+        link = self.link(old, "admin")
+        pause = [b"REPLPAUSE", b"%d" % shard, b"%d" % epoch, b"%d" % PAUSE_MS]
+        first, last = m.placement.slot_range(shard)
+        try:
+            ends = await link.call(pause)
+        except ConnectionError as e:
+            if not force:
+                raise FailoverError(f"node {old}, leader of slots {first}-{last}, does not answer ({e}); "
+                                    "CLUSTER FAILOVER FORCE takes its shards over with what this node has") from None
+            ends = None
+        if ends is not None:
+            caught_up = False
+            with trio.move_on_after(FAILOVER_TIMEOUT_S):
+                while True:
+                    if isinstance(ends, Exception):
+                        raise FailoverError(f"failover refused by node {old}: {ends}")
+                    if m.holds(old, ends):
+                        caught_up = True
+                        break
+                    await trio.sleep(0.02)
+                    ends = await link.call(pause)
+            if not caught_up:
+                await self._resume(link, shard, epoch)
+                raise FailoverError(f"failover timed out: this node did not catch up with node {old} "
+                                    f"within {FAILOVER_TIMEOUT_S:.0f}s; the old leader goes on")
+        try:
+            await self.controller.elect(shard, epoch, FAILOVER_TIMEOUT_S)
+        except (NotReady, RuntimeError) as e:
+            if ends is not None:
+                await self._resume(link, shard, epoch)
+            raise FailoverError(f"failover of slots {first}-{last} not committed: {e}") from None
+
+    def move_in_background(self, shard: int) -> None:
+        """Take ``shard`` (the controller asks a preferred leader back in sync)."""
+        if shard in self._moving or self.controller is None or self.controller._nursery is None:
+            return
+        self._moving.add(shard)
+        self.controller._nursery.start_soon(self._move, shard)
+
+    async def _move(self, shard: int) -> None:
+        try:
+            await self.take_shard(shard)
+        except FailoverError as e:
+            log.warning("taking back shard %d: %s", shard, e)
+        except ConnectionError as e:
+            log.warning("taking back shard %d: %s", shard, e)
+        finally:
+            self._moving.discard(shard)
+
+    async def _resume(self, link: LeaderLink, shard: int, epoch: int) -> None:
+        try:
+            await link.call([b"REPLPAUSE", b"%d" % shard, b"%d" % epoch, b"0"])
+        except ConnectionError:
+            pass  # the pause ends by itself after PAUSE_MS
+
     # -- background -----------------------------------------------------------
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         async with trio.open_nursery() as nursery:
+            if self.controller is not None:
+                nursery.start_soon(self.controller.run)
             nursery.start_soon(self._tick)
             nursery.start_soon(self._tell_topics)
             while True:

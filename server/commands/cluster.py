@@ -1,5 +1,6 @@
 """Cluster and replication commands: CLUSTER ..., WAIT, and the internal
-REPLFETCH / REPLEPOCH / REPLPAUSE / REPLVIEW followers and peers use.
+REPLFETCH / REPLEPOCH / REPLPAUSE / REPLVIEW followers and peers use, and
+RAFT / CTRLBEAT / CTRLPROPOSE / CTRLMOVE of the controller quorum.
 
 Owns: these handlers' arguments and replies. What they do is
 ``cluster.replica_manager`` (fetch serving, truncation answers, leadership)
@@ -21,15 +22,19 @@ import hmac
 
 import trio
 
+from cluster.controller.metadata import Metadata
 from cluster.nodes import SLOTS, key_slot
 from server.args import parse_int
 from server.errors import CommandError, err
 from server.registry import command, container
+from server.replication import FailoverError
 from server.reply import OK, Map, Simple, Verbatim
 
 DISABLED = err("This instance has cluster support disabled")
-FAILOVER_TIMEOUT_S = 10.0
-PAUSE_MS = 15000
+
+
+def _not_controller() -> CommandError:
+    return CommandError("NOTCONTROLLER", "this node is not the elected controller")
 
 
 def _repl(ctx):
@@ -124,9 +129,10 @@ def cluster_shards(ctx, argv):
     """CLUSTER SHARDS"""
     out = []
     for first, last, nodes in _shard_table(_repl(ctx).manager):
+        fenced = _repl(ctx).manager.state.fenced
         described = [Map([(b"id", node_name(node.id)), (b"port", node.port), (b"ip", node.host),
                           (b"endpoint", node.host), (b"role", "master" if i == 0 else "replica"),
-                          (b"replication-offset", 0), (b"health", "online")])
+                          (b"replication-offset", 0), (b"health", "fail" if node.id in fenced else "online")])
                      for i, node in enumerate(nodes)]
         out.append(Map([(b"slots", [first, last]), (b"nodes", described)]))
     return out
@@ -142,7 +148,7 @@ def cluster_nodes(ctx, argv):
     epoch = _current_epoch(m)
     lines = []
     for node in m.placement.nodes:
-        flags = ("myself," if node.id == m.my_id else "") + "master"
+        flags = ("myself," if node.id == m.my_id else "") + "master" + (",fail" if node.id in m.state.fenced else "")
         slots = [f"{first}-{last}" for first, last, nodes in table if nodes[0] is node]
         lines.append(f"{node_name(node.id)} {node.host}:{node.port}@0 {flags} - 0 0 {epoch} connected"
                      + (" " + " ".join(slots) if slots else ""))
@@ -156,8 +162,9 @@ def cluster_info(ctx, argv):
     """CLUSTER INFO"""
     m = _repl(ctx).manager
     epoch = _current_epoch(m)
-    lines = ["cluster_state:ok", f"cluster_slots_assigned:{SLOTS}", f"cluster_slots_ok:{SLOTS}",
-             "cluster_slots_pfail:0", "cluster_slots_fail:0",
+    failed = sum(last - first + 1 for first, last, nodes in _shard_table(m) if nodes[0].id in m.state.fenced)
+    lines = [f"cluster_state:{'fail' if failed else 'ok'}", f"cluster_slots_assigned:{SLOTS}",
+             f"cluster_slots_ok:{SLOTS - failed}", "cluster_slots_pfail:0", f"cluster_slots_fail:{failed}",
              f"cluster_known_nodes:{len(m.placement.nodes)}", f"cluster_size:{m.placement.shard_count}",
              f"cluster_current_epoch:{epoch}", f"cluster_my_epoch:{epoch}"]
     return Verbatim("\r\n".join(lines) + "\r\n")
@@ -188,7 +195,7 @@ async def cluster_failover(ctx, argv):
     """CLUSTER FAILOVER [FORCE | TAKEOVER]
 
     On a follower: take over every shard this node follows (see
-    ``failover_shard``). A shard whose leader answers always moves the
+    ``Replication.take_shard``; the controller commits the change). A shard whose leader answers always moves the
     coordinated way, waiting until this node holds everything the leader
     has. FORCE / TAKEOVER only change what happens to a shard whose leader
     does not answer (it died): this node takes it over with what it has —
@@ -204,58 +211,11 @@ async def cluster_failover(ctx, argv):
     if not shards:
         raise err("You should send CLUSTER FAILOVER to a replica")
     for shard in shards:
-        await failover_shard(repl, shard, force=bool(mode))
-    return OK
-
-
-async def failover_shard(repl, shard: int, *, force: bool = False) -> None:
-    """Make this node the leader of ``shard``: pause the old leader's writes
-    for the shard, fetch until this node holds what the old leader has and
-    its high watermark covers it, then take the next epoch and tell every
-    node (Redis's manual failover, Kafka's preferred-leader move). With
-    ``force``, a leader that cannot be reached is taken over at once."""
-    m = repl.manager
-    old = m.state.leader(shard)
-    epoch = m.state.epoch(shard)
-    link = repl.link(old, "admin")
-    pause = [b"REPLPAUSE", b"%d" % shard, b"%d" % epoch, b"%d" % PAUSE_MS]
-    try:
-        ends = await link.call(pause)
-    except ConnectionError as e:
-        if not force:
-            first, last = m.placement.slot_range(shard)
-            raise err(f"node {old}, leader of slots {first}-{last}, does not answer ({e}); "
-                      "CLUSTER FAILOVER FORCE takes its shards over with what this node has") from None
-        ends = None
-    if ends is not None:
-        caught_up = False
-        with trio.move_on_after(FAILOVER_TIMEOUT_S):
-            while True:
-                if isinstance(ends, Exception):
-                    raise err(f"failover refused by node {old}: {ends}")
-                if m.holds(old, ends):
-                    caught_up = True
-                    break
-                await trio.sleep(0.02)
-                ends = await link.call(pause)
-        if not caught_up:
-            await link.call([b"REPLPAUSE", b"%d" % shard, b"%d" % epoch, b"0"])
-            raise err(f"failover timed out: this node did not catch up with node {old} "
-                      f"within {FAILOVER_TIMEOUT_S:.0f}s; the old leader goes on")
-    m.state.set_leader(shard, m.my_id, epoch + 1)
-    await _announce(repl)
-
-
-async def _announce(repl) -> None:
-    m = repl.manager
-    view = m.state.encode()
-    for node in m.placement.nodes:
-        if node.id == m.my_id:
-            continue
         try:
-            await repl.link(node.id, "admin").call([b"REPLVIEW", view])
-        except ConnectionError:
-            pass  # it learns the view from the next fetch it makes or serves
+            await repl.take_shard(shard, force=bool(mode))
+        except FailoverError as e:
+            raise err(str(e)) from None
+    return OK
 
 
 @command("replauth", arity=2, flags="admin stale fast", group="cluster", since="7.0.0",
@@ -324,23 +284,6 @@ async def replfetch(ctx, argv):
         await ctx.server.wait_for_keys(keys, remaining, internal=True)
 
 
-@command("repltopic", arity=4, flags="admin stale", group="cluster", since="7.0.0",
-         acl_categories=("admin", "slow", "dangerous"),
-         summary="Internal: a topic's metadata (or its deletion) from the node that changed it.",
-         syntax="REPLTOPIC topic meta topic-id")
-def repltopic(ctx, argv):
-    """REPLTOPIC topic meta topic-id (an empty meta: the topic was deleted)"""
-    _peer(ctx)
-    topics = ctx.server.topics
-    with _Malformed("REPLTOPIC"):
-        if argv[2]:
-            topics.adopt_topic(argv[1], argv[2])
-        else:
-            topics.adopt_deletion(argv[1], argv[3].decode())
-    ctx.server.signal_key_modified(argv[1])
-    return OK
-
-
 @command("replepoch", arity=-4, flags="admin stale", group="cluster", since="7.0.0",
          acl_categories=("admin", "slow", "dangerous"),
          summary="Internal: the end offset of a leader epoch per partition (KIP-101).",
@@ -374,3 +317,61 @@ async def wait(ctx, argv):
     if not ctx.may_block:
         return repl.replicas_acknowledging(ctx.client)
     return await repl.wait_replicas(ctx.client, numreplicas, timeout_ms / 1000 if timeout_ms else None)
+
+
+def _controller(ctx):
+    return _peer(ctx).controller
+
+
+@command("raft", arity=-2, flags="admin stale fast", group="cluster", since="7.0.0",
+         acl_categories=("admin", "fast", "dangerous"),
+         summary="Internal: Raft messages of the controller quorum from a peer.", syntax="RAFT message [message ...]")
+def raft(ctx, argv):
+    """RAFT message [message ...]"""
+    controller = _controller(ctx)
+    with _Malformed("RAFT"):
+        controller.deliver(argv[1:])
+    return OK
+
+
+@command("ctrlbeat", arity=3, flags="admin stale fast", group="cluster", since="7.0.0",
+         acl_categories=("admin", "fast", "dangerous"),
+         summary="Internal: a node's heartbeat to the elected controller.", syntax="CTRLBEAT node incarnation")
+def ctrlbeat(ctx, argv):
+    """CTRLBEAT node incarnation"""
+    controller = _controller(ctx)
+    with _Malformed("CTRLBEAT"):
+        node = int(argv[1])
+        if node not in controller.placement.by_id:
+            raise ValueError(f"unknown node {node}")
+        if not controller.beat(node, argv[2].decode()):
+            raise _not_controller()
+    return OK
+
+
+@command("ctrlpropose", arity=2, flags="admin stale fast", group="cluster", since="7.0.0",
+         acl_categories=("admin", "fast", "dangerous"),
+         summary="Internal: a metadata change for the elected controller to commit.", syntax="CTRLPROPOSE record")
+def ctrlpropose(ctx, argv):
+    """CTRLPROPOSE record"""
+    controller = _controller(ctx)
+    with _Malformed("CTRLPROPOSE"):
+        Metadata.check_record(argv[1])
+    if not controller.propose_local(argv[1]):
+        raise _not_controller()
+    return OK
+
+
+@command("ctrlmove", arity=2, flags="admin stale fast", group="cluster", since="7.0.0",
+         acl_categories=("admin", "fast", "dangerous"),
+         summary="Internal: the controller asks this node to take back a shard it prefers to lead.",
+         syntax="CTRLMOVE shard")
+def ctrlmove(ctx, argv):
+    """CTRLMOVE shard (answered at once; the move runs in the background)"""
+    repl = _peer(ctx)
+    shard = parse_int(argv[1])
+    m = repl.manager
+    if not 0 <= shard < m.placement.shard_count or m.my_id not in m.placement.replicas(shard):
+        raise err("this node holds no replica of that shard")
+    repl.move_in_background(shard)
+    return OK

@@ -150,6 +150,9 @@ def _nil_entry(sid, protocol: int) -> bytes:
 
 def _note(ctx, store: GroupStore) -> None:
     ctx.note_write(store)
+    repl = ctx.server.replication
+    if repl is not None:  # acks=all: the reply also waits for the in-sync replicas
+        repl.note_group_write(ctx, store)
 
 
 def _dead_letter(ctx, key: bytes, store: GroupStore, group: ConsumerGroup,

@@ -162,7 +162,8 @@ def _partition_roles(server) -> list[str]:
     repl = getattr(server, "replication", None)
     if repl is None:
         return ["cluster_enabled:0"]
-    return ["cluster_enabled:1"] + repl.manager.info_lines()
+    controller = repl.controller.info_lines() if repl.controller is not None else []
+    return ["cluster_enabled:1"] + repl.manager.info_lines() + controller
 
 
 def section_cpu(server) -> list[str]:

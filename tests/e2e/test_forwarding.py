@@ -35,7 +35,7 @@ def _create(cluster: Cluster, topic: bytes, *config: str) -> None:
         args += ["CONFIG", *config]
     assert owner.client().execute_command(*args) == b"OK"
     deadline = time.monotonic() + 10
-    for n, leader in enumerate(_leaders(cluster, topic)):  # REPLTOPIC reaches them in the background
+    for n, leader in enumerate(_leaders(cluster, topic)):  # the metadata log reaches them in the background
         while not leader.client().exists(_pkey(topic, n)):
             assert time.monotonic() < deadline, f"the topic did not reach the leader of partition {n}"
             time.sleep(0.05)

@@ -338,9 +338,11 @@ def test_cluster_secret_guards_the_internal_commands(tmp_path):
 def test_malformed_internal_requests_are_refused_clearly(cluster):
     node = cluster.nodes[0]
     with RawConn(node.port) as conn:
-        for payload in (b"REPLFETCH x y 10 10 tok\r\n", b"REPLEPOCH a b c\r\n", b"REPLTOPIC t garbage id\r\n"):
+        for payload in (b"REPLFETCH x y 10 10 tok\r\n", b"REPLEPOCH a b c\r\n", b"RAFT garbage\r\n",
+                        b"CTRLPROPOSE {}\r\n", b"CTRLBEAT x y\r\n"):
             reply = conn.request(payload)
-            assert reply.startswith(b"-ERR malformed REPL"), (payload, reply)
+            name = payload.split()[0]
+            assert reply.startswith(b"-ERR malformed " + name), (payload, reply)
         assert conn.request(b"PING\r\n") == b"+PONG\r\n"
     assert "Traceback" not in node.log()
 

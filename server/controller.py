@@ -1,0 +1,437 @@
+"""The controller quorum in the running server: moves Raft messages, applies
+the committed metadata, heartbeats, and carries out the controller's
+decisions.
+
+Owns: this node's ``Raft`` (cluster/controller/raft.py) and its store in
+``<dir>/controller/``; the logical clock (one Raft tick every ``TICK_S``);
+one sender task per peer (``RAFT <message> ...`` over an internal link;
+lost messages are Raft's to retransmit); applying committed records to
+``Metadata`` and from there to ``ClusterState`` (who leads each shard, at
+which epoch, with which ISR) and to the leader states' ISRs; this node's
+heartbeat to the elected controller (``CTRLBEAT``); proposals from any node
+(``CTRLPROPOSE``: a shard leader's ISR change, a manual failover's
+election) forwarded to the elected controller; and, on the elected
+controller, running ``ControllerLogic`` each tick and proposing what it
+decides (fencing, elections) or asking a preferred leader to take its
+shard back (``CTRLMOVE``, which runs the coordinated failover there).
+
+Must not know: Raft's rules, the metadata's rules (cluster/controller/),
+RESP bytes (``server/leader_link.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from cluster.controller.metadata import ControllerLogic, Metadata, MetadataError
+from cluster.controller.raft import Message, Raft, Snapshot
+from cluster.controller.raft_store import RaftStore
+from cluster.nodes import ClusterConfigError
+from server.leader_link import LeaderLink
+
+log = logging.getLogger("partita.controller")
+
+TICK_S = 0.1
+ELECTION_TICKS = 10  # an election timeout of 1-2 s
+HEARTBEAT_TICKS = 2
+BEAT_S = 0.25  # this node's heartbeat to the elected controller
+LINK_TIMEOUT_S = 1.0
+COMPACT_EVERY = 1000  # applied records between metadata snapshots
+ISR_RETRY_MS = 1000
+
+
+class NotReady(Exception):
+    """No controller is elected (yet), or the metadata is not initialised."""
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+def controller_voters(config: Any, node_ids: list[int]) -> list[int]:
+    raw = (config.controller_nodes or "").replace(" ", "")
+    if not raw:
+        return sorted(node_ids)
+    try:
+        voters = sorted({int(x) for x in raw.split(",") if x})
+    except ValueError:
+        raise ClusterConfigError(f"controller-nodes {config.controller_nodes!r}: "
+                                 "expected node ids separated by commas") from None
+    unknown = [v for v in voters if v not in node_ids]
+    if unknown or not voters:
+        raise ClusterConfigError(f"controller-nodes {config.controller_nodes!r}: "
+                                 f"{'no node' if not voters else 'node(s) ' + ', '.join(map(str, unknown))} "
+                                 f"not in cluster-nodes ({', '.join(map(str, node_ids))})")
+    return voters
+
+
+class Controller:
+    def __init__(self, config: Any, replication: Any) -> None:
+        self.config = config
+        self.repl = replication
+        m = replication.manager
+        self.manager = m
+        self.state = m.state
+        self.placement = m.placement
+        self.my_id = m.my_id
+        node_ids = [n.id for n in self.placement.nodes]
+        self.voters = controller_voters(config, node_ids)
+        learners = [n for n in node_ids if n not in self.voters]
+        self.store = RaftStore(Path(config.dir) / "controller")
+        hard_state, snapshot, entries = self.store.load()
+        self.meta = Metadata()
+        self.applied = 0
+        self.applied_term = 0
+        self.snapshot_index = 0
+        if snapshot is not None:
+            self._restore(snapshot)
+        self.raft = Raft(self.my_id, self.voters, learners, election_ticks=ELECTION_TICKS,
+                         heartbeat_ticks=HEARTBEAT_TICKS, rng=random.Random(),
+                         hard_state=hard_state, snapshot=snapshot, entries=list(entries))
+        self.logic = ControllerLogic(self.meta, session_timeout_ms=config.controller_session_timeout_ms,
+                                     unclean=lambda: bool(config.unclean_leader_election),
+                                     rebalance_delay_ms=config.leader_rebalance_delay_ms)
+        self.incarnation = os.urandom(8).hex()
+
+        def apply(name: str, value: Any) -> None:  # CONFIG SET reaches the running controller
+            if name == "controller-session-timeout-ms":
+                self.logic.session_timeout_ms = value
+            elif name == "leader-rebalance-delay-ms":
+                self.logic.rebalance_delay_ms = value
+
+        config.on_change(apply)
+        self.is_leader = False
+        self._outbox: dict[int, list[Message]] = {n: [] for n in node_ids if n != self.my_id}
+        self._outbox_ready: dict[int, trio.Event] = {n: trio.Event() for n in self._outbox}
+        self._links: dict[tuple[int, str], LeaderLink] = {}
+        self._isr_sent: dict[int, tuple[int, frozenset, int]] = {}  # shard -> (version, isr, at ms)
+        self._applied_event = trio.Event()
+        self._topic_nonces: dict[Any, None] = {}  # recently applied topic records (ordered set)
+        self._nursery: trio.Nursery | None = None
+        self.counts = {"elections_won": 0, "applied": 0, "proposed": 0}
+        self._drain()  # committed records persisted before a restart are applied before serving
+
+    # -- state ------------------------------------------------------------------
+
+    def _restore(self, snapshot: Snapshot) -> None:
+        try:
+            self.meta = Metadata.decode(snapshot.data)
+        except MetadataError as e:
+            raise ClusterConfigError(f"{self.store.directory}: {e}; remove the directory to rebuild "
+                                     "this node's metadata from the other nodes") from None
+        if hasattr(self, "logic"):
+            self.logic.meta = self.meta
+        self.applied = self.snapshot_index = snapshot.index
+        self.applied_term = snapshot.term
+        self._sync_all()
+
+    def _sync_all(self) -> None:
+        if not self.meta.initialized:
+            return
+        if len(self.meta.shards) != self.placement.shard_count:
+            log.error("the controller's metadata has %d shards, cluster-nodes makes %d: "
+                      "ignoring it (cluster-nodes must list the same nodes on every node)",
+                      len(self.meta.shards), self.placement.shard_count)
+            return
+        self.state.controlled = True
+        for s in range(len(self.meta.shards)):
+            self._sync_shard(s)
+        self.state.fenced = {n for n, nm in self.meta.nodes.items() if nm.fenced}
+
+    def _sync_shard(self, s: int) -> None:
+        if not self.state.controlled:
+            return
+        sm = self.meta.shards[s]
+        self.state.adopt(s, sm.leader, sm.epoch, set(sm.isr))
+        self.manager.on_isr_committed(s, self.state.isr[s])
+
+    def _effects(self, changes: list[tuple[str, int]]) -> None:
+        for kind, what in changes:
+            if kind == "init":
+                self._sync_all()
+            elif kind == "shard":
+                self._sync_shard(what)
+            elif kind == "node":
+                self.state.fenced = {n for n, nm in self.meta.nodes.items() if nm.fenced}
+            elif kind == "topic":
+                self._apply_topic(*what)
+
+    def _apply_topic(self, name: bytes, blob: bytes | None, topic_id: str, origin: int, nonce: Any) -> None:
+        """A committed topic change. The node that made it has it already (or
+        something newer: skipped); elsewhere a topic is created when missing,
+        updated when it has the same topic ID, deleted when the deleted ID is
+        the one here. A different ID here is left alone: that copy is newer
+        than the record (followers also take topics from their leaders'
+        fetch replies), so replaying old records at start-up never undoes
+        newer state."""
+        self._topic_nonces[nonce] = None
+        if len(self._topic_nonces) > 4096:
+            del self._topic_nonces[next(iter(self._topic_nonces))]
+        if origin in (self.my_id, -1):
+            return
+        topics = self.repl.topics
+        mine = topics.topic_id(name)
+        try:
+            if blob is None:
+                if mine == topic_id:
+                    topics.adopt_deletion(name, topic_id)
+            elif mine is None or mine == topic_id:
+                topics.adopt_topic(name, blob)
+            else:
+                return
+        except (ValueError, OSError) as e:
+            log.warning("applying topic %r from the metadata log failed: %s", name, e)
+            return
+        server = self.repl.server
+        if server is not None:
+            server.signal_key_modified(name)
+
+    # -- the Raft loop ---------------------------------------------------------
+
+    def _drain(self) -> None:
+        """Persist, apply and send everything Raft has ready."""
+        raft = self.raft
+        while raft.has_ready():
+            rd = raft.ready()
+            self.store.save(rd)
+            if rd.snapshot is not None and rd.snapshot.index > self.applied:
+                self._restore(rd.snapshot)
+            for entry in rd.committed:
+                if entry.index <= self.applied:
+                    continue
+                self._effects(self.meta.apply(entry.data))
+                self.applied, self.applied_term = entry.index, entry.term
+                self.counts["applied"] += 1
+            for msg in rd.messages:
+                box = self._outbox.get(msg.dst)
+                if box is not None:
+                    box.append(msg)
+                    self._outbox_ready[msg.dst].set()
+            if rd.committed or rd.snapshot is not None:
+                event, self._applied_event = self._applied_event, trio.Event()
+                event.set()
+        if self.applied - self.snapshot_index >= COMPACT_EVERY:
+            snap = Snapshot(self.applied, self.applied_term, self.meta.encode())
+            raft.compact(snap.index, snap.data)
+            self.store.save_snapshot(snap)
+            self.snapshot_index = snap.index
+        leader = raft.role == "leader"
+        if leader != self.is_leader:
+            self.is_leader = leader
+            if leader:
+                self.counts["elections_won"] += 1
+                log.info("elected controller (term %d)", raft.term)
+                self.logic.became_leader(_now_ms())
+            else:
+                self.logic.stepped_down()
+
+    def deliver(self, blobs: list[bytes]) -> None:
+        """``RAFT`` from a peer: step each message."""
+        for blob in blobs:
+            msg = Message.decode(blob)  # ValueError: the command answers "malformed"
+            if msg.dst == self.my_id:
+                self.raft.step(msg)
+        self._drain()
+
+    def _link(self, node_id: int, purpose: str) -> LeaderLink:
+        key = (node_id, purpose)
+        link = self._links.get(key)
+        if link is None:
+            node = self.placement.by_id[node_id]
+            link = self._links[key] = LeaderLink(node.host, node.port, self.config.requirepass,
+                                                 secret=self.config.cluster_secret,
+                                                 reply_timeout_s=LINK_TIMEOUT_S)
+        return link
+
+    async def _sender(self, peer: int) -> None:
+        link = self._link(peer, "raft")
+        while True:
+            await self._outbox_ready[peer].wait()
+            self._outbox_ready[peer] = trio.Event()
+            msgs, self._outbox[peer] = self._outbox[peer], []
+            if not msgs:
+                continue
+            try:
+                await link.call([b"RAFT"] + [m.encode() for m in msgs[-256:]])
+            except ConnectionError:
+                await trio.sleep(TICK_S)  # lost: Raft sends again
+
+    async def _ticker(self) -> None:
+        while True:
+            await trio.sleep(TICK_S)
+            try:
+                self.raft.tick()
+                self._drain()
+                if self.is_leader:
+                    self.logic.beat(self.my_id, self.incarnation, _now_ms())
+                    records, moves = self.logic.decide(_now_ms())
+                    if not self.meta.initialized and self.raft.commit_index >= self.raft.last_index:
+                        records.insert(0, self._init_record())
+                    for record in records:
+                        self.raft.propose(record)
+                        self.counts["proposed"] += 1
+                    self._drain()
+                    for shard, node in moves:
+                        assert self._nursery is not None
+                        self._nursery.start_soon(self._ask_move, shard, node)
+                self._propose_isr_changes()
+            except Exception:  # noqa: BLE001 - a bug here must not stop the node
+                log.exception("controller tick failed")
+
+    def _init_record(self) -> bytes:
+        p = self.placement
+        return Metadata.init_record(
+            [(p.replicas(s), self.state.leader(s), self.state.epoch(s)) for s in range(p.shard_count)],
+            [n.id for n in p.nodes])
+
+    async def _beater(self) -> None:
+        while True:
+            await trio.sleep(BEAT_S)
+            leader = self.raft.leader_id
+            if leader is None or leader == self.my_id:
+                continue
+            try:
+                await self._link(leader, "beat").call(
+                    [b"CTRLBEAT", b"%d" % self.my_id, self.incarnation.encode()])
+            except ConnectionError:
+                pass
+
+    def beat(self, node: int, incarnation: str) -> bool:
+        """``CTRLBEAT`` from a node; False when this node is not the controller."""
+        if not self.is_leader:
+            return False
+        self.logic.beat(node, incarnation, _now_ms())
+        return True
+
+    # -- proposals ---------------------------------------------------------------
+
+    def propose_local(self, record: bytes) -> bool:
+        """Propose on this node if it is the elected controller."""
+        if not self.is_leader or self.raft.propose(record) is None:
+            return False
+        self.counts["proposed"] += 1
+        self._drain()
+        return True
+
+    async def propose(self, record: bytes) -> None:
+        """Propose ``record`` through the elected controller (here or there).
+        NotReady when there is none."""
+        if self.propose_local(record):
+            return
+        leader = self.raft.leader_id
+        if leader is None or leader == self.my_id:
+            raise NotReady("no controller is elected (a majority of controller-nodes must be up)")
+        try:
+            reply = await self._link(leader, "propose").call([b"CTRLPROPOSE", record])
+        except ConnectionError as e:
+            raise NotReady(f"the controller (node {leader}) does not answer: {e}") from None
+        if isinstance(reply, Exception):
+            raise NotReady(f"the controller (node {leader}) refused: {reply}")
+
+    def _propose_isr_changes(self) -> None:
+        if not self.meta.initialized:
+            return
+        now = _now_ms()
+        for shard, isr in self.manager.isr_proposals():
+            sm = self.meta.shards[shard]
+            if sm.leader != self.my_id:
+                continue
+            key = frozenset(isr)
+            sent = self._isr_sent.get(shard)
+            if sent is not None and sent[:2] == (sm.version, key) and now - sent[2] < ISR_RETRY_MS:
+                continue
+            self._isr_sent[shard] = (sm.version, key, now)
+            log.info("shard %d: proposing ISR %s (committed %s)", shard, sorted(isr), sm.isr)
+            record = Metadata.shard_record(shard, sm.version, sm.leader, sm.epoch, isr)
+            if not self.propose_local(record):
+                assert self._nursery is not None
+                self._nursery.start_soon(self._propose_quietly, record)
+
+    def applied_event(self) -> trio.Event:
+        """Set when the next committed records are applied here."""
+        return self._applied_event
+
+    def has_applied(self, topic_record: bytes) -> bool:
+        """Whether ``topic_record`` was committed and applied here."""
+        return json.loads(topic_record)["nonce"] in self._topic_nonces
+
+    async def _propose_quietly(self, record: bytes) -> None:
+        try:
+            await self.propose(record)
+        except NotReady:
+            pass  # proposed again after ISR_RETRY_MS
+
+    async def elect(self, shard: int, epoch: int, timeout_s: float) -> None:
+        """Make this node the leader of ``shard`` (now at ``epoch``) through the
+        controller and wait until the change is applied here. Raises
+        NotReady (no controller) or RuntimeError (leadership moved otherwise)."""
+        with trio.move_on_after(timeout_s):
+            while not self.meta.initialized:  # a cluster just started: its first controller is being elected
+                await self._applied_event.wait()
+            if self.meta.shards[shard].epoch != epoch:
+                raise RuntimeError(f"shard {shard}'s leadership moved meanwhile "
+                                   f"(epoch {self.meta.shards[shard].epoch})")
+            # The record is conditional on the shard's version: when another
+            # change (an ISR update) commits first, decide again.
+            while (sm := self.meta.shards[shard]).epoch == epoch:
+                record = Metadata.shard_record(shard, sm.version, self.my_id, epoch + 1,
+                                               set(sm.isr) | {self.my_id})
+                try:
+                    await self.propose(record)
+                except NotReady:  # no controller elected yet: wait for one
+                    await trio.sleep(TICK_S)
+                    continue
+                with trio.move_on_after(1.0):
+                    while self.meta.shards[shard].version == sm.version:
+                        await self._applied_event.wait()
+            now = self.meta.shards[shard]
+            if now.leader != self.my_id:
+                raise RuntimeError(f"shard {shard} went to node {now.leader} at epoch {now.epoch}")
+            return
+        if not self.meta.initialized:
+            raise NotReady("no controller has initialised the cluster metadata yet "
+                           "(a majority of controller-nodes must be up)")
+        raise NotReady(f"the controller did not commit the change within {timeout_s:.0f}s")
+
+    async def _ask_move(self, shard: int, node: int) -> None:
+        """Ask ``node`` (the shard's preferred leader, back in sync) to take it back."""
+        log.info("asking node %d to take back shard %d (its preferred leader)", node, shard)
+        try:
+            if node == self.my_id:
+                self.repl.move_in_background(shard)
+            else:
+                await self._link(node, "move").call([b"CTRLMOVE", b"%d" % shard])
+        except ConnectionError as e:  # retried by the logic after its delay
+            log.warning("moving shard %d back to node %d failed: %s", shard, node, e)
+
+    # -- background -----------------------------------------------------------
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            for peer in self._outbox:
+                nursery.start_soon(self._sender, peer)
+            nursery.start_soon(self._ticker)
+            nursery.start_soon(self._beater)
+
+    def info_lines(self) -> list[str]:
+        raft = self.raft
+        lines = [f"controller_role:{raft.role}", f"controller_term:{raft.term}",
+                 f"controller_leader:{raft.leader_id if raft.leader_id is not None else -1}",
+                 f"controller_voters:{','.join(map(str, self.voters))}",
+                 f"controller_commit_index:{raft.commit_index}", f"controller_applied:{self.applied}",
+                 f"controller_metadata:{'ready' if self.meta.initialized else 'waiting'}",
+                 f"controller_fenced:{','.join(str(n) for n in sorted(self.state.fenced)) or '-'}"]
+        if self.meta.initialized:
+            for s, sm in enumerate(self.meta.shards):
+                lines.append(f"controller_shard{s}:leader={sm.leader},epoch={sm.epoch},"
+                             f"isr={'/'.join(map(str, sm.isr))},version={sm.version}")
+        return lines
