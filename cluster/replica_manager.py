@@ -196,8 +196,8 @@ class ReplicaManager:
         stream = self.registry.stream_of(topic, n)
         plog = stream.log
         ls = self.leaders.get((topic, n))
-        if ls is not None and ls.epoch == epoch and ls.log is plog:
-            return ls  # (another log: the topic was deleted and created again)
+        if ls is not None and ls.epoch == epoch and ls.log is plog and ls.replicas == self.placement.replicas(shard):
+            return ls  # (another log: the topic was deleted and created again; other replicas: reassigned)
         if plog.hw_follows_end and self.placement.replication_factor > 1:  # freshly opened here: start from the checkpointed HW
             saved = self._read_hw(plog)
             plog.hw_follows_end = False
@@ -403,9 +403,10 @@ class ReplicaManager:
         results = []
         body = args[5:]
         for i in range(0, len(body) - PARTITION_FIELDS + 1, PARTITION_FIELDS):
-            topic, n_raw, topic_id, off_raw, _epoch_raw, their_state, their_groups = body[i:i + PARTITION_FIELDS]
+            topic, n_raw, topic_id, off_raw, epoch_raw, their_state, their_groups = body[i:i + PARTITION_FIELDS]
             res, item_news = self._serve_partition(replica, topic, int(n_raw), topic_id.decode(),
-                                                   int(off_raw), their_state, their_groups, max_bytes, now)
+                                                   int(off_raw), int(epoch_raw), their_state, their_groups,
+                                                   max_bytes, now)
             results.append(res)
             news |= item_news
         self.fetch_counts["served"] += 1
@@ -422,7 +423,7 @@ class ReplicaManager:
         return out
 
     def _serve_partition(self, replica: int, topic: bytes, n: int, topic_id: str, offset: int,
-                         their_state: bytes, their_groups: bytes, max_bytes: int,
+                         their_epoch: int, their_state: bytes, their_groups: bytes, max_bytes: int,
                          now: int) -> tuple[list, bool]:
         reg = self.registry
         head = [topic, b"%d" % n]
@@ -436,6 +437,13 @@ class ReplicaManager:
         plog = ls.log
         if offset < plog.log_start_offset or offset > plog.log_end_offset:
             return head + [rp.OUT_OF_RANGE.encode(), plog.log_start_offset, plog.log_end_offset], True
+        if their_epoch >= 0 and offset > plog.log_start_offset:
+            # KIP-595's check: the follower's log must end inside what this
+            # leader has for the follower's last epoch, else the two diverge
+            # and the follower truncates (REPLEPOCH) before fetching on.
+            epoch, end = plog.end_offset_for_epoch(their_epoch)
+            if epoch != their_epoch or end < offset:
+                return head + [rp.DIVERGING.encode()], True
         hw_before = plog.high_watermark
         if ls.on_fetch(replica, offset, now):
             self.on_hw_advance(topic, n)
@@ -515,10 +523,14 @@ class ReplicaManager:
         return leader if leader != self.my_id else None
 
     def fetch_request(self, leader: int) -> list[bytes]:
+        """REPLFETCH for the followed partitions whose truncation step is done
+        for the shard's current epoch (the others fetch once it is)."""
         parts = self._follows(leader)
         args = [b"REPLFETCH", b"%d" % self.my_id, self.state.encode(), b"%d" % self.settings.fetch_wait_ms,
                 b"%d" % self.settings.fetch_max_bytes, self.discovery_token.get(leader, b"")]
         for f in parts.values():
+            if f.epoch_truncated != self.state.epoch(self.shard_of(f.topic, f.n)):
+                continue
             stream = self.registry.stream_of(f.topic, f.n)
             plog = stream.log
             args += [f.topic, b"%d" % f.n, (self.registry.topic_id(f.topic) or "").encode(),
@@ -633,6 +645,9 @@ class ReplicaManager:
             self.registry.adopt_topic(f.topic, res[3])
             self.followed.get(leader, {}).pop((f.topic, f.n), None)
             self.discovery_token.pop(leader, None)
+        elif error == rp.DIVERGING:
+            log.warning("%s: the log diverges from the leader's: truncating by epoch first", name)
+            f.epoch_truncated = -1
         elif error == rp.UNKNOWN_PARTITION:
             self.followed.get(leader, {}).pop((f.topic, f.n), None)
             self.discovery_token.pop(leader, None)

@@ -35,6 +35,7 @@ UNKNOWN_EPOCH = "UNKNOWN_LEADER_EPOCH"  # the requester is ahead of this leader
 OUT_OF_RANGE = "OFFSET_OUT_OF_RANGE"
 UNKNOWN_PARTITION = "UNKNOWN_PARTITION"
 TOPIC_ID_MISMATCH = "TOPIC_ID_MISMATCH"
+DIVERGING = "DIVERGING_EPOCH"  # the follower's log is not a prefix of the leader's (KIP-595): truncate first
 
 
 @dataclass

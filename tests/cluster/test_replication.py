@@ -323,6 +323,32 @@ async def test_old_leader_truncates_its_unreplicated_tail_after_failover(pair, a
     assert _files(a.registry, key) == _files(b.registry, key)
 
 
+async def test_a_diverging_follower_is_told_to_truncate_before_it_appends(pair, autojump_clock):
+    """The leader checks a fetch's last epoch against its own log (KIP-595):
+    a follower whose truncation step was skipped (its REPLEPOCH answer was
+    lost, say) must not append the leader's entries after an unrelated
+    tail. Here b wrote one epoch-1 entry a never had; a leads at epoch 2."""
+    a, b = pair
+    key = _key_led_by(a.manager.placement, 1)
+    shard = a.manager.shard_of(key, 0)
+    a.append(key, 1)
+    await _fetch_a_while(b, a, leader_id=1)  # b has the topic and a's first entry
+    for node in (a, b):
+        node.manager.state.set_leader(shard, 2, 2)
+    b.append(key, 1)  # b leads at epoch 2 for one entry, which a never fetches
+    for node in (a, b):
+        node.manager.state.set_leader(shard, 1, 3)
+    a.append(key, 3)  # a leads at epoch 3
+    followed = b.manager._follows(1)
+    for f in followed.values():
+        f.epoch_truncated = 3  # as if the truncation step had been done
+    await _fetch_a_while(b, a, leader_id=1)
+    la, lb = a.registry.get(key).log, b.registry.get(key).log
+    assert lb.log_end_offset == la.log_end_offset == 4
+    assert lb.epochs() == la.epochs()
+    assert _files(a.registry, key) == _files(b.registry, key)
+
+
 def test_group_journal_is_fetched_like_a_log(tmp_path):
     from storage.streams.groups import GroupStore
     from storage.streams.replica_state import apply_group_changes, group_changes
