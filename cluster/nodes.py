@@ -118,6 +118,8 @@ class Placement:
         self.by_id = {node.id: node for node in nodes}
         self.my_id = my_id
         self.replication_factor = rf
+        # Replica lists the controller changed (CLUSTER REASSIGN): shard -> node ids.
+        self.assigned: dict[int, list[int]] = {}
 
     @property
     def shard_count(self) -> int:
@@ -135,6 +137,11 @@ class Placement:
 
     def replicas(self, shard: int) -> list[int]:
         """Node ids holding ``shard``'s partitions, preferred leader first."""
+        assigned = self.assigned.get(shard)
+        return assigned if assigned is not None else self.static_replicas(shard)
+
+    def static_replicas(self, shard: int) -> list[int]:
+        """The replicas the node list alone gives ``shard`` (before any reassignment)."""
         n = len(self.nodes)
         return [self.nodes[(shard + k) % n].id for k in range(self.replication_factor)]
 

@@ -274,7 +274,7 @@ OPTIONS: tuple[Option, ...] = (
     # The controller quorum (docs/controller.md).
     Option("controller-nodes", "string", "", mutable=False,
            doc="node ids voting in the controller quorum, comma separated (empty: every node)"),
-    Option("controller-session-timeout-ms", "int", 3000, minimum=100, maximum=I64,
+    Option("controller-session-timeout-ms", "int", 3000, minimum=1000, maximum=I64,
            doc="a node the controller has not heard from this long is fenced and loses its leaderships"),
     Option("unclean-leader-election", "bool", False,
            doc="when no in-sync replica of a shard lives, elect any live replica (may lose acknowledged entries)"),

@@ -42,6 +42,7 @@ log = logging.getLogger("partita.controller")
 TICK_S = 0.1
 ELECTION_TICKS = 10  # an election timeout of 1-2 s
 HEARTBEAT_TICKS = 2
+LEASE_TICKS = 3  # a controller counts voters that answered this recently for its own lease
 BEAT_S = 0.25  # this node's heartbeat to the elected controller
 LINK_TIMEOUT_S = 1.0
 COMPACT_EVERY = 1000  # applied records between metadata snapshots
@@ -75,6 +76,7 @@ def controller_voters(config: Any, node_ids: list[int]) -> list[int]:
 
 class Controller:
     def __init__(self, config: Any, replication: Any) -> None:
+        self._replaying = True  # applying what was committed before this start
         self.config = config
         self.repl = replication
         m = replication.manager
@@ -115,9 +117,11 @@ class Controller:
         self._isr_sent: dict[int, tuple[int, frozenset, int]] = {}  # shard -> (version, isr, at ms)
         self._applied_event = trio.Event()
         self._topic_nonces: dict[Any, None] = {}  # recently applied topic records (ordered set)
+        self._lease_from_ms: int | None = None  # see lease_ok
         self._nursery: trio.Nursery | None = None
         self.counts = {"elections_won": 0, "applied": 0, "proposed": 0}
         self._drain()  # committed records persisted before a restart are applied before serving
+        self._replaying = False
 
     # -- state ------------------------------------------------------------------
 
@@ -150,8 +154,33 @@ class Controller:
         if not self.state.controlled:
             return
         sm = self.meta.shards[s]
+        placement = self.placement
+        if list(sm.replicas) != placement.replicas(s):
+            before = placement.replicas(s)
+            if list(sm.replicas) == placement.static_replicas(s):
+                placement.assigned.pop(s, None)
+            else:
+                placement.assigned[s] = list(sm.replicas)
+            log.info("shard %d: replicas %s -> %s%s", s, before, sm.replicas,
+                     f" (moving to {sm.target})" if sm.target else "")
+            self.state.version += 1  # fetchers and leader states follow the new replica set
+            if self.my_id in before and self.my_id not in sm.replicas and not self._replaying:
+                self._drop_unreplicated_topics(s)
         self.state.adopt(s, sm.leader, sm.epoch, set(sm.isr))
         self.manager.on_isr_committed(s, self.state.isr[s])
+
+    def _drop_unreplicated_topics(self, left: int) -> None:
+        """This node left shard ``left``'s replicas (a reassignment finished):
+        delete its copies of the topics with a partition there and none in a
+        shard it still replicates. The data lives on the new replicas, which
+        were all in sync before this node was removed."""
+        topics = self.repl.topics
+        m = self.manager
+        for topic in list(topics.topics()):
+            shards = {m.shard_of(topic, n) for n in range(topics.partitions_of(topic))}
+            if left in shards and all(self.my_id not in self.placement.replicas(s) for s in shards):
+                log.info("topic %r is no longer replicated here: deleting this copy", topic)
+                topics.adopt_deletion(topic, topics.topic_id(topic) or "")
 
     def _effects(self, changes: list[tuple[str, int]]) -> None:
         for kind, what in changes:
@@ -271,7 +300,14 @@ class Controller:
                 self.raft.tick()
                 self._drain()
                 if self.is_leader:
-                    self.logic.beat(self.my_id, self.incarnation, _now_ms())
+                    now = _now_ms()
+                    self.logic.beat(self.my_id, self.incarnation, now)
+                    heard = self.raft.peers_heard_within(LEASE_TICKS) & set(self.voters)
+                    if len(heard) >= len(self.voters) // 2 + 1:
+                        # A majority answered within the last LEASE_TICKS ticks
+                        # (heartbeats go out every HEARTBEAT_TICKS).
+                        since = now if len(self.voters) == 1 else now - int(LEASE_TICKS * TICK_S * 1000)
+                        self._lease_from_ms = max(self._lease_from_ms or 0, since)
                     records, moves = self.logic.decide(_now_ms())
                     if not self.meta.initialized and self.raft.commit_index >= self.raft.last_index:
                         records.insert(0, self._init_record())
@@ -298,11 +334,26 @@ class Controller:
             leader = self.raft.leader_id
             if leader is None or leader == self.my_id:
                 continue
+            sent = _now_ms()
             try:
-                await self._link(leader, "beat").call(
+                reply = await self._link(leader, "beat").call(
                     [b"CTRLBEAT", b"%d" % self.my_id, self.incarnation.encode()])
             except ConnectionError:
-                pass
+                continue
+            if not isinstance(reply, Exception):
+                self._lease_from_ms = max(self._lease_from_ms or sent, sent)
+
+    def lease_ok(self) -> bool:
+        """Whether this node may still act as the leader of its shards: it
+        heard from the elected controller (a heartbeat answered, or as the
+        controller, from a majority of voters) more recently than 80% of the
+        session timeout, counted from when the heartbeat was sent. The
+        controller fences a node only after a whole session timeout since
+        it last received one, so a node cut off stops serving before another
+        node can be elected in its place: an isolated leader never serves a
+        stale read or takes a write the new leader will not have."""
+        lease = self._lease_from_ms
+        return lease is not None and _now_ms() - lease < self.logic.session_timeout_ms * 0.8
 
     def beat(self, node: int, incarnation: str) -> bool:
         """``CTRLBEAT`` from a node; False when this node is not the controller."""
@@ -401,6 +452,26 @@ class Controller:
                            "(a majority of controller-nodes must be up)")
         raise NotReady(f"the controller did not commit the change within {timeout_s:.0f}s")
 
+    async def reassign(self, shard: int, target: list[int], timeout_s: float = 10.0) -> None:
+        """Start moving ``shard`` to ``target`` (committed when this returns).
+        Raises NotReady, or ValueError when a reassignment is already running."""
+        with trio.move_on_after(timeout_s):
+            while True:
+                if not self.meta.initialized:
+                    raise NotReady("the controller has not initialised the cluster metadata yet")
+                sm = self.meta.shards[shard]
+                if sm.target is not None:
+                    if sm.target == target:
+                        return
+                    raise ValueError(f"a reassignment to {'/'.join(map(str, sm.target))} is in progress")
+                if list(sm.replicas) == target:
+                    return
+                await self.propose(self.meta.reassign_record(shard, target))
+                with trio.move_on_after(1.0):
+                    while self.meta.shards[shard].version == sm.version:
+                        await self._applied_event.wait()
+        raise NotReady(f"the controller did not commit the reassignment within {timeout_s:.0f}s")
+
     async def _ask_move(self, shard: int, node: int) -> None:
         """Ask ``node`` (the shard's preferred leader, back in sync) to take it back."""
         log.info("asking node %d to take back shard %d (its preferred leader)", node, shard)
@@ -429,9 +500,11 @@ class Controller:
                  f"controller_voters:{','.join(map(str, self.voters))}",
                  f"controller_commit_index:{raft.commit_index}", f"controller_applied:{self.applied}",
                  f"controller_metadata:{'ready' if self.meta.initialized else 'waiting'}",
+                 f"controller_lease:{'ok' if self.lease_ok() else 'expired'}",
                  f"controller_fenced:{','.join(str(n) for n in sorted(self.state.fenced)) or '-'}"]
         if self.meta.initialized:
             for s, sm in enumerate(self.meta.shards):
                 lines.append(f"controller_shard{s}:leader={sm.leader},epoch={sm.epoch},"
-                             f"isr={'/'.join(map(str, sm.isr))},version={sm.version}")
+                             f"replicas={'/'.join(map(str, sm.replicas))},isr={'/'.join(map(str, sm.isr))},"
+                             f"version={sm.version}" + (f",target={'/'.join(map(str, sm.target))}" if sm.target else ""))
         return lines

@@ -148,6 +148,10 @@ class Replication:
                     return CommandError(code, text)
             except NotLeaderError as e:
                 return CommandError("MOVED", f"{e.slot} {e.leader.address}")
+        if indexes and not self.controller.lease_ok():
+            # Every key is led here, but this node may have been replaced.
+            return CommandError("TRYAGAIN", "this node has lost contact with the cluster controller "
+                                            "(its leadership may be moving); retry shortly")
         return None
 
     def _leads_key(self, key: bytes) -> bool:

@@ -47,10 +47,11 @@ class ShardMeta:
     epoch: int
     isr: list[int]  # sorted
     version: int = 0
+    target: list[int] | None = None  # a reassignment in progress: the replicas it ends with
 
     def as_json(self) -> dict:
         return {"replicas": self.replicas, "leader": self.leader, "epoch": self.epoch,
-                "isr": self.isr, "version": self.version}
+                "isr": self.isr, "version": self.version, "target": self.target}
 
 
 @dataclass
@@ -86,10 +87,21 @@ class Metadata:
         return _dump({"t": "node", "node": node, "inc": incarnation, "fenced": fenced})
 
     @staticmethod
-    def shard_record(shard: int, expect: int, leader: int, epoch: int, isr: list[int] | set[int]) -> bytes:
-        """Shard ``shard`` becomes (leader, epoch, isr) if its version is still ``expect``."""
+    def shard_record(shard: int, expect: int, leader: int, epoch: int, isr: list[int] | set[int],
+                     **moved: Any) -> bytes:
+        """Shard ``shard`` becomes (leader, epoch, isr) if its version is still
+        ``expect``; ``replicas=`` / ``target=`` change its replica set."""
         return _dump({"t": "shard", "s": shard, "expect": expect, "leader": leader, "epoch": epoch,
-                      "isr": sorted(isr)})
+                      "isr": sorted(isr), **moved})
+
+    def reassign_record(self, shard: int, target: list[int]) -> bytes:
+        """Start moving ``shard`` to the replicas ``target`` (preferred leader
+        first): until they are all in sync, the shard has the old and the new
+        replicas (the new ones fetch like any follower)."""
+        cur = self.shards[shard]
+        replicas = list(target) + [r for r in cur.replicas if r not in target]
+        return self.shard_record(shard, cur.version, cur.leader, cur.epoch, cur.isr,
+                                 replicas=replicas, target=list(target))
 
     @staticmethod
     def topic_record(topic: bytes, blob: bytes | None, topic_id: str, origin: int) -> bytes:
@@ -170,9 +182,9 @@ class Metadata:
             others = [r for r in cur.replicas if r in cur.isr and r != node and self.live(r)]
             isr = [r for r in cur.isr if r != node]
             if cur.leader != node:
-                self.shards[s] = ShardMeta(cur.replicas, cur.leader, cur.epoch, isr, cur.version + 1)
+                self.shards[s] = ShardMeta(cur.replicas, cur.leader, cur.epoch, isr, cur.version + 1, cur.target)
             elif others:
-                self.shards[s] = ShardMeta(cur.replicas, others[0], cur.epoch + 1, isr, cur.version + 1)
+                self.shards[s] = ShardMeta(cur.replicas, others[0], cur.epoch + 1, isr, cur.version + 1, cur.target)
             else:
                 continue  # its last live member: stays (there is no better copy)
             changes.append(("shard", s))
@@ -184,11 +196,18 @@ class Metadata:
             return []
         cur = self.shards[s]
         leader, epoch, isr = int(rec["leader"]), int(rec["epoch"]), sorted({int(x) for x in rec["isr"]})
-        if int(rec["expect"]) != cur.version or leader not in cur.replicas or leader not in isr:
+        replicas = [int(r) for r in rec.get("replicas", cur.replicas)]
+        target = rec.get("target", cur.target)
+        target = None if target is None else [int(r) for r in target]
+        if len(set(replicas)) != len(replicas) or any(r not in self.nodes for r in replicas):
             return []
-        if not set(isr) <= set(cur.replicas) or epoch < cur.epoch or (leader != cur.leader and epoch <= cur.epoch):
+        if target is not None and not set(target) <= set(replicas):
             return []
-        self.shards[s] = ShardMeta(cur.replicas, leader, epoch, isr, cur.version + 1)
+        if int(rec["expect"]) != cur.version or leader not in replicas or leader not in isr:
+            return []
+        if not set(isr) <= set(replicas) or epoch < cur.epoch or (leader != cur.leader and epoch <= cur.epoch):
+            return []
+        self.shards[s] = ShardMeta(replicas, leader, epoch, isr, cur.version + 1, target)
         return [("shard", s)]
 
     def _apply_topic(self, rec: dict) -> list[tuple[str, Any]]:
@@ -220,7 +239,7 @@ class Metadata:
         try:
             obj = json.loads(data)
             return cls([ShardMeta(list(s["replicas"]), int(s["leader"]), int(s["epoch"]), list(s["isr"]),
-                                  int(s["version"])) for s in obj["shards"]],
+                                  int(s["version"]), s.get("target")) for s in obj["shards"]],
                        {int(n): NodeMeta(str(v[0]), bool(v[1])) for n, v in obj["nodes"].items()},
                        bool(obj["initialized"]),
                        {str(t).encode("latin-1"): (str(b).encode("latin-1"), str(i), int(o))
@@ -319,6 +338,9 @@ class ControllerLogic:
                               meta.shard_record(s, shard.version, leader, epoch, isr), now_ms)
                 self._preferred_ok_since.pop(s, None)
                 continue
+            if shard.target is not None:
+                self._reassigning(records, moves, s, shard, fenced, now_ms)
+                continue
             preferred = shard.replicas[0]
             if (self.rebalance_delay_ms >= 0 and shard.leader != preferred and preferred in shard.isr
                     and preferred not in fenced
@@ -330,6 +352,23 @@ class ControllerLogic:
             else:
                 self._preferred_ok_since.pop(s, None)
         return records, moves
+
+    def _reassigning(self, records: list[bytes], moves: list[tuple[int, int]], s: int, shard: ShardMeta,
+                     fenced: set[int], now_ms: int) -> None:
+        """A reassignment moves on once every target replica is in sync: the
+        leadership first (a coordinated move to the first target replica, if
+        the leader is not one of them), then the replica set shrinks to the
+        target."""
+        target = shard.target or []
+        if not set(target) <= set(shard.isr):
+            return  # the new replicas are still catching up
+        if shard.leader in target:
+            record = self.meta.shard_record(s, shard.version, shard.leader, shard.epoch,
+                                            set(shard.isr) & set(target), replicas=target, target=None)
+            self._propose(records, ("shard", s, shard.version), record, now_ms)
+        elif target[0] not in fenced and self._due(("move", s, shard.version), now_ms):
+            self._proposed[("move", s, shard.version)] = (now_ms, b"")
+            moves.append((s, target[0]))
 
     def _shard_change(self, shard: ShardMeta, fenced: set[int]) -> tuple[int, int, set[int]] | None:
         """The (leader, epoch, isr) the shard should move to, or None."""

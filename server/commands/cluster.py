@@ -27,6 +27,7 @@ from cluster.nodes import SLOTS, key_slot
 from server.args import parse_int
 from server.errors import CommandError, err
 from server.registry import command, container
+from server.controller import NotReady
 from server.replication import FailoverError
 from server.reply import OK, Map, Simple, Verbatim
 
@@ -178,6 +179,8 @@ def cluster_help(ctx, argv):
     return [Simple(line) for line in (
         "CLUSTER <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
         "FAILOVER [FORCE|TAKEOVER]", "    Make this replica the leader of the shard it follows (manual failover).",
+        "REASSIGN <slot> <node-id> [<node-id> ...]",
+        "    Move the slot range holding <slot> to these replicas, the first its preferred leader.",
         "INFO", "    Return information about the cluster.",
         "KEYSLOT <key>", "    Return the hash slot for <key>.",
         "MYID", "    Return the node id.",
@@ -215,6 +218,43 @@ async def cluster_failover(ctx, argv):
             await repl.take_shard(shard, force=bool(mode))
         except FailoverError as e:
             raise err(str(e)) from None
+    return OK
+
+
+@command("cluster|reassign", arity=-4, flags="admin stale no_async_loading", group="cluster", since="7.0.0",
+         acl_categories=("admin", "slow", "dangerous"),
+         summary="Moves the slot range holding a slot to other replicas (Partita).",
+         syntax="CLUSTER REASSIGN slot node-id [node-id ...]", waits=True)
+async def cluster_reassign(ctx, argv):
+    """CLUSTER REASSIGN slot node-id [node-id ...]
+
+    Partita: give the slot range (shard) holding ``slot`` the replicas
+    ``node-id ...``, the first its preferred leader. The new replicas fetch
+    the shard's partitions like any follower; once all are in sync the
+    leadership moves to the first (a coordinated failover, nothing lost)
+    and the replicas left out stop holding it. Replies once the move is
+    committed; INFO replication shows it (``target=``) until done.
+    """
+    repl = _repl(ctx)
+    m = repl.manager
+    slot = parse_int(argv[2])
+    if not 0 <= slot < SLOTS:
+        raise err("Invalid or out of range slot")
+    target: list[int] = []
+    for raw in argv[3:]:
+        node = parse_int(raw)
+        if node not in m.placement.by_id:
+            raise err(f"unknown node id {node} (cluster-nodes has "
+                      f"{', '.join(str(n.id) for n in m.placement.nodes)})")
+        if node in target:
+            raise err(f"node id {node} given twice")
+        target.append(node)
+    shard = m.placement.shard_of_slot(slot)
+    try:
+        await repl.controller.reassign(shard, target)
+    except (NotReady, ValueError) as e:
+        first, last = m.placement.slot_range(shard)
+        raise err(f"slots {first}-{last}: {e}") from None
     return OK
 
 

@@ -156,3 +156,41 @@ def test_the_preferred_leader_is_asked_back_after_the_delay():
     meta.apply(Metadata.shard_record(0, 1, 2, 2, {2, 3}))
     beat_all(logic, 20000)
     assert run(logic, 20000) == []
+
+
+def test_no_preferred_leader_move_when_the_delay_is_minus_one():
+    meta = fresh()
+    meta.apply(Metadata.shard_record(0, 0, 2, 2, {1, 2, 3}))
+    logic = ControllerLogic(meta, session_timeout_ms=3000, rebalance_delay_ms=-1)
+    logic.became_leader(0)
+    for t in (100, 10000, 60000):
+        beat_all(logic, t)
+        assert run(logic, t) == []
+
+
+def test_a_reassignment_waits_for_the_new_replicas_then_moves_leadership_then_shrinks():
+    logic = controller()
+    meta = logic.meta
+    beat_all(logic, 100)
+    run(logic, 100)
+    # Shard 0 (replicas 1,2,3 led by 1) moves to 3,2: node 3 preferred.
+    assert meta.apply(meta.reassign_record(0, [3, 2])) == [("shard", 0)]
+    s0 = meta.shards[0]
+    assert (s0.replicas, s0.target, s0.leader) == ([3, 2, 1], [3, 2], 1)
+    # Not in sync yet (the leader proposes the new ISR once they catch up).
+    meta.apply(Metadata.shard_record(0, s0.version, 1, 1, {1, 2}))
+    beat_all(logic, 200)
+    assert run(logic, 200) == []
+    assert meta.shards[0].target == [3, 2]
+    meta.apply(Metadata.shard_record(0, meta.shards[0].version, 1, 1, {1, 2, 3}))
+    beat_all(logic, 300)
+    assert run(logic, 300) == [(0, 3)]  # leadership first, the coordinated way
+    assert meta.shards[0].replicas == [3, 2, 1]
+    meta.apply(Metadata.shard_record(0, meta.shards[0].version, 3, 2, {1, 2, 3}))  # node 3 took it
+    beat_all(logic, 400)
+    run(logic, 400)
+    s0 = meta.shards[0]
+    assert (s0.replicas, s0.target, s0.leader, s0.epoch, s0.isr) == ([3, 2], None, 3, 2, [2, 3])
+    # A record naming a node that does not exist, or an ISR outside the replicas, does not apply.
+    assert meta.apply(Metadata.shard_record(0, s0.version, 3, 2, {2, 3}, replicas=[3, 9])) == []
+    assert meta.apply(Metadata.shard_record(0, s0.version, 3, 2, {1, 3}, replicas=[3, 2])) == []
