@@ -9,7 +9,10 @@ import signal
 import socket
 import time
 
+import redis
+
 from tests.conftest import PartitaProcess, RawConn, free_port
+from tests.netproxy import ProxyMesh
 
 LAG_MS = 1000
 
@@ -51,25 +54,71 @@ def listen_ports(n: int) -> list[int]:
 
 
 class Cluster:
-    def __init__(self, tmp_path, n: int = 3, extra: list[str] | None = None) -> None:
+    """``n`` nodes; with ``proxied``, every node reaches every other through
+    its own proxy (tests/netproxy.py), so ``isolate(node)`` can cut a node off
+    its peers while it keeps running."""
+
+    def __init__(self, tmp_path, n: int = 3, extra: list[str] | None = None, *, proxied: bool = False) -> None:
+        self.mesh = None
         self.ports = listen_ports(n)
-        spec = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(self.ports))
+        self._owner = {p: i for i, p in enumerate(self.ports)}
+        specs = [",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(self.ports))] * n
+        if proxied:
+            pairs = [(i, j) for i in range(n) for j in range(n) if i != j]
+            proxy_ports = dict(zip(pairs, listen_ports(len(pairs) + n)[n:]))
+            self.mesh = ProxyMesh(self.ports, proxy_ports)
+            for (i, j), port in proxy_ports.items():
+                self._owner[port] = j
+            specs = [",".join(f"{j + 1}@127.0.0.1:{self.ports[j] if j == i else proxy_ports[(i, j)]}"
+                              for j in range(n)) for i in range(n)]
         self.nodes: list[PartitaProcess] = []
         for i, port in enumerate(self.ports):
             node = PartitaProcess(tmp_path / f"node{i + 1}", [
-                "--node-id", str(i + 1), "--cluster-nodes", spec,
+                "--node-id", str(i + 1), "--cluster-nodes", specs[i],
                 "--replica-lag-time-max-ms", str(LAG_MS), "--replica-fetch-wait-max-ms", "100",
                 *(extra or [])])
             node.port = port
             self.nodes.append(node)
+        try:
+            for node in self.nodes:
+                node.start()
+            self.wait_ready()
+        except BaseException:
+            self.stop()  # the caller never gets the cluster to stop
+            raise
+
+    def wait_ready(self, timeout_s: float = 30.0) -> None:
+        """Every running node has the controller's metadata and a live
+        heartbeat lease (until then a leader answers -TRYAGAIN)."""
+        deadline = time.monotonic() + timeout_s
         for node in self.nodes:
-            node.start()
+            if node.proc is None or node.proc.poll() is not None:
+                continue
+            while True:
+                try:
+                    with RawConn(node.port) as conn:
+                        info = conn.request(b"INFO replication\r\n").decode()
+                    if "controller_metadata:ready" in info and "controller_lease:ok" in info:
+                        break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"node on port {node.port} not ready: controller not elected?")
+                time.sleep(0.05)
 
     def stop(self) -> None:
         for node in self.nodes:
             if node.proc is not None and node.proc.poll() is None:
                 node.proc.send_signal(signal.SIGCONT)
                 node.stop()
+        if self.mesh is not None:
+            self.mesh.close()
+
+    def isolate(self, node: PartitaProcess) -> None:
+        self.mesh.isolate(self.nodes.index(node))
+
+    def heal(self, node: PartitaProcess) -> None:
+        self.mesh.heal(self.nodes.index(node))
 
     def unexpected_log_lines(self) -> list[str]:
         """Tracebacks and disk errors in any node's log (every run since the
@@ -85,8 +134,26 @@ class Cluster:
                     found.append(f"{node.log_path.name}: {line}")
         return found
 
+    def wait_settled(self, timeout_s: float = 20.0) -> None:
+        """Ready, and every running node shows the same shard leaders for a
+        moment (a restarted node's registration may move leaderships first)."""
+        self.wait_ready(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        last = None
+        while time.monotonic() < deadline:
+            try:
+                views = {repr(n.client(socket_timeout=5).execute_command("CLUSTER", "SLOTS"))
+                         for n in self.nodes if n.proc is not None and n.proc.poll() is None}
+            except (OSError, redis.RedisError):
+                views = set()
+            if len(views) == 1 and views == last:
+                return
+            last = views
+            time.sleep(0.3)
+        raise AssertionError(f"the nodes do not agree on the shard leaders: {last}")
+
     def node_at(self, port: int) -> PartitaProcess:
-        return self.nodes[self.ports.index(port)]
+        return self.nodes[self._owner[port]]
 
     def alive(self) -> PartitaProcess:
         return next(n for n in self.nodes if n.proc is not None and n.proc.poll() is None)
@@ -106,16 +173,20 @@ class Cluster:
 
     def wait_converged(self, key: str, timeout_s: float = 20.0) -> None:
         """Every replica's end offset equals the leader's high watermark and end."""
+        self.wait_converged_on(self.nodes, key, timeout_s)
+
+    def wait_converged_on(self, nodes: list, key: str, timeout_s: float = 20.0) -> None:
+        """``wait_converged`` over the replicas ``nodes`` only."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            lines = [partition_lines(n).get(key) for n in self.nodes]
+            lines = [partition_lines(n).get(key) for n in nodes]
             if all(lines):
                 ends = {line["end_offset"] for line in lines}
                 hws = {line["high_watermark"] for line in lines}
                 if len(ends) == 1 and hws == ends:
                     return
             time.sleep(0.05)
-        raise AssertionError(f"replicas did not converge: {[partition_lines(n).get(key) for n in self.nodes]}")
+        raise AssertionError(f"replicas did not converge: {[partition_lines(n).get(key) for n in nodes]}")
 
     def log_bytes(self, node: PartitaProcess, topic: str) -> bytes:
         files = sorted((node.data_dir / "topics").glob(f"*{topic}*/partition-0/*.log"))

@@ -207,7 +207,7 @@ def test_redis_cluster_client_writes_the_topic_key(cluster):
 
 
 def test_unreachable_leader_gives_a_clear_error_and_other_partitions_work(tmp_path):
-    cluster = Cluster(tmp_path)
+    cluster = Cluster(tmp_path, extra=["--leader-rebalance-delay-ms", "-1"])  # leadership stays where it is
     try:
         topic = b"orders"
         _create(cluster, topic)
@@ -247,6 +247,7 @@ def test_unreachable_leader_gives_a_clear_error_and_other_partitions_work(tmp_pa
 
         # A leader that stops answering: the forward times out, and it may
         # or may not have been written (the request was sent).
+        cluster.wait_settled()  # the returned node handed its shards over (it restarted)
         leaders = _leaders(cluster, topic)
         victim = next(n for n in cluster.nodes if n is not owner and any(x is n for x in leaders))
         victim_id = cluster.nodes.index(victim) + 1

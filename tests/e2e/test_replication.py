@@ -261,6 +261,7 @@ def test_the_whole_cluster_restarts_with_its_data(cluster):
         assert node.terminate() == 0
     for node in cluster.nodes:
         node.start()
+    cluster.wait_ready()  # a controller elected, leases live
     for key in keys:
         leader = cluster.leader_of(key)
         assert leader.client().xlen(key) == 20
@@ -365,7 +366,7 @@ def test_a_deleted_and_recreated_stream_replicates_as_a_new_topic(cluster):
 
 
 def test_config_set_reaches_the_running_replication(tmp_path):
-    slow = Cluster(tmp_path, extra=["--replica-lag-time-max-ms", "4000"])
+    slow = Cluster(tmp_path, extra=["--replica-lag-time-max-ms", "4000", "--controller-session-timeout-ms", "20000"])
     try:
         key = b"tuned"
         leader = slow.leader_of(key)
@@ -373,7 +374,9 @@ def test_config_set_reaches_the_running_replication(tmp_path):
         client.xadd(key, {"a": "0"})
         assert client.config_set("replica-lag-time-max-ms", 100)
         assert client.config_get("replica-lag-time-max-ms") == {"replica-lag-time-max-ms": "100"}
-        stopped = slow.followers_of(key)[0]
+        # Not the controller: the ISR change commits without an election.
+        stopped = next(f for f in slow.followers_of(key) if f.client().execute_command(
+            "INFO", "replication")["controller_role"] != "leader")
         stopped.proc.send_signal(signal.SIGSTOP)
         try:
             started = time.monotonic()

@@ -7,7 +7,8 @@ import sys
 
 def pytest_terminal_summary(terminalreporter) -> None:
     lines = []
-    for name in ("tests.reliability.test_crash", "tests.reliability.test_replication_faults"):
+    for name in ("tests.reliability.test_crash", "tests.reliability.test_replication_faults",
+                 "tests.reliability.test_controller_faults"):
         module = sys.modules.get(name)
         lines += getattr(module, "RESULTS", [])
     if lines:

@@ -18,7 +18,6 @@ The fuzz case counts are printed (``-s``); CI keeps ``max_examples`` modest.
 
 from __future__ import annotations
 
-import os
 import random
 import socket
 import time

@@ -12,48 +12,20 @@ session summary.
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
 
 import pytest
 import redis
 
 from tests.clusterkit import Cluster, partition_lines
+from tests.reliability.faultkit import Ledger, check_key, fault_seed, produce, soak_seconds
 
 CI_SECONDS = 25.0
 KEYS = [b"f0", b"f1", b"f2", b"f3"]
 RESULTS: list[str] = []
-
-
-@dataclass
-class Ledger:
-    acked: dict[bytes, list[bytes]] = field(default_factory=lambda: {k: [] for k in KEYS})
-    failed_writes: int = 0
-    faults: dict[str, int] = field(default_factory=dict)
-
-    def count(self, fault: str) -> None:
-        self.faults[fault] = self.faults.get(fault, 0) + 1
-
-
-def _produce(cluster: Cluster, key: bytes, ledger: Ledger, stop: threading.Event) -> None:
-    """One producer: XADD to the key's leader; on any error, find the leader
-    again and go on. Only replies count as acknowledged."""
-    client = None
-    i = 0
-    while not stop.is_set():
-        try:
-            if client is None:
-                client = cluster.leader_of(key).client(socket_timeout=5)
-            ledger.acked[key].append(client.xadd(key, {"n": str(i)}))
-        except (redis.RedisError, OSError, StopIteration, AssertionError):
-            ledger.failed_writes += 1
-            client = None
-            time.sleep(0.05)
-        i += 1
 
 
 def _fault(cluster: Cluster, rng: random.Random, ledger: Ledger) -> None:
@@ -99,29 +71,15 @@ def _fault(cluster: Cluster, rng: random.Random, ledger: Ledger) -> None:
 
 
 def _check(cluster: Cluster, ledger: Ledger) -> int:
-    checked = 0
-    for key in KEYS:
-        cluster.wait_converged(key.decode(), timeout_s=30)
-        leader = cluster.leader_of(key)
-        stored = [entry_id for entry_id, _ in leader.client().xrange(key)]
-        assert len(stored) == len(set(stored)), f"{key!r}: duplicate IDs"
-        position = {entry_id: i for i, entry_id in enumerate(stored)}
-        missing = [a for a in ledger.acked[key] if a not in position]
-        assert not missing, f"{key!r}: {len(missing)} acknowledged entries lost, first {missing[:3]}"
-        order = [position[a] for a in ledger.acked[key]]
-        assert order == sorted(order), f"{key!r}: acknowledged entries out of order"
-        logs = {cluster.log_bytes(n, key.decode()) for n in cluster.nodes}
-        assert len(logs) == 1, f"{key!r}: replicas differ"
-        checked += len(stored)
-    return checked
+    return sum(len(check_key(cluster, key, ledger.acked[key])) for key in KEYS)
 
 
 def _run(tmp_path, seconds: float, seed: int) -> str:
     rng = random.Random(seed)
     cluster = Cluster(tmp_path, extra=["--fsync", "always"])
-    ledger = Ledger()
+    ledger = Ledger(KEYS)
     stop = threading.Event()
-    producers = [threading.Thread(target=_produce, args=(cluster, key, ledger, stop)) for key in KEYS]
+    producers = [threading.Thread(target=produce, args=(cluster, key, ledger, stop)) for key in KEYS]
     try:
         for t in producers:
             t.start()
@@ -139,7 +97,7 @@ def _run(tmp_path, seconds: float, seed: int) -> str:
         cluster.stop()
     assert not cluster.unexpected_log_lines(), cluster.unexpected_log_lines()[:5]
     acked = sum(map(len, ledger.acked.values()))
-    faults = ", ".join(f"{v} {k}" for k, v in sorted(ledger.faults.items()))
+    faults = ledger.fault_summary()
     line = (f"replication faults (seed {seed}, {seconds:.0f}s): {faults}; {acked} acknowledged XADDs, "
             f"{checked} entries checked on final leaders, {ledger.failed_writes} failed writes retried")
     print(line)
@@ -149,12 +107,9 @@ def _run(tmp_path, seconds: float, seed: int) -> str:
 
 
 def test_replication_survives_faults_under_load(tmp_path):
-    seed = int(os.environ.get("PARTITA_FAULT_SEED", "0")) or random.randrange(1 << 30)
-    print(f"seed {seed} (PARTITA_FAULT_SEED={seed} reproduces the fault schedule)")
-    _run(tmp_path, CI_SECONDS, seed)
+    _run(tmp_path, CI_SECONDS, fault_seed())
 
 
 @pytest.mark.soak
 def test_replication_faults_soak(tmp_path):
-    seconds = float(os.environ.get("PARTITA_SOAK_SECONDS", "300"))
-    _run(tmp_path, seconds, random.randrange(1 << 30))
+    _run(tmp_path, soak_seconds(), random.randrange(1 << 30))

@@ -1,0 +1,185 @@
+"""The controller quorum end to end, real processes on loopback: automatic
+failover after kill -9, a preferred leader taking its shard back, unclean
+election off by default and on when configured, an isolated leader that
+can acknowledge nothing while the others elect a new one."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+import redis
+
+from tests.clusterkit import Cluster, partition_lines
+
+
+def _eventually(check, timeout_s: float = 20.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+            if last:
+                return last
+        except (redis.RedisError, OSError, StopIteration, AssertionError, KeyError) as e:
+            last = e
+        time.sleep(0.1)
+    raise AssertionError(f"{what} not reached in {timeout_s}s (last: {last!r})")
+
+
+def _info(node) -> dict:
+    return node.client(socket_timeout=5).execute_command("INFO", "replication")
+
+
+def _key_led_by(cluster: Cluster, node) -> bytes:
+    for i in range(1000):
+        key = f"k{i}".encode()
+        if cluster.leader_of(key) is node:
+            return key
+    raise AssertionError("no key led by that node")
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(tmp_path, extra=["--controller-session-timeout-ms", "1500", "--leader-rebalance-delay-ms", "1000"])
+    yield c
+    c.stop()
+    assert not c.unexpected_log_lines(), c.unexpected_log_lines()[:5]
+
+
+def test_a_killed_leader_is_replaced_without_anyone_acting_and_takes_its_shard_back(cluster):
+    _eventually(lambda: _info(cluster.nodes[0]).get("controller_metadata") == "ready", what="metadata ready")
+    key = b"auto"
+    old = cluster.leader_of(key)
+    client = old.client()
+    acked = [client.xadd(key, {"n": i}) for i in range(200)]
+    old.kill9()
+    started = time.monotonic()
+    new = _eventually(lambda: (lambda n: n if n is not old else None)(cluster.leader_of(key)),
+                      what="a new leader")
+    took = time.monotonic() - started
+    assert took < 15, took
+    fresh = new.client()
+    # Every acknowledged entry, once the new leader's high watermark has
+    # passed them (it trails by one fetch round of the remaining follower).
+    _eventually(lambda: [entry_id for entry_id, _ in fresh.xrange(key)] == acked, what="acknowledged entries")
+    acked.append(fresh.xadd(key, {"n": "after"}))
+    # The dead node is flagged; its slots are served by the new leader.
+    nodes = new.client().execute_command("CLUSTER", "NODES").decode()
+    assert any(line.split()[1].endswith(f":{old.port}@0") and "fail" in line.split()[2] for line in nodes.splitlines())
+    assert b"cluster_state:ok" in new.client().execute_command("CLUSTER", "INFO")
+    assert _info(new)["controller_fenced"] == cluster.nodes.index(old) + 1
+    # It comes back, catches up, and takes its shard back (the preferred leader).
+    old.start()
+    _eventually(lambda: cluster.leader_of(key) is old, timeout_s=30, what="the preferred leader back")
+    cluster.wait_converged(key.decode())
+    assert [entry_id for entry_id, _ in old.client().xrange(key)] == acked
+    assert len({cluster.log_bytes(n, key.decode()) for n in cluster.nodes}) == 1
+    assert _info(cluster.nodes[0])["controller_fenced"] == "-"
+
+
+def test_unclean_leader_election_is_off_by_default_and_can_be_turned_on(tmp_path):
+    # Two replicas per shard and one controller voter (node 1; nodes 2 and 3
+    # are learners), so a shard can be left with no live in-sync replica.
+    cluster = Cluster(tmp_path, extra=["--replication-factor", "2", "--controller-nodes", "1",
+                                       "--controller-session-timeout-ms", "1000"])
+    try:
+        n1, n2, n3 = cluster.nodes
+        _eventually(lambda: _info(n1).get("controller_metadata") == "ready", what="metadata ready")
+        assert _info(n2)["controller_voters"] == 1
+        key = _key_led_by(cluster, n2)  # shard 1: replicas 2, 3
+        n3.proc.send_signal(signal.SIGSTOP)
+        _eventually(lambda: str(_info(n1)["controller_fenced"]) == "3", what="node 3 fenced")
+        lost = [n2.client().xadd(key, {"n": i}) for i in range(50)]  # on node 2 alone (ISR {2})
+        n2.kill9()
+        n3.proc.send_signal(signal.SIGCONT)
+        _eventually(lambda: str(_info(n1)["controller_fenced"]) == "2", what="node 2 fenced")
+        time.sleep(2)  # the controller would have elected node 3 by now, were it allowed to
+        assert cluster.leader_of(key) is n2
+        assert b"cluster_state:fail" in n1.client().execute_command("CLUSTER", "INFO")
+        with pytest.raises(redis.exceptions.MovedError):
+            n3.client().xadd(key, {"n": "refused"})
+        # Allowed: node 3 leads with what it has (nothing of the 50 entries).
+        assert n1.client().config_set("unclean-leader-election", "yes")
+        _eventually(lambda: cluster.leader_of(key) is n3, what="unclean election of node 3")
+        assert n3.client().xlen(key) == 0
+        after = n3.client().xadd(key, {"n": "after"})
+        # The old leader returns, truncates its 50 entries and follows.
+        n2.start()
+        _eventually(lambda: partition_lines(n2).get(key.decode(), {}).get("role") == "follower",
+                    what="node 2 following")
+        _eventually(lambda: partition_lines(n2)[key.decode()]["end_offset"] == "1", what="node 2 truncated")
+        assert [entry_id for entry_id, _ in n3.client().xrange(key)] == [after]
+        assert not set(lost) & {entry_id for entry_id, _ in n3.client().xrange(key)}
+    finally:
+        cluster.stop()
+
+
+def test_an_isolated_leader_acknowledges_nothing_while_the_others_elect_a_new_one(tmp_path):
+    cluster = Cluster(tmp_path, extra=["--min-insync-replicas", "2", "--controller-session-timeout-ms", "1500",
+                                       "--leader-rebalance-delay-ms", "-1"], proxied=True)
+    try:
+        _eventually(lambda: _info(cluster.nodes[0]).get("controller_metadata") == "ready", what="metadata ready")
+        key = b"island"
+        old = cluster.leader_of(key)
+        acked = [old.client().xadd(key, {"n": i}) for i in range(20)]
+        others = [n for n in cluster.nodes if n is not old]
+        cluster.isolate(old)
+        # Nothing written to the isolated leader is acknowledged: its followers
+        # cannot fetch and its ISR shrink cannot be committed.
+        with pytest.raises((redis.ConnectionError, redis.TimeoutError, redis.ResponseError)):
+            old.client(socket_timeout=4).xadd(key, {"n": "island"})
+        new = _eventually(lambda: (lambda n: n if n is not old else None)(
+            cluster.node_at(_slot_leader_port(others[0], key))), what="a new leader")
+        assert new in others
+        acked.append(new.client().xadd(key, {"n": "mainland"}))
+        cluster.heal(old)
+        # The old leader learns the new epoch, drops what it alone had, follows.
+        _eventually(lambda: partition_lines(old)[key.decode()]["role"] == "follower", what="old leader follows")
+        cluster.wait_converged(key.decode())
+        assert [entry_id for entry_id, _ in new.client().xrange(key)] == acked
+        assert len({cluster.log_bytes(n, key.decode()) for n in cluster.nodes}) == 1
+    finally:
+        cluster.stop()
+
+
+def _slot_leader_port(node, key: bytes) -> int:
+    client = node.client(socket_timeout=5)
+    slot = client.execute_command("CLUSTER", "KEYSLOT", key)
+    for first, last, leader, *_ in client.execute_command("CLUSTER", "SLOTS"):
+        if first <= slot <= last:
+            return leader[1]
+    raise AssertionError(slot)
+
+
+def test_cluster_reassign_moves_a_shard_to_other_replicas_with_its_data(tmp_path):
+    cluster = Cluster(tmp_path, extra=["--replication-factor", "2", "--controller-session-timeout-ms", "1500"])
+    try:
+        n1, n2, n3 = cluster.nodes
+        key = _key_led_by(cluster, n1)  # shard 0: replicas 1, 2
+        client = n1.client()
+        acked = [client.xadd(key, {"n": i}) for i in range(300)]
+        client.xgroup_create(key, "g", id="0")
+        client.xreadgroup("g", "c", {key: ">"}, count=10)
+        slot = n3.client().execute_command("CLUSTER", "KEYSLOT", key)
+        with pytest.raises(redis.ResponseError, match="unknown node id 9"):
+            n2.client().execute_command("CLUSTER", "REASSIGN", slot, 3, 9)
+        # Move shard 0 to nodes 3 and 2, node 3 preferred: node 3 copies the
+        # data by fetching, then leads; node 1 drops its copy.
+        assert n2.client().execute_command("CLUSTER", "REASSIGN", slot, 3, 2) == b"OK"
+        _eventually(lambda: cluster.leader_of(key) is n3, timeout_s=30, what="node 3 leading")
+        _eventually(lambda: "target" not in str(_info(n1)["controller_shard0"]), timeout_s=30,
+                    what="the reassignment finished")
+        assert _info(n2)["controller_shard0"]["replicas"] == "3/2"
+        assert [entry_id for entry_id, _ in n3.client().xrange(key)] == acked
+        assert n3.client().xpending(key, "g")["pending"] == 10  # the group moved with it
+        acked.append(n3.client().xadd(key, {"n": "after"}))
+        cluster.wait_converged_on([n2, n3], key.decode())
+        assert cluster.log_bytes(n2, key.decode()) == cluster.log_bytes(n3, key.decode())
+        _eventually(lambda: key.decode() not in partition_lines(n1), what="node 1 dropping its copy")
+        with pytest.raises(redis.exceptions.MovedError):
+            n1.client().xadd(key, {"n": "moved"})
+    finally:
+        cluster.stop()
+    assert not cluster.unexpected_log_lines(), cluster.unexpected_log_lines()[:5]

@@ -1,0 +1,261 @@
+"""Automatic failover under load: a 3-node cluster whose nodes reach each
+other through proxies (tests/netproxy.py) runs acks=all producers and
+consumer groups while the harness kills (SIGKILL), pauses (SIGSTOP) and
+isolates nodes — leaders and followers — and moves leadership by hand. No
+one tells the cluster a node died: the controller quorum notices, elects a
+new leader from the ISR, and gives preferred leaders their shards back.
+
+At the end, every acknowledged XADD must be on its partition's final leader
+exactly once and in acknowledgement order, every replica's log
+byte-identical, and the consumer groups must have gone on from where their
+acknowledged progress was: no acknowledged XACK undone (its entry is not
+pending again) and every entry consumed and acknowledged once the faults
+stop.
+
+CI: about 30 s of faults. Soak: ``PARTITA_SOAK_SECONDS=600 pytest -m soak
+tests/reliability/test_controller_faults.py -s``. Totals are printed and go
+into the session summary.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+
+import pytest
+import redis
+
+from tests.clusterkit import Cluster, partition_lines
+from tests.reliability.faultkit import Ledger, check_key, fault_seed, no_retry_client, produce, soak_seconds
+
+CI_SECONDS = 30.0
+KEYS = [b"c0", b"c1", b"c2", b"c3"]
+GROUP = "g"
+SESSION_MS = 1500
+RESULTS: list[str] = []
+
+
+@dataclass
+class GroupLedger(Ledger):
+    xacked: dict[bytes, set[bytes]] = field(default_factory=dict)
+    # XACKs sent whose reply did not come (the connection failed): they may have taken effect.
+    xack_unknown: dict[bytes, set[bytes]] = field(default_factory=dict)
+    undone: dict[bytes, list[bytes]] = field(default_factory=dict)  # acknowledged XACKs seen undone
+    received: dict[bytes, set[bytes]] = field(default_factory=dict)
+    xack_errors: list[str] = field(default_factory=list)
+    failed_reads: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.xacked = {k: set() for k in self.keys}
+        self.undone = {k: [] for k in self.keys}
+        self.received = {k: set() for k in self.keys}
+        self.xack_unknown = {k: set() for k in self.keys}
+
+
+def _leader_client(cluster: Cluster, key: bytes) -> redis.Redis:
+    return no_retry_client(cluster.leader_of(key), socket_timeout=5)
+
+
+def _consume(cluster: Cluster, key: bytes, ledger: GroupLedger, stop: threading.Event) -> None:
+    """One consumer of group ``g``: its own pending entries first (a reply
+    lost to a fault leaves them there), then new ones; XACK each batch and
+    record the IDs of every XACK the leader acknowledged."""
+    client = None
+    while not stop.is_set():
+        try:
+            if client is None:
+                client = _leader_client(cluster, key)
+            got = []
+            for start in ("0", ">"):
+                reply = client.xreadgroup(GROUP, "c", {key: start}, count=50, block=100 if start == ">" else None)
+                got = [entry_id for _, entries in reply or [] for entry_id, _ in entries]
+                # An entry whose XACK was acknowledged must never come back
+                # (pending again, or delivered again as new).
+                ledger.undone[key].extend(e for e in got if e in ledger.xacked[key])
+                ledger.received[key].update(got)
+                if got:
+                    break
+            if got:
+                try:
+                    client.xack(key, GROUP, *got)
+                except (redis.ConnectionError, redis.TimeoutError, OSError):
+                    ledger.xack_unknown[key].update(got)
+                    raise
+                except redis.ResponseError as e:
+                    ledger.xack_errors.append(str(e)[:60])
+                    raise
+                ledger.xacked[key].update(got)
+        except (redis.RedisError, OSError, StopIteration, AssertionError):
+            ledger.failed_reads += 1
+            client = None
+            time.sleep(0.05)
+
+
+def _controller_view(node) -> dict[str, str]:
+    info = node.client(socket_timeout=5).execute_command("INFO", "replication")
+    return {k: v for k, v in info.items() if str(k).startswith("controller")}
+
+
+def _wait_healthy(cluster: Cluster, timeout_s: float = 30.0) -> None:
+    """No node fenced and every shard's ISR complete, as the controller sees it."""
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            view = _controller_view(cluster.alive())
+            last = view
+            shards = [v for k, v in view.items() if re.match(r"controller_shard\d+$", k)]
+            if (view.get("controller_fenced") == "-" and shards
+                    and all(len(str(s["isr"]).split("/")) == 3 for s in shards)):
+                return
+        except (redis.RedisError, OSError):
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"the cluster did not become healthy: {last}")
+
+
+def _epochs(cluster: Cluster) -> int:
+    view = _controller_view(cluster.alive())
+    return sum(int(v["epoch"]) for k, v in view.items() if re.match(r"controller_shard\d+$", k))
+
+
+def _fault(cluster: Cluster, rng: random.Random, ledger: GroupLedger) -> None:
+    key = rng.choice(KEYS)
+    leader = cluster.leader_of(key)
+    followers = [n for n in cluster.nodes if n is not leader]
+    action = rng.choice(["kill_leader", "pause_leader", "isolate_leader", "isolate_follower",
+                         "kill_follower", "pause_follower", "failover"])
+    if action == "kill_leader":
+        leader.kill9()
+        time.sleep(rng.uniform(0.3, 4.0))
+        leader.start()
+    elif action in ("pause_leader", "pause_follower"):
+        victim = leader if action == "pause_leader" else rng.choice(followers)
+        victim.proc.send_signal(signal.SIGSTOP)
+        time.sleep(rng.uniform(0.3, 4.0))  # past the session timeout or not
+        victim.proc.send_signal(signal.SIGCONT)
+    elif action in ("isolate_leader", "isolate_follower"):
+        victim = leader if action == "isolate_leader" else rng.choice(followers)
+        cluster.isolate(victim)
+        time.sleep(rng.uniform(0.5, 4.0))
+        cluster.heal(victim)
+    elif action == "kill_follower":
+        victim = rng.choice(followers)
+        victim.kill9()
+        time.sleep(rng.uniform(0.1, 1.0))
+        victim.start()
+    else:
+        try:
+            rng.choice(followers).client(socket_timeout=20).execute_command("CLUSTER", "FAILOVER")
+        except redis.ResponseError as e:  # e.g. it could not catch up in time: the old leader goes on
+            ledger.count(f"failover refused ({str(e)[:40]})")
+            return
+    ledger.count(action)
+    _wait_healthy(cluster)
+
+
+def _check(cluster: Cluster, ledger: GroupLedger) -> tuple[int, int]:
+    checked = xacks = 0
+    for key in KEYS:
+        stored = check_key(cluster, key, ledger.acked[key])
+        client = cluster.leader_of(key).client()
+        # Consumer groups: no acknowledged XACK was undone (checked as the
+        # consumers read), and with the faults over every stored entry was
+        # consumed and acknowledged (or its XACK was sent and its reply lost:
+        # then it must not be pending either).
+        undone = ledger.undone[key]
+        assert not undone, f"{key!r}: {len(undone)} acknowledged XACKs undone, first {undone[:3]}"
+        pending = client.xpending_range(key, GROUP, "-", "+", 100000)
+        assert not pending, f"{key!r}: {len(pending)} entries still pending after the drain"
+        done = ledger.xacked[key] | ledger.xack_unknown[key]
+        unconsumed = [s for s in stored if s not in done]
+        if unconsumed:
+            raise AssertionError(f"{key!r}: {len(unconsumed)} entries never consumed, first {unconsumed[:3]} "
+                                 f"(received: {[u in ledger.received[key] for u in unconsumed[:3]]}, "
+                                 f"acked XADDs: {[u in ledger.acked[key] for u in unconsumed[:3]]}, "
+                                 f"XACK errors: {ledger.xack_errors[:5]}); "
+                                 f"on the leader: {client.xinfo_groups(key)}, "
+                                 f"replicas: {[partition_lines_for(n, key) for n in cluster.nodes]}")
+        checked += len(stored)
+        xacks += len(ledger.xacked[key])
+    return checked, xacks
+
+
+def partition_lines_for(node, key: bytes) -> dict:
+    return partition_lines(node).get(key.decode(), {})
+
+
+def _drain(cluster: Cluster, ledger: GroupLedger, timeout_s: float = 60.0) -> None:
+    """With the producers stopped, wait until the consumers have acknowledged every stored entry."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            clients = {k: cluster.leader_of(k).client() for k in KEYS}
+            if all(set(e for e, _ in clients[k].xrange(k)) <= ledger.xacked[k] | ledger.xack_unknown[k]
+                   and clients[k].xpending(k, GROUP)["pending"] == 0 for k in KEYS):
+                return
+        except (redis.RedisError, OSError):
+            pass
+        time.sleep(0.2)
+
+
+def _run(tmp_path, seconds: float, seed: int) -> str:
+    rng = random.Random(seed)
+    cluster = Cluster(tmp_path, extra=["--min-insync-replicas", "2",
+                                       "--controller-session-timeout-ms", str(SESSION_MS),
+                                       "--leader-rebalance-delay-ms", "2000"], proxied=True)
+    ledger = GroupLedger(KEYS)
+    stop_producers, stop_consumers = threading.Event(), threading.Event()
+    try:
+        _wait_healthy(cluster)
+        for key in KEYS:
+            _leader_client(cluster, key).xgroup_create(key, GROUP, id="0", mkstream=True)
+        epochs_before = _epochs(cluster)
+        threads = ([threading.Thread(target=produce, args=(cluster, k, ledger, stop_producers)) for k in KEYS]
+                   + [threading.Thread(target=_consume, args=(cluster, k, ledger, stop_consumers)) for k in KEYS])
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            _fault(cluster, rng, ledger)
+        stop_producers.set()
+        for t in threads[:len(KEYS)]:
+            t.join(30)
+        _drain(cluster, ledger)
+        stop_consumers.set()
+        for t in threads:
+            t.join(30)
+        for node in cluster.nodes:
+            assert node.proc.poll() is None, f"a node died:\n{node.log()[-3000:]}"
+        _wait_healthy(cluster)
+        leader_changes = _epochs(cluster) - epochs_before
+        checked, xacks = _check(cluster, ledger)
+    finally:
+        stop_producers.set()
+        stop_consumers.set()
+        cluster.stop()
+    assert not cluster.unexpected_log_lines(), cluster.unexpected_log_lines()[:5]
+    acked = sum(map(len, ledger.acked.values()))
+    faults = ledger.fault_summary()
+    line = (f"controller faults (seed {seed}, {seconds:.0f}s): {faults}; {leader_changes} leader changes; "
+            f"{acked} acknowledged XADDs, {checked} entries checked on final leaders, "
+            f"{xacks} entries consumed and acknowledged; {ledger.failed_writes} failed writes and "
+            f"{ledger.failed_reads} failed reads retried")
+    print(line)
+    RESULTS.append(line)
+    assert acked > 100 and leader_changes > 0
+    return line
+
+
+def test_automatic_failover_survives_faults_under_load(tmp_path):
+    _run(tmp_path, CI_SECONDS, fault_seed())
+
+
+@pytest.mark.soak
+def test_automatic_failover_soak(tmp_path):
+    _run(tmp_path, soak_seconds(), random.randrange(1 << 30))
