@@ -56,10 +56,23 @@ Rules kept here (Raft paper §5, Ongaro's thesis §9.6, §6.4.1 and §3.10):
   stale leader steps down; a SNAPSHOT not answered within
   ``election_ticks`` is sent again.
 
+Learners can join a running cluster: ``add_learner(id)`` on every node
+(followers too, so any later leader replicates to it) makes the node a
+member; the leader starts probing it from its last index + 1 with the next
+heartbeat and falls back to a SNAPSHOT if the entries it needs are
+compacted. The new node itself is a ``Raft`` built with the cluster's
+voters and ``learners=[itself]``; with an empty log and term 0 it takes
+the leader's term from the first APPEND or SNAPSHOT and catches up from
+there. Adding a learner changes no quorum, so it needs no joint consensus;
+the caller decides (e.g. through a committed entry of its own state
+machine) which nodes call ``add_learner`` and passes the membership again
+on restart, since raft does not persist it.
+
 Must not know: sockets, trio, time, disks, threads, what the entries mean.
-Randomness comes only from the injected ``random.Random``. Membership
-changes (adding or removing voters) are not implemented: ``voters`` and
-``learners`` are fixed for the life of the object.
+Randomness comes only from the injected ``random.Random``. Changing the
+voters (adding, removing or promoting a learner) is not implemented, nor is
+removing a learner: ``voters`` are fixed for the life of the object and
+``learners`` only grow.
 """
 
 from __future__ import annotations
@@ -337,7 +350,8 @@ class Raft:
         ``ready().committed``.
 
         Args:
-            voters, learners: fixed membership; disjoint; ``voters`` not empty.
+            voters, learners: the membership; disjoint; ``voters`` not empty
+                and fixed; ``add_learner`` adds learners later.
             election_ticks, heartbeat_ticks: ``heartbeat_ticks < election_ticks``.
             rng: the only source of randomness (election timeouts).
             hard_state, snapshot, entries: ``RaftStore.load()``'s answer;
@@ -585,6 +599,22 @@ class Raft:
                 active += 1
             pr.recent_active = False
         return active >= self.quorum
+
+    def add_learner(self, node_id: int) -> None:
+        """Make ``node_id`` a learner: its messages are accepted from now on
+        and, once this node leads (or at once if it does), it is replicated
+        to, starting with a probe at the leader's last index + 1 on the next
+        heartbeat (a SNAPSHOT if the entries it needs are compacted). It
+        never votes and never counts in a quorum. Call it on every node so a
+        later leader knows the learner too. No-op for a node already a
+        voter or learner.
+        """
+        if node_id in self._members:
+            return
+        self.learners.append(node_id)
+        self._members.add(node_id)
+        if self.role == LEADER:
+            self._prs[node_id] = _Progress(match=0, next=self.last_index + 1, is_learner=True)
 
     def propose(self, data: bytes) -> int | None:
         """Leader: append ``data`` to the log and return its index; else None.

@@ -156,6 +156,26 @@ class Sim:
             self._check_chain(snap.index, self.apps[i].chain)
         self.process(i)
 
+    def join(self, i: int, group: int = 0) -> None:
+        """Start a new node i as a learner of the running cluster: a fresh
+        store and a ``Raft`` with the voters and ``learners`` including
+        itself (and this Sim restarts any node with that membership, as a
+        driver that keeps it in its state machine would). Nobody replicates
+        to it until ``add_learner(i)`` is called on them."""
+        assert i not in self.ids
+        self.ids.append(i)
+        self.learners.append(i)
+        self.group[i] = group
+        self.stores[i] = RaftStore(self.store_dir / f"n{i}") if self.store_dir is not None else MemStore()
+        self.nodes[i] = None
+        self.start(i)
+
+    def add_learner_everywhere(self, i: int) -> None:
+        for j in self.alive():
+            self.node(j).add_learner(i)
+            self.process(j)
+            self.check([j])
+
     def crash(self, i: int) -> None:
         self.nodes[i] = None
         self.crashes += 1
@@ -496,7 +516,9 @@ class Sim:
         return used
 
 
-def run_random(seed: int, steps: int, tmp_path: Path | None = None) -> Sim:
+def run_random(seed: int, steps: int, tmp_path: Path | None = None, join: bool = False) -> Sim:
+    """``join``: a new node starts as a learner a third of the way in, and the
+    nodes learn of it (``add_learner``) one at a time at random later steps."""
     rng = random.Random(seed)
     voters, learners = rng.choice([([1, 2, 3], []), ([1, 2, 3, 4, 5], []), ([1, 2, 3], [4]),
                                    ([1, 2, 3, 4, 5], [6]), ([1], [2])])
@@ -506,8 +528,23 @@ def run_random(seed: int, steps: int, tmp_path: Path | None = None) -> Sim:
               max_append_entries=rng.choice([1, 4, 64]),
               drop=rng.choice([0.0, 0.05, 0.2]), dup=rng.choice([0.0, 0.05]),
               fifo=rng.choice([1.0, 0.7]))
-    for _ in range(steps):
+    joiner = max(sim.ids) + 1
+    untold: list[int] = []
+    for step in range(steps):
+        if join and step == steps // 3:
+            sim.join(joiner)
+            untold = [i for i in sim.ids if i != joiner]
+        if untold and rng.random() < 0.01:
+            i = untold.pop(rng.randrange(len(untold)))
+            if sim.nodes[i] is not None:  # a restarted node got it from its constructor
+                sim.node(i).add_learner(joiner)
+                sim.process(i)
+                sim.check([i])
         sim.random_step()
+    for i in untold:
+        if sim.nodes[i] is not None:
+            sim.node(i).add_learner(joiner)
+            sim.process(i)
     sim.check_logs_pairwise()
     # liveness: after healing, a leader and a commit within a bounded time
     used = sim.heal_and_check_liveness(max_ticks=20 * sim.election_ticks)
@@ -521,6 +558,13 @@ def run_random(seed: int, steps: int, tmp_path: Path | None = None) -> Sim:
 @pytest.mark.parametrize("seed", range(30))
 def test_random_faults_keep_raft_safe_and_live(seed):
     run_random(seed, 3000)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_faults_with_a_learner_joining_midway(seed, tmp_path):
+    sim = run_random(2000 + seed, 3000, tmp_path if seed < 2 else None, join=True)
+    joiner = sim.learners[-1]
+    assert sim.apps[joiner].chain == sim.apps[sim.leader().node_id].chain
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -909,6 +953,151 @@ def test_learner_acks_do_not_commit():
     assert lead.commit_index == commit  # but it is not counted
     sim.run(2 * sim.election_ticks + 1)
     assert lead.role == r.FOLLOWER  # check quorum counts voters only
+
+
+def _tap(sim: Sim) -> list[Message]:
+    """Record every message ``sim`` sends from now on."""
+    sent: list[Message] = []
+    orig = sim.send
+
+    def send(m: Message) -> None:
+        sent.append(m)
+        orig(m)
+
+    sim.send = send
+    return sent
+
+
+def test_learner_joins_a_running_cluster_catches_up_and_changes_no_quorum():
+    sim = Sim(43, [1, 2, 3])
+    lead = sim.elect()
+    for k in range(20):
+        sim.propose(b"before-%d" % k)
+        sim.deliver_all()
+    sim.run(2)
+    for i in (1, 2, 3):
+        assert sim.compact(i)
+    assert lead.first_index > 20 and lead.term > 0
+    sent = _tap(sim)
+    sim.join(4)
+    new = sim.node(4)
+    assert (new.term, new.last_index, new.role) == (0, 0, r.FOLLOWER)
+    sim.run(3 * sim.election_ticks)  # nobody replicates to a node it does not know
+    assert new.last_index == 0 and not [m for m in sent if 4 in (m.src, m.dst)]
+    assert 4 not in lead.match_indexes()
+
+    last = lead.last_index
+    sim.add_learner_everywhere(4)
+    assert all(sim.node(i).learners == [4] and sim.node(i).voters == [1, 2, 3] for i in (1, 2, 3))
+    assert lead.match_indexes()[4] == 0
+    assert not [m for m in sent if m.dst == 4]  # it waits for the heartbeat
+    sim.run_until(lambda: sim.apps[4].index == sim.apps[lead.node_id].index, 2 * sim.election_ticks)
+    to4 = [m for m in sent if m.dst == 4]
+    assert (to4[0].kind, to4[0].index, to4[0].term) == (r.APPEND, last, lead.term)  # probe at last + 1
+    assert r.SNAPSHOT in [m.kind for m in to4]  # entries 1..20 are compacted away
+    assert sim.apps[4].chain == sim.apps[lead.node_id].chain  # the same applied entries
+    assert new.term == lead.term and new.leader_id == lead.node_id and new.snapshot is not None
+    sim.commit_everywhere(b"with-learner")
+    assert all(b"with-learner" in sim.apps[i].data for i in sim.ids)
+    assert lead.match_indexes()[4] == lead.last_index
+
+    # the learner cut off: the voters commit without it; it never campaigns
+    sim.partition([4], [1, 2, 3])
+    sim.commit_everywhere(b"no-learner", among=[1, 2, 3])
+    sim.run(5 * sim.election_ticks)
+    assert new.role == r.FOLLOWER and new.term == lead.term and b"no-learner" not in sim.apps[4].data
+    # the leader and the learner cut off: the other two voters elect and commit
+    old = sim.leader()
+    rest = [i for i in (1, 2, 3) if i != old.node_id]
+    sim.partition([old.node_id, 4], rest)
+    sim.commit_everywhere(b"two-voters", among=rest, max_ticks=10 * sim.election_ticks)
+    assert sim.leader().node_id in rest and old.role == r.FOLLOWER  # learner acks kept no lease
+    # two voters cut off: one voter and the learner commit nothing, elect nobody
+    sim.heal()
+    sim.commit_everywhere(b"healed")
+    lone = sim.leader()
+    a, b = [i for i in (1, 2, 3) if i != lone.node_id]
+    sim.partition([lone.node_id, 4], [a], [b])
+    commits = {i: sim.node(i).commit_index for i in sim.ids}
+    assert lone.propose(b"doomed") is not None
+    sim.process(lone.node_id)
+    sim.run(5 * sim.election_ticks)
+    assert {i: sim.node(i).commit_index for i in sim.ids} == commits
+    assert sim.node(4).last_index == lone.last_index  # the learner holds the entry, to no avail
+    assert all(sim.node(i).role != r.LEADER for i in sim.ids)
+    sim.heal()
+    sim.commit_everywhere(b"end")
+    assert all(m.src != 4 or m.kind in (r.APPEND_RESP, r.SNAPSHOT_RESP) for m in sent)
+    assert len({(sim.apps[i].index, sim.apps[i].chain) for i in sim.ids}) == 1
+    sim.check_logs_pairwise()
+    sim.check_store_matches()
+
+
+def test_add_learner_is_idempotent_and_a_no_op_for_members():
+    node = Raft(1, [1, 2, 3], [4], rng=random.Random(1))
+    node.ready()
+    for i in (1, 2, 3, 4):
+        node.add_learner(i)
+    assert node.voters == [1, 2, 3] and node.learners == [4]
+    node.add_learner(5)
+    node.add_learner(5)
+    assert node.voters == [1, 2, 3] and node.learners == [4, 5] and not node.has_ready()
+
+    sim = Sim(44, [1, 2, 3])
+    lead = sim.elect()
+    sim.commit_everywhere(b"a")
+    before = lead.match_indexes()
+    for i in (1, 2, 3):
+        lead.add_learner(i)
+    assert lead.learners == [] and lead.match_indexes() == before
+    # a non-member's messages are ignored, even of a higher term
+    ack = Message(r.APPEND_RESP, 4, lead.node_id, lead.term, index=lead.last_index)
+    lead.step(Message(r.APPEND_RESP, 4, lead.node_id, lead.term + 5, index=lead.last_index))
+    lead.step(ack)
+    assert lead.role == r.LEADER and 4 not in lead.match_indexes()
+    lead.add_learner(4)
+    lead.step(ack)  # accepted now (a learner: it counts for nothing but its own progress)
+    lead.add_learner(4)
+    assert lead.learners == [4] and lead.match_indexes() == {**before, 4: lead.last_index}
+    assert 4 in lead.peers_heard_within(1)
+
+
+def test_leader_changes_after_add_learner_keep_replicating_to_it():
+    sim = Sim(45, [1, 2, 3])
+    lead = sim.elect()
+    sim.commit_everywhere(b"a")
+    sim.join(4)
+    sim.add_learner_everywhere(4)
+    sim.commit_everywhere(b"b")
+    assert b"b" in sim.apps[4].data
+    # a transfer: the new leader's progress comes from add_learner, not its constructor
+    target = next(i for i in (1, 2, 3) if i != lead.node_id)
+    term = lead.term
+    assert lead.transfer_leadership(target)
+    sim.process(lead.node_id)
+    sim.run(3)
+    new = sim.leader()
+    assert new.node_id == target and new.term > term and 4 in new.match_indexes()
+    # the learner falls behind the new leader's compaction and still catches up
+    sim.partition([4], [1, 2, 3])
+    for k in range(10):
+        sim.commit_everywhere(b"c%d" % k, among=[1, 2, 3])
+    for i in (1, 2, 3):
+        assert sim.compact(i)
+    assert new.first_index > sim.apps[4].index + 1
+    sim.heal()
+    sent = _tap(sim)
+    sim.commit_everywhere(b"d")
+    assert any(m.kind == r.SNAPSHOT and (m.src, m.dst) == (new.node_id, 4) for m in sent)
+    # the leader lost for good: a third leader, elected, replicates to the learner too
+    rest = [i for i in (1, 2, 3) if i != new.node_id]
+    term = new.term
+    sim.partition([new.node_id], rest + [4])
+    sim.commit_everywhere(b"e", among=rest + [4], max_ticks=10 * sim.election_ticks)
+    third = sim.leader()
+    assert third.node_id in rest and third.term > term
+    assert sim.apps[4].chain == sim.apps[third.node_id].chain
+    assert sim.node(4).role == r.FOLLOWER and sim.node(4).leader_id == third.node_id
 
 
 # ---------------------------------------------------------------- snapshots
