@@ -104,7 +104,7 @@ def key_slot(key: bytes) -> int:
 class Placement:
     """Shards, their slot ranges and replica lists, from the node list alone."""
 
-    def __init__(self, nodes: list[Node], my_id: int, replication_factor: int = 0) -> None:
+    def __init__(self, nodes: list[Node], my_id: int, replication_factor: int = 0, *, joining: bool = False) -> None:
         if not nodes:
             raise ClusterConfigError("cluster-nodes is empty")
         if my_id not in {n.id for n in nodes}:
@@ -114,23 +114,41 @@ class Placement:
         rf = replication_factor or min(3, n)
         if not 1 <= rf <= n:
             raise ClusterConfigError(f"replication-factor {rf} needs at least {rf} nodes; cluster-nodes has {n}")
-        self.nodes = nodes
+        self.nodes = list(nodes)
         self.by_id = {node.id: node for node in nodes}
         self.my_id = my_id
         self.replication_factor = rf
         # Replica lists the controller changed (CLUSTER REASSIGN): shard -> node ids.
         self.assigned: dict[int, list[int]] = {}
+        # The shards and their first replicas come from the node list a cluster
+        # starts with, fixed from then on; a node joining a running cluster
+        # has none until the controller's metadata gives them (set_shards).
+        n = len(nodes)
+        self._static = [] if joining else [[nodes[(s + k) % n].id for k in range(rf)] for s in range(n)]
 
     @property
     def shard_count(self) -> int:
-        return len(self.nodes)
+        return len(self._static)
+
+    def set_shards(self, replicas: list[list[int]]) -> None:
+        """A joining node learns the cluster's shards (their replicas) from the metadata."""
+        self._static = [list(r) for r in replicas]
+
+    def add_node(self, node: Node) -> bool:
+        """A node that joined the running cluster; True if it was new here."""
+        if node.id in self.by_id:
+            return False
+        self.nodes.append(node)
+        self.nodes.sort(key=lambda n: n.id)
+        self.by_id[node.id] = node
+        return True
 
     def shard_of_slot(self, slot: int) -> int:
-        return slot * len(self.nodes) // SLOTS
+        return slot * self.shard_count // SLOTS
 
     def slot_range(self, shard: int) -> tuple[int, int]:
         """First and last slot of ``shard`` (inclusive, as CLUSTER SLOTS)."""
-        n = len(self.nodes)
+        n = self.shard_count
         first = -(-shard * SLOTS // n)
         last = -(-(shard + 1) * SLOTS // n) - 1
         return first, last
@@ -141,9 +159,8 @@ class Placement:
         return assigned if assigned is not None else self.static_replicas(shard)
 
     def static_replicas(self, shard: int) -> list[int]:
-        """The replicas the node list alone gives ``shard`` (before any reassignment)."""
-        n = len(self.nodes)
-        return [self.nodes[(shard + k) % n].id for k in range(self.replication_factor)]
+        """The replicas ``shard`` started with (before any reassignment)."""
+        return self._static[shard]
 
     def preferred_leader(self, shard: int) -> int:
         return self.replicas(shard)[0]
@@ -175,8 +192,8 @@ class ClusterState:
 
     def _load(self) -> None:
         data = read_file(self.path)
-        if data is None:
-            return
+        if data is None or self.placement.shard_count == 0:
+            return  # (a joining node: its shards come from the controller's metadata)
         try:
             obj = json.loads(data)
             shards = [(int(a), int(b)) for a, b in obj["shards"]]
@@ -216,6 +233,13 @@ class ClusterState:
         self._save()
         log.info("shard %d (slots %d-%d): leader is now node %d at epoch %d",
                  shard, *self.placement.slot_range(shard), leader, epoch)
+
+    def resize(self, shards: list[tuple[int, int]], isrs: list[set[int]]) -> None:
+        """A joining node takes the cluster's shards from the metadata."""
+        self.shards = list(shards)
+        self.isr = [set(i) for i in isrs]
+        self.version += 1
+        self._save()
 
     def adopt(self, shard: int, leader: int, epoch: int, isr: set[int]) -> bool:
         """The controller's committed (leader, epoch, ISR) of ``shard``. Never

@@ -159,6 +159,10 @@ class ReplicaManager:
         self._shard_cache[key] = found
         return found
 
+    def forget_placement(self) -> None:
+        """The shards changed under the cached key → shard answers (a joining node learned them)."""
+        self._shard_cache.clear()
+
     def leads_shard(self, shard: int) -> bool:
         return self.state.leader(shard) == self.my_id
 

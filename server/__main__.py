@@ -108,9 +108,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if config.cluster_nodes:  # a bad cluster description stops the start before anything is touched
         from cluster.nodes import ClusterConfigError, Placement, parse_cluster_nodes
+        from server.controller import check_controller_config
 
         try:
-            Placement(parse_cluster_nodes(config.cluster_nodes), config.node_id, config.replication_factor)
+            nodes = parse_cluster_nodes(config.cluster_nodes)
+            Placement(nodes, config.node_id, config.replication_factor)
+            check_controller_config(config, [n.id for n in nodes])
         except ClusterConfigError as e:
             print(f"Fatal: cluster configuration: {e}", file=sys.stderr)
             return 1

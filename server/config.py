@@ -272,6 +272,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("replica-fetch-max-bytes", "size", 1024**2, minimum=1024, maximum=I64,
            doc="bytes of batches per partition in one fetch response"),
     # The controller quorum (docs/controller.md).
+    Option("cluster-join", "bool", False, mutable=False,
+           doc="this node joins a running cluster (its cluster-nodes also lists the running nodes; "
+               "controller-nodes must name their voters)"),
     Option("controller-nodes", "string", "", mutable=False,
            doc="node ids voting in the controller quorum, comma separated (empty: every node)"),
     Option("controller-session-timeout-ms", "int", 3000, minimum=1000, maximum=I64,

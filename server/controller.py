@@ -34,7 +34,7 @@ import trio
 from cluster.controller.metadata import ControllerLogic, Metadata, MetadataError
 from cluster.controller.raft import Message, Raft, Snapshot
 from cluster.controller.raft_store import RaftStore
-from cluster.nodes import ClusterConfigError
+from cluster.nodes import ClusterConfigError, Node
 from server.leader_link import LeaderLink
 
 log = logging.getLogger("partita.controller")
@@ -74,6 +74,15 @@ def controller_voters(config: Any, node_ids: list[int]) -> list[int]:
     return voters
 
 
+def check_controller_config(config: Any, node_ids: list[int]) -> list[int]:
+    """The controller voters; ClusterConfigError for a controller setup that cannot work."""
+    voters = controller_voters(config, node_ids)
+    if config.cluster_join and config.node_id in voters:
+        raise ClusterConfigError("cluster-join: a node joining a running cluster is not a controller voter; "
+                                 "set controller-nodes to the running cluster's voters")
+    return voters
+
+
 class Controller:
     def __init__(self, config: Any, replication: Any) -> None:
         self._replaying = True  # applying what was committed before this start
@@ -85,8 +94,13 @@ class Controller:
         self.placement = m.placement
         self.my_id = m.my_id
         node_ids = [n.id for n in self.placement.nodes]
-        self.voters = controller_voters(config, node_ids)
+        self.voters = check_controller_config(config, node_ids)
+        self.joining = bool(config.cluster_join)
         learners = [n for n in node_ids if n not in self.voters]
+        self._outbox: dict[int, list[Message]] = {n: [] for n in node_ids if n != self.my_id}
+        self._outbox_ready: dict[int, trio.Event] = {n: trio.Event() for n in self._outbox}
+        self._nursery: trio.Nursery | None = None
+        self.raft: Raft | None = None
         self.store = RaftStore(Path(config.dir) / "controller")
         hard_state, snapshot, entries = self.store.load()
         self.meta = Metadata()
@@ -111,15 +125,13 @@ class Controller:
 
         config.on_change(apply)
         self.is_leader = False
-        self._outbox: dict[int, list[Message]] = {n: [] for n in node_ids if n != self.my_id}
-        self._outbox_ready: dict[int, trio.Event] = {n: trio.Event() for n in self._outbox}
         self._links: dict[tuple[int, str], LeaderLink] = {}
         self._isr_sent: dict[int, tuple[int, frozenset, int]] = {}  # shard -> (version, isr, at ms)
         self._applied_event = trio.Event()
         self._topic_nonces: dict[Any, None] = {}  # recently applied topic records (ordered set)
         self._lease_from_ms: int | None = None  # see lease_ok
-        self._nursery: trio.Nursery | None = None
         self.counts = {"elections_won": 0, "applied": 0, "proposed": 0}
+        self._sync_members()  # nodes that joined, from the snapshot
         self._drain()  # committed records persisted before a restart are applied before serving
         self._replaying = False
 
@@ -137,9 +149,33 @@ class Controller:
         self.applied_term = snapshot.term
         self._sync_all()
 
+    def _sync_members(self) -> None:
+        """Nodes that joined the running cluster (``join`` records): their
+        addresses, Raft learner membership, a sender task each."""
+        for node, nm in self.meta.nodes.items():
+            if nm.address and node != self.my_id:
+                host, _, port = nm.address.rpartition(":")
+                if self.placement.add_node(Node(node, host, int(port))):
+                    log.info("node %d (%s) is part of the cluster", node, nm.address)
+            if self.raft is not None and node not in self.voters:
+                self.raft.add_learner(node)
+            if node != self.my_id and node not in self._outbox:
+                self._outbox[node] = []
+                self._outbox_ready[node] = trio.Event()
+                if self._nursery is not None:
+                    self._nursery.start_soon(self._sender, node)
+
     def _sync_all(self) -> None:
         if not self.meta.initialized:
             return
+        self._sync_members()
+        if self.placement.shard_count == 0 and self.meta.shards:
+            # A joining node: the cluster's shards, as the metadata has them.
+            self.placement.set_shards([sm.replicas for sm in self.meta.shards])
+            self.state.resize([(sm.leader, sm.epoch) for sm in self.meta.shards],
+                              [set(sm.isr) for sm in self.meta.shards])
+            self.manager.forget_placement()
+            log.info("joined a cluster of %d shards", len(self.meta.shards))
         if len(self.meta.shards) != self.placement.shard_count:
             log.error("the controller's metadata has %d shards, cluster-nodes makes %d: "
                       "ignoring it (cluster-nodes must list the same nodes on every node)",
@@ -192,6 +228,8 @@ class Controller:
                 self.state.fenced = {n for n, nm in self.meta.nodes.items() if nm.fenced}
             elif kind == "topic":
                 self._apply_topic(*what)
+            elif kind == "join":
+                self._sync_members()
 
     def _apply_topic(self, name: bytes, blob: bytes | None, topic_id: str, origin: int, nonce: Any) -> None:
         """A committed topic change. The node that made it has it already (or
@@ -492,6 +530,39 @@ class Controller:
                 nursery.start_soon(self._sender, peer)
             nursery.start_soon(self._ticker)
             nursery.start_soon(self._beater)
+            if self.joining:
+                nursery.start_soon(self._join)
+
+    async def _join(self) -> None:
+        """Ask the running cluster to take this node in (``CTRLJOIN``, to any
+        node of cluster-nodes), until the metadata applied here has it."""
+        me = self.placement.by_id[self.my_id]
+        while self.my_id not in self.meta.nodes:
+            for node in list(self.placement.nodes):
+                if node.id == self.my_id or self.my_id in self.meta.nodes:
+                    continue
+                try:
+                    reply = await self._link(node.id, "join").call(
+                        [b"CTRLJOIN", b"%d" % self.my_id, me.host.encode(), b"%d" % me.port])
+                except ConnectionError:
+                    continue
+                if isinstance(reply, Exception):
+                    log.warning("node %d refused this node's join: %s", node.id, reply)
+                else:
+                    break
+            await trio.sleep(1.0)
+        log.info("this node is part of the cluster (node %d)", self.my_id)
+
+    async def admit(self, node: int, host: str, port: int) -> None:
+        """``CTRLJOIN`` here: commit the node's join through the controller."""
+        known = self.meta.nodes.get(node)
+        if known is not None:
+            if not known.address:
+                raise ValueError(f"node {node} is one of the nodes the cluster started with")
+            if known.address != f"{host}:{port}":
+                raise ValueError(f"node {node} already joined as {known.address}")
+            return
+        await self.propose(Metadata.join_record(node, host, port))
 
     def info_lines(self) -> list[str]:
         raft = self.raft

@@ -48,7 +48,7 @@ def build(config: Any, topics: Any) -> "Replication | None":
     if not config.cluster_nodes:
         return None
     nodes = parse_cluster_nodes(config.cluster_nodes)
-    placement = Placement(nodes, config.node_id, config.replication_factor)
+    placement = Placement(nodes, config.node_id, config.replication_factor, joining=bool(config.cluster_join))
     state = ClusterState(placement, Path(config.dir))
     settings = Settings(lag_max_ms=config.replica_lag_time_max_ms,
                         fetch_wait_ms=config.replica_fetch_wait_max_ms,
@@ -120,6 +120,8 @@ class Replication:
         except Exception:  # noqa: BLE001 - malformed: the handler answers it
             return None
         manager = self.manager
+        if indexes and manager.placement.shard_count == 0:
+            return CommandError("CLUSTERDOWN", "this node is joining the cluster and holds no slots yet")
         topics = self.topics
         admin = spec.name.startswith("topic|")  # TOPIC ... runs where the topic name's slot is led
         for i in indexes:
@@ -155,6 +157,8 @@ class Replication:
         return None
 
     def _leads_key(self, key: bytes) -> bool:
+        if self.manager.placement.shard_count == 0:
+            return False
         try:
             self.manager.check_key(key)
         except NotLeaderError:

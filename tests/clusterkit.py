@@ -106,6 +106,24 @@ class Cluster:
                     raise AssertionError(f"node on port {node.port} not ready: controller not elected?")
                 time.sleep(0.05)
 
+    def join_node(self, tmp_path, extra: list[str] | None = None) -> PartitaProcess:
+        """Start one more node that joins this running cluster (``cluster-join``)."""
+        voters = ",".join(str(i + 1) for i in range(len(self.nodes)))
+        port = listen_ports(1)[0]
+        spec = ",".join([f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(self.ports)]
+                        + [f"{len(self.nodes) + 1}@127.0.0.1:{port}"])
+        node = PartitaProcess(tmp_path / f"node{len(self.nodes) + 1}", [
+            "--node-id", str(len(self.nodes) + 1), "--cluster-nodes", spec, "--cluster-join", "yes",
+            "--controller-nodes", voters, "--replica-lag-time-max-ms", str(LAG_MS),
+            "--replica-fetch-wait-max-ms", "100", *(extra or [])])
+        node.port = port
+        self.nodes.append(node)
+        self.ports.append(port)
+        self._owner[port] = len(self.nodes) - 1
+        node.start()
+        self.wait_ready()
+        return node
+
     def stop(self) -> None:
         for node in self.nodes:
             if node.proc is not None and node.proc.poll() is None:

@@ -58,6 +58,7 @@ class ShardMeta:
 class NodeMeta:
     incarnation: str = ""  # "" until the node first registers
     fenced: bool = False
+    address: str = ""  # host:port of a node that joined the running cluster ("" for the first ones)
 
 
 @dataclass
@@ -77,6 +78,12 @@ class Metadata:
         return _dump({"t": "init", "nodes": nodes,
                       "shards": [{"replicas": r, "leader": leader, "epoch": epoch, "isr": sorted(r)}
                                  for r, leader, epoch in shards]})
+
+    @staticmethod
+    def join_record(node: int, host: str, port: int) -> bytes:
+        """A node not in the cluster's first node list joins it (as a Raft
+        learner, holding no shard until CLUSTER REASSIGN gives it some)."""
+        return _dump({"t": "join", "node": node, "host": host, "port": port})
 
     @staticmethod
     def node_record(node: int, incarnation: str, fenced: bool) -> bytes:
@@ -120,7 +127,7 @@ class Metadata:
             raise ValueError(f"not a metadata record ({e})") from None
         fields = {"init": ("nodes", "shards"), "node": ("node", "inc", "fenced"),
                   "shard": ("s", "expect", "leader", "epoch", "isr"),
-                  "topic": ("name", "blob", "id", "origin", "nonce")}
+                  "topic": ("name", "blob", "id", "origin", "nonce"), "join": ("node", "host", "port")}
         if not isinstance(rec, dict) or rec.get("t") not in fields:
             raise ValueError("not a metadata record (unknown kind)")
         missing = [f for f in fields[rec["t"]] if f not in rec]
@@ -147,6 +154,8 @@ class Metadata:
                 return self._apply_shard(rec)
             if kind == "topic":
                 return self._apply_topic(rec)
+            if kind == "join":
+                return self._apply_join(rec)
         except (KeyError, TypeError, ValueError, IndexError):
             return []
         return []
@@ -160,11 +169,18 @@ class Metadata:
         self.initialized = True
         return [("init", 0)]
 
+    def _apply_join(self, rec: dict) -> list[tuple[str, Any]]:
+        node, host, port = int(rec["node"]), str(rec["host"]), int(rec["port"])
+        if node < 1 or not host or not 0 < port < 65536 or node in self.nodes or not self.initialized:
+            return []
+        self.nodes[node] = NodeMeta(address=f"{host}:{port}")
+        return [("join", node)]
+
     def _apply_node(self, rec: dict) -> list[tuple[str, int]]:
         node = int(rec["node"])
         if node not in self.nodes:
             return []
-        meta = NodeMeta(str(rec["inc"]), bool(rec["fenced"]))
+        meta = NodeMeta(str(rec["inc"]), bool(rec["fenced"]), self.nodes[node].address)
         old = self.nodes[node]
         if meta == old:
             return []
@@ -228,7 +244,7 @@ class Metadata:
     def encode(self) -> bytes:
         return _dump({"v": 1, "initialized": self.initialized,
                       "shards": [s.as_json() for s in self.shards],
-                      "nodes": {str(n): [m.incarnation, m.fenced] for n, m in self.nodes.items()},
+                      "nodes": {str(n): [m.incarnation, m.fenced, m.address] for n, m in self.nodes.items()},
                       "topics": [[t.decode("latin-1"), b.decode("latin-1"), i, o]
                                  for t, (b, i, o) in sorted(self.topics.items())]})
 
@@ -240,7 +256,8 @@ class Metadata:
             obj = json.loads(data)
             return cls([ShardMeta(list(s["replicas"]), int(s["leader"]), int(s["epoch"]), list(s["isr"]),
                                   int(s["version"]), s.get("target")) for s in obj["shards"]],
-                       {int(n): NodeMeta(str(v[0]), bool(v[1])) for n, v in obj["nodes"].items()},
+                       {int(n): NodeMeta(str(v[0]), bool(v[1]), str(v[2]) if len(v) > 2 else "")
+                        for n, v in obj["nodes"].items()},
                        bool(obj["initialized"]),
                        {str(t).encode("latin-1"): (str(b).encode("latin-1"), str(i), int(o))
                         for t, b, i, o in obj.get("topics", [])})

@@ -402,6 +402,24 @@ def ctrlpropose(ctx, argv):
     return OK
 
 
+@command("ctrljoin", arity=4, flags="admin stale", group="cluster", since="7.0.0",
+         acl_categories=("admin", "slow", "dangerous"),
+         summary="Internal: a node started with cluster-join asks to be taken into the cluster.",
+         syntax="CTRLJOIN node host port", waits=True)
+async def ctrljoin(ctx, argv):
+    """CTRLJOIN node host port"""
+    controller = _controller(ctx)
+    with _Malformed("CTRLJOIN"):
+        node, host, port = int(argv[1]), argv[2].decode(), int(argv[3])
+        if node < 1 or not host or not 0 < port < 65536:
+            raise ValueError("expected a node id >= 1, a host and a port")
+    try:
+        await controller.admit(node, host, port)
+    except (NotReady, ValueError) as e:
+        raise err(f"join of node {node} not committed: {e}") from None
+    return OK
+
+
 @command("ctrlmove", arity=2, flags="admin stale fast", group="cluster", since="7.0.0",
          acl_categories=("admin", "fast", "dangerous"),
          summary="Internal: the controller asks this node to take back a shard it prefers to lead.",

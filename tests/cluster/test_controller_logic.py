@@ -194,3 +194,20 @@ def test_a_reassignment_waits_for_the_new_replicas_then_moves_leadership_then_sh
     # A record naming a node that does not exist, or an ISR outside the replicas, does not apply.
     assert meta.apply(Metadata.shard_record(0, s0.version, 3, 2, {2, 3}, replicas=[3, 9])) == []
     assert meta.apply(Metadata.shard_record(0, s0.version, 3, 2, {1, 3}, replicas=[3, 2])) == []
+
+
+def test_a_joining_node_is_recorded_once_with_its_address_and_then_heartbeats_like_the_others():
+    assert Metadata().apply(Metadata.join_record(4, "h", 7004)) == []  # not before the first record
+    logic = controller()
+    meta = logic.meta
+    assert meta.apply(Metadata.join_record(4, "h", 7004)) == [("join", 4)]
+    assert meta.apply(Metadata.join_record(4, "other", 1)) == []
+    assert meta.apply(Metadata.join_record(2, "h", 7002)) == []  # one of the first nodes
+    assert meta.nodes[4].address == "h:7004"
+    assert Metadata.decode(meta.encode()).nodes[4].address == "h:7004"
+    beat_all(logic, 100, nodes=(1, 2, 3, 4))
+    run(logic, 100)
+    assert meta.nodes[4].incarnation == "a4" and meta.nodes[4].address == "h:7004"
+    beat_all(logic, 3200, nodes=(1, 2, 3))
+    run(logic, 3200)
+    assert meta.nodes[4].fenced and not meta.nodes[1].fenced

@@ -183,3 +183,36 @@ def test_cluster_reassign_moves_a_shard_to_other_replicas_with_its_data(tmp_path
     finally:
         cluster.stop()
     assert not cluster.unexpected_log_lines(), cluster.unexpected_log_lines()[:5]
+
+
+def test_a_new_node_joins_the_running_cluster_and_takes_a_shard(tmp_path):
+    cluster = Cluster(tmp_path, extra=["--replication-factor", "2", "--controller-session-timeout-ms", "1500"])
+    try:
+        n1, n2, n3 = cluster.nodes
+        key = _key_led_by(cluster, n1)
+        acked = [n1.client().xadd(key, {"n": i}) for i in range(200)]
+        n4 = cluster.join_node(tmp_path, extra=["--replication-factor", "2",
+                                                "--controller-session-timeout-ms", "1500"])
+        # Every node knows it; it holds no slot yet.
+        _eventually(lambda: all(len(n.client().execute_command("CLUSTER", "NODES").decode().splitlines()) == 4
+                                for n in cluster.nodes), what="four nodes everywhere")
+        assert _info(n4)["controller_role"] == "follower"
+        assert all(n4.port != e[2][1] for e in n4.client().execute_command("CLUSTER", "SLOTS"))
+        slot = n1.client().execute_command("CLUSTER", "KEYSLOT", key)
+        assert n1.client().execute_command("CLUSTER", "REASSIGN", slot, 4, 1) == b"OK"
+        _eventually(lambda: cluster.leader_of(key) is n4, timeout_s=30, what="node 4 leading")
+        assert [entry_id for entry_id, _ in n4.client().xrange(key)] == acked
+        acked.append(n4.client().xadd(key, {"n": "on node 4"}))
+        # A restarted node of the first three still knows node 4 (from the metadata log).
+        assert n2.terminate() == 0
+        n2.start()
+        cluster.wait_ready()
+        assert f":{n4.port}@0" in n2.client().execute_command("CLUSTER", "NODES").decode()
+        # Node 4 dies: node 1, in sync, takes the shard over.
+        n4.kill9()
+        _eventually(lambda: cluster.leader_of(key) is n1, timeout_s=20, what="node 1 leading again")
+        _eventually(lambda: [entry_id for entry_id, _ in n1.client().xrange(key)] == acked,
+                    what="every acknowledged entry on node 1")
+    finally:
+        cluster.stop()
+    assert not cluster.unexpected_log_lines(), cluster.unexpected_log_lines()[:5]

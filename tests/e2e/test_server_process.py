@@ -266,6 +266,10 @@ def test_fsync_always_group_commits_concurrent_writers(partita_factory):
     (["--cluster-nodes", "1@127.0.0.1", "--node-id", "1"], "is not <node-id>@<host>:<port>"),
     (["--cluster-nodes", "1@127.0.0.1:7001", "--node-id", "1", "--replication-factor", "2"],
      "replication-factor 2 needs at least 2 nodes"),
+    (["--cluster-nodes", "1@127.0.0.1:7001,2@127.0.0.1:7002", "--node-id", "1", "--controller-nodes", "1,5"],
+     "node(s) 5 not in cluster-nodes"),
+    (["--cluster-nodes", "1@127.0.0.1:7001,2@127.0.0.1:7002", "--node-id", "2", "--cluster-join", "yes"],
+     "a node joining a running cluster is not a controller voter"),
 ])
 def test_bad_cluster_configuration_exits_1_and_writes_nothing(tmp_path, args, why):
     data = tmp_path / "data"
