@@ -436,7 +436,7 @@ class Replication:
         except (NotReady, RuntimeError) as e:
             if ends is not None:
                 await self._resume(link, shard, epoch)
-            raise FailoverError(f"failover of slots {first}-{last} not committed: {e}") from None
+            raise FailoverError(f"failover of slots {first}-{last} not committed: {str(e) or type(e).__name__}") from None
 
     def move_in_background(self, shard: int) -> None:
         """Take ``shard`` (the controller asks a preferred leader back in sync)."""
