@@ -45,7 +45,9 @@ HEARTBEAT_TICKS = 2
 LEASE_TICKS = 3  # a controller counts voters that answered this recently for its own lease
 BEAT_S = 0.25  # this node's heartbeat to the elected controller
 LINK_TIMEOUT_S = 1.0
-COMPACT_EVERY = 1000  # applied records between metadata snapshots
+# Applied records between metadata snapshots (tests lower it to reach the
+# snapshot paths quickly: PARTITA_CONTROLLER_COMPACT_EVERY).
+COMPACT_EVERY = int(os.environ.get("PARTITA_CONTROLLER_COMPACT_EVERY", "1000"))
 ISR_RETRY_MS = 1000
 
 
@@ -101,6 +103,13 @@ class Controller:
         self._outbox_ready: dict[int, trio.Event] = {n: trio.Event() for n in self._outbox}
         self._nursery: trio.Nursery | None = None
         self.raft: Raft | None = None
+        self.is_leader = False
+        self._links: dict[tuple[int, str], LeaderLink] = {}
+        self._isr_sent: dict[int, tuple[int, frozenset, int]] = {}  # shard -> (version, isr, at ms)
+        self._applied_event = trio.Event()
+        self._topic_nonces: dict[Any, None] = {}  # recently applied topic records (ordered set)
+        self._lease_from_ms: int | None = None  # see lease_ok
+        self.counts = {"elections_won": 0, "applied": 0, "proposed": 0}
         self.store = RaftStore(Path(config.dir) / "controller")
         hard_state, snapshot, entries = self.store.load()
         self.meta = Metadata()
@@ -124,13 +133,6 @@ class Controller:
                 self.logic.rebalance_delay_ms = value
 
         config.on_change(apply)
-        self.is_leader = False
-        self._links: dict[tuple[int, str], LeaderLink] = {}
-        self._isr_sent: dict[int, tuple[int, frozenset, int]] = {}  # shard -> (version, isr, at ms)
-        self._applied_event = trio.Event()
-        self._topic_nonces: dict[Any, None] = {}  # recently applied topic records (ordered set)
-        self._lease_from_ms: int | None = None  # see lease_ok
-        self.counts = {"elections_won": 0, "applied": 0, "proposed": 0}
         self._sync_members()  # nodes that joined, from the snapshot
         self._drain()  # committed records persisted before a restart are applied before serving
         self._replaying = False
@@ -148,6 +150,10 @@ class Controller:
         self.applied = self.snapshot_index = snapshot.index
         self.applied_term = snapshot.term
         self._sync_all()
+        # Topic records compacted into the snapshot (this node was behind by
+        # more than the leader kept): apply the topics as they stand.
+        for name, (blob, topic_id, origin) in sorted(self.meta.topics.items()):
+            self._apply_topic(name, blob, topic_id, origin, None)
 
     def _sync_members(self) -> None:
         """Nodes that joined the running cluster (``join`` records): their

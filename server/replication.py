@@ -32,6 +32,7 @@ from server.leader_link import LeaderLink
 log = logging.getLogger("partita.replication")
 TICK_S = 0.1
 FAILOVER_TIMEOUT_S = 10.0
+TOPICS_CHANGED = b"\x00partita:topics"  # signalled when a topic is created, altered or deleted here
 PAUSE_MS = 15000
 
 
@@ -330,6 +331,11 @@ class Replication:
         topic_id = self.topics.topic_id(topic) or self.topics.deleted_ids.pop(topic, "")
         self._topic_news.append(Metadata.topic_record(topic, blob, topic_id, self.manager.my_id))
         self._topic_news_ready.set()
+        if self.server is not None:
+            # Followers' long-polling fetches wake and discover it now, not
+            # after replica-fetch-wait-max-ms: a first acks=all XADD to a new
+            # stream waits for them.
+            self.server.signal_key_modified(TOPICS_CHANGED)
 
     def _reconcile_topics(self) -> None:
         """Topics whose name's slot this node leads but whose metadata record

@@ -28,7 +28,7 @@ from server.args import parse_int
 from server.errors import CommandError, err
 from server.registry import command, container
 from server.controller import NotReady
-from server.replication import FailoverError
+from server.replication import TOPICS_CHANGED, FailoverError
 from server.reply import OK, Map, Simple, Verbatim
 
 DISABLED = err("This instance has cluster support disabled")
@@ -311,7 +311,7 @@ async def replfetch(ctx, argv):
     wait_s = min(parse_int(argv[3]), 60000) / 1000
     deadline = trio.current_time() + wait_s
     body = argv[6:]
-    keys = []
+    keys = [TOPICS_CHANGED]  # a new topic: discovered at once
     for i in range(0, len(body) - 6, 7):
         topic, n = body[i], body[i + 1]
         keys += [topic, topic + b"#" + n]

@@ -11,6 +11,7 @@ import time
 import pytest
 import redis
 
+from storage.log_manager import encode_topic
 from tests.clusterkit import Cluster, partition_lines
 
 
@@ -213,6 +214,39 @@ def test_a_new_node_joins_the_running_cluster_and_takes_a_shard(tmp_path):
         _eventually(lambda: cluster.leader_of(key) is n1, timeout_s=20, what="node 1 leading again")
         _eventually(lambda: [entry_id for entry_id, _ in n1.client().xrange(key)] == acked,
                     what="every acknowledged entry on node 1")
+    finally:
+        cluster.stop()
+    assert not cluster.unexpected_log_lines(), cluster.unexpected_log_lines()[:5]
+
+
+def test_the_metadata_log_is_compacted_and_a_node_behind_it_catches_up_from_a_snapshot(tmp_path, monkeypatch):
+    monkeypatch.setenv("PARTITA_CONTROLLER_COMPACT_EVERY", "20")
+    # Two replicas per shard: node 3 does not replicate one shard, so it can
+    # learn that shard's topics only from the metadata, not from a leader's fetch.
+    cluster = Cluster(tmp_path, extra=["--controller-session-timeout-ms", "1500", "--replication-factor", "2"])
+    try:
+        n1, n2, n3 = cluster.nodes
+        assert n3.terminate() == 0
+        # More records than the log keeps while node 3 is away: topics, and
+        # their partitions' ISR changes (node 3 is fenced and out of every ISR).
+        names = [f"snap{i}" for i in range(30)]
+        for name in names:
+            owner = _eventually(lambda name=name: cluster.leader_of(name.encode()) if cluster.leader_of(
+                name.encode()) is not n3 else None, what=f"a live leader for {name}")
+            assert owner.client().execute_command("TOPIC", "CREATE", name) == b"OK"
+        _eventually(lambda: all(sorted(p.name for p in (n.data_dir / "controller").iterdir()) ==
+                                ["raft.log", "raft.snapshot"] for n in (n1, n2)), what="snapshots on nodes 1 and 2")
+        applied = int(_info(n1)["controller_applied"])
+        n3.start()
+        cluster.wait_ready()
+        assert int(_info(n3)["controller_applied"]) >= applied
+        # Node 3 has every topic, also the ones whose records it only got in the snapshot.
+        on_disk = {p.name for p in (n3.data_dir / "topics").iterdir()}
+        assert {encode_topic(name.encode()) for name in names} <= on_disk
+        assert n3.terminate() == 0  # and restarts from its own snapshot
+        n3.start()
+        cluster.wait_ready()
+        assert _info(n3)["controller_metadata"] == "ready"
     finally:
         cluster.stop()
     assert not cluster.unexpected_log_lines(), cluster.unexpected_log_lines()[:5]
