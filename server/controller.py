@@ -109,6 +109,7 @@ class Controller:
         self._applied_event = trio.Event()
         self._topic_nonces: dict[Any, None] = {}  # recently applied topic records (ordered set)
         self._lease_from_ms: int | None = None  # see lease_ok
+        self.lease_expiry_s = 0.0  # time.monotonic() seconds
         self.counts = {"elections_won": 0, "applied": 0, "proposed": 0}
         self.store = RaftStore(Path(config.dir) / "controller")
         hard_state, snapshot, entries = self.store.load()
@@ -129,6 +130,7 @@ class Controller:
         def apply(name: str, value: Any) -> None:  # CONFIG SET reaches the running controller
             if name == "controller-session-timeout-ms":
                 self.logic.session_timeout_ms = value
+                self._set_lease_expiry()
             elif name == "leader-rebalance-delay-ms":
                 self.logic.rebalance_delay_ms = value
 
@@ -351,7 +353,7 @@ class Controller:
                         # A majority answered within the last LEASE_TICKS ticks
                         # (heartbeats go out every HEARTBEAT_TICKS).
                         since = now if len(self.voters) == 1 else now - int(LEASE_TICKS * TICK_S * 1000)
-                        self._lease_from_ms = max(self._lease_from_ms or 0, since)
+                        self._renew_lease(since)
                     records, moves = self.logic.decide(_now_ms())
                     if not self.meta.initialized and self.raft.commit_index >= self.raft.last_index:
                         records.insert(0, self._init_record())
@@ -385,7 +387,7 @@ class Controller:
             except ConnectionError:
                 continue
             if not isinstance(reply, Exception):
-                self._lease_from_ms = max(self._lease_from_ms or sent, sent)
+                self._renew_lease(sent)
 
     def lease_ok(self) -> bool:
         """Whether this node may still act as the leader of its shards: it
@@ -396,8 +398,17 @@ class Controller:
         it last received one, so a node cut off stops serving before another
         node can be elected in its place: an isolated leader never serves a
         stale read or takes a write the new leader will not have."""
+        return time.monotonic() < self.lease_expiry_s
+
+    def _renew_lease(self, from_ms: int) -> None:
+        self._lease_from_ms = max(self._lease_from_ms or from_ms, from_ms)
+        self._set_lease_expiry()
+
+    def _set_lease_expiry(self) -> None:
+        # Kept as one number so the check on every command is a clock read
+        # and a comparison (Replication.route).
         lease = self._lease_from_ms
-        return lease is not None and _now_ms() - lease < self.logic.session_timeout_ms * 0.8
+        self.lease_expiry_s = (lease + self.logic.session_timeout_ms * 0.8) / 1000 if lease is not None else 0.0
 
     def beat(self, node: int, incarnation: str) -> bool:
         """``CTRLBEAT`` from a node; False when this node is not the controller."""
