@@ -3,6 +3,7 @@
 - ``compare``: Partita beside redis-server, every workload (bench/compare.py).
 - ``storage``: the partition log on its own (bench/storage_bench.py).
 - ``replication``: a 3-node cluster, acks=all and acks=1, beside one node (bench/replication_bench.py).
+- ``failover``: how long a shard is unavailable after its leader's kill -9 (bench/failover_bench.py).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import importlib
 import sys
 
 BENCHES = {"compare": "bench.compare", "storage": "bench.storage_bench",
-           "replication": "bench.replication_bench"}
+           "replication": "bench.replication_bench", "failover": "bench.failover_bench"}
 
 
 def main() -> int:

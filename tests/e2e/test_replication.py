@@ -261,12 +261,21 @@ def test_the_whole_cluster_restarts_with_its_data(cluster):
         assert node.terminate() == 0
     for node in cluster.nodes:
         node.start()
-    cluster.wait_ready()  # a controller elected, leases live
+    # A controller elected and leases live; every node registered with a new
+    # incarnation, which may move leaderships (docs/controller.md): settled.
+    cluster.wait_settled()
     for key in keys:
-        leader = cluster.leader_of(key)
-        assert leader.client().xlen(key) == 20
-        assert len(leader.client().xrange(key)) == 20  # readable at once: the HW was checkpointed
-        assert leader.client().xpending(key, "g")["pending"] == 5
+        deadline = time.monotonic() + 20
+        while True:
+            leader = cluster.leader_of(key)
+            try:
+                assert leader.client().xlen(key) == 20
+                assert len(leader.client().xrange(key)) == 20  # readable at once: the HW was checkpointed
+                assert leader.client().xpending(key, "g")["pending"] == 5
+                break
+            except (redis.exceptions.MovedError, redis.exceptions.TryAgainError):
+                assert time.monotonic() < deadline  # leadership still moving
+                time.sleep(0.2)
 
 
 def test_forced_failover_after_a_leader_dies_and_the_old_leader_rejoins(cluster):
