@@ -3,10 +3,13 @@
 Owns: building the ``cluster.replica_manager.ReplicaManager`` from the
 config (``node-id``, ``cluster-nodes`` ...), the background tasks (one
 fetcher per leader this node follows, restarted when the cluster view
-changes; the ISR/high-watermark tick), ``route`` (``-MOVED`` for keys led
-elsewhere, the dispatcher calls it in cluster mode only), the acks=all wait
-a connection does before sending an XADD's reply, ``WAIT``'s count, and
-waking blocked readers when a high watermark moves.
+changes; the ISR/high-watermark tick; the controller, server/controller.py),
+``route`` (``-MOVED`` for keys led elsewhere, ``-TRYAGAIN`` once the
+controller lease lapsed; the dispatcher calls it in cluster mode only), the
+acks=all wait a connection does before sending an XADD's or a group write's
+reply, ``WAIT``'s count, waking blocked readers when a high watermark moves,
+handing topic changes to the controller, and the coordinated leadership move
+(``take_shard``: CLUSTER FAILOVER, preferred leaders, reassignment).
 
 Must not know: RESP bytes, sockets (``server/leader_link.py`` is the link),
 the replication rules themselves (cluster/replication.py).
