@@ -44,6 +44,16 @@ def fsync_dir(path: Path) -> None:
         raise_storage_error(f"fsync directory {path}", exc)
 
 
+def write_all(fd: int, data: bytes, *, sync: bool = True) -> None:
+    """Write all of ``data`` at ``fd``'s position (``os.write`` may write less), then fsync."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+    if sync:
+        os.fsync(fd)
+
+
 def write_atomic(path: Path, data: bytes, *, sync: bool = True) -> None:
     """Replace ``path`` with ``data`` atomically (tmp + fsync + rename + dir fsync).
 
@@ -54,12 +64,7 @@ def write_atomic(path: Path, data: bytes, *, sync: bool = True) -> None:
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            view = memoryview(data)
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
-            if sync:
-                os.fsync(fd)
+            write_all(fd, data, sync=sync)
         finally:
             os.close(fd)
         os.replace(tmp, path)

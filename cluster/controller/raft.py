@@ -143,6 +143,17 @@ _ENTRY = struct.Struct("<QQI")  # term, index, len(data); then data
 _SNAP = struct.Struct("<QQI")  # index, term, len(data); then data
 
 
+def _take(view: memoryview, pos: int, head: struct.Struct, what: str) -> tuple[tuple[int, int], bytes, int]:
+    """One ``head`` (two numbers and a length) and the data after it: ``(numbers, data, next pos)``."""
+    if pos + head.size > len(view):
+        raise ValueError(f"raft message: truncated {what}")
+    a, b, n = head.unpack_from(view, pos)
+    pos += head.size
+    if pos + n > len(view):
+        raise ValueError(f"raft message: truncated {what} data")
+    return (a, b), bytes(view[pos:pos + n]), pos + n
+
+
 @dataclass
 class Message:
     """One Raft message. Fields a kind does not use stay at their defaults.
@@ -219,26 +230,14 @@ class Message:
             pos = _HEAD.size
             entries = []
             for k in range(n_entries):
-                if pos + _ENTRY.size > len(view):
-                    raise ValueError("raft message: truncated entry")
-                e_term, e_index, n = _ENTRY.unpack_from(view, pos)
-                pos += _ENTRY.size
-                if pos + n > len(view):
-                    raise ValueError("raft message: truncated entry data")
+                (e_term, e_index), data, pos = _take(view, pos, _ENTRY, "entry")
                 if e_index != index + 1 + k or e_term > term or (entries and e_term < entries[-1].term):
                     raise ValueError("raft message: entries out of order")
-                entries.append(Entry(e_term, e_index, bytes(view[pos:pos + n])))
-                pos += n
+                entries.append(Entry(e_term, e_index, data))
             snapshot = None
             if flags & _FLAG_SNAPSHOT:
-                if pos + _SNAP.size > len(view):
-                    raise ValueError("raft message: truncated snapshot")
-                s_index, s_term, n = _SNAP.unpack_from(view, pos)
-                pos += _SNAP.size
-                if pos + n > len(view):
-                    raise ValueError("raft message: truncated snapshot data")
-                snapshot = Snapshot(s_index, s_term, bytes(view[pos:pos + n]))
-                pos += n
+                (s_index, s_term), data, pos = _take(view, pos, _SNAP, "snapshot")
+                snapshot = Snapshot(s_index, s_term, data)
             if (kind == SNAPSHOT) != (snapshot is not None):
                 raise ValueError("raft message: snapshot only and always in SNAPSHOT")
             if pos != len(view):

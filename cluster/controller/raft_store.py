@@ -52,7 +52,7 @@ from pathlib import Path
 from crc32c import crc32c
 
 from cluster.controller.raft import Entry, HardState, Ready, Snapshot
-from storage.checkpoint import fsync_dir, read_file, remove_stale_tmp, write_atomic
+from storage.checkpoint import fsync_dir, read_file, remove_stale_tmp, write_all, write_atomic
 from storage.errors import raise_storage_error
 
 LOG_FILE = "raft.log"
@@ -254,12 +254,7 @@ class RaftStore:
             existed = path.exists()
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             try:
-                view = memoryview(data)
-                while view:
-                    n = os.write(fd, view)
-                    view = view[n:]
-                if self.sync:
-                    os.fsync(fd)
+                write_all(fd, data, sync=self.sync)
             finally:
                 os.close(fd)
         except OSError as exc:
