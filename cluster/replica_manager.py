@@ -10,8 +10,8 @@ discovery (a leader lists the partitions it leads for the asking follower,
 with their ``topic.meta``), and a high-watermark checkpoint per partition.
 
 Leadership is an input: ``ClusterState`` says who leads each shard at which
-epoch; this module acts on it and never decides it (the controller issue
-does). Peers carry their ``ClusterState`` view in every request and reply,
+epoch; this module acts on it and never decides it (the controller's
+committed metadata does, server/controller.py). Peers carry their ``ClusterState`` view in every request and reply,
 and the higher epoch wins, so a manual failover reaches every node that
 talks to any node that knows it.
 

@@ -192,6 +192,9 @@ class Controller:
         self.state.controlled = True
         for s in range(len(self.meta.shards)):
             self._sync_shard(s)
+        self._sync_fenced()
+
+    def _sync_fenced(self) -> None:
         self.state.fenced = {n for n, nm in self.meta.nodes.items() if nm.fenced}
 
     def _sync_shard(self, s: int) -> None:
@@ -233,7 +236,7 @@ class Controller:
             elif kind == "shard":
                 self._sync_shard(what)
             elif kind == "node":
-                self.state.fenced = {n for n, nm in self.meta.nodes.items() if nm.fenced}
+                self._sync_fenced()
             elif kind == "topic":
                 self._apply_topic(*what)
             elif kind == "join":
