@@ -580,6 +580,12 @@ class TopicRegistry:
         self._append_cache[key] = (stream, pkey, self._siblings(key, pkey))
         return stream, pkey
 
+    def known_target(self, key: bytes) -> tuple[Stream, bytes, list[bytes]] | None:
+        """``(stream, partition key, sibling keys)`` for a key that names one
+        existing partition and was written through before (no creation, no
+        partitioner); None otherwise."""
+        return self._append_cache.get(key)
+
     def sibling_keys(self, key: bytes, written_key: bytes) -> list[bytes]:
         """Keys other than ``key`` whose readers must wake after an append to
         partition ``written_key`` through ``key``: the partition key and the

@@ -41,6 +41,7 @@ from server.dispatch import COROUTINE, NO_REPLY, Context, Dispatcher
 from server.durability import DurabilityError
 from server.replication import AcksFailed
 from server.errors import ProtocolError
+from server.registry import RUNS
 from server.reply import encode, encode_into
 from server.resp import QueryBufferLimitError, RequestParser
 
@@ -172,6 +173,7 @@ class Connection:
         wait, recv, send = self._transport()
         appends = ctx.appends
         marks = ctx.deferred_marks
+        xadd_run = self.dispatcher.xadd_run if "xadd" in RUNS else None
         while not self.stopping:
             self.idle = True
             idle_timeout_s = config.timeout
@@ -193,8 +195,23 @@ class Connection:
                 return
             self.idle = False
             stats.total_net_input_bytes += len(data)
-            parser.feed(data)
             out: list = []
+            if data[0] == 42 and xadd_run is not None and parser.at_boundary():
+                # Runs of `XADD key * f v ...` are taken from the bytes as
+                # they are (``Dispatcher.xadd_run``); the rest is parsed.
+                pos = 0
+                while True:
+                    taken = xadd_run(ctx, data, pos)
+                    if taken is None:
+                        break
+                    pos, replies, count, stream, round_ = taken
+                    marks.append((len(out), stream, round_, count))
+                    out.append(replies)
+                    if pos == len(data):
+                        break
+                if pos:
+                    data = data[pos:]
+            parser.feed(data)
             check_at = SIZE_CHECK_CHUNKS
             while True:
                 try:
@@ -228,7 +245,7 @@ class Connection:
                         self.idle = False
                 if reply is not NO_REPLY:
                     if ctx.defer_mark is not None:  # an XADD whose entry awaits a commit
-                        marks.append((len(out), ctx.defer_mark, appends.round))
+                        marks.append((len(out), ctx.defer_mark, appends.round, 0))
                         ctx.defer_mark = None
                     # Read per reply: HELLO may switch protocol mid-batch.
                     encode_into(out, reply, client.protocol)
@@ -305,9 +322,15 @@ class Connection:
             ctx.flush_seq = appends.flush_seq  # fsync always: wait for the commit's round
         if appends.failures:
             protocol = self.client.protocol
-            for pos, stream, round_ in marks:
+            for pos, stream, round_, count in marks:
                 error = appends.failure(round_, stream)
-                if error is not None and pos + 2 < len(out):  # an ID reply: header, ID, CRLF
+                if error is None:
+                    continue
+                if count:  # a run's ID replies, one chunk (Dispatcher.xadd_run)
+                    out[pos] = encode(error, protocol) * count
+                    for _ in range(count):
+                        appends.count_failed_reply(error)
+                elif pos + 2 < len(out):  # an ID reply: header, ID, CRLF
                     out[pos] = encode(error, protocol)
                     out[pos + 1] = out[pos + 2] = b""
                     appends.count_failed_reply(error)

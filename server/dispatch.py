@@ -23,7 +23,7 @@ from server.acl import denied as acl_denied
 from server.appends import DeferredAppends
 from server.errors import CommandError, wrong_arity
 from server.failures import reply_for
-from server.registry import COMMANDS, CommandSpec
+from server.registry import COMMANDS, RUNS, CommandSpec
 from server.reply import NULL_ARRAY, OK, QUEUED
 
 log = logging.getLogger("partita.dispatch")
@@ -51,7 +51,8 @@ class Context:
       instead of ``note_write`` and waking readers: the commit does those.
       Its reply must be one bulk string (an entry ID): the connection
       records where it sits (``defer_mark`` is the stream;
-      ``deferred_marks`` holds ``(position, stream, round)``) so that a
+      ``deferred_marks`` holds ``(position, stream, round, 0)``; a
+      run of XADDs taken at once holds ``(position, stream, round, count)``) so that a
       failed commit can turn it into the error.
     """
 
@@ -164,6 +165,38 @@ class Dispatcher:
                     return self._call_async(spec, ctx, argv)
                 return self._call_sync(spec, ctx, argv)
         return self._call_checked(ctx, argv)
+
+    def xadd_run(self, ctx: Context, data: bytes, pos: int) -> Any:
+        """A run of ``XADD key * field value ...`` commands at ``data[pos:]``,
+        taken without parsing them one by one (``server.commands.streams.
+        xadd_run``): ``(end, replies, count, stream, round)`` or None, in
+        which case the commands go through ``call`` as usual.
+
+        Only where ``call`` would take its hot path for every one of them
+        and nothing routes keys (a single node): the client authenticated,
+        not in MULTI, no ACL restriction, deferral allowed. Statistics count
+        each command as ``call`` would.
+        """
+        run = RUNS.get("xadd")
+        client = ctx.client
+        if (run is None or self.route is not None or not client.authenticated or client.in_multi
+                or client.acl is not None or not ctx.may_defer):
+            return None
+        started = _perf_ns()
+        taken = run(ctx, data, pos)
+        if taken is None:
+            return None
+        count = taken[2]
+        stats = self.stats
+        stats.total_commands_processed += count
+        stats.xadd_run_commands += count
+        entry = stats.commands.get("xadd")
+        if entry is None:
+            entry = stats.commands["xadd"] = [0, 0, 0, 0]
+        entry[0] += count
+        entry[1] += (_perf_ns() - started) // 1000
+        client.last_command = "xadd"
+        return taken
 
     def _call_checked(self, ctx: Context, argv: list[bytes]) -> Any:
         client = ctx.client

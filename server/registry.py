@@ -90,6 +90,9 @@ class CommandSpec:
 
 
 COMMANDS: dict[str, CommandSpec] = {}
+# Run handlers: a command family's path for a run of one command taken
+# straight from received bytes (``Dispatcher.xadd_run``); name -> handler.
+RUNS: dict[str, Callable] = {}
 
 
 def _flags(flags: str | tuple[str, ...] | frozenset[str]) -> frozenset[str]:

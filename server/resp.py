@@ -155,6 +155,11 @@ class RequestParser:
             if not self._suspect and (b"+" in data or b"(" in data or b"=" in data):
                 self._suspect = True
 
+    def at_boundary(self) -> bool:
+        """True when no bytes of an unfinished command are held: what is
+        received next starts a command."""
+        return not self._slow and not self._chunks
+
     def pending_bytes(self) -> int:
         """Bytes received and not yet returned as commands (approximate)."""
         if self._slow:

@@ -51,6 +51,7 @@ class Stats:
     def reset(self) -> None:
         self.total_connections_received = 0
         self.total_commands_processed = 0
+        self.xadd_run_commands = 0  # XADDs taken by the pipelined path (Dispatcher.xadd_run)
         self.rejected_connections = 0
         self.total_net_input_bytes = 0
         self.total_net_output_bytes = 0

@@ -227,6 +227,7 @@ def section_partita(server) -> list[str]:
         f"default_partitions:{config.default_partitions}",
         f"topics:{server.key_count()}",
         f"blocked_readers:{server.blocked_clients}",
+        f"xadd_pipelined_calls:{server.stats.xadd_run_commands}",
     ]
 
 

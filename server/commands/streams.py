@@ -40,7 +40,7 @@ from server.errors import (
 from server.commands.topics import expand_read_args, read_partitions_after, topic_len, topic_range
 from server.failures import reply_for
 from server.forwarding import route_xadd
-from server.registry import command, container
+from server.registry import RUNS, command, container
 from server.reply import NULL_ARRAY, OK, Map, Raw, Simple
 from storage.streams.ids import (
     MAX_ID,
@@ -287,6 +287,63 @@ def _xadd_star(ctx, argv):
     for other in siblings:
         signal(other)
     return b"%d-%d" % new_id
+
+
+try:  # the C half of the pipelined XADD path (server/_xaddrun.c); optional
+    from server import _xaddrun
+except ImportError:  # pragma: no cover - built by every install that has a C compiler
+    _xaddrun = None
+
+
+def xadd_run(ctx, data: bytes, pos: int):
+    """A run of ``XADD key * field value ...`` taken straight from received bytes.
+
+    The pipelined form of ``_xadd_star``: ``_xaddrun.scan`` parses the
+    consecutive commands at ``data[pos:]`` that are exactly ``XADD <key> *
+    f v ...`` for one key, assigns their IDs and builds their stored
+    encodings and ID replies; they are deferred on the stream as
+    ``_xadd_star`` defers one. Returns ``(end, replies, count, stream,
+    round)`` (``replies`` the concatenated ID replies; ``round`` the commit
+    round they belong to, for the connection's failure marks) or None when
+    nothing was taken: then the general path gives the same commands their
+    replies, errors included.
+
+    Taken only where ``_xadd_star`` would defer without further checks: the
+    caller (``Dispatcher.xadd_run``) has checked the client (authenticated,
+    no MULTI, no ACL restriction) and that no routing applies; here the key
+    must already name one partition that was written through before
+    (``known_target``: no creation, no partitioner), and each entry must be
+    within the topic's ``max-entry-bytes`` and the deferral bound.
+    """
+    key = _xaddrun.head_key(data, pos)
+    if key is None:
+        return None
+    server = ctx.server
+    topics = server.topics
+    target = topics.known_target(key)
+    if target is None:
+        return None
+    stream, _partition_key, siblings = target
+    budget = DEFER_MAX_BYTES - stream.pending_bytes
+    if budget <= 0:
+        return None
+    max_entry_bytes = min(topics.max_entry_bytes(topics.topic_of(key)), DEFER_MAX_BYTES - 1)
+    last_ms, last_seq = stream.last_id
+    end, entries, replies, last_ms, last_seq, used = _xaddrun.scan(
+        data, pos, key, last_ms, last_seq, stream.clock_ms(), max_entry_bytes, budget)
+    if not entries:
+        return None
+    stream.defer_encoded(entries, (last_ms, last_seq), used)
+    appends = ctx.appends
+    appends.defer(stream, key, siblings, reply_for)
+    round_ = appends.round
+    if stream.pending_bytes >= DEFER_MAX_BYTES:  # bounded memory: write now
+        appends.commit()
+    return end, replies, len(entries), stream, round_
+
+
+if _xaddrun is not None:
+    RUNS["xadd"] = xadd_run
 
 
 @command(

@@ -376,6 +376,20 @@ class Stream:
         self.log.append([(new[0], new[1], enc)], self.leader_epoch)
         return new
 
+    def defer_encoded(self, entries: list, last: tuple[int, int], nbytes: int) -> None:
+        """Deferred entries made elsewhere (the server's pipelined-XADD path):
+        ``entries`` are ``(ms, seq, encoding)`` with increasing IDs above
+        ``last_id``, ``last`` the last of them, ``nbytes`` what they count
+        against ``pending_bytes``. Then as ``add(..., defer=True)`` each."""
+        if not entries:
+            return
+        first = entries[0]
+        if (first[0], first[1]) <= self.last_id or (last[0], last[1]) != entries[-1][:2]:
+            raise StreamError(EQUAL_OR_SMALLER)
+        self._pending += entries
+        self._pending_last = _new_id(StreamId, (last[0], last[1]))
+        self.pending_bytes += nbytes
+
     def commit(self) -> int:
         """Write the deferred entries as one log batch; returns how many.
 

@@ -421,6 +421,53 @@ def test_auto_ids_shape_and_order(pair):
     assert mine == b"%d-%d" % (ids["partita"][-1][0], ids["partita"][-1][1] + 1)
 
 
+def test_pipelined_xadds_in_one_send(pair):
+    """A pipeline of XADDs arrives in one receive: Partita takes runs of
+    ``XADD key * f v`` straight from the bytes (server/_xaddrun.c) and the
+    rest command by command; every reply must still be Redis's, the IDs
+    aside (both are wall-clock IDs, compared by shape and order)."""
+    from server.resp import encode_command
+
+    def cmd(*argv):
+        return encode_command([a if isinstance(a, bytes) else a.encode() for a in argv])
+
+    pair.both("XADD", "p", "*", "first", "1")  # the key exists: the rest may run
+    pipeline = b"".join([
+        cmd("XADD", "p", "*", "f", "v") * 5,
+        cmd("xadd", "p", "*", "a", "", "b", "x" * 300),
+        cmd("XADD", "p", "*", "f"),
+        cmd("XADD", "p", "*", "f", "v", "g"),
+        cmd("XADD", "p", "*", "f", "v") * 2,
+        cmd("XADD", "p", "NOMKSTREAM", "*", "f", "v"),
+        cmd("XADD", "p", "MAXLEN", "20", "*", "f", "v"),
+        cmd("XADD", "p", "1-1", "f", "v"),
+        cmd("XADD", "p", "*", "f", "v") * 3,
+        cmd("XLEN", "p"),
+        cmd("XADD", "q", "*", "f", "v") * 2,
+        cmd("XADD", "p", "*", "f", "v") * 2,
+    ])
+    count = 5 + 1 + 1 + 1 + 2 + 1 + 1 + 1 + 3 + 1 + 2 + 2
+    masked = {}
+    for name, client in (("partita", pair.partita), ("redis", pair.redis)):
+        client.sock.sendall(pipeline)
+        replies = [client.read_reply() for _ in range(count)]
+        ids = [r for r in replies if re.fullmatch(rb"\$\d+\r\n\d+-\d+\r\n", r)]
+        assert len(ids) == 17, (name, replies)  # the order is checked on the stream below
+        masked[name] = [re.sub(rb"\$\d+\r\n\d+-\d+\r\n", b"<id>", r) for r in replies]
+    assert masked["partita"] == masked["redis"]
+    info = pair.partita.call("INFO", "partita")
+    taken = int(re.search(rb"xadd_pipelined_calls:(\d+)", info).group(1))
+    assert taken >= 5  # the first run at least took the fast path
+    pair.same("XLEN", "p")
+    pair.same("XLEN", "q")
+    for name, client in (("partita", pair.partita), ("redis", pair.redis)):
+        entries = parse(client.call("XRANGE", "p", "-", "+"))
+        got = [tuple(map(int, e[0].split(b"-"))) for e in entries]
+        assert got == sorted(got) and len(set(got)) == len(got), name
+        assert [e[1] for e in entries][:7] == [[b"first", b"1"]] + [[b"f", b"v"]] * 5 + [
+            [b"a", b"", b"b", b"x" * 300]], name
+
+
 def test_arity_errors(pair):
     pair.script(r"""
         xadd

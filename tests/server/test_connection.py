@@ -335,6 +335,18 @@ def _xadd(key=b"s", value=b"v"):
     return encode_command([b"XADD", key, b"*", b"f", value])
 
 
+def _batch_counts(log):
+    from storage import records
+
+    data = open(log.segments()[-1].path, "rb").read()
+    counts, pos = [], 0
+    while pos < len(data):
+        hdr = records.unpack_header(data, pos)
+        counts.append(hdr[records.H_COUNT])
+        pos += hdr[records.H_LENGTH]
+    return counts
+
+
 async def _replies(sock, n):
     import hiredis
 
@@ -350,8 +362,6 @@ async def _replies(sock, n):
 
 
 async def test_pipelined_xadds_share_one_log_batch_and_are_read_back_in_the_pipeline(tmp_path):
-    from storage import records
-
     h = TopicsHarness(tmp_path)
     async with trio.open_nursery() as nursery:
         sock, _ = h.connect(nursery)
@@ -362,14 +372,8 @@ async def test_pipelined_xadds_share_one_log_batch_and_are_read_back_in_the_pipe
         assert r[3] == 3  # read-your-writes inside the pipeline
         assert [e[0] for e in r[5]] == ids
         nursery.cancel_scope.cancel()
-    log = h.state.topics.get(b"s").log
-    data = open(log.segments()[-1].path, "rb").read()
-    counts, pos = [], 0
-    while pos < len(data):
-        hdr = records.unpack_header(data, pos)
-        counts.append(hdr[records.H_COUNT])
-        pos += hdr[records.H_LENGTH]
-    assert counts == [3, 1]  # XLEN committed the first three; the batch end the last
+    # XLEN committed the first three; the batch end the last
+    assert _batch_counts(h.state.topics.get(b"s").log) == [3, 1]
     h.state.topics.close()
 
 
@@ -428,6 +432,146 @@ async def test_deferred_bytes_are_bounded_and_a_large_entry_is_written_at_once(t
         r = await _replies(sock, 6)
         assert r[5] == 5 and len(set(r[:5])) == 5
         nursery.cancel_scope.cancel()
+    h.state.topics.close()
+
+
+# -- runs of `XADD key * f v` taken from the received bytes (server/_xaddrun.c)
+
+
+@pytest.fixture
+def runs_taken(monkeypatch):
+    """How many XADDs each run the fast path took (``Dispatcher.xadd_run``)."""
+    from server.registry import RUNS
+
+    taken: list[int] = []
+    real = RUNS["xadd"]
+
+    def counting(ctx, data, pos):
+        got = real(ctx, data, pos)
+        if got is not None:
+            taken.append(got[2])
+        return got
+
+    monkeypatch.setitem(RUNS, "xadd", counting)
+    return taken
+
+
+async def test_runs_of_xadds_get_the_replies_and_batches_of_the_general_path(tmp_path, runs_taken):
+    h = TopicsHarness(tmp_path, max_entry_bytes=100)
+    async with trio.open_nursery() as nursery:
+        sock, _ = h.connect(nursery)
+        # A new key is created by the general path; after that its XADDs run.
+        await sock.send(_xadd())
+        (first,) = await _replies(sock, 1)
+        assert runs_taken == []
+        await sock.send(_xadd() * 3 + _xadd(key=b"t") + _xadd(value=b"x" * 200) + _xadd()
+                        + encode_command([b"XLEN", b"s"]) + _xadd(value=b"last")
+                        + encode_command([b"xadd", b"s", b"*", b"a", b"1", b"b", b"2"]))
+        r = await _replies(sock, 9)
+        # Runs are taken from the start of a receive: XADD t (a new key) ends
+        # this one, and the rest of the receive is parsed command by command.
+        assert runs_taken == [3]
+        ids = [first, *r[:3], r[5], r[7], r[8]]
+        assert ids == sorted(ids) and len(set(ids)) == 7
+        assert str(r[4]).startswith("ERR Elements are too large to be stored"), r[4]
+        assert r[6] == 5  # read-your-writes: the run before it was committed
+        await sock.send(encode_command([b"XRANGE", b"s", b"-", b"+"]))
+        (entries,) = await _replies(sock, 1)
+        assert [e[0] for e in entries] == ids
+        assert entries[-1][1] == [b"a", b"1", b"b", b"2"] and entries[-2][1] == [b"f", b"last"]
+        # Runs for two known keys back to back, in one receive.
+        await sock.send(_xadd() * 2 + _xadd(key=b"t") * 2 + _xadd())
+        r = await _replies(sock, 5)
+        assert runs_taken == [3, 2, 2, 1] and r[4] > r[1]
+        # An entry over max-entry-bytes ends a run and gets the general path's error.
+        await sock.send(_xadd() + _xadd(value=b"x" * 200) + _xadd())
+        r = await _replies(sock, 3)
+        assert runs_taken[4:] == [1] and r[2] > r[0]
+        assert str(r[1]).startswith("ERR Elements are too large to be stored"), r[1]
+        await sock.send(encode_command([b"INFO", b"commandstats"]))
+        (info,) = await _replies(sock, 1)
+        assert b"cmdstat_xadd:calls=17," in info and b"failed_calls=2" in info
+        nursery.cancel_scope.cancel()
+    # One batch for the first XADD, one for the run committed by the XLEN
+    # (the too-large entry wrote nothing), two for the rest of that receive
+    # (the first `xadd` spelled in lower case commits as an unseen command
+    # name does), one for each later receive.
+    assert _batch_counts(h.state.topics.get(b"s").log) == [1, 4, 1, 1, 3, 2]
+    h.state.topics.close()
+
+
+async def test_a_failed_commit_turns_a_runs_replies_into_the_error(tmp_path, runs_taken):
+    import errno
+
+    from storage.errors import StorageError
+
+    h = TopicsHarness(tmp_path)
+    async with trio.open_nursery() as nursery:
+        sock, _ = h.connect(nursery)
+        await sock.send(_xadd())
+        await _replies(sock, 1)
+        stream = h.state.topics.get(b"s")
+        real_append = stream.log.append
+
+        def failing_append(entries, *a, **kw):
+            raise StorageError("append: No space left on device", errno=errno.ENOSPC)
+
+        stream.log.append = failing_append
+        await sock.send(_xadd() * 3 + encode_command([b"PING"]))
+        r = await _replies(sock, 4)
+        assert runs_taken == [3] and r[3] == b"PONG"
+        for reply in r[:3]:
+            assert isinstance(reply, Exception) and str(reply).startswith("MISCONF Errors writing"), r
+        stream.log.append = real_append
+        await sock.send(_xadd() * 2 + encode_command([b"XLEN", b"s"]))
+        r = await _replies(sock, 3)
+        assert r[2] == 3  # the first entry and these two: nothing of the failed run
+        await sock.send(encode_command([b"INFO", b"commandstats"]))
+        (info,) = await _replies(sock, 1)
+        assert b"cmdstat_xadd:calls=6," in info and b"failed_calls=3" in info
+        nursery.cancel_scope.cancel()
+    h.state.topics.close()
+
+
+async def test_no_run_inside_multi_or_before_auth(tmp_path, runs_taken):
+    h = TopicsHarness(tmp_path, requirepass="pw")
+    async with trio.open_nursery() as nursery:
+        sock, _ = h.connect(nursery)
+        await sock.send(encode_command([b"AUTH", b"pw"]) + _xadd())
+        await _replies(sock, 2)
+        other, _ = h.connect(nursery)
+        await other.send(_xadd() * 2)
+        r = await _replies(other, 2)
+        assert all(str(x).startswith("NOAUTH") for x in r), r
+        await sock.send(encode_command([b"MULTI"]))
+        await _replies(sock, 1)
+        await sock.send(_xadd() * 2)
+        assert await _replies(sock, 2) == [b"QUEUED", b"QUEUED"]
+        await sock.send(encode_command([b"EXEC"]))
+        (ids,) = await _replies(sock, 1)
+        assert len(ids) == 2 and runs_taken == []
+        await sock.send(_xadd() * 2 + encode_command([b"XLEN", b"s"]))
+        assert (await _replies(sock, 3))[2] == 5 and runs_taken == [2]
+        nursery.cancel_scope.cancel()
+    h.state.topics.close()
+
+
+async def test_a_run_is_bounded_by_the_deferred_bytes(tmp_path, monkeypatch, runs_taken):
+    from server.commands import streams
+
+    monkeypatch.setattr(streams, "DEFER_MAX_BYTES", 1000)
+    h = TopicsHarness(tmp_path)
+    async with trio.open_nursery() as nursery:
+        sock, _ = h.connect(nursery)
+        await sock.send(_xadd())
+        await _replies(sock, 1)
+        await sock.send(_xadd(value=b"x" * 300) * 8 + encode_command([b"XLEN", b"s"]))
+        r = await _replies(sock, 9)
+        assert r[8] == 9 and len(set(r[:8])) == 8
+        nursery.cancel_scope.cancel()
+    # ~330 bytes per entry counted: a batch is written once it reaches 1000.
+    assert runs_taken == [3, 3, 2]
+    assert _batch_counts(h.state.topics.get(b"s").log) == [1, 3, 3, 2]
     h.state.topics.close()
 
 

@@ -275,6 +275,24 @@ def test_deferred_adds_assign_ids_now_and_commit_as_one_batch(make_stream):
         assert (h1[records.H_COUNT], h2[records.H_COUNT]) == (1, 3)
 
 
+def test_entries_encoded_elsewhere_are_deferred_like_adds(make_stream):
+    s = make_stream(clock=Clock(6000))
+    a = s.add([b"f", b"1"], defer=True)
+    made = [(6000, 1, encode_entry((6000, 1), [b"f", b"2"])), (6000, 2, encode_entry((6000, 2), [b"g", b"3"]))]
+    before = s.pending_bytes
+    s.defer_encoded(made, (6000, 2), 99)
+    assert s.last_id == StreamId(6000, 2) and s.pending_bytes == before + 99
+    with pytest.raises(StreamError):  # not above the last ID: refused, nothing kept
+        s.defer_encoded([(6000, 2, made[1][2])], (6000, 2), 10)
+    with pytest.raises(StreamError):  # ``last`` must be the last entry's ID
+        s.defer_encoded([(6000, 3, made[1][2])], (6000, 4), 10)
+    assert s.add([b"h", b"4"], defer=True) == StreamId(6000, 3)
+    s.commit()
+    entries = s.range(MIN_ID, MAX_ID)
+    assert ids_of(entries) == [a, StreamId(6000, 1), StreamId(6000, 2), StreamId(6000, 3)]
+    assert decode_entry(split_entries(entries.chunks)[2]) == (StreamId(6000, 2), [b"g", b"3"])
+
+
 def test_immediate_add_writes_deferred_entries_first(make_stream):
     s = make_stream(clock=Clock(7000))
     a = s.add([b"f", b"1"], defer=True)

@@ -1,0 +1,272 @@
+/*
+ * server._xaddrun: the pipelined XADD hot path in C.
+ *
+ * A producer that pipelines `XADD key * field value ...` sends runs of
+ * commands that differ only in their field values. Done one by one in Python
+ * (hiredis parse, dispatch, handler, ID, encoding, reply encoding) such a
+ * command costs ~8 us of server CPU, four times Redis's whole XADD
+ * (bench/RESULTS.md). This module takes a run of them straight from the
+ * received bytes:
+ *
+ *   head_key(data, pos) -> the key of the `XADD key * ...` command whose
+ *       header starts at data[pos], or None (any other command, any other
+ *       form, an incomplete header).
+ *
+ *   scan(data, pos, key, last_ms, last_seq, now_ms, max_entry_bytes, budget)
+ *       -> (end, entries, replies, last_ms, last_seq, used)
+ *       Takes consecutive complete commands `XADD <key> * f v [f v ...]`
+ *       from data[pos:], assigning each the ID Redis's `*` gives after
+ *       (last_ms, last_seq) at wall-clock now_ms. entries: a list of
+ *       (ms, seq, encoded entry) as storage.streams.Stream keeps deferred
+ *       entries; replies: their bulk-string ID replies, concatenated;
+ *       end: where the first command not taken starts; used: the bytes the
+ *       entries count against the stream's deferred-bytes bound (the
+ *       encoding + 20 each, as Stream.add counts them).
+ *
+ * It stops (taking nothing more) at the first command that is not exactly
+ * that form in canonical RESP (every length in plain decimal, no leading
+ * zeros: the only encoding Redis accepts and the one stored), names another
+ * key, is incomplete, has fields and values of more than max_entry_bytes,
+ * cannot get an ID (the ID space is exhausted), or once `used` reaches
+ * budget. What it does not take goes through the general path, which gives
+ * every error. The stored encoding of an entry is built from the request
+ * bytes: `*2 $<id> *<2n>` then the field/value bulks exactly as received.
+ *
+ * The Python reference this is checked against: tests/server/test_xaddrun.py.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MAX_ARGS 1000000LL
+#define U64_MAX 0xFFFFFFFFFFFFFFFFULL
+
+/* A canonical non-negative decimal ending in CRLF; returns the byte after
+ * the CRLF, or NULL. */
+static const char *
+parse_len(const char *p, const char *end, long long *out)
+{
+    const char *start = p;
+    long long v = 0;
+    while (p < end && *p >= '0' && *p <= '9') {
+        if (p - start >= 12)
+            return NULL;
+        v = v * 10 + (*p - '0');
+        p++;
+    }
+    if (p == start || (*start == '0' && p - start > 1))
+        return NULL;
+    if (end - p < 2 || p[0] != '\r' || p[1] != '\n')
+        return NULL;
+    *out = v;
+    return p + 2;
+}
+
+/* `*<n> $4 XADD $<k> <key> $1 *`: returns the byte after the `*` argument's
+ * CRLF (the first field), or NULL. */
+static const char *
+parse_head(const char *p, const char *end, long long *nargs, const char **key, Py_ssize_t *klen)
+{
+    long long n, len;
+    if (p >= end || *p != '*')
+        return NULL;
+    p = parse_len(p + 1, end, &n);
+    if (p == NULL || n < 5 || !(n & 1) || n > MAX_ARGS)
+        return NULL;
+    if (end - p < 10 || memcmp(p, "$4\r\n", 4) != 0)
+        return NULL;
+    if ((p[4] | 0x20) != 'x' || (p[5] | 0x20) != 'a' || (p[6] | 0x20) != 'd'
+        || (p[7] | 0x20) != 'd' || p[8] != '\r' || p[9] != '\n')
+        return NULL;
+    p += 10;
+    if (p >= end || *p != '$')
+        return NULL;
+    p = parse_len(p + 1, end, &len);
+    if (p == NULL || end - p < len + 2)
+        return NULL;
+    *key = p;
+    *klen = (Py_ssize_t)len;
+    p += len;
+    if (p[0] != '\r' || p[1] != '\n')
+        return NULL;
+    p += 2;
+    if (end - p < 7 || memcmp(p, "$1\r\n*\r\n", 7) != 0)
+        return NULL;
+    *nargs = n;
+    return p + 7;
+}
+
+static PyObject *
+head_key(PyObject *self, PyObject *args)
+{
+    Py_buffer buf;
+    Py_ssize_t pos;
+    long long n;
+    const char *key;
+    Py_ssize_t klen;
+    PyObject *result;
+    if (!PyArg_ParseTuple(args, "y*n", &buf, &pos))
+        return NULL;
+    if (pos < 0 || pos > buf.len) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "pos out of range");
+        return NULL;
+    }
+    const char *data = (const char *)buf.buf;
+    if (parse_head(data + pos, data + buf.len, &n, &key, &klen) == NULL) {
+        PyBuffer_Release(&buf);
+        Py_RETURN_NONE;
+    }
+    result = PyBytes_FromStringAndSize(key, klen);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* A growable byte buffer for the replies. */
+typedef struct {
+    char *data;
+    Py_ssize_t len, cap;
+} outbuf;
+
+static int
+out_reserve(outbuf *o, Py_ssize_t more)
+{
+    if (o->len + more <= o->cap)
+        return 0;
+    Py_ssize_t cap = o->cap ? o->cap : 1024;
+    while (cap < o->len + more)
+        cap *= 2;
+    char *grown = PyMem_Realloc(o->data, cap);
+    if (grown == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    o->data = grown;
+    o->cap = cap;
+    return 0;
+}
+
+static PyObject *
+scan(PyObject *self, PyObject *args)
+{
+    Py_buffer buf;
+    Py_ssize_t pos, max_entry_bytes, budget;
+    PyObject *key_obj;
+    unsigned long long last_ms, last_seq, now_ms;
+    PyObject *entries = NULL, *replies = NULL, *result = NULL;
+    outbuf out = {NULL, 0, 0};
+    Py_ssize_t used = 0;
+
+    if (!PyArg_ParseTuple(args, "y*nSKKKnn", &buf, &pos, &key_obj, &last_ms, &last_seq,
+                          &now_ms, &max_entry_bytes, &budget))
+        return NULL;
+    if (pos < 0 || pos > buf.len) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "pos out of range");
+        return NULL;
+    }
+    const char *want_key = PyBytes_AS_STRING(key_obj);
+    Py_ssize_t want_klen = PyBytes_GET_SIZE(key_obj);
+    const char *data = (const char *)buf.buf;
+    const char *end = data + buf.len;
+    const char *p = data + pos;
+
+    entries = PyList_New(0);
+    if (entries == NULL)
+        goto done;
+
+    while (p < end && used < budget) {
+        long long nargs, len;
+        const char *key;
+        Py_ssize_t klen;
+        const char *fields = parse_head(p, end, &nargs, &key, &klen);
+        if (fields == NULL || klen != want_klen || memcmp(key, want_key, klen) != 0)
+            break;
+        /* The field/value bulks: all complete and canonical. */
+        const char *q = fields;
+        long long entry_bytes = 0;
+        long long i;
+        for (i = 3; i < nargs; i++) {
+            if (q >= end || *q != '$')
+                break;
+            q = parse_len(q + 1, end, &len);
+            if (q == NULL || end - q < len + 2 || q[len] != '\r' || q[len + 1] != '\n')
+                break;
+            q += len + 2;
+            entry_bytes += len;
+        }
+        if (i < nargs || entry_bytes > max_entry_bytes)
+            break;
+        /* Redis's `*`: the wall clock, or one more than the last ID. */
+        unsigned long long ms, seq;
+        if (now_ms > last_ms) {
+            ms = now_ms;
+            seq = 0;
+        } else if (last_seq != U64_MAX) {
+            ms = last_ms;
+            seq = last_seq + 1;
+        } else if (last_ms != U64_MAX) {
+            ms = last_ms + 1;
+            seq = 0;
+        } else {
+            break;
+        }
+        char id[48];
+        int idlen = snprintf(id, sizeof id, "%llu-%llu", ms, seq);
+        char head[96];
+        int hlen = snprintf(head, sizeof head, "*2\r\n$%d\r\n%s\r\n*%lld\r\n", idlen, id, nargs - 3);
+        Py_ssize_t body = (Py_ssize_t)(q - fields);
+        PyObject *enc = PyBytes_FromStringAndSize(NULL, hlen + body);
+        if (enc == NULL)
+            goto done;
+        memcpy(PyBytes_AS_STRING(enc), head, hlen);
+        memcpy(PyBytes_AS_STRING(enc) + hlen, fields, body);
+        PyObject *entry = Py_BuildValue("(KKN)", ms, seq, enc);
+        if (entry == NULL)
+            goto done;
+        int failed = PyList_Append(entries, entry);
+        Py_DECREF(entry);
+        if (failed)
+            goto done;
+        if (out_reserve(&out, idlen + 16) < 0)
+            goto done;
+        out.len += sprintf(out.data + out.len, "$%d\r\n%s\r\n", idlen, id);
+        used += hlen + body + 20;
+        last_ms = ms;
+        last_seq = seq;
+        p = q;
+    }
+    replies = PyBytes_FromStringAndSize(out.data ? out.data : "", out.len);
+    if (replies == NULL)
+        goto done;
+    result = Py_BuildValue("(nOOKKn)", (Py_ssize_t)(p - data), entries, replies, last_ms, last_seq, used);
+
+done:
+    Py_XDECREF(entries);
+    Py_XDECREF(replies);
+    PyMem_Free(out.data);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"head_key", head_key, METH_VARARGS,
+     "head_key(data, pos) -> the key of the `XADD key * ...` command at pos, or None."},
+    {"scan", scan, METH_VARARGS,
+     "scan(data, pos, key, last_ms, last_seq, now_ms, max_entry_bytes, budget)\n"
+     "-> (end, entries, replies, last_ms, last_seq, used): a run of `XADD key * f v ...`."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "server._xaddrun",
+    "The pipelined `XADD key * field value ...` hot path (see the source's header).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__xaddrun(void)
+{
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,222 @@
+"""The pipelined XADD path in C (``server/_xaddrun.c``) against a Python reference.
+
+``scan`` must take exactly the commands the reference takes, give them the
+IDs Redis's ``*`` gives, and store each entry exactly as
+``storage.streams.stream.encode_entry`` would; everything else is left to
+the general path. Hypothesis generates pipelines that mix the form it takes
+with forms it must leave: other keys and commands, non-canonical lengths,
+wrong arities, cut-off commands, oversized entries, the end of the ID space.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from server.resp import encode_command
+from storage.streams.stream import encode_entry
+
+U64 = 2**64 - 1
+
+def test_the_extension_is_built_and_registered():
+    """Every install with a C compiler builds it (pyproject ext-modules); a
+    build that silently fell back to the general path must fail CI."""
+    from server import _xaddrun as module
+    from server.commands import streams
+    from server.registry import RUNS
+
+    assert streams._xaddrun is module
+    assert RUNS["xadd"] is streams.xadd_run
+
+
+def _module():
+    from server import _xaddrun
+
+    return _xaddrun
+
+
+# -- the reference ---------------------------------------------------------
+
+_LEN = re.compile(rb"(0|[1-9][0-9]{0,11})\r\n")
+
+
+def _bulk(data: bytes, pos: int):
+    """A canonical ``$<n>\\r\\n<n bytes>\\r\\n`` at pos: (value, end) or None."""
+    if data[pos:pos + 1] != b"$":
+        return None
+    m = _LEN.match(data, pos + 1)
+    if m is None:
+        return None
+    n = int(m.group(1))
+    start = m.end()
+    if len(data) < start + n + 2 or data[start + n:start + n + 2] != b"\r\n":
+        return None
+    return data[start:start + n], start + n + 2
+
+
+def _command(data: bytes, pos: int, head_only: bool = False):
+    """A complete canonical ``XADD key * f v ...`` at pos: (key, fields, end)
+    or None; ``head_only``: only its first three arguments need be there."""
+    if data[pos:pos + 1] != b"*":
+        return None
+    m = _LEN.match(data, pos + 1)
+    if m is None:
+        return None
+    n = int(m.group(1))
+    if n < 5 or n % 2 == 0 or n > 1_000_000:
+        return None
+    p = m.end()
+    args = []
+    for _ in range(n):
+        got = _bulk(data, p)
+        if got is None:
+            return None
+        args.append(got[0])
+        p = got[1]
+        if len(args) == 1 and args[0].lower() != b"xadd":
+            return None
+        if len(args) == 3:
+            if args[2] != b"*":
+                return None
+            if head_only:
+                return args[1], None, p
+    return args[1], args[3:], p
+
+
+def reference_head_key(data: bytes, pos: int):
+    got = _command(data, pos, head_only=True)
+    return None if got is None else got[0]
+
+
+def reference_scan(data, pos, key, last_ms, last_seq, now_ms, max_entry_bytes, budget):
+    entries, replies, used = [], b"", 0
+    while pos < len(data) and used < budget:
+        got = _command(data, pos)
+        if got is None or got[0] != key:
+            break
+        _, fields, end = got
+        if sum(map(len, fields)) > max_entry_bytes:
+            break
+        if now_ms > last_ms:
+            ms, seq = now_ms, 0
+        elif last_seq != U64:
+            ms, seq = last_ms, last_seq + 1
+        elif last_ms != U64:
+            ms, seq = last_ms + 1, 0
+        else:
+            break
+        enc = encode_entry((ms, seq), fields)
+        entries.append((ms, seq, enc))
+        reply_id = b"%d-%d" % (ms, seq)
+        replies += b"$%d\r\n%s\r\n" % (len(reply_id), reply_id)
+        used += len(enc) + 20
+        last_ms, last_seq = ms, seq
+        pos = end
+    return pos, entries, replies, last_ms, last_seq, used
+
+
+# -- generated pipelines -----------------------------------------------------
+
+_values = st.binary(max_size=40)
+_fields = st.lists(st.tuples(_values, _values), min_size=1, max_size=3).map(
+    lambda pairs: [x for pair in pairs for x in pair])
+
+
+@st.composite
+def _piece(draw):
+    kind = draw(st.sampled_from(["xadd", "xadd", "xadd", "other-key", "other-cmd", "explicit-id",
+                                 "odd-arity", "noncanonical", "case", "big"]))
+    fields = draw(_fields)
+    if kind == "xadd":
+        return encode_command([b"XADD", b"s", b"*", *fields])
+    if kind == "case":
+        return encode_command([draw(st.sampled_from([b"xadd", b"xAdD", b"XADd"])), b"s", b"*", *fields])
+    if kind == "other-key":
+        return encode_command([b"XADD", draw(st.sampled_from([b"t", b"ss", b""])), b"*", *fields])
+    if kind == "other-cmd":
+        return encode_command([draw(st.sampled_from([b"PING", b"XLEN", b"XADDX", b"XAD"])), b"s"])
+    if kind == "explicit-id":
+        return encode_command([b"XADD", b"s", draw(st.sampled_from([b"1-1", b"**", b"*x", b"MAXLEN"])), *fields])
+    if kind == "odd-arity":
+        return encode_command([b"XADD", b"s", b"*", *fields, b"dangling"])
+    if kind == "big":
+        return encode_command([b"XADD", b"s", b"*", b"f", b"x" * draw(st.integers(90, 110))])
+    # non-canonical: a leading zero or a sign in one length
+    raw = encode_command([b"XADD", b"s", b"*", *fields])
+    spot = draw(st.sampled_from([b"*", b"$4", b"$1\r\ns", b"$1\r\n*"]))
+    at = raw.find(spot)
+    return raw[:at + 1] + draw(st.sampled_from([b"0", b"+"])) + raw[at + 1:]
+
+
+@st.composite
+def _pipeline(draw):
+    data = b"".join(draw(st.lists(_piece(), min_size=1, max_size=8)))
+    cut = draw(st.one_of(st.none(), st.integers(1, len(data))))
+    return data if cut is None else data[:cut]
+
+
+_ids = st.one_of(
+    st.tuples(st.integers(0, 2**48), st.integers(0, 5)),
+    st.tuples(st.sampled_from([U64 - 1, U64]), st.sampled_from([U64 - 2, U64 - 1, U64])),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=_pipeline(), pos_frac=st.floats(0, 1), last=_ids, now_delta=st.integers(-3, 3),
+       max_entry=st.integers(0, 200), budget=st.integers(1, 800))
+def test_scan_takes_exactly_what_the_reference_takes(data, pos_frac, last, now_delta, max_entry, budget):
+    m = _module()
+    # Start at a command boundary when the fraction lands on one, else anywhere.
+    starts = [i for i in range(len(data)) if data[i:i + 1] == b"*"] or [0]
+    pos = starts[int(pos_frac * (len(starts) - 1))]
+    now = min(max(last[0] + now_delta, 0), U64)
+    assert m.head_key(data, pos) == reference_head_key(data, pos)
+    key = b"s"
+    got = m.scan(data, pos, key, last[0], last[1], now, max_entry, budget)
+    assert got == reference_scan(data, pos, key, last[0], last[1], now, max_entry, budget)
+
+
+def test_scan_of_a_plain_run():
+    m = _module()
+    data = (encode_command([b"XADD", b"s", b"*", b"f", b"1"])
+            + encode_command([b"xadd", b"s", b"*", b"a", b"", b"b", b"x" * 300])
+            + encode_command([b"XADD", b"s", b"*", b"f", b"3"])
+            + encode_command([b"XLEN", b"s"]))
+    end, entries, replies, last_ms, last_seq, used = m.scan(data, 0, b"s", 7, 3, 7, 1000, 10**6)
+    assert data[end:] == encode_command([b"XLEN", b"s"])
+    assert [(ms, seq) for ms, seq, _ in entries] == [(7, 4), (7, 5), (7, 6)]
+    assert entries[1][2] == encode_entry((7, 5), [b"a", b"", b"b", b"x" * 300])
+    assert replies == b"$3\r\n7-4\r\n$3\r\n7-5\r\n$3\r\n7-6\r\n"
+    assert (last_ms, last_seq) == (7, 6)
+    assert used == sum(len(e[2]) + 20 for e in entries)
+    # A later clock starts a new millisecond; the end of a millisecond's
+    # sequences moves to the next; the end of the ID space takes nothing.
+    assert m.scan(data, 0, b"s", 7, 3, 9, 1000, 10**6)[1][0][:2] == (9, 0)
+    assert m.scan(data, 0, b"s", 7, U64, 7, 1000, 10**6)[1][0][:2] == (8, 0)
+    assert m.scan(data, 0, b"s", U64, U64, 7, 1000, 10**6)[:2] == (0, [])
+
+
+def test_scan_stops_at_the_budget_and_the_entry_size_limit():
+    m = _module()
+    one = encode_command([b"XADD", b"s", b"*", b"f", b"v" * 50])
+    data = one * 10
+    end, entries, *_ = m.scan(data, 0, b"s", 1, 0, 1, 1000, 1)  # the first entry crosses the budget
+    assert end == len(one) and len(entries) == 1
+    end, entries, *_ = m.scan(data, 0, b"s", 1, 0, 1, 51, 10**6)  # "f" + 50 bytes
+    assert end == len(data) and len(entries) == 10
+    assert m.scan(data, 0, b"s", 1, 0, 1, 50, 10**6)[:2] == (0, [])
+
+
+def test_bad_arguments_raise_instead_of_reading_out_of_bounds():
+    m = _module()
+    data = encode_command([b"XADD", b"s", b"*", b"f", b"v"])
+    with pytest.raises(ValueError):
+        m.scan(data, len(data) + 1, b"s", 0, 0, 0, 10, 10)
+    with pytest.raises(ValueError):
+        m.head_key(data, -1)
+    with pytest.raises(TypeError):
+        m.scan(data, 0, "s", 0, 0, 0, 10, 10)
+    assert m.head_key(data, len(data)) is None
