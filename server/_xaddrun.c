@@ -36,7 +36,6 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <stdio.h>
 #include <string.h>
 
 #define MAX_ARGS 1000000LL
@@ -123,6 +122,21 @@ head_key(PyObject *self, PyObject *args)
     return result;
 }
 
+/* Decimal digits of v at out (no terminator); returns how many. */
+static int
+format_u64(char *out, unsigned long long v)
+{
+    char tmp[20];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (int i = 0; i < n; i++)
+        out[i] = tmp[n - 1 - i];
+    return n;
+}
+
 /* A growable byte buffer for the replies. */
 typedef struct {
     char *data;
@@ -157,6 +171,8 @@ scan(PyObject *self, PyObject *args)
     PyObject *entries = NULL, *replies = NULL, *result = NULL;
     outbuf out = {NULL, 0, 0};
     Py_ssize_t used = 0;
+    PyObject *ms_obj = NULL; /* shared by the entries of one millisecond */
+    unsigned long long ms_obj_value = 0;
 
     if (!PyArg_ParseTuple(args, "y*nSKKKnn", &buf, &pos, &key_obj, &last_ms, &last_seq,
                           &now_ms, &max_entry_bytes, &budget))
@@ -212,26 +228,67 @@ scan(PyObject *self, PyObject *args)
         } else {
             break;
         }
+        /* The ID as text, then the reply `$<len>\r\n<id>\r\n` and the
+         * stored entry's head `*2\r\n$<len>\r\n<id>\r\n*<2n>\r\n`. */
         char id[48];
-        int idlen = snprintf(id, sizeof id, "%llu-%llu", ms, seq);
-        char head[96];
-        int hlen = snprintf(head, sizeof head, "*2\r\n$%d\r\n%s\r\n*%lld\r\n", idlen, id, nargs - 3);
+        int idlen = format_u64(id, ms);
+        id[idlen++] = '-';
+        idlen += format_u64(id + idlen, seq);
+        char idhead[8];
+        int ihlen = 0;
+        idhead[ihlen++] = '$';
+        ihlen += format_u64(idhead + ihlen, (unsigned long long)idlen);
+        idhead[ihlen++] = '\r';
+        idhead[ihlen++] = '\n';
+        char count[24];
+        int clen = 0;
+        count[clen++] = '*';
+        clen += format_u64(count + clen, (unsigned long long)(nargs - 3));
+        count[clen++] = '\r';
+        count[clen++] = '\n';
+        int hlen = 4 + ihlen + idlen + 2 + clen;
         Py_ssize_t body = (Py_ssize_t)(q - fields);
         PyObject *enc = PyBytes_FromStringAndSize(NULL, hlen + body);
         if (enc == NULL)
             goto done;
-        memcpy(PyBytes_AS_STRING(enc), head, hlen);
-        memcpy(PyBytes_AS_STRING(enc) + hlen, fields, body);
-        PyObject *entry = Py_BuildValue("(KKN)", ms, seq, enc);
-        if (entry == NULL)
+        char *w = PyBytes_AS_STRING(enc);
+        memcpy(w, "*2\r\n", 4);
+        memcpy(w + 4, idhead, ihlen);
+        memcpy(w + 4 + ihlen, id, idlen);
+        memcpy(w + 4 + ihlen + idlen, "\r\n", 2);
+        memcpy(w + 4 + ihlen + idlen + 2, count, clen);
+        memcpy(w + hlen, fields, body);
+        PyObject *entry = PyTuple_New(3);
+        if (entry == NULL) {
+            Py_DECREF(enc);
             goto done;
+        }
+        if (ms_obj == NULL || ms != ms_obj_value) {
+            Py_XDECREF(ms_obj);
+            ms_obj = PyLong_FromUnsignedLongLong(ms);
+            ms_obj_value = ms;
+        }
+        PyObject *seq_obj = PyLong_FromUnsignedLongLong(seq);
+        if (ms_obj == NULL || seq_obj == NULL) {
+            Py_XDECREF(seq_obj);
+            Py_DECREF(enc);
+            Py_DECREF(entry);
+            goto done;
+        }
+        Py_INCREF(ms_obj);
+        PyTuple_SET_ITEM(entry, 0, ms_obj);
+        PyTuple_SET_ITEM(entry, 1, seq_obj);
+        PyTuple_SET_ITEM(entry, 2, enc);
         int failed = PyList_Append(entries, entry);
         Py_DECREF(entry);
         if (failed)
             goto done;
-        if (out_reserve(&out, idlen + 16) < 0)
+        if (out_reserve(&out, ihlen + idlen + 2) < 0)
             goto done;
-        out.len += sprintf(out.data + out.len, "$%d\r\n%s\r\n", idlen, id);
+        memcpy(out.data + out.len, idhead, ihlen);
+        memcpy(out.data + out.len + ihlen, id, idlen);
+        memcpy(out.data + out.len + ihlen + idlen, "\r\n", 2);
+        out.len += ihlen + idlen + 2;
         used += hlen + body + 20;
         last_ms = ms;
         last_seq = seq;
@@ -243,6 +300,7 @@ scan(PyObject *self, PyObject *args)
     result = Py_BuildValue("(nOOKKn)", (Py_ssize_t)(p - data), entries, replies, last_ms, last_seq, used);
 
 done:
+    Py_XDECREF(ms_obj);
     Py_XDECREF(entries);
     Py_XDECREF(replies);
     PyMem_Free(out.data);
