@@ -172,18 +172,19 @@ class Dispatcher:
         xadd_run``): ``(end, replies, count, stream, round)`` or None, in
         which case the commands go through ``call`` as usual.
 
-        Only where ``call`` would take its hot path for every one of them
-        and nothing routes keys (a single node): the client authenticated,
-        not in MULTI, no ACL restriction, deferral allowed. Statistics count
-        each command as ``call`` would.
+        Only where ``call`` would take its hot path for every one of them:
+        the client authenticated, not in MULTI, no ACL restriction, deferral
+        allowed; in a cluster, the run's key must pass ``route`` (led here,
+        not paused, lease held), checked once for the run as ``call`` checks
+        it per command. Statistics count each command as ``call`` would.
         """
         run = RUNS.get("xadd")
         client = ctx.client
-        if (run is None or self.route is not None or not client.authenticated or client.in_multi
+        if (run is None or not client.authenticated or client.in_multi
                 or client.acl is not None or not ctx.may_defer):
             return None
         started = _perf_ns()
-        taken = run(ctx, data, pos)
+        taken = run(ctx, data, pos, self.route)
         if taken is None:
             return None
         count = taken[2]

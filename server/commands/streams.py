@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import trio
 
+from cluster.replica_manager import NotEnoughReplicasError, NotLeaderError
 from server.args import parse_int
 from server.errors import (
     TIMEOUT_NEGATIVE,
@@ -40,7 +41,7 @@ from server.errors import (
 from server.commands.topics import expand_read_args, read_partitions_after, topic_len, topic_range
 from server.failures import reply_for
 from server.forwarding import route_xadd
-from server.registry import RUNS, command, container
+from server.registry import COMMANDS, RUNS, command, container
 from server.reply import NULL_ARRAY, OK, Map, Raw, Simple
 from storage.streams.ids import (
     MAX_ID,
@@ -295,7 +296,7 @@ except ImportError:  # pragma: no cover - built by every install that has a C co
     _xaddrun = None
 
 
-def xadd_run(ctx, data: bytes, pos: int):
+def xadd_run(ctx, data: bytes, pos: int, route=None):
     """A run of ``XADD key * field value ...`` taken straight from received bytes.
 
     The pipelined form of ``_xadd_star``: ``_xaddrun.scan`` parses the
@@ -310,10 +311,14 @@ def xadd_run(ctx, data: bytes, pos: int):
 
     Taken only where ``_xadd_star`` would defer without further checks: the
     caller (``Dispatcher.xadd_run``) has checked the client (authenticated,
-    no MULTI, no ACL restriction) and that no routing applies; here the key
-    must already name one partition that was written through before
-    (``known_target``: no creation, no partitioner), and each entry must be
-    within the topic's ``max-entry-bytes`` and the deferral bound.
+    no MULTI, no ACL restriction); here the key must already name one
+    partition that was written through before (``known_target``: no
+    creation, no partitioner), each entry must be within the topic's
+    ``max-entry-bytes`` and the deferral bound, and in a cluster ``route``
+    (the dispatcher's ``-MOVED`` check) must pass for the key and this node
+    must accept the append (``_replicated_write``: leader, enough in-sync
+    replicas for acks=all; an acks=all run's replies then wait for them).
+    A refusal leaves the commands to the general path and its errors.
     """
     key = _xaddrun.head_key(data, pos)
     if key is None:
@@ -323,7 +328,9 @@ def xadd_run(ctx, data: bytes, pos: int):
     target = topics.known_target(key)
     if target is None:
         return None
-    stream, _partition_key, siblings = target
+    stream, partition_key, siblings = target
+    if route is not None and route(_XADD_SPEC, [b"xadd", key]) is not None:
+        return None
     budget = DEFER_MAX_BYTES - stream.pending_bytes
     if budget <= 0:
         return None
@@ -333,6 +340,11 @@ def xadd_run(ctx, data: bytes, pos: int):
         data, pos, key, last_ms, last_seq, stream.clock_ms(), max_entry_bytes, budget)
     if not entries:
         return None
+    if server.replication is not None:
+        try:
+            _replicated_write(ctx, partition_key, stream)
+        except (NotLeaderError, NotEnoughReplicasError):
+            return None  # nothing deferred: each command gets the general path's error
     stream.defer_encoded(entries, (last_ms, last_seq), used)
     appends = ctx.appends
     appends.defer(stream, key, siblings, reply_for)
@@ -342,6 +354,7 @@ def xadd_run(ctx, data: bytes, pos: int):
     return end, replies, len(entries), stream, round_
 
 
+_XADD_SPEC = COMMANDS["xadd"]
 if _xaddrun is not None:
     RUNS["xadd"] = xadd_run
 

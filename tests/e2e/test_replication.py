@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
 import time
@@ -60,6 +61,33 @@ def test_acks_all_entries_are_on_every_isr_replica_when_acknowledged(cluster):
             line = _partition_lines(follower)["acked"]
             assert int(line["end_offset"]) >= acked, (round_, line)
     assert _partition_lines(leader)["acked"]["isr"] == "1/2/3"
+
+
+def test_pipelined_xadd_runs_on_a_leader_are_replicated_and_refused_on_a_follower(cluster):
+    """Runs of ``XADD key * f v`` taken from the received bytes
+    (server/_xaddrun.c) pass the same routing and acks=all wait as single
+    XADDs: on the leader they are on every ISR replica when acknowledged; on
+    a follower each one gets the -MOVED the general path gives."""
+    key = b"runs"
+    leader = cluster.leader_of(key)
+    client = leader.client()
+    client.xadd(key, {"f": "first"})  # the key exists: later pipelines may run
+    one = b"*5\r\n$4\r\nXADD\r\n$4\r\nruns\r\n$1\r\n*\r\n$1\r\nf\r\n$1\r\nv\r\n"
+    with RawConn(leader.port) as conn:
+        for _ in range(5):
+            raw = conn.request(one * 50, replies=50)
+            assert re.fullmatch(rb"(\$\d+\r\n\d+-\d+\r\n){50}", raw), raw[:200]
+    # Acknowledged means on every ISR replica (acks=all, the default).
+    for follower in cluster.followers_of(key):
+        assert int(_partition_lines(follower)["runs"]["end_offset"]) >= 251
+    info = client.info("partita")
+    assert info["xadd_pipelined_calls"] > 0, info
+    slot = client.execute_command("CLUSTER", "KEYSLOT", key)
+    for follower in cluster.followers_of(key):
+        with RawConn(follower.port) as conn:
+            raw = conn.request(one * 3, replies=3)
+            assert raw == b"-MOVED %d 127.0.0.1:%d\r\n" % (slot, leader.port) * 3
+    assert client.xlen(key) == 251
 
 
 def test_stopped_follower_leaves_the_isr_then_catches_up_and_rejoins(cluster):

@@ -446,8 +446,8 @@ def runs_taken(monkeypatch):
     taken: list[int] = []
     real = RUNS["xadd"]
 
-    def counting(ctx, data, pos):
-        got = real(ctx, data, pos)
+    def counting(ctx, data, pos, route=None):
+        got = real(ctx, data, pos, route)
         if got is not None:
             taken.append(got[2])
         return got
