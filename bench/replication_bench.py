@@ -185,14 +185,23 @@ def topic_config(port: int, key: str) -> dict[str, str]:
 
 
 def create_topic(port: int, key: str, acks: str | None) -> None:
-    c = Client(port)
-    try:
-        if acks is None:
-            c.call("TOPIC", "CREATE", key)
-        else:
-            c.call("TOPIC", "CREATE", key, "CONFIG", "acks", acks)
-    finally:
-        c.close()
+    """TOPIC CREATE, retried while the cluster answers TRYAGAIN / CLUSTERDOWN
+    (a leader's controller lease can lapse while the single-node run before
+    this one holds both cores), as a client would retry; 30 s at most."""
+    argv = ["TOPIC", "CREATE", key] + ([] if acks is None else ["CONFIG", "acks", acks])
+    deadline = time.monotonic() + 30
+    while True:
+        c = Client(port)
+        try:
+            c.call(*argv)
+            break
+        except RuntimeError as e:
+            retry = "TRYAGAIN" in str(e) or "CLUSTERDOWN" in str(e)
+            if not retry or time.monotonic() > deadline:
+                raise
+        finally:
+            c.close()
+        time.sleep(0.2)
     if acks is not None:
         got = topic_config(port, key).get("acks")
         if got != acks:
