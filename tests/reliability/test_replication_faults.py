@@ -63,7 +63,14 @@ def _fault(cluster: Cluster, rng: random.Random, ledger: Ledger) -> None:
             return
         leader.kill9()
         target = rng.choice(in_sync)
-        target.client(socket_timeout=20).execute_command("CLUSTER", "FAILOVER", "FORCE")
+        try:
+            target.client(socket_timeout=20).execute_command("CLUSTER", "FAILOVER", "FORCE")
+        except redis.ResponseError as e:
+            # The controller may move the dead leader's shards itself first
+            # (or the target's view is a change behind): the forced failover
+            # is refused and changes nothing; the checks at the end still
+            # hold every acknowledged entry to account.
+            ledger.count(f"forced failover refused ({str(e)[:40]})")
         time.sleep(rng.uniform(0.1, 0.5))
         leader.start()
     ledger.count(action)
