@@ -220,3 +220,75 @@ def test_bad_arguments_raise_instead_of_reading_out_of_bounds():
     with pytest.raises(TypeError):
         m.scan(data, 0, "s", 0, 0, 0, 10, 10)
     assert m.head_key(data, len(data)) is None
+
+
+# -- the whole path: a server with runs against one without -----------------
+
+_ID_REPLY = re.compile(rb"\$\d+\r\n\d+-\d+\r\n")
+
+
+async def _serve_pipeline(root, pipeline: bytes, runs: bool) -> tuple[bytes, list]:
+    """Raw reply bytes (IDs masked) of ``pipeline`` on a fresh in-process
+    server, then the fields of every entry of ``s`` and ``t``."""
+    import tempfile
+
+    import trio
+
+    from server.registry import RUNS
+    from tests.server.test_connection import TopicsHarness
+
+    saved = RUNS.pop("xadd") if not runs else None
+    try:
+        with tempfile.TemporaryDirectory(dir=root) as path:
+            h = TopicsHarness(path)
+            async with trio.open_nursery() as nursery:
+                sock, _ = h.connect(nursery)
+                # Create both keys, then write through both once more: a
+                # topic's creation forgets which keys were written through,
+                # and only those are taken as runs.
+                setup = encode_command([b"XADD", b"s", b"*", b"init", b"1"]) + encode_command(
+                    [b"XADD", b"t", b"*", b"init", b"1"])
+                for _ in range(2):
+                    await sock.send(setup)
+                    got = b""
+                    while got.count(b"\r\n") < 4:
+                        got += await sock.recv(65536)
+                sentinel = encode_command([b"ECHO", b"end-of-pipeline"])
+                await sock.send(pipeline + sentinel)
+                raw = b""
+                with trio.fail_after(10):
+                    while not raw.endswith(b"$15\r\nend-of-pipeline\r\n"):
+                        chunk = await sock.recv(65536)
+                        if not chunk:
+                            break  # a protocol error closed the connection
+                        raw += chunk
+                other, _ = h.connect(nursery)
+                await other.send(encode_command([b"XRANGE", b"s", b"-", b"+"])
+                                 + encode_command([b"XRANGE", b"t", b"-", b"+"]))
+                from tests.server.test_connection import _replies
+
+                ranges = await _replies(other, 2)
+                nursery.cancel_scope.cancel()
+            taken = h.state.stats.xadd_run_commands
+            h.state.topics.close()
+    finally:
+        if saved is not None:
+            RUNS["xadd"] = saved
+    fields = [[entry[1] for entry in r] for r in ranges]
+    return _ID_REPLY.sub(b"<id>", raw), fields, taken
+
+
+@settings(max_examples=60, deadline=None)
+@given(pieces=st.lists(_piece(), min_size=1, max_size=10))
+def test_a_server_with_runs_answers_and_stores_exactly_as_one_without(tmp_path_factory, pieces):
+    import trio
+
+    root = tmp_path_factory.getbasetemp()
+    pipeline = b"".join(pieces)
+    *with_runs, taken = trio.run(_serve_pipeline, root, pipeline, True)
+    *without, none_taken = trio.run(_serve_pipeline, root, pipeline, False)
+    assert with_runs == without
+    assert none_taken == 0
+    first = _command(pipeline, 0)
+    if first is not None and first[0] in (b"s", b"t"):
+        assert taken >= 1  # the run path really ran
