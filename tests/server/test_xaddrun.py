@@ -11,13 +11,17 @@ wrong arities, cut-off commands, oversized entries, the end of the ID space.
 from __future__ import annotations
 
 import re
+import tempfile
 
 import pytest
+import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from server.registry import RUNS
 from server.resp import encode_command
 from storage.streams.stream import encode_entry
+from tests.server.test_connection import TopicsHarness, _replies
 
 U64 = 2**64 - 1
 
@@ -26,7 +30,6 @@ def test_the_extension_is_built_and_registered():
     build that silently fell back to the general path must fail CI."""
     from server import _xaddrun as module
     from server.commands import streams
-    from server.registry import RUNS
 
     assert streams._xaddrun is module
     assert RUNS["xadd"] is streams.xadd_run
@@ -230,13 +233,6 @@ _ID_REPLY = re.compile(rb"\$\d+\r\n\d+-\d+\r\n")
 async def _serve_pipeline(root, pipeline: bytes, runs: bool) -> tuple[bytes, list]:
     """Raw reply bytes (IDs masked) of ``pipeline`` on a fresh in-process
     server, then the fields of every entry of ``s`` and ``t``."""
-    import tempfile
-
-    import trio
-
-    from server.registry import RUNS
-    from tests.server.test_connection import TopicsHarness
-
     saved = RUNS.pop("xadd") if not runs else None
     try:
         with tempfile.TemporaryDirectory(dir=root) as path:
@@ -265,8 +261,6 @@ async def _serve_pipeline(root, pipeline: bytes, runs: bool) -> tuple[bytes, lis
                 other, _ = h.connect(nursery)
                 await other.send(encode_command([b"XRANGE", b"s", b"-", b"+"])
                                  + encode_command([b"XRANGE", b"t", b"-", b"+"]))
-                from tests.server.test_connection import _replies
-
                 ranges = await _replies(other, 2)
                 nursery.cancel_scope.cancel()
             taken = h.state.stats.xadd_run_commands
@@ -281,8 +275,6 @@ async def _serve_pipeline(root, pipeline: bytes, runs: bool) -> tuple[bytes, lis
 @settings(max_examples=60, deadline=None)
 @given(pieces=st.lists(_piece(), min_size=1, max_size=10))
 def test_a_server_with_runs_answers_and_stores_exactly_as_one_without(tmp_path_factory, pieces):
-    import trio
-
     root = tmp_path_factory.getbasetemp()
     pipeline = b"".join(pieces)
     *with_runs, taken = trio.run(_serve_pipeline, root, pipeline, True)
