@@ -676,13 +676,14 @@ class PartitionLog:
                 f"offset {start} outside [{self.log_start_offset}, {self.log_end_offset}]")
 
     def read(self, start_offset: int, end_offset: int | None = None, max_count: int | None = None,
-             max_bytes: int | None = None, with_ids: bool = False) -> ReadResult:
+             max_bytes: int | None = None, with_ids: bool = False, view: bool = False) -> ReadResult:
         """Entries from ``start_offset`` on, stopping at ``end_offset`` (exclusive),
         the high watermark, ``max_count`` live entries or ``max_bytes`` (at least
-        one entry is returned when any is available)."""
+        one entry is returned when any is available). ``view``: chunks may be
+        views of the file's mapping (``ReadAccumulator.view``: use them at once)."""
         self._check_start(start_offset)
         stop = self._hw if end_offset is None else min(end_offset, self._hw)
-        acc = ReadAccumulator(max_count, max_bytes, False, with_ids, [], [] if with_ids else None)
+        acc = ReadAccumulator(max_count, max_bytes, False, with_ids, [], [] if with_ids else None, view=view)
         cur = start_offset
         if max_count is not None and max_count <= 0:
             return ReadResult(0, [], cur, acc.entries)
@@ -886,6 +887,8 @@ class PartitionLog:
                 write_atomic(self.directory / RECOVERY_POINT_FILE, encode_rows([(self.recovery_point,)]))
                 self._persisted_rp = self.recovery_point
             self._closed = True
+        for seg in self._segs:
+            seg.unmap()
         self.cache.close_under(str(self.directory))
         if self._own_cache:
             self.cache.close_all()
@@ -894,6 +897,8 @@ class PartitionLog:
         """Drop descriptors without flushing (tests simulate a crash with this)."""
         with self._rp_lock:  # a flush worker must not write a checkpoint after this
             self._closed = True
+        for seg in self._segs:
+            seg.unmap()
         self.cache.close_under(str(self.directory))
 
     def delete(self) -> None:

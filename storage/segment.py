@@ -9,7 +9,9 @@ and truncation. File layouts: ``storage.records`` (batches) and
 
 Only the last segment of a partition (the active one) is written; its index
 lives in memory. Sealed segments read everything with ``pread`` through the
-shared ``FileCache`` and keep only a few numbers in memory.
+shared ``FileCache`` and keep only a few numbers in memory. Reads that ask
+for views (``ReadAccumulator.view``) slice a read-only mapping of the file
+instead; at most ``MAX_MAPPED_SEGMENTS`` are mapped at once.
 
 Thread contract: main thread only. ``FlushTicket`` fsyncs ``dup`` copies of
 the descriptors, never these objects.
@@ -20,9 +22,11 @@ retention, other segments.
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 from bisect import bisect_left, bisect_right
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +44,16 @@ _LAST_IDS = struct.Struct("<QQQ")  # last_ms, last_seq, max_timestamp_ms at head
 _WINDOW_BYTES = 64 * 1024
 _READ_CAP_BYTES = 16 * 1024 * 1024
 _SCAN_CHUNK_BYTES = 4 * 1024 * 1024
+# Zero-copy reads (``ReadAccumulator.view``) slice a read-only shared mapping
+# of the ``.log`` file. A mapping covers the file as it was when mapped; the
+# active segment is remapped once it has grown this much past its mapping
+# (reads of the newer tail use ``pread`` meanwhile).
+_REMAP_BYTES = 4 * 1024 * 1024
+# Mapped segments at once, least recently used unmapped first: bounds the
+# address space, the file pages counted in the process's RSS and the
+# descriptors (a mapping holds a ``dup`` of the file's).
+MAX_MAPPED_SEGMENTS = 8
+_MAPPED: "OrderedDict[Segment, None]" = OrderedDict()
 
 
 @dataclass(slots=True)
@@ -54,6 +68,11 @@ class ReadAccumulator:
     count: int = 0
     nbytes: int = 0
     done: bool = False
+    # Chunks may be memoryviews of the segment's mapping instead of slices of
+    # a ``pread`` buffer (no copy). Only for a caller that uses the chunks at
+    # once and keeps none: a view of a file truncated meanwhile (a follower
+    # cutting its log back) would fault when read.
+    view: bool = False
 
 
 class Segment:
@@ -83,6 +102,8 @@ class Segment:
         self._first_id: tuple[int, int] | None = None
         self._first_ts: int | None = None
         self._last_info: tuple[int, int, int] | None = None  # last_ms, last_seq, max_ts
+        self._map: memoryview | None = None  # read-only view of a mapping of [0, _map_len)
+        self._map_len = 0
 
     def __repr__(self) -> str:
         return f"Segment({self.base_offset}, end={self.end_offset}, size={self.size})"
@@ -115,6 +136,46 @@ class Segment:
             return os.pread(fd, n, pos)
         except OSError as exc:
             raise_storage_error(f"read {self.log_path}", exc)
+
+    def mapped(self, end: int) -> memoryview | None:
+        """A memoryview of the whole mapped file when it covers ``[0, end)``,
+        mapping (or remapping a grown file) when worthwhile; else None and the
+        caller uses ``pread``."""
+        view = self._map
+        if view is not None and end <= self._map_len:
+            _MAPPED.move_to_end(self)
+            return view
+        size = self.size
+        if end > size or (view is not None and size - self._map_len < _REMAP_BYTES) or size < HEADER_BYTES:
+            return None
+        self.unmap()
+        fd = self.cache.get(self.log_path)
+        try:
+            m = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+        except (OSError, ValueError):
+            return None  # no mapping (an odd file system, a file shorter than expected): pread
+        self._map = memoryview(m)
+        self._map_len = size
+        _MAPPED[self] = None
+        while len(_MAPPED) > MAX_MAPPED_SEGMENTS:
+            next(iter(_MAPPED)).unmap()
+        return self._map
+
+    def unmap(self) -> None:
+        """Drop the mapping (before truncating or deleting the file). Views a
+        reader still holds keep it alive until they go."""
+        view = self._map
+        if view is None:
+            return
+        self._map = None
+        self._map_len = 0
+        _MAPPED.pop(self, None)
+        m = view.obj
+        try:
+            view.release()
+            m.close()
+        except BufferError:
+            pass  # slices still exported: unmapped when the last one is dropped
 
     def header_at(self, pos: int) -> tuple:
         raw = self.pread(pos, HEADER_BYTES)
@@ -257,8 +318,9 @@ class Segment:
 
     def _headers(self, pos: int, stop_pos: int):
         """Yield ``(pos, header)`` for each batch from ``pos`` up to ``stop_pos``."""
-        buf = b""
-        buf_pos = pos
+        mapped = self._map if stop_pos <= self._map_len else None  # mapped by a read already
+        buf = b"" if mapped is None else mapped
+        buf_pos = 0 if mapped is not None else pos
         while pos < stop_pos:
             if pos + HEADER_BYTES > buf_pos + len(buf):
                 buf = self.pread(pos, max(HEADER_BYTES, min(_WINDOW_BYTES, stop_pos - pos)))
@@ -330,7 +392,8 @@ class Segment:
 
         ``deleted`` is a sorted sequence of deleted offsets of this segment (or
         empty). Contiguous live entries of one batch become one memoryview
-        slice of one ``pread`` buffer.
+        slice of one ``pread`` buffer, or of the file's mapping when
+        ``acc.view`` (up to the mapping's end; a newer tail is read).
         """
         stop = min(stop, self.end_offset)
         pos, h = self.locate(start)
@@ -344,36 +407,44 @@ class Segment:
         chunks = acc.chunks
         max_count, max_bytes = acc.max_count, acc.max_bytes
         split, want_ids = acc.split, acc.want_ids
+        use_map = acc.view
         while cur < stop and not acc.done:
-            stop_est = stop
-            if max_count is not None:
-                stop_est = min(stop, cur + (max_count - acc.count) + (len(deleted) and 64))
-            hi = index.ceiling_offset(stop_est - base_offset)
-            want = (hi[1] if hi and hi[1] > pos else self.size) - pos
-            if max_bytes is not None:
-                want = min(want, (max_bytes - acc.nbytes) * 2 + 4096)
-            want = max(min(want, _READ_CAP_BYTES), next_len, HEADER_BYTES)
-            buf = self.pread(pos, want)
-            mv = memoryview(buf)
+            mapped = self.mapped(pos + next_len) if use_map else None
+            if mapped is not None:
+                # The mapped file is the buffer: batches are sliced from it
+                # up to the mapping's end, then read as below.
+                buf = mv = mapped
+                buf_pos, p = 0, pos
+            else:
+                stop_est = stop
+                if max_count is not None:
+                    stop_est = min(stop, cur + (max_count - acc.count) + (len(deleted) and 64))
+                hi = index.ceiling_offset(stop_est - base_offset)
+                want = (hi[1] if hi and hi[1] > pos else self.size) - pos
+                if max_bytes is not None:
+                    want = min(want, (max_bytes - acc.nbytes) * 2 + 4096)
+                want = max(min(want, _READ_CAP_BYTES), next_len, HEADER_BYTES)
+                buf = self.pread(pos, want)
+                mv = memoryview(buf)
+                buf_pos, p = pos, 0
             size = len(buf)
-            if size < next_len:
+            if size - p < next_len:
                 raise self._corrupt(pos, "batch runs past the end of the file")
-            p = 0
             while True:
                 if p + HEADER_BYTES > size:
                     next_len = HEADER_BYTES
                     break
                 b_base, length, _crc, _ver, _flags, _epoch, n = head28(buf, p)
                 if length < HEADER_BYTES + 20 * n or n == 0:  # garbage: never loop on it
-                    raise self._corrupt(pos + p, f"batch length {length} for {n} entries")
+                    raise self._corrupt(buf_pos + p, f"batch length {length} for {n} entries")
                 if p + length > size:
                     next_len = length
                     break
                 if check_crc:
                     if crc32c(mv[p + 16: p + length]) != _crc:
-                        raise self._corrupt(pos + p, "CRC mismatch (damaged on disk)")
+                        raise self._corrupt(buf_pos + p, "CRC mismatch (damaged on disk)")
                     if expect_base is not None and b_base != expect_base:
-                        raise self._corrupt(pos + p, f"base offset {b_base} where {expect_base} was expected")
+                        raise self._corrupt(buf_pos + p, f"base offset {b_base} where {expect_base} was expected")
                     expect_base = b_base + n
                 b_end = b_base + n
                 if b_end <= cur:
@@ -433,7 +504,7 @@ class Segment:
                 if acc.done or cur >= stop:
                     break
                 p += length
-            pos += p
+            pos = buf_pos + p
         return cur
 
     # -- recovery ------------------------------------------------------------
@@ -509,6 +580,7 @@ class Segment:
 
     def truncate_at(self, pos: int, end_offset: int) -> None:
         """Cut the ``.log`` at ``pos`` (a batch boundary) = ``end_offset``."""
+        self.unmap()
         fd = self.cache.get(self.log_path)
         try:
             os.ftruncate(fd, pos)
@@ -527,6 +599,7 @@ class Segment:
 
     def delete_files(self) -> None:
         """Close and unlink this segment's files (``.log`` first)."""
+        self.unmap()
         for path in (self.log_path, self.index.offset_path, self.index.id_path):
             self.cache.close(path)
             try:

@@ -568,8 +568,10 @@ class Stream:
     # ----------------------------------------------------------------- reads
 
     def range(self, start: StreamId, end: StreamId, count: int | None = None,
-              *, rev: bool = False) -> Entries:
-        """Entries with ``start <= id <= end``; newest first when ``rev``."""
+              *, rev: bool = False, view: bool = False) -> Entries:
+        """Entries with ``start <= id <= end``; newest first when ``rev``.
+        ``view``: the chunks may be views of the log file's mapping, to be
+        used at once (``PartitionLog.read``)."""
         if start > end or (count is not None and count <= 0):
             return EMPTY
         log = self.log
@@ -580,16 +582,16 @@ class Stream:
         if rev:
             res = log.read_reverse(start_offset, end_offset, max_count=count)
         else:
-            res = log.read(start_offset, end_offset, max_count=count)
+            res = log.read(start_offset, end_offset, max_count=count, view=view)
         return Entries(res.count, res.chunks)
 
-    def read_after(self, after: StreamId, count: int | None = None) -> Entries:
-        """Entries with IDs greater than ``after`` (XREAD)."""
+    def read_after(self, after: StreamId, count: int | None = None, *, view: bool = False) -> Entries:
+        """Entries with IDs greater than ``after`` (XREAD); ``view`` as for ``range``."""
         log = self.log
         start_offset = max(log.find_offset(after[0], after[1], inclusive=False), log.log_start_offset)
         if start_offset >= log.log_end_offset:
             return EMPTY
-        res = log.read(start_offset, log.log_end_offset, max_count=count)
+        res = log.read(start_offset, log.log_end_offset, max_count=count, view=view)
         return Entries(res.count, res.chunks)
 
     # ------------------------------------------------------------- metadata

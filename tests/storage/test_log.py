@@ -157,3 +157,55 @@ def test_segments_info(tmp_path):
     for a, b in zip(infos, infos[1:]):
         assert a.end_offset == b.base_offset
     assert sum(i.size_bytes for i in infos) == log.size_bytes
+
+
+def test_view_reads_match_copies_while_the_active_segment_grows_and_is_cut(tmp_path, monkeypatch):
+    from storage import segment
+
+    monkeypatch.setattr(segment, "_REMAP_BYTES", 1000)
+    log = make(tmp_path, LogConfig(segment_bytes=1 << 20, index_interval_bytes=256))
+    fill(log, 10)
+    seg = log._segs[-1]
+
+    def same(start=0):
+        viewed = log.read(start, view=True)
+        copied = log.read(start)
+        assert b"".join(viewed.chunks) == b"".join(copied.chunks)
+        assert (viewed.count, viewed.next_offset) == (copied.count, copied.next_offset)
+        return viewed.chunks
+
+    chunks = same()
+    assert seg._map_len == seg.size  # mapped at the first view read
+    assert all(c.obj is seg._map.obj for c in chunks)
+    mapped_len = seg._map_len
+    fill(log, 3)  # grows less than _REMAP_BYTES: the new tail is read with pread
+    chunks = same()
+    assert seg._map_len == mapped_len
+    assert chunks[0].obj is seg._map.obj and isinstance(chunks[-1].obj, bytes)
+    assert same(28) and same(log.log_end_offset - 1)
+    fill(log, 20)  # now past it: remapped
+    same()
+    assert seg._map_len == seg.size > mapped_len
+    del chunks
+    log.truncate_to(7)  # cutting the file drops the mapping first
+    assert seg._map is None
+    assert len(same()) and log.read(0, view=True).count == 7
+    log.close()
+    assert seg._map is None
+
+
+def test_mapped_segments_are_bounded(tmp_path, monkeypatch):
+    from storage import segment
+
+    monkeypatch.setattr(segment, "MAX_MAPPED_SEGMENTS", 2)
+    log = make(tmp_path)
+    fill(log, 60)
+    assert log.segment_count > 3
+    for seg in log._segs:
+        r = log.read(seg.base_offset, max_count=1, view=True)
+        assert r.count == 1
+        assert len(segment._MAPPED) <= 2
+    mapped = [seg for seg in log._segs if seg._map is not None]
+    assert mapped == log._segs[-2:]  # the least recently read were unmapped
+    log.close()
+    assert not any(seg in segment._MAPPED for seg in log._segs)

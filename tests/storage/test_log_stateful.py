@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from storage import segment
 from storage.errors import OffsetOutOfRangeError
 from storage.log import LogConfig, PartitionLog
 from tests.storage.helpers import enc
@@ -18,6 +19,10 @@ CFG = LogConfig(segment_bytes=1024, index_interval_bytes=128)
 class LogMachine(RuleBasedStateMachine):
     @initialize()
     def setup(self):
+        # Small enough that view reads remap the growing active segment and
+        # evict each other's mappings within a few steps.
+        self.saved = segment._REMAP_BYTES, segment.MAX_MAPPED_SEGMENTS
+        segment._REMAP_BYTES, segment.MAX_MAPPED_SEGMENTS = 200, 2
         self.dir = Path(tempfile.mkdtemp(prefix="logsm"))
         self.log = PartitionLog.open(self.dir, CFG)
         self.ids: dict[int, tuple[int, int, bytes]] = {}
@@ -30,6 +35,7 @@ class LogMachine(RuleBasedStateMachine):
         if hasattr(self, "log"):
             self.log.abandon()
             shutil.rmtree(self.dir, ignore_errors=True)
+            segment._REMAP_BYTES, segment.MAX_MAPPED_SEGMENTS = self.saved
 
     def live(self, lo, hi):
         return [o for o in range(max(lo, self.start), min(hi, self.end)) if o not in self.deleted]
@@ -104,11 +110,12 @@ class LogMachine(RuleBasedStateMachine):
     # -- reads ----------------------------------------------------------------
 
     @rule(data=st.data(), max_count=st.none() | st.integers(0, 12),
-          max_bytes=st.none() | st.integers(1, 600))
-    def read(self, data, max_count, max_bytes):
+          max_bytes=st.none() | st.integers(1, 600), view=st.booleans())
+    def read(self, data, max_count, max_bytes, view):
         start = data.draw(st.integers(self.start, self.end))
         end = data.draw(st.none() | st.integers(start, self.end + 3))
-        r = self.log.read(start, end, max_count=max_count, max_bytes=max_bytes, with_ids=True)
+        r = self.log.read(start, end, max_count=max_count, max_bytes=max_bytes, with_ids=True, view=view)
+        assert len(segment._MAPPED) <= segment.MAX_MAPPED_SEGMENTS
         want = self.live(start, self.end if end is None else end)
         if max_count is not None:
             want = want[:max_count]
