@@ -586,6 +586,21 @@ class TopicRegistry:
         partitioner); None otherwise."""
         return self._append_cache.get(key)
 
+    def read_target(self, key: bytes) -> Stream | None:
+        """The stream of a key that names one existing partition (a bare
+        key of a one-partition topic, or a partition key); None for anything
+        else (no such topic, several partitions, a malformed key): the
+        caller then takes its general path, which gives the errors."""
+        cached = self._append_cache.get(key)
+        if cached is not None:
+            return cached[0]
+        try:
+            if self.is_multi(key):
+                return None
+            return self.get(key)
+        except TopicError:
+            return None
+
     def sibling_keys(self, key: bytes, written_key: bytes) -> list[bytes]:
         """Keys other than ``key`` whose readers must wake after an append to
         partition ``written_key`` through ``key``: the partition key and the

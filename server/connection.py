@@ -53,6 +53,9 @@ _JOIN = b"".join
 # so a large pipeline of large replies does not pile up in memory.
 SEND_AT_BYTES = 1024 * 1024
 SIZE_CHECK_CHUNKS = 4096
+# At most this many chunks go to one gathering send (the kernel takes 1024
+# buffers per sendmsg); a longer batch is joined.
+_GATHER_MAX = 512
 _PEER_GONE = object()  # what _await_watching_peer returns when the client left
 
 
@@ -135,6 +138,10 @@ class Connection:
         sock = self.sock
         return wait_readable, sock.recv, sock.send
 
+    def _gathering_send(self) -> Any:
+        """``sendmsg``-like ``send(buffers)`` without waiting, or None (TLS)."""
+        return self.sock.sendmsg
+
     async def _send_rest(self, data: bytes | memoryview) -> None:
         """Send bytes ``send`` did not take, under the output buffer limits."""
         await outbuf.send_all(self, data)  # limits hook: client-output-buffer-limit (server/outbuf.py)
@@ -171,6 +178,7 @@ class Connection:
         )
         get_command = parser.get_command
         wait, recv, send = self._transport()
+        gather = self._gathering_send()
         appends = ctx.appends
         marks = ctx.deferred_marks
         xadd_run = self.dispatcher.xadd_run if "xadd" in RUNS else None
@@ -269,11 +277,30 @@ class Connection:
                 if appends.streams and marks[-1][2] == appends.round:
                     # Let the other connections of this scheduler tick run
                     # their batches first: one log write for all of them.
+                    if ctx.views:
+                        _own(out, ctx)
                     await cancel_shielded_checkpoint()
                 self._settle(out)
             if ctx.flush_seq or ctx.repl_pending:
                 await self._flush(out)
             elif out:
+                if ctx.views:
+                    # Replies read as views of log files' mappings: sent
+                    # from there in one gathering send, no copy; what the
+                    # socket does not take now is copied before waiting.
+                    ctx.views = False
+                    if gather is not None and len(out) <= _GATHER_MAX:
+                        total = sum(map(len, out))
+                        stats.total_net_output_bytes += total
+                        try:
+                            sent = gather(out)
+                        except (BlockingIOError, InterruptedError):
+                            sent = 0
+                        except OSError:
+                            return
+                        if sent != total:
+                            await self._send_rest(_JOIN(out)[sent:])
+                        continue
                 # Hot path: one send of the whole batch, no extra awaits.
                 payload = _JOIN(out)
                 stats.total_net_output_bytes += len(payload)
@@ -340,6 +367,8 @@ class Connection:
         """Write deferred appends, wait for this batch's writes to be durable,
         then send its replies."""
         ctx = self.ctx
+        if ctx.views:
+            _own(out, ctx)
         self._settle(out)
         if ctx.flush_seq:
             seq = ctx.flush_seq
@@ -366,6 +395,15 @@ class Connection:
         data = b"".join(out) if len(out) != 1 else out[0]
         self.server.stats.total_net_output_bytes += len(data)
         await self._send_rest(data)
+
+
+def _own(out: list, ctx: Context) -> None:
+    """Replace views of log mappings in ``out`` by copies, before an await:
+    a log file may be truncated meanwhile (``ReadAccumulator.view``)."""
+    ctx.views = False
+    for i, chunk in enumerate(out):
+        if chunk.__class__ is memoryview:
+            out[i] = bytes(chunk)
 
 
 class _CloseNow(Exception):

@@ -54,10 +54,13 @@ class Context:
       ``deferred_marks`` holds ``(position, stream, round, 0)``; a
       run of XADDs taken at once holds ``(position, stream, round, count)``) so that a
       failed commit can turn it into the error.
+    - ``views``: a handler set it when its reply holds views of log files'
+      mappings (``read_view`` says when it may): the connection sends those
+      at once or copies them before it awaits anything.
     """
 
     __slots__ = ("server", "client", "may_block", "flush_seq", "dispatcher", "may_defer",
-                 "appends", "defer_mark", "deferred_marks", "repl_pending")
+                 "appends", "defer_mark", "deferred_marks", "repl_pending", "views")
 
     def __init__(self, server: Any, client: Any, dispatcher: "Dispatcher | None" = None) -> None:
         self.server = server
@@ -71,6 +74,14 @@ class Context:
         self.deferred_marks: list = []  # (reply position, stream, round), kept by the connection
         # acks=all writes of this batch: partition key -> stream (server/replication.py)
         self.repl_pending: dict | None = None
+        self.views = False
+
+    def read_view(self) -> bool:
+        """Whether a read's reply may hold views of log mappings
+        (``Stream.read_after(view=True)``): only on a connection's own loop
+        (``may_defer``), outside MULTI/EXEC, for a reply that goes out before
+        the connection awaits anything."""
+        return self.may_defer and self.may_block and not self.client.in_multi
 
     def note_write(self, log: Any, fsync: str | None = None) -> None:
         durability = self.server.durability
@@ -162,6 +173,8 @@ class Dispatcher:
             n = len(argv)
             if (n == arity) if arity >= 0 else (n >= -arity):
                 if spec.is_async:
+                    if spec.now is not None:
+                        return self._call_now(spec, ctx, argv)
                     return self._call_async(spec, ctx, argv)
                 return self._call_sync(spec, ctx, argv)
         return self._call_checked(ctx, argv)
@@ -265,14 +278,26 @@ class Dispatcher:
             stats.record_error(reply.code)
         return reply
 
+    def _call_now(self, spec: CommandSpec, ctx: Context, argv: list[bytes]) -> Any:
+        """A blocking command's ``now`` path (``registry.nowait_path``): its
+        reply, or the coroutine of its handler when ``now`` declines."""
+        started = _perf_ns()
+        try:
+            self._check_route(spec, argv)
+            reply = spec.now(ctx, argv)
+            if reply is None:
+                return self._call_async(spec, ctx, argv)
+        except CommandError as e:
+            reply = e
+        except Exception as e:
+            reply = reply_for(e) or self._internal_error(spec, e)
+        return self._counted(spec, ctx, started, reply)
+
     async def _call_async(self, spec: CommandSpec, ctx: Context, argv: list[bytes]) -> Any:
         started = _perf_ns()
         ctx.client.blocked = True
         try:
-            if self.route is not None and (spec.first_key > 0 or spec.key_finder is not None):
-                refused = self.route(spec, argv)
-                if refused is not None:
-                    raise refused
+            self._check_route(spec, argv)
             reply = await spec.handler(ctx, argv)
         except CommandError as e:
             reply = e
@@ -280,11 +305,23 @@ class Dispatcher:
             reply = reply_for(e) or self._internal_error(spec, e)
         finally:
             ctx.client.blocked = False
-        failed = type(reply) is CommandError
+        return self._counted(spec, ctx, started, reply)
+
+    def _check_route(self, spec: CommandSpec, argv: list[bytes]) -> None:
+        """Raise the cluster's refusal of ``argv`` (-MOVED, paused, ...), if any."""
+        if self.route is not None and (spec.first_key > 0 or spec.key_finder is not None):
+            refused = self.route(spec, argv)
+            if refused is not None:
+                raise refused
+
+    def _counted(self, spec: CommandSpec, ctx: Context, started: int, reply: Any) -> Any:
+        """``reply``, once the call is counted in the statistics."""
+        failed = reply.__class__ is CommandError
+        stats = self.stats
         if failed:
-            self.stats.record_error(reply.code)
-        self.stats.total_commands_processed += 1
-        self.stats.record_command(spec.name, (_perf_ns() - started) // 1000, failed)
+            stats.record_error(reply.code)
+        stats.total_commands_processed += 1
+        stats.record_command(spec.name, (_perf_ns() - started) // 1000, failed)
         ctx.client.last_command = spec.name
         return reply
 

@@ -66,6 +66,10 @@ class CommandSpec:
     # For commands whose keys are found by a keyword (XREAD ... STREAMS k1 k2 id1 id2)
     # rather than fixed positions: a function argv -> list of key indexes.
     key_finder: Callable[[list[bytes]], list[int]] | None = None
+    # For a blocking command: a plain function that answers the forms that
+    # cannot wait (no BLOCK) without a coroutine; None from it means "take
+    # the handler" (``nowait_path``, ``Dispatcher.call``).
+    now: Callable[..., Any] | None = None
 
     @property
     def full_name(self) -> str:
@@ -93,6 +97,21 @@ COMMANDS: dict[str, CommandSpec] = {}
 # Run handlers: a command family's path for a run of one command taken
 # straight from received bytes (``Dispatcher.xadd_run``); name -> handler.
 RUNS: dict[str, Callable] = {}
+
+
+def nowait_path(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register ``fn(ctx, argv)`` as blocking command ``name``'s path for a
+    call that will not wait: it returns the reply, or None when the command
+    must go through its (async) handler after all. It must have done nothing
+    a second try by the handler would see, before it returns None."""
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        spec = COMMANDS[name]
+        assert spec.is_async and spec.now is None, name
+        spec.now = fn
+        return fn
+
+    return decorate
 
 
 def _flags(flags: str | tuple[str, ...] | frozenset[str]) -> frozenset[str]:

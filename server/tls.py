@@ -108,6 +108,9 @@ class TlsConnection(Connection):
     def _transport(self) -> tuple[Any, Any, Any]:
         return self._fill, self._take, _send_nothing
 
+    def _gathering_send(self) -> Any:
+        return None  # replies go through the SSL stream as joined bytes
+
     async def _fill(self, _sock: Any = None) -> None:
         """Until ``_held`` has bytes or the peer has closed (at once if so already)."""
         if self._held or self._eof:

@@ -41,7 +41,7 @@ from server.errors import (
 from server.commands.topics import expand_read_args, read_partitions_after, topic_len, topic_range
 from server.failures import reply_for
 from server.forwarding import route_xadd
-from server.registry import COMMANDS, RUNS, command, container
+from server.registry import COMMANDS, RUNS, command, container, nowait_path
 from server.reply import NULL_ARRAY, OK, Map, Raw, Simple
 from storage.streams.ids import (
     MAX_ID,
@@ -407,8 +407,11 @@ def _range(ctx, argv, rev: bool):
         return []
     if count == 0:
         return NULL_ARRAY
-    found = stream.range(start, end, None if count == -1 else count, rev=rev)
+    view = not rev and ctx.read_view()  # (reverse reads take no views)
+    found = stream.range(start, end, None if count == -1 else count, rev=rev, view=view)
     topics.note_entries_out(found.count)
+    if view and found.count:
+        ctx.views = True
     return Raw(found.count, found.chunks)
 
 
@@ -581,7 +584,10 @@ def _resolve_read_positions(ctx, args: _ReadArgs) -> list[tuple[StreamId, int]]:
     return positions
 
 
-def _serve_reads(ctx, keys: list[bytes], positions: list[tuple[StreamId, int]]):
+def _serve_reads(ctx, keys: list[bytes], positions: list[tuple[StreamId, int]], view: bool = False):
+    """The reply for ``keys`` read after ``positions``, or None if none has
+    entries. ``view``: the entries may be views of the log files (the reply
+    goes out at once, ``Context.read_view``)."""
     topics = ctx.server.topics
     found = []
     for key, (after, count) in zip(keys, positions):
@@ -591,10 +597,12 @@ def _serve_reads(ctx, keys: list[bytes], positions: list[tuple[StreamId, int]]):
         stream = topics.get(key)
         if stream is None or stream.length == 0:
             continue
-        entries = stream.read_after(after, count or None)
+        entries = stream.read_after(after, count or None, view=view)
         if entries.count:
             topics.note_entries_out(entries.count)
             found.append((key, Raw(entries.count, entries.chunks)))
+            if view:
+                ctx.views = True
     if not found:
         return None
     if ctx.client.protocol == 3:
@@ -620,7 +628,7 @@ async def xread(ctx, argv):
     args = _parse_xread(argv)
     expand_read_args(ctx, args)  # a multi-partition topic key reads every partition
     positions = _resolve_read_positions(ctx, args)
-    reply = _serve_reads(ctx, args.keys, positions)
+    reply = _serve_reads(ctx, args.keys, positions, args.timeout_ms is None and ctx.read_view())
     if reply is not None:
         return reply
     if args.timeout_ms is None or getattr(ctx.client, "in_multi", False):
@@ -639,6 +647,39 @@ async def xread(ctx, argv):
         reply = _serve_reads(ctx, args.keys, positions)
         if reply is not None:
             return reply
+
+
+@nowait_path("xread")
+def xread_now(ctx, argv):
+    """``XREAD COUNT n STREAMS key id`` (no BLOCK) of one existing
+    partition (``TopicRegistry.read_target``): a consumer's poll, answered
+    without the handler's general steps and, on a connection's own loop,
+    from views of the log files (``Context.read_view``). None for every
+    other form: the handler answers it (and gives every error)."""
+    if len(argv) != 6 or argv[1].upper() != b"COUNT" or argv[3].upper() != b"STREAMS":
+        return None
+    raw = argv[5]
+    if raw == b"$" or raw == b"+" or raw == b">":
+        return None
+    key = argv[4]
+    topics = ctx.server.topics
+    stream = topics.read_target(key)
+    if stream is None:
+        return None
+    count = max(parse_int(argv[2]), 0)
+    after = parse_strict_id(raw)
+    if not stream.length:
+        return NULL_ARRAY
+    view = ctx.read_view()
+    entries = stream.read_after(after, count or None, view=view)
+    if not entries.count:
+        return NULL_ARRAY
+    topics.note_entries_out(entries.count)
+    if view:
+        ctx.views = True
+    if ctx.client.protocol == 3:
+        return Map([(key, Raw(entries.count, entries.chunks))])
+    return [[key, Raw(entries.count, entries.chunks)]]
 
 
 # ------------------------------------------------------------------ XINFO

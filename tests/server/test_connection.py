@@ -97,6 +97,11 @@ class RecordingSocket(socket.socket):
         self.sends.append(bytes(data[:n]))
         return n
 
+    def sendmsg(self, buffers, *args):
+        n = super().sendmsg(buffers, *args)
+        self.sends.append(b"".join(buffers)[:n])
+        return n
+
 
 class Harness:
     def __init__(self, fsync="everysec", **config_values):
@@ -622,3 +627,89 @@ async def test_a_log_closed_before_its_flush_is_skipped(tmp_path):
 
 async def _inline_runner(fn, *args):
     return fn(*args)
+
+
+async def _fill(sock, count, value):
+    for _ in range(count):
+        await sock.send(_xadd(value=value))
+    return await _replies(sock, count)
+
+
+async def test_a_read_reply_leaves_from_the_log_files_mapping_and_whole_when_the_socket_is_slow(tmp_path):
+    """XREAD/XRANGE on a connection's loop reply with views of the log file's
+    mapping (no copy), sent in one gathering send; what a full socket buffer
+    does not take is copied and sent later, byte for byte."""
+    h = TopicsHarness(tmp_path)
+    value = b"x" * 1000
+    async with trio.open_nursery() as nursery:
+        sock, conn = h.connect(nursery)
+        ids = await _fill(sock, 300, value)
+        conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        h.sends.clear()
+        await sock.send(encode_command([b"XREAD", b"COUNT", b"300", b"STREAMS", b"s", b"0"])
+                        + encode_command([b"XRANGE", b"s", b"-", b"+"]))
+        read, ranged = await _replies(sock, 2)
+        nursery.cancel_scope.cancel()
+    assert [e[0] for e in read[0][1]] == ids == [e[0] for e in ranged]
+    assert all(e[1] == [b"f", value] for e in ranged)
+    assert len(h.sends[0]) < 300 * 1000  # the socket took part; the rest followed
+    seg = h.state.topics.get(b"s").log._segs[-1]
+    assert seg._map is not None  # read through the mapping
+    h.state.topics.close()
+
+
+async def test_views_in_a_batch_are_copied_before_the_connection_waits(tmp_path, monkeypatch):
+    """A batch whose replies hold views and then waits (here: for the other
+    connections' XADDs of this tick) copies them first: a follower may cut
+    its log back meanwhile, and a view of a cut file must never be read."""
+    import sys
+
+    from server import connection
+
+    seen = []
+
+    async def checkpoint():
+        out = sys._getframe(1).f_locals["out"]  # the waiting batch's replies
+        seen.append({type(chunk) for chunk in out})
+        await trio.lowlevel.cancel_shielded_checkpoint()
+
+    monkeypatch.setattr(connection, "cancel_shielded_checkpoint", checkpoint)
+    h = TopicsHarness(tmp_path)
+    async with trio.open_nursery() as nursery:
+        sock, _ = h.connect(nursery)
+        ids = await _fill(sock, 3, b"v")
+        seen.clear()
+        await sock.send(encode_command([b"XREAD", b"COUNT", b"5", b"STREAMS", b"s", b"0"]) + _xadd())
+        read, new_id = await _replies(sock, 2)
+        nursery.cancel_scope.cancel()
+    assert [e[0] for e in read[0][1]] == ids and new_id > ids[-1]
+    assert seen and all(memoryview not in kinds for kinds in seen)
+    h.state.topics.close()
+
+
+async def test_views_are_copied_before_waiting_for_an_fsync(tmp_path):
+    import sys
+
+    seen = []
+    h = TopicsHarness(tmp_path, fsync="always")
+    durability = h.state.durability
+    wait_for_flush = durability.wait_for_flush
+
+    async def spy(seq):
+        out = sys._getframe(1).f_locals["out"]  # Connection._flush's replies
+        seen.append({type(chunk) for chunk in out})
+        await wait_for_flush(seq)
+
+    durability.wait_for_flush = spy
+    async with trio.open_nursery() as nursery:
+        sock, _ = h.connect(nursery)
+        ids = await _fill(sock, 3, b"v")
+        seen.clear()
+        # XDEL writes at once (no deferred entry): the batch waits in _flush.
+        await sock.send(encode_command([b"XREAD", b"COUNT", b"5", b"STREAMS", b"s", b"0"])
+                        + encode_command([b"XDEL", b"s", ids[0]]))
+        read, deleted = await _replies(sock, 2)
+        nursery.cancel_scope.cancel()
+    assert [e[0] for e in read[0][1]] == ids and deleted == 1
+    assert seen and all(memoryview not in kinds for kinds in seen)
+    h.state.topics.close()
