@@ -209,3 +209,19 @@ def test_mapped_segments_are_bounded(tmp_path, monkeypatch):
     assert mapped == log._segs[-2:]  # the least recently read were unmapped
     log.close()
     assert not any(seg in segment._MAPPED for seg in log._segs)
+
+
+def test_a_view_read_across_more_segments_than_may_be_mapped(tmp_path, monkeypatch):
+    """Mappings evicted while the read still holds views of them stay valid
+    until the views go (the read's chunks are intact)."""
+    from storage import segment
+
+    monkeypatch.setattr(segment, "MAX_MAPPED_SEGMENTS", 2)
+    log = make(tmp_path)
+    fill(log, 60)
+    assert log.segment_count > 3
+    viewed = log.read(0, view=True)
+    assert len(segment._MAPPED) <= 2
+    assert b"".join(viewed.chunks) == b"".join(log.read(0).chunks)
+    assert viewed.count == 180
+    log.close()
