@@ -35,6 +35,20 @@ def _fill_stream(r, key: str, entries: int) -> None:
     pipe.execute()
 
 
+def _entries_past_kernel_buffers() -> int:
+    """Entries of ENTRY_BYTES whose XRANGE reply outgrows the server's largest
+    TCP send buffer by 1 MB. The server counts what the socket did not take
+    against the limits (the kernel's buffer is not Partita's output buffer),
+    so a reply the kernel could swallow whole could leave a remainder under
+    the limit on one machine and over it on another."""
+    try:
+        with open("/proc/sys/net/ipv4/tcp_wmem") as f:
+            wmem_max = int(f.read().split()[2])
+    except (OSError, ValueError, IndexError):
+        wmem_max = 4 * 1024 * 1024
+    return (wmem_max + 1024 * 1024) // ENTRY_BYTES + 1
+
+
 def _wait_for(predicate, timeout_s: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -58,7 +72,7 @@ def _non_reader(port: int, requests: int, payload: bytes) -> socket.socket:
 def test_output_buffer_hard_limit_closes_a_client_that_never_reads(partita_factory):
     server = partita_factory(["--client-output-buffer-limit", "normal 256kb 0 0"])
     r = server.client()
-    _fill_stream(r, "big", 2000)  # each XRANGE reply is about 2 MB
+    _fill_stream(r, "big", _entries_past_kernel_buffers())  # each XRANGE reply > 5 MB
     rss_before = _rss_bytes(server.proc.pid)
     sock = _non_reader(server.port, 200, b"XRANGE big - +\r\n")
     try:
@@ -75,7 +89,7 @@ def test_output_buffer_hard_limit_closes_a_client_that_never_reads(partita_facto
 def test_output_buffer_soft_limit_closes_after_soft_seconds(partita_factory):
     server = partita_factory(["--client-output-buffer-limit", "normal 0 1kb 1"])
     r = server.client()
-    _fill_stream(r, "big", 2000)
+    _fill_stream(r, "big", _entries_past_kernel_buffers())
     started = time.monotonic()
     sock = _non_reader(server.port, 50, b"XRANGE big - +\r\n")
     try:
