@@ -284,33 +284,27 @@ class Connection:
             if ctx.flush_seq or ctx.repl_pending:
                 await self._flush(out)
             elif out:
-                if ctx.views:
-                    # Replies read as views of log files' mappings: sent
-                    # from there in one gathering send, no copy; what the
-                    # socket does not take now is copied before waiting.
-                    ctx.views = False
-                    if gather is not None and len(out) <= _GATHER_MAX:
-                        total = sum(map(len, out))
-                        stats.total_net_output_bytes += total
-                        try:
-                            sent = gather(out)
-                        except (BlockingIOError, InterruptedError):
-                            sent = 0
-                        except OSError:
-                            return
-                        if sent != total:
-                            await self._send_rest(_JOIN(out)[sent:])
-                        continue
                 # Hot path: one send of the whole batch, no extra awaits.
-                payload = _JOIN(out)
-                stats.total_net_output_bytes += len(payload)
+                # Replies read as views of log files' mappings go in one
+                # gathering send, no copy; what the socket does not take
+                # now is copied before waiting.
+                gathered = ctx.views and gather is not None and len(out) <= _GATHER_MAX
+                ctx.views = False
+                if gathered:
+                    payload, total = out, sum(map(len, out))
+                else:
+                    payload = _JOIN(out)
+                    total = len(payload)
+                stats.total_net_output_bytes += total
                 try:
-                    sent = send(payload)
+                    sent = gather(payload) if gathered else send(payload)
                 except (BlockingIOError, InterruptedError):
                     sent = 0
                 except OSError:
                     return
-                if sent != len(payload):
+                if sent != total:
+                    if gathered:
+                        payload = _JOIN(out)
                     await self._send_rest(memoryview(payload)[sent:] if sent else payload)
 
     async def _await_watching_peer(self, reply_coro: Any) -> Any:

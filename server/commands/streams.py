@@ -595,16 +595,25 @@ def _serve_reads(ctx, keys: list[bytes], positions: list[tuple[StreamId, int]], 
             found.extend(read_partitions_after(ctx, key, after, count))
             continue
         stream = topics.get(key)
-        if stream is None or stream.length == 0:
-            continue
-        entries = stream.read_after(after, count or None, view=view)
-        if entries.count:
-            topics.note_entries_out(entries.count)
-            found.append((key, Raw(entries.count, entries.chunks)))
-            if view:
-                ctx.views = True
-    if not found:
-        return None
+        if stream is not None:
+            _read_into(ctx, found, key, stream, after, count, view)
+    return _read_reply(ctx, found) if found else None
+
+
+def _read_into(ctx, found: list, key: bytes, stream, after: StreamId, count: int, view: bool) -> None:
+    """Append ``(key, entries after `after`)`` to ``found`` when there are any."""
+    if not stream.length:
+        return
+    entries = stream.read_after(after, count or None, view=view)
+    if entries.count:
+        ctx.server.topics.note_entries_out(entries.count)
+        found.append((key, Raw(entries.count, entries.chunks)))
+        if view:
+            ctx.views = True
+
+
+def _read_reply(ctx, found: list):
+    """XREAD's reply for ``found`` ``(key, entries)`` pairs: a map in RESP3."""
     if ctx.client.protocol == 3:
         return Map(found)
     return [[key, raw] for key, raw in found]
@@ -662,24 +671,14 @@ def xread_now(ctx, argv):
     if raw == b"$" or raw == b"+" or raw == b">":
         return None
     key = argv[4]
-    topics = ctx.server.topics
-    stream = topics.read_target(key)
+    stream = ctx.server.topics.read_target(key)
     if stream is None:
         return None
     count = max(parse_int(argv[2]), 0)
     after = parse_strict_id(raw)
-    if not stream.length:
-        return NULL_ARRAY
-    view = ctx.read_view()
-    entries = stream.read_after(after, count or None, view=view)
-    if not entries.count:
-        return NULL_ARRAY
-    topics.note_entries_out(entries.count)
-    if view:
-        ctx.views = True
-    if ctx.client.protocol == 3:
-        return Map([(key, Raw(entries.count, entries.chunks))])
-    return [[key, Raw(entries.count, entries.chunks)]]
+    found: list = []
+    _read_into(ctx, found, key, stream, after, count, ctx.read_view())
+    return _read_reply(ctx, found) if found else NULL_ARRAY
 
 
 # ------------------------------------------------------------------ XINFO
