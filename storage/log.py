@@ -118,29 +118,43 @@ class FlushTicket:
         self.ran = False
         self.dir_fd = -1  # the partition directory's descriptor among ``fds``, if any
 
+    def sync_targets(self) -> list[tuple[int, bool]]:
+        """The descriptors ``run()`` syncs, each with whether it needs a full
+        ``fsync`` (the directory) rather than ``fdatasync``: for a caller that
+        syncs them itself, on a thread of its own, and then calls ``finish``."""
+        dir_fd = self.dir_fd
+        return [(fd, fd == dir_fd) for fd in self._fds]
+
     def run(self) -> None:
         """fsync every duplicated descriptor, then persist the recovery point."""
+        failure = None
+        for fd, full in self.sync_targets():
+            try:
+                # Appends need only the data and the size: fdatasync skips
+                # the timestamp journal write (the directory gets fsync).
+                if full:
+                    os.fsync(fd)
+                else:
+                    os.fdatasync(fd)
+            except OSError as exc:
+                failure = exc
+                break
+        self.finish(failure)
+
+    def finish(self, failure: OSError | None) -> None:
+        """After the syncs of ``sync_targets`` (``failure``: the first that
+        failed, or None): close the descriptors and persist the recovery
+        point; raises ``StorageError`` for a failure. Any thread."""
         assert not self.ran, "a ticket runs once"
         self.ran = True
         fds, self._fds = self._fds, []
-        try:
-            dir_fd = self.dir_fd
-            for fd in fds:
-                try:
-                    # Appends need only the data and the size: fdatasync skips
-                    # the timestamp journal write (the directory gets fsync).
-                    if fd == dir_fd:
-                        os.fsync(fd)
-                    else:
-                        os.fdatasync(fd)
-                except OSError as exc:
-                    raise_storage_error(f"fsync {self._log.directory}", exc)
-        finally:
-            for fd in fds:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        if failure is not None:
+            raise_storage_error(f"fsync {self._log.directory}", failure)
         if self._checkpoint is not None:
             log = self._log
             with log._rp_lock:

@@ -518,17 +518,37 @@ def _iter_records(data: bytes, start: int) -> Iterator[tuple[int, int, memoryvie
 
 
 class GroupFlushTicket:
-    """What ``begin_flush`` hands out: ``run()`` fsyncs, from any thread."""
+    """What ``begin_flush`` hands out: ``run()`` fsyncs, from any thread.
 
-    __slots__ = ("fd", "position")
+    The same contract as ``storage.log.FlushTicket``: a caller that syncs
+    the descriptors itself takes ``sync_targets()`` and then calls
+    ``finish(failure)``; ``run()`` is exactly that."""
+
+    __slots__ = ("fd", "position", "ok")
 
     def __init__(self, fd: int, position: int) -> None:
         self.fd = fd  # a dup of the journal fd, or -1 when nothing to do
         self.position = position
+        self.ok = False
+
+    def sync_targets(self) -> list[tuple[int, bool]]:
+        """``(fd, full)`` pairs to sync: the journal needs only fdatasync."""
+        return [(self.fd, False)] if self.fd >= 0 else []
 
     def run(self) -> None:
+        failure = None
         if self.fd >= 0:
-            os.fdatasync(self.fd)  # journal appends: data and size
+            try:
+                os.fdatasync(self.fd)  # journal appends: data and size
+            except OSError as exc:
+                failure = exc
+        self.finish(failure)
+
+    def finish(self, failure: OSError | None) -> None:
+        """After the syncs: raises ``failure``; else the ticket counts at ``end_flush``."""
+        if failure is not None:
+            raise failure
+        self.ok = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -737,8 +757,9 @@ class GroupStore:
             os.close(ticket.fd)
             ticket.fd = -1
             # After a compaction the journal restarted and positions reset;
-            # the compaction itself made everything durable then.
-            if ticket.position <= self._journal_bytes:
+            # the compaction itself made everything durable then. A failed
+            # sync makes nothing durable.
+            if ticket.ok and ticket.position <= self._journal_bytes:
                 self._durable_bytes = max(self._durable_bytes, ticket.position)
 
     # ----- queries -----

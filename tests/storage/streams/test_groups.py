@@ -275,6 +275,31 @@ def test_flush_ticket_protocol(tmp_path):
     store.close()
 
 
+def test_flush_ticket_synced_by_the_caller(tmp_path):
+    store = GroupStore.open(tmp_path)
+    store.create_group(b"g", (0, 0), 0)
+    ticket = store.begin_flush()
+    [(fd, full)] = ticket.sync_targets()
+    assert fd == ticket.fd and not full
+    os.fdatasync(fd)
+    ticket.finish(None)
+    store.end_flush(ticket)
+    assert not store.needs_flush
+    assert store.begin_flush().sync_targets() == []
+    store.close()
+
+
+def test_a_failed_flush_ticket_makes_nothing_durable(tmp_path):
+    store = GroupStore.open(tmp_path)
+    store.create_group(b"g", (0, 0), 0)
+    ticket = store.begin_flush()
+    with pytest.raises(OSError):
+        ticket.finish(OSError(5, "Input/output error"))
+    store.end_flush(ticket)
+    assert store.needs_flush  # the next flush covers it again
+    store.close()
+
+
 def _journal_record_ends(path: Path) -> list[int]:
     from storage.streams.groups import _HEADER_BYTES, _iter_records
 
