@@ -183,6 +183,7 @@ async def durability_final_flush(state: ServerState) -> None:
         await state.durability.flush_everysec_now()
     except Exception:
         log.exception("final flush failed")
+    state.durability.close()
 
 
 def _sock_text(sock) -> str:

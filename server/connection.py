@@ -86,6 +86,7 @@ class Connection:
         self.idle = True  # waiting for a request or in a blocking command
         self.stopping = False
         self.parser: RequestParser | None = None
+        self.held: _Held | None = None  # replies waiting for a group commit (``_hold``)
         client._kill = self.kill
 
     def kill(self) -> None:
@@ -96,8 +97,9 @@ class Connection:
     def stop(self) -> None:
         """Shutdown: close now if idle, else after the batch in flight is answered."""
         self.stopping = True
-        if self.idle:
-            self.cancel_scope.cancel()
+        held = self.held
+        if self.idle or (held is not None and held.done and not held.sending):
+            self.cancel_scope.cancel()  # nothing in flight, or its replies are out
 
     async def run(self) -> None:
         server = self.server
@@ -126,6 +128,8 @@ class Connection:
     async def _close_transport(self) -> None:
         """Close the client's socket (runs in ``run``'s ``finally``, cancelled or not)."""
         try:
+            # A task still sending held replies (``_Held``) is woken, not stranded.
+            trio.lowlevel.notify_closing(self.sock)
             self.sock.close()
         except OSError:
             pass
@@ -179,20 +183,35 @@ class Connection:
         get_command = parser.get_command
         wait, recv, send = self._transport()
         gather = self._gathering_send()
+        hold_send = send if gather is not None else None  # plain sockets hand fsync-held replies over
         appends = ctx.appends
         marks = ctx.deferred_marks
         xadd_run = self.dispatcher.xadd_run if "xadd" in RUNS else None
-        while not self.stopping:
-            self.idle = True
-            idle_timeout_s = config.timeout
-            if idle_timeout_s:
-                with trio.move_on_after(idle_timeout_s) as idle_scope:
-                    await wait(sock)
-                if idle_scope.cancelled_caught:
-                    log.info("closing idle client %d (timeout %ds)", client.id, idle_timeout_s)
+        while True:
+            held = self.held
+            if held is None:
+                if self.stopping:
                     return
-            else:
-                await wait(sock)
+                self.idle = True
+            # With replies handed to the group commit (``_hold``), read on
+            # meanwhile; what comes in waits until they are out.
+            if held is None or not held.done:
+                idle_timeout_s = config.timeout
+                if idle_timeout_s:
+                    with trio.move_on_after(idle_timeout_s) as idle_scope:
+                        await wait(sock)
+                    if idle_scope.cancelled_caught and (held is None or held.done):
+                        log.info("closing idle client %d (timeout %ds)", client.id, idle_timeout_s)
+                        return
+                else:
+                    await wait(sock)
+            if held is not None:
+                self.held = None
+                if not held.done or held.sending or held.failed:
+                    await self._release(held)
+                if self.stopping:
+                    return
+                # Input may be there already: try it before waiting again.
             try:
                 data = recv(RECV_BYTES)
             except (BlockingIOError, InterruptedError):
@@ -282,7 +301,10 @@ class Connection:
                     await cancel_shielded_checkpoint()
                 self._settle(out)
             if ctx.flush_seq or ctx.repl_pending:
-                await self._flush(out)
+                if ctx.repl_pending or hold_send is None:
+                    await self._flush(out)
+                else:
+                    self._hold(out, hold_send)
             elif out:
                 # Hot path: one send of the whole batch, no extra awaits.
                 # Replies read as views of log files' mappings go in one
@@ -357,6 +379,31 @@ class Connection:
                     appends.count_failed_reply(error)
         marks.clear()
 
+    def _hold(self, out: list, send: Any) -> None:
+        """Hand this batch's replies to the group commit, which sends them
+        once its writes are durable, and go back to reading: no task switch
+        per writer and round (``Durability.when_durable``)."""
+        ctx = self.ctx
+        ctx.views = False  # the join below copies them
+        self._settle(out)
+        seq, ctx.flush_seq = ctx.flush_seq, 0
+        payload = _JOIN(out)
+        self.server.stats.total_net_output_bytes += len(payload)
+        self.idle = False  # a shutdown waits for these replies
+        held = self.held = _Held(self, payload, send)
+        self.server.durability.when_durable(seq, held.release)
+
+    async def _release(self, held: "_Held") -> None:
+        """After ``_hold``, before the next batch: wait until the round is
+        done and its replies are out (``_Held``); close if it failed."""
+        while not held.done or held.sending:
+            held.event = trio.Event()
+            await held.event.wait()
+        if held.failed:
+            # Never acknowledge a write that is not on disk (as ``_flush``).
+            self.stopping = True
+            raise _CloseNow()
+
     async def _flush(self, out: list) -> None:
         """Write deferred appends, wait for this batch's writes to be durable,
         then send its replies."""
@@ -398,6 +445,63 @@ def _own(out: list, ctx: Context) -> None:
     for i, chunk in enumerate(out):
         if chunk.__class__ is memoryview:
             out[i] = bytes(chunk)
+
+
+class _Held:
+    """A batch's replies handed to the group commit by ``Connection._hold``.
+
+    The connection is not woken when the round ends (that is the point):
+    ``release`` sends on the durability's task; a failed round closes the
+    connection (``kill``), and what the socket did not take is sent by a
+    task of its own, under the output buffer limits. The connection waits
+    for ``done`` and ``sending`` only when more input comes first."""
+
+    __slots__ = ("conn", "payload", "send", "done", "failed", "sending", "event")
+
+    def __init__(self, conn: Connection, payload: bytes, send: Any) -> None:
+        self.conn = conn
+        self.payload = payload
+        self.send = send
+        self.done = False
+        self.failed = False
+        self.sending = False  # a task is sending what the socket did not take
+        self.event: trio.Event | None = None  # set when done or sending changes
+
+    def release(self, error: Exception | None) -> None:
+        """The round is done (on the durability's task): send without waiting."""
+        conn = self.conn
+        payload, self.payload = self.payload, b""
+        if error is not None:
+            self.failed = True
+            conn.kill()  # never acknowledge what is not on disk: drop and close
+        else:
+            try:
+                sent = self.send(payload)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError:  # the peer is gone; the connection sees it at its next read
+                sent = len(payload)
+            if sent != len(payload):
+                self.sending = True
+                trio.lowlevel.spawn_system_task(self._send_rest, memoryview(payload)[sent:])
+            elif conn.stopping:
+                conn.cancel_scope.cancel()  # shutting down: its last replies are out
+        self.done = True
+        if self.event is not None:
+            self.event.set()
+
+    async def _send_rest(self, rest: memoryview) -> None:
+        conn = self.conn
+        try:
+            await conn._send_rest(rest)
+        except Exception:  # closed meanwhile (notify_closing) or gone: nothing to deliver to
+            pass
+        finally:
+            self.sending = False
+            if conn.stopping:
+                conn.cancel_scope.cancel()
+            if self.event is not None:
+                self.event.set()
 
 
 class _CloseNow(Exception):

@@ -11,24 +11,37 @@ stores of that topic, or None; it wins over the policy the caller passes
 
 Must not know: sockets, RESP, commands, how a log lays out its files. It uses
 only the flush contract of ``storage.log.PartitionLog`` (docs/storage-api.md):
-``ticket = log.begin_flush()`` on the trio thread, ``ticket.run()`` on a
-worker thread (only fsyncs), ``log.end_flush(ticket)`` back on the trio thread.
+``ticket = log.begin_flush()`` on the trio thread, the ticket's syncs on
+another thread (``ticket.run()``, or ``ticket.sync_targets()`` synced by
+``server._fsync`` then ``ticket.finish()``), ``log.end_flush(ticket)`` back on
+the trio thread.
 
-Group commit: ``note_write`` returns a sequence number; the connection
-awaits ``wait_for_flush(seq)`` before sending that batch's replies. The first
-waiter finding no flush in progress becomes the flusher: after one
-checkpoint (every connection made ready in the same scheduler pass writes
-first) it takes every log noted so far, fsyncs them on the trio thread, and
-wakes all waiters whose writes that round covered. N connections writing at
-once cost one fsync, not N. ``everysec`` flushes on a worker thread.
+Group commit: ``note_write`` returns a sequence number; a writer either
+awaits ``wait_for_flush(seq)`` or hands a callback to ``when_durable(seq,
+callback)`` and carries on (a connection hands over its held replies that
+way, so a round does not wake every writer; a task of this module's own
+then runs the rounds). The first waiter finding no flush in progress becomes
+the flusher: after one checkpoint (every connection made ready in the same
+scheduler pass writes first) it takes every log noted so far and fsyncs
+them on a thread of ``server._fsync`` that never takes the GIL, while the
+loop serves other clients (their writes make the next round); then it wakes
+the waiters and calls the callbacks whose writes that round covered. N
+connections writing at once cost one fsync, not N. ``everysec`` flushes on a
+worker thread.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import trio
+
+try:
+    from server import _fsync
+except ImportError:  # built without a C compiler: the round fsyncs on the loop
+    _fsync = None
 
 log = logging.getLogger("partita.durability")
 EVERYSEC_INTERVAL_S = 1.0
@@ -46,12 +59,16 @@ def _run_tickets(tickets: list[Any]) -> None:
 class Durability:
     """The fsync policy for every log written through ``Context.note_write``.
 
-    ``run_in_thread`` runs the fsyncs off the trio thread (tests pass an
-    inline runner to stay deterministic under a virtual clock).
+    ``run_in_thread`` runs the ``everysec`` fsyncs off the trio thread. Tests
+    pass an inline runner to stay deterministic under a virtual clock; a
+    runner passed in also runs the ``always`` rounds' syncs, in place of
+    ``server._fsync``'s thread (whose real-time wait a virtual clock would
+    jump past).
     """
 
     def __init__(self, run_in_thread=None) -> None:
         self._run_in_thread = run_in_thread or trio.to_thread.run_sync
+        self._round_runner = run_in_thread
         self._always_dirty: dict[int, Any] = {}  # id(log) -> log
         self._everysec_dirty: dict[int, Any] = {}
         self._noted_seq = 0  # last sequence handed to a writer
@@ -63,6 +80,10 @@ class Durability:
         self.fsync_count = 0  # rounds of group commit done (INFO persistence)
         self.last_flush_error: str | None = None
         self.policy_of: Any = None  # log -> the topic's fsync override, or None
+        self._pending: list[tuple[int, Any]] = []  # (seq, callback) of when_durable
+        self._releasing = False  # the task running rounds for _pending is alive
+        # An eventfd server._fsync's thread signals when a round's syncs are done.
+        self._wake_fd: int | None = None
 
     def note_write(self, log_: Any, policy: str) -> int:
         """Record that ``log_`` was appended to; the seq to wait for, or 0."""
@@ -89,22 +110,61 @@ class Durability:
                 continue
             await self._flush_round()
 
+    def when_durable(self, seq: int, callback: Any) -> None:
+        """Call ``callback(None)`` once every write up to ``seq`` is fsynced,
+        or ``callback(error)`` (a DurabilityError) if the round covering it
+        failed — without anyone awaiting: a task of the durability's own runs
+        the rounds and calls back. Callbacks run on that task and must not
+        block (a connection hands its held replies over this way and goes
+        back to reading, so a round does not wake every writer)."""
+        if self._flushed_seq >= seq:
+            callback(None)
+            return
+        self._pending.append((seq, callback))
+        if not self._releasing:
+            self._releasing = True
+            trio.lowlevel.spawn_system_task(self._release_pending)
+
+    async def _release_pending(self) -> None:
+        try:
+            while self._pending:
+                error = None
+                try:
+                    await self.wait_for_flush(max(seq for seq, _ in self._pending))
+                except DurabilityError as e:
+                    error = e
+                pending, self._pending = self._pending, []
+                for seq, callback in pending:
+                    if seq <= self._flushed_seq:
+                        callback(None)
+                    elif error is not None and seq <= self._failed_seq:
+                        callback(error)
+                    else:  # noted after that round began: the next one
+                        self._pending.append((seq, callback))
+        except Exception as e:  # a bug here must not leave writers unanswered forever
+            log.exception("group commit task failed")
+            pending, self._pending = self._pending, []
+            for _, callback in pending:
+                callback(DurabilityError(str(e)))
+        finally:
+            self._releasing = False
+
     async def _flush_round(self) -> None:
         self._flushing = True
         target = self._noted_seq
         try:
             # One scheduler pass first: writers made ready with this one join
-            # the round. Then fsync on this thread, as Redis's appendfsync
-            # always does: on this 2-vCPU machine handing the round to a
-            # worker thread cost about 3 us of CPU per XADD (thread wake-ups,
-            # GIL hand-overs) and a fifth of the throughput (bench/RESULTS.md).
-            # The event loop pauses for the fsync; every writer waits for it
-            # anyway, and rounds grow to match.
+            # the round. Then the fsync runs on a thread of its own while the
+            # loop goes on serving the other clients (their writes make the
+            # next round). Before that thread (bench/RESULTS.md) the loop
+            # paused for the fsync, as Redis's appendfsync always does: a
+            # trio worker thread cost more in GIL hand-overs than it saved.
             await trio.lowlevel.cancel_shielded_checkpoint()
             target = self._noted_seq
             logs = list(self._always_dirty.values())
             self._always_dirty.clear()
-            flush_logs_now(logs)
+            with trio.CancelScope(shield=True):  # the round is every writer's, not its caller's
+                await self._flush_round_logs(logs)
             self._flushed_seq = target
             self.fsync_count += 1
         except Exception as e:  # storage errors: refuse to acknowledge
@@ -117,6 +177,51 @@ class Durability:
             self._flushing = False
             done, self._round_done = self._round_done, trio.Event()
             done.set()
+
+    async def _flush_round_logs(self, logs: list[Any]) -> None:
+        """fsync a round's logs on a thread of ``server._fsync`` while the
+        loop serves the other clients; on the loop itself if the C helper
+        was not built."""
+        if self._round_runner is not None:
+            await self._round_runner(flush_logs_now, logs)
+            return
+        if _fsync is None:
+            flush_logs_now(logs)
+            return
+        if self._wake_fd is None:
+            self._wake_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        wake_fd = self._wake_fd
+        logs = _open_logs(logs)
+        tickets: list[Any] = []
+        try:
+            for lg in logs:
+                tickets.append(lg.begin_flush())
+            # ~fd: a full fsync (a directory); the rest need only fdatasync.
+            fds = [~fd if full else fd for ticket in tickets for fd, full in ticket.sync_targets()]
+            failure = None
+            if fds:
+                job = _fsync.start(fds, wake_fd)
+                while True:
+                    await trio.lowlevel.wait_readable(wake_fd)
+                    try:
+                        os.eventfd_read(wake_fd)
+                        break
+                    except BlockingIOError:
+                        continue
+                failed = _fsync.result(job)
+                if failed is not None:
+                    failure = OSError(failed[1], os.strerror(failed[1]))
+            for ticket in tickets:
+                ticket.finish(failure)  # raises for a failure
+        finally:
+            for lg, ticket in zip(logs, tickets):
+                lg.end_flush(ticket)  # a ticket not finished is discarded
+
+    def close(self) -> None:
+        """Release the round's wake-up descriptor (server shutdown)."""
+        if self._wake_fd is not None and not self._flushing:
+            os.close(self._wake_fd)
+            self._wake_fd = None
 
     async def flush_everysec_now(self) -> None:
         """Flush the logs written under ``everysec`` since the last call."""

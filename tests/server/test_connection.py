@@ -6,9 +6,10 @@ driven by trio's own I/O waits.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
-import threading
+import tempfile
 
 import pytest
 import trio
@@ -25,13 +26,31 @@ from server.state import ServerState
 
 
 class FakeTicket:
+    """storage's FlushTicket contract over one real (temporary) file."""
+
     def __init__(self, log, events):
         self.log = log
         self.events = events
+        self.fd = os.dup(log.file.fileno())
+        self.ok = False
+
+    def sync_targets(self):
+        return [(self.fd, False)]
 
     def run(self):
-        assert threading.current_thread() is not threading.main_thread() or True
+        failure = None
+        try:
+            os.fdatasync(self.fd)
+        except OSError as e:
+            failure = e
+        self.finish(failure)
+
+    def finish(self, failure):
+        os.close(self.fd)
+        if failure is not None:
+            raise OSError(failure.errno, str(failure))
         self.events.append(("fsync", self.log.name))
+        self.ok = True
 
 
 class FakeLog:
@@ -41,6 +60,7 @@ class FakeLog:
         self.name = name
         self.events = events
         self.flushes = 0
+        self.file = tempfile.TemporaryFile()
 
     def begin_flush(self):
         self.events.append(("begin", self.name))
@@ -250,6 +270,124 @@ async def test_fsync_no_never_flushes(test_commands, autojump_clock):
         nursery.cancel_scope.cancel()
 
 
+@contextlib.contextmanager
+def gated_rounds(durability):
+    """Hold every group-commit round until the yielded event is set (set on
+    the way out too: a round waits shielded, so a failed test must not leave
+    it waiting forever)."""
+    gate = trio.Event()
+    original = durability._flush_round_logs
+
+    async def gated(logs):
+        await gate.wait()
+        await original(logs)
+
+    durability._flush_round_logs = gated
+    try:
+        yield gate
+    finally:
+        gate.set()
+
+
+class UnsyncableLog(FakeLog):
+    """A log whose flush fails: its ticket's descriptor is a pipe (EINVAL)."""
+
+    def begin_flush(self):
+        ticket = super().begin_flush()
+        os.close(ticket.fd)
+        ticket.fd, self.pipe_w = os.pipe()
+        return ticket
+
+
+async def _connect_and_write(h, nursery, request=b"TEST-WRITE a\r\n"):
+    """Connect, send a write and wait until everything is blocked (the
+    reply handed to a gated round)."""
+    sock, conn = h.connect(nursery)
+    await sock.send(request)
+    await trio.testing.wait_all_tasks_blocked()
+    return sock, conn
+
+
+async def test_handed_over_replies_wait_for_the_round_and_keep_their_order(test_commands):
+    h = Harness(fsync="always")
+    with gated_rounds(h.state.durability) as gate, trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            sock, conn = await _connect_and_write(h, nursery)
+            assert conn.held is not None and h.sends == []
+            # A request that comes in meanwhile is answered after, not before.
+            await sock.send(b"PING\r\n")
+            await trio.testing.wait_all_tasks_blocked()
+            assert h.sends == []
+            gate.set()
+            assert await read_exactly(sock, 16) == b"$3\r\nw:a\r\n+PONG\r\n"
+            nursery.cancel_scope.cancel()
+        assert h.sends == [b"$3\r\nw:a\r\n", b"+PONG\r\n"]
+
+
+async def test_a_failed_round_closes_handed_over_clients_without_a_reply(test_commands):
+    events, logs = test_commands
+    logs["bad"] = UnsyncableLog("bad", events)
+    h = Harness(fsync="always")
+    with trio.fail_after(10):  # a reply never sent fails, not hangs
+        async with trio.open_nursery() as nursery:
+            sock, _ = h.connect(nursery)
+            await sock.send(b"TEST-WRITE bad\r\nPING\r\n")
+            assert await read_exactly(sock, 100) == b""  # closed, nothing acknowledged
+            nursery.cancel_scope.cancel()
+        assert h.sends == [] and h.state.clients == {}
+        assert "Invalid argument" in h.state.durability.last_flush_error
+
+
+async def test_handed_over_replies_bigger_than_the_socket_buffer_arrive_whole(test_commands):
+    h = Harness(fsync="always")
+    name = b"n" * 200
+    reply = b"$202\r\nw:" + name + b"\r\n"
+    with trio.fail_after(10):  # a reply never sent fails, not hangs
+        async with trio.open_nursery() as nursery:
+            sock, conn = h.connect(nursery)
+            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+            await sock.send(b"TEST-WRITE %s\r\n" % name * 200)
+            await trio.testing.wait_all_tasks_blocked()  # the rest waits for the reader
+            assert await read_exactly(sock, len(reply) * 200) == reply * 200
+            await sock.send(b"PING\r\n")
+            assert await read_exactly(sock, 7) == b"+PONG\r\n"
+            nursery.cancel_scope.cancel()
+        assert len(h.sends) > 2  # the round's send took part; a task sent the rest
+
+
+async def test_shutdown_sends_handed_over_replies_then_closes(test_commands):
+    h = Harness(fsync="always")
+    with gated_rounds(h.state.durability) as gate, trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            sock, conn = await _connect_and_write(h, nursery)
+            conn.stop()  # in flight: not closed before its replies
+            gate.set()
+            assert await read_exactly(sock, 100) == b"$3\r\nw:a\r\n"
+            # Replies already out: a shutdown closes at once.
+            sock2, conn2 = h.connect(nursery)
+            await sock2.send(b"TEST-WRITE b\r\n")
+            assert await read_exactly(sock2, 9) == b"$3\r\nw:b\r\n"
+            conn2.stop()
+            assert await read_exactly(sock2, 100) == b""
+
+
+async def test_a_killed_client_does_not_hold_up_the_round(test_commands):
+    h = Harness(fsync="always")
+    with gated_rounds(h.state.durability) as gate, trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            sock1, conn1 = h.connect(nursery)
+            sock2, _ = h.connect(nursery)
+            await sock1.send(b"TEST-WRITE a\r\n")
+            await sock2.send(b"TEST-WRITE b\r\n")
+            await trio.testing.wait_all_tasks_blocked()
+            conn1.kill()
+            await trio.testing.wait_all_tasks_blocked()
+            gate.set()
+            assert await read_exactly(sock2, 9) == b"$3\r\nw:b\r\n"
+            assert await read_exactly(sock1, 100) == b""
+            nursery.cancel_scope.cancel()
+
+
 async def test_group_commit_shares_fsyncs_between_writers():
     events: list = []
     log = FakeLog("a", events)
@@ -288,17 +426,24 @@ async def test_failed_flush_is_never_acknowledged():
         await durability.wait_for_flush(seq)
 
 
-async def test_idle_timeout_closes_quiet_clients(autojump_clock):
-    h = Harness(timeout=30)
-    async with trio.open_nursery() as nursery:
-        sock, _ = h.connect(nursery)
-        await sock.send(b"PING\r\n")
-        assert await read_exactly(sock, 7) == b"+PONG\r\n"
-        await trio.sleep(29)
-        await sock.send(b"PING\r\n")
-        assert await read_exactly(sock, 7) == b"+PONG\r\n"
-        assert await read_exactly(sock, 100) == b""  # closed after 30 s idle
-        assert trio.current_time() >= 59
+@pytest.mark.parametrize("fsync, request_, reply", [
+    ("everysec", b"PING\r\n", b"+PONG\r\n"),
+    # The last replies were handed to the group commit (Connection._hold):
+    # the wait for more input still times out.
+    ("always", b"TEST-WRITE a\r\n", b"$3\r\nw:a\r\n"),
+])
+async def test_idle_timeout_closes_quiet_clients(test_commands, autojump_clock, fsync, request_, reply):
+    h = Harness(fsync=fsync, timeout=30)
+    with trio.fail_after(100):  # virtual seconds
+        async with trio.open_nursery() as nursery:
+            sock, _ = h.connect(nursery)
+            await sock.send(request_)
+            assert await read_exactly(sock, len(reply)) == reply
+            await trio.sleep(29)
+            await sock.send(request_)
+            assert await read_exactly(sock, len(reply)) == reply
+            assert await read_exactly(sock, 100) == b""  # closed after 30 s idle
+            assert trio.current_time() >= 59
 
 
 async def test_big_pipelined_replies_are_sent_in_pieces():
@@ -691,25 +836,43 @@ async def test_views_are_copied_before_waiting_for_an_fsync(tmp_path):
     import sys
 
     seen = []
+    handed_over = []
     h = TopicsHarness(tmp_path, fsync="always")
     durability = h.state.durability
     wait_for_flush = durability.wait_for_flush
+    when_durable = durability.when_durable
 
     async def spy(seq):
-        out = sys._getframe(1).f_locals["out"]  # Connection._flush's replies
-        seen.append({type(chunk) for chunk in out})
+        caller = sys._getframe(1)
+        if caller.f_code.co_name == "_flush":  # not the group commit's own task
+            seen.append({type(chunk) for chunk in caller.f_locals["out"]})
         await wait_for_flush(seq)
 
+    def spy_hand_over(seq, callback):
+        handed_over.append(type(callback.__self__.payload))  # Connection._hold's _Held
+        when_durable(seq, callback)
+
     durability.wait_for_flush = spy
+    durability.when_durable = spy_hand_over
     async with trio.open_nursery() as nursery:
         sock, _ = h.connect(nursery)
         ids = await _fill(sock, 3, b"v")
         seen.clear()
-        # XDEL writes at once (no deferred entry): the batch waits in _flush.
+        handed_over.clear()
+        # XDEL writes at once (no deferred entry); the blocking XREAD after
+        # it makes the batch so far wait in _flush before it blocks.
         await sock.send(encode_command([b"XREAD", b"COUNT", b"5", b"STREAMS", b"s", b"0"])
-                        + encode_command([b"XDEL", b"s", ids[0]]))
+                        + encode_command([b"XDEL", b"s", ids[0]])
+                        + encode_command([b"XREAD", b"BLOCK", b"1", b"STREAMS", b"s", b"$"]))
+        read, deleted, timed_out = await _replies(sock, 3)
+        assert [e[0] for e in read[0][1]] == ids and deleted == 1 and timed_out is None
+        assert seen and all(memoryview not in kinds for kinds in seen)
+        assert handed_over == []
+        # Without the blocking command the batch is handed to the group commit.
+        await sock.send(encode_command([b"XREAD", b"COUNT", b"5", b"STREAMS", b"s", b"0"])
+                        + encode_command([b"XDEL", b"s", ids[1]]))
         read, deleted = await _replies(sock, 2)
         nursery.cancel_scope.cancel()
-    assert [e[0] for e in read[0][1]] == ids and deleted == 1
-    assert seen and all(memoryview not in kinds for kinds in seen)
+    assert [e[0] for e in read[0][1]] == ids[1:] and deleted == 1
+    assert handed_over == [bytes]
     h.state.topics.close()
