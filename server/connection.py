@@ -301,7 +301,7 @@ class Connection:
                     await cancel_shielded_checkpoint()
                 self._settle(out)
             if ctx.flush_seq or ctx.repl_pending:
-                if ctx.repl_pending or hold_send is None:
+                if hold_send is None:
                     await self._flush(out)
                 else:
                     self._hold(out, hold_send)
@@ -380,18 +380,23 @@ class Connection:
         marks.clear()
 
     def _hold(self, out: list, send: Any) -> None:
-        """Hand this batch's replies to the group commit, which sends them
-        once its writes are durable, and go back to reading: no task switch
-        per writer and round (``Durability.when_durable``)."""
+        """Hand this batch's replies over, to be sent once its writes are
+        durable (``Durability.when_durable``) and, for acks=all, on every
+        in-sync replica (``Replication.when_acked``), and go back to reading:
+        no task switch per writer and round."""
         ctx = self.ctx
         ctx.views = False  # the join below copies them
         self._settle(out)
         seq, ctx.flush_seq = ctx.flush_seq, 0
+        pending, ctx.repl_pending = ctx.repl_pending, None
         payload = _JOIN(out)
         self.server.stats.total_net_output_bytes += len(payload)
         self.idle = False  # a shutdown waits for these replies
-        held = self.held = _Held(self, payload, send)
-        self.server.durability.when_durable(seq, held.release)
+        held = self.held = _Held(self, payload, send, (1 if seq else 0) + (1 if pending else 0))
+        if pending:
+            self.server.replication.when_acked(self.client, pending, held.release)
+        if seq:
+            self.server.durability.when_durable(seq, held.release)
 
     async def _release(self, held: "_Held") -> None:
         """After ``_hold``, before the next batch: wait until the round is
@@ -448,33 +453,45 @@ def _own(out: list, ctx: Context) -> None:
 
 
 class _Held:
-    """A batch's replies handed to the group commit by ``Connection._hold``.
+    """A batch's replies handed over by ``Connection._hold``.
 
-    The connection is not woken when the round ends (that is the point):
-    ``release`` sends on the durability's task; a failed round closes the
-    connection (``kill``), and what the socket did not take is sent by a
-    task of its own, under the output buffer limits. The connection waits
-    for ``done`` and ``sending`` only when more input comes first."""
+    The connection is not woken when they may go (that is the point):
+    ``release`` runs on the task that finished the last wait (the group
+    commit's, or the one that moved the high watermark) and sends; a failed
+    wait closes the connection (``kill``), and what the socket did not take
+    is sent by a task of its own, under the output buffer limits. The
+    connection waits for ``done`` and ``sending`` only when more input comes
+    first."""
 
-    __slots__ = ("conn", "payload", "send", "done", "failed", "sending", "event")
+    __slots__ = ("conn", "payload", "send", "waits", "done", "failed", "sending", "event")
 
-    def __init__(self, conn: Connection, payload: bytes, send: Any) -> None:
+    def __init__(self, conn: Connection, payload: bytes, send: Any, waits: int) -> None:
         self.conn = conn
         self.payload = payload
         self.send = send
+        self.waits = waits  # fsync and/or acks=all, each calls release once
         self.done = False
         self.failed = False
         self.sending = False  # a task is sending what the socket did not take
         self.event: trio.Event | None = None  # set when done or sending changes
 
     def release(self, error: Exception | None) -> None:
-        """The round is done (on the durability's task): send without waiting."""
+        """One wait is over: once all are, send without waiting."""
+        if self.done:
+            return  # an earlier wait failed
         conn = self.conn
-        payload, self.payload = self.payload, b""
         if error is not None:
+            # Never acknowledge a write that is not on disk or not on the
+            # in-sync replicas: drop the replies and close.
+            log.warning("closing client %d: write not acknowledged: %s", conn.client.id, error)
             self.failed = True
-            conn.kill()  # never acknowledge what is not on disk: drop and close
+            self.payload = b""
+            conn.kill()
         else:
+            self.waits -= 1
+            if self.waits:
+                return
+            payload, self.payload = self.payload, b""
             try:
                 sent = self.send(payload)
             except (BlockingIOError, InterruptedError):

@@ -90,8 +90,8 @@ class Replication:
         self._group_progress = trio.Event()
         manager.on_group_progress = self._on_group_progress
         self._writes: dict[bytes, tuple] = {}  # partition key -> (stamp, leader state, acks=all, shard)
-        # acks=all replies waiting: partition key -> [(end offset, event)]
-        self._ack_waiters: dict[bytes, list[tuple[int, trio.Event]]] = {}
+        # acks=all replies waiting: partition key -> [(end offset, event or _AcksWaiter)]
+        self._ack_waiters: dict[bytes, list[tuple[int, Any]]] = {}
         self._config_generation = 0
 
         def config_changed(name: str, value: Any) -> None:
@@ -215,15 +215,10 @@ class Replication:
         targets = [(pkey, stream, stream.log.log_end_offset) for pkey, stream in pending.items()
                    if type(pkey) is not tuple]
         for pkey, stream, end in targets:
-            topic, n = split_partition_key(pkey)
-            n = n or 0
             while stream.log.high_watermark < end:
-                ls = self.manager.leader_state(topic, n)
-                if ls is None:
-                    raise AcksFailed(f"{pkey!r}: this node no longer leads it")
-                if not ls.accepts_acks_all():
-                    raise AcksFailed(f"{pkey!r}: {len(ls.isr)} in-sync replica(s), "
-                                     f"min-insync-replicas {ls.min_insync}")
+                refused = self._acks_refused(pkey)
+                if refused is not None:
+                    raise refused
                 # Woken when this partition's high watermark reaches ``end``
                 # (not by every advance of every partition: 50 pipelined
                 # clients would all wake on each follower fetch), or by the
@@ -247,6 +242,77 @@ class Replication:
 
         for (_, topic, n), _store, target in groups:
             await self._wait_groups(topic, n, target)
+
+    def when_acked(self, client: Any, pending: dict, callback: Any) -> None:
+        """``wait_acks`` without awaiting: ``callback(None)`` once it would
+        return, ``callback(error)`` (an ``AcksFailed``) once it would raise.
+        The callback runs on whichever task moves the partition's high
+        watermark (``_on_hw_advance``) or on the tick, which re-checks the ISR
+        and the leadership as ``wait_acks`` does, and must not block (a
+        connection hands its held replies over this way and goes back to
+        reading, so a fetch round does not wake every writer)."""
+        if any(type(key) is tuple for key in pending):  # group journals: the awaiting path
+            trio.lowlevel.spawn_system_task(self._acked_then, client, pending, callback)
+            return
+        waiting = []
+        for pkey, stream in pending.items():
+            end = stream.log.log_end_offset
+            if stream.log.high_watermark < end:
+                refused = self._acks_refused(pkey)
+                if refused is not None:
+                    callback(refused)
+                    return
+                waiting.append((pkey, end))
+        if not waiting:
+            callback(None)
+            return
+        waiter = _AcksWaiter(callback, len(waiting))
+        for pkey, end in waiting:
+            waiters = self._ack_waiters.get(pkey)
+            if waiters is None:
+                waiters = self._ack_waiters[pkey] = []
+            waiters.append((end, waiter))
+
+    async def _acked_then(self, client: Any, pending: dict, callback: Any) -> None:
+        try:
+            await self.wait_acks(client, pending)
+        except AcksFailed as e:
+            callback(e)
+        except Exception as e:  # a bug must not leave the writer unanswered forever
+            log.exception("waiting for acks=all failed")
+            callback(AcksFailed(str(e)))
+        else:
+            callback(None)
+
+    def _acks_refused(self, pkey: bytes) -> "AcksFailed | None":
+        """Why an acks=all write to ``pkey`` can no longer be acknowledged, or None."""
+        topic, n = split_partition_key(pkey)
+        ls = self.manager.leader_state(topic, n or 0)
+        if ls is None:
+            return AcksFailed(f"{pkey!r}: this node no longer leads it")
+        if not ls.accepts_acks_all():
+            return AcksFailed(f"{pkey!r}: {len(ls.isr)} in-sync replica(s), "
+                              f"min-insync-replicas {ls.min_insync}")
+        return None
+
+    def _recheck_ack_waiters(self) -> None:
+        """The tick: fail handed-over acks=all waits (``when_acked``) whose
+        partition lost its ISR or its leader here; awaiting ones re-check
+        themselves."""
+        for pkey, waiters in list(self._ack_waiters.items()):
+            handed = [w for _, w in waiters if type(w) is _AcksWaiter and not w.done]
+            if not handed:
+                continue
+            refused = self._acks_refused(pkey)
+            if refused is None:
+                continue
+            for waiter in handed:
+                waiter.fail(refused)
+            keep = [(end, w) for end, w in waiters if not (type(w) is _AcksWaiter and w.done)]
+            if keep:
+                self._ack_waiters[pkey] = keep
+            else:
+                del self._ack_waiters[pkey]
 
     def note_group_write(self, ctx: Any, store: Any) -> None:
         """A command changed a consumer group of a partition led here: on an
@@ -502,6 +568,7 @@ class Replication:
                 # Wake acks=all waiters so they re-check the ISR.
                 event, self._hw_changed = self._hw_changed, trio.Event()
                 event.set()
+                self._recheck_ack_waiters()
             except Exception:
                 log.exception("replication tick failed")
 
@@ -510,6 +577,40 @@ class Replication:
             self.manager.save_hw_checkpoints()
         except Exception:  # noqa: BLE001
             log.exception("saving high watermark checkpoints failed")
+
+
+class _AcksWaiter:
+    """A batch handed over by ``Replication.when_acked``: in ``_ack_waiters``
+    once per partition it waits on, in the place of an awaiting writer's
+    ``trio.Event`` (``_on_hw_advance`` calls ``set`` when that partition's
+    high watermark reaches the entry's end and drops entries whose
+    ``is_set``)."""
+
+    __slots__ = ("callback", "remaining", "done")
+
+    def __init__(self, callback: Any, partitions: int) -> None:
+        self.callback = callback
+        self.remaining = partitions
+        self.done = False
+
+    def set(self) -> None:
+        self.remaining -= 1
+        if self.remaining == 0 and not self.done:
+            self._finish(None)
+
+    def is_set(self) -> bool:
+        return self.done
+
+    def fail(self, error: Exception) -> None:
+        if not self.done:
+            self._finish(error)
+
+    def _finish(self, error: Exception | None) -> None:
+        self.done = True
+        try:
+            self.callback(error)
+        except Exception:  # runs inside replication's own paths: never break them
+            log.exception("acks=all callback failed")
 
 
 __all__ = ["build", "Replication", "AcksFailed", "NotEnoughReplicasError"]

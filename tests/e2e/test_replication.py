@@ -90,6 +90,30 @@ def test_pipelined_xadd_runs_on_a_leader_are_replicated_and_refused_on_a_followe
     assert client.xlen(key) == 251
 
 
+def test_an_acks_all_write_is_never_acknowledged_once_the_isr_falls_below_the_minimum(cluster):
+    """Accepted with three replicas in sync, its reply waits for all three;
+    one stops fetching and leaves the ISR: the client is closed without a
+    reply (Replication.when_acked, failed on the tick)."""
+    key = b"shrinks"
+    leader = cluster.leader_of(key)
+    client = leader.client()
+    client.xadd(key, {"a": "0"})
+    client.execute_command("TOPIC", "ALTER", key, "CONFIG", "min-insync-replicas", "3")
+    stopped = cluster.followers_of(key)[0]
+    stopped.proc.send_signal(signal.SIGSTOP)
+    try:
+        with RawConn(leader.port, timeout_s=LAG_MS / 1000 + 10) as conn:
+            started = time.monotonic()
+            conn.sock.sendall(b"XADD shrinks * a 1\r\n")
+            assert conn.sock.recv(100) == b""  # closed, nothing acknowledged
+            assert time.monotonic() - started >= LAG_MS / 1000 * 0.9
+        assert len(_partition_lines(leader)["shrinks"]["isr"].split("/")) == 2
+        with pytest.raises(redis.ResponseError, match="NOTENOUGHREPLICAS"):
+            client.xadd(key, {"a": "refused"})
+    finally:
+        stopped.proc.send_signal(signal.SIGCONT)
+
+
 def test_stopped_follower_leaves_the_isr_then_catches_up_and_rejoins(cluster):
     key = b"paused"
     leader = cluster.leader_of(key)
