@@ -39,6 +39,11 @@ from storage.handles import FileCache
 from storage.index import SegmentIndex
 from storage.records import HEADER_BYTES, HEADER
 
+try:
+    from storage import _walk
+except ImportError:  # built without a C compiler: the walk stays in Python
+    _walk = None
+
 _HEAD28 = struct.Struct("<QIIHHII")  # base, length, crc, version, flags, epoch, count
 _LAST_IDS = struct.Struct("<QQQ")  # last_ms, last_seq, max_timestamp_ms at header byte 48
 _WINDOW_BYTES = 64 * 1024
@@ -408,6 +413,10 @@ class Segment:
         max_count, max_bytes = acc.max_count, acc.max_bytes
         split, want_ids = acc.split, acc.want_ids
         use_map = acc.view
+        # The common case's walk is C (storage/_walk.c): whole batches, no
+        # deleted entries, no byte bound, one chunk per batch, no IDs, no CRC.
+        walk = (_walk.batches if _walk is not None and not deleted and max_bytes is None
+                and not split and not want_ids and not check_crc else None)
         while cur < stop and not acc.done:
             mapped = self.mapped(pos + next_len) if use_map else None
             if mapped is not None:
@@ -431,6 +440,16 @@ class Segment:
             if size - p < next_len:
                 raise self._corrupt(pos, "batch runs past the end of the file")
             while True:
+                if walk is not None:
+                    left = -1 if max_count is None else max_count - acc.count
+                    p, cur, count, nbytes, done = walk(mv, p, size, cur, stop, left, chunks)
+                    acc.count += count
+                    acc.nbytes += nbytes
+                    if done:
+                        acc.done = True
+                    if done or cur >= stop:
+                        break
+                    # The batch at p is one the walk leaves to this loop.
                 if p + HEADER_BYTES > size:
                     next_len = HEADER_BYTES
                     break
