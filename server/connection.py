@@ -183,7 +183,7 @@ class Connection:
         get_command = parser.get_command
         wait, recv, send = self._transport()
         gather = self._gathering_send()
-        hold_send = send if gather is not None else None  # plain sockets hand fsync-held replies over
+        hold_send = send if gather is not None else None  # plain sockets hand held replies over (_hold)
         appends = ctx.appends
         marks = ctx.deferred_marks
         xadd_run = self.dispatcher.xadd_run if "xadd" in RUNS else None
@@ -405,7 +405,7 @@ class Connection:
             held.event = trio.Event()
             await held.event.wait()
         if held.failed:
-            # Never acknowledge a write that is not on disk (as ``_flush``).
+            # Never acknowledge a write that is not on disk or on the replicas.
             self.stopping = True
             raise _CloseNow()
 

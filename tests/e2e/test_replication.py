@@ -63,6 +63,44 @@ def test_acks_all_entries_are_on_every_isr_replica_when_acknowledged(cluster):
     assert _partition_lines(leader)["acked"]["isr"] == "1/2/3"
 
 
+def test_acks_all_with_fsync_always_waits_for_both(tmp_path):
+    """A batch handed over for the fsync round and the ISR (two waits on one
+    held reply, Connection._hold) is answered once both are done, in order,
+    across clients writing at once."""
+    c = Cluster(tmp_path, extra=["--fsync", "always"])
+    try:
+        key = b"both"
+        leader = c.leader_of(key)
+        errors = []
+
+        def producer(i):
+            try:
+                client = leader.client()
+                for round_ in range(10):
+                    pipe = client.pipeline(transaction=False)
+                    for j in range(16):
+                        pipe.xadd(key, {"p": i, "r": round_, "j": j})
+                    ids = [tuple(map(int, i.split(b"-"))) for i in pipe.execute()]
+                    assert ids == sorted(ids) and len(set(ids)) == 16
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=producer, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        # Acknowledged means fsynced here and on every ISR replica.
+        for follower in c.followers_of(key):
+            assert int(_partition_lines(follower)["both"]["end_offset"]) == 640
+        info = leader.client().info("all")
+        assert info["partita_group_commits"] > 0 and info["partita_fsync_policy"] == "always"
+    finally:
+        c.stop()
+    assert not c.unexpected_log_lines(), c.unexpected_log_lines()[:5]
+
+
 def test_pipelined_xadd_runs_on_a_leader_are_replicated_and_refused_on_a_follower(cluster):
     """Runs of ``XADD key * f v`` taken from the received bytes
     (server/_xaddrun.c) pass the same routing and acks=all wait as single

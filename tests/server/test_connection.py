@@ -324,6 +324,46 @@ async def test_handed_over_replies_wait_for_the_round_and_keep_their_order(test_
         assert h.sends == [b"$3\r\nw:a\r\n", b"+PONG\r\n"]
 
 
+async def test_a_reply_waiting_for_the_fsync_and_the_replicas_leaves_after_both(test_commands):
+    events, logs = test_commands
+    acked = []
+
+    class Replicas:  # Replication.when_acked's contract, answered by the test
+        def when_acked(self, client, pending, callback):
+            acked.append(callback)
+
+    @command("test-repl", arity=2, flags="write", group="test", since="0", summary="", syntax="TEST-REPL name")
+    def test_repl(ctx, argv):
+        ctx.note_write(logs.setdefault(argv[1].decode(), FakeLog(argv[1].decode(), events)))
+        ctx.repl_pending = {argv[1]: None}
+        return b"r:" + argv[1]
+
+    try:
+        h = Harness(fsync="always")
+        h.state.replication = Replicas()
+        with gated_rounds(h.state.durability) as gate, trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                sock, _ = await _connect_and_write(h, nursery, b"TEST-REPL a\r\n")
+                assert len(acked) == 1 and h.sends == []
+                gate.set()  # the fsync round ends; the replicas have not acknowledged
+                await trio.testing.wait_all_tasks_blocked()
+                assert h.sends == [] and logs["a"].flushes == 1
+                acked[0](None)
+                assert await read_exactly(sock, 9) == b"$3\r\nr:a\r\n"
+                # The other order: replicas first, then the round.
+                with gated_rounds(h.state.durability) as gate2:
+                    await sock.send(b"TEST-REPL b\r\n")
+                    await trio.testing.wait_all_tasks_blocked()
+                    acked[1](None)
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert h.sends == [b"$3\r\nr:a\r\n"]
+                    gate2.set()
+                    assert await read_exactly(sock, 9) == b"$3\r\nr:b\r\n"
+                nursery.cancel_scope.cancel()
+    finally:
+        del COMMANDS["test-repl"]
+
+
 async def test_a_failed_round_closes_handed_over_clients_without_a_reply(test_commands):
     events, logs = test_commands
     logs["bad"] = UnsyncableLog("bad", events)
