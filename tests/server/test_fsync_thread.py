@@ -9,6 +9,7 @@ import select
 
 import pytest
 import trio
+import trio.testing
 
 from server.durability import Durability, DurabilityError
 from storage.log import PartitionLog
