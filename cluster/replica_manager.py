@@ -124,6 +124,7 @@ class ReplicaManager:
         self._topic_setting = topic_setting or (lambda topic, name: registry.config_value(topic, name))
         self.fetch_counts = {"served": 0, "fetched": 0, "truncations": 0}
         self.last_fetch_ms: dict[int, int] = {}  # follower node -> when it last fetched here
+        self._led_since: dict[int, tuple[int, int]] = {}  # shard -> (epoch, ms) this leadership was first seen
         self._hw_saved: dict[tuple[bytes, int], int] = {}
         self._follow_stamp: dict[int, tuple[int, int]] = {}
         self.paused: dict[int, tuple[int, int]] = {}  # shard -> (epoch, until ms)
@@ -366,8 +367,14 @@ class ReplicaManager:
         for s in sorted(mine):
             committed = self.state.isr[s]
             if s not in local:  # no partition here: in sync = fetching from this node
+                # Counted from when this leadership began at the latest, as a
+                # LeaderState starts every follower caught up (Kafka's
+                # lastCaughtUpTime): a new leader must not drop followers that
+                # have not had the time to fetch from it yet.
+                since = self._leading_since(s, now)
                 want = {self.my_id} | {r for r in self.placement.replicas(s) if r != self.my_id
-                                       and now - self.last_fetch_ms.get(r, -10**12) <= self.settings.lag_max_ms}
+                                       and now - max(self.last_fetch_ms.get(r, since), since)
+                                       <= self.settings.lag_max_ms}
             else:
                 want = local[s]
             if want - committed:
@@ -375,6 +382,14 @@ class ReplicaManager:
             if want != committed:
                 out.append((s, want))
         return out
+
+    def _leading_since(self, shard: int, now: int) -> int:
+        """When this node was first seen leading ``shard`` at its current epoch."""
+        epoch = self.state.epoch(shard)
+        seen = self._led_since.get(shard)
+        if seen is None or seen[0] != epoch:
+            seen = self._led_since[shard] = (epoch, now)
+        return seen[1]
 
     def _shard_isr_everywhere(self, shard: int, want: set[int]) -> set[int]:
         reg = self.registry

@@ -304,6 +304,24 @@ async def test_isr_shrinks_when_the_follower_is_unreachable(pair, autojump_clock
         nursery.cancel_scope.cancel()
 
 
+async def test_a_new_leader_gives_its_followers_the_lag_time_before_proposing_a_shrink(pair, autojump_clock):
+    """A node that starts leading a shard holding no partition of it yet
+    must not propose an ISR without the followers that have not fetched
+    from it yet: they get lag_max_ms from the start of the leadership, as a
+    LeaderState's followers do (a shrink proposed at once left a committed
+    ISR of one, and the shard leaderless when that node died)."""
+    a, _ = pair
+    m = a.manager
+    shard = next(s for s in range(m.placement.shard_count) if m.placement.replicas(s) == [2, 1])
+    m.state.controlled = True
+    m.state.adopt(shard, 1, 2, {1, 2})  # node 1 now leads it, node 2 never fetched here
+    assert m.isr_proposals() == []
+    await trio.sleep(0.9)
+    assert m.isr_proposals() == []
+    await trio.sleep(0.2)  # past lag_max_ms (1 s) with no fetch: drop it
+    assert (shard, {1}) in m.isr_proposals()
+
+
 async def test_old_leader_truncates_its_unreplicated_tail_after_failover(pair, autojump_clock):
     a, b = pair
     key = _key_led_by(a.manager.placement, 1)
