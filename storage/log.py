@@ -896,6 +896,12 @@ class PartitionLog:
         if self._closed:
             return
         self.flush()
+        try:
+            # The active index goes with a checkpoint, and this one (below)
+            # is written whether or not the flush wrote it.
+            self._segs[-1].persist_index()
+        except StorageError as exc:
+            self.logger.warning("%s: %s (the next open recovers without it)", self.directory, exc)
         with self._rp_lock:
             if self._persisted_rp != self.recovery_point:
                 write_atomic(self.directory / RECOVERY_POINT_FILE, encode_rows([(self.recovery_point,)]))

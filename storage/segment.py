@@ -376,9 +376,12 @@ class Segment:
         """The first offset in this segment whose ID is >= (ms, seq), else ``end_offset``."""
         self.ensure_index()
         i = self.index.floor_id(ms, seq)
-        if i < 0:
-            return self.base_offset
-        start = self.index.entry(i)[3]
+        if i >= 0:
+            start = self.index.entry(i)[3]
+        elif len(self.index) and self.index.entry(0)[3] == 0:
+            return self.base_offset  # the first batch is indexed and starts above the target
+        else:
+            start = 0  # an index that lacks the first batch (one not written before a restart)
         stop = self.index.entry(i + 1)[3] if i + 1 < len(self.index) else self.size
         target = (ms, seq)
         for pos, h in self._headers(start, stop):

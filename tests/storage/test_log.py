@@ -1,5 +1,7 @@
 """PartitionLog core behaviour: append, read, find_offset, flush, reopen."""
 
+import os
+
 import pytest
 
 from storage.errors import OffsetOutOfRangeError
@@ -225,3 +227,29 @@ def test_a_view_read_across_more_segments_than_may_be_mapped(tmp_path, monkeypat
     assert b"".join(viewed.chunks) == b"".join(log.read(0).chunks)
     assert viewed.count == 180
     log.close()
+
+
+@pytest.mark.parametrize("lose_index", [False, True])
+def test_id_lookups_after_a_restart_in_a_young_segment(tmp_path, lose_index):
+    """Found by the preallocating state machine: a segment rolled less than a
+    checkpoint interval before a clean close had no index entry on disk, and
+    after the restart ``find_offset`` answered its base offset for any ID in
+    it (an exclusive XREAD/XRANGE start would return that entry again). The
+    close now writes the index; a lookup no longer trusts an index that
+    lacks the segment's first batch (a lost one)."""
+    cfg = LogConfig(segment_bytes=1024, index_interval_bytes=128)
+    log = make(tmp_path, cfg)
+    log.append([(0, 1, enc(0, 1, b""))])
+    log.flush()
+    log.roll()
+    log.append([(0, 2, enc(0, 2, b"")), (0, 3, enc(0, 3, b""))])
+    log.append([(0, 5, enc(0, 5, b""))])
+    want = {(ms, seq, inc): log.find_offset(ms, seq, inc)
+            for ms, seq in [(0, 0), (0, 1), (0, 2), (0, 3), (0, 4), (0, 5), (0, 6)] for inc in (True, False)}
+    assert want[(0, 2, False)] == 2 and want[(0, 4, True)] == 3 and want[(0, 5, False)] == 4
+    log.close()
+    if lose_index:
+        for suffix in (".index", ".idindex"):
+            os.truncate(tmp_path / "p" / ("%020d" % 1 + suffix), 0)
+    log = make(tmp_path, cfg)
+    assert {k: log.find_offset(*k) for k in want} == want
