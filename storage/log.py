@@ -55,7 +55,7 @@ from storage.files import (
 )
 from storage.handles import FileCache
 from storage.markers import DeletionMarkers
-from storage.segment import ReadAccumulator, Segment
+from storage.segment import ZERO_TAIL, ReadAccumulator, Segment
 
 MiB = 1024 * 1024
 RECOVERY_CHECKPOINT_INTERVAL_MS = 1000
@@ -74,12 +74,16 @@ class LogConfig:
     retention_bytes: int = -1
     index_interval_bytes: int = 4096
     max_batch_bytes: int = 64 * MiB
+    # At most this many zeros kept written ahead of the active segment's end
+    # (0: none); see storage.segment. The server sets it under ``fsync always``.
+    preallocate_bytes: int = 0
 
     def __post_init__(self) -> None:
         assert 0 < self.segment_bytes <= 2**31, "positions are u32"
         assert 0 < self.max_batch_bytes <= 2**31
         assert self.index_interval_bytes > 0
         assert self.segment_ms > 0
+        assert self.preallocate_bytes >= 0
 
 
 @dataclass(slots=True)
@@ -322,6 +326,11 @@ class PartitionLog:
             if j > k:
                 seg.check_crc = False  # recover_from checks every batch of it
             pos, expected, why = seg.recover_from(start_pos, expected, self.config.max_batch_bytes)
+            if why == ZERO_TAIL:  # preallocated, never written: nothing is lost
+                self.logger.info("%s: dropped %d bytes of preallocated zeros at the end of segment %d",
+                                 self.directory, file_bytes - pos, seg.base_offset)
+                seg.truncate_at(pos, expected)
+                continue
             if why is not None:
                 cut = (j, pos, why)
                 seg.size = file_bytes
@@ -469,13 +478,17 @@ class PartitionLog:
         return base
 
     def _maybe_roll_for(self, nbytes: int, count: int, now_ms: int) -> None:
+        """Before an append of ``nbytes``: roll if it does not belong in the
+        active segment, and keep zeros written ahead of it (preallocation)."""
         seg = self._segs[-1]
-        if seg.size == 0:
-            return
-        if (seg.size + nbytes > self.config.segment_bytes
-                or now_ms - (seg.first_timestamp_ms() or now_ms) >= self.config.segment_ms
-                or seg.end_offset + count - seg.base_offset > records.U32_MAX):
+        if seg.size and (seg.size + nbytes > self.config.segment_bytes
+                         or now_ms - (seg.first_timestamp_ms() or now_ms) >= self.config.segment_ms
+                         or seg.end_offset + count - seg.base_offset > records.U32_MAX):
             self.roll()
+            seg = self._segs[-1]
+        most = self.config.preallocate_bytes
+        if most and seg.size + nbytes > seg.file_size:
+            seg.zero_ahead(seg.size + nbytes, most)
 
     def roll(self) -> None:
         """Start a new active segment at the log end offset (no-op when the
@@ -483,6 +496,7 @@ class PartitionLog:
         active = self._segs[-1]
         if active.size == 0:
             return
+        active.trim()
         active.seal()
         seg = Segment.create(self.directory, active.end_offset, self.cache, self.config.index_interval_bytes)
         seg.end_offset = active.end_offset
@@ -838,8 +852,19 @@ class PartitionLog:
                 # an index that stops short of the end is still a valid sparse
                 # index, and recovery scans past the checkpoint anyway. So an
                 # fsync=always round is one fsync of the log, not two.
-                if seg is not active or checkpoint is not None:
+                if seg is not active:
                     seg.persist_index()
+                elif checkpoint is not None:
+                    try:
+                        seg.persist_index()
+                    except StorageError:
+                        # Derived data, needed on disk only with the
+                        # checkpoint: skip that (retried in a second)
+                        # rather than fail the fsync of the log itself (a
+                        # full disk while appends still land in zeros
+                        # written ahead of the end).
+                        checkpoint = None
+                        self._rp_checkpoint_ms = now
                 with_index = seg.index.write_seq != seg.index.synced_seq
                 if with_index or seg.end_offset > self.recovery_point:
                     fds.extend(seg.dup_fds(with_index))
@@ -900,6 +925,7 @@ class PartitionLog:
             # The active index goes with a checkpoint, and this one (below)
             # is written whether or not the flush wrote it.
             self._segs[-1].persist_index()
+            self._segs[-1].trim()  # a clean restart finds the file ending with its last batch
         except StorageError as exc:
             self.logger.warning("%s: %s (the next open recovers without it)", self.directory, exc)
         with self._rp_lock:

@@ -249,3 +249,34 @@ def test_eio_on_fsync_is_a_storage_error_and_keeps_recovery_point(tmp_path, monk
     monkeypatch.undo()
     log.flush()
     assert log.recovery_point == 9
+
+
+def test_an_index_that_cannot_be_written_skips_the_checkpoint_not_the_fsync(tmp_path, monkeypatch):
+    """A full disk while appends still land in zeros written ahead: the
+    active index (written only with the recovery-point checkpoint) fails,
+    the log's own fsync still counts; the checkpoint waits for a later flush."""
+    from storage import index
+
+    cfg = LogConfig(segment_bytes=1 << 20, index_interval_bytes=64, preallocate_bytes=4096)
+    log = PartitionLog.open(tmp_path / "p", cfg)
+    fill(log, 3)
+    log.flush()
+    rp_file = tmp_path / "p" / "recovery-point.checkpoint"
+    written = rp_file.read_bytes()
+    fill(log, 3)
+    real = os.pwrite
+
+    def no_space(fd, data, pos):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(("index", "idindex")):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data, pos)
+
+    monkeypatch.setattr(index.os, "pwrite", no_space)
+    log._rp_checkpoint_ms = 0  # a checkpoint is due
+    log.flush()
+    assert log.recovery_point == log.log_end_offset == 18
+    assert rp_file.read_bytes() == written
+    want = read_all(log)
+    monkeypatch.undo()
+    log.abandon()
+    assert read_all(PartitionLog.open(tmp_path / "p", cfg)) == want

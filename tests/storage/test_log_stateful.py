@@ -1,5 +1,6 @@
 """The log against a tiny in-memory model under random operation sequences."""
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -17,6 +18,8 @@ CFG = LogConfig(segment_bytes=1024, index_interval_bytes=128)
 
 
 class LogMachine(RuleBasedStateMachine):
+    config = CFG
+
     @initialize()
     def setup(self):
         # Small enough that view reads remap the growing active segment and
@@ -24,7 +27,7 @@ class LogMachine(RuleBasedStateMachine):
         self.saved = segment._REMAP_BYTES, segment.MAX_MAPPED_SEGMENTS
         segment._REMAP_BYTES, segment.MAX_MAPPED_SEGMENTS = 200, 2
         self.dir = Path(tempfile.mkdtemp(prefix="logsm"))
-        self.log = PartitionLog.open(self.dir, CFG)
+        self.log = PartitionLog.open(self.dir, self.config)
         self.ids: dict[int, tuple[int, int, bytes]] = {}
         self.deleted: set[int] = set()
         self.start = 0
@@ -105,7 +108,7 @@ class LogMachine(RuleBasedStateMachine):
             self.log.close()
         else:
             self.log.abandon()
-        self.log = PartitionLog.open(self.dir, CFG)
+        self.log = PartitionLog.open(self.dir, self.config)
 
     # -- reads ----------------------------------------------------------------
 
@@ -178,6 +181,19 @@ class LogMachine(RuleBasedStateMachine):
                     raise AssertionError(f"read({bad}) did not raise")
 
     @invariant()
+    def files_hold_only_batches_or_zeros_ahead(self):
+        if not hasattr(self, "log"):
+            return
+        segs = self.log._segs
+        for seg in segs[:-1]:  # sealed: trimmed to their last batch
+            assert seg.file_size == seg.size == os.path.getsize(seg.log_path)
+        active = segs[-1]
+        assert active.file_size == os.path.getsize(active.log_path) >= active.size
+        with open(active.log_path, "rb") as f:
+            f.seek(active.size)
+            assert f.read().count(0) == active.file_size - active.size
+
+    @invariant()
     def offsets_match(self):
         if not hasattr(self, "log"):
             return
@@ -191,3 +207,15 @@ class LogMachine(RuleBasedStateMachine):
 TestLogMachine = LogMachine.TestCase
 TestLogMachine.settings = settings(max_examples=40, stateful_step_count=40, deadline=None,
                                    suppress_health_check=[HealthCheck.too_slow])
+
+
+class PreallocatingLogMachine(LogMachine):
+    """The same model with zeros kept written ahead of the active segment
+    (``fsync always``'s setting, small enough to run out within a step):
+    crashes (``reopen`` unclean) leave them for recovery to drop."""
+
+    config = LogConfig(segment_bytes=1024, index_interval_bytes=128, preallocate_bytes=150)
+
+
+TestPreallocatingLogMachine = PreallocatingLogMachine.TestCase
+TestPreallocatingLogMachine.settings = TestLogMachine.settings

@@ -206,3 +206,117 @@ def test_lost_recovery_checkpoint_means_full_scan_not_data_loss(tmp_path, caplog
     log = PartitionLog.open(d, CFG)
     assert read_all(log) == want
     assert recovery_lines(caplog) == []
+
+
+# -- preallocation (zeros written ahead of the active segment's end) ----------
+
+PRE = LogConfig(segment_bytes=1 << 20, index_interval_bytes=4096, preallocate_bytes=64 * 1024)
+
+
+def _fill(log, batches, ms=1):
+    for i in range(batches):
+        log.append(entries(ms, 10, b"z" * 100))
+        ms += 10
+    return ms
+
+
+def _zero_tail(seg):
+    with open(seg.log_path, "rb") as f:
+        f.seek(seg.size)
+        return f.read()
+
+
+def test_zeros_written_ahead_are_dropped_silently_after_a_crash(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="partita.storage")
+    d = tmp_path / "p"
+    log = PartitionLog.open(d, PRE)
+    _fill(log, 30)
+    log.flush()
+    _fill(log, 5, ms=10_000)
+    seg = log._segs[-1]
+    tail = _zero_tail(seg)
+    assert 0 < len(tail) <= 64 * 1024 and tail.count(0) == len(tail)
+    want = read_all(log)
+    log.abandon()
+    log = PartitionLog.open(d, PRE)
+    assert read_all(log) == want
+    assert recovery_lines(caplog) == []  # nothing was lost: no "recovery cut" warning
+    assert any("preallocated zeros" in r.getMessage() for r in caplog.records)
+    assert os.path.getsize(log._segs[-1].log_path) == log._segs[-1].size
+    log.append(entries(20_000, 1))  # and it writes ahead again
+    assert _zero_tail(log._segs[-1]).count(0) >= 64 * 1024
+    log.close()
+
+
+def test_a_clean_close_and_a_roll_leave_no_zeros(tmp_path):
+    d = tmp_path / "p"
+    log = PartitionLog.open(d, PRE)
+    _fill(log, 30)
+    log.roll()
+    sealed = log._segs[0]
+    assert os.path.getsize(sealed.log_path) == sealed.size
+    _fill(log, 3, ms=10_000)
+    assert os.path.getsize(log._segs[-1].log_path) > log._segs[-1].size
+    log.close()
+    for info in PartitionLog.open(d, PRE).segments():
+        assert os.path.getsize(info.path) == info.size_bytes
+
+
+def test_recovery_finds_the_recovery_point_in_front_of_the_zeros(tmp_path, monkeypatch):
+    """Everything flushed, then kill -9: the recovery point is the last
+    batch's end, where the zeros start. Recovery scans from there, not from
+    the start of the 1 MiB segment."""
+    d = tmp_path / "p"
+    log = PartitionLog.open(d, PRE)
+    _fill(log, 600)
+    log.flush()
+    assert log._segs[-1].size > 700 * 1024 and log.segment_count == 1
+    want = read_all(log)
+    log.abandon()
+    stats = count_io(monkeypatch)
+    log = PartitionLog.open(d, PRE)
+    assert stats["bytes"] < 200 * 1024, stats
+    assert read_all(log) == want
+
+
+def test_a_torn_write_into_zeros_is_cut_with_a_warning(tmp_path, caplog):
+    """The last batch only half on disk (its second half still the zeros
+    written ahead): a CRC mismatch, not a tail of zeros."""
+    before, after, last_pos, log_path = build(tmp_path / "src")
+    d = tmp_path / "p"
+    log = PartitionLog.open(d, PRE)
+    for off, ms, seq, data in before:
+        log.append([(ms, seq, data)])
+    log.flush()
+    seg = log._segs[-1]
+    pos = seg.size
+    log.append(entries(100_000, 20, b"torn" * 30))
+    end = seg.size
+    log.abandon()
+    with open(seg.log_path, "r+b") as f:
+        f.seek(pos + (end - pos) // 2)
+        f.write(bytes(end - pos - (end - pos) // 2))
+    log = PartitionLog.open(d, PRE)
+    assert [e[1:] for e in read_all(log)] == [e[1:] for e in before]
+    assert [r.getMessage() for r in recovery_lines(caplog)] and "CRC" in recovery_lines(caplog)[0].getMessage()
+
+
+def test_no_room_for_zeros_still_appends(tmp_path, monkeypatch):
+    from storage import segment
+
+    d = tmp_path / "p"
+    log = PartitionLog.open(d, PRE)
+    real = os.pwrite
+
+    def full_disk(fd, data, pos):
+        if len(data) >= 4096 and bytes(data).count(0) == len(data):  # zero_ahead's chunk
+            raise OSError(28, "No space left on device")
+        return real(fd, data, pos)
+
+    monkeypatch.setattr(segment.os, "pwrite", full_disk)
+    _fill(log, 3)
+    seg = log._segs[-1]
+    assert seg.file_size == seg.size == os.path.getsize(seg.log_path)
+    want = read_all(log)
+    log.close()
+    assert read_all(PartitionLog.open(d, PRE)) == want
