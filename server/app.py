@@ -102,8 +102,9 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
     config.on_change(apply_limits)
 
     def apply_topic_defaults(name: str, value: Any) -> None:
-        # CONFIG SET of a segment/retention default reaches topics without an override.
-        if name in ("segment-bytes", "segment-ms", "retention-ms", "retention-bytes"):
+        # CONFIG SET of a segment/retention default (or of fsync, which sets
+        # preallocation) reaches topics without an override.
+        if name in ("segment-bytes", "segment-ms", "retention-ms", "retention-bytes", "fsync", "appendfsync"):
             refresh = getattr(state.topics, "refresh_log_configs", None)
             if refresh is not None:
                 refresh()

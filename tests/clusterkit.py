@@ -209,4 +209,6 @@ class Cluster:
     def log_bytes(self, node: PartitaProcess, topic: str) -> bytes:
         files = sorted((node.data_dir / "topics").glob(f"*{topic}*/partition-0/*.log"))
         assert files, f"no log of {topic} on {node.data_dir}"
-        return b"".join(f.read_bytes() for f in files)
+        # A batch never ends with a zero byte; zeros after the last one are
+        # preallocation (fsync always), as many as each node happened to write.
+        return b"".join(f.read_bytes().rstrip(b"\0") for f in files)

@@ -221,3 +221,25 @@ def test_retention_by_time(registry):
 def test_sibling_keys(registry):
     assert registry.sibling_keys(b"t", b"t#2") == [b"t#2"]
     assert registry.sibling_keys(b"t#2", b"t#2") == [b"t"]
+
+
+def test_logs_under_fsync_always_write_zeros_ahead(tmp_path):
+    """Preallocation follows the effective fsync policy: the server's, or a
+    topic's own, and changes with either (``refresh_log_configs``)."""
+    from cluster.topics import PREALLOCATE_BYTES_ALWAYS
+
+    config = types.SimpleNamespace(segment_bytes=4096, stream_node_max_entries=100, fsync="everysec")
+    reg = TopicRegistry.open(tmp_path / "data", config)
+    try:
+        reg.create_topic(b"plain", 1)
+        reg.create_topic(b"safe", 1, [(b"fsync", b"always")])
+        plain, safe = reg.get_or_create(b"plain"), reg.get_or_create(b"safe")
+        assert plain.log.config.preallocate_bytes == 0
+        assert safe.log.config.preallocate_bytes == PREALLOCATE_BYTES_ALWAYS > 0
+        config.fsync = "always"  # CONFIG SET fsync always
+        reg.refresh_log_configs()
+        assert plain.log.config.preallocate_bytes == PREALLOCATE_BYTES_ALWAYS
+        reg.alter_config(b"safe", [(b"fsync", b"no")])
+        assert safe.log.config.preallocate_bytes == 0
+    finally:
+        reg.close()

@@ -94,3 +94,34 @@ def test_delete_and_recreate_survive_restart(partita_factory):
         assert parse(c.call("KEYS", "*")) == [b"a", b"b"]
         assert parse(c.call("XRANGE", "a", "-", "+")) == [[b"2-2", [b"k", b"v2"]]]
         assert c.call("DBSIZE") == b":2\r\n"
+
+
+def _active_segment(data_dir):
+    return max(data_dir.rglob("*.log"), key=lambda p: p.stat().st_mtime_ns)
+
+
+def test_fsync_always_writes_zeros_ahead_and_a_clean_stop_trims_them(partita_factory):
+    """CONFIG SET appendfsync always turns on preallocation for the open
+    streams; kill -9 leaves the zeros for recovery, a clean stop cuts them."""
+    server = partita_factory(["--fsync", "everysec"])
+    with RespClient(server.port) as c:
+        c.call("XADD", "s", "1-0", "n", "1")
+        seg = _active_segment(server.data_dir)
+        assert not seg.read_bytes().endswith(bytes(64))
+        assert c.call("CONFIG", "SET", "appendfsync", "always") == b"+OK\r\n"
+        for n in range(2, 12):
+            c.call("XADD", "s", f"{n}-0", "n", str(n))
+        assert seg.read_bytes().endswith(bytes(32 * 1024))
+    server.kill9()
+    server.extra_args = ["--fsync", "always"]
+    server.start()
+    with RespClient(server.port) as c:
+        assert [e[0] for e in parse(c.call("XRANGE", "s", "-", "+"))] == [b"%d-0" % n for n in range(1, 12)]
+        c.call("XADD", "s", "12-0", "n", "12")
+        assert seg.read_bytes().endswith(bytes(32 * 1024))
+    server.stop()
+    data = seg.read_bytes()
+    assert data.endswith(b"12\r\n")  # the last entry's value, no zeros after it
+    server.start()
+    with RespClient(server.port) as c:
+        assert len(parse(c.call("XRANGE", "s", "-", "+"))) == 12
