@@ -930,8 +930,14 @@ class PartitionLog:
             self.logger.warning("%s: %s (the next open recovers without it)", self.directory, exc)
         with self._rp_lock:
             if self._persisted_rp != self.recovery_point:
-                write_atomic(self.directory / RECOVERY_POINT_FILE, encode_rows([(self.recovery_point,)]))
-                self._persisted_rp = self.recovery_point
+                try:
+                    write_atomic(self.directory / RECOVERY_POINT_FILE, encode_rows([(self.recovery_point,)]))
+                    self._persisted_rp = self.recovery_point
+                except StorageError as exc:
+                    # Everything is fsynced (above); without the checkpoint
+                    # the next open scans from the older one (a full disk).
+                    self.logger.warning("%s: recovery point not written at close (%s); "
+                                        "the next open scans a longer tail", self.directory, exc)
             self._closed = True
         for seg in self._segs:
             seg.unmap()

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from storage.checkpoint import fsync_dir, read_file, write_atomic
-from storage.errors import raise_storage_error
+from storage.errors import StorageError, raise_storage_error
 from storage.handles import FileCache
 from storage.log import LogConfig, PartitionLog, wall_clock_ms
 
@@ -184,8 +184,16 @@ class LogManager:
             raise_storage_error(f"remove {target}", exc)
 
     def close(self) -> None:
-        """Flush and close every open log (clean-shutdown checkpoints)."""
+        """Flush and close every open log (clean-shutdown checkpoints). A log
+        that fails to close does not keep the others open: the first error is
+        raised once every log was tried."""
+        first: StorageError | None = None
         for log in self._logs.values():
-            log.close()
+            try:
+                log.close()
+            except StorageError as exc:
+                first = first or exc
         self._logs.clear()
         self.cache.close_all()
+        if first is not None:
+            raise first

@@ -139,3 +139,37 @@ def test_disk_full_refuses_writes_cleanly_and_recovers(small_fs, tmp_path):
         assert "recovery cut" not in server.log()
     finally:
         server.stop()
+
+
+def test_a_shutdown_on_a_full_disk_is_clean_and_loses_nothing(small_fs, tmp_path):
+    """SIGTERM while the disk is full: everything acknowledged is already on
+    disk; what cannot be written then (checkpoints, a group snapshot) is
+    logged, and the server exits normally. It restarts with everything once
+    there is room."""
+    server = PartitaProcess(small_fs / "data", ["--fsync", "everysec"])
+    server.log_path = tmp_path / "server.log"
+    server.start()
+    try:
+        c = Conn(server.port)
+        acked = []
+        for seq in range(200):
+            reply = c.call(b"XADD", b"s", b"*", *make_fields(0, seq))
+            acked.append((reply, seq))
+        assert c.call(b"XGROUP", b"CREATE", b"s", b"g", b"0") == b"OK"
+        delivered = c.call(b"XREADGROUP", b"GROUP", b"g", b"c", b"COUNT", 5, b"STREAMS", b"s", b">")[0][1]
+        assert c.call(b"XACK", b"s", b"g", delivered[0][0]) == 1
+        c.close()
+        _fill(small_fs / "filler")
+        server.proc.terminate()
+        assert server.proc.wait(timeout=20) == 0, server.log()
+        assert "Fatal" not in server.log() and "Traceback" not in server.log()
+        os.unlink(small_fs / "filler")
+        server.start()
+        c = Conn(server.port)
+        entries = c.call(b"XRANGE", b"s", b"-", b"+")
+        assert [(e[0], check_fields(e[1])[1]) for e in entries] == acked
+        pending = [row[0] for row in c.call(b"XPENDING", b"s", b"g", b"-", b"+", 100)]
+        assert pending == [e[0] for e in delivered[1:]]
+        c.close()
+    finally:
+        server.stop()

@@ -280,3 +280,53 @@ def test_an_index_that_cannot_be_written_skips_the_checkpoint_not_the_fsync(tmp_
     monkeypatch.undo()
     log.abandon()
     assert read_all(PartitionLog.open(tmp_path / "p", cfg)) == want
+
+
+def test_a_recovery_point_that_cannot_be_written_at_close_is_not_fatal(tmp_path, monkeypatch, caplog):
+    """A full disk at shutdown: the data is fsynced, only the checkpoint is
+    missing, so close() warns and closes; the next open scans the tail."""
+    from storage import log as log_module
+    from storage.log_manager import LogManager
+
+    lm = LogManager(tmp_path, default_config=CFG)
+    a, b = lm.partition(b"t", 0), lm.partition(b"t", 1)
+    fill(a, 3)
+    fill(b, 2)
+    want = (read_all(a), read_all(b))
+
+    def no_space(path, data, **kw):
+        raise StorageError(f"write {path} failed: ENOSPC (No space left on device)", errno.ENOSPC)
+
+    monkeypatch.setattr(log_module, "write_atomic", no_space)
+    lm.close()  # both logs closed, no error
+    assert a.closed and b.closed
+    assert any("recovery point not written at close" in r.getMessage() for r in caplog.records)
+    monkeypatch.undo()
+    lm = LogManager(tmp_path, default_config=CFG)
+    assert (read_all(lm.partition(b"t", 0)), read_all(lm.partition(b"t", 1))) == want
+    lm.close()
+
+
+def test_a_log_that_fails_to_close_does_not_keep_the_others_open(tmp_path, monkeypatch):
+    from storage.log_manager import LogManager
+
+    lm = LogManager(tmp_path, default_config=CFG)
+    a, b = lm.partition(b"t", 0), lm.partition(b"t", 1)
+    fill(a, 2)
+    fill(b, 2)
+
+    def eio(fd):
+        raise OSError(errno.EIO, "Input/output error")
+
+    real_fdatasync = os.fdatasync
+    broken = a._segs[-1].log_path
+
+    def fdatasync(fd):
+        if os.readlink(f"/proc/self/fd/{fd}") == broken:
+            eio(fd)
+        return real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    with pytest.raises(StorageError, match="EIO"):
+        lm.close()
+    assert b.closed and b.recovery_point == b.log_end_offset
