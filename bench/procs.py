@@ -144,7 +144,11 @@ class ServerProcess:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def __enter__(self) -> "ServerProcess":
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.cleanup()  # a server that never answered is still stopped
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self.cleanup()
