@@ -50,21 +50,14 @@ le32(const unsigned char *b)
     return v;
 }
 
-static PyObject *
-walk_batches(PyObject *self, PyObject *args)
+/* The walk of batches() on an acquired buffer; returns 0, or -1 with an
+ * exception set. */
+static int
+walk(PyObject *mv, const unsigned char *buf, Py_ssize_t *pp, Py_ssize_t size, long long *pcur,
+     long long stop, long long left, PyObject *chunks, long long *pcount, long long *pnbytes, int *pdone)
 {
-    PyObject *mv, *chunks;
-    Py_ssize_t p, size;
-    long long cur, stop, left;
-    if (!PyArg_ParseTuple(args, "OnnLLLO!", &mv, &p, &size, &cur, &stop, &left, &PyList_Type, &chunks))
-        return NULL;
-    Py_buffer view;
-    if (PyObject_GetBuffer(mv, &view, PyBUF_SIMPLE) != 0)
-        return NULL;
-    if (size > view.len)
-        size = view.len;
-    const unsigned char *buf = (const unsigned char *)view.buf;
-    long long count = 0, nbytes = 0;
+    Py_ssize_t p = *pp;
+    long long cur = *pcur, count = 0, nbytes = 0;
     int done = 0;
     while (p >= 0 && p + HEADER_BYTES <= size && cur < stop) {
         const unsigned char *h = buf + p;
@@ -99,8 +92,7 @@ walk_batches(PyObject *self, PyObject *args)
             PyObject *chunk = PySequence_GetSlice(mv, d + rel0, d + rel1);
             if (chunk == NULL || PyList_Append(chunks, chunk) != 0) {
                 Py_XDECREF(chunk);
-                PyBuffer_Release(&view);
-                return NULL;
+                return -1;
             }
             Py_DECREF(chunk);
             count += r1 - i0;
@@ -115,12 +107,192 @@ walk_batches(PyObject *self, PyObject *args)
             break;
         p += length;
     }
+    *pp = p;
+    *pcur = cur;
+    *pcount = count;
+    *pnbytes = nbytes;
+    *pdone = done;
+    return 0;
+}
+
+static PyObject *
+walk_batches(PyObject *self, PyObject *args)
+{
+    PyObject *mv, *chunks;
+    Py_ssize_t p, size;
+    long long cur, stop, left;
+    if (!PyArg_ParseTuple(args, "OnnLLLO!", &mv, &p, &size, &cur, &stop, &left, &PyList_Type, &chunks))
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(mv, &view, PyBUF_SIMPLE) != 0)
+        return NULL;
+    if (size > view.len)
+        size = view.len;
+    long long count, nbytes;
+    int done;
+    int rc = walk(mv, (const unsigned char *)view.buf, &p, size, &cur, stop, left, chunks, &count, &nbytes, &done);
     PyBuffer_Release(&view);
+    if (rc != 0)
+        return NULL;
     return Py_BuildValue("(nLLLO)", p, cur, count, nbytes, done ? Py_True : Py_False);
+}
+
+/* read(mv, size, keys, base, cur, stop, left, chunks)
+ *     -> (p, cur, count, nbytes, done) or None
+ *
+ * Segment.read's start and walk in one call, for a segment whose file is
+ * mapped (mv, the first `size` bytes valid): the batch holding offset `cur`
+ * is found as Segment.locate finds it (the last entry of the offset index
+ * `keys`, u64 values relative_offset << 32 | position, at or below it, then
+ * the batch headers from there), then batches() walks from it. None when
+ * that batch is not found whole in [0, size) or a header on the way is
+ * malformed: the Python path then reads (and reports any damage). */
+static PyObject *
+walk_read(PyObject *self, PyObject *args)
+{
+    PyObject *mv, *keys, *chunks;
+    Py_ssize_t size;
+    long long base, cur, stop, left;
+    if (!PyArg_ParseTuple(args, "OnOLLLLO!", &mv, &size, &keys, &base, &cur, &stop, &left, &PyList_Type, &chunks))
+        return NULL;
+    if (cur < base || cur - base > 0xFFFFFFFFLL)
+        Py_RETURN_NONE;
+    Py_buffer kv;
+    if (PyObject_GetBuffer(keys, &kv, PyBUF_SIMPLE) != 0)
+        return NULL;
+    const unsigned char *kb = (const unsigned char *)kv.buf;
+    Py_ssize_t lo = 0, hi = kv.len / 8;
+    uint64_t probe = ((uint64_t)(cur - base) << 32) | 0xFFFFFFFFULL;
+    while (lo < hi) { /* bisect_right */
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (probe < le64(kb + 8 * mid))
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    Py_ssize_t p = lo ? (Py_ssize_t)(le64(kb + 8 * (lo - 1)) & 0xFFFFFFFFULL) : 0;
+    PyBuffer_Release(&kv);
+    Py_buffer view;
+    if (PyObject_GetBuffer(mv, &view, PyBUF_SIMPLE) != 0)
+        return NULL;
+    if (size > view.len)
+        size = view.len;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    for (;;) { /* the headers from the index's position to the batch holding cur */
+        if (p + HEADER_BYTES > size)
+            goto unsure;
+        uint64_t b = le64(buf + p);
+        uint32_t length = le32(buf + p + 8), n = le32(buf + p + 24);
+        if (n == 0 || length < HEADER_BYTES || (Py_ssize_t)length > size - p || b > (uint64_t)cur)
+            goto unsure;
+        if ((uint64_t)cur < b + n)
+            break;
+        p += length;
+    }
+    long long count, nbytes;
+    int done;
+    int rc = walk(mv, buf, &p, size, &cur, stop, left, chunks, &count, &nbytes, &done);
+    PyBuffer_Release(&view);
+    if (rc != 0)
+        return NULL;
+    return Py_BuildValue("(nLLLO)", p, cur, count, nbytes, done ? Py_True : Py_False);
+unsure:
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
+/* find(mv, size, ids, base, ms, seq) -> (offset, position), or None
+ *
+ * Segment.find_id for a mapped segment: the first offset whose ID is >=
+ * (ms, seq) among the batches of [0, size), given the ID index `ids`
+ * (24-byte entries: u64 first_ms, u64 first_seq, u32 relative offset, u32
+ * position), and the position of the batch holding it. The headers from
+ * the index's floor entry up to the next entry (or `size`) are walked as
+ * the Python loop walks them. When no batch there reaches the ID: the next
+ * index entry's offset and position, or (-1, -1) when none follows (the
+ * caller's end offset). None when anything it needs lies past the mapping
+ * or a header is malformed. */
+static PyObject *
+walk_find(PyObject *self, PyObject *args)
+{
+    PyObject *mv, *ids;
+    Py_ssize_t size;
+    long long base;
+    unsigned long long ms, seq;
+    if (!PyArg_ParseTuple(args, "OnOLKK", &mv, &size, &ids, &base, &ms, &seq))
+        return NULL;
+    Py_buffer iv;
+    if (PyObject_GetBuffer(ids, &iv, PyBUF_SIMPLE) != 0)
+        return NULL;
+    const unsigned char *ib = (const unsigned char *)iv.buf;
+    Py_ssize_t n = iv.len / 24, lo = 0, hi = n;
+    while (lo < hi) { /* bisect_right on (first_ms, first_seq) */
+        Py_ssize_t mid = (lo + hi) / 2;
+        uint64_t m = le64(ib + 24 * mid), q = le64(ib + 24 * mid + 8);
+        if (ms < m || (ms == m && seq < q))
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    Py_ssize_t i = lo - 1;
+    long long start, stop_pos = size, after = -1, after_pos = -1;
+    if (i >= 0)
+        start = le32(ib + 24 * i + 20);
+    else if (n && le32(ib + 20) == 0) {
+        PyBuffer_Release(&iv);
+        return Py_BuildValue("(Li)", base, 0); /* the first batch starts above the ID */
+    } else
+        start = 0;
+    if (i + 1 < n) {
+        stop_pos = after_pos = le32(ib + 24 * (i + 1) + 20);
+        after = base + le32(ib + 24 * (i + 1) + 16);
+    }
+    PyBuffer_Release(&iv);
+    if (stop_pos > size)
+        Py_RETURN_NONE;
+    Py_buffer view;
+    if (PyObject_GetBuffer(mv, &view, PyBUF_SIMPLE) != 0)
+        return NULL;
+    if (stop_pos > view.len)
+        goto unsure;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    Py_ssize_t p = (Py_ssize_t)start;
+    while (p < stop_pos) {
+        if (p + HEADER_BYTES > stop_pos)
+            goto unsure;
+        const unsigned char *h = buf + p;
+        uint32_t length = le32(h + 8), cnt = le32(h + 24);
+        if (cnt == 0 || (uint64_t)length < HEADER_BYTES + 20ULL * cnt || (Py_ssize_t)length > stop_pos - p)
+            goto unsure;
+        uint64_t lm = le64(h + 48), ls = le64(h + 56);
+        if (lm > ms || (lm == ms && ls >= seq)) {
+            const unsigned char *idp = h + HEADER_BYTES;
+            uint32_t a = 0, b = cnt;
+            while (a < b) { /* bisect_left on the batch's IDs */
+                uint32_t mid = a + (b - a) / 2;
+                uint64_t m = le64(idp + 16 * mid), q = le64(idp + 16 * mid + 8);
+                if (m < ms || (m == ms && q < seq))
+                    a = mid + 1;
+                else
+                    b = mid;
+            }
+            long long found = (long long)le64(h) + a;
+            PyBuffer_Release(&view);
+            return Py_BuildValue("(Ln)", found, p);
+        }
+        p += length;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(LL)", after, after_pos);
+unsure:
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
     {"batches", walk_batches, METH_VARARGS, "Walk whole batches of a buffer, appending entry ranges as slices."},
+    {"read", walk_read, METH_VARARGS, "Find the batch holding an offset in a mapped segment, then walk as batches()."},
+    {"find", walk_find, METH_VARARGS, "The first offset of a mapped segment whose ID is at or above one, and its batch's position."},
     {NULL, NULL, 0, NULL},
 };
 

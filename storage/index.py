@@ -204,6 +204,19 @@ class SegmentIndex:
             return _MemIds(view, n)
         return self._sealed_keys()[1]
 
+    def offset_keys(self):
+        """The offset index as u64 keys ``rel_offset << 32 | position`` (a
+        buffer, for ``storage._walk``)."""
+        return self._offset_keys()
+
+    def id_entries(self):
+        """The ID index's entries as raw bytes, 24 each (a buffer, for
+        ``storage._walk``)."""
+        if self._ids is not None:
+            return self._ids
+        ids = self._sealed_keys()[1]
+        return ids.view[: ids.n * ID_ENTRY_BYTES]
+
     def count_below(self, rel_offset: int) -> int:
         """Number of entries whose relative offset is < ``rel_offset``."""
         return bisect.bisect_left(self._offset_keys(), rel_offset << 32)

@@ -800,6 +800,46 @@ class PartitionLog:
             hi = lo
         return ReadResult(count, chunks, hi, entries)
 
+    def read_after_id(self, ms: int, seq: int, max_count: int | None = None, view: bool = False) -> ReadResult:
+        """Entries whose IDs are above (ms, seq), at most ``max_count``, up to
+        the high watermark: XREAD's read, what ``read(max(find_offset(ms, seq,
+        inclusive=False), log_start_offset), max_count=...)`` gives. With
+        ``view`` (chunks may be views of the mappings, as for ``read``) the
+        common case is one pass in C: the start in a mapped segment without
+        deleted entries or unchecked CRCs is found (``Segment.
+        find_id_mapped``) and walked from its batch (``walk_mapped``); the
+        rest of a read that goes on past it is ``read``'s."""
+        stop = self._hw
+        found = None
+        if view and (max_count is None or max_count > 0) and (seq < records.U64_MAX or ms < records.U64_MAX):
+            above = (ms, seq + 1) if seq < records.U64_MAX else (ms + 1, 0)  # the lowest ID wanted
+            segs = self._segs
+            i = len(segs) - 1
+            seg = segs[i]
+            while i:  # find_offset's segment: the last whose first ID is at or below ``above``
+                first = seg.first_id()
+                if first is not None and first <= above:
+                    break
+                i -= 1
+                seg = segs[i]
+            if not seg.check_crc and not self.markers.get(seg.base_offset) \
+                    and seg.mapped(records.HEADER_BYTES) is not None:
+                found = seg.find_id_mapped(*above)
+        if found is None or not self.log_start_offset <= found[0] < stop:
+            start = max(self.find_offset(ms, seq, inclusive=False), self.log_start_offset)
+            if start >= self.log_end_offset:
+                return ReadResult(0, [], start)
+            return self.read(start, max_count=max_count, view=view)
+        cur, pos = found
+        chunks: list = []
+        left = -1 if max_count is None else max_count
+        _, end, count, _, done = seg.walk_mapped(pos, cur, min(stop, seg.end_offset), left, chunks)
+        if done or end >= stop:
+            return ReadResult(count, chunks, end)
+        rest = self.read(end, max_count=None if max_count is None else max_count - count, view=True)
+        chunks += rest.chunks
+        return ReadResult(count + rest.count, chunks, rest.next_offset)
+
     def find_offset(self, ms: int, seq: int, inclusive: bool = True) -> int:
         """First offset whose ID is >= (ms, seq) (``>`` if not inclusive);
         ``log_end_offset`` when none. Deleted entries are not skipped (reads do that)."""

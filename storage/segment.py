@@ -448,9 +448,31 @@ class Segment:
         d = records.data_start(pos, n)
         return self.pread(d + s, e - s)
 
+    def find_id_mapped(self, ms: int, seq: int) -> tuple[int, int] | None:
+        """``find_id``'s walk in C over the file's mapping (``storage._walk.
+        find``): ``(offset, position of its batch)``, ``(-1, -1)`` for
+        ``end_offset``; None when the file is not mapped far enough."""
+        view = self._map
+        if view is None or _walk is None:
+            return None
+        self.ensure_index()
+        _MAPPED.move_to_end(self)
+        return _walk.find(view, self.size, self.index.id_entries(), self.base_offset, ms, seq)
+
+    def walk_mapped(self, pos: int, cur: int, stop: int, left: int, chunks: list) -> tuple:
+        """``read``'s C walk (``storage._walk.batches``) over the mapping
+        from the batch at ``pos`` holding offset ``cur``, for a segment
+        ``find_id_mapped`` answered: ``(position, next offset, count, bytes,
+        done)``; the chunks are views of the mapping (``ReadAccumulator.view``).
+        What it leaves (past the mapping, a malformed header) is ``read``'s."""
+        return _walk.batches(self._map, pos, min(self.size, self._map_len), cur, stop, left, chunks)
+
     def find_id(self, ms: int, seq: int) -> int:
         """The first offset in this segment whose ID is >= (ms, seq), else ``end_offset``."""
         self.ensure_index()
+        found = self.find_id_mapped(ms, seq)
+        if found is not None:
+            return self.end_offset if found[0] < 0 else found[0]
         i = self.index.floor_id(ms, seq)
         if i >= 0:
             start = self.index.entry(i)[3]
@@ -480,8 +502,6 @@ class Segment:
         ``acc.view`` (up to the mapping's end; a newer tail is read).
         """
         stop = min(stop, self.end_offset)
-        pos, h = self.locate(start)
-        next_len = h[records.H_LENGTH]
         cur = start
         base_offset = self.base_offset
         index = self.index
@@ -496,6 +516,24 @@ class Segment:
         # deleted entries, no byte bound, one chunk per batch, no IDs, no CRC.
         walk = (_walk.batches if _walk is not None and not deleted and max_bytes is None
                 and not split and not want_ids and not check_crc else None)
+        started = None
+        view = self.mapped(HEADER_BYTES) if use_map and walk is not None else None
+        if view is not None:
+            # A mapped file: finding the start batch (``locate``) is C too.
+            self.ensure_index()
+            left = -1 if max_count is None else max_count - acc.count
+            started = _walk.read(view, min(self.size, self._map_len), index.offset_keys(), base_offset,
+                                 cur, stop, left, chunks)
+        if started is None:
+            pos, h = self.locate(start)
+            next_len = h[records.H_LENGTH]
+        else:
+            pos, cur, count, nbytes, done = started
+            acc.count += count
+            acc.nbytes += nbytes
+            if done:
+                acc.done = True
+            next_len = HEADER_BYTES  # the batch at pos is left to the loop below
         while cur < stop and not acc.done:
             mapped = self.mapped(pos + next_len) if use_map else None
             if mapped is not None:

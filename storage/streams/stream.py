@@ -587,12 +587,8 @@ class Stream:
 
     def read_after(self, after: StreamId, count: int | None = None, *, view: bool = False) -> Entries:
         """Entries with IDs greater than ``after`` (XREAD); ``view`` as for ``range``."""
-        log = self.log
-        start_offset = max(log.find_offset(after[0], after[1], inclusive=False), log.log_start_offset)
-        if start_offset >= log.log_end_offset:
-            return EMPTY
-        res = log.read(start_offset, log.log_end_offset, max_count=count, view=view)
-        return Entries(res.count, res.chunks)
+        res = self.log.read_after_id(after[0], after[1], count, view)
+        return Entries(res.count, res.chunks) if res.count else EMPTY
 
     # ------------------------------------------------------------- metadata
 

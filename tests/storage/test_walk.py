@@ -54,11 +54,13 @@ def test_reads_match_the_python_walk(sizes, payloads, reads):
 
     calls = []
 
-    def counted(*args):
-        calls.append(args[1])
-        return _walk.batches(*args)
+    def counted(fn):
+        def call(*args):
+            calls.append(fn.__name__)
+            return fn(*args)
+        return call
 
-    c_walk = SimpleNamespace(batches=counted)
+    c_walk = SimpleNamespace(batches=counted(_walk.batches), read=counted(_walk.read), find=_walk.find)
     with tempfile.TemporaryDirectory() as d:
         log = _batch_log(Path(d) / "p", sizes, payloads)
         try:
@@ -72,7 +74,46 @@ def test_reads_match_the_python_walk(sizes, payloads, reads):
                 assert next_offset == start + count
         finally:
             log.close()
-    assert calls  # the C walk did the reads compared
+    # The C walk did the reads compared: a view read starts in C over the
+    # mapping (read), a pread one walks its buffer (batches).
+    assert ("read" in calls) == any(view for _, _, view in reads)
+    assert "batches" in calls or all(view for _, _, view in reads)
+
+
+def _find(log, ms, seq, walk):
+    saved = segment._walk
+    segment._walk = walk
+    try:
+        return log.find_offset(ms, seq), log.find_offset(ms, seq, inclusive=False)
+    finally:
+        segment._walk = saved
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sizes=st.lists(st.integers(1, 40), min_size=1, max_size=30),
+    payloads=st.lists(st.integers(0, 300), min_size=1, max_size=4),
+    targets=st.lists(st.tuples(st.integers(0, 1300), st.integers(0, 2)), min_size=1, max_size=12),
+    mapped=st.booleans(),
+)
+def test_id_lookups_match_the_python_walk(sizes, payloads, targets, mapped):
+    """``_walk.find`` (Segment.find_id over a mapped file) against the Python
+    header walk, for IDs before, inside, between and after the batches
+    (the log's IDs are ms-0 for ms = 1, 2, ...)."""
+    from storage import _walk
+
+    with tempfile.TemporaryDirectory() as d:
+        log = _batch_log(Path(d) / "p", sizes, payloads)
+        try:
+            if mapped:
+                for seg in log._segs:
+                    seg.mapped(seg.size)
+            c_used = sum(seg._map is not None for seg in log._segs)
+            for ms, seq in targets:
+                assert _find(log, ms, seq, _walk) == _find(log, ms, seq, None), (ms, seq)
+        finally:
+            log.close()
+    assert c_used or not mapped
 
 
 def _one_log_buffer(tmp_path, sizes):
@@ -110,3 +151,75 @@ def test_the_walk_stops_at_a_malformed_header(tmp_path):
     data[first + 24:first + 28] = (0).to_bytes(4, "little")  # a batch of 0 entries
     chunks = []
     assert _walk.batches(memoryview(bytes(data)), 0, len(data), 0, 7, -1, chunks)[:3] == (first, 3, 3)
+
+
+def _general_after(log, ms, seq, max_count, view):
+    """XREAD's read as it was before ``read_after_id``: find, then read."""
+    start = max(log.find_offset(ms, seq, inclusive=False), log.log_start_offset)
+    if start >= log.log_end_offset:
+        return [], 0
+    r = log.read(start, max_count=max_count, view=view)
+    return [bytes(c) for c in r.chunks], r.count
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sizes=st.lists(st.integers(1, 40), min_size=1, max_size=30),
+    payloads=st.lists(st.integers(0, 300), min_size=1, max_size=4),
+    deleted=st.one_of(st.just([]), st.lists(st.floats(0, 1), max_size=6)),
+    start_at=st.one_of(st.none(), st.none(), st.floats(0, 1)),
+    hw_at=st.one_of(st.none(), st.none(), st.floats(0, 1)),
+    mapped=st.booleans(),
+    crc=st.sampled_from([False, False, True]),
+    reads=st.lists(st.tuples(st.integers(0, 1300), st.integers(0, 2), st.one_of(st.none(), st.integers(0, 200))),
+                   min_size=1, max_size=10),
+)
+def test_reads_after_an_id_match_find_then_read(sizes, payloads, deleted, start_at, hw_at, mapped, crc, reads):
+    """``PartitionLog.read_after_id`` (one C pass where it can) against
+    ``find_offset`` + ``read``, with deleted entries, a log start moved by
+    retention, a high watermark below the end (a follower's log), segments
+    mapped or not, and CRCs still to check (a log opened after a restart)."""
+    with tempfile.TemporaryDirectory() as d:
+        log = _batch_log(Path(d) / "p", sizes, payloads)
+        try:
+            end = log.log_end_offset
+            log.delete_entries({min(int(f * end), end - 1) for f in deleted})
+            if start_at is not None:
+                log.advance_log_start_offset(int(start_at * end))
+            if hw_at is not None:
+                log.hw_follows_end = False
+                log.set_high_watermark(int(hw_at * end))
+            for seg in log._segs:
+                if mapped:
+                    seg.mapped(seg.size)
+                seg.check_crc = crc
+            for ms, seq, max_count in reads:
+                for view in (True, False):
+                    got = log.read_after_id(ms, seq, max_count, view)
+                    assert ([bytes(c) for c in got.chunks], got.count) == _general_after(log, ms, seq, max_count, view)
+        finally:
+            log.close()
+
+
+def test_a_plain_read_after_an_id_is_one_pass_in_c(tmp_path, monkeypatch):
+    """No deleted entries, no CRCs to check, a mapped segment: the read is
+    found and walked in C, without ``Segment.read`` (whose own C start the
+    test above compares too); one that runs past the segment goes on in it."""
+    log = _batch_log(tmp_path / "p", [5, 10, 20, 30, 3, 7] * 4, [10, 100])
+    try:
+        assert len(log._segs) > 3
+        expected = {ms: _general_after(log, ms, 0, 10, True) for ms in (0, 3, 50, 100, 200)}
+        monkeypatch.setattr(segment.Segment, "read", None)  # the general path would fail
+        for ms, want in expected.items():
+            got = log.read_after_id(ms, 0, 10, view=True)
+            assert ([bytes(c) for c in got.chunks], got.count) == want
+            assert got.count == 10 and got.next_offset == ms + 10
+        monkeypatch.undo()
+        # From the last entry of a segment on: the next segment is read by Segment.read.
+        seg = log._segs[0]
+        last = seg.end_offset
+        got = log.read_after_id(last - 1, 0, 50, view=True)  # IDs are <offset + 1>-0
+        assert ([bytes(c) for c in got.chunks], got.count) == _general_after(log, last - 1, 0, 50, True)
+        assert got.count == 50
+    finally:
+        log.close()

@@ -104,6 +104,9 @@ class FakeLog:
         return FakeReadResult(len(offs), [self.data[o] for o in offs], start,
                               [(o, *self.ids[o]) for o in offs] if with_ids else None)
 
+    def read_after_id(self, ms, seq, max_count=None, view=False):
+        return self.read(self.find_offset(ms, seq, inclusive=False), max_count=max_count, view=view)
+
     def find_offset(self, ms, seq, inclusive=True):
         i = (bisect.bisect_left if inclusive else bisect.bisect_right)(self.ids, (ms, seq))
         return max(i, self.log_start_offset)
