@@ -33,6 +33,11 @@
  * bytes: `*2 $<id> *<2n>` then the field/value bulks exactly as received.
  *
  * The Python reference this is checked against: tests/server/test_xaddrun.py.
+ *
+ * Also here, for a consumer's poll (Dispatcher.read_poll): poll_xread(data)
+ * reads `XREAD COUNT n STREAMS key id` straight from the received bytes
+ * (see its comment); tests/server/test_xread_now.py checks the replies it
+ * leads to against the parser and the handler's.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -308,12 +313,107 @@ done:
     return result;
 }
 
+/* `$<len>\r\n<bytes>\r\n` with canonical len; returns the byte after the
+ * final CRLF, the argument in *arg, *alen, or NULL. */
+static const char *
+parse_bulk(const char *p, const char *end, const char **arg, Py_ssize_t *alen)
+{
+    long long len;
+    if (p >= end || *p != '$')
+        return NULL;
+    p = parse_len(p + 1, end, &len);
+    if (p == NULL || end - p < len + 2 || p[len] != '\r' || p[len + 1] != '\n')
+        return NULL;
+    *arg = p;
+    *alen = (Py_ssize_t)len;
+    return p + len + 2;
+}
+
+/* The bulk argument `word` (upper case), in any letter case. */
+static const char *
+parse_word(const char *p, const char *end, const char *word)
+{
+    const char *arg;
+    Py_ssize_t alen, n = (Py_ssize_t)strlen(word);
+    p = parse_bulk(p, end, &arg, &alen);
+    if (p == NULL || alen != n)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if ((arg[i] & ~0x20) != word[i])
+            return NULL;
+    return p;
+}
+
+/* Canonical decimal digits (no sign, no leading zero) of at most 20 digits
+ * that fit in a u64: 0, else -1. */
+static int
+digits_u64(const char *s, Py_ssize_t n, unsigned long long *out)
+{
+    unsigned long long v = 0;
+    if (n == 0 || n > 20 || (s[0] == '0' && n > 1))
+        return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned d = (unsigned char)s[i] - '0';
+        if (d > 9 || v > (U64_MAX - d) / 10)
+            return -1;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return 0;
+}
+
+/* poll_xread(data) -> (key, count, ms, seq) or None
+ *
+ * `data` as exactly one command `XREAD COUNT <n> STREAMS <key> <id>` in
+ * canonical RESP (lengths in plain decimal; the three words in any letter
+ * case; nothing after it), n in plain decimal below 2^63, the ID `ms` or
+ * `ms-seq` in plain decimal u64s (`ms` means ms-0, as XREAD reads it).
+ * Anything else is None: the parser and XREAD's handler take it (`$`,
+ * `+`, `>`, a negative count, leading zeros, errors). */
+static PyObject *
+poll_xread(PyObject *self, PyObject *args)
+{
+    Py_buffer buf;
+    if (!PyArg_ParseTuple(args, "y*", &buf))
+        return NULL;
+    const char *p = (const char *)buf.buf, *end = p + buf.len;
+    const char *arg, *key, *id;
+    Py_ssize_t alen, klen, idlen;
+    unsigned long long count, ms, seq = 0;
+    PyObject *result = NULL;
+    if (end - p < 4 || memcmp(p, "*6\r\n", 4) != 0)
+        goto none;
+    p += 4;
+    if ((p = parse_word(p, end, "XREAD")) == NULL || (p = parse_word(p, end, "COUNT")) == NULL)
+        goto none;
+    if ((p = parse_bulk(p, end, &arg, &alen)) == NULL || digits_u64(arg, alen, &count) != 0
+        || count > 0x7FFFFFFFFFFFFFFFULL)
+        goto none;
+    if ((p = parse_word(p, end, "STREAMS")) == NULL || (p = parse_bulk(p, end, &key, &klen)) == NULL
+        || (p = parse_bulk(p, end, &id, &idlen)) == NULL || p != end)
+        goto none;
+    const char *dash = memchr(id, '-', (size_t)idlen);
+    if (dash == NULL) {
+        if (digits_u64(id, idlen, &ms) != 0)
+            goto none;
+    } else if (digits_u64(id, dash - id, &ms) != 0 || digits_u64(dash + 1, id + idlen - dash - 1, &seq) != 0)
+        goto none;
+    result = Py_BuildValue("(y#KKK)", key, klen, count, ms, seq);
+    PyBuffer_Release(&buf);
+    return result;
+none:
+    PyBuffer_Release(&buf);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"head_key", head_key, METH_VARARGS,
      "head_key(data, pos) -> the key of the `XADD key * ...` command at pos, or None."},
     {"scan", scan, METH_VARARGS,
      "scan(data, pos, key, last_ms, last_seq, now_ms, max_entry_bytes, budget)\n"
      "-> (end, entries, replies, last_ms, last_seq, used): a run of `XADD key * f v ...`."},
+    {"poll_xread", poll_xread, METH_VARARGS,
+     "poll_xread(data) -> (key, count, ms, seq): data as exactly `XREAD COUNT n STREAMS key id`, or None."},
     {NULL, NULL, 0, NULL},
 };
 

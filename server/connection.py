@@ -41,7 +41,7 @@ from server.dispatch import COROUTINE, NO_REPLY, Context, Dispatcher
 from server.durability import DurabilityError
 from server.replication import AcksFailed
 from server.errors import ProtocolError
-from server.registry import RUNS
+from server.registry import POLLS, RUNS
 from server.reply import encode, encode_into
 from server.resp import QueryBufferLimitError, RequestParser
 
@@ -187,6 +187,7 @@ class Connection:
         appends = ctx.appends
         marks = ctx.deferred_marks
         xadd_run = self.dispatcher.xadd_run if "xadd" in RUNS else None
+        poll = self.dispatcher.read_poll if "xread" in POLLS else None
         while True:
             held = self.held
             if held is None:
@@ -223,74 +224,77 @@ class Connection:
             self.idle = False
             stats.total_net_input_bytes += len(data)
             out: list = []
-            if data[0] == 42 and xadd_run is not None and parser.at_boundary():
-                # Runs of `XADD key * f v ...` are taken from the bytes as
-                # they are (``Dispatcher.xadd_run``); the rest is parsed.
-                pos = 0
+            if data[1:2] == b"6" and poll is not None and parser.at_boundary() and poll(ctx, data, out):
+                pass  # a consumer's poll (one XREAD), answered from the bytes (``Dispatcher.read_poll``)
+            else:
+                if data[0] == 42 and xadd_run is not None and parser.at_boundary():
+                    # Runs of `XADD key * f v ...` are taken from the bytes as
+                    # they are (``Dispatcher.xadd_run``); the rest is parsed.
+                    pos = 0
+                    while True:
+                        taken = xadd_run(ctx, data, pos)
+                        if taken is None:
+                            break
+                        pos, replies, count, stream, round_ = taken
+                        marks.append((len(out), stream, round_, count))
+                        out.append(replies)
+                        if pos == len(data):
+                            break
+                    if pos:
+                        data = data[pos:]
+                parser.feed(data)
+                check_at = SIZE_CHECK_CHUNKS
                 while True:
-                    taken = xadd_run(ctx, data, pos)
-                    if taken is None:
-                        break
-                    pos, replies, count, stream, round_ = taken
-                    marks.append((len(out), stream, round_, count))
-                    out.append(replies)
-                    if pos == len(data):
-                        break
-                if pos:
-                    data = data[pos:]
-            parser.feed(data)
-            check_at = SIZE_CHECK_CHUNKS
-            while True:
-                try:
-                    argv = get_command()
-                except QueryBufferLimitError:
-                    log.warning("closing client %d that reached max query buffer length", client.id)
-                    await self._flush(out)
-                    return
-                except ProtocolError as e:
-                    log.info("protocol error from client %d: %s", client.id, e.message)
-                    out.append(e.reply_line())
-                    await self._flush(out)
-                    return
-                if argv is None:
-                    break
-                reply = call(ctx, argv)
-                if type(reply) is COROUTINE:
-                    await self._flush(out)
-                    out = []
-                    check_at = SIZE_CHECK_CHUNKS
-                    self.idle = True
                     try:
-                        if _may_wait(argv):
-                            reply = await self._await_watching_peer(reply)
-                            if reply is _PEER_GONE:
-                                log.debug("client %d closed the connection while blocked", client.id)
-                                return
-                        else:
-                            reply = await reply
-                    finally:
-                        self.idle = False
-                if reply is not NO_REPLY:
-                    if ctx.defer_mark is not None:  # an XADD whose entry awaits a commit
-                        marks.append((len(out), ctx.defer_mark, appends.round, 0))
-                        ctx.defer_mark = None
-                    # Read per reply: HELLO may switch protocol mid-batch.
-                    encode_into(out, reply, client.protocol)
-                if client.close_after_reply or self.stopping:
-                    await self._flush(out)
-                    return
-                # limits hook (server/outbuf.py): a reply read from a log is few
-                # chunks but can be megabytes; weigh such replies as they come.
-                if len(out) >= check_at or (reply.__class__ in outbuf.WEIGHED
-                                            and outbuf.weigh(self, out) >= SEND_AT_BYTES):
-                    # Checked every 4096 chunks, not per reply: a long
-                    # pipeline must not cost quadratic time here.
-                    if sum(map(len, out)) >= SEND_AT_BYTES:
+                        argv = get_command()
+                    except QueryBufferLimitError:
+                        log.warning("closing client %d that reached max query buffer length", client.id)
+                        await self._flush(out)
+                        return
+                    except ProtocolError as e:
+                        log.info("protocol error from client %d: %s", client.id, e.message)
+                        out.append(e.reply_line())
+                        await self._flush(out)
+                        return
+                    if argv is None:
+                        break
+                    reply = call(ctx, argv)
+                    if type(reply) is COROUTINE:
                         await self._flush(out)
                         out = []
                         check_at = SIZE_CHECK_CHUNKS
-                    else:
-                        check_at = len(out) + SIZE_CHECK_CHUNKS
+                        self.idle = True
+                        try:
+                            if _may_wait(argv):
+                                reply = await self._await_watching_peer(reply)
+                                if reply is _PEER_GONE:
+                                    log.debug("client %d closed the connection while blocked", client.id)
+                                    return
+                            else:
+                                reply = await reply
+                        finally:
+                            self.idle = False
+                    if reply is not NO_REPLY:
+                        if ctx.defer_mark is not None:  # an XADD whose entry awaits a commit
+                            marks.append((len(out), ctx.defer_mark, appends.round, 0))
+                            ctx.defer_mark = None
+                        # Read per reply: HELLO may switch protocol mid-batch.
+                        encode_into(out, reply, client.protocol)
+                    if client.close_after_reply or self.stopping:
+                        await self._flush(out)
+                        return
+                    # limits hook (server/outbuf.py): a reply read from a log is few
+                    # chunks but can be megabytes; weigh such replies as they come.
+                    if len(out) >= check_at or (reply.__class__ in outbuf.WEIGHED
+                                                and outbuf.weigh(self, out) >= SEND_AT_BYTES):
+                        # Checked every 4096 chunks, not per reply: a long
+                        # pipeline must not cost quadratic time here.
+                        if sum(map(len, out)) >= SEND_AT_BYTES:
+                            await self._flush(out)
+                            out = []
+                            check_at = SIZE_CHECK_CHUNKS
+                        else:
+                            check_at = len(out) + SIZE_CHECK_CHUNKS
             client.last_interaction = _now()
             if marks:
                 if appends.streams and marks[-1][2] == appends.round:

@@ -23,8 +23,8 @@ from server.acl import denied as acl_denied
 from server.appends import DeferredAppends
 from server.errors import CommandError, wrong_arity
 from server.failures import reply_for
-from server.registry import COMMANDS, RUNS, CommandSpec
-from server.reply import NULL_ARRAY, OK, QUEUED
+from server.registry import COMMANDS, POLLS, RUNS, CommandSpec
+from server.reply import NULL_ARRAY, OK, QUEUED, encode_into
 
 log = logging.getLogger("partita.dispatch")
 COROUTINE = types.CoroutineType
@@ -131,6 +131,8 @@ class Dispatcher:
         # Cluster mode: ``route(spec, argv)`` refuses keys led elsewhere (-MOVED).
         replication = getattr(server, "replication", None)
         self.route = replication.route if replication is not None else None
+        self._poll = POLLS.get("xread")  # read_poll's one form
+        self._poll_spec = COMMANDS.get("xread")
 
     def lookup(self, argv: list[bytes]) -> CommandSpec | CommandError:
         """The spec to run, or the error Redis gives before running anything."""
@@ -212,6 +214,39 @@ class Dispatcher:
         client.last_command = "xadd"
         return taken
 
+    def read_poll(self, ctx: Context, data: bytes, out: list) -> bool:
+        """Whether ``data`` was exactly one command in a poll form
+        (``registry.POLLS``: ``XREAD COUNT n STREAMS key id``, a consumer's
+        poll) whose encoded reply is now appended to ``out``, answered
+        without the parser and the general dispatch. False for any other
+        bytes, where ``call`` would not take its hot path (not
+        authenticated, in MULTI, ACL-restricted), or when the poll path
+        declines: the caller then parses ``data`` and calls as usual, which
+        gives every error. What ``call`` does around the command is done:
+        deferred appends committed first, the cluster's route checked, the
+        call counted.
+        """
+        client = ctx.client
+        poll = self._poll
+        if poll is None or not client.authenticated or client.in_multi or client.acl is not None:
+            return False
+        if self.appends.streams:
+            self.appends.commit()  # nothing but XADD may see a deferred entry
+        spec = self._poll_spec
+        started = _perf_ns()
+        reply = None
+        try:
+            if poll(ctx, data, out, self.route) is None:
+                return False
+        except CommandError as e:
+            reply = e
+        except Exception as e:
+            reply = reply_for(e) or self._internal_error(spec, e)
+        if reply is not None:
+            encode_into(out, reply, client.protocol)
+        self._counted(spec, ctx, started, reply)
+        return True
+
     def _call_checked(self, ctx: Context, argv: list[bytes]) -> Any:
         client = ctx.client
         spec = self.lookup(argv)
@@ -281,12 +316,17 @@ class Dispatcher:
     def _call_now(self, spec: CommandSpec, ctx: Context, argv: list[bytes]) -> Any:
         """A blocking command's ``now`` path (``registry.nowait_path``): its
         reply, or the coroutine of its handler when ``now`` declines."""
+        reply = self._try_now(spec, ctx, argv)
+        return self._call_async(spec, ctx, argv) if reply is None else reply
+
+    def _try_now(self, spec: CommandSpec, ctx: Context, argv: list[bytes]) -> Any:
+        """``spec.now``'s reply, counted, or None when it declines."""
         started = _perf_ns()
         try:
             self._check_route(spec, argv)
             reply = spec.now(ctx, argv)
             if reply is None:
-                return self._call_async(spec, ctx, argv)
+                return None
         except CommandError as e:
             reply = e
         except Exception as e:

@@ -97,6 +97,11 @@ COMMANDS: dict[str, CommandSpec] = {}
 # Run handlers: a command family's path for a run of one command taken
 # straight from received bytes (``Dispatcher.xadd_run``); name -> handler.
 RUNS: dict[str, Callable] = {}
+# Poll paths: a blocking command's form that a consumer sends one request
+# at a time, taken from received bytes (``Dispatcher.read_poll``); name ->
+# ``fn(ctx, data, out, route)`` appending the encoded reply and returning
+# True, or None to decline with nothing done.
+POLLS: dict[str, Callable] = {}
 
 
 def nowait_path(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -41,7 +41,7 @@ from server.errors import (
 from server.commands.topics import expand_read_args, read_partitions_after, topic_len, topic_range
 from server.failures import reply_for
 from server.forwarding import route_xadd
-from server.registry import COMMANDS, RUNS, command, container, nowait_path
+from server.registry import COMMANDS, POLLS, RUNS, command, container, nowait_path
 from server.reply import NULL_ARRAY, OK, Map, Raw, Simple
 from storage.streams.ids import (
     MAX_ID,
@@ -679,6 +679,55 @@ def xread_now(ctx, argv):
     found: list = []
     _read_into(ctx, found, key, stream, after, count, ctx.read_view())
     return _read_reply(ctx, found) if found else NULL_ARRAY
+
+
+# A found poll's reply up to its entries (RESP2: [[key, entries]]; RESP3:
+# {key: entries}), and a poll that found nothing; tests check them against
+# encode_into's.
+_POLL_HEAD = {2: b"*1\r\n*2\r\n$%d\r\n%s\r\n*%d\r\n", 3: b"%%1\r\n$%d\r\n%s\r\n*%d\r\n"}
+_POLL_NONE = {2: b"*-1\r\n", 3: b"_\r\n"}
+
+
+def xread_poll(ctx, data: bytes, out: list, route=None):
+    """A consumer's poll taken straight from received bytes
+    (``Dispatcher.read_poll``): when ``data`` is exactly one ``XREAD COUNT
+    n STREAMS key id`` of one existing partition in plain form
+    (``_xaddrun.poll_xread``), its reply's encoding is appended to ``out``
+    (the header, then views of the log files: the caller sends them at
+    once) and True returned, the reply ``xread_now`` gives. None for
+    anything else, with nothing done: the parser and ``call`` take it. In a
+    cluster ``route`` (the dispatcher's ``-MOVED`` check) may refuse the key:
+    its error is raised, as ``call`` replies it."""
+    form = _xaddrun.poll_xread(data)
+    if form is None:
+        return None
+    protocol = ctx.client.protocol
+    if protocol not in _POLL_HEAD or not ctx.read_view():
+        return None
+    key, count, ms, seq = form
+    if route is not None:
+        refused = route(_XREAD_SPEC, [b"XREAD", b"COUNT", b"%d" % count, b"STREAMS", key, b"%d-%d" % (ms, seq)])
+        if refused is not None:
+            raise refused
+    topics = ctx.server.topics
+    stream = topics.read_target(key)
+    if stream is None:
+        return None
+    entries = stream.read_after((ms, seq), count or None, view=True)
+    n = entries.count
+    if not n:
+        out.append(_POLL_NONE[protocol])
+        return True
+    topics.note_entries_out(n)
+    ctx.views = True
+    out.append(_POLL_HEAD[protocol] % (len(key), key, n))
+    out.extend(entries.chunks)
+    return True
+
+
+_XREAD_SPEC = COMMANDS["xread"]
+if _xaddrun is not None:
+    POLLS["xread"] = xread_poll
 
 
 # ------------------------------------------------------------------ XINFO
