@@ -222,16 +222,14 @@ class Dispatcher:
         bytes, where ``call`` would not take its hot path (not
         authenticated, in MULTI, ACL-restricted), or when the poll path
         declines: the caller then parses ``data`` and calls as usual, which
-        gives every error. What ``call`` does around the command is done:
-        deferred appends committed first, the cluster's route checked, the
-        call counted.
+        gives every error. What ``call`` does around the command is done
+        (the poll path commits deferred appends before it reads and checks
+        the cluster's route) and the call is counted.
         """
         client = ctx.client
         poll = self._poll
         if poll is None or not client.authenticated or client.in_multi or client.acl is not None:
             return False
-        if self.appends.streams:
-            self.appends.commit()  # nothing but XADD may see a deferred entry
         spec = self._poll_spec
         started = _perf_ns()
         reply = None
@@ -316,17 +314,12 @@ class Dispatcher:
     def _call_now(self, spec: CommandSpec, ctx: Context, argv: list[bytes]) -> Any:
         """A blocking command's ``now`` path (``registry.nowait_path``): its
         reply, or the coroutine of its handler when ``now`` declines."""
-        reply = self._try_now(spec, ctx, argv)
-        return self._call_async(spec, ctx, argv) if reply is None else reply
-
-    def _try_now(self, spec: CommandSpec, ctx: Context, argv: list[bytes]) -> Any:
-        """``spec.now``'s reply, counted, or None when it declines."""
         started = _perf_ns()
         try:
             self._check_route(spec, argv)
             reply = spec.now(ctx, argv)
             if reply is None:
-                return None
+                return self._call_async(spec, ctx, argv)
         except CommandError as e:
             reply = e
         except Exception as e:

@@ -100,7 +100,8 @@ RUNS: dict[str, Callable] = {}
 # Poll paths: a blocking command's form that a consumer sends one request
 # at a time, taken from received bytes (``Dispatcher.read_poll``); name ->
 # ``fn(ctx, data, out, route)`` appending the encoded reply and returning
-# True, or None to decline with nothing done.
+# True, or None to decline, having done nothing the general path would not
+# do first (as a ``nowait_path``).
 POLLS: dict[str, Callable] = {}
 
 

@@ -694,8 +694,9 @@ def xread_poll(ctx, data: bytes, out: list, route=None):
     n STREAMS key id`` of one existing partition in plain form
     (``_xaddrun.poll_xread``), its reply's encoding is appended to ``out``
     (the header, then views of the log files: the caller sends them at
-    once) and True returned, the reply ``xread_now`` gives. None for
-    anything else, with nothing done: the parser and ``call`` take it. In a
+    once) and True returned, the reply ``xread_now`` gives, after deferred
+    appends are committed. None for anything else: the parser and ``call``
+    take it (which gives every error). In a
     cluster ``route`` (the dispatcher's ``-MOVED`` check) may refuse the key:
     its error is raised, as ``call`` replies it."""
     form = _xaddrun.poll_xread(data)
@@ -709,6 +710,9 @@ def xread_poll(ctx, data: bytes, out: list, route=None):
         refused = route(_XREAD_SPEC, [b"XREAD", b"COUNT", b"%d" % count, b"STREAMS", key, b"%d-%d" % (ms, seq)])
         if refused is not None:
             raise refused
+    appends = ctx.appends
+    if appends.streams:
+        appends.commit()  # as Dispatcher.call: nothing but XADD may see a deferred entry
     topics = ctx.server.topics
     stream = topics.read_target(key)
     if stream is None:
