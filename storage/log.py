@@ -262,7 +262,7 @@ class PartitionLog:
             for seg, nxt in zip(self._segs, self._segs[1:]):
                 seg.end_offset = nxt.base_offset
             for seg in self._segs:  # trusted, not yet checked: reads verify CRCs
-                seg.check_crc = True
+                seg.check_crc_below(seg.size)
         self.log_start_offset = max(ckpt_start, self._segs[0].base_offset)
         self.markers = DeletionMarkers(d, self.cache)
         # finish a deletion of whole segments that a crash interrupted
@@ -323,8 +323,8 @@ class PartitionLog:
                     break
                 start_pos = 0
             file_bytes = seg.size
-            if j > k:
-                seg.check_crc = False  # recover_from checks every batch of it
+            # recover_from checks every batch from start_pos on
+            seg.check_crc_below(start_pos)
             pos, expected, why = seg.recover_from(start_pos, expected, self.config.max_batch_bytes)
             if why == ZERO_TAIL:  # preallocated, never written: nothing is lost
                 self.logger.info("%s: dropped %d bytes of preallocated zeros at the end of segment %d",

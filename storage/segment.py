@@ -117,10 +117,18 @@ class Segment:
             index_bytes, id_index_bytes)
         self.index_checked = False
         # Bytes this process neither wrote nor CRC-checked in recovery (data
-        # below the recovery point at open): reads check each batch's CRC
-        # and offset continuity before serving it, so a file damaged on
-        # disk gives an error, never garbage on a client's connection.
+        # below the recovery point at open, up to ``crc_check_end``): reads
+        # check each batch's CRC and offset continuity before serving it, so
+        # a file damaged on disk gives an error, never garbage on a client's
+        # connection. The batches checked from the start of the file on,
+        # without a gap, are not checked again (``crc_ok_to``, the position
+        # they end at, and ``crc_ok_offset``, the offset that follows): the
+        # C walk serves them; once they cover ``crc_check_end`` the segment
+        # is as trusted as one this process wrote.
         self.check_crc = False
+        self.crc_check_end = 0
+        self.crc_ok_to = 0
+        self.crc_ok_offset = base_offset
         self._last_indexed_pos = -1
         self._first_id: tuple[int, int] | None = None
         self._first_ts: int | None = None
@@ -448,6 +456,23 @@ class Segment:
         d = records.data_start(pos, n)
         return self.pread(d + s, e - s)
 
+    def check_crc_below(self, end_pos: int) -> None:
+        """Reads must CRC-check the batches in ``[0, end_pos)`` before
+        serving them (a file opened, not written, by this process)."""
+        self.check_crc = end_pos > 0
+        self.crc_check_end = end_pos
+        self.crc_ok_to = 0
+        self.crc_ok_offset = self.base_offset
+
+    def _crc_checked(self, pos: int, length: int, base: int, count: int) -> None:
+        """The batch at ``pos`` passed its CRC check: extend the checked
+        prefix when it continues it."""
+        if pos == self.crc_ok_to and base == self.crc_ok_offset:
+            self.crc_ok_to = pos + length
+            self.crc_ok_offset = base + count
+            if self.crc_ok_to >= self.crc_check_end:
+                self.check_crc = False
+
     def find_id_mapped(self, ms: int, seq: int) -> tuple[int, int] | None:
         """``find_id``'s walk in C over the file's mapping (``storage._walk.
         find``): ``(offset, position of its batch)``, ``(-1, -1)`` for
@@ -514,16 +539,18 @@ class Segment:
         use_map = acc.view
         # The common case's walk is C (storage/_walk.c): whole batches, no
         # deleted entries, no byte bound, one chunk per batch, no IDs, no CRC.
+        # With CRCs to check, the C walk serves only the batches already
+        # checked (``crc_ok_to``); this loop checks the others.
         walk = (_walk.batches if _walk is not None and not deleted and max_bytes is None
-                and not split and not want_ids and not check_crc else None)
+                and not split and not want_ids else None)
         started = None
         view = self.mapped(HEADER_BYTES) if use_map and walk is not None else None
         if view is not None:
             # A mapped file: finding the start batch (``locate``) is C too.
             self.ensure_index()
             left = -1 if max_count is None else max_count - acc.count
-            started = _walk.read(view, min(self.size, self._map_len), index.offset_keys(), base_offset,
-                                 cur, stop, left, chunks)
+            end = min(self.size, self._map_len, self.crc_ok_to if check_crc else self.size)
+            started = _walk.read(view, end, index.offset_keys(), base_offset, cur, stop, left, chunks)
         if started is None:
             pos, h = self.locate(start)
             next_len = h[records.H_LENGTH]
@@ -559,7 +586,11 @@ class Segment:
             while True:
                 if walk is not None:
                     left = -1 if max_count is None else max_count - acc.count
-                    p, cur, count, nbytes, done = walk(mv, p, size, cur, stop, left, chunks)
+                    bound = size if not check_crc else max(min(size, self.crc_ok_to - buf_pos), 0)
+                    p0 = p
+                    p, cur, count, nbytes, done = walk(mv, p, bound, cur, stop, left, chunks)
+                    if p != p0:
+                        expect_base = None  # continuity across the walked batches was checked before
                     acc.count += count
                     acc.nbytes += nbytes
                     if done:
@@ -576,12 +607,13 @@ class Segment:
                 if p + length > size:
                     next_len = length
                     break
-                if check_crc:
+                if check_crc and buf_pos + p >= self.crc_ok_to:
                     if crc32c(mv[p + 16: p + length]) != _crc:
                         raise self._corrupt(buf_pos + p, "CRC mismatch (damaged on disk)")
                     if expect_base is not None and b_base != expect_base:
                         raise self._corrupt(buf_pos + p, f"base offset {b_base} where {expect_base} was expected")
                     expect_base = b_base + n
+                    self._crc_checked(buf_pos + p, length, b_base, n)
                 b_end = b_base + n
                 if b_end <= cur:
                     p += length

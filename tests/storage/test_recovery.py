@@ -7,7 +7,9 @@ import shutil
 
 import pytest
 
+from storage.errors import StorageError
 from storage.files import LOG_SUFFIX, RECOVERY_POINT_FILE
+from storage.records import HEADER_BYTES
 from storage.log import LogConfig, PartitionLog
 from tests.storage.helpers import entries, read_all
 
@@ -320,3 +322,102 @@ def test_no_room_for_zeros_still_appends(tmp_path, monkeypatch):
     want = read_all(log)
     log.close()
     assert read_all(PartitionLog.open(d, PRE)) == want
+
+
+# -- CRCs of trusted data: checked once, from the start of a segment on --------
+
+ONE_SEGMENT = LogConfig(segment_bytes=1 << 20, index_interval_bytes=256)
+
+
+def _reopened(path, batches=40):
+    """A one-segment log of ``batches`` small batches, closed cleanly and
+    opened again: all below the recovery point, trusted, not yet checked."""
+    log = PartitionLog.open(path, ONE_SEGMENT)
+    _fill(log, batches)
+    log.close()
+    log = PartitionLog.open(path, ONE_SEGMENT)
+    assert len(log._segs) == 1
+    return log
+
+
+def _count_crcs(monkeypatch):
+    from storage import segment
+
+    calls = []
+    real = segment.crc32c
+
+    def counted(data):
+        calls.append(len(data))
+        return real(data)
+
+    monkeypatch.setattr(segment, "crc32c", counted)
+    return calls
+
+
+def test_a_read_checks_each_trusted_batch_once(tmp_path, monkeypatch):
+    """The first read from a segment's start CRC-checks its batches; a read
+    of them again serves them without (the C walk), and once every batch
+    is checked the segment is as trusted as one written by this process."""
+    log = _reopened(tmp_path / "p")
+    try:
+        seg = log._segs[0]
+        assert seg.check_crc and seg.crc_ok_to == 0
+        calls = _count_crcs(monkeypatch)
+        first = log.read(0, max_count=10, view=True)
+        checked = len(calls)
+        assert checked >= 1 and seg.crc_ok_to > 0
+        again = log.read(0, max_count=10, view=True)
+        assert [bytes(c) for c in again.chunks] == [bytes(c) for c in first.chunks]
+        assert len(calls) == checked  # nothing checked twice
+        whole = log.read(0, view=True)
+        assert whole.count == log.log_end_offset
+        assert not seg.check_crc and seg.crc_ok_to == seg.size
+        n = len(calls)
+        log.read(0, view=True)
+        log.read_after_id(0, 0, None, view=True)
+        assert len(calls) == n
+    finally:
+        log.close()
+
+
+def test_a_read_in_the_middle_checks_without_trusting_what_it_skipped(tmp_path, monkeypatch):
+    """Batches checked after a gap do not extend the checked prefix: a later
+    read of them checks them again, and a batch damaged in the gap is still
+    refused."""
+    log = _reopened(tmp_path / "p")
+    try:
+        seg = log._segs[0]
+        calls = _count_crcs(monkeypatch)
+        mid = log.log_end_offset // 2
+        log.read(mid, max_count=5, view=True)
+        assert calls and seg.crc_ok_to == 0
+        n = len(calls)
+        log.read(mid, max_count=5, view=True)
+        assert len(calls) > n  # checked again: not part of the checked prefix
+        # Damage a batch in the first half on disk, then read from the start.
+        pos, _ = seg.locate(100)  # the 11th batch of 10 entries
+        with open(seg.log_path, "r+b") as f:
+            f.seek(pos + HEADER_BYTES + 1)
+            f.write(b"\xff")
+        seg.unmap()
+        with pytest.raises(StorageError, match="CRC mismatch"):
+            log.read(0, view=True)
+        assert seg.crc_ok_to == pos  # the prefix stops in front of the damage
+        assert log.read(0, max_count=3, view=True).count == 3  # what precedes it is served
+    finally:
+        log.close()
+
+
+def test_recovery_checked_data_is_not_checked_again(tmp_path, monkeypatch):
+    """After kill -9 recovery CRC-checks every batch from the recovery point
+    on; reads check only those below it."""
+    before, after, last_pos, _ = build(tmp_path / "p")
+    log = PartitionLog.open(tmp_path / "p", CFG)
+    try:
+        seg = log._segs[-1]
+        assert seg.crc_check_end == last_pos  # the last batch was checked by recovery
+        calls = _count_crcs(monkeypatch)
+        assert read_all(log) == after
+        assert not seg.check_crc and len(calls) < len(after)
+    finally:
+        log.close()
