@@ -464,14 +464,15 @@ class Segment:
         self.crc_ok_to = 0
         self.crc_ok_offset = self.base_offset
 
-    def _crc_checked(self, pos: int, length: int, base: int, count: int) -> None:
-        """The batch at ``pos`` passed its CRC check: extend the checked
-        prefix when it continues it."""
-        if pos == self.crc_ok_to and base == self.crc_ok_offset:
-            self.crc_ok_to = pos + length
-            self.crc_ok_offset = base + count
-            if self.crc_ok_to >= self.crc_check_end:
-                self.check_crc = False
+    def _crc_prefix_to(self, end: int, next_offset: int) -> int:
+        """The batch that continues the checked prefix (at ``crc_ok_to``,
+        base ``crc_ok_offset``) passed its check: the prefix now ends at
+        ``end``, before ``next_offset``. Returns ``end``."""
+        self.crc_ok_to = end
+        self.crc_ok_offset = next_offset
+        if end >= self.crc_check_end:
+            self.check_crc = False
+        return end
 
     def find_id_mapped(self, ms: int, seq: int) -> tuple[int, int] | None:
         """``find_id``'s walk in C over the file's mapping (``storage._walk.
@@ -532,6 +533,7 @@ class Segment:
         index = self.index
         head28 = _HEAD28.unpack_from
         check_crc = self.check_crc
+        crc_ok_to = self.crc_ok_to  # batches below it passed their check already
         expect_base = None
         chunks = acc.chunks
         max_count, max_bytes = acc.max_count, acc.max_bytes
@@ -549,7 +551,7 @@ class Segment:
             # A mapped file: finding the start batch (``locate``) is C too.
             self.ensure_index()
             left = -1 if max_count is None else max_count - acc.count
-            end = min(self.size, self._map_len, self.crc_ok_to if check_crc else self.size)
+            end = min(self.size, self._map_len, crc_ok_to if check_crc else self.size)
             started = _walk.read(view, end, index.offset_keys(), base_offset, cur, stop, left, chunks)
         if started is None:
             pos, h = self.locate(start)
@@ -583,12 +585,12 @@ class Segment:
             size = len(buf)
             if size - p < next_len:
                 raise self._corrupt(pos, "batch runs past the end of the file")
+            ok_end = crc_ok_to - buf_pos if check_crc else size  # in buf: batches checked already
             while True:
-                if walk is not None:
+                if walk is not None and p < ok_end:
                     left = -1 if max_count is None else max_count - acc.count
-                    bound = size if not check_crc else max(min(size, self.crc_ok_to - buf_pos), 0)
                     p0 = p
-                    p, cur, count, nbytes, done = walk(mv, p, bound, cur, stop, left, chunks)
+                    p, cur, count, nbytes, done = walk(mv, p, min(size, ok_end), cur, stop, left, chunks)
                     if p != p0:
                         expect_base = None  # continuity across the walked batches was checked before
                     acc.count += count
@@ -607,13 +609,15 @@ class Segment:
                 if p + length > size:
                     next_len = length
                     break
-                if check_crc and buf_pos + p >= self.crc_ok_to:
+                if check_crc and p >= ok_end:
                     if crc32c(mv[p + 16: p + length]) != _crc:
                         raise self._corrupt(buf_pos + p, "CRC mismatch (damaged on disk)")
                     if expect_base is not None and b_base != expect_base:
                         raise self._corrupt(buf_pos + p, f"base offset {b_base} where {expect_base} was expected")
                     expect_base = b_base + n
-                    self._crc_checked(buf_pos + p, length, b_base, n)
+                    if p == ok_end and b_base == self.crc_ok_offset:  # it continues the checked prefix
+                        crc_ok_to = self._crc_prefix_to(crc_ok_to + length, expect_base)
+                        ok_end += length
                 b_end = b_base + n
                 if b_end <= cur:
                     p += length
