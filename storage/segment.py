@@ -615,7 +615,10 @@ class Segment:
                     if expect_base is not None and b_base != expect_base:
                         raise self._corrupt(buf_pos + p, f"base offset {b_base} where {expect_base} was expected")
                     expect_base = b_base + n
-                    if p == ok_end and b_base == self.crc_ok_offset:  # it continues the checked prefix
+                    if p == ok_end:  # the batch after the checked prefix must continue it
+                        if b_base != self.crc_ok_offset:
+                            raise self._corrupt(buf_pos + p, f"base offset {b_base} where {self.crc_ok_offset} "
+                                                "was expected")
                         crc_ok_to = self._crc_prefix_to(crc_ok_to + length, expect_base)
                         ok_end += length
                 b_end = b_base + n

@@ -408,6 +408,26 @@ def test_a_read_in_the_middle_checks_without_trusting_what_it_skipped(tmp_path, 
         log.close()
 
 
+def test_a_base_offset_out_of_line_after_the_checked_prefix_is_refused(tmp_path):
+    """A batch's base offset is outside its CRC (followers re-base copied
+    batches): continuity is what catches it, also right after the checked
+    prefix, where the C walk hands over to the checking loop."""
+    log = _reopened(tmp_path / "p")
+    try:
+        seg = log._segs[0]
+        assert log.read(0, max_count=50, view=True).count == 50  # checks the first 5 batches
+        pos = seg.crc_ok_to
+        with open(seg.log_path, "r+b") as f:
+            f.seek(pos)
+            f.write((seg.crc_ok_offset + 1).to_bytes(8, "little"))
+        seg.unmap()
+        # A read that ends with that batch: nothing after it would show the gap.
+        with pytest.raises(StorageError, match=r"base offset 51 where 50 was expected"):
+            log.read(0, max_count=60, view=True)
+    finally:
+        log.close()
+
+
 def test_recovery_checked_data_is_not_checked_again(tmp_path, monkeypatch):
     """After kill -9 recovery CRC-checks every batch from the recovery point
     on; reads check only those below it."""
