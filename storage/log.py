@@ -65,6 +65,15 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _id_after(ms: int, seq: int) -> tuple[int, int] | None:
+    """The ID right after (ms, seq); None after the last possible one."""
+    if seq < records.U64_MAX:
+        return ms, seq + 1
+    if ms < records.U64_MAX:
+        return ms + 1, 0
+    return None
+
+
 @dataclass(frozen=True)
 class LogConfig:
     """Per-partition settings (Kafka's topic configs of the same names)."""
@@ -811,18 +820,10 @@ class PartitionLog:
         rest of a read that goes on past it is ``read``'s."""
         stop = self._hw
         found = None
-        if view and (max_count is None or max_count > 0) and (seq < records.U64_MAX or ms < records.U64_MAX):
-            above = (ms, seq + 1) if seq < records.U64_MAX else (ms + 1, 0)  # the lowest ID wanted
-            segs = self._segs
-            i = len(segs) - 1
-            seg = segs[i]
-            while i:  # find_offset's segment: the last whose first ID is at or below ``above``
-                first = seg.first_id()
-                if first is not None and first <= above:
-                    break
-                i -= 1
-                seg = segs[i]
-            if not seg.check_crc and not self.markers.get(seg.base_offset) \
+        above = _id_after(ms, seq)  # the lowest ID wanted
+        if view and (max_count is None or max_count > 0) and above is not None:
+            seg = self._segment_for_id(above)
+            if seg is not None and not seg.check_crc and not self.markers.get(seg.base_offset) \
                     and seg.mapped(records.HEADER_BYTES) is not None:
                 found = seg.find_id_mapped(*above)
         if found is None or not self.log_start_offset <= found[0] < stop:
@@ -844,20 +845,27 @@ class PartitionLog:
         """First offset whose ID is >= (ms, seq) (``>`` if not inclusive);
         ``log_end_offset`` when none. Deleted entries are not skipped (reads do that)."""
         if not inclusive:
-            if seq < records.U64_MAX:
-                seq += 1
-            elif ms < records.U64_MAX:
-                ms, seq = ms + 1, 0
-            else:
+            after = _id_after(ms, seq)
+            if after is None:
                 return self.log_end_offset
-        segs = self._segs if self._segs[-1].size else self._segs[:-1]
+            ms, seq = after
         end = self.log_end_offset
-        if not segs:
+        seg = self._segment_for_id((ms, seq))
+        if seg is None:
             return end
-        target = (ms, seq)
-        i = bisect.bisect_right(range(len(segs)), target, key=lambda j: segs[j].first_id()) - 1
-        result = segs[0].base_offset if i < 0 else segs[i].find_id(ms, seq)
+        first = seg.first_id()
+        result = seg.find_id(ms, seq) if first <= (ms, seq) else seg.base_offset
         return min(max(result, self.log_start_offset), end)
+
+    def _segment_for_id(self, target: tuple[int, int]) -> Segment | None:
+        """The segment where IDs ``>= target`` begin: the last non-empty one
+        whose first ID is at or below it, else the first; None when every
+        segment is empty."""
+        segs = self._segs if self._segs[-1].size else self._segs[:-1]
+        if not segs:
+            return None
+        i = bisect.bisect_right(range(len(segs)), target, key=lambda j: segs[j].first_id()) - 1
+        return segs[max(i, 0)]
 
     def entry_id(self, offset: int) -> tuple[int, int]:
         if not self.log_start_offset <= offset < self.log_end_offset:
