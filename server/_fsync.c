@@ -2,16 +2,28 @@
  * server._fsync: fsync a group commit's files on a thread that never takes
  * the GIL, so the event loop keeps serving clients during the disk wait.
  *
- *   start(fds, wake_fd) -> job
+ *   start(fds, wake_fd, sends=()) -> job
  *       Queues a job for the module's worker thread (started at the first
- *       job), which syncs every descriptor of the sequence `fds` in order, stopping at the first failure, then writes 1 to the
- *       eventfd wake_fd: fdatasync(fd) for fd >= 0, and a full fsync(~fd)
- *       for a negative entry (a directory). The caller keeps the descriptors
- *       open until wake_fd is signalled.
+ *       job), which syncs every descriptor of the sequence `fds` in order,
+ *       stopping at the first failure: fdatasync(fd) for fd >= 0, and a full
+ *       fsync(~fd) for a negative entry (a directory). If every sync
+ *       succeeded it then sends each (socket fd, bytes) of `sends` without
+ *       blocking (MSG_DONTWAIT | MSG_NOSIGNAL): the group commit's held
+ *       replies leave the moment their writes are durable, without waiting
+ *       for the event loop to notice. Last, it writes 1 to the eventfd
+ *       wake_fd. The caller keeps the `fds` open until wake_fd is
+ *       signalled; each send's socket is dup'ed here, so the caller may
+ *       close it meanwhile without its number reaching another client.
  *
  *   result(job) -> None | (fd, errno)
  *       After wake_fd was signalled: None if every sync succeeded, else the
- *       descriptor that failed and its errno. Call once per job.
+ *       descriptor that failed and its errno (nothing was sent then).
+ *
+ *   sent(job) -> [int | None, ...]
+ *       After wake_fd was signalled, per send: the bytes the socket took
+ *       (the caller sends the rest), -errno if it failed (the peer is gone),
+ *       or None if it was not taken (no descriptor left to dup it: the
+ *       caller sends it all).
  *
  * Why not a Python worker thread (trio.to_thread.run_sync): when fdatasync
  * returns, that thread must take the GIL back from a busy event loop, which
@@ -22,17 +34,34 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #define CAPSULE_NAME "server._fsync.job"
 
+#define NOT_TAKEN PY_SSIZE_T_MIN /* a send whose socket could not be dup'ed */
+
+/* A reply to send once the job's syncs succeeded: on a descriptor of the
+ * job's own (a dup, closed by the thread), from a bytes object the job keeps
+ * a reference to. */
+typedef struct Send {
+    int fd;
+    const char *buf;
+    Py_ssize_t len;
+    Py_ssize_t sent; /* bytes taken, -errno, or NOT_TAKEN (fd is -1) */
+} Send;
+
 typedef struct Job {
     struct Job *next;
     Py_ssize_t n;
+    Py_ssize_t nsend;
+    Send *sends;
+    PyObject *keep; /* the payloads' tuple, released with the capsule */
     int wake_fd;
     int failed_fd;
     int err;
@@ -60,6 +89,28 @@ run_job(Job *job)
             job->err = errno;
             break;
         }
+    }
+    for (Py_ssize_t i = 0; i < job->nsend; i++) {
+        Send *snd = &job->sends[i];
+        if (snd->fd < 0)
+            continue;
+        if (job->failed_fd < 0) {
+            /* Never block: what the socket does not take now goes back to
+             * the loop, which sends it under the output buffer limits. */
+            while (snd->sent < snd->len) {
+                ssize_t r = send(snd->fd, snd->buf + snd->sent, (size_t)(snd->len - snd->sent),
+                                 MSG_DONTWAIT | MSG_NOSIGNAL);
+                if (r < 0) {
+                    if (errno == EINTR)
+                        continue;
+                    if (errno != EAGAIN && errno != EWOULDBLOCK)
+                        snd->sent = -errno;
+                    break;
+                }
+                snd->sent += r;
+            }
+        }
+        close(snd->fd);
     }
     int wake_fd = job->wake_fd;
     /* After this store the job may be freed: read nothing from it after. */
@@ -95,16 +146,83 @@ job_destructor(PyObject *capsule)
     Job *job = (Job *)PyCapsule_GetPointer(capsule, CAPSULE_NAME);
     /* A job dropped before its thread finished would be freed under it:
      * leak it instead (only on a caller bug or at interpreter exit). */
-    if (job != NULL && __atomic_load_n(&job->finished, __ATOMIC_ACQUIRE))
+    if (job != NULL && __atomic_load_n(&job->finished, __ATOMIC_ACQUIRE)) {
+        Py_XDECREF(job->keep);
+        free(job->sends);
         free(job);
+    }
+}
+
+/* Free a job that was never queued (its dups are closed). */
+static void
+discard_job(Job *job, Py_ssize_t dups)
+{
+    for (Py_ssize_t i = 0; i < dups; i++)
+        if (job->sends[i].fd >= 0)
+            close(job->sends[i].fd);
+    Py_XDECREF(job->keep);
+    free(job->sends);
+    free(job);
+}
+
+/* Take `sends` (a sequence of (fd, bytes)) into the job: each fd is dup'ed,
+ * so a connection closed meanwhile cannot have its descriptor number reused
+ * under the thread. Returns 0, or -1 with an exception set (the job is then
+ * discarded). */
+static int
+take_sends(Job *job, PyObject *sends)
+{
+    PyObject *keep = PySequence_Tuple(sends);
+    if (keep == NULL) {
+        discard_job(job, 0);
+        return -1;
+    }
+    job->keep = keep;
+    Py_ssize_t n = PyTuple_GET_SIZE(keep);
+    job->sends = calloc(n ? (size_t)n : 1, sizeof(Send));
+    if (job->sends == NULL) {
+        discard_job(job, 0);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        /* bytes only: the thread reads the buffer without the GIL, so it
+         * must not be one that can change or move. */
+        PyObject *item = PyTuple_GET_ITEM(keep, i);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2
+            || !PyLong_Check(PyTuple_GET_ITEM(item, 0)) || !PyBytes_Check(PyTuple_GET_ITEM(item, 1))) {
+            PyErr_SetString(PyExc_TypeError, "sends must be (fd, bytes) tuples");
+            discard_job(job, i);
+            return -1;
+        }
+        long fd = PyLong_AsLong(PyTuple_GET_ITEM(item, 0));
+        if ((fd == -1 && PyErr_Occurred()) || fd < INT_MIN || fd > INT_MAX) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_OverflowError, "fd out of range");
+            discard_job(job, i);
+            return -1;
+        }
+        PyObject *payload = PyTuple_GET_ITEM(item, 1);
+        const char *buf = PyBytes_AS_STRING(payload);
+        Py_ssize_t len = PyBytes_GET_SIZE(payload);
+        /* No descriptor to spare (or a bad one): not taken, the caller sends it. */
+        int dup_fd = fcntl((int)fd, F_DUPFD_CLOEXEC, 0);
+        job->sends[i].fd = dup_fd;
+        job->sends[i].buf = buf;
+        job->sends[i].len = len;
+        job->sends[i].sent = dup_fd < 0 ? NOT_TAKEN : 0;
+        job->nsend = i + 1;
+    }
+    return 0;
 }
 
 static PyObject *
 fsync_start(PyObject *self, PyObject *args)
 {
     PyObject *seq;
+    PyObject *sends = NULL;
     int wake_fd;
-    if (!PyArg_ParseTuple(args, "Oi", &seq, &wake_fd))
+    if (!PyArg_ParseTuple(args, "Oi|O", &seq, &wake_fd, &sends))
         return NULL;
     PyObject *fast = PySequence_Fast(seq, "fds must be a sequence of ints");
     if (fast == NULL)
@@ -116,6 +234,9 @@ fsync_start(PyObject *self, PyObject *args)
         return PyErr_NoMemory();
     }
     job->n = n;
+    job->nsend = 0;
+    job->sends = NULL;
+    job->keep = NULL;
     job->wake_fd = wake_fd;
     job->failed_fd = -1;
     job->err = 0;
@@ -126,15 +247,17 @@ fsync_start(PyObject *self, PyObject *args)
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_OverflowError, "fd out of range");
             Py_DECREF(fast);
-            free(job);
+            discard_job(job, 0);
             return NULL;
         }
         job->fds[i] = (int)v;
     }
     Py_DECREF(fast);
+    if (sends != NULL && sends != Py_None && take_sends(job, sends) < 0)
+        return NULL;
     PyObject *capsule = PyCapsule_New(job, CAPSULE_NAME, job_destructor);
     if (capsule == NULL) {
-        free(job);
+        discard_job(job, job->nsend);
         return NULL;
     }
     job->next = NULL;
@@ -149,6 +272,9 @@ fsync_start(PyObject *self, PyObject *args)
         pthread_attr_destroy(&attr);
         if (rc != 0) {
             pthread_mutex_unlock(&queue_lock);
+            for (Py_ssize_t i = 0; i < job->nsend; i++)
+                if (job->sends[i].fd >= 0)
+                    close(job->sends[i].fd);
             job->finished = 1; /* never queued: the capsule may free it */
             Py_DECREF(capsule);
             errno = rc;
@@ -166,24 +292,55 @@ fsync_start(PyObject *self, PyObject *args)
     return capsule;
 }
 
-static PyObject *
-fsync_result(PyObject *self, PyObject *capsule)
+/* The job of a capsule from start(), or NULL (an exception set) if it is
+ * not one or its thread has not finished it. */
+static Job *
+finished_job(PyObject *capsule)
 {
     Job *job = (Job *)PyCapsule_GetPointer(capsule, CAPSULE_NAME);
-    if (job == NULL)
-        return NULL;
-    if (!__atomic_load_n(&job->finished, __ATOMIC_ACQUIRE)) {
+    if (job != NULL && !__atomic_load_n(&job->finished, __ATOMIC_ACQUIRE)) {
         PyErr_SetString(PyExc_RuntimeError, "the fsync job has not finished");
         return NULL;
     }
+    return job;
+}
+
+static PyObject *
+fsync_result(PyObject *self, PyObject *capsule)
+{
+    Job *job = finished_job(capsule);
+    if (job == NULL)
+        return NULL;
     if (job->failed_fd < 0)
         Py_RETURN_NONE;
     return Py_BuildValue("(ii)", job->failed_fd, job->err);
 }
 
+static PyObject *
+fsync_sent(PyObject *self, PyObject *capsule)
+{
+    Job *job = finished_job(capsule);
+    if (job == NULL)
+        return NULL;
+    PyObject *list = PyList_New(job->nsend);
+    if (list == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < job->nsend; i++) {
+        Py_ssize_t sent = job->sends[i].sent;
+        PyObject *v = sent == NOT_TAKEN ? Py_NewRef(Py_None) : PyLong_FromSsize_t(sent);
+        if (v == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, v);
+    }
+    return list;
+}
+
 static PyMethodDef methods[] = {
     {"start", fsync_start, METH_VARARGS, "Start fsyncing fds on a thread; signal wake_fd when done."},
     {"result", fsync_result, METH_O, "None, or (fd, errno) of the sync that failed."},
+    {"sent", fsync_sent, METH_O, "Per send of the job: bytes the socket took, or -errno."},
     {NULL, NULL, 0, NULL},
 };
 

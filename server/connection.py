@@ -400,7 +400,9 @@ class Connection:
         if pending:
             self.server.replication.when_acked(self.client, pending, held.release)
         if seq:
-            self.server.durability.when_durable(seq, held.release)
+            # Without acks=all to wait for, the round's own thread may send them.
+            send = None if pending else (self.sock.fileno(), payload)
+            self.server.durability.when_durable(seq, held.release, send)
 
     async def _release(self, held: "_Held") -> None:
         """After ``_hold``, before the next batch: wait until the round is
@@ -479,8 +481,10 @@ class _Held:
         self.sending = False  # a task is sending what the socket did not take
         self.event: trio.Event | None = None  # set when done or sending changes
 
-    def release(self, error: Exception | None) -> None:
-        """One wait is over: once all are, send without waiting."""
+    def release(self, error: Exception | None, sent: int | None = None) -> None:
+        """One wait is over: once all are, send without waiting. ``sent``:
+        bytes of the payload the group commit's thread already sent
+        (``Durability.when_durable``; negative: the peer is gone)."""
         if self.done:
             return  # an earlier wait failed
         conn = self.conn
@@ -496,12 +500,16 @@ class _Held:
             if self.waits:
                 return
             payload, self.payload = self.payload, b""
-            try:
-                sent = self.send(payload)
-            except (BlockingIOError, InterruptedError):
-                sent = 0
-            except OSError:  # the peer is gone; the connection sees it at its next read
-                sent = len(payload)
+            if sent is not None:
+                if sent < 0:  # the peer is gone; the connection sees it at its next read
+                    sent = len(payload)
+            else:
+                try:
+                    sent = self.send(payload)
+                except (BlockingIOError, InterruptedError):
+                    sent = 0
+                except OSError:  # the peer is gone; the connection sees it at its next read
+                    sent = len(payload)
             if sent != len(payload):
                 self.sending = True
                 trio.lowlevel.spawn_system_task(self._send_rest, memoryview(payload)[sent:])

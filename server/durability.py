@@ -22,12 +22,15 @@ callback)`` and carries on (a connection hands over its held replies that
 way, so a round does not wake every writer; a task of this module's own
 then runs the rounds). The first waiter finding no flush in progress becomes
 the flusher: after one checkpoint (every connection made ready in the same
-scheduler pass writes first) it takes every log noted so far and fsyncs
-them on a thread of ``server._fsync`` that never takes the GIL, while the
-loop serves other clients (their writes make the next round); then it wakes
-the waiters and calls the callbacks whose writes that round covered. N
-connections writing at once cost one fsync, not N. ``everysec`` flushes on a
-worker thread.
+scheduler pass writes first; skipped when writes noted during the last
+round were already waiting for it) it takes every log noted so far and
+fsyncs them on a thread of ``server._fsync`` that never takes the GIL, while
+the loop serves other clients (their writes make the next round). That
+thread also sends the replies handed over with ``when_durable(...,
+send=...)`` as soon as the syncs succeed; then the loop wakes the waiters
+and calls the callbacks whose writes that round covered. N connections
+writing at once cost one fsync, not N. ``everysec`` flushes on a worker
+thread.
 """
 
 from __future__ import annotations
@@ -74,16 +77,21 @@ class Durability:
         self._noted_seq = 0  # last sequence handed to a writer
         self._flushed_seq = 0  # every write <= this is durable
         self._flushing = False
+        self._eager = False
         self._round_done = trio.Event()
         self._failure: BaseException | None = None
         self._failed_seq = 0
         self.fsync_count = 0  # rounds of group commit done (INFO persistence)
         self.last_flush_error: str | None = None
         self.policy_of: Any = None  # log -> the topic's fsync override, or None
-        self._pending: list[tuple[int, Any]] = []  # (seq, callback) of when_durable
+        # [seq, callback, send, sent] of when_durable: send is (fd, payload)
+        # for the round's thread to send, sent what it took (None: not sent).
+        self._pending: list[list[Any]] = []
         self._releasing = False  # the task running rounds for _pending is alive
         # An eventfd server._fsync's thread signals when a round's syncs are done.
         self._wake_fd: int | None = None
+        # Whether the rounds' thread sends held replies (not under a test's runner).
+        self._thread_sends = _fsync is not None and run_in_thread is None
 
     def note_write(self, log_: Any, policy: str) -> int:
         """Record that ``log_`` was appended to; the seq to wait for, or 0."""
@@ -110,17 +118,25 @@ class Durability:
                 continue
             await self._flush_round()
 
-    def when_durable(self, seq: int, callback: Any) -> None:
-        """Call ``callback(None)`` once every write up to ``seq`` is fsynced,
-        or ``callback(error)`` (a DurabilityError) if the round covering it
-        failed — without anyone awaiting: a task of the durability's own runs
-        the rounds and calls back. Callbacks run on that task and must not
-        block (a connection hands its held replies over this way and goes
-        back to reading, so a round does not wake every writer)."""
+    def when_durable(self, seq: int, callback: Any, send: tuple[int, bytes] | None = None) -> None:
+        """Call ``callback(None, sent)`` once every write up to ``seq`` is
+        fsynced, or ``callback(error, None)`` (a DurabilityError) if the round
+        covering it failed — without anyone awaiting: a task of the
+        durability's own runs the rounds and calls back. Callbacks run on that
+        task and must not block (a connection hands its held replies over
+        this way and goes back to reading, so a round does not wake every
+        writer).
+
+        ``send``, ``(socket fd, payload)``: bytes to send as soon as the
+        round's syncs succeed. The thread of ``server._fsync`` that ran them
+        sends them itself when the round takes this write (so neither the
+        loop's wake-up nor its send delays the reply); ``sent`` is then the
+        bytes the socket took (``-errno`` if it failed: the peer is gone),
+        and the caller sends the rest. ``sent`` None: nothing was sent."""
         if self._flushed_seq >= seq:
-            callback(None)
+            callback(None, None)
             return
-        self._pending.append((seq, callback))
+        self._pending.append([seq, callback, send if self._thread_sends else None, None])
         if not self._releasing:
             self._releasing = True
             trio.lowlevel.spawn_system_task(self._release_pending)
@@ -130,22 +146,23 @@ class Durability:
             while self._pending:
                 error = None
                 try:
-                    await self.wait_for_flush(max(seq for seq, _ in self._pending))
+                    await self.wait_for_flush(max(entry[0] for entry in self._pending))
                 except DurabilityError as e:
                     error = e
                 pending, self._pending = self._pending, []
-                for seq, callback in pending:
+                for entry in pending:
+                    seq, callback, _, sent = entry
                     if seq <= self._flushed_seq:
-                        callback(None)
+                        callback(None, sent)
                     elif error is not None and seq <= self._failed_seq:
-                        callback(error)
+                        callback(error, None)
                     else:  # noted after that round began: the next one
-                        self._pending.append((seq, callback))
+                        self._pending.append(entry)
         except Exception as e:  # a bug here must not leave writers unanswered forever
             log.exception("group commit task failed")
             pending, self._pending = self._pending, []
-            for _, callback in pending:
-                callback(DurabilityError(str(e)))
+            for entry in pending:
+                entry[1](DurabilityError(str(e)), None)
         finally:
             self._releasing = False
 
@@ -159,14 +176,23 @@ class Durability:
             # next round). Before that thread (bench/RESULTS.md) the loop
             # paused for the fsync, as Redis's appendfsync always does: a
             # trio worker thread cost more in GIL hand-overs than it saved.
-            await trio.lowlevel.cancel_shielded_checkpoint()
+            # (Not when writes noted during the last round were waiting for
+            # it to end: they start this one at once, and the writers made
+            # ready meanwhile go on to the next; waiting a pass for them
+            # would leave the disk idle while the loop runs it.)
+            if not self._eager:
+                await trio.lowlevel.cancel_shielded_checkpoint()
+            self._eager = False
             target = self._noted_seq
             logs = list(self._always_dirty.values())
             self._always_dirty.clear()
+            # Replies waiting on this round's writes, for its thread to send.
+            sends = [e for e in self._pending if e[2] is not None and e[0] <= target]
             with trio.CancelScope(shield=True):  # the round is every writer's, not its caller's
-                await self._flush_round_logs(logs)
+                await self._flush_round_logs(logs, sends)
             self._flushed_seq = target
             self.fsync_count += 1
+            self._eager = self._noted_seq > target
         except Exception as e:  # storage errors: refuse to acknowledge
             log.error("fsync failed, %d writes not acknowledged: %s", target - self._flushed_seq, e)
             self._failure = e
@@ -178,10 +204,11 @@ class Durability:
             done, self._round_done = self._round_done, trio.Event()
             done.set()
 
-    async def _flush_round_logs(self, logs: list[Any]) -> None:
+    async def _flush_round_logs(self, logs: list[Any], sends: list[list[Any]]) -> None:
         """fsync a round's logs on a thread of ``server._fsync`` while the
-        loop serves the other clients; on the loop itself if the C helper
-        was not built."""
+        loop serves the other clients, and have it send ``sends``' payloads
+        if every sync succeeded (each entry's ``sent`` is set); on the loop
+        itself if the C helper was not built."""
         if self._round_runner is not None:
             await self._round_runner(flush_logs_now, logs)
             return
@@ -200,7 +227,7 @@ class Durability:
             fds = [~fd if full else fd for ticket in tickets for fd, full in ticket.sync_targets()]
             failure = None
             if fds:
-                job = _fsync.start(fds, wake_fd)
+                job = _fsync.start(fds, wake_fd, [e[2] for e in sends])
                 while True:
                     await trio.lowlevel.wait_readable(wake_fd)
                     try:
@@ -211,6 +238,9 @@ class Durability:
                 failed = _fsync.result(job)
                 if failed is not None:
                     failure = OSError(failed[1], os.strerror(failed[1]))
+                else:
+                    for entry, sent in zip(sends, _fsync.sent(job)):
+                        entry[2], entry[3] = None, sent
             for ticket in tickets:
                 ticket.finish(failure)  # raises for a failure
         finally:

@@ -278,9 +278,9 @@ def gated_rounds(durability):
     gate = trio.Event()
     original = durability._flush_round_logs
 
-    async def gated(logs):
+    async def gated(logs, sends):
         await gate.wait()
-        await original(logs)
+        await original(logs, sends)
 
     durability._flush_round_logs = gated
     try:
@@ -322,6 +322,52 @@ async def test_handed_over_replies_wait_for_the_round_and_keep_their_order(test_
             assert await read_exactly(sock, 16) == b"$3\r\nw:a\r\n+PONG\r\n"
             nursery.cancel_scope.cancel()
         assert h.sends == [b"$3\r\nw:a\r\n", b"+PONG\r\n"]
+
+
+async def test_the_rounds_thread_sends_handed_over_replies(test_commands):
+    """With ``server._fsync``'s thread running the rounds, it sends a held
+    batch itself once the sync succeeded: the loop sends nothing, and input
+    that came in meanwhile is answered after it."""
+    h = Harness(fsync="always")
+    h.state.durability = Durability()  # the real thread, not the inline runner
+    try:
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                sock, conn = h.connect(nursery)
+                await sock.send(b"TEST-WRITE a\r\nTEST-WRITE b\r\nPING\r\n")
+                assert await read_exactly(sock, 25) == b"$3\r\nw:a\r\n$3\r\nw:b\r\n+PONG\r\n"
+                assert h.sends == []  # all three left from the thread (one held batch)
+                await sock.send(b"TEST-WRITE c\r\nECHO x\r\n")
+                assert await read_exactly(sock, 16) == b"$3\r\nw:c\r\n$1\r\nx\r\n"
+                assert h.sends == []
+                while h.state.durability.fsync_count < 2:  # the loop learns of the round after the peer
+                    await trio.sleep(0.01)
+                assert h.state.stats.total_net_output_bytes == 41
+                nursery.cancel_scope.cancel()
+    finally:
+        h.state.durability.close()
+
+
+async def test_what_the_socket_does_not_take_from_the_thread_the_loop_sends(test_commands):
+    h = Harness(fsync="always")
+    h.state.durability = Durability()
+    n = 1000
+    expected = b"".join(b"$3\r\nw:a\r\n$%d\r\n%d\r\n" % (len(b"%d" % i), i) for i in range(n))
+    try:
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                sock, conn = h.connect(nursery)
+                conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+                await sock.send(b"".join(b"TEST-WRITE a\r\nECHO %d\r\n" % i for i in range(n)))
+                while not (conn.held is not None and conn.held.sending):
+                    await trio.sleep(0.01)  # the thread sent what the socket took; a task waits with the rest
+                assert h.sends == []
+                assert await read_exactly(sock, len(expected)) == expected
+                from_loop = b"".join(h.sends)
+                assert 0 < len(from_loop) < len(expected) and expected.endswith(from_loop)
+                nursery.cancel_scope.cancel()
+    finally:
+        h.state.durability.close()
 
 
 async def test_a_reply_waiting_for_the_fsync_and_the_replicas_leaves_after_both(test_commands):
@@ -888,9 +934,9 @@ async def test_views_are_copied_before_waiting_for_an_fsync(tmp_path):
             seen.append({type(chunk) for chunk in caller.f_locals["out"]})
         await wait_for_flush(seq)
 
-    def spy_hand_over(seq, callback):
+    def spy_hand_over(seq, callback, send=None):
         handed_over.append(type(callback.__self__.payload))  # Connection._hold's _Held
-        when_durable(seq, callback)
+        when_durable(seq, callback, send)
 
     durability.wait_for_flush = spy
     durability.when_durable = spy_hand_over

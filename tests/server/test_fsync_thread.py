@@ -6,6 +6,8 @@ from __future__ import annotations
 import errno
 import os
 import select
+import socket
+import time
 
 import pytest
 import trio
@@ -87,13 +89,13 @@ async def test_a_round_fsyncs_a_real_log_off_the_loop(tmp_path):
         assert log.recovery_point == 0
         seq = durability.note_write(log, "always")
         called = []
-        durability.when_durable(seq, called.append)
+        durability.when_durable(seq, lambda error, sent: called.append(error))
         await durability.wait_for_flush(seq)
         assert log.recovery_point == log.log_end_offset == 10
         assert durability.fsync_count == 1
         await trio.testing.wait_all_tasks_blocked()
         assert called == [None]
-        durability.when_durable(seq, called.append)  # already durable: at once
+        durability.when_durable(seq, lambda error, sent: called.append(error))  # already durable: at once
         assert called == [None, None]
     finally:
         durability.close()
@@ -135,7 +137,7 @@ async def test_a_failed_sync_is_never_acknowledged():
     try:
         first = durability.note_write(log, "always")
         errors = []
-        durability.when_durable(first, errors.append)
+        durability.when_durable(first, lambda error, sent: errors.append(error))
         with pytest.raises(DurabilityError, match="Invalid argument"):
             await durability.wait_for_flush(first)
         await trio.testing.wait_all_tasks_blocked()
@@ -148,3 +150,268 @@ async def test_a_failed_sync_is_never_acknowledged():
             await durability.wait_for_flush(second)
     finally:
         durability.close()
+
+
+# -- replies sent by the thread once the syncs succeeded -----------------------
+
+
+def _open_fds():
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_sends_go_out_after_the_syncs_and_before_the_signal(tmp_path):
+    fsync = _module()
+    a, b = socket.socketpair()
+    good = os.open(tmp_path / "a", os.O_CREAT | os.O_WRONLY)
+    wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+    try:
+        os.write(good, b"x" * 4096)
+        before = _open_fds()
+        job = fsync.start([good], wake, [(a.fileno(), b"+first\r\n"), (a.fileno(), b"+second\r\n")])
+        assert select.select([wake], [], [], 10)[0]
+        # Signalled only after the sends: the bytes are there already.
+        b.setblocking(False)
+        assert b.recv(100) == b"+first\r\n+second\r\n"
+        assert fsync.result(job) is None
+        assert fsync.sent(job) == [8, 9]
+        assert _open_fds() == before  # the thread closed its dups
+    finally:
+        for fd in (good, wake):
+            os.close(fd)
+        a.close()
+        b.close()
+
+
+def test_a_failed_sync_sends_nothing():
+    fsync = _module()
+    a, b = socket.socketpair()
+    r, w = os.pipe()  # cannot be synced: EINVAL
+    wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+    try:
+        before = _open_fds()
+        job = fsync.start([r], wake, [(a.fileno(), b"+OK\r\n")])
+        assert select.select([wake], [], [], 10)[0]
+        assert fsync.result(job) == (r, errno.EINVAL)
+        assert fsync.sent(job) == [0]
+        b.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            b.recv(100)  # never acknowledged
+        assert _open_fds() == before
+    finally:
+        for fd in (r, w, wake):
+            os.close(fd)
+        a.close()
+        b.close()
+
+
+def test_a_socket_closed_after_start_is_not_confused_with_its_successor(tmp_path):
+    """The connection may close while its reply waits on the thread, and a
+    new client may get the same descriptor number: the reply must still go
+    to the first peer (the job sends on a dup), never to the new one."""
+    fsync = _module()
+    # A first job that keeps the thread busy a while (jobs run in order).
+    big = os.open(tmp_path / "big", os.O_CREAT | os.O_WRONLY)
+    os.write(big, os.urandom(1 << 20) * 32)
+    a, b = socket.socketpair()
+    wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+    others = []
+    try:
+        slow = fsync.start([big], wake)
+        number = a.fileno()
+        job = fsync.start([big], wake, [(number, b"+mine\r\n")])
+        a.close()
+        while True:  # take descriptor numbers until the closed one is reused
+            c, d = socket.socketpair()
+            others.append((c, d))
+            if number in (c.fileno(), d.fileno()):
+                break
+        assert not _done(fsync, job), "the first job should still be syncing"
+        deadline = time.monotonic() + 30
+        while not _done(fsync, job):
+            assert time.monotonic() < deadline
+            select.select([wake], [], [], 0.5)
+        assert fsync.result(slow) is None
+        assert fsync.result(job) is None and fsync.sent(job) == [7]
+        b.settimeout(5)
+        assert b.recv(100) == b"+mine\r\n"
+        for c, d in others:
+            for s in (c, d):
+                s.setblocking(False)
+                with pytest.raises(BlockingIOError):
+                    s.recv(100)
+    finally:
+        for c, d in others:
+            c.close()
+            d.close()
+        os.close(big)
+        os.close(wake)
+        b.close()
+
+
+def _done(fsync, job):
+    try:
+        fsync.sent(job)
+        return True
+    except RuntimeError:  # "the fsync job has not finished"
+        return False
+
+
+def test_a_peer_that_left_gives_its_errno_and_a_full_socket_a_short_count():
+    fsync = _module()
+    gone_a, gone_b = socket.socketpair()
+    full_a, full_b = socket.socketpair()
+    gone_b.close()
+    full_a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    payload = os.urandom(1 << 20)
+    wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+    dummy = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        job = fsync.start([~dummy], wake, [(gone_a.fileno(), b"+OK\r\n"), (full_a.fileno(), payload)])
+        assert select.select([wake], [], [], 10)[0]
+        assert fsync.result(job) is None
+        gone, taken = fsync.sent(job)
+        assert gone in (-errno.EPIPE, -errno.ECONNRESET)
+        assert 0 <= taken < len(payload)  # the rest is the caller's to send
+        full_b.settimeout(5)
+        received = b""
+        while len(received) < taken:
+            received += full_b.recv(1 << 20)
+        assert received == payload[:taken]
+    finally:
+        os.close(wake)
+        os.close(dummy)
+        for s in (gone_a, full_a, full_b):
+            s.close()
+
+
+def test_sends_it_cannot_take_are_left_to_the_caller():
+    fsync = _module()
+    a, b = socket.socketpair()
+    wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+    dummy = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
+    closed = os.dup(dummy)
+    os.close(closed)  # a descriptor number that is not open: no dup
+    try:
+        job = fsync.start([~dummy], wake, [(closed, b"+lost\r\n"), (a.fileno(), b"+OK\r\n")])
+        assert select.select([wake], [], [], 10)[0]
+        assert fsync.result(job) is None
+        assert fsync.sent(job) == [None, 5]
+        assert b.recv(100) == b"+OK\r\n"
+    finally:
+        os.close(wake)
+        os.close(dummy)
+        a.close()
+        b.close()
+
+
+def test_bad_sends_are_refused_without_a_leak():
+    fsync = _module()
+    a, b = socket.socketpair()
+    try:
+        before = _open_fds()
+        for sends in ([(a.fileno(), bytearray(b"x"))],  # mutable: the thread reads it unlocked
+                      [(a.fileno(), b"ok"), ("3", b"x")],
+                      [(a.fileno(), b"ok"), (a.fileno(),)],
+                      [b"x"],
+                      5):
+            with pytest.raises(TypeError):
+                fsync.start([], 5, sends)
+            assert _open_fds() == before
+    finally:
+        a.close()
+        b.close()
+
+
+async def test_a_round_hands_its_replies_to_the_thread(tmp_path):
+    log = PartitionLog.open(tmp_path / "p")
+    durability = Durability()
+    a, b = socket.socketpair()
+    try:
+        log.append(entries(1, 10))
+        seq = durability.note_write(log, "always")
+        called = []
+        durability.when_durable(seq, lambda error, sent: called.append((error, sent)), (a.fileno(), b"+OK\r\n"))
+        durability.when_durable(seq, lambda error, sent: called.append((error, sent)))  # no send: its own
+        await durability.wait_for_flush(seq)
+        await trio.testing.wait_all_tasks_blocked()
+        assert called == [(None, 5), (None, None)]
+        assert log.recovery_point == 10
+        b.setblocking(False)
+        assert b.recv(100) == b"+OK\r\n"
+    finally:
+        durability.close()
+        log.close()
+        a.close()
+        b.close()
+
+
+async def test_a_failed_round_sends_nothing():
+    durability = Durability()
+    log = _PipeLog()
+    a, b = socket.socketpair()
+    try:
+        seq = durability.note_write(log, "always")
+        called = []
+        durability.when_durable(seq, lambda error, sent: called.append((error, sent)), (a.fileno(), b"+OK\r\n"))
+        with pytest.raises(DurabilityError):
+            await durability.wait_for_flush(seq)
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(called) == 1 and isinstance(called[0][0], DurabilityError) and called[0][1] is None
+        b.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            b.recv(100)
+    finally:
+        durability.close()
+        a.close()
+        b.close()
+
+
+async def test_writes_that_waited_for_a_round_start_the_next_at_once(monkeypatch):
+    """A round starts one scheduler pass after its first writer (writers made
+    ready meanwhile join it), except when writes noted during the last round
+    were already waiting for it: then at once, so the disk does not sit idle
+    for a pass of the loop."""
+    gate = trio.Event()
+    rounds = []
+
+    async def runner(fn, logs):
+        rounds.append(len(logs))
+        if len(rounds) == 1:
+            await gate.wait()  # the first round is on the disk a while
+        fn(logs)
+
+    durability = Durability(run_in_thread=runner)
+    passes = []
+    real = trio.lowlevel.cancel_shielded_checkpoint
+
+    async def counting_pass():
+        passes.append(durability.fsync_count)
+        await real()
+
+    monkeypatch.setattr(trio.lowlevel, "cancel_shielded_checkpoint", counting_pass)
+    log = _GoodLog()
+    called = []
+    durability.when_durable(durability.note_write(log, "always"), lambda e, s: called.append(1))
+    await trio.testing.wait_all_tasks_blocked()
+    assert rounds == [1] and passes == [0]
+    durability.when_durable(durability.note_write(log, "always"), lambda e, s: called.append(2))
+    gate.set()
+    await trio.testing.wait_all_tasks_blocked()
+    assert called == [1, 2] and passes == [0]  # the second round took no pass
+    durability.when_durable(durability.note_write(log, "always"), lambda e, s: called.append(3))
+    await trio.testing.wait_all_tasks_blocked()
+    assert called == [1, 2, 3] and passes == [0, 2]  # nothing was waiting: a pass first
+    assert durability.fsync_count == 3
+
+
+class _GoodLog:
+    def begin_flush(self):
+        return _NoTicket()
+
+    def end_flush(self, ticket):
+        pass
+
+
+class _NoTicket:
+    def run(self):
+        pass
