@@ -71,6 +71,33 @@ def test_reports_the_first_descriptor_that_fails(tmp_path):
             os.close(fd)
 
 
+def test_many_descriptors_are_synced_at_once_and_the_first_failure_reported(tmp_path):
+    """Three or more descriptors are shared with helper threads; whichever
+    finishes first, the failure reported is the first by position, and the
+    helpers are ready for the next job each time."""
+    files = [os.open(tmp_path / f"f{i}", os.O_CREAT | os.O_WRONLY) for i in range(12)]
+    pipes = [os.pipe() for _ in range(2)]
+    try:
+        for _ in range(50):
+            for fd in files:
+                os.write(fd, b"x" * 512)
+            assert _run(files) is None
+        bad = list(files)
+        bad[3] = pipes[0][0]
+        bad[9] = pipes[1][0]
+        for _ in range(20):
+            assert _run(bad) == (pipes[0][0], errno.EINVAL)
+        bad[3] = files[3]
+        assert _run(bad) == (pipes[1][0], errno.EINVAL)
+        assert _run(files[:3] + [~pipes[0][1]]) == (pipes[0][1], errno.EINVAL)
+    finally:
+        for fd in files:
+            os.close(fd)
+        for r, w in pipes:
+            os.close(r)
+            os.close(w)
+
+
 def test_bad_arguments_are_refused():
     fsync = _module()
     with pytest.raises(TypeError):
