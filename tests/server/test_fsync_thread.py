@@ -32,16 +32,17 @@ def test_the_extension_is_built_and_used():
     assert durability._fsync is _module()
 
 
-def _run(fds):
-    """Start a job, wait for its eventfd (at most 10 s), return its result."""
+def _run(fds, sends=()):
+    """Start a job, wait for its eventfd (at most 10 s), return its result
+    (with ``sends``: its result and what each send took)."""
     fsync = _module()
     wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
     try:
-        job = fsync.start(fds, wake)
+        job = fsync.start(fds, wake, sends)
         readable, _, _ = select.select([wake], [], [], 10)
         assert readable, "the fsync thread never signalled"
         assert os.eventfd_read(wake) == 1
-        return fsync.result(job)
+        return (fsync.result(job), fsync.sent(job)) if sends else fsync.result(job)
     finally:
         os.close(wake)
 
@@ -187,45 +188,35 @@ def _open_fds():
 
 
 def test_sends_go_out_after_the_syncs_and_before_the_signal(tmp_path):
-    fsync = _module()
     a, b = socket.socketpair()
     good = os.open(tmp_path / "a", os.O_CREAT | os.O_WRONLY)
-    wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
     try:
         os.write(good, b"x" * 4096)
         before = _open_fds()
-        job = fsync.start([good], wake, [(a.fileno(), b"+first\r\n"), (a.fileno(), b"+second\r\n")])
-        assert select.select([wake], [], [], 10)[0]
+        result = _run([good], [(a.fileno(), b"+first\r\n"), (a.fileno(), b"+second\r\n")])
         # Signalled only after the sends: the bytes are there already.
         b.setblocking(False)
         assert b.recv(100) == b"+first\r\n+second\r\n"
-        assert fsync.result(job) is None
-        assert fsync.sent(job) == [8, 9]
+        assert result == (None, [8, 9])
         assert _open_fds() == before  # the thread closed its dups
     finally:
-        for fd in (good, wake):
-            os.close(fd)
+        os.close(good)
         a.close()
         b.close()
 
 
 def test_a_failed_sync_sends_nothing():
-    fsync = _module()
     a, b = socket.socketpair()
     r, w = os.pipe()  # cannot be synced: EINVAL
-    wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
     try:
         before = _open_fds()
-        job = fsync.start([r], wake, [(a.fileno(), b"+OK\r\n")])
-        assert select.select([wake], [], [], 10)[0]
-        assert fsync.result(job) == (r, errno.EINVAL)
-        assert fsync.sent(job) == [0]
+        assert _run([r], [(a.fileno(), b"+OK\r\n")]) == ((r, errno.EINVAL), [0])
         b.setblocking(False)
         with pytest.raises(BlockingIOError):
             b.recv(100)  # never acknowledged
         assert _open_fds() == before
     finally:
-        for fd in (r, w, wake):
+        for fd in (r, w):
             os.close(fd)
         a.close()
         b.close()
@@ -284,19 +275,14 @@ def _done(fsync, job):
 
 
 def test_a_peer_that_left_gives_its_errno_and_a_full_socket_a_short_count():
-    fsync = _module()
     gone_a, gone_b = socket.socketpair()
     full_a, full_b = socket.socketpair()
     gone_b.close()
     full_a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
     payload = os.urandom(1 << 20)
-    wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
-    dummy = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
     try:
-        job = fsync.start([~dummy], wake, [(gone_a.fileno(), b"+OK\r\n"), (full_a.fileno(), payload)])
-        assert select.select([wake], [], [], 10)[0]
-        assert fsync.result(job) is None
-        gone, taken = fsync.sent(job)
+        result, (gone, taken) = _run([], [(gone_a.fileno(), b"+OK\r\n"), (full_a.fileno(), payload)])
+        assert result is None
         assert gone in (-errno.EPIPE, -errno.ECONNRESET)
         assert 0 <= taken < len(payload)  # the rest is the caller's to send
         full_b.settimeout(5)
@@ -305,28 +291,17 @@ def test_a_peer_that_left_gives_its_errno_and_a_full_socket_a_short_count():
             received += full_b.recv(1 << 20)
         assert received == payload[:taken]
     finally:
-        os.close(wake)
-        os.close(dummy)
         for s in (gone_a, full_a, full_b):
             s.close()
 
 
 def test_sends_it_cannot_take_are_left_to_the_caller():
-    fsync = _module()
     a, b = socket.socketpair()
-    wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
-    dummy = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
-    closed = os.dup(dummy)
-    os.close(closed)  # a descriptor number that is not open: no dup
+    closed = 1 << 20  # a descriptor number that is not open: no dup
     try:
-        job = fsync.start([~dummy], wake, [(closed, b"+lost\r\n"), (a.fileno(), b"+OK\r\n")])
-        assert select.select([wake], [], [], 10)[0]
-        assert fsync.result(job) is None
-        assert fsync.sent(job) == [None, 5]
+        assert _run([], [(closed, b"+lost\r\n"), (a.fileno(), b"+OK\r\n")]) == (None, [None, 5])
         assert b.recv(100) == b"+OK\r\n"
     finally:
-        os.close(wake)
-        os.close(dummy)
         a.close()
         b.close()
 
