@@ -222,7 +222,7 @@ def w_mixed(scale: float) -> tuple[Measure, Measure]:
 
     Partita: ``TOPIC CREATE t PARTITIONS 6``; redis-benchmark producers
     ``XADD t * field <100 B>`` (25 clients, -P 16; the topic's partitioner
-    spreads them round-robin); 3 consumers ``XREADGROUP GROUP g c<i> COUNT
+    spreads them round-robin, each pipelined run to one partition); 3 consumers ``XREADGROUP GROUP g c<i> COUNT
     100 BLOCK 100 STREAMS t >`` (the group assigns 2 partitions to each)
     with ``XACK`` on the partition key each reply names.
 

@@ -9,7 +9,11 @@ Owns: the choice of a partition for one entry of a multi-partition topic:
   same key lands on the same partition in Partita and in Kafka, and stays
   there for as long as the partition count does not change;
 - otherwise round-robin over the partitions, one counter per topic (soft
-  state: it restarts at 0 with the server).
+  state: it restarts at 0 with the server). The counter moves on per entry
+  for XADDs taken one by one (``choose``) and per run for a pipelined run
+  of keyless XADDs, which all go to one partition (``peek`` then
+  ``advance``): Kafka's sticky partitioner for keyless records (KIP-480),
+  so a pipeline becomes one log batch instead of one batch per partition.
 
 Must not know: streams, files, sockets, RESP. Pure functions and a counter.
 """
@@ -77,9 +81,18 @@ class Partitioner:
             value = field_value(fields, key_field)
             if value is not None:
                 return partition_for_key(value, partitions)
-        n = self._next.get(topic, 0)
-        self._next[topic] = n + 1
-        return n % partitions
+        n = self.peek(topic, partitions)
+        self.advance(topic)
+        return n
+
+    def peek(self, topic: bytes, partitions: int) -> int:
+        """The partition the next keyless entry (or run) of ``topic`` goes to."""
+        assert partitions > 0
+        return self._next.get(topic, 0) % partitions
+
+    def advance(self, topic: bytes) -> None:
+        """Move ``topic``'s round-robin counter on by one (after ``peek``)."""
+        self._next[topic] = self._next.get(topic, 0) + 1
 
     def forget(self, topic: bytes) -> None:
         self._next.pop(topic, None)

@@ -594,6 +594,30 @@ class TopicRegistry:
         partitioner); None otherwise."""
         return self._append_cache.get(key)
 
+    def run_target(self, key: bytes) -> tuple[Stream, bytes, list[bytes]] | None:
+        """Where a pipelined run of keyless ``XADD <topic> * ...`` goes (the
+        sticky partitioner): for the bare key of an existing topic of several
+        partitions without a ``partition-key-field``, ``(stream, partition
+        key, sibling keys)`` of the partition the round-robin counter points
+        at. The counter stays; ``took_run`` moves it on once the run is
+        taken. None for anything else (the general path then picks per
+        entry, or gives the errors)."""
+        try:
+            topic, partition = self._split(key)
+        except TopicError:
+            return None
+        meta = self._meta.get(topic)
+        if partition is not None or meta is None or meta.partitions < 2 \
+                or self.config_value(topic, "partition-key-field"):
+            return None
+        n = self.partitioner.peek(topic, meta.partitions)
+        pkey = partition_key(topic, n)
+        return self._stream_for(topic, n), pkey, self._siblings(key, pkey)
+
+    def took_run(self, key: bytes) -> None:
+        """A run ``run_target`` pointed at was written: the next goes on."""
+        self.partitioner.advance(self.topic_of(key))
+
     def read_target(self, key: bytes) -> Stream | None:
         """The stream of a key that names one existing partition (a bare
         key of a one-partition topic, or a partition key); None for anything

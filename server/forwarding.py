@@ -5,7 +5,9 @@ A bare topic key of a multi-partition topic (``XADD orders * f v``, where
 on the node leading ``slot("orders")`` (``-MOVED`` sends them there, as for
 any key). That node picks the partition with the producer partitioner, as a
 single node does (``cluster.partitioner``: the topic's
-``partition-key-field`` hashed as Kafka does, else round-robin). When it
+``partition-key-field`` hashed as Kafka does, else round-robin, here entry
+by entry: a single node's sticky runs (``xadd_run``) are not taken in a
+cluster). When it
 leads the chosen partition ``orders#n`` it appends here; otherwise it
 forwards ``XADD orders#n <the client's other arguments unchanged>`` to that
 partition's leader over an internal link and relays the leader's reply

@@ -313,7 +313,10 @@ def xadd_run(ctx, data: bytes, pos: int, route=None):
     caller (``Dispatcher.xadd_run``) has checked the client (authenticated,
     no MULTI, no ACL restriction); here the key must already name one
     partition that was written through before (``known_target``: no
-    creation, no partitioner), each entry must be within the topic's
+    creation), or, on a single node, be the bare key of a topic of several
+    partitions without a ``partition-key-field``: the sticky partitioner
+    sends the whole run to one partition (``TopicRegistry.run_target``,
+    docs/topics.md). Each entry must be within the topic's
     ``max-entry-bytes`` and the deferral bound, and in a cluster ``route``
     (the dispatcher's ``-MOVED`` check) must pass for the key and this node
     must accept the append (``_replicated_write``: leader, enough in-sync
@@ -326,8 +329,17 @@ def xadd_run(ctx, data: bytes, pos: int, route=None):
     server = ctx.server
     topics = server.topics
     target = topics.known_target(key)
-    if target is None:
-        return None
+    sticky = target is None
+    if sticky:
+        # A topic key of several partitions (single node): the whole run goes
+        # to the partition the round-robin counter points at (Kafka's sticky
+        # partitioner), which moves on once the run is taken. In a cluster
+        # each entry is routed on its own (server/forwarding.py).
+        if server.replication is not None:
+            return None
+        target = topics.run_target(key)
+        if target is None:
+            return None
     stream, partition_key, siblings = target
     if route is not None and route(_XADD_SPEC, [b"xadd", key]) is not None:
         return None
@@ -346,6 +358,8 @@ def xadd_run(ctx, data: bytes, pos: int, route=None):
         except (NotLeaderError, NotEnoughReplicasError):
             return None  # nothing deferred: each command gets the general path's error
     stream.defer_encoded(entries, (last_ms, last_seq), used)
+    if sticky:
+        topics.took_run(key)
     appends = ctx.appends
     appends.defer(stream, key, siblings, reply_for)
     round_ = appends.round

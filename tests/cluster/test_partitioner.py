@@ -61,3 +61,14 @@ def test_keyed_entries_spread_by_key():
     counts = Counter(partition_for_key(b"user-%d" % i, 4) for i in range(4000))
     assert set(counts) == {0, 1, 2, 3}
     assert all(800 < c < 1200 for c in counts.values()), counts
+
+
+def test_peek_and_advance_share_the_round_robin_counter():
+    p = Partitioner()
+    assert [p.peek(b"t", 3) for _ in range(3)] == [0, 0, 0]  # peeking does not move it
+    p.advance(b"t")
+    assert p.peek(b"t", 3) == 1
+    assert p.choose(b"t", 3, [b"n", b"1"], None) == 1  # choose takes the peeked one, then moves on
+    assert p.peek(b"t", 3) == 2
+    p.advance(b"t")
+    assert p.peek(b"t", 3) == 0 and p.peek(b"other", 3) == 0
