@@ -131,6 +131,14 @@ class FlushTicket:
         self.ran = False
         self.dir_fd = -1  # the partition directory's descriptor among ``fds``, if any
 
+    @property
+    def checkpoints(self) -> bool:
+        """Whether the ticket carries a recovery-point checkpoint to write
+        (once a second at most: a temporary file, its fsync, a rename and
+        the directory's fsync, ~0.6 ms): a caller on an event loop finishes
+        it with ``defer_checkpoint`` and writes it on a worker thread."""
+        return self._checkpoint is not None
+
     def sync_targets(self) -> list[tuple[int, bool]]:
         """The descriptors ``run()`` syncs, each with whether it needs a full
         ``fsync`` (the directory) rather than ``fdatasync``: for a caller that
@@ -154,10 +162,11 @@ class FlushTicket:
                 break
         self.finish(failure)
 
-    def finish(self, failure: OSError | None) -> None:
+    def finish(self, failure: OSError | None, defer_checkpoint: bool = False) -> None:
         """After the syncs of ``sync_targets`` (``failure``: the first that
         failed, or None): close the descriptors and persist the recovery
-        point; raises ``StorageError`` for a failure. Any thread."""
+        point (with ``defer_checkpoint``: later, ``write_checkpoint``);
+        raises ``StorageError`` for a failure. Any thread."""
         assert not self.ran, "a ticket runs once"
         self.ran = True
         fds, self._fds = self._fds, []
@@ -168,12 +177,25 @@ class FlushTicket:
                 pass
         if failure is not None:
             raise_storage_error(f"fsync {self._log.directory}", failure)
-        if self._checkpoint is not None:
+        if not defer_checkpoint:
+            self.write_checkpoint()
+        self.ok = True
+
+    def write_checkpoint(self) -> None:
+        """Persist the recovery point this ticket's syncs reached, if it
+        carries a checkpoint; after a successful ``finish``, on any thread,
+        also after ``end_flush``. Skipped when the log moved on meanwhile (cut
+        back, closed, or a later checkpoint already written): the file only
+        shortens recovery, so a late one is harmless and a stale one is
+        never written."""
+        checkpoint, self._checkpoint = self._checkpoint, None
+        if checkpoint is not None:
             log = self._log
             with log._rp_lock:
-                if log._generation == self.generation and not log._closed:
+                if log._generation == self.generation and not log._closed \
+                        and self.target_offset > log._persisted_rp:
                     try:
-                        write_atomic(log.directory / RECOVERY_POINT_FILE, self._checkpoint)
+                        write_atomic(log.directory / RECOVERY_POINT_FILE, checkpoint)
                         log._persisted_rp = self.target_offset
                     except StorageError as exc:
                         # The data is fsynced: the flush succeeded. The
@@ -183,7 +205,6 @@ class FlushTicket:
                         # refused ones. Retried by the next flush.
                         log.logger.warning("%s: recovery point not checkpointed (%s); "
                                            "the next flush retries", log.directory, exc)
-        self.ok = True
 
     def discard(self) -> None:
         """Close the duplicated descriptors without running (shutdown paths)."""

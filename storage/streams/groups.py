@@ -525,6 +525,7 @@ class GroupFlushTicket:
     ``finish(failure)``; ``run()`` is exactly that."""
 
     __slots__ = ("fd", "position", "ok")
+    checkpoints = False  # no recovery-point checkpoint to write after the syncs
 
     def __init__(self, fd: int, position: int) -> None:
         self.fd = fd  # a dup of the journal fd, or -1 when nothing to do

@@ -34,6 +34,8 @@ class FakeTicket:
         self.fd = os.dup(log.file.fileno())
         self.ok = False
 
+    checkpoints = False
+
     def sync_targets(self):
         return [(self.fd, False)]
 

@@ -130,8 +130,97 @@ async def test_a_round_fsyncs_a_real_log_off_the_loop(tmp_path):
         log.close()
 
 
+async def test_a_round_syncs_a_log_and_a_group_store_together(tmp_path):
+    """A round covers every kind of ticket the durability module is handed:
+    a partition log's and a consumer group store's (its journal)."""
+    from storage.streams.groups import GroupStore
+
+    log = PartitionLog.open(tmp_path / "p")
+    store = GroupStore.open(tmp_path / "g")
+    durability = Durability()
+    try:
+        log.append(entries(1, 10))
+        store.create_group(b"g", (0, 0), 0)
+        durability.note_write(log, "always")
+        seq = durability.note_write(store, "always")
+        assert store.needs_flush
+        await durability.wait_for_flush(seq)
+        assert log.recovery_point == 10 and not store.needs_flush
+        assert durability.fsync_count == 1
+    finally:
+        durability.close()
+        store.close()
+        log.close()
+
+
+async def _until(condition, timeout_s=10.0):
+    with trio.fail_after(timeout_s):
+        while not condition():
+            await trio.sleep(0.001)
+
+
+async def test_a_rounds_recovery_point_checkpoint_is_written_after_it_off_the_loop(tmp_path, monkeypatch):
+    """The once-a-second checkpoint (a temporary file, fsyncs, a rename) is
+    written on a worker thread once the round is done: the round, its
+    writers and the next rounds do not wait for it (it only shortens
+    recovery); rounds between checkpoints write none."""
+    import threading
+
+    import storage.log as storage_log
+    from storage.checkpoint import encode_rows
+
+    now = [1_000_000]
+    log = PartitionLog.open(tmp_path / "p", clock_ms=lambda: now[0])
+    writers = []
+    gate = threading.Event()
+    real = storage_log.write_atomic
+
+    def held_back(path, data):
+        assert gate.wait(10)
+        writers.append(threading.get_ident())
+        return real(path, data)
+
+    monkeypatch.setattr(storage_log, "write_atomic", held_back)
+    rp_file = tmp_path / "p" / storage_log.RECOVERY_POINT_FILE
+    before = rp_file.read_bytes() if rp_file.exists() else None
+    durability = Durability()
+    try:
+        async def round_of(first, n):
+            log.append(entries(first, n))
+            seq = durability.note_write(log, "always")
+            called = []
+            durability.when_durable(seq, lambda error, sent: called.append(error))
+            await durability.wait_for_flush(seq)
+            await _until(lambda: called)
+            assert called == [None]
+
+        await round_of(1, 10)  # its checkpoint is due, and held back
+        await round_of(11, 5)  # the next round does not wait for it
+        assert log.recovery_point == 15 and writers == []
+        assert (rp_file.read_bytes() if rp_file.exists() else None) == before
+        gate.set()
+        await _until(lambda: writers)
+        assert writers[0] != threading.get_ident()
+        assert rp_file.read_bytes() == encode_rows([(10,)])  # what that round's syncs reached
+        await round_of(16, 5)  # within the second: no checkpoint
+        await trio.sleep(0.05)
+        assert len(writers) == 1
+        now[0] += storage_log.RECOVERY_CHECKPOINT_INTERVAL_MS
+        await round_of(21, 5)
+        await _until(lambda: len(writers) == 2)
+        assert writers[1] != threading.get_ident()
+        assert rp_file.read_bytes() == encode_rows([(25,)]) and log.recovery_point == 25
+        assert durability.fsync_count == 4
+    finally:
+        gate.set()
+        durability.close()
+        log.close()
+
+
 class _PipeTicket:
     """A ticket whose descriptor cannot be synced (a pipe: EINVAL)."""
+
+    checkpoints = False
 
     def __init__(self):
         self.r, self.w = os.pipe()

@@ -150,6 +150,54 @@ def test_group_commit_ticket(tmp_path):
     assert log.recovery_point == 60
 
 
+def test_a_deferred_checkpoint_is_written_later_and_never_stale(tmp_path):
+    """``finish(None, defer_checkpoint=True)`` leaves the recovery-point file
+    to ``write_checkpoint`` (the server writes it on a worker thread after
+    the round); a checkpoint written late never replaces a later one, nor
+    claims offsets of a log cut back meanwhile."""
+    from storage.checkpoint import encode_rows
+    from storage.files import RECOVERY_POINT_FILE
+
+    now = [1_000_000]
+    log = make(tmp_path, LogConfig(segment_bytes=1 << 20), clock_ms=lambda: now[0])
+    rp_file = tmp_path / "p" / RECOVERY_POINT_FILE
+    before = rp_file.read_bytes() if rp_file.exists() else None
+
+    def flushed(defer):
+        now[0] += 1000
+        ticket = log.begin_flush()
+        assert ticket.checkpoints
+        for fd, full in ticket.sync_targets():
+            os.fsync(fd) if full else os.fdatasync(fd)
+        ticket.finish(None, defer_checkpoint=defer)
+        log.end_flush(ticket)
+        return ticket
+
+    fill(log, 3)
+    first = flushed(True)
+    assert log.recovery_point == 9 and first.checkpoints  # durable, the file not yet written
+    assert (rp_file.read_bytes() if rp_file.exists() else None) == before
+    first.write_checkpoint()
+    assert rp_file.read_bytes() == encode_rows([(9,)]) and not first.checkpoints
+    # Two in flight, written out of order: the earlier one is skipped.
+    fill(log, 2)
+    second = flushed(True)
+    fill(log, 2)
+    flushed(False)  # written at once: 21
+    second.write_checkpoint()
+    assert rp_file.read_bytes() == encode_rows([(21,)])
+    # A log cut back after the round: its checkpoint is not written.
+    fill(log, 2)
+    third = flushed(True)
+    log.truncate_to(12)
+    third.write_checkpoint()
+    assert rp_file.read_bytes() == encode_rows([(12,)])
+    log.close()
+    log = make(tmp_path, LogConfig(segment_bytes=1 << 20))
+    assert log.log_end_offset == 12 and len(read_all(log)) == 12
+    log.close()
+
+
 def test_segments_info(tmp_path):
     log = make(tmp_path)
     fill(log, 30)
