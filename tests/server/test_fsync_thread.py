@@ -177,8 +177,8 @@ async def test_a_rounds_recovery_point_checkpoint_is_written_after_it_off_the_lo
 
     def held_back(path, data):
         assert gate.wait(10)
-        writers.append(threading.get_ident())
-        return real(path, data)
+        real(path, data)
+        writers.append(threading.get_ident())  # once the file is there
 
     monkeypatch.setattr(storage_log, "write_atomic", held_back)
     rp_file = tmp_path / "p" / storage_log.RECOVERY_POINT_FILE
