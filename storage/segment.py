@@ -670,8 +670,8 @@ class Segment:
                         acc.count += r1 - r0
                         acc.nbytes += ends[r1 - 1] - rel0
                         if want_ids:
-                            ids = mv[p + HEADER_BYTES: d - 4 * n].cast("Q")
-                            acc.entries.extend((b_base + k, ids[2 * k], ids[2 * k + 1]) for k in range(r0, r1))
+                            q = mv[p + HEADER_BYTES: d - 4 * n].cast("Q")[2 * r0: 2 * r1].tolist()
+                            acc.entries.extend(zip(range(b_base + r0, b_base + r1), q[0::2], q[1::2]))
                     if acc.done:
                         reached = r1
                         break

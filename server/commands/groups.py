@@ -26,6 +26,7 @@ Known differences from Redis 7.0:
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import trio
 
@@ -39,7 +40,7 @@ from server.errors import (
     err,
     syntax_error,
 )
-from server.registry import command, container
+from server.registry import command, container, nowait_path
 from server.reply import NULL_ARRAY, OK, Map, Raw, Simple
 from storage.streams.groups import (
     MAX_ID,
@@ -52,7 +53,9 @@ from storage.streams.groups import (
     groups_of,
     range_has_tombstones,
 )
-from storage.streams.ids import StreamIdError, format_id, parse_id, parse_range_end, parse_range_start, parse_strict_id
+from storage.streams.ids import (
+    StreamIdError, format_id, parse_id, parse_range_end, parse_range_start, parse_strict_id, parse_strict_id_tuples,
+)
 from storage.streams.stream import decode_entry
 
 NO_SUCH_KEY = "no such key"
@@ -558,9 +561,12 @@ def _serve_new(ctx, target: _Target, consumer: bytes, count: int, noack: bool, n
     if tuple(log.last_id) <= group.last_id:  # cheap: no entry after last_id at all
         return None
     start = max(log.find_offset(group.last_id[0], group.last_id[1], inclusive=False), log.log_start_offset)
-    res = log.read(start, log.log_end_offset, max_count=count or None, with_ids=True)
+    view = ctx.read_view()  # chunks as views of the log's mapping, as XREAD's (sent before any await)
+    res = log.read(start, log.log_end_offset, max_count=count or None, with_ids=True, view=view)
     if not res.count:
         return None
+    if view:
+        ctx.views = True
     ctx.server.topics.note_entries_out(res.count)
     ids = [(ms, seq) for _, ms, seq in res.entries]
     counters = _Counters(stream)
@@ -633,6 +639,51 @@ async def xreadgroup(ctx, argv):
     topics = ctx.server.topics
     if any(topics.is_multi(key) for key in args.keys):  # membership: server.commands.topic_groups
         return await topic_groups.xreadgroup(ctx, args)
+    targets, reply = _serve_now(ctx, args)
+    if reply is not None:
+        return reply
+    if args.timeout_ms is None or ctx.client.in_multi or not ctx.may_block:
+        return NULL_ARRAY
+
+    keys = list(args.keys)
+    deadline = None if args.timeout_ms == 0 else trio.current_time() + args.timeout_ms / 1000
+    token = object()
+    queues = [_blocked_queue(t) for t in targets]
+    for queue in queues:
+        queue.append(token)
+    try:
+        return await _wait_and_serve(ctx, args, targets, keys, deadline, queues, token)
+    finally:
+        for t, queue in zip(targets, queues):
+            queue.remove(token)
+            if not queue:
+                _BLOCKED.pop((id(t.stream), t.group.name), None)
+
+
+@nowait_path("xreadgroup")
+def xreadgroup_now(ctx, argv):
+    """XREADGROUP that will not wait (no BLOCK, or entries to serve): the
+    handler's reply without its coroutine, the connection's await and the
+    send before it (a consumer's poll). None when it would block, or for a
+    topic of several partitions (membership): the handler then runs, and
+    finds nothing done (a call that served nothing changed nothing)."""
+    args = _parse_xreadgroup(argv)
+    topics = ctx.server.topics
+    if any(topics.is_multi(key) for key in args.keys):
+        return None
+    _, reply = _serve_now(ctx, args)
+    if reply is not None:
+        return reply
+    if args.timeout_ms is None or ctx.client.in_multi or not ctx.may_block:
+        return NULL_ARRAY
+    return None
+
+
+def _serve_now(ctx, args: _ReadGroupArgs) -> tuple[list[_Target], Any]:
+    """XREADGROUP's targets and what it serves at once: the reply, or None
+    when no key had anything (only ``>`` keys, none with new entries, and
+    nothing changed)."""
+    topics = ctx.server.topics
     targets: list[_Target] = []
     for key, raw in zip(args.keys, args.id_args):
         stream = topics.get(key)
@@ -661,24 +712,7 @@ async def xreadgroup(ctx, argv):
             raw = _serve_new(ctx, t, args.consumer, args.count, args.noack, now_ms)
             if raw is not None:
                 served.append((t.key, raw))
-    if served:
-        return _read_reply(ctx, served)
-    if args.timeout_ms is None or ctx.client.in_multi or not ctx.may_block:
-        return NULL_ARRAY
-
-    keys = list(args.keys)
-    deadline = None if args.timeout_ms == 0 else trio.current_time() + args.timeout_ms / 1000
-    token = object()
-    queues = [_blocked_queue(t) for t in targets]
-    for queue in queues:
-        queue.append(token)
-    try:
-        return await _wait_and_serve(ctx, args, targets, keys, deadline, queues, token)
-    finally:
-        for t, queue in zip(targets, queues):
-            queue.remove(token)
-            if not queue:
-                _BLOCKED.pop((id(t.stream), t.group.name), None)
+    return targets, (_read_reply(ctx, served) if served else None)
 
 
 # Readers blocked per (stream, group), in arrival order: one signal wakes them
@@ -736,7 +770,7 @@ def xack(ctx, argv):
     store = groups_of(stream)
     if store.group(argv[2]) is None:
         return 0
-    ids = [tuple(parse_strict_id(raw)) for raw in argv[3:]]
+    ids = parse_strict_id_tuples(argv[3:])
     acked = store.ack(argv[2], ids)
     if acked:
         _note(ctx, store)

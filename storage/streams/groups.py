@@ -200,6 +200,13 @@ class PendingList:
             self._maybe_compact()
         return entry
 
+    def remove_many(self, sids: Iterable[StreamIdT]) -> list[PendingEntry | None]:
+        """``[remove(sid) for sid in sids]`` with one compaction (XACK)."""
+        pop = self._map.pop
+        entries = [pop(sid, None) for sid in sids]
+        self._maybe_compact()
+        return entries
+
     def _maybe_compact(self) -> None:
         ids = self._ids
         live = len(self._map)
@@ -1104,13 +1111,8 @@ class GroupStore:
 
     def _remove_op(self, op: int, group: bytes, ids: Iterable[StreamIdT]) -> int:
         g = self._need(group)
-        present: list[StreamIdT] = []
-        seen: set[StreamIdT] = set()
-        for sid in ids:
-            sid = tuple(sid)
-            if sid in g.pel and sid not in seen:
-                seen.add(sid)
-                present.append(sid)
+        pending = g.pel._map
+        present = list(dict.fromkeys([sid for sid in map(tuple, ids) if sid in pending]))  # in order, once each
         if not present:
             return 0
         self._write(_U8.pack(op) + _s(group) + _ids(present))
@@ -1120,13 +1122,20 @@ class GroupStore:
 
     def _apply_remove(self, op, group, ids) -> None:
         g = self.groups[group]
-        for sid in ids:
-            pe = g.pel.remove(sid)
-            if pe is None:
-                raise ValueError("removing an ID that is not pending")
-            c = g.consumers.get(pe.consumer)
+        removed = g.pel.remove_many(ids)
+        if None in removed:
+            raise ValueError("removing an ID that is not pending")
+        owners: dict[bytes, list[StreamIdT]] = {}
+        for sid, pe in zip(ids, removed):
+            owned = owners.get(pe.consumer)
+            if owned is None:
+                owners[pe.consumer] = [sid]
+            else:
+                owned.append(sid)
+        for name, owned in owners.items():
+            c = g.consumers.get(name)
             if c is not None:
-                c.pending.remove(sid)
+                c.pending.remove_many(owned)
         if op == _OP_DEADLETTER:
             g.dead_lettered_total += len(ids)
 

@@ -28,6 +28,7 @@ Must not know: sockets, RESP, the server's error types. Errors are
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import NamedTuple
 
 UINT64_MAX = 2**64 - 1
@@ -141,6 +142,27 @@ def parse_id(
     Raises:
         StreamIdError: Redis's "Invalid stream ID ..." text.
     """
+    plain = _plain_id(raw)
+    if plain is not None:
+        return StreamId(*plain), True
+    return _parse_id_general(raw, missing_seq, strict, allow_seq_star)
+
+
+def _plain_id(raw: bytes) -> tuple[int, int] | None:
+    """The common form, ``<digits>-<digits>``, without the string2ull
+    emulation: for ASCII digits alone its answer is the number when that
+    fits in 64 bits. None for anything else (overflow included): the general
+    path answers."""
+    ms_part, _, seq_part = raw.partition(b"-")
+    if seq_part.isdigit() and ms_part.isdigit() and len(raw) <= 127:
+        ms = int(ms_part)
+        seq = int(seq_part)
+        if ms <= UINT64_MAX and seq <= UINT64_MAX:
+            return ms, seq
+    return None
+
+
+def _parse_id_general(raw: bytes, missing_seq: int, strict: bool, allow_seq_star: bool) -> tuple[StreamId, bool]:
     buf = _c_string(raw)
     if buf == b"-":
         if strict:
@@ -167,6 +189,13 @@ def parse_id(
 def parse_strict_id(raw: bytes) -> StreamId:
     """An ID where ``-`` and ``+`` are not allowed (XDEL, XSETID, MINID, XREAD)."""
     return parse_id(raw, strict=True)[0]
+
+
+def parse_strict_id_tuples(raws: Iterable[bytes]) -> list[tuple[int, int]]:
+    """``[tuple(parse_strict_id(raw)) for raw in raws]`` (XACK's hundred
+    IDs), the ``<digits>-<digits>`` form without a call per ID."""
+    return [plain if (plain := _plain_id(raw)) is not None else tuple(_parse_id_general(raw, 0, True, False)[0])
+            for raw in raws]
 
 
 def parse_range_start(raw: bytes) -> StreamId:

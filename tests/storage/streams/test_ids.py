@@ -1,6 +1,8 @@
 """Stream ID parsing and formatting, with Redis's edge cases (checked against redis-server 7.0)."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from storage.streams.ids import (
     INVALID_END,
@@ -11,10 +13,12 @@ from storage.streams.ids import (
     UINT64_MAX,
     StreamId,
     StreamIdError,
+    _parse_id_general,
     parse_id,
     parse_range_end,
     parse_range_start,
     parse_strict_id,
+    parse_strict_id_tuples,
     parse_u64,
 )
 
@@ -92,3 +96,28 @@ def test_range_bounds():
         with pytest.raises(StreamIdError) as info:
             parse_range_start(raw)
         assert info.value.message == INVALID_ID
+
+
+_ID_BYTES = st.lists(st.sampled_from([b"0", b"1", b"7", b"9", b"-", b"+", b"*", b" ", b"\x00", b"a", b"\xd9\xa3",
+                                      b"18446744073709551615", b"18446744073709551616", b"00"]),
+                     max_size=8).map(b"".join)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(raw=st.one_of(_ID_BYTES, st.binary(max_size=24), st.from_regex(rb"\A[0-9]{1,22}-[0-9]{1,22}\Z")),
+       strict=st.booleans(), star=st.booleans())
+def test_the_digits_dash_digits_shortcut_answers_as_the_general_parse(raw, strict, star):
+    """``parse_id`` takes ``<digits>-<digits>`` without the string2ull
+    emulation; every input gets what the general path gives (value or
+    error), overflow, leading zeros, NULs and non-ASCII digits included."""
+    def outcome(parse):
+        try:
+            return parse()
+        except StreamIdError as e:
+            return e.message
+
+    general = outcome(lambda: _parse_id_general(raw, 0, strict, star))
+    assert outcome(lambda: parse_id(raw, strict=strict, allow_seq_star=star)) == general
+    if strict and not star:  # XACK's bulk parse: plain tuples, or the same error
+        bulk = outcome(lambda: parse_strict_id_tuples([b"1-1", raw]))
+        assert bulk == (general if isinstance(general, str) else [(1, 1), tuple(general[0])])

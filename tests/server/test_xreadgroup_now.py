@@ -1,0 +1,91 @@
+"""XREADGROUP's no-wait path (``groups.xreadgroup_now``) answers and delivers
+exactly as its handler, and leaves to the handler what may wait."""
+
+from __future__ import annotations
+
+import pytest
+
+from server.dispatch import COROUTINE, Context
+from server.registry import COMMANDS
+from server.reply import encode
+from tests.server.test_connection import TopicsHarness
+from tests.server.test_xread_now import _run
+
+
+def _server(path):
+    h = TopicsHarness(path)
+    client = h.state.new_client("t:1", "t:0", -1)
+    ctx = Context(h.state, client, h.dispatcher)
+    ctx.may_defer = True  # as on a connection's loop: replies may be views
+    for i in range(1, 30):
+        _run(h.dispatcher.call(ctx, [b"XADD", b"s", b"%d-0" % i, b"f", b"v%d" % i]))
+    for argv in ([b"XDEL", b"s", b"5-0"], [b"XGROUP", b"CREATE", b"s", b"g", b"0"],
+                 [b"TOPIC", b"CREATE", b"t", b"PARTITIONS", b"2"], [b"XGROUP", b"CREATE", b"t", b"g", b"0"]):
+        _run(h.dispatcher.call(ctx, argv))
+    return h, ctx
+
+
+SEQUENCE = [
+    b"XREADGROUP GROUP g c1 COUNT 5 STREAMS s >",
+    b"XREADGROUP GROUP g c2 COUNT 3 STREAMS s >",
+    b"XREADGROUP GROUP g c1 STREAMS s 0",
+    b"XREADGROUP GROUP g c1 COUNT 2 STREAMS s 3-0",
+    b"XREADGROUP GROUP g c1 COUNT 2 NOACK STREAMS s >",
+    b"XREADGROUP GROUP g c3 BLOCK 10 COUNT 2 STREAMS s >",
+    b"XREADGROUP GROUP g c3 COUNT 2 STREAMS s 0 s >",
+    b"XREADGROUP GROUP nope c STREAMS s >",
+    b"XREADGROUP GROUP g c STREAMS s $",
+    b"XREADGROUP GROUP g c STREAMS missing >",
+    b"XREADGROUP GROUP g c STREAMS s bad-id",
+    b"XREADGROUP GROUP g c COUNT x STREAMS s >",
+    b"XREADGROUP GROUP g c4 COUNT 100 STREAMS s >",
+    b"XREADGROUP GROUP g c4 STREAMS s >",
+    b"XACK s g 1-0 2-0 9-0",
+    b"XREADGROUP GROUP g c1 STREAMS s 0",
+    b"XPENDING s g",
+    b"XPENDING s g - + 100",
+    b"XINFO GROUPS s",
+]
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_the_nowait_path_answers_and_delivers_as_the_handler(tmp_path, protocol):
+    fast_h, fast_ctx = _server(tmp_path / "fast")
+    slow_h, slow_ctx = _server(tmp_path / "slow")
+    spec = COMMANDS["xreadgroup"]
+    try:
+        for line in SEQUENCE:
+            argv = line.split()
+            fast_ctx.client.protocol = slow_ctx.client.protocol = protocol
+            fast = _run(fast_h.dispatcher.call(fast_ctx, list(argv)))
+            if argv[0] == b"XREADGROUP":
+                slow = _run(slow_h.dispatcher._call_async(spec, slow_ctx, list(argv)))
+            else:
+                slow = _run(slow_h.dispatcher.call(slow_ctx, list(argv)))
+            if argv[:2] == [b"XPENDING", b"s"] and len(argv) > 3:  # [id, consumer, idle ms, count]: not the clock
+                fast, slow = ([[e[0], e[1], e[3]] for e in reply] for reply in (fast, slow))
+                assert len(fast) == 23
+            assert encode(fast, protocol) == encode(slow, protocol), line
+        taken = fast_h.state.stats.commands["xreadgroup"][0]
+        assert taken == slow_h.state.stats.commands["xreadgroup"][0] == sum(
+            1 for line in SEQUENCE if line.startswith(b"XREADGROUP"))
+    finally:
+        fast_h.state.topics.close()
+        slow_h.state.topics.close()
+
+
+def test_what_may_wait_or_needs_membership_is_left_to_the_handler(tmp_path):
+    h, ctx = _server(tmp_path)
+    now = COMMANDS["xreadgroup"].now
+    try:
+        assert now(ctx, b"XREADGROUP GROUP g c COUNT 2 STREAMS s >".split()) is not None
+        assert ctx.views  # new entries read through the log file's mapping
+        _run(h.dispatcher.call(ctx, b"XREADGROUP GROUP g c STREAMS s >".split()))  # the rest
+        assert now(ctx, b"XREADGROUP GROUP g c STREAMS s >".split()) is not None  # nil: no BLOCK
+        assert now(ctx, b"XREADGROUP GROUP g c BLOCK 100 STREAMS s >".split()) is None  # would wait
+        assert now(ctx, b"XREADGROUP GROUP g c COUNT 1 STREAMS t >".split()) is None  # membership
+        blocked = h.dispatcher.call(ctx, b"XREADGROUP GROUP g c BLOCK 100 STREAMS s >".split())
+        assert type(blocked) is COROUTINE  # the handler waits
+        blocked.close()
+    finally:
+        h.state.topics.close()
