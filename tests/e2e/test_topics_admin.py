@@ -121,6 +121,25 @@ def test_xadd_round_robin_spreads_evenly_and_keeps_order(partita_server):
     assert set(ids) == {eid for entries in per for eid, _ in entries}
 
 
+def test_a_pipeline_of_keyless_xadds_goes_to_one_partition_the_next_to_the_next(partita_server):
+    """Kafka's sticky partitioner: a pipelined run lands in one partition
+    (one log batch); the round-robin counter moves on once per run."""
+    r = partita_server.client()
+    r.execute_command("TOPIC", "CREATE", "st", "PARTITIONS", "3")
+    sent = []
+    for run in range(4):
+        pipe = r.pipeline(transaction=False)
+        values = [f"{run}-{i}" for i in range(20)]
+        for v in values:
+            pipe.xadd("st", {"n": v})
+        ids = pipe.execute()
+        assert len(set(ids)) == 20
+        sent.append(values)
+    got = [[fields[b"n"].decode() for _, fields in r.xrange(f"st#{p}")] for p in range(3)]
+    assert got == [sent[0] + sent[3], sent[1], sent[2]]
+    assert r.xlen("st") == 80
+
+
 def test_xadd_keyed_entries_go_to_the_hashed_partition(partita_server):
     r = partita_server.client()
     r.execute_command("TOPIC", "CREATE", "k", "PARTITIONS", "5", "CONFIG", "partition-key-field", "user")
