@@ -79,7 +79,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Protocol, Sequence
+from typing import Iterable, Iterator, Protocol, Sequence
 
 from crc32c import crc32c
 
@@ -1004,7 +1004,11 @@ class GroupStore:
         elif op in (_OP_ACK, _OP_DROP, _OP_DEADLETTER):
             group, ids = r.s(), r.ids()
             r.done()
-            self._need(group)
+            pel = self._need(group).pel
+            # Checked whole before anything changes (as a live removal is):
+            # a record that cannot apply leaves the state as it was.
+            if len(set(ids)) != len(ids) or any(sid not in pel for sid in ids):
+                raise ValueError("removed ID not pending, or named twice")
             self._apply_remove(op, group, ids)
         elif op == _OP_CLAIM:
             group, consumer, now, has_last, last_id, claims = (

@@ -350,6 +350,30 @@ def test_garbage_appended_after_valid_records_is_cut(tmp_path, caplog):
     store.close()
 
 
+def test_a_removal_record_that_cannot_apply_changes_nothing(tmp_path, caplog):
+    """Replay stops at a record naming an ID that is not pending (or one ID
+    twice) and keeps the state from before it, consistent: the group's PEL
+    and its consumers' agree (``dump`` checks), nothing half removed."""
+    from storage.streams import groups as g_mod
+
+    store = GroupStore.open(tmp_path)
+    store.create_group(b"g", (0, 0), 0)
+    store.deliver(b"g", b"a", [(1, 0), (2, 0), (3, 0)], (3, 0), 3, now_ms=1)
+    before = dump(store)
+    store.close()
+    with open(tmp_path / g_mod.JOURNAL_NAME, "ab") as f:
+        for bad in ([(1, 0), (9, 0)], [(2, 0), (2, 0)]):
+            f.write(g_mod._frame(g_mod._U8.pack(g_mod._OP_ACK) + g_mod._s(b"g") + g_mod._ids(bad)))
+    with caplog.at_level(logging.WARNING):
+        store = GroupStore.open(tmp_path)
+    assert dump(store) == before
+    assert "cannot be applied" in caplog.text
+    assert store.ack(b"g", [(1, 0), (2, 0)]) == 2  # and it goes on from there
+    store = reopen(store)
+    assert [sid for sid, _ in store.group(b"g").pel.items()] == [(3, 0)]
+    store.close()
+
+
 def test_snapshot_compaction_bounds_journal_and_state(tmp_path):
     store = GroupStore.open(tmp_path, compact_min_bytes=4096)
     store.create_group(b"g", (0, 0), 0)
