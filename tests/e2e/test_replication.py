@@ -128,6 +128,22 @@ def test_pipelined_xadd_runs_on_a_leader_are_replicated_and_refused_on_a_followe
     assert client.xlen(key) == 251
 
 
+def _leased(call, timeout_s: float = 15.0):
+    """``call()``, again while the node answers ``-TRYAGAIN ... lost contact
+    with the cluster controller``: a stopped node may be the controller's
+    leader, and while another takes over the leader's lease can lapse; the
+    command was refused before it ran (nothing written), and the error asks
+    the client to retry."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return call()
+        except redis.exceptions.TryAgainError as e:
+            if "lost contact with the cluster controller" not in str(e) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
+
+
 def test_an_acks_all_write_is_never_acknowledged_once_the_isr_falls_below_the_minimum(cluster):
     """Accepted with three replicas in sync, its reply waits for all three;
     one stops fetching and leaves the ISR: the client is closed without a
@@ -147,7 +163,7 @@ def test_an_acks_all_write_is_never_acknowledged_once_the_isr_falls_below_the_mi
             assert time.monotonic() - started >= LAG_MS / 1000 * 0.9
         assert len(_partition_lines(leader)["shrinks"]["isr"].split("/")) == 2
         with pytest.raises(redis.ResponseError, match="NOTENOUGHREPLICAS"):
-            client.xadd(key, {"a": "refused"})
+            _leased(lambda: client.xadd(key, {"a": "refused"}))
     finally:
         stopped.proc.send_signal(signal.SIGCONT)
 
@@ -161,16 +177,16 @@ def test_stopped_follower_leaves_the_isr_then_catches_up_and_rejoins(cluster):
     stopped.proc.send_signal(signal.SIGSTOP)
     try:
         started = time.monotonic()
-        client.xadd(key, {"a": "1"})  # acks=all waits until the stopped follower leaves the ISR
+        _leased(lambda: client.xadd(key, {"a": "1"}))  # acks=all waits until the stopped follower leaves the ISR
         assert time.monotonic() - started < LAG_MS / 1000 + 3
         isr = _partition_lines(leader)["paused"]["isr"]
         assert len(isr.split("/")) == 2
-        client.execute_command("TOPIC", "ALTER", key, "CONFIG", "min-insync-replicas", "3")
+        _leased(lambda: client.execute_command("TOPIC", "ALTER", key, "CONFIG", "min-insync-replicas", "3"))
         with pytest.raises(redis.ResponseError, match="NOTENOUGHREPLICAS 2 in-sync replica"):
-            client.xadd(key, {"a": "refused"})
-        client.execute_command("TOPIC", "ALTER", key, "CONFIG", "min-insync-replicas", "2")
+            _leased(lambda: client.xadd(key, {"a": "refused"}))
+        _leased(lambda: client.execute_command("TOPIC", "ALTER", key, "CONFIG", "min-insync-replicas", "2"))
         for i in range(50):
-            client.xadd(key, {"a": f"more{i}"})
+            _leased(lambda: client.xadd(key, {"a": f"more{i}"}))
     finally:
         stopped.proc.send_signal(signal.SIGCONT)
     deadline = time.monotonic() + 10
@@ -178,7 +194,7 @@ def test_stopped_follower_leaves_the_isr_then_catches_up_and_rejoins(cluster):
         assert time.monotonic() < deadline, _partition_lines(leader)
         time.sleep(0.05)
     cluster.wait_converged("paused")
-    assert client.xlen(key) == 52  # the refused entry was never written
+    assert _leased(lambda: client.xlen(key)) == 52  # the refused entry was never written
     logs = {cluster.log_bytes(n, "paused") for n in cluster.nodes}
     assert len(logs) == 1  # byte-identical on all replicas
 
