@@ -59,7 +59,7 @@ def _run_tickets(tickets: list[Any]) -> None:
         ticket.run()
 
 
-def _write_checkpoints(tickets: list[Any]) -> None:
+def _write_ticket_checkpoints(tickets: list[Any]) -> None:
     for ticket in tickets:
         ticket.write_checkpoint()
 
@@ -272,7 +272,7 @@ class Durability:
         try:
             while self._checkpoints:
                 tickets, self._checkpoints = self._checkpoints, []
-                await self._run_in_thread(_write_checkpoints, tickets)
+                await self._run_in_thread(_write_ticket_checkpoints, tickets)
         except Exception:  # a bug must not stop later rounds' checkpoints
             log.exception("writing recovery-point checkpoints failed")
             self._checkpoints = []

@@ -20,15 +20,22 @@ def _run(reply):
     return reply
 
 
-@pytest.fixture
-def served(tmp_path):
-    h = TopicsHarness(tmp_path)
+def loop_harness(path, entries: int):
+    """An in-process server and a client context as on a connection's loop
+    (replies may be views), with entries ``1-0`` .. ``<entries>-0`` in ``s``."""
+    h = TopicsHarness(path)
     client = h.state.new_client("t:1", "t:0", -1)
     ctx = Context(h.state, client, h.dispatcher)
-    ctx.may_defer = True  # as on a connection's loop: replies may be views
-    for i in range(1, 40):
+    ctx.may_defer = True
+    for i in range(1, entries + 1):
         _run(h.dispatcher.call(ctx, [b"XADD", b"s", b"%d-0" % i, b"f", b"v%d" % i]))
     ctx.appends.commit()
+    return h, ctx
+
+
+@pytest.fixture
+def served(tmp_path):
+    h, ctx = loop_harness(tmp_path, 39)
     _run(h.dispatcher.call(ctx, [b"XDEL", b"s", b"5-0"]))
     _run(h.dispatcher.call(ctx, [b"TOPIC", b"CREATE", b"t", b"PARTITIONS", b"2"]))
     yield h, ctx

@@ -5,20 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from server.dispatch import COROUTINE, Context
+from server.dispatch import COROUTINE
 from server.registry import COMMANDS
 from server.reply import encode
-from tests.server.test_connection import TopicsHarness
-from tests.server.test_xread_now import _run
+from tests.server.test_xread_now import _run, loop_harness
 
 
 def _server(path):
-    h = TopicsHarness(path)
-    client = h.state.new_client("t:1", "t:0", -1)
-    ctx = Context(h.state, client, h.dispatcher)
-    ctx.may_defer = True  # as on a connection's loop: replies may be views
-    for i in range(1, 30):
-        _run(h.dispatcher.call(ctx, [b"XADD", b"s", b"%d-0" % i, b"f", b"v%d" % i]))
+    h, ctx = loop_harness(path, 29)
     for argv in ([b"XDEL", b"s", b"5-0"], [b"XGROUP", b"CREATE", b"s", b"g", b"0"],
                  [b"TOPIC", b"CREATE", b"t", b"PARTITIONS", b"2"], [b"XGROUP", b"CREATE", b"t", b"g", b"0"]):
         _run(h.dispatcher.call(ctx, argv))
