@@ -45,7 +45,7 @@ from pathlib import Path
 
 from storage import records
 from storage.checkpoint import (
-    CorruptCheckpointError, encode_rows, fsync_dir, read_rows, remove_stale_tmp,
+    CorruptCheckpointError, encode_rows, read_rows, remove_stale_tmp,
     write_atomic, write_rows,
 )
 from storage.errors import InvalidBatchError, OffsetOutOfRangeError, StorageError, raise_storage_error

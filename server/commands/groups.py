@@ -48,7 +48,6 @@ from storage.streams.groups import (
     ConsumerGroup,
     GroupStore,
     advance_entries_read,
-    estimate_entries_read,
     group_lag,
     groups_of,
     range_has_tombstones,

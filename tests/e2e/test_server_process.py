@@ -6,14 +6,12 @@ import asyncio
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-import redis
 
-from tests.conftest import PartitaProcess, RawConn, partita_command, raw_exchange
+from tests.conftest import RawConn, partita_command, raw_exchange
 
 
 def test_start_up_log_names_version_pid_port_dir(partita_server):

@@ -161,7 +161,7 @@ def test_a_joiner_takes_only_its_share_and_waits_for_acks(server):
 def test_leave_hands_pending_entries_to_the_remaining_member(server):
     r = server.client()
     setup_topic(r, partitions=4)
-    a = settle(r, ["x", "y"], 2)
+    settle(r, ["x", "y"], 2)
     for i in range(8):
         r.xadd("t", {"i": i})
     read(r, "x")

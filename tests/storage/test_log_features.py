@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from storage.errors import StorageError, add_disk_error_listener, remove_disk_error_listener
+from storage.errors import StorageError, add_disk_error_listener
 from storage.log import LogConfig, PartitionLog
 from tests.storage.helpers import entries, read_all
 

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from storage.errors import StorageError
-from storage.files import LOG_SUFFIX, RECOVERY_POINT_FILE
+from storage.files import RECOVERY_POINT_FILE
 from storage.records import HEADER_BYTES
 from storage.log import LogConfig, PartitionLog
 from tests.storage.helpers import entries, read_all
