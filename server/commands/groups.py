@@ -641,8 +641,6 @@ async def xreadgroup(ctx, argv):
     targets, reply = _serve_now(ctx, args)
     if reply is not None:
         return reply
-    if args.timeout_ms is None or ctx.client.in_multi or not ctx.may_block:
-        return NULL_ARRAY
 
     keys = list(args.keys)
     deadline = None if args.timeout_ms == 0 else trio.current_time() + args.timeout_ms / 1000
@@ -670,17 +668,13 @@ def xreadgroup_now(ctx, argv):
     topics = ctx.server.topics
     if any(topics.is_multi(key) for key in args.keys):
         return None
-    _, reply = _serve_now(ctx, args)
-    if reply is not None:
-        return reply
-    if args.timeout_ms is None or ctx.client.in_multi or not ctx.may_block:
-        return NULL_ARRAY
-    return None
+    return _serve_now(ctx, args)[1]
 
 
 def _serve_now(ctx, args: _ReadGroupArgs) -> tuple[list[_Target], Any]:
-    """XREADGROUP's targets and what it serves at once: the reply, or None
-    when no key had anything (only ``>`` keys, none with new entries, and
+    """XREADGROUP's targets and its reply without waiting: what it serves,
+    the null array when no key had anything and it may not block, or None
+    when it should block (only ``>`` keys, none with new entries, and
     nothing changed)."""
     topics = ctx.server.topics
     targets: list[_Target] = []
@@ -711,7 +705,11 @@ def _serve_now(ctx, args: _ReadGroupArgs) -> tuple[list[_Target], Any]:
             raw = _serve_new(ctx, t, args.consumer, args.count, args.noack, now_ms)
             if raw is not None:
                 served.append((t.key, raw))
-    return targets, (_read_reply(ctx, served) if served else None)
+    if served:
+        return targets, _read_reply(ctx, served)
+    if args.timeout_ms is None or ctx.client.in_multi or not ctx.may_block:
+        return targets, NULL_ARRAY
+    return targets, None
 
 
 # Readers blocked per (stream, group), in arrival order: one signal wakes them

@@ -193,7 +193,8 @@ def parse_strict_id(raw: bytes) -> StreamId:
 
 def parse_strict_id_tuples(raws: Iterable[bytes]) -> list[tuple[int, int]]:
     """``[tuple(parse_strict_id(raw)) for raw in raws]`` (XACK's hundred
-    IDs), the ``<digits>-<digits>`` form without a call per ID."""
+    IDs): the ``<digits>-<digits>`` form through ``_plain_id`` alone, without
+    ``parse_id``'s wrapping or a ``StreamId`` per ID."""
     return [plain if (plain := _plain_id(raw)) is not None else tuple(_parse_id_general(raw, 0, True, False)[0])
             for raw in raws]
 
