@@ -116,6 +116,11 @@ class Connection:
             # replies are lost, as for a client that disconnects).
             self.ctx.appends.commit()
             self.ctx.deferred_marks.clear()
+            held = self.held
+            if held is not None and not held.done:
+                # The socket closes below and its number is free for the
+                # next client: no round may send these replies on it.
+                server.durability.withdraw_send(held.handle)
             server.remove_client(self.client)
             await self._close_transport()
 
@@ -207,9 +212,9 @@ class Connection:
                 else:
                     await wait(sock)
             if held is not None:
-                self.held = None
                 if not held.done or held.sending or held.failed:
                     await self._release(held)
+                self.held = None
                 if self.stopping:
                     return
                 # Input may be there already: try it before waiting again.
@@ -402,7 +407,7 @@ class Connection:
         if seq:
             # Without acks=all to wait for, the round's own thread may send them.
             send = None if pending else (self.sock.fileno(), payload)
-            self.server.durability.when_durable(seq, held.release, send)
+            held.handle = self.server.durability.when_durable(seq, held.release, send)
 
     async def _release(self, held: "_Held") -> None:
         """After ``_hold``, before the next batch: wait until the round is
@@ -469,7 +474,7 @@ class _Held:
     connection waits for ``done`` and ``sending`` only when more input comes
     first."""
 
-    __slots__ = ("conn", "payload", "send", "waits", "done", "failed", "sending", "event")
+    __slots__ = ("conn", "payload", "send", "waits", "done", "failed", "sending", "event", "handle")
 
     def __init__(self, conn: Connection, payload: bytes, send: Any, waits: int) -> None:
         self.conn = conn
@@ -480,6 +485,7 @@ class _Held:
         self.failed = False
         self.sending = False  # a task is sending what the socket did not take
         self.event: trio.Event | None = None  # set when done or sending changes
+        self.handle: list | None = None  # the group commit's (Durability.withdraw_send)
 
     def release(self, error: Exception | None, sent: int | None = None) -> None:
         """One wait is over: once all are, send without waiting. ``sent``:

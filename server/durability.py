@@ -141,14 +141,27 @@ class Durability:
         sends them itself when the round takes this write (so neither the
         loop's wake-up nor its send delays the reply); ``sent`` is then the
         bytes the socket took (``-errno`` if it failed: the peer is gone),
-        and the caller sends the rest. ``sent`` None: nothing was sent."""
+        and the caller sends the rest. ``sent`` None: nothing was sent.
+
+        Returns a handle for ``withdraw_send``, or None if the callback ran."""
         if self._flushed_seq >= seq:
             callback(None, None)
-            return
-        self._pending.append([seq, callback, send if self._thread_sends else None, None])
+            return None
+        entry = [seq, callback, send if self._thread_sends else None, None]
+        self._pending.append(entry)
         if not self._releasing:
             self._releasing = True
             trio.lowlevel.spawn_system_task(self._release_pending)
+        return entry
+
+    @staticmethod
+    def withdraw_send(handle: list | None) -> None:
+        """The socket of a ``send`` handed to ``when_durable`` is closing:
+        no round may send on its number, which a client accepted next can
+        get. The callback still runs, with ``sent`` None. (A round that
+        already started sends on a duplicate of the socket it took.)"""
+        if handle is not None:
+            handle[2] = None
 
     async def _release_pending(self) -> None:
         try:
@@ -236,6 +249,7 @@ class Durability:
             fds = [~fd if full else fd for ticket in tickets for fd, full in ticket.sync_targets()]
             failure = None
             if fds:
+                sends = [e for e in sends if e[2] is not None]  # not withdrawn since
                 job = _fsync.start(fds, wake_fd, [e[2] for e in sends])
                 while True:
                     await trio.lowlevel.wait_readable(wake_fd)

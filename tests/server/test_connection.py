@@ -476,6 +476,46 @@ async def test_a_killed_client_does_not_hold_up_the_round(test_commands):
             nursery.cancel_scope.cancel()
 
 
+async def test_a_closed_clients_waiting_reply_never_reaches_the_next_owner_of_its_socket_number(test_commands):
+    """A reply waiting for the next round names its socket by number for the
+    round's thread. A client closed meanwhile (CLIENT KILL) frees that
+    number, and a client accepted next may get it: the round must send the
+    old reply to nobody, not to the new client."""
+    h = Harness(fsync="always")
+    h.state.durability = Durability()  # the real thread, which sends held replies
+    others = []
+    try:
+        with gated_rounds(h.state.durability) as gate, trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                sock_b, _ = await _connect_and_write(h, nursery, b"TEST-WRITE b\r\n")  # a round, gated
+                sock_a, conn_a = await _connect_and_write(h, nursery)  # waits for the next round
+                assert conn_a.held is not None and not conn_a.held.done
+                number = conn_a.sock.fileno()
+                conn_a.kill()
+                await trio.testing.wait_all_tasks_blocked()
+                while True:  # take descriptor numbers until the closed socket's is reused
+                    c, d = socket.socketpair()
+                    others.append((c, d))
+                    if number in (c.fileno(), d.fileno()):
+                        break
+                gate.set()
+                assert await read_exactly(sock_b, 9) == b"$3\r\nw:b\r\n"
+                while h.state.durability.fsync_count < 2:  # the round a's write joined
+                    await trio.sleep(0.01)
+                assert await read_exactly(sock_a, 100) == b""  # closed before its reply
+                for c, d in others:
+                    for s in (c, d):
+                        s.setblocking(False)
+                        with pytest.raises(BlockingIOError):
+                            s.recv(100)
+                nursery.cancel_scope.cancel()
+    finally:
+        h.state.durability.close()
+        for c, d in others:
+            c.close()
+            d.close()
+
+
 async def test_group_commit_shares_fsyncs_between_writers():
     events: list = []
     log = FakeLog("a", events)
