@@ -21,6 +21,13 @@ checked and the indexes rebuilt; the first bad batch and everything after it
 is cut, with one WARNING on logger ``partita.storage``. ``close()`` writes
 recovery point = log end offset, so a clean restart scans nothing.
 
+A failed sync takes the log offline for writes until it is reopened: the
+kernel may have dropped the pages it could not write and reports the error
+to one fsync only, so a later fsync that succeeds proves nothing about them.
+Appends, deletion markers and flushes then raise ``StorageError`` (the
+failure's errno); reads go on; ``close()`` neither flushes nor moves the
+recovery point, so the next open scans and CRC-checks everything after it.
+
 Memory: a few numbers per segment, the active segment's index, deletion
 markers (8 B per deleted entry) and leader epochs. Nothing per entry.
 
@@ -35,6 +42,7 @@ trio, the cluster.
 from __future__ import annotations
 
 import bisect
+import errno
 import logging
 import os
 import threading
@@ -176,7 +184,11 @@ class FlushTicket:
             except OSError:
                 pass
         if failure is not None:
-            raise_storage_error(f"fsync {self._log.directory}", failure)
+            try:
+                raise_storage_error(f"fsync {self._log.directory}", failure)
+            except StorageError as exc:
+                self._log._take_offline(exc)
+                raise
         if not defer_checkpoint:
             self.write_checkpoint()
         self.ok = True
@@ -241,6 +253,7 @@ class PartitionLog:
         log._markers_dirty: dict[int, int] = {}
         log._change_seq = 0
         log._rp_checkpoint_ms = 0
+        log.sync_failure: StorageError | None = None  # set by a failed sync: offline for writes
         log._load()
         return log
 
@@ -436,6 +449,8 @@ class PartitionLog:
 
     def append(self, entries: Sequence[tuple[int, int, bytes]], leader_epoch: int = 0) -> int:
         """Append one batch; return its base offset. See the API doc."""
+        if self.sync_failure is not None:
+            self._refuse("append to")
         assert self._check_ids(entries), "IDs must increase and exceed last_id"
         assert leader_epoch >= self.latest_epoch, "leader epochs never go back"
         now = self._clock_ms()
@@ -472,6 +487,8 @@ class PartitionLog:
             InvalidBatchError: bad CRC or structure, wrong base offset, or IDs
                 not above ``last_id``. Nothing is written then.
         """
+        if self.sync_failure is not None:
+            self._refuse("append to")
         buf = bytes(batches)
         expected = base = self.log_end_offset
         parsed = []
@@ -545,6 +562,8 @@ class PartitionLog:
 
     def delete_entries(self, offsets: Iterable[int]) -> int:
         """Mark entries deleted (XDEL); return how many were newly marked."""
+        if self.sync_failure is not None:
+            self._refuse("mark deletions in")
         start, end = self.log_start_offset, self.log_end_offset
         by_seg: dict[int, list[int]] = {}
         for off in sorted(set(offsets)):
@@ -900,10 +919,26 @@ class PartitionLog:
 
     # -- durability ----------------------------------------------------------
 
+    def _take_offline(self, failure: StorageError) -> None:
+        """A sync failed (any thread): no later write or flush may succeed."""
+        if self.sync_failure is None:
+            self.sync_failure = failure
+            self.logger.error("%s: offline for writes after a failed fsync (%s); its "
+                              "entries after offset %d may not be on disk: reopen (restart) to recover",
+                              self.directory, failure.message, self.recovery_point)
+
+    def _refuse(self, what: str) -> None:
+        code = self.sync_failure.errno
+        raise StorageError(f"{what} {self.directory} refused: offline since an fsync failed "
+                           f"({errno.errorcode.get(code, 'EIO') if code else 'EIO'})", code)
+
     def begin_flush(self) -> FlushTicket:
         """Main thread: write pending index entries and take ``dup``-ed fds of
-        everything not yet fsynced."""
+        everything not yet fsynced. Raises ``StorageError`` once a sync has
+        failed (the log is offline for writes)."""
         assert not self._closed
+        if self.sync_failure is not None:
+            self._refuse("fsync")
         target = self.log_end_offset
         checkpoint = None
         now = self._clock_ms()
@@ -986,8 +1021,15 @@ class PartitionLog:
             self.end_flush(ticket)
 
     def close(self) -> None:
-        """Flush, write recovery point = log end offset, close descriptors."""
+        """Flush, write recovery point = log end offset, close descriptors.
+        A log offline after a failed sync is closed without either (its
+        failure was raised and logged when it happened)."""
         if self._closed:
+            return
+        if self.sync_failure is not None:
+            self.abandon()
+            if self._own_cache:
+                self.cache.close_all()
             return
         self.flush()
         try:

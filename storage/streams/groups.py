@@ -65,7 +65,10 @@ number of entries ever delivered.
 Durability: every mutation reaches the kernel before the call returns
 (survives kill -9). ``flush()`` or the group-commit trio ``begin_flush()`` /
 ``ticket.run()`` / ``end_flush(ticket)`` make it survive power loss, like
-``PartitionLog``.
+``PartitionLog``. After a failed fsync of the journal its pages cannot be
+trusted (the kernel may have dropped them and reports that once), but the
+state in memory can: the next flush writes it whole as a compaction (a new
+snapshot and journal, each fsynced) instead of syncing the journal again.
 
 Concurrency: not thread-safe. Call everything from one thread, except
 ``GroupFlushTicket.run()``, which only fsyncs a duplicated descriptor.
@@ -531,13 +534,14 @@ class GroupFlushTicket:
     the descriptors itself takes ``sync_targets()`` and then calls
     ``finish(failure)``; ``run()`` is exactly that."""
 
-    __slots__ = ("fd", "position", "ok")
+    __slots__ = ("fd", "position", "ok", "failed")
     checkpoints = False  # no recovery-point checkpoint to write after the syncs
 
     def __init__(self, fd: int, position: int) -> None:
         self.fd = fd  # a dup of the journal fd, or -1 when nothing to do
         self.position = position
         self.ok = False
+        self.failed = False
 
     def sync_targets(self) -> list[tuple[int, bool]]:
         """``(fd, full)`` pairs to sync: the journal needs only fdatasync."""
@@ -555,6 +559,7 @@ class GroupFlushTicket:
     def finish(self, failure: OSError | None) -> None:
         """After the syncs: raises ``failure``; else the ticket counts at ``end_flush``."""
         if failure is not None:
+            self.failed = True
             raise failure
         self.ok = True
 
@@ -595,6 +600,7 @@ class GroupStore:
         self._fd = -1  # journal, opened lazily on the first mutation
         self._journal_bytes = 0  # file size, header included
         self._durable_bytes = 0  # journal bytes known fsynced
+        self._sync_failed = False  # a journal fsync failed: the next flush compacts
         self._snapshot_bytes = 0
         self._compactions = 0
         self._closed = False
@@ -745,19 +751,42 @@ class GroupStore:
 
     @property
     def needs_flush(self) -> bool:
-        return self._journal_bytes > self._durable_bytes
+        return self._sync_failed or self._journal_bytes > self._durable_bytes
 
     def flush(self) -> None:
         """fsync every mutation so far."""
-        if self._fd >= 0 and self.needs_flush:
-            os.fdatasync(self._fd)
+        if self._sync_failed:
+            self._rewrite_after_failed_sync()
+        elif self._fd >= 0 and self.needs_flush:
+            try:
+                os.fdatasync(self._fd)
+            except OSError:
+                self._journal_sync_failed()
+                raise
             self._durable_bytes = self._journal_bytes
 
     def begin_flush(self) -> GroupFlushTicket:
-        """Main thread: a ticket whose ``run()`` fsyncs what was written so far."""
+        """Main thread: a ticket whose ``run()`` fsyncs what was written so
+        far (after a failed one: the compaction, here, and a ticket with
+        nothing left to sync; raises if that fails too)."""
+        if self._sync_failed:
+            self._rewrite_after_failed_sync()
         if self._fd < 0 or not self.needs_flush:
             return GroupFlushTicket(-1, self._journal_bytes)
         return GroupFlushTicket(os.dup(self._fd), self._journal_bytes)
+
+    def _journal_sync_failed(self) -> None:
+        if not self._sync_failed:
+            self._sync_failed = True
+            self.logger.error("%s: fsync of the group journal failed; the next flush rewrites "
+                       "the groups' state as a new snapshot", self.directory)
+
+    def _rewrite_after_failed_sync(self) -> None:
+        """Make the state in memory durable in new files (``compact``): the
+        journal's pages may be lost. Raises ``OSError`` if the disk still
+        fails; the next flush tries again."""
+        self.compact()
+        self._sync_failed = False
 
     def end_flush(self, ticket: GroupFlushTicket) -> None:
         """Main thread, after ``ticket.run()`` returned: close the dup, record progress."""
@@ -767,7 +796,9 @@ class GroupStore:
             # After a compaction the journal restarted and positions reset;
             # the compaction itself made everything durable then. A failed
             # sync makes nothing durable.
-            if ticket.ok and ticket.position <= self._journal_bytes:
+            if ticket.failed:
+                self._journal_sync_failed()
+            elif ticket.ok and ticket.position <= self._journal_bytes:
                 self._durable_bytes = max(self._durable_bytes, ticket.position)
 
     # ----- queries -----

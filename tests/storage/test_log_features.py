@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from storage.checkpoint import read_rows
 from storage.errors import StorageError, add_disk_error_listener
 from storage.log import LogConfig, PartitionLog
 from tests.storage.helpers import entries, read_all
@@ -234,9 +235,15 @@ def test_enospc_on_append_leaves_log_consistent(tmp_path, monkeypatch):
     assert read_all(log)[:30] == want and log.log_end_offset == 35
 
 
-def test_eio_on_fsync_is_a_storage_error_and_keeps_recovery_point(tmp_path, monkeypatch):
+def test_eio_on_fsync_takes_the_log_offline_for_writes_until_it_is_reopened(tmp_path, monkeypatch, caplog):
+    """After a failed fsync the kernel may have dropped the pages it could
+    not write, and it reports that to one fsync only: a later fsync that
+    succeeds proves nothing. So the log refuses every later write and flush
+    (the failure's errno), keeps serving reads, closes without moving its
+    recovery point, and the next open scans everything after it."""
     log = make(tmp_path / "p")
     fill(log, 3)
+    want = read_all(log)
 
     def eio(fd):
         raise OSError(errno.EIO, "Input/output error")
@@ -246,9 +253,41 @@ def test_eio_on_fsync_is_a_storage_error_and_keeps_recovery_point(tmp_path, monk
     with pytest.raises(StorageError, match="EIO"):
         log.flush()
     assert log.recovery_point == 0
-    monkeypatch.undo()
+    monkeypatch.undo()  # the disk answers again: still offline
+    for refused in (log.flush, lambda: log.append(entries(1000, 1)),
+                    lambda: log.delete_entries([0]), lambda: log.begin_flush()):
+        with pytest.raises(StorageError, match="offline since an fsync failed \\(EIO\\)") as info:
+            refused()
+        assert info.value.errno == errno.EIO
+    assert log.recovery_point == 0 and log.log_end_offset == 9
+    assert read_all(log) == want and not log.is_deleted(0)
+    assert any("offline for writes after a failed fsync" in r.getMessage() for r in caplog.records)
+    log.close()  # no flush, no error
+    assert log.closed
+    assert read_rows(tmp_path / "p" / "recovery-point.checkpoint", 1) in (None, [(0,)])
+    log = make(tmp_path / "p")
+    assert read_all(log) == want  # scanned from the recovery point, CRC-checked
+    log.append(entries(1000, 1))
     log.flush()
-    assert log.recovery_point == 9
+    assert log.recovery_point == 10
+    log.close()
+
+
+def test_a_failed_sync_reported_to_a_ticket_takes_the_log_offline(tmp_path):
+    """The group commit's C thread syncs a ticket's descriptors itself and
+    reports the failure to ``finish``: the same as a failed ``run``."""
+    log = make(tmp_path / "p")
+    fill(log, 2)
+    ticket = log.begin_flush()
+    with pytest.raises(StorageError, match="EIO"):
+        ticket.finish(OSError(errno.EIO, "Input/output error"))
+    log.end_flush(ticket)
+    assert log.recovery_point == 0
+    with pytest.raises(StorageError, match="offline"):
+        log.append(entries(1000, 1))
+    with pytest.raises(StorageError, match="offline"):
+        log.begin_flush()
+    log.close()
 
 
 def test_an_index_that_cannot_be_written_skips_the_checkpoint_not_the_fsync(tmp_path, monkeypatch):

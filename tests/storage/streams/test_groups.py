@@ -55,6 +55,14 @@ def reopen(store: GroupStore, **kw) -> GroupStore:
     return GroupStore.open(store.directory, **kw)
 
 
+def assert_reopens_the_same(store: GroupStore) -> None:
+    """Close ``store``, open its directory again: the same state; close that."""
+    want = dump(store)
+    store = reopen(store)
+    assert dump(store) == want
+    store.close()
+
+
 # ---------------------------------------------------------------- PendingList
 
 
@@ -289,7 +297,11 @@ def test_flush_ticket_synced_by_the_caller(tmp_path):
     store.close()
 
 
-def test_a_failed_flush_ticket_makes_nothing_durable(tmp_path):
+def test_a_failed_flush_ticket_makes_nothing_durable_and_the_next_flush_rewrites_the_state(tmp_path):
+    """The journal's pages cannot be trusted after a failed fsync (the kernel
+    may have dropped them and reports it once), the state in memory can:
+    the next flush writes it as a compaction (new snapshot and journal,
+    fsynced), not another fsync of the old journal."""
     store = GroupStore.open(tmp_path)
     store.create_group(b"g", (0, 0), 0)
     ticket = store.begin_flush()
@@ -297,7 +309,37 @@ def test_a_failed_flush_ticket_makes_nothing_durable(tmp_path):
         ticket.finish(OSError(5, "Input/output error"))
     store.end_flush(ticket)
     assert store.needs_flush  # the next flush covers it again
-    store.close()
+    store.deliver(b"g", b"c", [(1, 0)], (1, 0), 1, 1000)  # mutations go on meanwhile
+    generation = store.statistics().generation
+    ticket = store.begin_flush()  # compacts here: nothing left for the ticket
+    assert ticket.sync_targets() == [] and not store.needs_flush
+    assert store.statistics().generation == generation + 1
+    crashed_now = GroupStore.open(tmp_path)  # what the files hold now
+    assert dump(crashed_now) == dump(store) and b"c" in dump(store)[b"g"][5]
+    crashed_now.close()
+    store.create_group(b"h", (0, 0), 0)
+    assert store.begin_flush().sync_targets() != []  # the journal is synced again from here
+    assert_reopens_the_same(store)
+
+
+def test_a_failed_journal_fsync_is_retried_as_a_rewrite_until_it_succeeds(tmp_path, monkeypatch):
+    store = GroupStore.open(tmp_path)
+    store.create_group(b"g", (0, 0), 0)
+
+    def eio(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", eio)
+    monkeypatch.setattr(os, "fsync", eio)
+    with pytest.raises(OSError):
+        store.flush()
+    with pytest.raises(OSError):
+        store.flush()  # the rewrite fails too: still owed
+    assert store.needs_flush
+    monkeypatch.undo()
+    store.flush()
+    assert not store.needs_flush and store.statistics().compactions == 1
+    assert_reopens_the_same(store)
 
 
 def _journal_record_ends(path: Path) -> list[int]:
@@ -330,10 +372,7 @@ def test_torn_tail_is_truncated_and_logged(tmp_path, caplog, cut):
     assert path.stat().st_size == ends[-2]
     # The journal keeps working after the cut.
     store.deliver(b"g", b"a", [(4, 0)], (4, 0), 4, now_ms=3)
-    expected = dump(store)
-    store = reopen(store)
-    assert dump(store) == expected
-    store.close()
+    assert_reopens_the_same(store)
 
 
 def test_garbage_appended_after_valid_records_is_cut(tmp_path, caplog):
