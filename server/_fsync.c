@@ -21,6 +21,12 @@
  *       first descriptor (by position) that failed and its errno (nothing
  *       was sent then).
  *
+ *   failures(job) -> [(fd, errno), ...]
+ *       After wake_fd was signalled: every descriptor whose sync failed,
+ *       by position (several only when the syncs ran at once; one after
+ *       the other stops at the first). A caller must learn of each: the
+ *       kernel reports a failed writeback to one fsync only.
+ *
  *   sent(job) -> [int | None, ...]
  *       After wake_fd was signalled, per send: the bytes the socket took
  *       (the caller sends the rest), -errno if it failed (the peer is gone),
@@ -68,7 +74,7 @@ typedef struct Job {
     int failed_fd;
     int err;
     int finished;
-    int fds[];
+    int fds[]; /* n descriptors, then n errnos (0: synced or not tried) */
 } Job;
 
 /* One worker thread for the process, started at the first job: a thread
@@ -166,6 +172,9 @@ static void
 fail_at(Job *job, Py_ssize_t i, int err)
 {
     int fd = job->fds[i];
+    job->fds[job->n + i] = err;
+    if (job->failed_fd >= 0)
+        return; /* the first by position is the result */
     job->failed_fd = fd < 0 ? ~fd : fd;
     job->err = err;
 }
@@ -177,6 +186,8 @@ sync_all(Job *job)
 {
     int *errs = job->n >= PARALLEL_MIN ? calloc((size_t)job->n, sizeof(int)) : NULL;
     if (errs == NULL) { /* few descriptors (or no memory): one after the other */
+        /* Stopping at the first failure leaves the rest untried: their
+         * errors, if any, are still to be reported to a later sync. */
         for (Py_ssize_t i = 0; i < job->n; i++) {
             int err = sync_one(job->fds[i]);
             if (err != 0) {
@@ -202,12 +213,9 @@ sync_all(Job *job)
     batch_errs = NULL;
     batch_n = batch_next = batch_done = 0;
     pthread_mutex_unlock(&pool_lock);
-    for (Py_ssize_t i = 0; i < job->n; i++) {
-        if (errs[i] != 0) {
+    for (Py_ssize_t i = 0; i < job->n; i++)
+        if (errs[i] != 0)
             fail_at(job, i, errs[i]);
-            break;
-        }
-    }
     free(errs);
 }
 
@@ -353,7 +361,7 @@ fsync_start(PyObject *self, PyObject *args)
     if (fast == NULL)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-    Job *job = malloc(sizeof(Job) + (size_t)n * sizeof(int));
+    Job *job = calloc(1, sizeof(Job) + 2 * (size_t)n * sizeof(int));
     if (job == NULL) {
         Py_DECREF(fast);
         return PyErr_NoMemory();
@@ -436,6 +444,31 @@ fsync_result(PyObject *self, PyObject *capsule)
 }
 
 static PyObject *
+fsync_failures(PyObject *self, PyObject *capsule)
+{
+    Job *job = finished_job(capsule);
+    if (job == NULL)
+        return NULL;
+    PyObject *list = PyList_New(0);
+    if (list == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < job->n; i++) {
+        int err = job->fds[job->n + i];
+        if (err == 0)
+            continue;
+        int fd = job->fds[i];
+        PyObject *item = Py_BuildValue("(ii)", fd < 0 ? ~fd : fd, err);
+        if (item == NULL || PyList_Append(list, item) < 0) {
+            Py_XDECREF(item);
+            Py_DECREF(list);
+            return NULL;
+        }
+        Py_DECREF(item);
+    }
+    return list;
+}
+
+static PyObject *
 fsync_sent(PyObject *self, PyObject *capsule)
 {
     Job *job = finished_job(capsule);
@@ -459,6 +492,7 @@ fsync_sent(PyObject *self, PyObject *capsule)
 static PyMethodDef methods[] = {
     {"start", fsync_start, METH_VARARGS, "Start fsyncing fds on a thread; signal wake_fd when done."},
     {"result", fsync_result, METH_O, "None, or (fd, errno) of the sync that failed."},
+    {"failures", fsync_failures, METH_O, "[(fd, errno)] of every sync that failed."},
     {"sent", fsync_sent, METH_O, "Per send of the job: bytes the socket took, or -errno."},
     {NULL, NULL, 0, NULL},
 };

@@ -261,6 +261,7 @@ class Durability:
                 failed = _fsync.result(job)
                 if failed is not None:
                     failure = OSError(failed[1], os.strerror(failed[1]))
+                    _fail_tickets(tickets, _fsync.failures(job), failure)
                 else:
                     for entry, sent in zip(sends, _fsync.sent(job)):
                         entry[2], entry[3] = None, sent
@@ -270,11 +271,11 @@ class Durability:
             # of milliseconds, and the round need not wait for them (they
             # only shorten recovery).
             for ticket in tickets:
-                if failure is None and ticket.checkpoints:
+                if ticket.checkpoints:
                     ticket.finish(None, defer_checkpoint=True)
                     self._checkpoints.append(ticket)
                 else:
-                    ticket.finish(failure)  # raises for a failure
+                    ticket.finish(None)
             if self._checkpoints and not self._checkpointing:
                 self._checkpointing = True
                 trio.lowlevel.spawn_system_task(self._write_checkpoints)
@@ -323,6 +324,24 @@ class Durability:
         """Drop a log about to be closed or deleted from the dirty sets."""
         self._always_dirty.pop(id(log_), None)
         self._everysec_dirty.pop(id(log_), None)
+
+
+def _fail_tickets(tickets: list[Any], failures: list[tuple[int, int]], first: OSError) -> None:
+    """A round's syncs failed: tell each ticket whose descriptor failed
+    (its log goes offline: the kernel reports a failed writeback once),
+    then raise the first failure. The round's other tickets stay
+    unfinished: nothing they hold counts as synced (``end_flush`` discards
+    them), and they are not offline."""
+    errors = dict(failures)
+    raised: list[BaseException] = []
+    for ticket in tickets:
+        codes = [errors[fd] for fd, _ in ticket.sync_targets() if fd in errors]
+        if codes:
+            try:
+                ticket.finish(OSError(codes[0], os.strerror(codes[0])))
+            except Exception as exc:  # StorageError, or the group store's OSError
+                raised.append(exc)
+    raise raised[0] if raised else first
 
 
 def _open_logs(logs: list[Any]) -> list[Any]:

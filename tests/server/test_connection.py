@@ -655,6 +655,41 @@ async def test_pipelined_xadds_share_one_log_batch_and_are_read_back_in_the_pipe
     h.state.topics.close()
 
 
+async def test_after_a_failed_fsync_the_partition_refuses_writes_and_the_others_go_on(tmp_path, monkeypatch):
+    """A failed fsync closes the writers waiting on it without a reply; the
+    partition then answers every write with MISCONF (a later fsync that
+    succeeds would not prove its lost pages are on disk), even once the disk
+    answers again, and keeps serving reads; other partitions are unaffected."""
+    import errno
+
+    import hiredis
+
+    h = TopicsHarness(tmp_path, fsync="always")
+    real = os.fdatasync
+
+    def eio(fd):
+        raise OSError(errno.EIO, "Input/output error")
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            sock, _ = h.connect(nursery)
+            await sock.send(_xadd())
+            [first] = await _replies(sock, 1)
+            assert isinstance(first, bytes)  # a first entry, durable
+            monkeypatch.setattr(os, "fdatasync", eio)
+            await sock.send(_xadd())
+            assert await read_exactly(sock, 100) == b""  # closed, not acknowledged
+            monkeypatch.setattr(os, "fdatasync", real)
+            sock, _ = h.connect(nursery)
+            await sock.send(_xadd() + encode_command([b"XLEN", b"s"]) + _xadd(b"other"))
+            refused, length, other = await _replies(sock, 3)
+            assert isinstance(refused, hiredis.ReplyError)
+            assert str(refused) == "MISCONF Errors writing to the partition log: Input/output error"
+            assert length == 2 and isinstance(other, bytes)  # reads go on; so do other partitions
+            nursery.cancel_scope.cancel()
+    h.state.topics.close()
+
+
 async def test_pipelined_xadds_inside_multi_are_visible_to_later_queued_commands(tmp_path):
     h = TopicsHarness(tmp_path)
     async with trio.open_nursery() as nursery:

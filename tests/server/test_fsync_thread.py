@@ -99,6 +99,38 @@ def test_many_descriptors_are_synced_at_once_and_the_first_failure_reported(tmp_
             os.close(w)
 
 
+def test_every_failed_sync_of_a_job_is_reported(tmp_path):
+    """The kernel reports a failed writeback to one fsync only, so the caller
+    must learn of every descriptor whose sync failed: all of them when the
+    syncs ran at once, the first when one after the other stopped there (the
+    rest were not tried)."""
+    fsync = _module()
+    files = [os.open(tmp_path / f"f{i}", os.O_CREAT | os.O_WRONLY) for i in range(4)]
+    pipes = [os.pipe() for _ in range(2)]
+    wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+
+    def failures(fds):
+        job = fsync.start(fds, wake)
+        assert select.select([wake], [], [], 10)[0], "the fsync thread never signalled"
+        os.eventfd_read(wake)
+        return fsync.result(job), fsync.failures(job)
+
+    try:
+        at_once = [files[0], pipes[0][0], files[1], ~pipes[1][1], files[2]]
+        assert failures(at_once) == ((pipes[0][0], errno.EINVAL),
+                                     [(pipes[0][0], errno.EINVAL), (pipes[1][1], errno.EINVAL)])
+        assert failures([files[0], pipes[0][0], pipes[1][0]][:2]) == (
+            (pipes[0][0], errno.EINVAL), [(pipes[0][0], errno.EINVAL)])
+        assert failures(files) == (None, [])
+    finally:
+        os.close(wake)
+        for fd in files:
+            os.close(fd)
+        for r, w in pipes:
+            os.close(r)
+            os.close(w)
+
+
 def test_bad_arguments_are_refused():
     fsync = _module()
     with pytest.raises(TypeError):
@@ -267,6 +299,52 @@ async def test_a_failed_sync_is_never_acknowledged():
             await durability.wait_for_flush(second)
     finally:
         durability.close()
+
+
+async def test_a_failed_sync_takes_only_its_own_log_offline(tmp_path, monkeypatch):
+    """A round over several logs whose one sync fails: that log refuses
+    writes from then on; the round's other logs do not (their writers are
+    not acknowledged by that round, and their next round syncs everything
+    they hold). Two logs and four: fewer descriptors are synced one after
+    the other, three or more at once."""
+    from storage.errors import StorageError
+
+    for count in (2, 4):
+        logs = [PartitionLog.open(tmp_path / f"{count}-{i}") for i in range(count)]
+        bad = logs[1]
+        real_begin = bad.begin_flush
+        pipe = os.pipe()
+
+        def failing_begin(real_begin=real_begin, pipe=pipe):
+            ticket = real_begin()
+            os.close(ticket._fds[0])
+            ticket._fds[0] = os.dup(pipe[0])  # a pipe cannot be synced: EINVAL
+            return ticket
+
+        monkeypatch.setattr(bad, "begin_flush", failing_begin)
+        durability = Durability()
+        try:
+            for lg in logs:
+                lg.append(entries(1, 3))
+                seq = durability.note_write(lg, "always")
+            with pytest.raises(DurabilityError, match="Invalid argument"):
+                await durability.wait_for_flush(seq)
+            monkeypatch.undo()
+            with pytest.raises(StorageError, match="offline since an fsync failed"):
+                bad.append(entries(10, 1))
+            for lg in logs:
+                if lg is not bad:
+                    lg.append(entries(10, 1))
+                    seq = durability.note_write(lg, "always")
+            await durability.wait_for_flush(seq)
+            assert [lg.recovery_point for lg in logs if lg is not bad] == [4] * (count - 1)
+            assert bad.recovery_point == 0
+        finally:
+            durability.close()
+            for lg in logs:
+                lg.close()
+            os.close(pipe[0])
+            os.close(pipe[1])
 
 
 # -- replies sent by the thread once the syncs succeeded -----------------------
