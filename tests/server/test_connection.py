@@ -681,11 +681,13 @@ async def test_after_a_failed_fsync_the_partition_refuses_writes_and_the_others_
             assert await read_exactly(sock, 100) == b""  # closed, not acknowledged
             monkeypatch.setattr(os, "fdatasync", real)
             sock, _ = h.connect(nursery)
-            await sock.send(_xadd() + encode_command([b"XLEN", b"s"]) + _xadd(b"other"))
-            refused, length, other = await _replies(sock, 3)
+            await sock.send(_xadd() + encode_command([b"XLEN", b"s"]) + _xadd(b"other")
+                            + encode_command([b"INFO", b"persistence"]))
+            refused, length, other, info = await _replies(sock, 4)
             assert isinstance(refused, hiredis.ReplyError)
             assert str(refused) == "MISCONF Errors writing to the partition log: Input/output error"
             assert length == 2 and isinstance(other, bytes)  # reads go on; so do other partitions
+            assert b"aof_last_write_status:err" in info
             nursery.cancel_scope.cancel()
     h.state.topics.close()
 
