@@ -129,6 +129,7 @@ class ReplicaManager:
         self._follow_stamp: dict[int, tuple[int, int]] = {}
         self.paused: dict[int, tuple[int, int]] = {}  # shard -> (epoch, until ms)
         self._fetch_errors: dict[int, str] = {}  # leader -> the last fetch failure logged
+        self._apply_errors: dict[tuple[bytes, int], str] = {}  # partition -> the last disk error logged
         self._shard_cache: dict[bytes, tuple[int, int]] = {}  # key -> (slot, shard): pure functions of the key
 
     # -- where a partition lives -------------------------------------------
@@ -615,9 +616,18 @@ class ReplicaManager:
                 continue
             hw, lso, _leo, batches, token, state, group_token, group_snapshot, group_records = res[3:12]
             stream = self.registry.stream_of(topic, n)
-            stream.commit()
             before = stream.log.log_end_offset
-            rp.apply_fetched(stream.log, batches or b"", int(hw), int(lso))
+            try:
+                stream.commit()
+                rp.apply_fetched(stream.log, batches or b"", int(hw), int(lso))
+            except StorageError as e:
+                # This replica's disk refused (full, or the log is offline
+                # after a failed fsync): skip the partition, not the fetch;
+                # it stays behind and leaves the ISR, the others go on.
+                self._apply_failed(topic, n, e)
+                continue
+            if self._apply_errors.pop((topic, n), None) is not None:
+                log.info("%s: applying fetched batches again", self.canonical_key(topic, n).decode("utf-8", "replace"))
             if stream.log.log_end_offset != before:
                 appended = True
                 stream.leader_epoch = max(stream.leader_epoch, stream.log.latest_epoch)
@@ -647,6 +657,14 @@ class ReplicaManager:
         # A partition the leader does not list is not taken as deleted: a
         # new leader may not know a topic yet, and deletions reach every node
         # through the controller's metadata log (server/controller.py).
+
+    def _apply_failed(self, topic: bytes, n: int, error: StorageError) -> None:
+        """Log a partition's disk error once per new reason (it recurs every fetch)."""
+        text = str(error)
+        if self._apply_errors.get((topic, n)) != text:
+            self._apply_errors[(topic, n)] = text
+            log.warning("%s: fetched batches not applied, this replica falls behind: %s",
+                        self.canonical_key(topic, n).decode("utf-8", "replace"), text)
 
     def _on_fetch_error(self, leader: int, f: Followed, error: str, res: list) -> None:
         name = self.canonical_key(f.topic, f.n).decode("utf-8", "replace")

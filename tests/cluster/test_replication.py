@@ -304,6 +304,50 @@ async def test_isr_shrinks_when_the_follower_is_unreachable(pair, autojump_clock
         nursery.cancel_scope.cancel()
 
 
+async def test_a_partition_this_replica_cannot_write_leaves_the_isr_alone(pair, autojump_clock, monkeypatch, caplog):
+    """A follower whose copy of one partition refuses writes (offline after a
+    failed fsync, or a full disk) skips that partition, logs it once, and
+    goes on applying the others of the same fetch; only that partition's
+    ISR drops it."""
+    import errno
+    import logging
+    import os
+
+    from storage.errors import StorageError
+
+    a, b = pair
+    keys = [k for k in (b"s%d" % i for i in range(10000))
+            if a.manager.placement.replicas(a.manager.placement.shard_of_slot(key_slot(k)))[0] == 1][:2]
+    for key in keys:
+        a.append(key, 5)
+    await _fetch_a_while(b, a, 1)
+    bad, good = (b.registry.get(key).log for key in keys)
+    assert bad.log_end_offset == good.log_end_offset == 5
+
+    def eio(fd):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", eio)
+    with pytest.raises(StorageError):
+        bad.flush()
+    monkeypatch.undo()
+    for key in keys:
+        a.append(key, 5)
+    with caplog.at_level(logging.WARNING, logger="partita.replication"):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(b.manager.run_fetcher, 1, MemoryEndpoint(a.manager))
+            for _ in range(30):
+                await trio.sleep(0.1)
+                a.manager.tick()
+            nursery.cancel_scope.cancel()
+    assert good.log_end_offset == 10 and bad.log_end_offset == 5
+    assert a.manager.leader_state(keys[1], 0).isr == {1, 2}
+    assert a.manager.leader_state(keys[0], 0).isr == {1}
+    refused = [r for r in caplog.records if "fetched batches not applied" in r.getMessage()]
+    assert len(refused) == 1 and "offline since an fsync failed" in refused[0].getMessage()
+    assert not any(r.exc_info for r in caplog.records)
+
+
 async def test_a_new_leader_gives_its_followers_the_lag_time_before_proposing_a_shrink(pair, autojump_clock):
     """A node that starts leading a shard holding no partition of it yet
     must not propose an ISR without the followers that have not fetched
