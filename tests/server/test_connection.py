@@ -168,6 +168,90 @@ async def test_pipelined_replies_leave_in_one_send():
         nursery.cancel_scope.cancel()
 
 
+class CountingConnection(Connection):
+    """A Connection that counts its readiness waits and its reads that found nothing."""
+
+    waits = 0
+    empty_reads = 0
+
+    def _transport(self):
+        wait, recv, send = super()._transport()
+
+        async def counting_wait(sock):
+            self.waits += 1
+            await wait(sock)
+
+        def counting_recv(n):
+            try:
+                return recv(n)
+            except BlockingIOError:
+                self.empty_reads += 1
+                raise
+
+        return counting_wait, counting_recv, send
+
+
+def _counting_connection(h, nursery, on_send=None):
+    ours, theirs = socket.socketpair()
+    sends: list = []
+
+    class HookedSocket(RecordingSocket):
+        def send(self, data, *args):
+            n = super().send(data, *args)
+            if on_send is not None:
+                on_send(theirs, len(sends))
+            return n
+
+    ours = HookedSocket(sends, fileno=ours.detach())
+    ours.setblocking(False)
+    client = h.state.new_client("test:1", "test:0", ours.fileno())
+    conn = CountingConnection(h.state, h.dispatcher, ours, client)
+    nursery.start_soon(conn.run)
+    return theirs, conn
+
+
+async def test_a_request_already_there_after_a_reply_is_read_without_waiting_for_readiness():
+    """After a reply leaves, the loop lets the other connections run once and
+    then tries the next request before registering for readiness: a client
+    as quick as the loop skips trio's wait (epoll_ctl and wake-up)."""
+    h = Harness()
+
+    def next_request(peer, replies_sent):  # the client answers at once, before the loop looks
+        if replies_sent == 1:
+            peer.send(b"ECHO quick\r\n")
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            theirs, conn = _counting_connection(h, nursery, next_request)
+            peer = trio.socket.from_stdlib_socket(theirs)
+            await peer.send(b"PING\r\n")
+            assert await read_exactly(peer, 18) == b"+PONG\r\n$5\r\nquick\r\n"
+            await trio.testing.wait_all_tasks_blocked()
+            # One wait for the PING, none for the ECHO (found at the try), one
+            # after the try that found nothing.
+            assert (conn.waits, conn.empty_reads) == (2, 1)
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_client_slower_than_the_loop_costs_few_early_tries():
+    """Each try that finds nothing doubles the replies that skip it (up to
+    63): a client that always answers later than the loop looks costs a
+    handful of empty reads over 100 requests, not 100."""
+    h = Harness()
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            theirs, conn = _counting_connection(h, nursery)
+            peer = trio.socket.from_stdlib_socket(theirs)
+            for i in range(100):
+                await trio.testing.wait_all_tasks_blocked()  # the loop is waiting again
+                await peer.send(b"PING\r\n")
+                assert await read_exactly(peer, 7) == b"+PONG\r\n"
+            await trio.testing.wait_all_tasks_blocked()
+            # tries at replies 1, 3, 7, 15, 31, 63 (then one per 64)
+            assert conn.empty_reads == 6 and conn.waits == 100 + 1
+            nursery.cancel_scope.cancel()
+
+
 async def test_protocol_error_replies_then_closes_and_runs_earlier_commands():
     h = Harness()
     async with trio.open_nursery() as nursery:
