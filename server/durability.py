@@ -247,7 +247,6 @@ class Durability:
                 tickets.append(lg.begin_flush())
             # ~fd: a full fsync (a directory); the rest need only fdatasync.
             fds = [~fd if full else fd for ticket in tickets for fd, full in ticket.sync_targets()]
-            failure = None
             if fds:
                 sends = [e for e in sends if e[2] is not None]  # not withdrawn since
                 job = _fsync.start(fds, wake_fd, [e[2] for e in sends])
@@ -259,9 +258,8 @@ class Durability:
                     except BlockingIOError:
                         continue
                 failed = _fsync.result(job)
-                if failed is not None:
-                    failure = OSError(failed[1], os.strerror(failed[1]))
-                    _fail_tickets(tickets, _fsync.failures(job), failure)
+                if failed is not None:  # raises
+                    _fail_tickets(tickets, _fsync.failures(job), OSError(failed[1], os.strerror(failed[1])))
                 else:
                     for entry, sent in zip(sends, _fsync.sent(job)):
                         entry[2], entry[3] = None, sent

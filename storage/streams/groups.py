@@ -779,7 +779,7 @@ class GroupStore:
         if not self._sync_failed:
             self._sync_failed = True
             self.logger.error("%s: fsync of the group journal failed; the next flush rewrites "
-                       "the groups' state as a new snapshot", self.directory)
+                              "the groups' state as a new snapshot", self.directory)
 
     def _rewrite_after_failed_sync(self) -> None:
         """Make the state in memory durable in new files (``compact``): the
