@@ -349,6 +349,13 @@ class ReplicaManager:
             if ls.update_hw():
                 self.on_hw_advance(topic, n)
 
+    def offline_shards(self) -> list[int]:
+        """The shards of which this node holds a partition whose log is
+        offline for writes (a failed fsync): until it restarts it can neither
+        lead them nor follow them (its heartbeat tells the controller, which
+        moves their leadership and takes it out of their ISRs)."""
+        return sorted({self.shard_of(topic, n) for topic, n in self.registry.offline_partitions()})
+
     def isr_proposals(self) -> list[tuple[int, set[int]]]:
         """``(shard, ISR)`` for each shard this node leads whose ISR here (the
         replicas in sync on every one of its partitions) is not what the
@@ -553,6 +560,8 @@ class ReplicaManager:
                 continue
             stream = self.registry.stream_of(f.topic, f.n)
             plog = stream.log
+            if plog.sync_failure is not None:
+                continue  # it could not apply them (offline after a failed fsync): not fetched, it leaves the ISR
             args += [f.topic, b"%d" % f.n, (self.registry.topic_id(f.topic) or "").encode(),
                      b"%d" % plog.log_end_offset, b"%d" % plog.latest_epoch, f.state_token, f.group_token]
         return args
@@ -567,6 +576,8 @@ class ReplicaManager:
             if f.epoch_truncated == epoch:
                 continue
             plog = self.registry.stream_of(f.topic, f.n).log
+            if plog.sync_failure is not None:
+                continue  # offline after a failed fsync: it takes no part until reopened (fetch_request)
             if plog.latest_epoch < 0:
                 f.epoch_truncated = epoch
                 continue

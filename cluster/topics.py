@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from cluster.partitioner import Partitioner
+from storage.log import PartitionLog
 from storage.streams.stream import META_FILE_NAME, Stream
 
 if TYPE_CHECKING:
@@ -538,6 +539,13 @@ class TopicRegistry:
 
     def cached_stream(self, topic: bytes, partition: int) -> Stream | None:
         return self._streams.get((topic, partition))
+
+    def offline_partitions(self) -> list[tuple[bytes, int]]:
+        """The open partitions whose logs are offline for writes (a failed
+        fsync; until they are reopened, i.e. the process restarts)."""
+        if not PartitionLog.taken_offline:
+            return []
+        return [key for key, stream in self._streams.items() if stream.log.sync_failure is not None]
 
     def get_or_create(self, key: bytes) -> Stream:
         """The stream a key names, creating its topic (XADD without NOMKSTREAM)."""

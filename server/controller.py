@@ -350,7 +350,7 @@ class Controller:
                 self._drain()
                 if self.is_leader:
                     now = _now_ms()
-                    self.logic.beat(self.my_id, self.incarnation, now)
+                    self.logic.beat(self.my_id, self.incarnation, now, self.manager.offline_shards())
                     heard = self.raft.peers_heard_within(LEASE_TICKS) & set(self.voters)
                     if len(heard) >= len(self.voters) // 2 + 1:
                         # A majority answered within the last LEASE_TICKS ticks
@@ -384,9 +384,12 @@ class Controller:
             if leader is None or leader == self.my_id:
                 continue
             sent = _now_ms()
+            beat = [b"CTRLBEAT", b"%d" % self.my_id, self.incarnation.encode()]
+            offline = self.manager.offline_shards()
+            if offline:  # shards it holds a log of that a failed fsync took offline
+                beat.append(b",".join(b"%d" % s for s in offline))
             try:
-                reply = await self._link(leader, "beat").call(
-                    [b"CTRLBEAT", b"%d" % self.my_id, self.incarnation.encode()])
+                reply = await self._link(leader, "beat").call(beat)
             except ConnectionError:
                 continue
             if not isinstance(reply, Exception):
@@ -413,11 +416,12 @@ class Controller:
         lease = self._lease_from_ms
         self.lease_expiry_s = (lease + self.logic.session_timeout_ms * 0.8) / 1000 if lease is not None else 0.0
 
-    def beat(self, node: int, incarnation: str) -> bool:
-        """``CTRLBEAT`` from a node; False when this node is not the controller."""
+    def beat(self, node: int, incarnation: str, offline: list[int] | None = None) -> bool:
+        """``CTRLBEAT`` from a node (``offline``: the shards it holds a log
+        of that it cannot write); False when this node is not the controller."""
         if not self.is_leader:
             return False
-        self.logic.beat(node, incarnation, _now_ms())
+        self.logic.beat(node, incarnation, _now_ms(), offline or ())
         return True
 
     # -- proposals ---------------------------------------------------------------

@@ -228,6 +228,11 @@ class FlushTicket:
 class PartitionLog:
     """One partition; see the module docstring and docs/storage-api.md."""
 
+    # How many logs of this process a failed sync took offline: a caller
+    # looking for them (``TopicRegistry.offline_partitions``) skips the
+    # search while it is 0.
+    taken_offline = 0
+
     # -- opening -------------------------------------------------------------
 
     @classmethod
@@ -923,6 +928,7 @@ class PartitionLog:
         """A sync failed (any thread): no later write or flush may succeed."""
         if self.sync_failure is None:
             self.sync_failure = failure
+            PartitionLog.taken_offline += 1
             self.logger.error("%s: offline for writes after a failed fsync (%s); its "
                               "entries after offset %d may not be on disk: reopen (restart) to recover",
                               self.directory, failure.message, self.recovery_point)

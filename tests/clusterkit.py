@@ -58,7 +58,8 @@ class Cluster:
     its own proxy (tests/netproxy.py), so ``isolate(node)`` can cut a node off
     its peers while it keeps running."""
 
-    def __init__(self, tmp_path, n: int = 3, extra: list[str] | None = None, *, proxied: bool = False) -> None:
+    def __init__(self, tmp_path, n: int = 3, extra: list[str] | None = None, *, proxied: bool = False,
+                 launcher: list[str] | None = None) -> None:
         self.mesh = None
         self.ports = listen_ports(n)
         self._owner = {p: i for i, p in enumerate(self.ports)}
@@ -76,7 +77,7 @@ class Cluster:
             node = PartitaProcess(tmp_path / f"node{i + 1}", [
                 "--node-id", str(i + 1), "--cluster-nodes", specs[i],
                 "--replica-lag-time-max-ms", str(LAG_MS), "--replica-fetch-wait-max-ms", "100",
-                *(extra or [])])
+                *(extra or [])], launcher=launcher)
             node.port = port
             self.nodes.append(node)
         try:

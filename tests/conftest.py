@@ -39,12 +39,16 @@ def partita_command() -> list[str]:
 
 
 class PartitaProcess:
-    """A ``partita`` process under test. Port 0: the server picks a free port."""
+    """A ``partita`` process under test. Port 0: the server picks a free port.
+    ``launcher``: the command in place of ``partita`` (e.g. the failing
+    disk of tests/failing_fsync.py)."""
 
-    def __init__(self, data_dir: Path, extra_args: list[str] | None = None, config_file: Path | None = None) -> None:
+    def __init__(self, data_dir: Path, extra_args: list[str] | None = None, config_file: Path | None = None,
+                 launcher: list[str] | None = None) -> None:
         self.data_dir = data_dir
         self.extra_args = list(extra_args or [])
         self.config_file = config_file
+        self.launcher = list(launcher) if launcher else None
         self.host = "127.0.0.1"
         self.port = 0
         self.proc: subprocess.Popen | None = None
@@ -52,7 +56,7 @@ class PartitaProcess:
         self._log_offset = 0
 
     def start(self) -> "PartitaProcess":
-        args = partita_command()
+        args = list(self.launcher) if self.launcher else partita_command()
         if self.config_file is not None:
             args.append(str(self.config_file))
         # Re-use the port on restart so clients can reconnect to the same place.

@@ -11,8 +11,9 @@ if another change committed first), so two proposers racing — a leader
 shrinking its ISR, the controller electing a new leader — never combine into
 a state neither decided. ``ControllerLogic`` — what the elected controller
 proposes: registrations, fencing a node that stopped heartbeating, electing
-a shard's new leader from its ISR (``unclean-leader-election`` allowing any
-live replica when no ISR member lives), removing fenced or restarted nodes
+a shard's new leader from its ISR when its leader is fenced or reports a
+log of it offline (``unclean-leader-election`` allowing any live replica
+when no ISR member lives), removing fenced, restarted or offline nodes
 from ISRs, and asking preferred leaders to take their shards back.
 
 Kafka's rules kept here (docs/controller.md):
@@ -22,6 +23,10 @@ Kafka's rules kept here (docs/controller.md):
 - a node that restarted (new incarnation) may have lost its unflushed tail,
   so it leaves every ISR it is in (KIP-903) and rejoins when caught up — except
   as the ISR's last member, which stays (there is no better copy);
+- a node holding a log of a shard it cannot write (offline after a failed
+  fsync, reported in its heartbeat) is treated for that shard as fenced:
+  another live ISR member takes the leadership and it leaves the ISR, as a
+  Kafka broker's failed log directory (KIP-112);
 - leadership moves bump the leader epoch; ISR changes keep it.
 
 Must not know: sockets, trio, Raft's internals (it sees committed records in
@@ -33,7 +38,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 
 class MetadataError(ValueError):
@@ -277,6 +282,7 @@ def _dump(obj: Any) -> bytes:
 class _Heard:
     at_ms: int
     incarnation: str
+    offline: frozenset[int] = frozenset()  # shards with a log this node cannot write
 
 
 class ControllerLogic:
@@ -301,8 +307,12 @@ class ControllerLogic:
 
     # -- inputs ---------------------------------------------------------------
 
-    def beat(self, node: int, incarnation: str, now_ms: int) -> None:
-        self.heard[node] = _Heard(now_ms, incarnation)
+    def beat(self, node: int, incarnation: str, now_ms: int, offline: Iterable[int] = ()) -> None:
+        """A heartbeat. ``offline``: the shards where the node holds a log
+        it cannot write (offline after a failed fsync, until it restarts):
+        it can neither lead them nor follow them, as Kafka's broker with a
+        failed log directory (KIP-112)."""
+        self.heard[node] = _Heard(now_ms, incarnation, frozenset(offline))
 
     def became_leader(self, now_ms: int) -> None:
         """This node was elected controller: nobody has been heard yet; give
@@ -344,11 +354,20 @@ class ControllerLogic:
                 fenced.add(node)
                 self._propose(records, ("node", node), meta.node_record(node, m.incarnation, True), now_ms)
 
+        # Shard -> the live nodes reporting a log of it offline: for that
+        # shard they count as fenced (the leader hands it over, a follower
+        # leaves its ISR), and nothing moves to them.
+        offline: dict[int, set[int]] = {}
+        for node, heard in self.heard.items():
+            if node not in fenced:
+                for s in heard.offline:
+                    offline.setdefault(s, set()).add(node)
         moves: list[tuple[int, int]] = []
         for s, shard in enumerate(meta.shards):
             if restarted & set(shard.isr):
                 continue  # decided again once the registration is applied
-            change = self._shard_change(shard, fenced)
+            unfit = fenced | offline[s] if s in offline else fenced
+            change = self._shard_change(shard, unfit)
             if change is not None:
                 leader, epoch, isr = change
                 self._propose(records, ("shard", s, shard.version),
@@ -356,12 +375,12 @@ class ControllerLogic:
                 self._preferred_ok_since.pop(s, None)
                 continue
             if shard.target is not None:
-                self._reassigning(records, moves, s, shard, fenced, now_ms)
+                self._reassigning(records, moves, s, shard, unfit, now_ms)
                 continue
             preferred = shard.replicas[0]
             if (self.rebalance_delay_ms >= 0 and shard.leader != preferred and preferred in shard.isr
-                    and preferred not in fenced
-                    and preferred not in restarted and shard.leader not in fenced):
+                    and preferred not in unfit
+                    and preferred not in restarted and shard.leader not in unfit):
                 since = self._preferred_ok_since.setdefault(s, now_ms)
                 if now_ms - since >= self.rebalance_delay_ms and self._due(("move", s, shard.version), now_ms):
                     self._proposed[("move", s, shard.version)] = (now_ms, b"")
@@ -388,7 +407,9 @@ class ControllerLogic:
             moves.append((s, target[0]))
 
     def _shard_change(self, shard: ShardMeta, fenced: set[int]) -> tuple[int, int, set[int]] | None:
-        """The (leader, epoch, isr) the shard should move to, or None."""
+        """The (leader, epoch, isr) the shard should move to, or None.
+        ``fenced``: the nodes that may neither lead the shard nor stay in its
+        ISR (fenced, or holding a log of it offline)."""
         isr = set(shard.isr)
         if shard.leader in fenced:
             candidates = [r for r in shard.replicas if r in isr and r not in fenced]

@@ -25,7 +25,7 @@ import trio
 from cluster.controller.metadata import Metadata
 from cluster.nodes import SLOTS, key_slot
 from server.args import parse_int
-from server.errors import CommandError, err
+from server.errors import CommandError, err, wrong_arity
 from server.registry import command, container
 from server.controller import NotReady
 from server.replication import TOPICS_CHANGED, FailoverError
@@ -374,17 +374,24 @@ def raft(ctx, argv):
     return OK
 
 
-@command("ctrlbeat", arity=3, flags="admin stale fast", group="cluster", since="7.0.0",
+@command("ctrlbeat", arity=-3, flags="admin stale fast", group="cluster", since="7.0.0",
          acl_categories=("admin", "fast", "dangerous"),
-         summary="Internal: a node's heartbeat to the elected controller.", syntax="CTRLBEAT node incarnation")
+         summary="Internal: a node's heartbeat to the elected controller.",
+         syntax="CTRLBEAT node incarnation [offline-shard[,offline-shard...]]")
 def ctrlbeat(ctx, argv):
-    """CTRLBEAT node incarnation"""
+    """CTRLBEAT node incarnation [offline-shards]: the last argument lists
+    the shards the node holds a log of that a failed fsync took offline."""
+    if len(argv) > 4:
+        raise wrong_arity("ctrlbeat")
     controller = _controller(ctx)
     with _Malformed("CTRLBEAT"):
         node = int(argv[1])
         if node not in controller.placement.by_id:
             raise ValueError(f"unknown node {node}")
-        if not controller.beat(node, argv[2].decode()):
+        offline = [int(s) for s in argv[3].split(b",")] if len(argv) == 4 else []
+        if any(not 0 <= s < controller.placement.shard_count for s in offline):
+            raise ValueError(f"unknown shard in {argv[3]!r}")
+        if not controller.beat(node, argv[2].decode(), offline):
             raise _not_controller()
     return OK
 

@@ -140,6 +140,51 @@ def test_a_restarted_node_leaves_every_isr_but_stays_as_the_last_member():
     assert meta.shards[0].isr == [1, 2, 3]
 
 
+def test_a_leader_reporting_a_shard_offline_hands_it_to_a_live_isr_member_and_leaves_its_isr():
+    logic = controller()
+    beat_all(logic, 100)
+    run(logic, 100)
+    # Node 1 (leader of shard 0, follower of 1 and 2) reports a log of shard 0
+    # and one of shard 1 offline after a failed fsync; it stays alive.
+    logic.beat(1, "a1", 200, offline=[0, 1])
+    beat_all(logic, 200, nodes=(2, 3))
+    run(logic, 200)
+    meta = logic.meta
+    assert not meta.nodes[1].fenced
+    # Shard 0 goes to 2 (next in preference) at the next epoch; 1 leaves its ISR.
+    assert (meta.shards[0].leader, meta.shards[0].epoch, meta.shards[0].isr) == (2, 2, [2, 3])
+    # Shard 1: 1 was a follower there: it leaves the ISR, the leader stays.
+    assert (meta.shards[1].leader, meta.shards[1].epoch, meta.shards[1].isr) == (2, 1, [2, 3])
+    # Shard 2, whose logs on 1 are fine, is untouched.
+    assert (meta.shards[2].leader, meta.shards[2].epoch, meta.shards[2].isr) == (3, 1, [1, 2, 3])
+    # Shard 0's preferred leader is not asked back while it reports it offline,
+    # however long; once it restarted (new incarnation, nothing offline) it
+    # rejoins the ISR by catching up, as any restarted node does.
+    for t in range(300, 12000, 500):
+        logic.beat(1, "a1", t, offline=[0, 1])
+        beat_all(logic, t, nodes=(2, 3))
+        assert run(logic, t) == []
+    assert meta.shards[0].leader == 2 and 1 not in meta.shards[0].isr
+
+
+def test_a_leader_reporting_a_shard_offline_keeps_it_when_no_other_isr_member_lives():
+    meta = fresh()
+    meta.apply(Metadata.shard_record(0, 0, 1, 1, {1}))  # only the leader in sync
+    logic = controller(meta)
+    beat_all(logic, 100)
+    logic.beat(1, "a1", 100, offline=[0])
+    run(logic, 100)
+    # No better copy: it keeps the shard (reads go on; writes are refused there).
+    assert (meta.shards[0].leader, meta.shards[0].epoch, meta.shards[0].isr) == (1, 1, [1])
+    # A follower that caught up joins the ISR (the leader's proposal): now
+    # there is one, and the shard moves to it.
+    meta.apply(Metadata.shard_record(0, meta.shards[0].version, 1, 1, {1, 3}))
+    beat_all(logic, 200, nodes=(2, 3))
+    logic.beat(1, "a1", 200, offline=[0])
+    run(logic, 200)
+    assert (meta.shards[0].leader, meta.shards[0].epoch, meta.shards[0].isr) == (3, 2, [3])
+
+
 def test_the_preferred_leader_is_asked_back_after_the_delay():
     meta = fresh()
     meta.apply(Metadata.shard_record(0, 0, 2, 2, {1, 2, 3}))  # shard 0 (prefers 1) led by 2

@@ -304,11 +304,15 @@ async def test_isr_shrinks_when_the_follower_is_unreachable(pair, autojump_clock
         nursery.cancel_scope.cancel()
 
 
-async def test_a_partition_this_replica_cannot_write_leaves_the_isr_alone(pair, autojump_clock, monkeypatch, caplog):
-    """A follower whose copy of one partition refuses writes (offline after a
-    failed fsync, or a full disk) skips that partition, logs it once, and
-    goes on applying the others of the same fetch; only that partition's
-    ISR drops it."""
+@pytest.mark.parametrize("why", ["offline", "full"])
+async def test_a_partition_this_replica_cannot_write_leaves_the_isr_alone(pair, autojump_clock, monkeypatch,
+                                                                         caplog, why):
+    """A follower whose copy of one partition refuses writes goes on
+    applying the others of the same fetch; only that partition's ISR drops
+    it. Offline after a failed fsync (until a restart), the partition is no
+    longer fetched and its shard is reported (``offline_shards``: the
+    heartbeat tells the controller); on a full disk its batches are fetched
+    and refused, logged once."""
     import errno
     import logging
     import os
@@ -323,14 +327,21 @@ async def test_a_partition_this_replica_cannot_write_leaves_the_isr_alone(pair, 
     await _fetch_a_while(b, a, 1)
     bad, good = (b.registry.get(key).log for key in keys)
     assert bad.log_end_offset == good.log_end_offset == 5
+    assert b.manager.offline_shards() == []
 
-    def eio(fd):
-        raise OSError(errno.EIO, "Input/output error")
+    if why == "offline":
+        def eio(fd):
+            raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(os, "fdatasync", eio)
-    with pytest.raises(StorageError):
-        bad.flush()
-    monkeypatch.undo()
+        monkeypatch.setattr(os, "fdatasync", eio)
+        with pytest.raises(StorageError):
+            bad.flush()
+        monkeypatch.undo()
+    else:
+        def enospc(batches):
+            raise StorageError("append refused: No space left on device", errno.ENOSPC)
+
+        monkeypatch.setattr(bad, "append_raw", enospc)
     for key in keys:
         a.append(key, 5)
     with caplog.at_level(logging.WARNING, logger="partita.replication"):
@@ -344,7 +355,15 @@ async def test_a_partition_this_replica_cannot_write_leaves_the_isr_alone(pair, 
     assert a.manager.leader_state(keys[1], 0).isr == {1, 2}
     assert a.manager.leader_state(keys[0], 0).isr == {1}
     refused = [r for r in caplog.records if "fetched batches not applied" in r.getMessage()]
-    assert len(refused) == 1 and "offline since an fsync failed" in refused[0].getMessage()
+    fetched = b.manager.fetch_request(1)
+    if why == "offline":
+        assert b.manager.offline_shards() == [b.manager.shard_of(keys[0], 0)]
+        assert keys[0] not in fetched and keys[1] in fetched
+        assert refused == []
+    else:
+        assert b.manager.offline_shards() == []
+        assert keys[0] in fetched
+        assert len(refused) == 1 and "No space left" in refused[0].getMessage()
     assert not any(r.exc_info for r in caplog.records)
 
 

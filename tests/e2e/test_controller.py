@@ -6,7 +6,9 @@ can acknowledge nothing while the others elect a new one."""
 from __future__ import annotations
 
 import signal
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import redis
@@ -78,6 +80,68 @@ def test_a_killed_leader_is_replaced_without_anyone_acting_and_takes_its_shard_b
     assert [entry_id for entry_id, _ in old.client().xrange(key)] == acked
     assert len({cluster.log_bytes(n, key.decode()) for n in cluster.nodes}) == 1
     assert _info(cluster.nodes[0])["controller_fenced"] == "-"
+
+
+def test_a_leader_whose_disk_fails_an_fsync_hands_its_shard_to_an_in_sync_follower(tmp_path):
+    """A failed fsync (EIO from a disk failing on demand, tests/failing_fsync.py)
+    takes the leader's log of the partition offline: its XADDs are refused
+    with -MISCONF, its heartbeat reports the shard, and the controller moves
+    the shard to an in-sync follower, which takes the writes with every
+    acknowledged entry (acks=all). The old leader keeps running and serving
+    its other shards; once restarted on a sound disk it catches up and takes
+    its shard back."""
+    launcher = [sys.executable, str(Path(__file__).resolve().parents[1] / "failing_fsync.py")]
+    cluster = Cluster(tmp_path, extra=["--controller-session-timeout-ms", "1500",
+                                       "--leader-rebalance-delay-ms", "1000"], launcher=launcher)
+    try:
+        _eventually(lambda: _info(cluster.nodes[0]).get("controller_metadata") == "ready", what="metadata ready")
+        key = b"disk"
+        old = cluster.leader_of(key)
+        client = old.client()
+        acked = [client.xadd(key, {"n": i}) for i in range(50)]
+        cluster.wait_converged(key.decode())
+        trigger = old.data_dir.with_name(old.data_dir.name + ".fail-fsync")
+        trigger.write_text(f"/{encode_topic(key)}/")
+        refusals = []
+
+        def moved():
+            try:
+                acked.append(client.xadd(key, {"n": "more"}))  # acks=all: on the followers too
+            except redis.ResponseError as e:
+                refusals.append(f"{type(e).__name__}: {e}")
+            leader = cluster.leader_of(key)
+            return leader if leader is not old else None
+
+        new = _eventually(moved, what="the shard moved off the failing disk")
+        # Refused while offline (-MISCONF, for the few hundred milliseconds
+        # until the move: never an acknowledgement), then redirected.
+        assert refusals and all("Errors writing to the partition log: Input/output error" in r
+                                or r.startswith("MovedError") for r in refusals), refusals
+        assert "offline for writes after a failed fsync" in old.log()
+        assert old.client().execute_command("INFO", "persistence")["aof_last_write_status"] == "err"
+        assert "Traceback" not in old.log()
+        fresh = new.client()
+        acked.append(fresh.xadd(key, {"n": "on the new leader"}))
+        _eventually(lambda: [entry_id for entry_id, _ in fresh.xrange(key)] == acked, what="acknowledged entries")
+        with pytest.raises(redis.exceptions.MovedError):
+            client.xadd(key, {"n": "to the old leader"})
+        # The old leader is not fenced: it goes on heartbeating and following
+        # the other shards (its copies of their partitions stay identical).
+        assert _info(new)["controller_fenced"] == "-"
+        other = next(k for k in (f"o{i}".encode() for i in range(1000))
+                     if cluster.leader_of(k) not in (old, new))
+        cluster.leader_of(other).client().xadd(other, {"n": "replicated to the old leader too"})
+        cluster.wait_converged(other.decode())
+        # Restarted on a sound disk: it recovers the log, catches up and leads again.
+        trigger.unlink()
+        assert old.terminate() == 0
+        old.start()
+        cluster.wait_ready()
+        _eventually(lambda: cluster.leader_of(key) is old, timeout_s=30, what="the preferred leader back")
+        cluster.wait_converged(key.decode())
+        assert [entry_id for entry_id, _ in old.client().xrange(key)] == acked
+    finally:
+        cluster.stop()
 
 
 def test_unclean_leader_election_is_off_by_default_and_can_be_turned_on(tmp_path):

@@ -455,10 +455,12 @@ def test_malformed_internal_requests_are_refused_clearly(cluster):
     node = cluster.nodes[0]
     with RawConn(node.port) as conn:
         for payload in (b"REPLFETCH x y 10 10 tok\r\n", b"REPLEPOCH a b c\r\n", b"RAFT garbage\r\n",
-                        b"CTRLPROPOSE {}\r\n", b"CTRLBEAT x y\r\n"):
+                        b"CTRLPROPOSE {}\r\n", b"CTRLBEAT x y\r\n", b"CTRLBEAT 1 y 0,zz\r\n",
+                        b"CTRLBEAT 1 y 99999\r\n"):
             reply = conn.request(payload)
             name = payload.split()[0]
             assert reply.startswith(b"-ERR malformed " + name), (payload, reply)
+        assert conn.request(b"CTRLBEAT 1 y 0 1\r\n") == b"-ERR wrong number of arguments for 'ctrlbeat' command\r\n"
         assert conn.request(b"PING\r\n") == b"+PONG\r\n"
     assert "Traceback" not in node.log()
 
