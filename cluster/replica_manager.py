@@ -770,7 +770,8 @@ class ReplicaManager:
                  f"replication_factor:{self.placement.replication_factor}",
                  f"fetches_served:{self.fetch_counts['served']}",
                  f"fetch_results_applied:{self.fetch_counts['fetched']}",
-                 f"truncations:{self.fetch_counts['truncations']}"]
+                 f"truncations:{self.fetch_counts['truncations']}",
+                 f"offline_shards:{','.join(map(str, self.offline_shards())) or '-'}"]
         for s in range(self.placement.shard_count):
             first, last = self.placement.slot_range(s)
             lines.append(f"shard{s}:slots={first}-{last},leader={self.state.leader(s)},"

@@ -119,6 +119,13 @@ def test_a_leader_whose_disk_fails_an_fsync_hands_its_shard_to_an_in_sync_follow
                                 or r.startswith("MovedError") for r in refusals), refusals
         assert "offline for writes after a failed fsync" in old.log()
         assert old.client().execute_command("INFO", "persistence")["aof_last_write_status"] == "err"
+        # INFO replication names the shard on the old leader only.
+        slot = new.client().execute_command("CLUSTER", "KEYSLOT", key)
+        info = _info(old)
+        ranges = {s: [int(x) for x in info[f"shard{s}"]["slots"].split("-")] for s in range(3)}
+        shard = next(s for s, (first, last) in ranges.items() if first <= slot <= last)
+        assert str(info["offline_shards"]) == str(shard)
+        assert _info(new)["offline_shards"] == "-"
         assert "Traceback" not in old.log()
         fresh = new.client()
         acked.append(fresh.xadd(key, {"n": "on the new leader"}))
