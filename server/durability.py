@@ -302,7 +302,10 @@ class Durability:
         """Flush the logs written under ``everysec`` since the last call."""
         if not self._everysec_dirty:
             return
-        logs = list(self._everysec_dirty.values())
+        # A log a failed sync took offline refuses every flush until it is
+        # reopened, and said so when it failed: not again each second. (Under
+        # always the round still asks it, so its writers get no reply.)
+        logs = [lg for lg in self._everysec_dirty.values() if getattr(lg, "sync_failure", None) is None]
         self._everysec_dirty.clear()
         try:
             with trio.CancelScope(shield=True):

@@ -1,9 +1,12 @@
 """Automatic failover under load: a 3-node cluster whose nodes reach each
 other through proxies (tests/netproxy.py) runs acks=all producers and
 consumer groups while the harness kills (SIGKILL), pauses (SIGSTOP) and
-isolates nodes — leaders and followers — and moves leadership by hand. No
-one tells the cluster a node died: the controller quorum notices, elects a
-new leader from the ISR, and gives preferred leaders their shards back.
+isolates nodes — leaders and followers —, fails a leader's disk under one
+partition (fsync returns EIO, tests/failing_fsync.py; the node is restarted
+once the shard moved, as after replacing the disk) and moves leadership by
+hand. No one tells the cluster a node died or its disk failed: the
+controller quorum notices, elects a new leader from the ISR, and gives
+preferred leaders their shards back.
 
 At the end, every acknowledged XADD must be on its partition's final leader
 exactly once and in acknowledgement order, every replica's log
@@ -22,13 +25,16 @@ from __future__ import annotations
 import random
 import re
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 import redis
 
+from storage.log_manager import encode_topic
 from tests.clusterkit import Cluster, partition_lines
 from tests.reliability.faultkit import Ledger, check_key, fault_seed, no_retry_client, produce, soak_seconds
 
@@ -129,8 +135,23 @@ def _fault(cluster: Cluster, rng: random.Random, ledger: GroupLedger) -> None:
     leader = cluster.leader_of(key)
     followers = [n for n in cluster.nodes if n is not leader]
     action = rng.choice(["kill_leader", "pause_leader", "isolate_leader", "isolate_follower",
-                         "kill_follower", "pause_follower", "failover"])
-    if action == "kill_leader":
+                         "kill_follower", "pause_follower", "failover", "fail_disk_leader"])
+    if action == "fail_disk_leader":
+        # The next once-a-second fsync of the key's files on the leader fails:
+        # the log goes offline, the leader's heartbeat reports the shard and
+        # the controller moves it to an in-sync follower.
+        trigger = leader.data_dir.with_name(leader.data_dir.name + ".fail-fsync")
+        trigger.write_text(f"/{encode_topic(key)}/")
+        try:
+            deadline = time.monotonic() + 30
+            while cluster.leader_of(key) is leader:
+                assert time.monotonic() < deadline, f"{key!r}: the shard never left the failing disk"
+                time.sleep(0.1)
+        finally:
+            trigger.unlink()
+        assert leader.terminate() == 0  # the disk replaced: a restart reopens and recovers the log
+        leader.start()
+    elif action == "kill_leader":
         leader.kill9()
         time.sleep(rng.uniform(0.3, 4.0))
         leader.start()
@@ -208,7 +229,8 @@ def _run(tmp_path, seconds: float, seed: int) -> str:
     rng = random.Random(seed)
     cluster = Cluster(tmp_path, extra=["--min-insync-replicas", "2",
                                        "--controller-session-timeout-ms", str(SESSION_MS),
-                                       "--leader-rebalance-delay-ms", "2000"], proxied=True)
+                                       "--leader-rebalance-delay-ms", "2000"], proxied=True,
+                      launcher=[sys.executable, str(Path(__file__).resolve().parents[1] / "failing_fsync.py")])
     ledger = GroupLedger(KEYS)
     stop_producers, stop_consumers = threading.Event(), threading.Event()
     try:
@@ -239,7 +261,10 @@ def _run(tmp_path, seconds: float, seed: int) -> str:
         stop_producers.set()
         stop_consumers.set()
         cluster.stop()
-    assert not cluster.unexpected_log_lines(), cluster.unexpected_log_lines()[:5]
+    # The injected EIO is logged where it happens (the failed fsync, the log
+    # taken offline); anything else is a bug.
+    unexpected = [line for line in cluster.unexpected_log_lines() if "Input/output error" not in line]
+    assert not unexpected, unexpected[:5]
     acked = sum(map(len, ledger.acked.values()))
     faults = ledger.fault_summary()
     line = (f"controller faults (seed {seed}, {seconds:.0f}s): {faults}; {leader_changes} leader changes; "

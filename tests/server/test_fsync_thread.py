@@ -347,6 +347,46 @@ async def test_a_failed_sync_takes_only_its_own_log_offline(tmp_path, monkeypatc
             os.close(pipe[1])
 
 
+async def test_everysec_leaves_a_log_offline_after_its_failed_sync_alone(tmp_path, monkeypatch, caplog):
+    """Under everysec a log whose sync failed is offline: the failure is
+    logged once, and the once-a-second flush does not ask it again (it
+    would refuse, every second, until the restart); other logs are flushed."""
+    import logging
+
+    bad, good = PartitionLog.open(tmp_path / "bad"), PartitionLog.open(tmp_path / "good")
+    durability = Durability(run_in_thread=lambda fn, *args: _inline(fn, *args))
+    try:
+        bad.append(entries(1, 3))
+        good.append(entries(1, 3))
+
+        def eio(fd):
+            raise OSError(errno.EIO, "Input/output error")
+
+        with caplog.at_level(logging.ERROR, logger="partita.durability"):
+            monkeypatch.setattr(os, "fdatasync", eio)
+            durability.note_write(bad, "everysec")
+            await durability.flush_everysec_now()
+            monkeypatch.undo()
+            assert bad.sync_failure is not None and "Input/output error" in durability.last_flush_error
+            # An append that made it in before the failure noted the log again.
+            durability.note_write(bad, "everysec")
+            durability.note_write(good, "everysec")
+            durability.last_flush_error = None
+            await durability.flush_everysec_now()
+        assert durability.last_flush_error is None
+        assert good.recovery_point == 3 and bad.recovery_point == 0
+        failures = [r for r in caplog.records if "background fsync failed" in r.getMessage()]
+        assert len(failures) == 1 and "Input/output error" in failures[0].getMessage()
+    finally:
+        durability.close()
+        bad.close()
+        good.close()
+
+
+async def _inline(fn, *args):
+    return fn(*args)
+
+
 # -- replies sent by the thread once the syncs succeeded -----------------------
 
 
