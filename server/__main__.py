@@ -145,8 +145,9 @@ def _explains_itself(e: BaseException) -> bool:
     metadata, bad cluster state): logged as one line, no traceback."""
     from cluster.nodes import ClusterConfigError
     from cluster.topics import TopicError
+    from server.controller import ControllerHalted
 
-    return type(e).__name__ == "BindError" or isinstance(e, (TopicError, ClusterConfigError))
+    return type(e).__name__ == "BindError" or isinstance(e, (TopicError, ClusterConfigError, ControllerHalted))
 
 
 if __name__ == "__main__":

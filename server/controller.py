@@ -35,7 +35,9 @@ from cluster.controller.metadata import ControllerLogic, Metadata, MetadataError
 from cluster.controller.raft import Message, Raft, Snapshot
 from cluster.controller.raft_store import RaftStore
 from cluster.nodes import ClusterConfigError, Node
+from server.errors import CommandError
 from server.leader_link import LeaderLink
+from storage.errors import StorageError
 
 log = logging.getLogger("partita.controller")
 
@@ -53,6 +55,15 @@ ISR_RETRY_MS = 1000
 
 class NotReady(Exception):
     """No controller is elected (yet), or the metadata is not initialised."""
+
+
+class ControllerHalted(CommandError):
+    """This node could not write its Raft state (``<dir>/controller/``): it
+    takes no further part and the process stops (``Controller._halt``). A
+    command that reaches the controller meanwhile gets ``-MISCONF``."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__("MISCONF", f"this node is stopping: {why}")
 
 
 def _now_ms() -> int:
@@ -111,6 +122,7 @@ class Controller:
         self._lease_from_ms: int | None = None  # see lease_ok
         self.lease_expiry_s = 0.0  # time.monotonic() seconds
         self.counts = {"elections_won": 0, "applied": 0, "proposed": 0}
+        self.halted: str | None = None  # why this node stopped (_halt)
         self.store = RaftStore(Path(config.dir) / "controller")
         hard_state, snapshot, entries = self.store.load()
         self.meta = Metadata()
@@ -276,10 +288,15 @@ class Controller:
 
     def _drain(self) -> None:
         """Persist, apply and send everything Raft has ready."""
+        if self.halted is not None:
+            raise ControllerHalted(self.halted)
         raft = self.raft
         while raft.has_ready():
             rd = raft.ready()
-            self.store.save(rd)
+            try:
+                self.store.save(rd)
+            except (StorageError, OSError) as e:
+                self._halt(e)
             if rd.snapshot is not None and rd.snapshot.index > self.applied:
                 self._restore(rd.snapshot)
             for entry in rd.committed:
@@ -299,7 +316,10 @@ class Controller:
         if self.applied - self.snapshot_index >= COMPACT_EVERY:
             snap = Snapshot(self.applied, self.applied_term, self.meta.encode())
             raft.compact(snap.index, snap.data)
-            self.store.save_snapshot(snap)
+            try:
+                self.store.save_snapshot(snap)
+            except (StorageError, OSError) as e:
+                self._halt(e)
             self.snapshot_index = snap.index
         leader = raft.role == "leader"
         if leader != self.is_leader:
@@ -310,6 +330,22 @@ class Controller:
                 self.logic.became_leader(_now_ms())
             else:
                 self.logic.stepped_down()
+
+    def _halt(self, error: BaseException) -> None:
+        """Raft's state could not be written. ``Raft.ready`` was this node's
+        promise to persist before it sends or applies: going on would let
+        it vote or acknowledge entries it does not hold (and its metadata
+        would miss what it skipped). So it stops at once, as a Kafka
+        controller does when its metadata log's directory fails: no more
+        Raft, heartbeats or leadership (its lease ends now, so it refuses
+        writes), and the ticker ends the process (exit code 1) within a
+        tick; the controller fences it and its shards move. Restarted on a
+        sound disk, it recovers what it had persisted."""
+        self.halted = f"the controller state in {self.store.directory} could not be written ({error})"
+        self.lease_expiry_s = 0.0
+        self._lease_from_ms = None
+        log.critical("Fatal: %s; this node stops", self.halted)
+        raise ControllerHalted(self.halted) from None
 
     def deliver(self, blobs: list[bytes]) -> None:
         """``RAFT`` from a peer: step each message."""
@@ -345,6 +381,8 @@ class Controller:
     async def _ticker(self) -> None:
         while True:
             await trio.sleep(TICK_S)
+            if self.halted is not None:
+                raise ControllerHalted(self.halted)  # ends the server: main() exits 1
             try:
                 self.raft.tick()
                 self._drain()
@@ -368,6 +406,8 @@ class Controller:
                         assert self._nursery is not None
                         self._nursery.start_soon(self._ask_move, shard, node)
                 self._propose_isr_changes()
+            except ControllerHalted:
+                raise
             except Exception:  # noqa: BLE001 - a bug here must not stop the node
                 log.exception("controller tick failed")
 
@@ -381,7 +421,7 @@ class Controller:
         while True:
             await trio.sleep(BEAT_S)
             leader = self.raft.leader_id
-            if leader is None or leader == self.my_id:
+            if leader is None or leader == self.my_id or self.halted is not None:
                 continue
             sent = _now_ms()
             beat = [b"CTRLBEAT", b"%d" % self.my_id, self.incarnation.encode()]
@@ -413,6 +453,8 @@ class Controller:
     def _set_lease_expiry(self) -> None:
         # Kept as one number so the check on every command is a clock read
         # and a comparison (Replication.route).
+        if self.halted is not None:
+            return
         lease = self._lease_from_ms
         self.lease_expiry_s = (lease + self.logic.session_timeout_ms * 0.8) / 1000 if lease is not None else 0.0
 

@@ -1,9 +1,10 @@
 """Runs ``partita`` (the same arguments) with a disk that can fail on
 demand: once the file ``<dir>.fail-fsync`` exists beside the data directory
-``--dir <dir>``, every ``fdatasync`` of a file whose path contains the text
-it holds fails with EIO, as a failing disk's writeback does. The syncs of
-``fsync everysec`` (a worker thread's ``os.fdatasync``) see it; the C thread
-of ``fsync always`` does not.
+``--dir <dir>``, every ``fdatasync`` or ``fsync`` of a file whose path
+contains the text it holds fails with EIO, as a failing disk's writeback
+does. The syncs of ``fsync everysec`` (a worker thread's ``os.fdatasync``)
+and of the controller's Raft store (``os.fsync``) see it; the C thread of
+``fsync always`` does not.
 
 Only for tests (tests/e2e/test_controller.py): ``python tests/failing_fsync.py
 --port ... --dir ...``."""
@@ -18,6 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 _real_fdatasync = os.fdatasync
+_real_fsync = os.fsync
 
 
 def _trigger() -> Path:
@@ -29,17 +31,21 @@ def _trigger() -> Path:
 TRIGGER = _trigger()
 
 
-def _fdatasync(fd: int) -> None:
-    try:
-        fragment = TRIGGER.read_text().strip()
-    except FileNotFoundError:
-        fragment = ""
-    if fragment and fragment in os.readlink(f"/proc/self/fd/{fd}"):
-        raise OSError(errno.EIO, os.strerror(errno.EIO))
-    _real_fdatasync(fd)
+def _failing(real):
+    def sync(fd: int) -> None:
+        try:
+            fragment = TRIGGER.read_text().strip()
+        except FileNotFoundError:
+            fragment = ""
+        if fragment and fragment in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real(fd)
+
+    return sync
 
 
-os.fdatasync = _fdatasync
+os.fdatasync = _failing(_real_fdatasync)
+os.fsync = _failing(_real_fsync)
 
 if __name__ == "__main__":
     from server.__main__ import main

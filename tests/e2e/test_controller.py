@@ -82,6 +82,32 @@ def test_a_killed_leader_is_replaced_without_anyone_acting_and_takes_its_shard_b
     assert _info(cluster.nodes[0])["controller_fenced"] == "-"
 
 
+def _failing_disk_cluster(tmp_path) -> Cluster:
+    """Three nodes whose disks fail on demand (tests/failing_fsync.py: write
+    a path fragment into ``<node dir>.fail-fsync``), metadata ready."""
+    launcher = [sys.executable, str(Path(__file__).resolve().parents[1] / "failing_fsync.py")]
+    cluster = Cluster(tmp_path, extra=["--controller-session-timeout-ms", "1500",
+                                       "--leader-rebalance-delay-ms", "1000"], launcher=launcher)
+    try:
+        _eventually(lambda: _info(cluster.nodes[0]).get("controller_metadata") == "ready", what="metadata ready")
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def _back_on_a_sound_disk(cluster: Cluster, node, trigger: Path, key: bytes, acked: list) -> None:
+    """``node`` (stopped) starts again with its disk sound: it recovers what
+    it persisted, catches up and takes its shard back (the preferred
+    leader), with every acknowledged entry."""
+    trigger.unlink()
+    node.start()
+    cluster.wait_ready()
+    _eventually(lambda: cluster.leader_of(key) is node, timeout_s=30, what="the preferred leader back")
+    cluster.wait_converged(key.decode())
+    assert [entry_id for entry_id, _ in node.client().xrange(key)] == acked
+
+
 def test_a_leader_whose_disk_fails_an_fsync_hands_its_shard_to_an_in_sync_follower(tmp_path):
     """A failed fsync (EIO from a disk failing on demand, tests/failing_fsync.py)
     takes the leader's log of the partition offline: its XADDs are refused
@@ -90,11 +116,8 @@ def test_a_leader_whose_disk_fails_an_fsync_hands_its_shard_to_an_in_sync_follow
     acknowledged entry (acks=all). The old leader keeps running and serving
     its other shards; once restarted on a sound disk it catches up and takes
     its shard back."""
-    launcher = [sys.executable, str(Path(__file__).resolve().parents[1] / "failing_fsync.py")]
-    cluster = Cluster(tmp_path, extra=["--controller-session-timeout-ms", "1500",
-                                       "--leader-rebalance-delay-ms", "1000"], launcher=launcher)
+    cluster = _failing_disk_cluster(tmp_path)
     try:
-        _eventually(lambda: _info(cluster.nodes[0]).get("controller_metadata") == "ready", what="metadata ready")
         key = b"disk"
         old = cluster.leader_of(key)
         client = old.client()
@@ -140,13 +163,40 @@ def test_a_leader_whose_disk_fails_an_fsync_hands_its_shard_to_an_in_sync_follow
         cluster.leader_of(other).client().xadd(other, {"n": "replicated to the old leader too"})
         cluster.wait_converged(other.decode())
         # Restarted on a sound disk: it recovers the log, catches up and leads again.
-        trigger.unlink()
         assert old.terminate() == 0
-        old.start()
-        cluster.wait_ready()
-        _eventually(lambda: cluster.leader_of(key) is old, timeout_s=30, what="the preferred leader back")
+        _back_on_a_sound_disk(cluster, old, trigger, key, acked)
+    finally:
+        cluster.stop()
+
+
+def test_a_node_that_cannot_write_its_controller_state_stops_and_the_others_go_on(tmp_path):
+    """Raft's promise is to persist before sending or applying: a node whose
+    controller store fails an fsync (EIO, tests/failing_fsync.py) must not
+    vote or acknowledge again. It logs why and exits with code 1; the others
+    fence it and move its shard, with every acknowledged entry; restarted on
+    a sound disk it recovers what it had persisted and leads again."""
+    cluster = _failing_disk_cluster(tmp_path)
+    try:
+        victim = cluster.nodes[1]
+        key = _key_led_by(cluster, victim)
+        acked = [victim.client().xadd(key, {"n": i}) for i in range(20)]
         cluster.wait_converged(key.decode())
-        assert [entry_id for entry_id, _ in old.client().xrange(key)] == acked
+        trigger = victim.data_dir.with_name(victim.data_dir.name + ".fail-fsync")
+        trigger.write_text("/controller/")
+        # A metadata change: every node appends (and must persist) its record.
+        topic = b"made-while-failing"
+        _eventually(lambda: cluster.leader_of(topic).client().execute_command("TOPIC", "CREATE", topic) == b"OK",
+                    what="a topic created")
+        assert victim.proc.wait(timeout=20) == 1
+        log_text = victim.log()
+        assert "Fatal: the controller state in" in log_text and "Input/output error" in log_text, log_text[-2000:]
+        assert "Traceback" not in log_text
+        new = _eventually(lambda: (lambda n: n if n is not victim else None)(cluster.leader_of(key)),
+                          what="a new leader")
+        fresh = new.client()
+        _eventually(lambda: [entry_id for entry_id, _ in fresh.xrange(key)] == acked, what="acknowledged entries")
+        acked.append(fresh.xadd(key, {"n": "after"}))
+        _back_on_a_sound_disk(cluster, victim, trigger, key, acked)
     finally:
         cluster.stop()
 
