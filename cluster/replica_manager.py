@@ -129,7 +129,7 @@ class ReplicaManager:
         self._follow_stamp: dict[int, tuple[int, int]] = {}
         self.paused: dict[int, tuple[int, int]] = {}  # shard -> (epoch, until ms)
         self._fetch_errors: dict[int, str] = {}  # leader -> the last fetch failure logged
-        self._apply_errors: dict[tuple[bytes, int], str] = {}  # partition -> the last disk error logged
+        self._apply_errors: dict[tuple[bytes, int, str], str] = {}  # (partition, what) -> the last disk error logged
         self._shard_cache: dict[bytes, tuple[int, int]] = {}  # key -> (slot, shard): pure functions of the key
 
     # -- where a partition lives -------------------------------------------
@@ -635,26 +635,31 @@ class ReplicaManager:
                 # This replica's disk refused (full, or the log is offline
                 # after a failed fsync): skip the partition, not the fetch;
                 # it stays behind and leaves the ISR, the others go on.
-                self._apply_failed(topic, n, e)
+                self._apply_failed(topic, n, "batches", e)
                 continue
-            if self._apply_errors.pop((topic, n), None) is not None:
-                log.info("%s: applying fetched batches again", self.canonical_key(topic, n).decode("utf-8", "replace"))
+            self._apply_ok(topic, n, "batches")
             if stream.log.log_end_offset != before:
                 appended = True
                 stream.leader_epoch = max(stream.leader_epoch, stream.log.latest_epoch)
-            if state is not None:
-                if apply_state(stream, state):
+            try:
+                if state is not None and apply_state(stream, state):
                     f.state_token = token
-            if group_snapshot is not None or group_records:
-                try:
-                    apply_group_changes(stream, group_snapshot, group_records or b"")
+                if group_snapshot is not None or group_records:
+                    try:
+                        apply_group_changes(stream, group_snapshot, group_records or b"")
+                        f.group_token = group_token
+                    except GroupStateError as e:
+                        log.warning("%s: replicated group state did not apply (%s): asking for a snapshot",
+                                    self.canonical_key(topic, n).decode("utf-8", "replace"), e)
+                        f.group_token = b""
+                else:
                     f.group_token = group_token
-                except GroupStateError as e:
-                    log.warning("%s: replicated group state did not apply (%s): asking for a snapshot",
-                                self.canonical_key(topic, n).decode("utf-8", "replace"), e)
-                    f.group_token = b""
-            else:
-                f.group_token = group_token
+            except StorageError as e:
+                # The stream's or the groups' state could not be written
+                # (disk full): the leader sends it again with the next fetch.
+                self._apply_failed(topic, n, "stream and group state", e)
+                continue
+            self._apply_ok(topic, n, "stream and group state")
             self.fetch_counts["fetched"] += 1
         return appended
 
@@ -669,13 +674,17 @@ class ReplicaManager:
         # new leader may not know a topic yet, and deletions reach every node
         # through the controller's metadata log (server/controller.py).
 
-    def _apply_failed(self, topic: bytes, n: int, error: StorageError) -> None:
+    def _apply_failed(self, topic: bytes, n: int, what: str, error: StorageError) -> None:
         """Log a partition's disk error once per new reason (it recurs every fetch)."""
         text = str(error)
-        if self._apply_errors.get((topic, n)) != text:
-            self._apply_errors[(topic, n)] = text
-            log.warning("%s: fetched batches not applied, this replica falls behind: %s",
-                        self.canonical_key(topic, n).decode("utf-8", "replace"), text)
+        if self._apply_errors.get((topic, n, what)) != text:
+            self._apply_errors[(topic, n, what)] = text
+            log.warning("%s: fetched %s not applied, this replica falls behind: %s",
+                        self.canonical_key(topic, n).decode("utf-8", "replace"), what, text)
+
+    def _apply_ok(self, topic: bytes, n: int, what: str) -> None:
+        if self._apply_errors and self._apply_errors.pop((topic, n, what), None) is not None:
+            log.info("%s: applying fetched %s again", self.canonical_key(topic, n).decode("utf-8", "replace"), what)
 
     def _on_fetch_error(self, leader: int, f: Followed, error: str, res: list) -> None:
         name = self.canonical_key(f.topic, f.n).decode("utf-8", "replace")

@@ -304,7 +304,7 @@ async def test_isr_shrinks_when_the_follower_is_unreachable(pair, autojump_clock
         nursery.cancel_scope.cancel()
 
 
-@pytest.mark.parametrize("why", ["offline", "full"])
+@pytest.mark.parametrize("why", ["offline", "full", "state"])
 async def test_a_partition_this_replica_cannot_write_leaves_the_isr_alone(pair, autojump_clock, monkeypatch,
                                                                          caplog, why):
     """A follower whose copy of one partition refuses writes goes on
@@ -312,7 +312,9 @@ async def test_a_partition_this_replica_cannot_write_leaves_the_isr_alone(pair, 
     it. Offline after a failed fsync (until a restart), the partition is no
     longer fetched and its shard is reported (``offline_shards``: the
     heartbeat tells the controller); on a full disk its batches are fetched
-    and refused, logged once."""
+    and refused, logged once. When only its stream state cannot be written
+    (an XDEL's marker, disk full) the batches apply and the state is
+    refused, logged once, and asked for again."""
     import errno
     import logging
     import os
@@ -337,11 +339,24 @@ async def test_a_partition_this_replica_cannot_write_leaves_the_isr_alone(pair, 
         with pytest.raises(StorageError):
             bad.flush()
         monkeypatch.undo()
-    else:
+    elif why == "full":
         def enospc(batches):
             raise StorageError("append refused: No space left on device", errno.ENOSPC)
 
         monkeypatch.setattr(bad, "append_raw", enospc)
+    else:
+        import cluster.replica_manager as rm
+
+        real_apply_state = rm.apply_state
+
+        def apply_state(stream, blob):
+            if stream.log is bad:
+                raise StorageError("delete markers refused: No space left on device", errno.ENOSPC)
+            return real_apply_state(stream, blob)
+
+        monkeypatch.setattr(rm, "apply_state", apply_state)
+        leader_copy = a.registry.get(keys[0])
+        assert leader_copy.delete([leader_copy.log.entry_id(1)]) == 1  # the stream's state changes
     for key in keys:
         a.append(key, 5)
     with caplog.at_level(logging.WARNING, logger="partita.replication"):
@@ -351,11 +366,17 @@ async def test_a_partition_this_replica_cannot_write_leaves_the_isr_alone(pair, 
                 await trio.sleep(0.1)
                 a.manager.tick()
             nursery.cancel_scope.cancel()
-    assert good.log_end_offset == 10 and bad.log_end_offset == 5
-    assert a.manager.leader_state(keys[1], 0).isr == {1, 2}
-    assert a.manager.leader_state(keys[0], 0).isr == {1}
-    refused = [r for r in caplog.records if "fetched batches not applied" in r.getMessage()]
+    refused = [r for r in caplog.records if "not applied" in r.getMessage()]
     fetched = b.manager.fetch_request(1)
+    assert a.manager.leader_state(keys[1], 0).isr == {1, 2}
+    if why == "state":
+        assert good.log_end_offset == bad.log_end_offset == 10  # the batches applied
+        assert not bad.is_deleted(1) and b.registry.get(keys[0]).meta != a.registry.get(keys[0]).meta
+        assert len(refused) == 1 and "fetched stream and group state not applied" in refused[0].getMessage()
+        assert not any(r.exc_info for r in caplog.records)
+        return
+    assert good.log_end_offset == 10 and bad.log_end_offset == 5
+    assert a.manager.leader_state(keys[0], 0).isr == {1}
     if why == "offline":
         assert b.manager.offline_shards() == [b.manager.shard_of(keys[0], 0)]
         assert keys[0] not in fetched and keys[1] in fetched
