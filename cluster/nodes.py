@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storage.checkpoint import read_file, write_atomic
+from storage.errors import StorageError
 
 SLOTS = 16384
 STATE_FILE = "cluster.state"
@@ -209,8 +210,16 @@ class ClusterState:
                 self.shards[s] = (leader, epoch)
 
     def _save(self) -> None:
-        if self.path is not None:
+        if self.path is None:
+            return
+        try:
             write_atomic(self.path, json.dumps({"version": 1, "shards": self.shards}).encode())
+        except (StorageError, OSError) as e:
+            # The view in memory is right and is what this node acts on; the
+            # file only seeds a restart, which the controller's metadata log
+            # (and every peer's newer epochs) corrects. Raising here would
+            # leave a committed record half applied.
+            log.warning("%s: cluster state not saved: %s", self.path, e)
 
     def leader(self, shard: int) -> int:
         return self.shards[shard][0]

@@ -71,6 +71,32 @@ def test_cluster_state_adopts_only_newer_epochs_and_persists(tmp_path):
     assert ClusterState(p, tmp_path).shards[0] == (2, 2)  # survived a restart
 
 
+def test_a_cluster_state_that_cannot_be_saved_still_changes_in_memory(tmp_path, monkeypatch, caplog):
+    """The file only seeds a restart (the controller's metadata log has the
+    truth): a failed write is logged, and the leader change it recorded
+    still takes effect, so a committed record is never half applied."""
+    import errno
+    import logging
+
+    import cluster.nodes
+    from storage.errors import StorageError
+
+    p = Placement(parse_cluster_nodes("1@h:1,2@h:2,3@h:3"), 1)
+    st = ClusterState(p, tmp_path)
+
+    def full(path, data, **kw):
+        raise StorageError(f"write {path} failed: ENOSPC (No space left on device)", errno.ENOSPC)
+
+    monkeypatch.setattr(cluster.nodes, "write_atomic", full)
+    with caplog.at_level(logging.WARNING, logger="partita.cluster"):
+        assert st.set_leader(0, 2, 2)
+        assert st.adopt(1, 3, 2, {1, 3})
+    assert st.shards[:2] == [(2, 2), (3, 2)] and st.isr[1] == {1, 3}
+    assert sum("cluster state not saved" in r.getMessage() for r in caplog.records) == 2
+    monkeypatch.undo()
+    assert ClusterState(p, tmp_path).shards[0] == (1, 1)  # the file kept the last state it could write
+
+
 # ---------------------------------------------------------- leader rules
 
 
