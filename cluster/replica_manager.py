@@ -609,9 +609,8 @@ class ReplicaManager:
         view, topics_token, discovered, results = reply
         if view:
             self.state.merge(view)
-        if discovered is not None:
-            self._apply_discovery(leader, discovered)
-            self.discovery_token[leader] = topics_token
+        if discovered is not None and self._apply_discovery(leader, discovered):
+            self.discovery_token[leader] = topics_token  # (not after a failure: the next fetch lists them again)
         appended = False
         parts = self.followed.get(leader, {})
         for res in results:
@@ -663,13 +662,23 @@ class ReplicaManager:
             self.fetch_counts["fetched"] += 1
         return appended
 
-    def _apply_discovery(self, leader: int, discovered: list) -> None:
+    def _apply_discovery(self, leader: int, discovered: list) -> bool:
+        """Take the topics ``leader`` lists; False if one could not be
+        created or updated here (a disk error: logged once, retried)."""
         parts = self.followed.setdefault(leader, {})
+        complete = True
         for i in range(0, len(discovered) - 2, 3):
             topic, n, blob = discovered[i], int(discovered[i + 1]), discovered[i + 2]
-            self.registry.adopt_topic(topic, blob)
+            try:
+                self.registry.adopt_topic(topic, blob)
+            except (StorageError, OSError) as e:
+                self._apply_failed(topic, n, "topic", e)
+                complete = False
+                continue
+            self._apply_ok(topic, n, "topic")
             if (topic, n) not in parts and self._follows_from(topic, n) == leader:
                 parts[(topic, n)] = Followed(topic, n)
+        return complete
         # A partition the leader does not list is not taken as deleted: a
         # new leader may not know a topic yet, and deletions reach every node
         # through the controller's metadata log (server/controller.py).

@@ -277,7 +277,9 @@ class Controller:
                 topics.adopt_topic(name, blob)
             else:
                 return
-        except (ValueError, OSError) as e:
+        except (ValueError, OSError, StorageError) as e:
+            # Not raised: the records after it must still apply. A follower
+            # takes the topic again from its leader's fetch replies.
             log.warning("applying topic %r from the metadata log failed: %s", name, e)
             return
         server = self.repl.server

@@ -201,6 +201,34 @@ def test_a_node_that_cannot_write_its_controller_state_stops_and_the_others_go_o
         cluster.stop()
 
 
+def test_a_topic_a_node_cannot_create_does_not_stop_the_metadata_after_it(tmp_path):
+    """Every node applies a committed TOPIC CREATE. One whose disk refuses
+    that topic's files (EIO) logs it and goes on applying the records after
+    it (a topic created next appears there), and takes the refused topic
+    from its leader's fetches once the disk recovers."""
+    cluster = _failing_disk_cluster(tmp_path)
+    try:
+        refused, after = b"refused-here", b"made-after"
+        victim = next(n for n in cluster.nodes if n is not cluster.leader_of(refused))
+        trigger = victim.data_dir.with_name(victim.data_dir.name + ".fail-fsync")
+        trigger.write_text(f"/{encode_topic(refused)}/")
+        for topic in (refused, after):
+            _eventually(lambda t=topic: cluster.leader_of(t).client().execute_command("TOPIC", "CREATE", t) == b"OK",
+                        what=f"{topic!r} created")
+        topics = victim.data_dir / "topics"
+        _eventually(lambda: (topics / encode_topic(after) / "topic.meta").exists(), what="the later topic applied")
+        assert not (topics / encode_topic(refused) / "topic.meta").exists()
+        assert "applying topic b'refused-here' from the metadata log failed" in victim.log()
+        trigger.unlink()
+        _eventually(lambda: (topics / encode_topic(refused) / "topic.meta").exists(), what="the topic taken again")
+        cluster.leader_of(refused).client().xadd(refused, {"n": "1"})
+        cluster.wait_converged(refused.decode())  # the victim's copy too
+        assert len({cluster.log_bytes(n, refused.decode()) for n in cluster.nodes}) == 1
+        assert "Traceback" not in victim.log()
+    finally:
+        cluster.stop()
+
+
 def test_unclean_leader_election_is_off_by_default_and_can_be_turned_on(tmp_path):
     # Two replicas per shard and one controller voter (node 1; nodes 2 and 3
     # are learners), so a shard can be left with no live in-sync replica.
