@@ -119,6 +119,9 @@ class ReplicaManager:
         self.discovery_token: dict[int, bytes] = {}  # leader id -> its last topics token
         self.on_hw_advance: Callable[[bytes, int], None] = lambda topic, n: None
         self.on_group_progress: Callable[[], None] = lambda: None
+        # A follower wrote fetched batches to a log, or changes to a group
+        # store: the server has it synced by its fsync policy.
+        self.on_applied: Callable[[Any], None] | None = None
         self.by_directory: dict[str, tuple[bytes, int]] = {}  # partition directory -> (topic, n) led here
         self._leading_stamp: tuple[int, int] | None = None
         self._topic_setting = topic_setting or (lambda topic, name: registry.config_value(topic, name))
@@ -640,6 +643,8 @@ class ReplicaManager:
             if stream.log.log_end_offset != before:
                 appended = True
                 stream.leader_epoch = max(stream.leader_epoch, stream.log.latest_epoch)
+                if self.on_applied is not None:
+                    self.on_applied(stream.log)
             try:
                 if state is not None and apply_state(stream, state):
                     f.state_token = token
@@ -647,6 +652,8 @@ class ReplicaManager:
                     try:
                         apply_group_changes(stream, group_snapshot, group_records or b"")
                         f.group_token = group_token
+                        if self.on_applied is not None:
+                            self.on_applied(groups_of(stream))
                     except GroupStateError as e:
                         log.warning("%s: replicated group state did not apply (%s): asking for a snapshot",
                                     self.canonical_key(topic, n).decode("utf-8", "replace"), e)

@@ -76,6 +76,11 @@ def build(config: Any, topics: Any) -> "Replication | None":
     return repl
 
 
+def _follower_synced(error: Exception | None, sent: int | None) -> None:
+    """Nobody waits for a follower's fsync-always round; a failure has taken
+    the log offline (its heartbeat reports the shard)."""
+
+
 class Replication:
     def __init__(self, config: Any, topics: Any, manager: ReplicaManager) -> None:
         self.config = config
@@ -89,6 +94,7 @@ class Replication:
         manager.on_hw_advance = self._on_hw_advance
         self._group_progress = trio.Event()
         manager.on_group_progress = self._on_group_progress
+        manager.on_applied = self._note_follower_write
         self._writes: dict[bytes, tuple] = {}  # partition key -> (stamp, leader state, acks=all, shard)
         # acks=all replies waiting: partition key -> [(end offset, event or _AcksWaiter)]
         self._ack_waiters: dict[bytes, list[tuple[int, Any]]] = {}
@@ -103,6 +109,22 @@ class Replication:
         self._topic_news_ready = trio.Event()
         topics.on_change = self.broadcast_topic
         topics.key_filter = self._leads_key
+
+    def _note_follower_write(self, target: Any) -> None:
+        """A follower appended fetched batches to a log, or changes to a
+        group store: it reaches the disk by the node's (or the topic's)
+        fsync policy, as the leader's own writes do (within a second under
+        everysec; a round of the group commit under always, though no reply
+        waits on it). Before, a follower synced only when it closed its
+        logs: its recovery point stood still, so a restart CRC-checked its
+        whole log, and a power loss could take more than the last second."""
+        server = self.server
+        if server is None:
+            return
+        durability = server.durability
+        seq = durability.note_write(target, self.config.fsync)
+        if seq:
+            durability.when_durable(seq, _follower_synced)
 
     def link(self, node_id: int, purpose: str = "fetch") -> LeaderLink:
         key = (node_id, purpose)

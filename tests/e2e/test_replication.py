@@ -63,6 +63,34 @@ def test_acks_all_entries_are_on_every_isr_replica_when_acknowledged(cluster):
     assert _partition_lines(leader)["acked"]["isr"] == "1/2/3"
 
 
+@pytest.mark.parametrize("policy", ["everysec", "always"])
+def test_a_follower_syncs_what_it_fetched_by_its_fsync_policy(tmp_path, policy):
+    """A follower's copy reaches the disk as the leader's does (within a
+    second under everysec, a group-commit round under always): its
+    recovery point follows, so a restart CRC-checks only what came after
+    it, and a power loss takes no more than the policy allows."""
+    from storage.log_manager import encode_topic
+
+    c = Cluster(tmp_path, extra=["--fsync", policy])
+    try:
+        key = b"synced"
+        client = c.leader_of(key).client()
+        pipe = client.pipeline(transaction=False)
+        for i in range(300):
+            pipe.xadd(key, {"n": i})
+        pipe.execute()
+        c.wait_converged(key.decode())
+        deadline = time.monotonic() + 5
+        for node in c.followers_of(key):
+            checkpoint = node.data_dir / "topics" / encode_topic(key) / "partition-0" / "recovery-point.checkpoint"
+            while not (checkpoint.exists() and checkpoint.read_text().split()[-1] == "300"):
+                assert time.monotonic() < deadline, f"{node.data_dir.name}: recovery point not moved"
+                time.sleep(0.05)
+    finally:
+        c.stop()
+    assert not c.unexpected_log_lines(), c.unexpected_log_lines()[:5]
+
+
 def test_acks_all_with_fsync_always_waits_for_both(tmp_path):
     """A batch handed over for the fsync round and the ISR (two waits on one
     held reply, Connection._hold) is answered once both are done, in order,
