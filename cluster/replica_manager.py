@@ -646,8 +646,11 @@ class ReplicaManager:
                 if self.on_applied is not None:
                     self.on_applied(stream.log)
             try:
-                if state is not None and apply_state(stream, state):
-                    f.state_token = token
+                if state is not None:
+                    if apply_state(stream, state):
+                        f.state_token = token
+                    if self.on_applied is not None:
+                        self.on_applied(stream.log)  # its deletion markers
                 if group_snapshot is not None or group_records:
                     try:
                         apply_group_changes(stream, group_snapshot, group_records or b"")

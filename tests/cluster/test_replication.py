@@ -286,14 +286,21 @@ async def test_follower_copies_batches_state_and_groups(pair, autojump_clock):
     store = groups_of(stream)
     with pytest.raises(NotLeaderError):
         b.manager.before_append(key, 0)
+    noted: list = []  # what the follower hands to the fsync policy (on_applied)
+    b.manager.on_applied = noted.append
     endpoint = MemoryEndpoint(a.manager)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(b.manager.run_fetcher, 1, endpoint)
         await trio.sleep(1)
         assert a.registry.get(key).log.high_watermark == 50
+        assert any(x is b.registry.get(key).log for x in noted)  # the batches' log
+        noted.clear()
         store.create_group(b"g", (0, 0), 0)
         stream.delete([stream.range((0, 0), (2**64 - 1, 2**64 - 1), count=3).count and
                        tuple(stream.log.entry_id(1))])
+        await trio.sleep(1)
+        # The deletion marker's log and the group store, with no new batch.
+        assert {id(x) for x in noted} == {id(b.registry.get(key).log), id(groups_of(b.registry.get(key)))}
         a.append(key, 5)
         await trio.sleep(1)
         nursery.cancel_scope.cancel()
