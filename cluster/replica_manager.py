@@ -50,6 +50,11 @@ HW_CHECKPOINT = "replication.hw"
 # topic, n, topic id, fetch offset, last fetched epoch, state version, group journal position
 PARTITION_FIELDS = 7
 RETRY_S = 0.5  # a fetcher whose leader is unreachable retries this often
+# What this replica's disk refused (a partition's batches or state, a topic)
+# is asked for again this long after, not in the next fetch: the leader
+# would answer at once, and a refusing disk would turn the fetcher into a
+# busy loop.
+APPLY_RETRY_MS = 1000
 PAUSED = "TRYAGAIN a manual failover is moving this partition's leadership; retry shortly"
 
 
@@ -133,6 +138,8 @@ class ReplicaManager:
         self.paused: dict[int, tuple[int, int]] = {}  # shard -> (epoch, until ms)
         self._fetch_errors: dict[int, str] = {}  # leader -> the last fetch failure logged
         self._apply_errors: dict[tuple[bytes, int, str], str] = {}  # (partition, what) -> the last disk error logged
+        self._apply_backoff: dict[tuple[bytes, int], int] = {}  # partition -> not fetched before (ms)
+        self._rediscover_at: dict[int, int] = {}  # leader -> when to ask for its topics again (ms)
         self._shard_cache: dict[bytes, tuple[int, int]] = {}  # key -> (slot, shard): pure functions of the key
 
     # -- where a partition lives -------------------------------------------
@@ -556,11 +563,23 @@ class ReplicaManager:
         """REPLFETCH for the followed partitions whose truncation step is done
         for the shard's current epoch (the others fetch once it is)."""
         parts = self._follows(leader)
+        token = self.discovery_token.get(leader, b"")
+        backoff = self._apply_backoff
+        if backoff or self._rediscover_at:
+            now = self.clock_ms()
+            if now >= self._rediscover_at.get(leader, now + 1):
+                del self._rediscover_at[leader]
+                token = b""  # a topic it could not take: listed again
+            for key, until in list(backoff.items()):
+                if now >= until:
+                    del backoff[key]
         args = [b"REPLFETCH", b"%d" % self.my_id, self.state.encode(), b"%d" % self.settings.fetch_wait_ms,
-                b"%d" % self.settings.fetch_max_bytes, self.discovery_token.get(leader, b"")]
+                b"%d" % self.settings.fetch_max_bytes, token]
         for f in parts.values():
             if f.epoch_truncated != self.state.epoch(self.shard_of(f.topic, f.n)):
                 continue
+            if backoff and (f.topic, f.n) in backoff:
+                continue  # its last fetched changes were refused by this disk: not yet
             stream = self.registry.stream_of(f.topic, f.n)
             plog = stream.log
             if plog.sync_failure is not None:
@@ -612,8 +631,10 @@ class ReplicaManager:
         view, topics_token, discovered, results = reply
         if view:
             self.state.merge(view)
-        if discovered is not None and self._apply_discovery(leader, discovered):
-            self.discovery_token[leader] = topics_token  # (not after a failure: the next fetch lists them again)
+        if discovered is not None:
+            self.discovery_token[leader] = topics_token
+            if not self._apply_discovery(leader, discovered):
+                self._rediscover_at[leader] = self.clock_ms() + APPLY_RETRY_MS
         appended = False
         parts = self.followed.get(leader, {})
         for res in results:
@@ -640,17 +661,15 @@ class ReplicaManager:
                 self._apply_failed(topic, n, "batches", e)
                 continue
             self._apply_ok(topic, n, "batches")
-            if stream.log.log_end_offset != before:
+            grew = stream.log.log_end_offset != before
+            if grew:
                 appended = True
                 stream.leader_epoch = max(stream.leader_epoch, stream.log.latest_epoch)
-                if self.on_applied is not None:
-                    self.on_applied(stream.log)
+            if self.on_applied is not None and (grew or state is not None):
+                self.on_applied(stream.log)  # its batches, or the deletion markers the state brings
             try:
-                if state is not None:
-                    if apply_state(stream, state):
-                        f.state_token = token
-                    if self.on_applied is not None:
-                        self.on_applied(stream.log)  # its deletion markers
+                if state is not None and apply_state(stream, state):
+                    f.state_token = token
                 if group_snapshot is not None or group_records:
                     try:
                         apply_group_changes(stream, group_snapshot, group_records or b"")
@@ -688,13 +707,14 @@ class ReplicaManager:
             self._apply_ok(topic, n, "topic")
             if (topic, n) not in parts and self._follows_from(topic, n) == leader:
                 parts[(topic, n)] = Followed(topic, n)
-        return complete
         # A partition the leader does not list is not taken as deleted: a
         # new leader may not know a topic yet, and deletions reach every node
         # through the controller's metadata log (server/controller.py).
+        return complete
 
     def _apply_failed(self, topic: bytes, n: int, what: str, error: StorageError) -> None:
         """Log a partition's disk error once per new reason (it recurs every fetch)."""
+        self._apply_backoff[(topic, n)] = self.clock_ms() + APPLY_RETRY_MS
         text = str(error)
         if self._apply_errors.get((topic, n, what)) != text:
             self._apply_errors[(topic, n, what)] = text
