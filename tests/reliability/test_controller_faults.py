@@ -125,6 +125,25 @@ def _wait_healthy(cluster: Cluster, timeout_s: float = 30.0) -> None:
     raise AssertionError(f"the cluster did not become healthy: {last}")
 
 
+def _wait_preferred_leaders(cluster: Cluster, timeout_s: float = 30.0) -> None:
+    """Every shard led by its preferred leader: the controller's rebalance
+    after the last restart is done, and nothing moves while the final
+    checks read the leaders."""
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            view = _controller_view(cluster.alive())
+            last = view
+            shards = [v for k, v in view.items() if re.match(r"controller_shard\d+$", k)]
+            if shards and all(str(s["leader"]) == str(s["replicas"]).split("/")[0] for s in shards):
+                return
+        except (redis.RedisError, OSError):
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"the preferred leaders did not take their shards back: {last}")
+
+
 def _epochs(cluster: Cluster) -> int:
     view = _controller_view(cluster.alive())
     return sum(int(v["epoch"]) for k, v in view.items() if re.match(r"controller_shard\d+$", k))
@@ -255,6 +274,7 @@ def _run(tmp_path, seconds: float, seed: int) -> str:
         for node in cluster.nodes:
             assert node.proc.poll() is None, f"a node died:\n{node.log()[-3000:]}"
         _wait_healthy(cluster)
+        _wait_preferred_leaders(cluster)
         leader_changes = _epochs(cluster) - epochs_before
         checked, xacks = _check(cluster, ledger)
     finally:
