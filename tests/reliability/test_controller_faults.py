@@ -107,8 +107,8 @@ def _controller_view(node) -> dict[str, str]:
     return {k: v for k, v in info.items() if str(k).startswith("controller")}
 
 
-def _wait_healthy(cluster: Cluster, timeout_s: float = 30.0) -> None:
-    """No node fenced and every shard's ISR complete, as the controller sees it."""
+def _wait_view(cluster: Cluster, good, what: str, timeout_s: float = 30.0) -> None:
+    """Poll the controller's view (``good(view, shards)``) until it holds."""
     deadline = time.monotonic() + timeout_s
     last = None
     while time.monotonic() < deadline:
@@ -116,32 +116,28 @@ def _wait_healthy(cluster: Cluster, timeout_s: float = 30.0) -> None:
             view = _controller_view(cluster.alive())
             last = view
             shards = [v for k, v in view.items() if re.match(r"controller_shard\d+$", k)]
-            if (view.get("controller_fenced") == "-" and shards
-                    and all(len(str(s["isr"]).split("/")) == 3 for s in shards)):
+            if shards and good(view, shards):
                 return
         except (redis.RedisError, OSError):
             pass
         time.sleep(0.1)
-    raise AssertionError(f"the cluster did not become healthy: {last}")
+    raise AssertionError(f"{what}: {last}")
 
 
-def _wait_preferred_leaders(cluster: Cluster, timeout_s: float = 30.0) -> None:
+def _wait_healthy(cluster: Cluster) -> None:
+    """No node fenced and every shard's ISR complete, as the controller sees it."""
+    _wait_view(cluster, lambda view, shards: view.get("controller_fenced") == "-"
+               and all(len(str(s["isr"]).split("/")) == 3 for s in shards),
+               "the cluster did not become healthy")
+
+
+def _wait_preferred_leaders(cluster: Cluster) -> None:
     """Every shard led by its preferred leader: the controller's rebalance
     after the last restart is done, and nothing moves while the final
     checks read the leaders."""
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            view = _controller_view(cluster.alive())
-            last = view
-            shards = [v for k, v in view.items() if re.match(r"controller_shard\d+$", k)]
-            if shards and all(str(s["leader"]) == str(s["replicas"]).split("/")[0] for s in shards):
-                return
-        except (redis.RedisError, OSError):
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"the preferred leaders did not take their shards back: {last}")
+    _wait_view(cluster, lambda view, shards: all(str(s["leader"]) == str(s["replicas"]).split("/")[0]
+                                                 for s in shards),
+               "the preferred leaders did not take their shards back")
 
 
 def _epochs(cluster: Cluster) -> int:
