@@ -16,6 +16,18 @@
  *       signalled; each send's socket is dup'ed here, so the caller may
  *       close it meanwhile without its number reaching another client.
  *
+ *   add_send(job, fd, payload) -> bool
+ *       One more (socket fd, bytes) for a job already started, sent with
+ *       the others if its thread has not begun sending yet (True); False:
+ *       too late (or no descriptor to dup), the caller sends it. For a
+ *       reply whose write the job's syncs cover but which was handed over
+ *       after the job started (server/durability.py).
+ *
+ *   done(job) -> bool
+ *       Whether the thread has finished the job (its eventfd write may
+ *       still be on its way): the loop ends a round as soon as it checks,
+ *       without waiting for its poll to see wake_fd (server/durability.py).
+ *
  *   result(job) -> None | (fd, errno)
  *       After wake_fd was signalled: None if every sync succeeded, else the
  *       first descriptor (by position) that failed and its errno (nothing
@@ -32,6 +44,11 @@
  *       (the caller sends the rest), -errno if it failed (the peer is gone),
  *       or None if it was not taken (no descriptor left to dup it: the
  *       caller sends it all).
+ *
+ *   hold_worker(flag)
+ *       For tests only: while held, the worker takes no new job (one
+ *       already running finishes), so a test can act on a started job
+ *       before its thread does (add_send) without racing it.
  *
  * Why not a Python worker thread (trio.to_thread.run_sync): when fdatasync
  * returns, that thread must take the GIL back from a busy event loop, which
@@ -68,8 +85,10 @@ typedef struct Job {
     struct Job *next;
     Py_ssize_t n;
     Py_ssize_t nsend;
+    Py_ssize_t cap; /* room in sends */
     Send *sends;
-    PyObject *keep; /* the payloads' tuple, released with the capsule */
+    PyObject *keep; /* the payloads' list, released with the capsule */
+    int sending; /* under sends_lock: the thread took the sends, add_send refuses */
     int wake_fd;
     int failed_fd;
     int err;
@@ -85,6 +104,11 @@ static pthread_cond_t queue_ready = PTHREAD_COND_INITIALIZER;
 static Job *queue_head = NULL;
 static Job *queue_tail = NULL;
 static int worker_started = 0;
+static int worker_held = 0; /* hold_worker: tests only */
+
+/* Guards a job's sends between add_send (the loop) and the thread taking
+ * them: held only to append or to take, never during a syscall. */
+static pthread_mutex_t sends_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* A round of many partitions syncs many files: one fdatasync after the
  * other, 64 of them took 9.4 ms on this project's VM disk, 3.7-4.6 ms when
@@ -223,7 +247,11 @@ static void
 run_job(Job *job)
 {
     sync_all(job);
-    for (Py_ssize_t i = 0; i < job->nsend; i++) {
+    pthread_mutex_lock(&sends_lock);
+    job->sending = 1; /* no add_send after this: sends stays where it is */
+    Py_ssize_t nsend = job->nsend;
+    pthread_mutex_unlock(&sends_lock);
+    for (Py_ssize_t i = 0; i < nsend; i++) {
         Send *snd = &job->sends[i];
         if (snd->fd < 0)
             continue;
@@ -261,7 +289,7 @@ worker(void *arg)
     (void)arg;
     for (;;) {
         pthread_mutex_lock(&queue_lock);
-        while (queue_head == NULL)
+        while (queue_head == NULL || worker_held)
             pthread_cond_wait(&queue_ready, &queue_lock);
         Job *job = queue_head;
         queue_head = job->next;
@@ -302,51 +330,114 @@ discard_job(Job *job, Py_ssize_t dups)
  * so a connection closed meanwhile cannot have its descriptor number reused
  * under the thread. Returns 0, or -1 with an exception set (the job is then
  * discarded). */
+static PyObject *send_item(PyObject *item, int *fd);
+
 static int
 take_sends(Job *job, PyObject *sends)
 {
-    PyObject *keep = PySequence_Tuple(sends);
+    PyObject *keep = PySequence_List(sends);
     if (keep == NULL) {
         discard_job(job, 0);
         return -1;
     }
     job->keep = keep;
-    Py_ssize_t n = PyTuple_GET_SIZE(keep);
-    job->sends = calloc(n ? (size_t)n : 1, sizeof(Send));
+    Py_ssize_t n = PyList_GET_SIZE(keep);
+    job->cap = n ? n : 1;
+    job->sends = calloc((size_t)job->cap, sizeof(Send));
     if (job->sends == NULL) {
         discard_job(job, 0);
         PyErr_NoMemory();
         return -1;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        /* bytes only: the thread reads the buffer without the GIL, so it
-         * must not be one that can change or move. */
-        PyObject *item = PyTuple_GET_ITEM(keep, i);
-        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2
-            || !PyLong_Check(PyTuple_GET_ITEM(item, 0)) || !PyBytes_Check(PyTuple_GET_ITEM(item, 1))) {
-            PyErr_SetString(PyExc_TypeError, "sends must be (fd, bytes) tuples");
+        int fd;
+        PyObject *payload = send_item(PyList_GET_ITEM(keep, i), &fd);
+        if (payload == NULL) {
             discard_job(job, i);
             return -1;
         }
-        long fd = PyLong_AsLong(PyTuple_GET_ITEM(item, 0));
-        if ((fd == -1 && PyErr_Occurred()) || fd < INT_MIN || fd > INT_MAX) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_OverflowError, "fd out of range");
-            discard_job(job, i);
-            return -1;
-        }
-        PyObject *payload = PyTuple_GET_ITEM(item, 1);
-        const char *buf = PyBytes_AS_STRING(payload);
-        Py_ssize_t len = PyBytes_GET_SIZE(payload);
         /* No descriptor to spare (or a bad one): not taken, the caller sends it. */
-        int dup_fd = fcntl((int)fd, F_DUPFD_CLOEXEC, 0);
+        int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
         job->sends[i].fd = dup_fd;
-        job->sends[i].buf = buf;
-        job->sends[i].len = len;
+        job->sends[i].buf = PyBytes_AS_STRING(payload);
+        job->sends[i].len = PyBytes_GET_SIZE(payload);
         job->sends[i].sent = dup_fd < 0 ? NOT_TAKEN : 0;
         job->nsend = i + 1;
     }
     return 0;
+}
+
+/* The payload of one (fd, bytes) send, its fd in *fd; NULL with an
+ * exception set if it is not one. Bytes only: the thread reads the buffer
+ * without the GIL, so it must not be one that can change or move. */
+static PyObject *
+send_item(PyObject *item, int *fd)
+{
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2
+        || !PyLong_Check(PyTuple_GET_ITEM(item, 0)) || !PyBytes_Check(PyTuple_GET_ITEM(item, 1))) {
+        PyErr_SetString(PyExc_TypeError, "sends must be (fd, bytes) tuples");
+        return NULL;
+    }
+    long v = PyLong_AsLong(PyTuple_GET_ITEM(item, 0));
+    if ((v == -1 && PyErr_Occurred()) || v < INT_MIN || v > INT_MAX) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_OverflowError, "fd out of range");
+        return NULL;
+    }
+    *fd = (int)v;
+    return PyTuple_GET_ITEM(item, 1);
+}
+
+static PyObject *
+fsync_add_send(PyObject *self, PyObject *args)
+{
+    PyObject *capsule;
+    PyObject *item;
+    int fd;
+    if (!PyArg_ParseTuple(args, "OO", &capsule, &item))
+        return NULL;
+    Job *job = (Job *)PyCapsule_GetPointer(capsule, CAPSULE_NAME);
+    if (job == NULL)
+        return NULL;
+    PyObject *payload = send_item(item, &fd);
+    if (payload == NULL)
+        return NULL;
+    if (job->keep == NULL) { /* started without sends */
+        job->keep = PyList_New(0);
+        if (job->keep == NULL)
+            return NULL;
+    }
+    /* The payload is kept before the thread can see it (a refused one is
+     * kept too, harmlessly, until the job is freed). */
+    if (PyList_Append(job->keep, item) < 0)
+        return NULL;
+    pthread_mutex_lock(&sends_lock);
+    if (job->sending) {
+        pthread_mutex_unlock(&sends_lock);
+        Py_RETURN_FALSE;
+    }
+    if (job->nsend == job->cap) {
+        Py_ssize_t cap = job->cap ? 2 * job->cap : 8;
+        Send *grown = realloc(job->sends, (size_t)cap * sizeof(Send));
+        if (grown == NULL) {
+            pthread_mutex_unlock(&sends_lock);
+            Py_RETURN_FALSE;
+        }
+        job->sends = grown;
+        job->cap = cap;
+    }
+    int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (dup_fd < 0) {
+        pthread_mutex_unlock(&sends_lock);
+        Py_RETURN_FALSE;
+    }
+    Send *snd = &job->sends[job->nsend++];
+    snd->fd = dup_fd;
+    snd->buf = PyBytes_AS_STRING(payload);
+    snd->len = PyBytes_GET_SIZE(payload);
+    snd->sent = 0;
+    pthread_mutex_unlock(&sends_lock);
+    Py_RETURN_TRUE;
 }
 
 static PyObject *
@@ -368,8 +459,10 @@ fsync_start(PyObject *self, PyObject *args)
     }
     job->n = n;
     job->nsend = 0;
+    job->cap = 0;
     job->sends = NULL;
     job->keep = NULL;
+    job->sending = 0;
     job->wake_fd = wake_fd;
     job->failed_fd = -1;
     job->err = 0;
@@ -433,6 +526,28 @@ finished_job(PyObject *capsule)
 }
 
 static PyObject *
+fsync_hold_worker(PyObject *self, PyObject *flag)
+{
+    int held = PyObject_IsTrue(flag);
+    if (held < 0)
+        return NULL;
+    pthread_mutex_lock(&queue_lock);
+    worker_held = held;
+    pthread_cond_broadcast(&queue_ready);
+    pthread_mutex_unlock(&queue_lock);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+fsync_done(PyObject *self, PyObject *capsule)
+{
+    Job *job = (Job *)PyCapsule_GetPointer(capsule, CAPSULE_NAME);
+    if (job == NULL)
+        return NULL;
+    return PyBool_FromLong(__atomic_load_n(&job->finished, __ATOMIC_ACQUIRE));
+}
+
+static PyObject *
 fsync_result(PyObject *self, PyObject *capsule)
 {
     Job *job = finished_job(capsule);
@@ -491,6 +606,9 @@ fsync_sent(PyObject *self, PyObject *capsule)
 
 static PyMethodDef methods[] = {
     {"start", fsync_start, METH_VARARGS, "Start fsyncing fds on a thread; signal wake_fd when done."},
+    {"add_send", fsync_add_send, METH_VARARGS, "Add an (fd, bytes) send to a started job, if not too late."},
+    {"hold_worker", fsync_hold_worker, METH_O, "Tests only: while true, the worker takes no new job."},
+    {"done", fsync_done, METH_O, "Whether the job's thread has finished it."},
     {"result", fsync_result, METH_O, "None, or (fd, errno) of the sync that failed."},
     {"failures", fsync_failures, METH_O, "[(fd, errno)] of every sync that failed."},
     {"sent", fsync_sent, METH_O, "Per send of the job: bytes the socket took, or -errno."},

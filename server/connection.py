@@ -223,25 +223,32 @@ class Connection:
                     except OSError:
                         return
             if data is None:
-                # With replies handed to the group commit (``_hold``), read on
-                # meanwhile; what comes in waits until they are out.
-                if held is None or not held.done:
-                    idle_timeout_s = config.timeout
-                    if idle_timeout_s:
-                        with trio.move_on_after(idle_timeout_s) as idle_scope:
-                            await wait(sock)
-                        if idle_scope.cancelled_caught and (held is None or held.done):
-                            log.info("closing idle client %d (timeout %ds)", client.id, idle_timeout_s)
-                            return
-                    else:
-                        await wait(sock)
                 if held is not None:
+                    # Replies handed to the group commit (``_hold``): wait for
+                    # them to be out, not for input (a client sends its next
+                    # batch once it has them, and what comes first waits
+                    # anyway), then try to read: the round's thread sent
+                    # them before the loop learnt of it, so the next batch
+                    # is mostly there, with no wait on the socket.
+                    if not held.done:
+                        # Its round may be over already: end it now, not at
+                        # the loop's next look at the eventfd.
+                        self.server.durability.poll()
                     if not held.done or held.sending or held.failed:
                         await self._release(held)
                     self.held = None
                     if self.stopping:
                         return
-                    # Input may be there already: try it before waiting again.
+                else:
+                    idle_timeout_s = config.timeout
+                    if idle_timeout_s:
+                        with trio.move_on_after(idle_timeout_s) as idle_scope:
+                            await wait(sock)
+                        if idle_scope.cancelled_caught:
+                            log.info("closing idle client %d (timeout %ds)", client.id, idle_timeout_s)
+                            return
+                    else:
+                        await wait(sock)
                 try:
                     data = recv(RECV_BYTES)
                 except (BlockingIOError, InterruptedError):

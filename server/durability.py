@@ -19,18 +19,30 @@ the trio thread.
 Group commit: ``note_write`` returns a sequence number; a writer either
 awaits ``wait_for_flush(seq)`` or hands a callback to ``when_durable(seq,
 callback)`` and carries on (a connection hands over its held replies that
-way, so a round does not wake every writer; a task of this module's own
-then runs the rounds). The first waiter finding no flush in progress becomes
-the flusher: after one checkpoint (every connection made ready in the same
-scheduler pass writes first; skipped when writes noted during the last
-round were already waiting for it) it takes every log noted so far and
-fsyncs them on a thread of ``server._fsync`` that never takes the GIL, while
-the loop serves other clients (their writes make the next round). That
-thread also sends the replies handed over with ``when_durable(...,
+way, so a round does not wake every writer). A round takes every log noted
+so far and fsyncs them on a thread of ``server._fsync`` that never takes the
+GIL, while the loop serves other clients (their writes make the next round).
+That thread also sends the replies handed over with ``when_durable(...,
 send=...)`` as soon as the syncs succeed; then the loop wakes the waiters
 and calls the callbacks whose writes that round covered. N connections
 writing at once cost one fsync, not N. ``everysec`` flushes on a worker
 thread.
+
+Rounds are chained on the loop without a task switch (``_begin_round``,
+``_end_round``): a handed-over write with no round in progress starts one at
+once; a round's end is taken by whichever comes first, the next
+``when_durable`` or ``poll`` (a connection with input while its replies are
+held) finding the thread done, or a task of this module's own woken by the
+thread's eventfd when the loop has nothing else to run; writes noted during
+a round start the next one then and there. (The loop sees a file
+descriptor only between scheduler passes: a pass of 20 busy connections
+is about a millisecond, five times an fsync here, and rounds taken only
+there left the disk idle and every writer waiting one or two passes.) A
+writer that awaits with no round in progress starts one after one
+scheduler pass (the writers made ready with it join).
+
+Under a test's runner (``Durability(run_in_thread=...)``) or without the C
+helper the rounds are awaited instead (``_flush_round``).
 """
 
 from __future__ import annotations
@@ -95,8 +107,11 @@ class Durability:
         self._releasing = False  # the task running rounds for _pending is alive
         # An eventfd server._fsync's thread signals when a round's syncs are done.
         self._wake_fd: int | None = None
-        # Whether the rounds' thread sends held replies (not under a test's runner).
-        self._thread_sends = _fsync is not None and run_in_thread is None
+        # Whether the rounds run on server._fsync's thread, chained on the
+        # loop, and send held replies (not under a test's runner).
+        self._thread_sends = self._chained = _fsync is not None and run_in_thread is None
+        self._round: _Round | None = None  # the chained round in progress
+        self._watching = False  # the task ending chained rounds on the eventfd is alive
         # Tickets of finished rounds whose recovery-point checkpoints a task
         # of this module's own writes on a worker thread (_write_checkpoints).
         self._checkpoints: list[Any] = []
@@ -149,10 +164,32 @@ class Durability:
             return None
         entry = [seq, callback, send if self._thread_sends else None, None]
         self._pending.append(entry)
-        if not self._releasing:
+        if self._chained:
+            round_ = self._round
+            if round_ is not None and seq <= round_.target and entry[2] is not None and round_.job is not None:
+                # Its write is in the round in progress (a deferred commit's
+                # cohort hands over one by one): its thread sends it too, if
+                # it has not begun sending.
+                if _fsync.add_send(round_.job, entry[2]):
+                    round_.sends.append(entry)
+            # Noted before, so a round this ends chains one that covers it
+            # and takes its send.
+            self.poll()
+            if self._round is None and self._flushed_seq < seq:
+                self._begin_round()
+        elif not self._releasing:
             self._releasing = True
             trio.lowlevel.spawn_system_task(self._release_pending)
         return entry
+
+    def poll(self) -> None:
+        """End the chained round in progress if its thread is done (and
+        start the next if writes are waiting): cheap, for a connection whose
+        input came while its replies were held, so the round's end is not
+        left for the loop's next look at the eventfd."""
+        round_ = self._round
+        if round_ is not None and round_.job is not None and _fsync.done(round_.job):
+            self._end_round()
 
     @staticmethod
     def withdraw_send(handle: list | None) -> None:
@@ -168,7 +205,7 @@ class Durability:
             while self._pending:
                 error = None
                 try:
-                    await self.wait_for_flush(max(entry[0] for entry in self._pending))
+                    await self.wait_for_flush(min(entry[0] for entry in self._pending))
                 except DurabilityError as e:
                     error = e
                 pending, self._pending = self._pending, []
@@ -189,6 +226,14 @@ class Durability:
             self._releasing = False
 
     async def _flush_round(self) -> None:
+        if self._chained:
+            # One scheduler pass first: writers made ready with this one join
+            # the round (writes noted during a round chain the next at once,
+            # _end_round). wait_for_flush waits for the round to end.
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            if not self._flushing and self._flushed_seq < self._noted_seq:
+                self._begin_round()
+            return
         self._flushing = True
         target = self._noted_seq
         try:
@@ -263,23 +308,134 @@ class Durability:
                 else:
                     for entry, sent in zip(sends, _fsync.sent(job)):
                         entry[2], entry[3] = None, sent
-            # The recovery-point checkpoints (once a second per log, ~0.6 ms
-            # of writes and fsyncs each) are written on a worker thread after
-            # the round: on the loop, 64 partitions' made it stall for tens
-            # of milliseconds, and the round need not wait for them (they
-            # only shorten recovery).
-            for ticket in tickets:
-                if ticket.checkpoints:
-                    ticket.finish(None, defer_checkpoint=True)
-                    self._checkpoints.append(ticket)
-                else:
-                    ticket.finish(None)
-            if self._checkpoints and not self._checkpointing:
-                self._checkpointing = True
-                trio.lowlevel.spawn_system_task(self._write_checkpoints)
+            self._finish_tickets(tickets)
         finally:
             for lg, ticket in zip(logs, tickets):
                 lg.end_flush(ticket)  # a ticket not finished is discarded
+
+    def _begin_round(self) -> None:
+        """Start a chained round (server._fsync's thread) for every write
+        noted so far; the loop goes on at once."""
+        target = self._noted_seq
+        logs = _open_logs(list(self._always_dirty.values()))
+        self._always_dirty.clear()
+        sends = [e for e in self._pending if e[2] is not None and e[0] <= target]
+        self._flushing = True
+        round_ = self._round = _Round(target, logs)
+        try:
+            for lg in logs:
+                round_.tickets.append(lg.begin_flush())
+            # ~fd: a full fsync (a directory); the rest need only fdatasync.
+            fds = [~fd if full else fd for ticket in round_.tickets for fd, full in ticket.sync_targets()]
+            if fds:
+                if self._wake_fd is None:
+                    self._wake_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+                round_.job = _fsync.start(fds, self._wake_fd, [e[2] for e in sends])
+                round_.sends = sends
+        except Exception as e:
+            round_.error = e
+        if round_.job is None:  # nothing to sync, or it could not start
+            self._end_round()
+        elif not self._watching:
+            self._watching = True
+            trio.lowlevel.spawn_system_task(self._watch_rounds)
+
+    def _end_round(self) -> None:
+        """The chained round's thread is done (or it never started): finish
+        its tickets, wake its waiters, call back its writers, and start the
+        next round if writes were noted meanwhile."""
+        round_, self._round = self._round, None
+        error = round_.error
+        tickets = round_.tickets
+        try:
+            if round_.job is not None:
+                try:
+                    os.eventfd_read(self._wake_fd)  # saves _watch_rounds a wake-up
+                except BlockingIOError:
+                    pass
+                failed = _fsync.result(round_.job)
+                if failed is not None:  # raises
+                    _fail_tickets(tickets, _fsync.failures(round_.job), OSError(failed[1], os.strerror(failed[1])))
+                for entry, sent in zip(round_.sends, _fsync.sent(round_.job)):
+                    entry[2], entry[3] = None, sent
+            if error is None:
+                self._finish_tickets(tickets)
+        except Exception as e:
+            error = error or e
+        for lg, ticket in zip(round_.logs, tickets):
+            try:
+                lg.end_flush(ticket)  # a ticket not finished is discarded
+            except Exception as e:
+                error = error or e
+        target = round_.target
+        failure = None
+        if error is None:
+            self._flushed_seq = target
+            self.fsync_count += 1
+        else:  # storage errors: refuse to acknowledge
+            log.error("fsync failed, %d writes not acknowledged: %s", target - self._flushed_seq, error)
+            self._failure = error
+            self._failed_seq = target
+            self.last_flush_error = str(error)
+            failure = DurabilityError(str(error))
+        self._flushing = False
+        done, self._round_done = self._round_done, trio.Event()
+        done.set()
+        self._call_back(failure)
+        if self._noted_seq > self._flushed_seq and self._noted_seq > target:
+            self._begin_round()  # writes noted during this round: the next at once
+
+    def _call_back(self, error: DurabilityError | None) -> None:
+        """Call the ``when_durable`` callbacks whose writes are durable now,
+        or whose round failed; keep the rest."""
+        pending, self._pending = self._pending, []
+        keep = []
+        for entry in pending:
+            seq, callback, _, sent = entry
+            try:
+                if seq <= self._flushed_seq:
+                    callback(None, sent)
+                elif error is not None and seq <= self._failed_seq:
+                    callback(error, None)
+                else:  # noted after that round began: the next one
+                    keep.append(entry)
+            except Exception:  # one writer's bug must not leave the others unanswered
+                log.exception("a group commit callback failed")
+        self._pending[:0] = keep  # before any a callback handed over meanwhile
+
+    async def _watch_rounds(self) -> None:
+        """End chained rounds the loop did not end sooner (``poll``): the
+        thread's eventfd wakes this task when the loop has nothing else to run."""
+        try:
+            while self._round is not None:
+                await trio.lowlevel.wait_readable(self._wake_fd)
+                try:
+                    os.eventfd_read(self._wake_fd)
+                except BlockingIOError:
+                    pass
+                self.poll()
+        except trio.ClosedResourceError:  # close() at shutdown
+            pass
+        except Exception:  # a bug must not leave writers unanswered forever
+            log.exception("group commit task failed")
+        finally:
+            self._watching = False
+
+    def _finish_tickets(self, tickets: list[Any]) -> None:
+        """A round's syncs succeeded: finish its tickets. The
+        recovery-point checkpoints (once a second per log, ~0.6 ms of writes
+        and fsyncs each) are written on a worker thread after the round: on
+        the loop, 64 partitions' made it stall for tens of milliseconds, and
+        the round need not wait for them (they only shorten recovery)."""
+        for ticket in tickets:
+            if ticket.checkpoints:
+                ticket.finish(None, defer_checkpoint=True)
+                self._checkpoints.append(ticket)
+            else:
+                ticket.finish(None)
+        if self._checkpoints and not self._checkpointing:
+            self._checkpointing = True
+            trio.lowlevel.spawn_system_task(self._write_checkpoints)
 
     async def _write_checkpoints(self) -> None:
         try:
@@ -295,6 +451,7 @@ class Durability:
     def close(self) -> None:
         """Release the round's wake-up descriptor (server shutdown)."""
         if self._wake_fd is not None and not self._flushing:
+            trio.lowlevel.notify_closing(self._wake_fd)  # _watch_rounds may still wait on it
             os.close(self._wake_fd)
             self._wake_fd = None
 
@@ -325,6 +482,20 @@ class Durability:
         """Drop a log about to be closed or deleted from the dirty sets."""
         self._always_dirty.pop(id(log_), None)
         self._everysec_dirty.pop(id(log_), None)
+
+
+class _Round:
+    """A chained round in progress (``Durability._begin_round``)."""
+
+    __slots__ = ("target", "logs", "tickets", "sends", "job", "error")
+
+    def __init__(self, target: int, logs: list[Any]) -> None:
+        self.target = target  # every write noted up to here
+        self.logs = logs
+        self.tickets: list[Any] = []
+        self.sends: list[list[Any]] = []  # when_durable entries the thread sends
+        self.job: Any = None  # server._fsync's job, None until started
+        self.error: BaseException | None = None  # it could not start
 
 
 def _fail_tickets(tickets: list[Any], failures: list[tuple[int, int]], first: OSError) -> None:

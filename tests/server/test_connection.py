@@ -362,13 +362,38 @@ def gated_rounds(durability):
     the way out too: a round waits shielded, so a failed test must not leave
     it waiting forever)."""
     gate = trio.Event()
-    original = durability._flush_round_logs
+    if durability._chained:
+        # Rounds chained on the loop (the real thread): a round due before
+        # the gate opens is held by a placeholder with no job (which no
+        # poll ends, and which keeps writers from starting another); it
+        # starts when the gate opens, covering every write noted by then.
+        from server.durability import _Round
 
-    async def gated(logs, sends):
-        await gate.wait()
-        await original(logs, sends)
+        original_begin = durability._begin_round
 
-    durability._flush_round_logs = gated
+        async def start_later():
+            await gate.wait()
+            durability._round = None
+            durability._flushing = False
+            original_begin()
+
+        def gated_begin():
+            if gate.is_set():
+                original_begin()
+                return
+            durability._round = _Round(durability._noted_seq, [])
+            durability._flushing = True
+            trio.lowlevel.spawn_system_task(start_later)
+
+        durability._begin_round = gated_begin
+    else:
+        original = durability._flush_round_logs
+
+        async def gated(logs, sends):
+            await gate.wait()
+            await original(logs, sends)
+
+        durability._flush_round_logs = gated
     try:
         yield gate
     finally:
@@ -429,6 +454,44 @@ async def test_the_rounds_thread_sends_handed_over_replies(test_commands):
                 while h.state.durability.fsync_count < 2:  # the loop learns of the round after the peer
                     await trio.sleep(0.01)
                 assert h.state.stats.total_net_output_bytes == 41
+                nursery.cancel_scope.cancel()
+    finally:
+        h.state.durability.close()
+
+
+async def test_held_replies_are_waited_for_not_the_socket(test_commands, monkeypatch):
+    """While its replies wait for a round, a connection waits for the round,
+    not for input (which only comes after them from a client waiting for
+    its replies, and would wait for them anyway): no readiness wait per
+    batch. Input that came meanwhile is read right after, in order."""
+    from server import _fsync
+    from server import connection as connection_module
+
+    waits = []
+    real_wait = connection_module.wait_readable
+
+    async def counting_wait(sock):
+        waits.append(sock)
+        await real_wait(sock)
+
+    monkeypatch.setattr(connection_module, "wait_readable", counting_wait)
+    h = Harness(fsync="always")
+    h.state.durability = Durability()  # the real thread
+    try:
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                _fsync.hold_worker(True)  # the round starts, its thread waits
+                try:
+                    sock, conn = h.connect(nursery)
+                    await sock.send(b"TEST-WRITE a\r\n")
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert conn.held is not None and not conn.held.done
+                    await sock.send(b"PING\r\n")
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert len(waits) == 1  # the first request's only
+                finally:
+                    _fsync.hold_worker(False)
+                assert await read_exactly(sock, 16) == b"$3\r\nw:a\r\n+PONG\r\n"
                 nursery.cancel_scope.cancel()
     finally:
         h.state.durability.close()
@@ -584,7 +647,8 @@ async def test_a_closed_clients_waiting_reply_never_reaches_the_next_owner_of_it
                         break
                 gate.set()
                 assert await read_exactly(sock_b, 9) == b"$3\r\nw:b\r\n"
-                while h.state.durability.fsync_count < 2:  # the round a's write joined
+                durability = h.state.durability
+                while durability._flushed_seq < durability._noted_seq:  # the round a's write joined
                     await trio.sleep(0.01)
                 assert await read_exactly(sock_a, 100) == b""  # closed before its reply
                 for c, d in others:

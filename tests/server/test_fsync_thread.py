@@ -3,6 +3,7 @@ the group-commit rounds that use it, with real files and real failures."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import select
@@ -32,19 +33,35 @@ def test_the_extension_is_built_and_used():
     assert durability._fsync is _module()
 
 
-def _run(fds, sends=()):
+def _run(fds, sends=(), added=()):
     """Start a job, wait for its eventfd (at most 10 s), return its result
-    (with ``sends``: its result and what each send took)."""
+    (with ``sends``: its result and what each send took). ``added``: sends
+    handed to the job after it started (``add_send``), before its thread
+    takes it up."""
     fsync = _module()
     wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
     try:
-        job = fsync.start(fds, wake, sends)
+        with held_worker():
+            job = fsync.start(fds, wake, sends)
+            assert all(fsync.add_send(job, send) for send in added)
         readable, _, _ = select.select([wake], [], [], 10)
         assert readable, "the fsync thread never signalled"
         assert os.eventfd_read(wake) == 1
-        return (fsync.result(job), fsync.sent(job)) if sends else fsync.result(job)
+        return (fsync.result(job), fsync.sent(job)) if sends or added else fsync.result(job)
     finally:
         os.close(wake)
+
+
+@contextlib.contextmanager
+def held_worker():
+    """The fsync thread takes no new job until the block ends (the C
+    module's test hook), so a test acts on a started job first."""
+    fsync = _module()
+    fsync.hold_worker(True)
+    try:
+        yield fsync
+    finally:
+        fsync.hold_worker(False)
 
 
 def test_syncs_files_and_a_directory(tmp_path):
@@ -418,6 +435,8 @@ def test_a_failed_sync_sends_nothing():
     try:
         before = _open_fds()
         assert _run([r], [(a.fileno(), b"+OK\r\n")]) == ((r, errno.EINVAL), [0])
+        # Nor one handed to the job after it started (add_send).
+        assert _run([r], [], added=[(a.fileno(), b"+OK\r\n")]) == ((r, errno.EINVAL), [0])
         b.setblocking(False)
         with pytest.raises(BlockingIOError):
             b.recv(100)  # never acknowledged
@@ -624,3 +643,133 @@ class _GoodLog:
 class _NoTicket:
     def run(self):
         pass
+
+
+def _wait_done(job, timeout_s=10.0):
+    """Wait (without yielding to trio) until the thread finished ``job``."""
+    fsync = _module()
+    deadline = time.monotonic() + timeout_s
+    while not fsync.done(job):
+        assert time.monotonic() < deadline, "the fsync thread never finished"
+        time.sleep(0.001)
+
+
+def test_a_send_added_to_a_started_job_goes_out_with_the_others(tmp_path):
+    a, b = socket.socketpair()
+    good = os.open(tmp_path / "a", os.O_CREAT | os.O_WRONLY)
+    wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+    try:
+        os.write(good, b"x" * 4096)
+        before = _open_fds()
+        with held_worker() as fsync:
+            job = fsync.start([good], wake, [(a.fileno(), b"+one\r\n")])
+            assert fsync.add_send(job, (a.fileno(), b"+two\r\n")) is True
+            assert not fsync.done(job)
+        assert select.select([wake], [], [], 10)[0]
+        b.setblocking(False)
+        assert b.recv(100) == b"+one\r\n+two\r\n"
+        assert fsync.result(job) is None and fsync.sent(job) == [6, 6]
+        # Too late once the thread has sent: the caller is told to send it.
+        assert fsync.add_send(job, (a.fileno(), b"+three\r\n")) is False
+        assert fsync.sent(job) == [6, 6]
+        with pytest.raises(BlockingIOError):
+            b.recv(100)
+        assert _open_fds() == before  # the thread closed every dup
+    finally:
+        for fd in (good, wake):
+            os.close(fd)
+        a.close()
+        b.close()
+
+
+def test_a_send_added_to_a_job_started_without_any(tmp_path):
+    a, b = socket.socketpair()
+    good = os.open(tmp_path / "a", os.O_CREAT | os.O_WRONLY)
+    try:
+        assert _run([good], added=[(a.fileno(), b"+OK\r\n")]) == (None, [5])
+        b.setblocking(False)
+        assert b.recv(100) == b"+OK\r\n"
+    finally:
+        os.close(good)
+        a.close()
+        b.close()
+
+
+def test_bad_added_sends_are_refused(tmp_path):
+    good = os.open(tmp_path / "a", os.O_CREAT | os.O_WRONLY)
+    wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+    try:
+        with held_worker() as fsync:
+            job = fsync.start([good], wake)
+            for bad in ((1, "text"), (1,), [1, b"x"], ("1", b"x")):
+                with pytest.raises(TypeError):
+                    fsync.add_send(job, bad)
+            with pytest.raises(ValueError):  # not a job
+                fsync.add_send(object(), (1, b"x"))
+        _wait_done(job)
+        assert fsync.sent(job) == []
+    finally:
+        for fd in (good, wake):
+            os.close(fd)
+
+
+async def test_a_handed_over_write_starts_a_round_at_once_and_a_later_one_joins_its_sends(tmp_path):
+    """A round starts when the first write is handed over, with no scheduler
+    pass; a reply handed over while it runs whose write it covers (a
+    deferred commit's other writers) goes out from its thread too."""
+    log = PartitionLog.open(tmp_path / "p")
+    durability = Durability()
+    a, b = socket.socketpair()
+    c, d = socket.socketpair()
+    called = []
+    try:
+        log.append(entries(1, 10))
+        seq = durability.note_write(log, "always")
+        with held_worker():
+            durability.when_durable(seq, lambda error, sent: called.append(("a", error, sent)), (a.fileno(), b"+1\r\n"))
+            assert durability._flushing  # started, no pass taken
+            durability.when_durable(seq, lambda error, sent: called.append(("c", error, sent)), (c.fileno(), b"+22\r\n"))
+        await durability.wait_for_flush(seq)
+        assert durability.fsync_count == 1
+        # Both sent by the round's thread: sent is a count, not None.
+        assert called == [("a", None, 4), ("c", None, 5)]
+        b.setblocking(False)
+        d.setblocking(False)
+        assert (b.recv(100), d.recv(100)) == (b"+1\r\n", b"+22\r\n")
+        assert log.recovery_point == 10
+    finally:
+        durability.close()
+        log.close()
+        for s in (a, b, c, d):
+            s.close()
+
+
+async def test_a_round_that_ends_at_a_poll_starts_the_next_there(tmp_path):
+    """Writes noted during a round start the next round the moment the
+    loop finds the first done (``poll``, as a connection with input does):
+    no task switch, no wait for the loop to look at the eventfd."""
+    log = PartitionLog.open(tmp_path / "p")
+    durability = Durability()
+    called = []
+    try:
+        log.append(entries(1, 10))
+        with held_worker():
+            first = durability.note_write(log, "always")
+            durability.when_durable(first, lambda error, sent: called.append(1))
+            job = durability._round.job
+            log.append(entries(11, 20))  # offsets 10-29
+            second = durability.note_write(log, "always")
+            durability.when_durable(second, lambda error, sent: called.append(2))
+            assert called == [] and durability._round.job is job  # the first round runs on
+        _wait_done(job)
+        durability.poll()
+        assert called == [1] and durability.fsync_count == 1
+        assert durability._round is not None and durability._round.job is not job  # the next, at once
+        assert log.recovery_point == 10
+        await durability.wait_for_flush(second)
+        await trio.testing.wait_all_tasks_blocked()
+        assert called == [1, 2] and durability.fsync_count == 2
+        assert log.recovery_point == log.log_end_offset == 30
+    finally:
+        durability.close()
+        log.close()
