@@ -227,9 +227,9 @@ class Connection:
                     # Replies handed to the group commit (``_hold``): wait for
                     # them to be out, not for input (a client sends its next
                     # batch once it has them, and what comes first waits
-                    # anyway), then try to read: the round's thread sent
-                    # them before the loop learnt of it, so the next batch
-                    # is mostly there, with no wait on the socket.
+                    # anyway), then, if the round's thread sent them before
+                    # the loop learnt of it, read at once: the next batch is
+                    # mostly there, with no wait on the socket.
                     if not held.done:
                         # Its round may be over already: end it now, not at
                         # the loop's next look at the eventfd.
@@ -239,6 +239,8 @@ class Connection:
                     self.held = None
                     if self.stopping:
                         return
+                    if not held.early:
+                        continue  # sent by the loop just now: no batch yet, wait for it
                 else:
                     idle_timeout_s = config.timeout
                     if idle_timeout_s:
@@ -501,15 +503,16 @@ def _own(out: list, ctx: Context) -> None:
 class _Held:
     """A batch's replies handed over by ``Connection._hold``.
 
-    The connection is not woken when they may go (that is the point):
-    ``release`` runs on the task that finished the last wait (the group
-    commit's, or the one that moved the high watermark) and sends; a failed
-    wait closes the connection (``kill``), and what the socket did not take
-    is sent by a task of its own, under the output buffer limits. The
-    connection waits for ``done`` and ``sending`` only when more input comes
-    first."""
+    ``release`` runs wherever the last wait ended (the group commit's
+    round, or the task that moved the high watermark) and sends, unless the
+    round's thread already did (``early``); a failed wait closes the
+    connection (``kill``), and what the socket did not take is sent by a
+    task of its own, under the output buffer limits. The connection waits
+    for ``done`` and ``sending`` rather than for input, then reads at once
+    if ``early`` (its client has had the replies a while), else waits for
+    input."""
 
-    __slots__ = ("conn", "payload", "send", "waits", "done", "failed", "sending", "event", "handle")
+    __slots__ = ("conn", "payload", "send", "waits", "done", "failed", "sending", "event", "handle", "early")
 
     def __init__(self, conn: Connection, payload: bytes, send: Any, waits: int) -> None:
         self.conn = conn
@@ -521,6 +524,7 @@ class _Held:
         self.sending = False  # a task is sending what the socket did not take
         self.event: trio.Event | None = None  # set when done or sending changes
         self.handle: list | None = None  # the group commit's (Durability.withdraw_send)
+        self.early = False  # the round's thread sent them, before the loop released them
 
     def release(self, error: Exception | None, sent: int | None = None) -> None:
         """One wait is over: once all are, send without waiting. ``sent``:
@@ -541,6 +545,7 @@ class _Held:
             if self.waits:
                 return
             payload, self.payload = self.payload, b""
+            self.early = sent is not None
             if sent is not None:
                 if sent < 0:  # the peer is gone; the connection sees it at its next read
                     sent = len(payload)

@@ -497,6 +497,39 @@ async def test_held_replies_are_waited_for_not_the_socket(test_commands, monkeyp
         h.state.durability.close()
 
 
+async def test_held_replies_the_loop_sent_are_followed_by_a_wait_not_a_read(test_commands, monkeypatch):
+    """Replies the loop itself sent on release (acks=all, a test's runner)
+    have only just left: the connection waits for input instead of trying
+    a read that would find nothing."""
+    from server import connection as connection_module
+
+    waits, misses = [], []
+    real_wait = connection_module.wait_readable
+
+    async def counting_wait(sock):
+        waits.append(sock)
+        await real_wait(sock)
+
+    def counting_recv(self, *args):
+        try:
+            return socket.socket.recv(self, *args)
+        except BlockingIOError:
+            misses.append(self)
+            raise
+
+    monkeypatch.setattr(connection_module, "wait_readable", counting_wait)
+    monkeypatch.setattr(RecordingSocket, "recv", counting_recv, raising=False)
+    h = Harness(fsync="always")  # the inline runner: the loop sends on release
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            sock, conn = h.connect(nursery)
+            await sock.send(b"TEST-WRITE a\r\n")
+            assert await read_exactly(sock, 9) == b"$3\r\nw:a\r\n"
+            await trio.testing.wait_all_tasks_blocked()
+            assert conn.held is None and misses == [] and len(waits) == 2
+            nursery.cancel_scope.cancel()
+
+
 async def test_what_the_socket_does_not_take_from_the_thread_the_loop_sends(test_commands):
     h = Harness(fsync="always")
     h.state.durability = Durability()
