@@ -3,10 +3,12 @@
 Run:
     /work/venv/bin/python -m bench.replication_bench --quick   # one round, about 20 s
     /work/venv/bin/python -m bench.replication_bench           # three rounds, bigger runs (under 3 min)
+    ... --fsync always                                         # every node (and the single one) under fsync always
     ... [--split] [--profile]                                  # diagnostics, see below
 
 Owns: starting one single node and one 3-node cluster (``--replication-factor
-3``) side by side, every node ``--fsync everysec`` (Partita's default); the
+3``) side by side, every node ``--fsync everysec`` (Partita's default; or
+``--fsync always``, the single node too, so the ratios compare like with like); the
 XADD load (redis-benchmark ``-c 50``, once with ``-P 16`` and once
 unpipelined, ``XADD <key> * field <100 B>``) on a fresh topic per run, sent
 to the node that leads the key's slot (found with CLUSTER KEYSLOT and CLUSTER
@@ -117,7 +119,7 @@ class Run:
 class Cluster:
     """Three partita processes on free ports forming one static cluster."""
 
-    def __init__(self, size: int = 3, replication_factor: int = 3) -> None:
+    def __init__(self, size: int = 3, replication_factor: int = 3, fsync: str = "everysec") -> None:
         ports: list[int] = []
         while len(ports) < size:
             p = free_port()
@@ -126,7 +128,7 @@ class Cluster:
         self.ids = list(range(1, size + 1))
         spec = ",".join(f"{i}@127.0.0.1:{p}" for i, p in zip(self.ids, ports))
         self.nodes = {
-            i: ServerProcess("partita", ["--fsync", "everysec", "--node-id", str(i), "--cluster-nodes", spec,
+            i: ServerProcess("partita", ["--fsync", fsync, "--node-id", str(i), "--cluster-nodes", spec,
                                          "--replication-factor", str(replication_factor)], port=p)
             for i, p in zip(self.ids, ports)
         }
@@ -427,6 +429,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=None, help="rounds of every config (default 3; --quick 1)")
     ap.add_argument("--requests", type=int, default=None,
                     help="XADDs per -P 16 run (default 300k; --quick 100k); unpipelined runs send a quarter")
+    ap.add_argument("--fsync", choices=("everysec", "always"), default="everysec",
+                    help="every node's fsync policy, the single node's too (default everysec)")
     ap.add_argument("--split", action="store_true",
                     help=f"also a '{SOLO}' (--cluster-nodes of itself, rf 1): the cluster code path, "
                          "nothing to replicate")
@@ -443,11 +447,11 @@ def main(argv: list[str] | None = None) -> int:
     code = code_version()
     load0 = os.getloadavg()
     t0 = time.monotonic()
-    single = ServerProcess("partita", ["--fsync", "everysec"])
+    single = ServerProcess("partita", ["--fsync", args.fsync])
     solo_port = free_port()
-    solo = ServerProcess("partita", ["--fsync", "everysec", "--node-id", "1",
+    solo = ServerProcess("partita", ["--fsync", args.fsync, "--node-id", "1",
                                      "--cluster-nodes", f"1@127.0.0.1:{solo_port}"], port=solo_port)
-    cluster = Cluster(3, 3)
+    cluster = Cluster(3, 3, args.fsync)
     runs: list[Run] = []
     profiled: dict[str, tuple[Run, Path]] = {}
     expected: dict[str, int] = {}  # cluster key -> XADDs sent
@@ -511,13 +515,14 @@ def main(argv: list[str] | None = None) -> int:
     command = ("python -m bench.replication_bench" + (" --quick" if args.quick else "")
                + (f" --rounds {args.rounds}" if args.rounds else "")
                + (f" --requests {args.requests}" if args.requests else "")
+               + (f" --fsync {args.fsync}" if args.fsync != "everysec" else "")
                + (" --split" if args.split else "") + (" --profile" if args.profile else ""))
     header = (f"# Replication: XADD on 3 nodes (rf 3), acks=1 and acks=all, vs one node — "
               f"{time.strftime('%Y-%m-%d %H:%M')}{' (quick)' if args.quick else ''}\n\n"
               f"host: {socket.gethostname()} ({os.cpu_count()} CPUs, shared; load average "
               f"{load0[0]:.2f} before, {load1[0]:.2f} after), command: `{command}`, {elapsed:.0f} s; "
               f"code: {code}{' (at the end: ' + code_end + ')' if code_end != code else ''}. "
-              f"All partita processes run side by side, `--fsync everysec`; redis-benchmark "
+              f"All partita processes run side by side, `--fsync {args.fsync}`; redis-benchmark "
               f"`-c 50 [-P 16] XADD <key> * field <100 B>`; {rounds} round(s) of "
               f"{' / '.join(configs)} back to back, each run on a fresh topic (cluster keys of 12 bytes: the leader hashes them per byte); "
               f"ratios are per round{', then the median' if rounds > 1 else ''}"
