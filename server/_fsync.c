@@ -16,7 +16,7 @@
  *       signalled; each send's socket is dup'ed here, so the caller may
  *       close it meanwhile without its number reaching another client.
  *
- *   add_send(job, fd, payload) -> bool
+ *   add_send(job, (fd, bytes)) -> bool
  *       One more (socket fd, bytes) for a job already started, sent with
  *       the others if its thread has not begun sending yet (True); False:
  *       too late (or no descriptor to dup), the caller sends it. For a

@@ -145,11 +145,11 @@ class Durability:
     def when_durable(self, seq: int, callback: Any, send: tuple[int, bytes] | None = None) -> None:
         """Call ``callback(None, sent)`` once every write up to ``seq`` is
         fsynced, or ``callback(error, None)`` (a DurabilityError) if the round
-        covering it failed — without anyone awaiting: a task of the
-        durability's own runs the rounds and calls back. Callbacks run on that
-        task and must not block (a connection hands its held replies over
-        this way and goes back to reading, so a round does not wake every
-        writer).
+        covering it failed — without anyone awaiting: callbacks run wherever
+        the round's end is taken (``_end_round``: in a later
+        ``when_durable`` or ``poll``, or on this module's task) and must not
+        block (a connection hands its held replies over this way, so a round
+        needs no task switch per writer).
 
         ``send``, ``(socket fd, payload)``: bytes to send as soon as the
         round's syncs succeed. The thread of ``server._fsync`` that ran them
@@ -184,9 +184,9 @@ class Durability:
 
     def poll(self) -> None:
         """End the chained round in progress if its thread is done (and
-        start the next if writes are waiting): cheap, for a connection whose
-        input came while its replies were held, so the round's end is not
-        left for the loop's next look at the eventfd."""
+        start the next if writes are waiting): cheap, for a connection about
+        to wait for its held replies, so the round's end is not left for the
+        loop's next look at the eventfd."""
         round_ = self._round
         if round_ is not None and round_.job is not None and _fsync.done(round_.job):
             self._end_round()
