@@ -31,8 +31,8 @@ thread.
 Rounds are chained on the loop without a task switch (``_begin_round``,
 ``_end_round``): a handed-over write with no round in progress starts one at
 once; a round's end is taken by whichever comes first, the next
-``when_durable`` or ``poll`` (a connection with input while its replies are
-held) finding the thread done, or a task of this module's own woken by the
+``when_durable`` or ``poll`` (a connection about to wait for its held
+replies) finding the thread done, or a task of this module's own woken by the
 thread's eventfd when the loop has nothing else to run; writes noted during
 a round start the next one then and there. (The loop sees a file
 descriptor only between scheduler passes: a pass of 20 busy connections
@@ -109,7 +109,7 @@ class Durability:
         self._wake_fd: int | None = None
         # Whether the rounds run on server._fsync's thread, chained on the
         # loop, and send held replies (not under a test's runner).
-        self._thread_sends = self._chained = _fsync is not None and run_in_thread is None
+        self._chained = _fsync is not None and run_in_thread is None
         self._round: _Round | None = None  # the chained round in progress
         self._watching = False  # the task ending chained rounds on the eventfd is alive
         # Tickets of finished rounds whose recovery-point checkpoints a task
@@ -162,7 +162,7 @@ class Durability:
         if self._flushed_seq >= seq:
             callback(None, None)
             return None
-        entry = [seq, callback, send if self._thread_sends else None, None]
+        entry = [seq, callback, send if self._chained else None, None]
         self._pending.append(entry)
         if self._chained:
             round_ = self._round
@@ -238,80 +238,44 @@ class Durability:
         target = self._noted_seq
         try:
             # One scheduler pass first: writers made ready with this one join
-            # the round. Then the fsync runs on a thread of its own while the
-            # loop goes on serving the other clients (their writes make the
-            # next round). Before that thread (bench/RESULTS.md) the loop
-            # paused for the fsync, as Redis's appendfsync always does: a
-            # trio worker thread cost more in GIL hand-overs than it saved.
-            # (Not when writes noted during the last round were waiting for
-            # it to end: they start this one at once, and the writers made
-            # ready meanwhile go on to the next; waiting a pass for them
-            # would leave the disk idle while the loop runs it.)
+            # the round. (Not when writes noted during the last round were
+            # waiting for it to end: they start this one at once, and the
+            # writers made ready meanwhile go on to the next.)
             if not self._eager:
                 await trio.lowlevel.cancel_shielded_checkpoint()
             self._eager = False
             target = self._noted_seq
             logs = list(self._always_dirty.values())
             self._always_dirty.clear()
-            # Replies waiting on this round's writes, for its thread to send.
-            sends = [e for e in self._pending if e[2] is not None and e[0] <= target]
             with trio.CancelScope(shield=True):  # the round is every writer's, not its caller's
-                await self._flush_round_logs(logs, sends)
+                await self._flush_round_logs(logs)
             self._flushed_seq = target
             self.fsync_count += 1
             self._eager = self._noted_seq > target
         except Exception as e:  # storage errors: refuse to acknowledge
-            log.error("fsync failed, %d writes not acknowledged: %s", target - self._flushed_seq, e)
-            self._failure = e
-            self._failed_seq = target
-            self.last_flush_error = str(e)
-            raise DurabilityError(str(e)) from e
+            raise self._record_failure(target, e) from e
         finally:
             self._flushing = False
             done, self._round_done = self._round_done, trio.Event()
             done.set()
 
-    async def _flush_round_logs(self, logs: list[Any], sends: list[list[Any]]) -> None:
-        """fsync a round's logs on a thread of ``server._fsync`` while the
-        loop serves the other clients, and have it send ``sends``' payloads
-        if every sync succeeded (each entry's ``sent`` is set); on the loop
-        itself if the C helper was not built."""
+    async def _flush_round_logs(self, logs: list[Any]) -> None:
+        """An awaited round's syncs: on the test's runner, or on the loop
+        itself if the C helper was not built (pausing the loop as Redis's
+        appendfsync always does)."""
         if self._round_runner is not None:
             await self._round_runner(flush_logs_now, logs)
-            return
-        if _fsync is None:
+        else:
             flush_logs_now(logs)
-            return
-        if self._wake_fd is None:
-            self._wake_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
-        wake_fd = self._wake_fd
-        logs = _open_logs(logs)
-        tickets: list[Any] = []
-        try:
-            for lg in logs:
-                tickets.append(lg.begin_flush())
-            # ~fd: a full fsync (a directory); the rest need only fdatasync.
-            fds = [~fd if full else fd for ticket in tickets for fd, full in ticket.sync_targets()]
-            if fds:
-                sends = [e for e in sends if e[2] is not None]  # not withdrawn since
-                job = _fsync.start(fds, wake_fd, [e[2] for e in sends])
-                while True:
-                    await trio.lowlevel.wait_readable(wake_fd)
-                    try:
-                        os.eventfd_read(wake_fd)
-                        break
-                    except BlockingIOError:
-                        continue
-                failed = _fsync.result(job)
-                if failed is not None:  # raises
-                    _fail_tickets(tickets, _fsync.failures(job), OSError(failed[1], os.strerror(failed[1])))
-                else:
-                    for entry, sent in zip(sends, _fsync.sent(job)):
-                        entry[2], entry[3] = None, sent
-            self._finish_tickets(tickets)
-        finally:
-            for lg, ticket in zip(logs, tickets):
-                lg.end_flush(ticket)  # a ticket not finished is discarded
+
+    def _record_failure(self, target: int, error: BaseException) -> DurabilityError:
+        """A round up to ``target`` failed: no write it covered may be
+        acknowledged. Returns the error its writers get."""
+        log.error("fsync failed, %d writes not acknowledged: %s", target - self._flushed_seq, error)
+        self._failure = error
+        self._failed_seq = target
+        self.last_flush_error = str(error)
+        return DurabilityError(str(error))
 
     def _begin_round(self) -> None:
         """Start a chained round (server._fsync's thread) for every write
@@ -373,11 +337,7 @@ class Durability:
             self._flushed_seq = target
             self.fsync_count += 1
         else:  # storage errors: refuse to acknowledge
-            log.error("fsync failed, %d writes not acknowledged: %s", target - self._flushed_seq, error)
-            self._failure = error
-            self._failed_seq = target
-            self.last_flush_error = str(error)
-            failure = DurabilityError(str(error))
+            failure = self._record_failure(target, error)
         self._flushing = False
         done, self._round_done = self._round_done, trio.Event()
         done.set()

@@ -389,9 +389,9 @@ def gated_rounds(durability):
     else:
         original = durability._flush_round_logs
 
-        async def gated(logs, sends):
+        async def gated(logs):
             await gate.wait()
-            await original(logs, sends)
+            await original(logs)
 
         durability._flush_round_logs = gated
     try:
