@@ -28,6 +28,7 @@ from server.connection import Connection
 from server.dispatch import Dispatcher
 from server.durability import Durability
 from server.listener import accept_loop, bind_sockets
+from server.reactor import Reactor
 from server import replication, tls
 from server.acl import warn_if_unprotected
 from server.state import REDIS_VERSION, ServerState, open_topics, partita_version
@@ -115,6 +116,8 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
     try:
         async with trio.open_nursery() as root:
             root.start_soon(durability.run_everysec)
+            state.reactor = Reactor()
+            root.start_soon(state.reactor.run)
             root.start_soon(_sample_ops, state)
             if hasattr(topics, "retention_targets"):
                 root.start_soon(_maintain_topics, state)

@@ -34,7 +34,8 @@ from time import time as _now
 from typing import Any
 
 import trio
-from trio.lowlevel import cancel_shielded_checkpoint, wait_readable, wait_writable
+from trio.lowlevel import (Abort, cancel_shielded_checkpoint, checkpoint, current_task, reschedule,
+                           wait_readable, wait_task_rescheduled, wait_writable)
 
 from server import outbuf
 from server.dispatch import COROUTINE, NO_REPLY, Context, Dispatcher
@@ -93,6 +94,18 @@ class Connection:
         self.stopping = False
         self.parser: RequestParser | None = None
         self.held: _Held | None = None  # replies waiting for a group commit (``_hold``)
+        # Plain sockets in the server's epoll set (server.reactor): the set
+        # watching this socket, whether input may be waiting (its reports are
+        # edge-triggered), the task parked for input (``_wait_input``), and
+        # what ``_on_ready`` leaves that task: bytes it received but did not
+        # answer, or the rest of a reply the socket did not take.
+        self._reactor: Any = None
+        self._fd = -1
+        self.readable = True
+        self._parked: Any = None
+        self._handoff: bytes | None = None
+        self._unsent: bytes | memoryview | None = None
+        self._polls = False  # whether ``_answer_parked`` may answer polls (set by ``_serve``)
         client._kill = self.kill
 
     def kill(self) -> None:
@@ -134,10 +147,17 @@ class Connection:
 
     async def _open(self) -> bool:
         """Whatever must happen before the first request; False closes."""
+        reactor = getattr(self.server, "reactor", None)
+        fd = self.sock.fileno()
+        if reactor is not None and reactor.register(fd, self._on_ready):
+            self._reactor, self._fd = reactor, fd
         return True
 
     async def _close_transport(self) -> None:
         """Close the client's socket (runs in ``run``'s ``finally``, cancelled or not)."""
+        if self._reactor is not None:
+            self._reactor.unregister(self._fd)
+            self._reactor = None
         try:
             # A task still sending held replies (``_Held``) is woken, not stranded.
             trio.lowlevel.notify_closing(self.sock)
@@ -151,7 +171,77 @@ class Connection:
         BlockingIOError if there was none after all), ``send(data)`` sends
         what it can without waiting and returns the byte count."""
         sock = self.sock
-        return wait_readable, sock.recv, sock.send
+        return (wait_readable if self._reactor is None else self._wait_input), sock.recv, sock.send
+
+    async def _wait_input(self, _sock: Any = None) -> None:
+        """The plain loop's wait for input when the socket is in the
+        server's epoll set: none if it may have input already (one scheduler
+        pass first, so a busy client does not starve the others), else park
+        until ``_on_ready`` wakes the task."""
+        if self.readable:
+            await checkpoint()
+            return
+        self._parked = current_task()
+        await wait_task_rescheduled(self._unpark)
+
+    def _unpark(self, _raise_cancel: Any) -> Abort:
+        self._parked = None
+        return Abort.SUCCEEDED
+
+    def _on_ready(self) -> None:
+        """The reactor's report of new input (or EOF). A task parked for
+        input while nothing is in flight gets a consumer's poll answered
+        here, without running (``_answer_parked``); anything else wakes it."""
+        self.readable = True
+        task = self._parked
+        if task is None or self._answer_parked():
+            return
+        self._parked = None
+        reschedule(task)
+
+    def _answer_parked(self) -> bool:
+        """For ``_on_ready``, the parked task's loop step for one request in
+        the poll form (``Dispatcher.read_poll``), taken here: receive, answer,
+        send; True when done with nothing left for the task (it stays
+        parked). False with the received bytes in ``_handoff`` (not a lone
+        poll, EOF, an error) or the reply's rest in ``_unsent``: the task
+        then runs its usual step with them."""
+        if self.stopping or self.parser is None or not self._polls or self.server.config.timeout:
+            return False  # (an idle timeout is the task's to restart)
+        sock = self.sock
+        try:
+            data = sock.recv(RECV_BYTES)
+        except (BlockingIOError, InterruptedError):
+            self.readable = False
+            return True
+        except OSError:
+            self._handoff = b""  # the task closes, as for its own failed receive
+            return False
+        if len(data) < RECV_BYTES:
+            self.readable = False
+        if data[1:2] != b"6" or not self.parser.at_boundary():
+            self._handoff = data
+            return False
+        ctx = self.ctx
+        out: list = []
+        if not self.dispatcher.read_poll(ctx, data, out):
+            self._handoff = data
+            return False
+        stats = self.server.stats
+        stats.total_net_input_bytes += len(data)
+        self.client.last_interaction = _now()
+        views, ctx.views = ctx.views, False
+        try:
+            rest = _send_now(sock.sendmsg, sock.send, out, views, stats)
+        except OSError:
+            self._handoff = b""
+            return False
+        if rest is None:
+            # (A receive that filled its buffer may have left input behind,
+            # and no new report will come for it: the task goes on then.)
+            return not self.readable
+        self._unsent = rest
+        return False
 
     def _gathering_send(self) -> Any:
         """``sendmsg``-like ``send(buffers)`` without waiting, or None (TLS)."""
@@ -199,6 +289,7 @@ class Connection:
         marks = ctx.deferred_marks
         xadd_run = self.dispatcher.xadd_run if "xadd" in RUNS else None
         poll = self.dispatcher.read_poll if "xread" in POLLS else None
+        self._polls = poll is not None
         # The next request's early try (_SPECULATE_MAX_MISSES), plain sockets only.
         speculate = False
         misses = skips = 0
@@ -218,10 +309,14 @@ class Connection:
                         data = recv(RECV_BYTES)
                         misses = 0
                     except (BlockingIOError, InterruptedError):
+                        self.readable = False
                         misses = min(misses + 1, _SPECULATE_MAX_MISSES)
                         skips = (1 << misses) - 1
                     except OSError:
                         return
+                    else:
+                        if len(data) < RECV_BYTES:
+                            self.readable = False
             if data is None:
                 if held is not None:
                     # Replies handed to the group commit (``_hold``): wait for
@@ -243,7 +338,7 @@ class Connection:
                         continue  # sent by the loop just now: no batch yet, wait for it
                 else:
                     idle_timeout_s = config.timeout
-                    if idle_timeout_s:
+                    if idle_timeout_s:  # (``_answer_parked`` leaves such waits alone)
                         with trio.move_on_after(idle_timeout_s) as idle_scope:
                             await wait(sock)
                         if idle_scope.cancelled_caught:
@@ -251,12 +346,22 @@ class Connection:
                             return
                     else:
                         await wait(sock)
-                try:
-                    data = recv(RECV_BYTES)
-                except (BlockingIOError, InterruptedError):
-                    continue
-                except OSError:
-                    return
+                    if self._unsent is not None:  # the rest of a reply answered while parked
+                        rest, self._unsent = self._unsent, None
+                        self.idle = False
+                        await self._send_rest(rest)
+                        continue
+                    data, self._handoff = self._handoff, None  # bytes received while parked
+                if data is None:
+                    try:
+                        data = recv(RECV_BYTES)
+                    except (BlockingIOError, InterruptedError):
+                        self.readable = False
+                        continue
+                    except OSError:
+                        return
+                    if len(data) < RECV_BYTES:
+                        self.readable = False
             if not data:
                 return
             self.idle = False
@@ -349,31 +454,17 @@ class Connection:
                     self._hold(out, hold_send)
             elif out:
                 # Hot path: one send of the whole batch, no extra awaits.
-                # Replies read as views of log files' mappings go in one
-                # gathering send, no copy; what the socket does not take
-                # now is copied before waiting.
-                gathered = ctx.views and gather is not None and len(out) <= _GATHER_MAX
-                ctx.views = False
-                if gathered:
-                    payload, total = out, sum(map(len, out))
-                else:
-                    payload = _JOIN(out)
-                    total = len(payload)
-                stats.total_net_output_bytes += total
+                views, ctx.views = ctx.views, False
                 try:
-                    sent = gather(payload) if gathered else send(payload)
-                except (BlockingIOError, InterruptedError):
-                    sent = 0
+                    rest = _send_now(gather, send, out, views, stats)
                 except OSError:
                     return
                 if skips:
                     skips -= 1
                 elif gather is not None:  # a plain socket (TLS reads through its stream)
                     speculate = True
-                if sent != total:
-                    if gathered:
-                        payload = _JOIN(out)
-                    await self._send_rest(memoryview(payload)[sent:] if sent else payload)
+                if rest is not None:
+                    await self._send_rest(rest)
 
     async def _await_watching_peer(self, reply_coro: Any) -> Any:
         """Await a command that may block (XREAD/XREADGROUP BLOCK) while
@@ -489,6 +580,30 @@ class Connection:
         data = b"".join(out) if len(out) != 1 else out[0]
         self.server.stats.total_net_output_bytes += len(data)
         await self._send_rest(data)
+
+
+def _send_now(gather: Any, send: Any, out: list, views: bool, stats: Any) -> bytes | memoryview | None:
+    """Send a batch's replies ``out`` without waiting: one gathering send
+    when they hold views of log files' mappings (``views``; no copy), else
+    one send of them joined. What the socket did not take, as bytes that
+    outlive the mappings (None when it took everything); an OSError other
+    than "would block" passes. ``gather`` is None for TLS."""
+    gathered = views and gather is not None and len(out) <= _GATHER_MAX
+    if gathered:
+        payload, total = out, sum(map(len, out))
+    else:
+        payload = _JOIN(out)
+        total = len(payload)
+    stats.total_net_output_bytes += total
+    try:
+        sent = gather(payload) if gathered else send(payload)
+    except (BlockingIOError, InterruptedError):
+        sent = 0
+    if sent == total:
+        return None
+    if gathered:
+        payload = _JOIN(out)
+    return memoryview(payload)[sent:] if sent else payload
 
 
 def _own(out: list, ctx: Context) -> None:
