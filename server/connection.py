@@ -194,8 +194,14 @@ class Connection:
         here, without running (``_answer_parked``); anything else wakes it."""
         self.readable = True
         task = self._parked
-        if task is None or self._answer_parked():
+        if task is None:
             return
+        try:
+            if self._answer_parked():
+                return
+        except Exception:  # a bug here must not strand the client: close it
+            log.exception("connection %d failed", self.client.id)
+            self.stopping = True
         self._parked = None
         reschedule(task)
 
@@ -346,6 +352,8 @@ class Connection:
                             return
                     else:
                         await wait(sock)
+                    if self.stopping:
+                        return
                     if self._unsent is not None:  # the rest of a reply answered while parked
                         rest, self._unsent = self._unsent, None
                         self.idle = False

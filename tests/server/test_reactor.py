@@ -328,3 +328,24 @@ async def test_shutdown_closes_a_parked_connection(tmp_path):
         assert await read_exactly(sock, 1) == b""
         assert conn._parked is None
         nursery.cancel_scope.cancel()
+
+
+async def test_a_fault_while_answering_a_parked_connection_closes_it(tmp_path, caplog):
+    h = TopicsHarness(tmp_path)
+    _fill(h)
+    served = _Served(h)
+
+    def broken(ctx, data, out):
+        raise RuntimeError("boom")
+
+    async with trio.open_nursery() as nursery:
+        sock, conn = served.connect(nursery)
+        await _park(sock, conn)
+        h.dispatcher.read_poll = broken
+        with caplog.at_level(logging.ERROR, logger="partita.connection"):
+            await sock.send(_poll())
+            assert await read_exactly(sock, 1) == b""  # closed, not left waiting
+        assert "connection %d failed" % conn.client.id in caplog.text
+        assert served.reactor.registered == 0
+        nursery.cancel_scope.cancel()
+    h.state.topics.close()
