@@ -549,8 +549,8 @@ class Connection:
         """After ``_hold``, before the next batch: wait until the round is
         done and its replies are out (``_Held``); close if it failed."""
         while not held.done or held.sending:
-            held.event = trio.Event()
-            await held.event.wait()
+            held.task = current_task()  # woken by ``_Held._wake``
+            await wait_task_rescheduled(held.unpark)
         if held.failed:
             # Never acknowledge a write that is not on disk or on the replicas.
             self.stopping = True
@@ -635,7 +635,7 @@ class _Held:
     if ``early`` (its client has had the replies a while), else waits for
     input."""
 
-    __slots__ = ("conn", "payload", "send", "waits", "done", "failed", "sending", "event", "handle", "early")
+    __slots__ = ("conn", "payload", "send", "waits", "done", "failed", "sending", "task", "handle", "early")
 
     def __init__(self, conn: Connection, payload: bytes, send: Any, waits: int) -> None:
         self.conn = conn
@@ -645,7 +645,10 @@ class _Held:
         self.done = False
         self.failed = False
         self.sending = False  # a task is sending what the socket did not take
-        self.event: trio.Event | None = None  # set when done or sending changes
+        # The connection's task waiting for done or sending to change
+        # (``Connection._release``): parked and rescheduled directly, not
+        # through a ``trio.Event`` per batch.
+        self.task: Any = None
         self.handle: list | None = None  # the group commit's (Durability.withdraw_send)
         self.early = False  # the round's thread sent them, before the loop released them
 
@@ -685,8 +688,17 @@ class _Held:
             elif conn.stopping:
                 conn.cancel_scope.cancel()  # shutting down: its last replies are out
         self.done = True
-        if self.event is not None:
-            self.event.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        task = self.task
+        if task is not None:
+            self.task = None
+            reschedule(task)
+
+    def unpark(self, _raise_cancel: Any) -> Abort:
+        self.task = None  # cancelled (the connection is closing)
+        return Abort.SUCCEEDED
 
     async def _send_rest(self, rest: memoryview) -> None:
         conn = self.conn
@@ -698,8 +710,7 @@ class _Held:
             self.sending = False
             if conn.stopping:
                 conn.cancel_scope.cancel()
-            if self.event is not None:
-                self.event.set()
+            self._wake()
 
 
 class _CloseNow(Exception):
