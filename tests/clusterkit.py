@@ -17,6 +17,22 @@ from tests.netproxy import ProxyMesh
 LAG_MS = 1000
 
 
+def leased(call, timeout_s: float = 15.0):
+    """``call()``, again while the node answers ``-TRYAGAIN ... lost contact
+    with the cluster controller``: a stopped or restarted node may be the
+    controller's leader, and while another takes over a partition leader's
+    lease can lapse; the command was refused before it ran (nothing
+    written), and the error asks the client to retry."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return call()
+        except redis.exceptions.TryAgainError as e:
+            if "lost contact with the cluster controller" not in str(e) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
+
+
 def partition_lines(server: PartitaProcess) -> dict[str, dict[str, str]]:
     """INFO replication's ``partitionN:key=...`` lines, by key."""
     with RawConn(server.port) as conn:

@@ -11,7 +11,7 @@ import time
 import pytest
 import redis
 
-from tests.clusterkit import LAG_MS, Cluster, partition_lines as _partition_lines
+from tests.clusterkit import LAG_MS, Cluster, leased as _leased, partition_lines as _partition_lines
 from tests.conftest import RawConn
 
 @pytest.fixture
@@ -157,22 +157,6 @@ def test_pipelined_xadd_runs_on_a_leader_are_replicated_and_refused_on_a_followe
             raw = conn.request(one * 3, replies=3)
             assert raw == b"-MOVED %d 127.0.0.1:%d\r\n" % (slot, leader.port) * 3
     assert client.xlen(key) == 251
-
-
-def _leased(call, timeout_s: float = 15.0):
-    """``call()``, again while the node answers ``-TRYAGAIN ... lost contact
-    with the cluster controller``: a stopped node may be the controller's
-    leader, and while another takes over the leader's lease can lapse; the
-    command was refused before it ran (nothing written), and the error asks
-    the client to retry."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return call()
-        except redis.exceptions.TryAgainError as e:
-            if "lost contact with the cluster controller" not in str(e) or time.monotonic() >= deadline:
-                raise
-            time.sleep(0.1)
 
 
 def test_an_acks_all_write_is_never_acknowledged_once_the_isr_falls_below_the_minimum(cluster):

@@ -13,7 +13,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from tests.clusterkit import Cluster
+from tests.clusterkit import Cluster, leased
 
 
 @dataclass
@@ -62,7 +62,9 @@ def check_key(cluster: Cluster, key: bytes, acked: list[bytes]) -> list[bytes]:
     acknowledgement order, and every replica's log byte-identical; returns
     the IDs stored."""
     cluster.wait_converged(key.decode(), timeout_s=30)
-    stored = [entry_id for entry_id, _ in cluster.leader_of(key).client().xrange(key)]
+    # The last fault may have restarted the controller's leader: a lease
+    # lapsing meanwhile refuses the read with -TRYAGAIN, retried.
+    stored = [entry_id for entry_id, _ in leased(lambda: cluster.leader_of(key).client().xrange(key))]
     assert len(stored) == len(set(stored)), f"{key!r}: duplicate IDs"
     position = {entry_id: i for i, entry_id in enumerate(stored)}
     missing = [a for a in acked if a not in position]
