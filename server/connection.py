@@ -102,7 +102,8 @@ class Connection:
         self._reactor: Any = None
         self._fd = -1
         self.readable = True
-        self._parked: Any = None
+        self._input = _Waiter()
+        self._round = _Waiter()  # the task waiting for a held batch's round (``_release``)
         self._handoff: bytes | None = None
         self._unsent: bytes | memoryview | None = None
         self._polls = False  # whether ``_answer_parked`` may answer polls (set by ``_serve``)
@@ -181,20 +182,14 @@ class Connection:
         if self.readable:
             await checkpoint()
             return
-        self._parked = current_task()
-        await wait_task_rescheduled(self._unpark)
-
-    def _unpark(self, _raise_cancel: Any) -> Abort:
-        self._parked = None
-        return Abort.SUCCEEDED
+        await self._input.wait()
 
     def _on_ready(self) -> None:
         """The reactor's report of new input (or EOF). A task parked for
         input while nothing is in flight gets a consumer's poll answered
         here, without running (``_answer_parked``); anything else wakes it."""
         self.readable = True
-        task = self._parked
-        if task is None:
+        if self._input.task is None:
             return
         try:
             if self._answer_parked():
@@ -202,8 +197,7 @@ class Connection:
         except Exception:  # a bug here must not strand the client: close it
             log.exception("connection %d failed", self.client.id)
             self.stopping = True
-        self._parked = None
-        reschedule(task)
+        self._input.wake()
 
     def _answer_parked(self) -> bool:
         """For ``_on_ready``, the parked task's loop step for one request in
@@ -549,8 +543,7 @@ class Connection:
         """After ``_hold``, before the next batch: wait until the round is
         done and its replies are out (``_Held``); close if it failed."""
         while not held.done or held.sending:
-            held.task = current_task()  # woken by ``_Held._wake``
-            await wait_task_rescheduled(held.unpark)
+            await self._round.wait()  # woken by ``_Held``
         if held.failed:
             # Never acknowledge a write that is not on disk or on the replicas.
             self.stopping = True
@@ -635,7 +628,7 @@ class _Held:
     if ``early`` (its client has had the replies a while), else waits for
     input."""
 
-    __slots__ = ("conn", "payload", "send", "waits", "done", "failed", "sending", "task", "handle", "early")
+    __slots__ = ("conn", "payload", "send", "waits", "done", "failed", "sending", "handle", "early")
 
     def __init__(self, conn: Connection, payload: bytes, send: Any, waits: int) -> None:
         self.conn = conn
@@ -645,10 +638,6 @@ class _Held:
         self.done = False
         self.failed = False
         self.sending = False  # a task is sending what the socket did not take
-        # The connection's task waiting for done or sending to change
-        # (``Connection._release``): parked and rescheduled directly, not
-        # through a ``trio.Event`` per batch.
-        self.task: Any = None
         self.handle: list | None = None  # the group commit's (Durability.withdraw_send)
         self.early = False  # the round's thread sent them, before the loop released them
 
@@ -688,17 +677,7 @@ class _Held:
             elif conn.stopping:
                 conn.cancel_scope.cancel()  # shutting down: its last replies are out
         self.done = True
-        self._wake()
-
-    def _wake(self) -> None:
-        task = self.task
-        if task is not None:
-            self.task = None
-            reschedule(task)
-
-    def unpark(self, _raise_cancel: Any) -> Abort:
-        self.task = None  # cancelled (the connection is closing)
-        return Abort.SUCCEEDED
+        conn._round.wake()
 
     async def _send_rest(self, rest: memoryview) -> None:
         conn = self.conn
@@ -710,7 +689,32 @@ class _Held:
             self.sending = False
             if conn.stopping:
                 conn.cancel_scope.cancel()
-            self._wake()
+            conn._round.wake()
+
+
+class _Waiter:
+    """One task parked until ``wake``: trio's ``wait_task_rescheduled``
+    directly, without an ``Event``'s parking lot per wait. ``task`` is the
+    parked task, None while it runs; a cancelled wait unparks it."""
+
+    __slots__ = ("task",)
+
+    def __init__(self) -> None:
+        self.task: Any = None
+
+    async def wait(self) -> None:
+        self.task = current_task()
+        await wait_task_rescheduled(self._abort)
+
+    def _abort(self, _raise_cancel: Any) -> Abort:
+        self.task = None
+        return Abort.SUCCEEDED
+
+    def wake(self) -> None:
+        task = self.task
+        if task is not None:
+            self.task = None
+            reschedule(task)
 
 
 class _CloseNow(Exception):

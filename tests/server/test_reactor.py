@@ -171,7 +171,7 @@ async def _park(sock, conn) -> None:
     await sock.send(b"PING\r\n")
     assert await read_exactly(sock, 7) == b"+PONG\r\n"
     await wait_all_tasks_blocked()
-    assert conn._parked is not None
+    assert conn._input.task is not None
 
 
 def _poll(count=b"10", key=b"s", after=b"0-0"):
@@ -326,7 +326,7 @@ async def test_shutdown_closes_a_parked_connection(tmp_path):
         await _park(sock, conn)
         conn.stop()
         assert await read_exactly(sock, 1) == b""
-        assert conn._parked is None
+        assert conn._input.task is None
         nursery.cancel_scope.cancel()
 
 
