@@ -18,10 +18,12 @@
  *
  *   add_send(job, (fd, bytes)) -> bool
  *       One more (socket fd, bytes) for a job already started, sent with
- *       the others if its thread has not begun sending yet (True); False:
+ *       the others if its thread has not finished sending (True); False:
  *       too late (or no descriptor to dup), the caller sends it. For a
  *       reply whose write the job's syncs cover but which was handed over
- *       after the job started (server/durability.py).
+ *       after the job started (server/durability.py): a deferred commit's
+ *       writers hand over one by one, and a sync that ends before the last
+ *       of them would otherwise leave their sends to the event loop.
  *
  *   done(job) -> bool
  *       Whether the thread has finished the job (its eventfd write may
@@ -49,6 +51,10 @@
  *       For tests only: while held, the worker takes no new job (one
  *       already running finishes), so a test can act on a started job
  *       before its thread does (add_send) without racing it.
+ *
+ *   hold_sends(flag)
+ *       For tests only: while held, a job's thread stops after each send
+ *       but its first, so a test can hand a send over while it sends.
  *
  * Why not a Python worker thread (trio.to_thread.run_sync): when fdatasync
  * returns, that thread must take the GIL back from a busy event loop, which
@@ -88,7 +94,7 @@ typedef struct Job {
     Py_ssize_t cap; /* room in sends */
     Send *sends;
     PyObject *keep; /* the payloads' list, released with the capsule */
-    int sending; /* under sends_lock: the thread took the sends, add_send refuses */
+    int closed; /* under sends_lock: the thread sent all it will, add_send refuses */
     int wake_fd;
     int failed_fd;
     int err;
@@ -107,8 +113,10 @@ static int worker_started = 0;
 static int worker_held = 0; /* hold_worker: tests only */
 
 /* Guards a job's sends between add_send (the loop) and the thread taking
- * them: held only to append or to take, never during a syscall. */
+ * them: held only to append or to take one, never during a syscall. */
 static pthread_mutex_t sends_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t sends_resumed = PTHREAD_COND_INITIALIZER;
+static int sends_held = 0; /* hold_sends: tests only */
 
 /* A round of many partitions syncs many files: one fdatasync after the
  * other, 64 of them took 9.4 ms on this project's VM disk, 3.7-4.6 ms when
@@ -247,31 +255,42 @@ static void
 run_job(Job *job)
 {
     sync_all(job);
-    pthread_mutex_lock(&sends_lock);
-    job->sending = 1; /* no add_send after this: sends stays where it is */
-    Py_ssize_t nsend = job->nsend;
-    pthread_mutex_unlock(&sends_lock);
-    for (Py_ssize_t i = 0; i < nsend; i++) {
-        Send *snd = &job->sends[i];
-        if (snd->fd < 0)
+    /* Sends handed over while this thread sends (add_send: the rest of a
+     * deferred commit's writers) go out too; it stops taking them only when
+     * it finds no new one, under the lock, and closes the job to add_send. */
+    for (Py_ssize_t i = 0;; i++) {
+        pthread_mutex_lock(&sends_lock);
+        while (sends_held && i > 0)
+            pthread_cond_wait(&sends_resumed, &sends_lock);
+        if (i == job->nsend) {
+            job->closed = 1;
+            pthread_mutex_unlock(&sends_lock);
+            break;
+        }
+        Send snd = job->sends[i]; /* a copy: add_send may move the array */
+        pthread_mutex_unlock(&sends_lock);
+        if (snd.fd < 0)
             continue;
         if (job->failed_fd < 0) {
             /* Never block: what the socket does not take now goes back to
              * the loop, which sends it under the output buffer limits. */
-            while (snd->sent < snd->len) {
-                ssize_t r = send(snd->fd, snd->buf + snd->sent, (size_t)(snd->len - snd->sent),
+            while (snd.sent < snd.len) {
+                ssize_t r = send(snd.fd, snd.buf + snd.sent, (size_t)(snd.len - snd.sent),
                                  MSG_DONTWAIT | MSG_NOSIGNAL);
                 if (r < 0) {
                     if (errno == EINTR)
                         continue;
                     if (errno != EAGAIN && errno != EWOULDBLOCK)
-                        snd->sent = -errno;
+                        snd.sent = -errno;
                     break;
                 }
-                snd->sent += r;
+                snd.sent += r;
             }
         }
-        close(snd->fd);
+        close(snd.fd);
+        pthread_mutex_lock(&sends_lock);
+        job->sends[i].sent = snd.sent;
+        pthread_mutex_unlock(&sends_lock);
     }
     int wake_fd = job->wake_fd;
     /* After this store the job may be freed: read nothing from it after. */
@@ -412,7 +431,7 @@ fsync_add_send(PyObject *self, PyObject *args)
     if (PyList_Append(job->keep, item) < 0)
         return NULL;
     pthread_mutex_lock(&sends_lock);
-    if (job->sending) {
+    if (job->closed) {
         pthread_mutex_unlock(&sends_lock);
         Py_RETURN_FALSE;
     }
@@ -462,7 +481,7 @@ fsync_start(PyObject *self, PyObject *args)
     job->cap = 0;
     job->sends = NULL;
     job->keep = NULL;
-    job->sending = 0;
+    job->closed = 0;
     job->wake_fd = wake_fd;
     job->failed_fd = -1;
     job->err = 0;
@@ -525,17 +544,30 @@ finished_job(PyObject *capsule)
     return job;
 }
 
+/* The test hooks: set a hold flag under its lock and wake its waiters. */
+static PyObject *
+set_hold(PyObject *flag, pthread_mutex_t *lock, pthread_cond_t *cond, int *held)
+{
+    int value = PyObject_IsTrue(flag);
+    if (value < 0)
+        return NULL;
+    pthread_mutex_lock(lock);
+    *held = value;
+    pthread_cond_broadcast(cond);
+    pthread_mutex_unlock(lock);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+fsync_hold_sends(PyObject *self, PyObject *flag)
+{
+    return set_hold(flag, &sends_lock, &sends_resumed, &sends_held);
+}
+
 static PyObject *
 fsync_hold_worker(PyObject *self, PyObject *flag)
 {
-    int held = PyObject_IsTrue(flag);
-    if (held < 0)
-        return NULL;
-    pthread_mutex_lock(&queue_lock);
-    worker_held = held;
-    pthread_cond_broadcast(&queue_ready);
-    pthread_mutex_unlock(&queue_lock);
-    Py_RETURN_NONE;
+    return set_hold(flag, &queue_lock, &queue_ready, &worker_held);
 }
 
 static PyObject *
@@ -608,6 +640,7 @@ static PyMethodDef methods[] = {
     {"start", fsync_start, METH_VARARGS, "Start fsyncing fds on a thread; signal wake_fd when done."},
     {"add_send", fsync_add_send, METH_VARARGS, "Add an (fd, bytes) send to a started job, if not too late."},
     {"hold_worker", fsync_hold_worker, METH_O, "Tests only: while true, the worker takes no new job."},
+    {"hold_sends", fsync_hold_sends, METH_O, "Tests only: while true, a job's thread stops after each send but its first."},
     {"done", fsync_done, METH_O, "Whether the job's thread has finished it."},
     {"result", fsync_result, METH_O, "None, or (fd, errno) of the sync that failed."},
     {"failures", fsync_failures, METH_O, "[(fd, errno)] of every sync that failed."},

@@ -169,7 +169,7 @@ class Durability:
             if round_ is not None and seq <= round_.target and entry[2] is not None and round_.job is not None:
                 # Its write is in the round in progress (a deferred commit's
                 # cohort hands over one by one): its thread sends it too, if
-                # it has not begun sending.
+                # it has not finished sending.
                 if _fsync.add_send(round_.job, entry[2]):
                     round_.sends.append(entry)
             # Noted before, so a round this ends chains one that covers it

@@ -669,7 +669,7 @@ def test_a_send_added_to_a_started_job_goes_out_with_the_others(tmp_path):
         b.setblocking(False)
         assert b.recv(100) == b"+one\r\n+two\r\n"
         assert fsync.result(job) is None and fsync.sent(job) == [6, 6]
-        # Too late once the thread has sent: the caller is told to send it.
+        # Too late once the thread is done: the caller is told to send it.
         assert fsync.add_send(job, (a.fileno(), b"+three\r\n")) is False
         assert fsync.sent(job) == [6, 6]
         with pytest.raises(BlockingIOError):
@@ -680,6 +680,44 @@ def test_a_send_added_to_a_started_job_goes_out_with_the_others(tmp_path):
             os.close(fd)
         a.close()
         b.close()
+
+
+def test_a_send_added_while_the_thread_sends_goes_out_too(tmp_path):
+    """A deferred commit's writers hand over one by one; one whose turn comes
+    after the sync ended, while the thread is still sending the others',
+    still goes out from the thread (not from the loop), after them."""
+    pairs = [socket.socketpair() for _ in range(3)]
+    good = os.open(tmp_path / "a", os.O_CREAT | os.O_WRONLY)
+    wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+    fsync = _module()
+    try:
+        os.write(good, b"x" * 4096)
+        (a0, b0), (a1, b1), (a2, b2) = pairs
+        before = _open_fds()
+        fsync.hold_sends(True)
+        try:
+            job = fsync.start([good], wake, [(a0.fileno(), b"+zero\r\n"), (a1.fileno(), b"+one\r\n")])
+            # The thread synced and sent the first; it waits before the next.
+            assert select.select([b0], [], [], 10)[0]
+            assert not fsync.done(job)
+            assert fsync.add_send(job, (a2.fileno(), b"+two\r\n")) is True
+        finally:
+            fsync.hold_sends(False)
+        assert select.select([wake], [], [], 10)[0]
+        assert fsync.result(job) is None and fsync.sent(job) == [7, 6, 6]
+        for b, expected in ((b0, b"+zero\r\n"), (b1, b"+one\r\n"), (b2, b"+two\r\n")):
+            b.setblocking(False)
+            assert b.recv(100) == expected
+        # Closed to add_send once the thread found nothing more to send.
+        assert fsync.add_send(job, (a2.fileno(), b"+three\r\n")) is False
+        assert fsync.sent(job) == [7, 6, 6]
+        assert _open_fds() == before  # the thread closed every dup
+    finally:
+        for fd in (good, wake):
+            os.close(fd)
+        for a, b in pairs:
+            a.close()
+            b.close()
 
 
 def test_a_send_added_to_a_job_started_without_any(tmp_path):
