@@ -107,6 +107,15 @@ class Connection:
         self._handoff: bytes | None = None
         self._unsent: bytes | memoryview | None = None
         self._polls = False  # whether ``_answer_parked`` may answer polls (set by ``_serve``)
+        # While its task waits for a held batch whose replies are out, the
+        # reactor takes the next batch's XADD runs (``_take_runs``): whether
+        # it does now, the replies of runs taken in this step of the reactor
+        # (``_hand_taken``), and those of runs taken before input the task
+        # goes on with.
+        self._owned = False
+        self._taking = False  # ``_take_runs`` is ending the round of the held batch
+        self._taken: list | None = None
+        self._pre_out: list | None = None
         client._kill = self.kill
 
     def kill(self) -> None:
@@ -187,17 +196,24 @@ class Connection:
     def _on_ready(self) -> None:
         """The reactor's report of new input (or EOF). A task parked for
         input while nothing is in flight gets a consumer's poll answered
-        here, without running (``_answer_parked``); anything else wakes it."""
+        here, without running (``_answer_parked``); one waiting for a held
+        batch that is out gets its next batch of XADDs taken here while the
+        reactor owns it (``_take_runs``); anything else wakes it."""
         self.readable = True
-        if self._input.task is None:
+        if self._owned:
+            inline, waiter = self._take_runs, self._round
+        elif self._input.task is not None:
+            inline, waiter = self._answer_parked, self._input
+        else:
             return
         try:
-            if self._answer_parked():
+            if inline():
                 return
         except Exception:  # a bug here must not strand the client: close it
             log.exception("connection %d failed", self.client.id)
             self.stopping = True
-        self._input.wake()
+        self._owned = False
+        waiter.wake()
 
     def _answer_parked(self) -> bool:
         """For ``_on_ready``, the parked task's loop step for one request in
@@ -209,16 +225,9 @@ class Connection:
         if self.stopping or self.parser is None or not self._polls or self.server.config.timeout:
             return False  # (an idle timeout is the task's to restart)
         sock = self.sock
-        try:
-            data = sock.recv(RECV_BYTES)
-        except (BlockingIOError, InterruptedError):
-            self.readable = False
+        data = self._receive()
+        if data is None:
             return True
-        except OSError:
-            self._handoff = b""  # the task closes, as for its own failed receive
-            return False
-        if len(data) < RECV_BYTES:
-            self.readable = False
         if data[1:2] != b"6" or not self.parser.at_boundary():
             self._handoff = data
             return False
@@ -242,6 +251,91 @@ class Connection:
             return not self.readable
         self._unsent = rest
         return False
+
+    def _receive(self) -> bytes | None:
+        """The receive of ``_on_ready``'s paths: the bytes (b"" at EOF or
+        on an error, which the task closes for as for its own receive), or
+        None if there were none after all. Clears ``readable`` when it
+        drained the socket."""
+        try:
+            data = self.sock.recv(RECV_BYTES)
+        except (BlockingIOError, InterruptedError):
+            self.readable = False
+            return None
+        except OSError:
+            return b""
+        if len(data) < RECV_BYTES:
+            self.readable = False
+        return data
+
+    def _may_own(self) -> bool:
+        """Whether the reactor may take this connection's XADD runs while
+        its task waits for a held batch (``_Held.release``)."""
+        return (self._reactor is not None and not self.stopping and self.parser is not None
+                and not self.server.config.timeout  # (an idle timeout is the task's to restart)
+                and self._handoff is None and self._unsent is None and self._taken is None)
+
+    def _take_runs(self) -> bool:
+        """For ``_on_ready`` while the reactor owns the connection: its
+        task waits for a held batch whose replies are out, and the next
+        batch is taken here, if it is runs of ``XADD key * field value ...``
+        (``Dispatcher.xadd_run``): appended (deferred, as by the task) and,
+        at the end of the reactor's step, handed to the group commit with
+        every other connection's of that step (``_hand_taken``), the task
+        staying parked. True when done with nothing left for the task.
+        False when the task must go on: with the bytes received in
+        ``_handoff`` (and the replies of runs taken before them in
+        ``_pre_out``), or with nothing received (its held batch is not
+        out yet, EOF, an error)."""
+        held = self.held
+        if held is not None and not held.done:
+            # Its client has the replies (the round's thread sent them) but
+            # the loop has not ended the round yet: end it now if it is over.
+            self._taking = True
+            try:
+                self.server.durability.poll()
+            finally:
+                self._taking = False
+        if held is None or not held.done or held.sending or held.failed or not self._may_own():
+            return False
+        data = self._receive()
+        if data is None:
+            return True
+        if not data or data[0] != 42 or not self.parser.at_boundary():
+            self._handoff = data
+            return False
+        out: list = []
+        pos = _take_xadd_runs(self.dispatcher.xadd_run, self.ctx, data, out)
+        if pos:
+            self.server.stats.total_net_input_bytes += pos
+            self.client.last_interaction = _now()
+        if pos < len(data):
+            self._handoff = data[pos:] if pos else data
+            self._pre_out = out
+            return False
+        self._taken = out
+        self._reactor.after_step(self._hand_taken)
+        return True
+
+    def _hand_taken(self) -> None:
+        """The end of the reactor's step after ``_take_runs``: commit (the
+        first connection of the step commits every one's entries, one log
+        batch per stream), then hand the replies over as the task's
+        ``_hold`` does; if their writes wait for nothing (a topic of another
+        fsync policy, a failed commit) the task sends them."""
+        out, self._taken = self._taken, None
+        if out is None or self._reactor is None:
+            return
+        ctx = self.ctx
+        self._settle(out)
+        if ctx.flush_seq or ctx.repl_pending:
+            self._hold(out, self.sock.send)
+            return
+        payload = _JOIN(out)
+        self.server.stats.total_net_output_bytes += len(payload)
+        self._unsent = payload
+        self._owned = False
+        self._round.wake()
 
     def _gathering_send(self) -> Any:
         """``sendmsg``-like ``send(buffers)`` without waiting, or None (TLS)."""
@@ -330,11 +424,19 @@ class Connection:
                         # the loop's next look at the eventfd.
                         self.server.durability.poll()
                     if not held.done or held.sending or held.failed:
-                        await self._release(held)
+                        # (While it waits, the reactor may take its next
+                        # batches: ``_owned``, ``self.held`` replaced.)
+                        held = await self._release(held)
                     self.held = None
                     if self.stopping:
                         return
-                    if not held.early:
+                    if self._unsent is not None:  # the rest of a batch the reactor took
+                        rest, self._unsent = self._unsent, None
+                        await self._send_rest(rest)
+                        continue
+                    if self._handoff is not None:  # input the reactor received and left
+                        data, self._handoff = self._handoff, None
+                    elif not held.early:
                         continue  # sent by the loop just now: no batch yet, wait for it
                 else:
                     idle_timeout_s = config.timeout
@@ -369,22 +471,15 @@ class Connection:
             self.idle = False
             stats.total_net_input_bytes += len(data)
             out: list = []
+            if self._pre_out is not None:  # replies of runs the reactor took before ``data``
+                out, self._pre_out = self._pre_out, None
             if data[1:2] == b"6" and poll is not None and parser.at_boundary() and poll(ctx, data, out):
                 pass  # a consumer's poll (one XREAD), answered from the bytes (``Dispatcher.read_poll``)
             else:
                 if data[0] == 42 and xadd_run is not None and parser.at_boundary():
                     # Runs of `XADD key * f v ...` are taken from the bytes as
-                    # they are (``Dispatcher.xadd_run``); the rest is parsed.
-                    pos = 0
-                    while True:
-                        taken = xadd_run(ctx, data, pos)
-                        if taken is None:
-                            break
-                        pos, replies, count, stream, round_ = taken
-                        marks.append((len(out), stream, round_, count))
-                        out.append(replies)
-                        if pos == len(data):
-                            break
+                    # they are; the rest is parsed.
+                    pos = _take_xadd_runs(xadd_run, ctx, data, out)
                     if pos:
                         data = data[pos:]
                 parser.feed(data)
@@ -539,15 +634,22 @@ class Connection:
             send = None if pending else (self.sock.fileno(), payload)
             held.handle = self.server.durability.when_durable(seq, held.release, send)
 
-    async def _release(self, held: "_Held") -> None:
+    async def _release(self, held: "_Held") -> "_Held":
         """After ``_hold``, before the next batch: wait until the round is
-        done and its replies are out (``_Held``); close if it failed."""
-        while not held.done or held.sending:
-            await self._round.wait()  # woken by ``_Held``
+        done and its replies are out (``_Held``); close if it failed. While
+        the reactor owns the connection (``_take_runs``) it hands later
+        batches over meanwhile: the latest one is waited for and returned."""
+        while True:
+            held = self.held or held
+            if held.done and not held.sending:
+                break
+            await self._round.wait()  # woken by ``_Held`` or ``_on_ready``
+        self._owned = False
         if held.failed:
             # Never acknowledge a write that is not on disk or on the replicas.
             self.stopping = True
             raise _CloseNow()
+        return held
 
     async def _flush(self, out: list) -> None:
         """Write deferred appends, wait for this batch's writes to be durable,
@@ -605,6 +707,23 @@ def _send_now(gather: Any, send: Any, out: list, views: bool, stats: Any) -> byt
     if gathered:
         payload = _JOIN(out)
     return memoryview(payload)[sent:] if sent else payload
+
+
+def _take_xadd_runs(xadd_run: Any, ctx: Context, data: bytes, out: list) -> int:
+    """Take the runs of ``XADD key * field value ...`` at the start of
+    ``data`` (``Dispatcher.xadd_run``): their replies go to ``out``, marked
+    in ``ctx.deferred_marks`` for ``Connection._settle``. How many bytes
+    they took (0: none)."""
+    marks = ctx.deferred_marks
+    pos = 0
+    while pos < len(data):
+        taken = xadd_run(ctx, data, pos)
+        if taken is None:
+            break
+        pos, replies, count, stream, round_ = taken
+        marks.append((len(out), stream, round_, count))
+        out.append(replies)
+    return pos
 
 
 def _own(out: list, ctx: Context) -> None:
@@ -677,6 +796,12 @@ class _Held:
             elif conn.stopping:
                 conn.cancel_scope.cancel()  # shutting down: its last replies are out
         self.done = True
+        if (self.early and not self.sending and (conn._taking or not conn.readable) and conn.held is self
+                and conn._round.task is not None and conn._may_own()):
+            # Its client has the replies and sent nothing yet: the reactor
+            # takes its next batch (``Connection._take_runs``), no task switch.
+            conn._owned = True
+            return
         conn._round.wake()
 
     async def _send_rest(self, rest: memoryview) -> None:

@@ -9,6 +9,10 @@ its task) is ``server.connection``'s.
 
 Must not know: RESP, commands, what a connection is.
 
+End of a step: a handler may ask for a call once every handler of the step
+has run (``after_step``): work cheaper done once for all of them (a
+connection whose XADDs were taken here commits them with the others').
+
 Why: trio's ``wait_readable`` re-arms a one-shot registration on every wait
 (one ``epoll_ctl`` per request) and wakes the waiting task through the
 scheduler; a connection whose client answers slower than the loop (a
@@ -46,6 +50,7 @@ class Reactor:
     def __init__(self) -> None:
         self._epoll = select.epoll()
         self._on_ready: dict[int, Callable[[], None]] = {}
+        self._after: list[Callable[[], None]] = []
 
     def register(self, fd: int, on_ready: Callable[[], None]) -> bool:
         """Call ``on_ready()`` (on the loop, from ``run``) each time new input
@@ -69,14 +74,20 @@ class Reactor:
         except (OSError, ValueError):
             pass  # already closed: the kernel dropped it from the set
 
+    def after_step(self, fn: Callable[[], None]) -> None:
+        """From an ``on_ready``: call ``fn()`` once every handler of this
+        step has run, in the order asked."""
+        self._after.append(fn)
+
     @property
     def registered(self) -> int:
         return len(self._on_ready)
 
     def dispatch(self) -> int:
-        """Call ``on_ready`` for what the set reports now (no waiting); how
-        many events there were. An ``on_ready`` that raises is logged and
-        does not stop the others: one connection's fault is its own."""
+        """Call ``on_ready`` for what the set reports now (no waiting), then
+        what they asked for with ``after_step``; how many events there were.
+        A handler that raises is logged and does not stop the others: one
+        connection's fault is its own."""
         events = self._epoll.poll(0, MAX_EVENTS)
         handlers = self._on_ready
         for fd, _ in events:
@@ -86,6 +97,14 @@ class Reactor:
                     on_ready()
                 except Exception:
                     log.exception("input handler of fd %d failed", fd)
+        after = self._after
+        if after:
+            self._after = []
+            for fn in after:
+                try:
+                    fn()
+                except Exception:
+                    log.exception("end-of-step handler failed")
         return len(events)
 
     async def run(self) -> None:

@@ -18,6 +18,7 @@ from server.dispatch import Context
 from server.reactor import MAX_EVENTS, Reactor
 from server.resp import encode_command
 from tests.server.test_connection import Harness, TopicsHarness
+from tests.server.test_connection import _replies
 from tests.server.test_connection import read_exactly as _read_exactly
 from tests.server.test_xread_poll import _one_reply
 
@@ -347,5 +348,199 @@ async def test_a_fault_while_answering_a_parked_connection_closes_it(tmp_path, c
             assert await read_exactly(sock, 1) == b""  # closed, not left waiting
         assert "connection %d failed" % conn.client.id in caplog.text
         assert served.reactor.registered == 0
+        nursery.cancel_scope.cancel()
+    h.state.topics.close()
+
+
+# -- fsync always: a held connection's next XADDs taken in the reactor's step --
+
+def _always(tmp_path, **config_values):
+    """fsync always with the group commit's rounds on server._fsync's
+    thread, which sends the held replies itself (as the server runs it)."""
+    from server.durability import Durability
+
+    h = TopicsHarness(tmp_path, fsync="always", **config_values)
+    h.state.durability = Durability()
+    return h
+
+
+def _batch(n, start=0, key=b"s"):
+    return b"".join(encode_command([b"XADD", key, b"*", b"f", b"v%d" % i]) for i in range(start, start + n))
+
+
+async def _ids(sock, n):
+    with trio.fail_after(_PATIENCE_S):
+        replies = await _replies(sock, n)
+    assert all(isinstance(r, bytes) and b"-" in r for r in replies), replies
+    return replies
+
+
+async def _until(condition):
+    """Wait (on the real clock: the round's thread is real) until ``condition()``."""
+    with trio.fail_after(_PATIENCE_S):
+        while not condition():
+            await trio.sleep(0.001)
+
+
+class _Releases:
+    """Counts a connection task's entries into and returns from its wait
+    for held batches (``Connection._release``)."""
+
+    def __init__(self, conn):
+        self.entered = self.returned = 0
+        release = conn._release
+
+        async def counted(held):
+            self.entered += 1
+            held = await release(held)
+            self.returned += 1
+            return held
+
+        conn._release = counted
+
+
+def _taking(conn):
+    """The reactor takes the connection's next batch: owned, its last
+    held batch done (the loop ended that round)."""
+    return conn._owned and conn.held is not None and conn.held.done
+
+
+async def _owned_after_a_batch(sock, conn, n=16):
+    await sock.send(_batch(n))
+    ids = await _ids(sock, n)
+    await _until(lambda: _taking(conn))
+    return ids
+
+
+async def test_a_held_connections_next_batches_are_taken_without_its_task(tmp_path):
+    h = _always(tmp_path)
+    served = _Served(h)
+    async with trio.open_nursery() as nursery:
+        sock, conn = served.connect(nursery)
+        releases = _Releases(conn)
+        ids = await _owned_after_a_batch(sock, conn)
+        entered, returned, wakes = releases.entered, releases.returned, served.wakes
+        assert entered == returned + 1  # the task waits for its held batch, and stays
+        rounds = h.state.durability.fsync_count
+        for i in range(1, 6):
+            await sock.send(_batch(16, start=16 * i))
+            ids += await _ids(sock, 16)
+            await _until(lambda: _taking(conn))
+        # Five batches appended, made durable and answered, the task never ran.
+        assert (releases.entered, releases.returned, served.wakes) == (entered, returned, wakes)
+        assert h.state.durability.fsync_count > rounds
+        assert ids == sorted(ids, key=lambda i: tuple(map(int, i.split(b"-")))) and len(set(ids)) == 96
+        log = h.state.topics.get(b"s").log
+        await _until(lambda: log.recovery_point == log.log_end_offset == 96)  # the loop ends the last round
+        reader = hiredis.Reader()
+        reader.feed(await _general_reply(h, encode_command([b"XRANGE", b"s", b"-", b"+"])))
+        entries = reader.gets()
+        assert [e[0] for e in entries] == ids and [e[1] for e in entries] == [[b"f", b"v%d" % i] for i in range(96)]
+        stats = h.state.stats
+        assert stats.commands["xadd"][0] == 96  # counted as the task counts them
+        # A request of another kind goes to the task, which answers it.
+        await sock.send(encode_command([b"PING"]))
+        assert await read_exactly(sock, 7) == b"+PONG\r\n"
+        assert releases.returned == returned + 1 and not conn._owned
+        nursery.cancel_scope.cancel()
+    h.state.topics.close()
+
+
+async def test_input_after_runs_taken_goes_to_the_task_after_their_replies(tmp_path):
+    h = _always(tmp_path)
+    served = _Served(h)
+    async with trio.open_nursery() as nursery:
+        sock, conn = served.connect(nursery)
+        await _owned_after_a_batch(sock, conn, n=2)
+        # Three XADDs the reactor takes, then what it does not: the replies
+        # stay in order and XLEN sees the three.
+        await sock.send(_batch(3, start=2) + encode_command([b"XLEN", b"s"]) + encode_command([b"PING"]))
+        with trio.fail_after(_PATIENCE_S):
+            replies = await _replies(sock, 5)
+        assert all(b"-" in r for r in replies[:3]) and replies[3:] == [5, b"PONG"]
+        # And back to the reactor for the next pure batch.
+        await sock.send(_batch(4, start=5))
+        await _ids(sock, 4)
+        await _until(lambda: _taking(conn))
+        assert h.state.topics.get(b"s").log.log_end_offset == 9
+        nursery.cancel_scope.cancel()
+    h.state.topics.close()
+
+
+async def test_a_failed_commit_of_taken_runs_answers_the_error(tmp_path):
+    import errno
+
+    from storage.errors import StorageError
+
+    h = _always(tmp_path)
+    served = _Served(h)
+    async with trio.open_nursery() as nursery:
+        sock, conn = served.connect(nursery)
+        releases = _Releases(conn)
+        await _owned_after_a_batch(sock, conn, n=1)
+        stream = h.state.topics.get(b"s")
+        real_append = stream.log.append
+
+        def failing_append(entries, *a, **kw):
+            raise StorageError("append: No space left on device", errno=errno.ENOSPC)
+
+        stream.log.append = failing_append
+        # Twice: handed over with a sequence already durable (the usual
+        # case), then with none at all (``_hand_taken`` leaves them to the
+        # task), as on a server whose first commit fails.
+        for forget_seq in (False, True):
+            returned = releases.returned
+            if forget_seq:
+                h.dispatcher.appends.flush_seq = 0
+            await sock.send(_batch(3, start=1))
+            with trio.fail_after(_PATIENCE_S):
+                replies = await _replies(sock, 3)
+            for reply in replies:
+                assert isinstance(reply, Exception) and str(reply).startswith("MISCONF Errors writing"), replies
+            await _until(lambda: releases.returned == returned + 1)  # the task goes on (nothing to wait for)
+            await _until(lambda: conn._input.task is not None)
+            # Back to the reactor after the next good batch.
+            stream.log.append = real_append
+            await sock.send(_batch(1, start=4))
+            await _ids(sock, 1)
+            await _until(lambda: _taking(conn))
+            stream.log.append = failing_append
+        stream.log.append = real_append
+        await sock.send(encode_command([b"XLEN", b"s"]))
+        with trio.fail_after(_PATIENCE_S):
+            assert await _replies(sock, 1) == [3]  # nothing of the failed runs
+        nursery.cancel_scope.cancel()
+    h.state.topics.close()
+
+
+async def test_a_client_that_leaves_or_is_killed_while_taken_is_closed(tmp_path):
+    h = _always(tmp_path)
+    served = _Served(h)
+    async with trio.open_nursery() as nursery:
+        sock, conn = served.connect(nursery)
+        await _owned_after_a_batch(sock, conn)
+        sock.close()
+        await _until(lambda: served.reactor.registered == 0 and not h.state.clients)
+        sock, conn = h.connect(nursery)
+        await _owned_after_a_batch(sock, conn)
+        conn.kill()  # CLIENT KILL
+        with trio.fail_after(_PATIENCE_S):
+            assert await _read_exactly(sock, 1) == b""
+        nursery.cancel_scope.cancel()
+    h.state.topics.close()
+
+
+async def test_with_an_idle_timeout_the_task_takes_its_batches(tmp_path):
+    h = _always(tmp_path, timeout=30)
+    served = _Served(h)
+    async with trio.open_nursery() as nursery:
+        sock, conn = served.connect(nursery)
+        wakes = served.wakes
+        for i in range(3):
+            await sock.send(_batch(4, start=4 * i))
+            await _ids(sock, 4)
+            await _until(lambda: conn._input.task is not None)  # back to its own input wait
+            assert not conn._owned
+        assert served.wakes >= wakes + 2  # woken for each next batch
         nursery.cancel_scope.cancel()
     h.state.topics.close()
