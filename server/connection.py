@@ -327,9 +327,14 @@ class Connection:
         if out is None or self._reactor is None:
             return
         ctx = self.ctx
-        self._settle(out)
-        if ctx.flush_seq or ctx.repl_pending:
-            self._hold(out, self.sock.send)
+        try:
+            self._settle(out)
+            if ctx.flush_seq or ctx.repl_pending:
+                self._hold(out, self.sock.send)
+                return
+        except Exception:  # a bug here must not leave the client waiting: close it
+            log.exception("connection %d failed", self.client.id)
+            self.kill()
             return
         payload = _JOIN(out)
         self.server.stats.total_net_output_bytes += len(payload)

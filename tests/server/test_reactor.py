@@ -544,3 +544,24 @@ async def test_with_an_idle_timeout_the_task_takes_its_batches(tmp_path):
         assert served.wakes >= wakes + 2  # woken for each next batch
         nursery.cancel_scope.cancel()
     h.state.topics.close()
+
+
+async def test_a_fault_while_handing_taken_runs_over_closes_the_connection(tmp_path, caplog):
+    h = _always(tmp_path)
+    served = _Served(h)
+    async with trio.open_nursery() as nursery:
+        sock, conn = served.connect(nursery)
+        await _owned_after_a_batch(sock, conn, n=2)
+
+        def broken(out, send):
+            raise RuntimeError("boom")
+
+        conn._hold = broken
+        with caplog.at_level(logging.ERROR, logger="partita.connection"):
+            await sock.send(_batch(2, start=2))
+            with trio.fail_after(_PATIENCE_S):
+                assert await _read_exactly(sock, 1) == b""  # closed, not left waiting
+        assert "connection %d failed" % conn.client.id in caplog.text
+        await _until(lambda: served.reactor.registered == 0)
+        nursery.cancel_scope.cancel()
+    h.state.topics.close()
