@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from tests.conftest import RawConn, raw_exchange
+from tests.e2e.groups_support import Resp
 
 # A producer that may only write, a consumer that may only read, both on orders*.
 SETUP = [
@@ -236,3 +237,74 @@ def test_users_live_in_memory_without_aclfile(partita_server):
     r.execute_command("ACL SETUSER", "ephemeral", "on", "nopass")
     partita_server.restart()
     assert partita_server.client(decode_responses=True).acl_users() == ["default"]
+
+
+# -- ACL rules and user names (finding 4) ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("ACL", "SETUSER", "inj", "on", ">pw", "~ok\nuser evil on nopass ~* &* +@all"),
+        ("ACL", "SETUSER", "a b", "on"),
+        ("ACL", "SETUSER", "a\nb", "on"),
+        ("ACL", "SETUSER", "a\tb", "on"),
+        ("ACL", "SETUSER", b"a\x00b", "on"),
+        ("ACL", "SETUSER", "inj", "~a b"),
+        ("ACL", "SETUSER", "inj", "~a\tb"),
+        ("ACL", "SETUSER", "inj", b"~a\x00b"),
+        ("ACL", "SETUSER", "inj", "allkeys", "~a b"),
+        ("ACL", "SETUSER", "inj", "resetchannels", "&a b"),
+        ("ACL", "SETUSER", "inj", "&*", "&foo"),
+        ("ACL", "SETUSER", "inj", "+xadd\r\nfoo"),
+        ("ACL", "SETUSER", "inj", b"bad\x00x"),
+        ("ACL", "SETUSER", "inj2", "on", "", "~x"),
+        ("ACL", "SETUSER", "inj3", "on", ">pass word", ">pa\nss", "~a\"b", "~'k"),
+        ("ACL", "SETUSER", "\"quoted", "on"),
+    ],
+)
+def test_setuser_refuses_what_redis_refuses(partita_server, redis_server, argv):
+    ours, theirs = Resp(partita_server.port), Resp(redis_server.port)
+    assert ours.call(*argv) == theirs.call(*argv)
+    ours.close()
+    theirs.close()
+
+
+def test_a_saved_aclfile_loads_again_whatever_names_and_patterns_were_accepted(partita_factory, tmp_path):
+    aclfile = tmp_path / "users.acl"
+    server = partita_factory(["--aclfile", str(aclfile)])
+    admin = Resp(server.port)
+    assert admin.call("ACL", "SETUSER", "app", "on", ">pw", "~ok\nuser evil on nopass ~* &* +@all").startswith(b"-ERR")
+    # Accepted by Redis too: quotes and control characters other than whitespace.
+    for argv in (("ACL", "SETUSER", "\"evil", "on", "nopass", "~'k", "+@all"),
+                 ("ACL", "SETUSER", "ev\"il", "on", "nopass", "~\"k", "+@all"),
+                 ("ACL", "SETUSER", "ctl\x01", "on", "nopass", "~\x01k", "+@all")):
+        assert admin.call(*argv) == b"+OK\r\n", argv
+    assert admin.call("ACL", "SAVE") == b"+OK\r\n"
+    before = admin.value("ACL", "LIST")
+    assert admin.call("ACL", "LOAD") == b"+OK\r\n"
+    admin.close()
+    server.restart()
+    admin = Resp(server.port)
+    assert admin.value("ACL", "LIST") == before
+    assert b"evil " not in b" ".join(before).replace(b"\"evil", b"")
+    admin.close()
+
+
+def test_a_bad_aclfile_stops_the_start_naming_the_file_and_line(tmp_path):
+    import subprocess
+
+    from tests.conftest import partita_command
+
+    aclfile = tmp_path / "users.acl"
+    aclfile.write_text("user default on nopass ~* &* +@all\nuser x on ~a\tb\nuser \"y on\n")
+    proc = subprocess.run(partita_command() + ["--port", "0", "--dir", str(tmp_path / "data"),
+                                               "--aclfile", str(aclfile)],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1, output
+    assert f"{aclfile}:2: Syntax error." in output
+    assert "Traceback" not in output
+    assert "Ready to accept connections" not in output
+
+
