@@ -315,20 +315,73 @@ def _glob_match():
 # -- the permission check --------------------------------------------------------
 
 
+def acl_key_indexes(spec: CommandSpec, argv: list[bytes]) -> list[int]:
+    """Every key ``argv`` names: the key arguments (``key_indexes``) and the
+    keys its options name for a later write (``option_keys``: XGROUP CREATE
+    ... DEADLETTER k)."""
+    indexes = spec.key_indexes(argv)
+    if spec.option_keys is not None:
+        indexes = indexes + spec.option_keys(argv)
+    return indexes
+
+
+def _writes_every_key(spec: CommandSpec) -> bool:
+    """A keyspace command that writes without naming keys (FLUSHALL,
+    FLUSHDB): it writes every key, so it needs every key."""
+    return ("write" in spec.flags and spec.first_key <= 0 and spec.key_finder is None
+            and "keyspace" in categories_of(spec))
+
+
+def denial(user: User, spec: CommandSpec, argv: list[bytes]) -> tuple[str, int | None] | None:
+    """Why ``user`` may not run ``argv``: ``("command", None)``, or
+    ``("key", i)`` for the key at ``argv[i]`` (``i`` None: the command
+    writes every key); None if it may."""
+    if spec.name not in user.allowed:
+        return ("command", None)
+    if not user.allkeys:
+        for i in acl_key_indexes(spec, argv):
+            if not user.may_access_key(argv[i]):
+                return ("key", i)
+        if _writes_every_key(spec):
+            return ("key", None)
+    return None
+
+
 def check(user: User, spec: CommandSpec, argv: list[bytes]) -> CommandError | None:
     """None if ``user`` may run ``argv``; else Redis 7.0's NOPERM error.
 
     Called by the dispatcher only for clients whose user is restricted
     (``client.acl is not None``).
     """
-    if spec.name not in user.allowed:
+    reason = denial(user, spec, argv)
+    if reason is None:
+        return None
+    if reason[0] == "command":
         return CommandError("NOPERM", f"this user has no permissions to run the '{spec.name}' command")
-    if not user.allkeys:
-        for i in spec.key_indexes(argv):
-            if not user.may_access_key(argv[i]):
-                return CommandError("NOPERM", "this user has no permissions to access one of the keys "
-                                    "used as arguments")
-    return None
+    return CommandError("NOPERM", KEY_DENIED)
+
+
+def require_key(client: Any, key: bytes) -> None:
+    """Raise the NOPERM error unless ``client`` may access ``key``: for a
+    key a command will write that neither it nor its options name (XGROUP
+    CONFIG keeping the group's dead-letter key)."""
+    user = client.acl
+    if user is not None and not user.may_access_key(key):
+        raise CommandError("NOPERM", KEY_DENIED)
+
+
+def key_filter(client: Any) -> Any:
+    """For commands that list key names (KEYS, SCAN, TOPIC LIST): None when
+    ``client`` may see every key, else a test ``name -> bool``.
+
+    Redis 7.0 lists every key to any user allowed to run KEYS or SCAN
+    (redis/redis#8152); Partita shows a restricted user only the names its
+    key patterns allow.
+    """
+    user = client.acl
+    if user is None or user.allkeys:
+        return None
+    return user.may_access_key
 
 
 def denied(ctx: Any, spec: CommandSpec, argv: list[bytes]) -> CommandError | None:

@@ -239,6 +239,50 @@ def test_users_live_in_memory_without_aclfile(partita_server):
     assert partita_server.client(decode_responses=True).acl_users() == ["default"]
 
 
+# -- keys named by options (issue 28, finding 2) ---------------------------------
+
+
+NOPERM_KEY = b"-NOPERM this user has no permissions to access one of the keys used as arguments\r\n"
+
+
+def _bulk(text: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(text), text)
+
+
+def test_dead_letter_keys_must_match_the_users_key_patterns(partita_server):
+    admin = partita_server.client()
+    admin.execute_command("ACL SETUSER", "app", "on", ">pw", "~orders*", "+@all")
+    admin.xadd("orders", {"item": "book"}, id="1-1")
+    # A group the admin dead-letters to a key the user may not write.
+    admin.execute_command("XGROUP", "CREATE", "orders", "audit", "0", "MAXDELIVERIES", "3", "DEADLETTER", "payments")
+    app = Resp(partita_server.port)
+    assert app.call("AUTH", "app", "pw") == b"+OK\r\n"
+    for argv in (
+        ("XGROUP", "CREATE", "orders", "g1", "0", "MAXDELIVERIES", "1", "DEADLETTER", "payments"),
+        ("XGROUP", "CREATE", "orders", "g1", "0", "MKSTREAM", "MAXDELIVERIES", "1", "DEADLETTER", "payments"),
+        ("XGROUP", "CONFIG", "orders", "audit", "MAXDELIVERIES", "1", "DEADLETTER", "payments"),
+        # without DEADLETTER, CONFIG keeps the group's key: this user's reads would write it
+        ("XGROUP", "CONFIG", "orders", "audit", "MAXDELIVERIES", "1"),
+    ):
+        assert app.call(*argv) == NOPERM_KEY, argv
+    assert app.call("ACL", "DRYRUN", "app", "XGROUP", "CREATE", "orders", "g1", "0", "MAXDELIVERIES", "1",
+                    "DEADLETTER", "payments") == _bulk(b"This user has no permissions to access the 'payments' key")
+    # Queued in MULTI: refused when given, so the EXEC fails.
+    assert app.call("MULTI") == b"+OK\r\n"
+    assert app.call("XGROUP", "CREATE", "orders", "g1", "0", "MAXDELIVERIES", "1",
+                    "DEADLETTER", "payments") == NOPERM_KEY
+    assert app.call("EXEC").startswith(b"-EXECABORT")
+    # The reads of the refused group cannot move anything to payments.
+    assert app.call("XREADGROUP", "GROUP", "g1", "c", "STREAMS", "orders", ">").startswith(b"-NOGROUP")
+    # A dead-letter key the patterns allow is fine.
+    assert app.call("XGROUP", "CREATE", "orders", "g2", "0", "MAXDELIVERIES", "1",
+                    "DEADLETTER", "orders-dlq") == b"+OK\r\n"
+    assert app.call("XGROUP", "CONFIG", "orders", "g2", "MAXDELIVERIES", "2") == b"+OK\r\n"
+    app.close()
+    assert admin.exists("payments") == 0
+    assert admin.execute_command("XINFO", "GROUPS", "orders")[0][b"max-deliveries"] == 3
+
+
 # -- ACL rules and user names (finding 4) ------------------------------------------------
 
 
@@ -308,3 +352,34 @@ def test_a_bad_aclfile_stops_the_start_naming_the_file_and_line(tmp_path):
     assert "Ready to accept connections" not in output
 
 
+# -- listing key names, writing every key (finding 5) --------------------------------------
+
+
+def test_a_restricted_user_lists_only_the_keys_its_patterns_allow(partita_server):
+    admin = Resp(partita_server.port)
+    for topic in ("orders", "orders-eu", "payments"):
+        assert admin.call("TOPIC", "CREATE", topic) == b"+OK\r\n"
+    admin.call("ACL", "SETUSER", "app", "on", ">pw", "~orders*", "+@all")
+    admin.call("ACL", "SETUSER", "safe", "on", ">pw", "~orders*", "+@all", "-@dangerous")
+    # TOPIC LIST sits with KEYS: @keyspace @read @slow @dangerous
+    for category in ("keyspace", "read", "slow", "dangerous"):
+        assert b"topic|list" in admin.call("ACL", "CAT", category), category
+    assert b"topic|list" not in admin.call("ACL", "CAT", "stream")
+    app = Resp(partita_server.port)
+    app.call("AUTH", "app", "pw")
+    assert app.value("TOPIC", "LIST") == [b"orders", b"orders-eu"]
+    assert app.value("TOPIC", "LIST", "*s") == [b"orders"]
+    assert app.value("KEYS", "*") == [b"orders", b"orders-eu"]
+    assert sorted(app.value("SCAN", "0", "COUNT", "100")[1]) == [b"orders", b"orders-eu"]
+    # A command that writes every key needs every key.
+    assert app.call("FLUSHALL") == NOPERM_KEY
+    assert app.call("FLUSHDB") == NOPERM_KEY
+    assert app.call("ACL", "DRYRUN", "app", "FLUSHALL") == _bulk(
+        b"This user has no permissions to access one of the keys used as arguments")
+    app.close()
+    safe = Resp(partita_server.port)
+    safe.call("AUTH", "safe", "pw")
+    assert safe.call("TOPIC", "LIST") == b"-NOPERM this user has no permissions to run the 'topic|list' command\r\n"
+    safe.close()
+    assert admin.value("TOPIC", "LIST") == [b"orders", b"orders-eu", b"payments"]  # the default user sees all
+    admin.close()

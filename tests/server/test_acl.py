@@ -176,3 +176,27 @@ def test_a_bad_aclfile_stops_the_registry_at_start(tmp_path):
         AclRegistry(aclfile=str(path))
 
 
+def test_keys_named_by_options_are_checked_like_key_arguments():
+    u = user("on", "nopass", "~orders*", "+@all")
+    create = COMMANDS["xgroup"].subcommands["create"]
+    config = COMMANDS["xgroup"].subcommands["config"]
+    ok = [b"XGROUP", b"CREATE", b"orders", b"g", b"0", b"MKSTREAM", b"MAXDELIVERIES", b"1",
+          b"DEADLETTER", b"orders-dlq"]
+    assert check(u, create, ok) is None
+    bad = ok[:-1] + [b"payments"]
+    assert check(u, create, bad).line == ("NOPERM this user has no permissions to access one of the keys "
+                                          "used as arguments")
+    assert check(u, config, [b"XGROUP", b"CONFIG", b"orders", b"g", b"DEADLETTER", b"x",
+                             b"MAXDELIVERIES", b"1"]) is not None
+    # They are not key arguments: COMMAND GETKEYS and routing do not see them.
+    assert create.key_indexes(bad) == [2]
+
+
+def test_only_keyspace_commands_that_write_every_key_need_allkeys():
+    u = user("on", "nopass", "~orders*", "+@all")
+    specs = [spec for top in COMMANDS.values() for spec in [top, *top.subcommands.values()]
+             if spec.handler is not None and spec.first_key <= 0 and spec.key_finder is None]
+    needs_all = sorted(spec.name for spec in specs if check(u, spec, spec.name.encode().split(b"|")) is not None)
+    assert needs_all == ["flushall", "flushdb"]
+
+
