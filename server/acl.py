@@ -406,6 +406,25 @@ def denied(ctx: Any, spec: CommandSpec, argv: list[bytes]) -> CommandError | Non
     return error
 
 
+_EXEC_REASONS = {
+    "command": "no permission to execute the command or subcommand",
+    "key": "no permission to touch the specified keys",
+}
+
+
+def denied_at_exec(ctx: Any, spec: CommandSpec, argv: list[bytes]) -> CommandError | None:
+    """EXEC's check of one queued command, right before it runs: the user
+    may have been changed since it was queued. Redis 7.0's reply for that
+    command (the others of the transaction run), or None."""
+    reason = denial(ctx.client.acl, spec, argv)
+    if reason is None:
+        return None
+    ctx.server.stats.record_error("NOPERM")
+    return CommandError("NOPERM", "ACLs rules changed between the moment the transaction was accumulated and "
+                        "the EXEC call. This command is no longer allowed for the following reason: "
+                        + _EXEC_REASONS[reason[0]])
+
+
 # -- the registry ------------------------------------------------------------------
 
 

@@ -22,6 +22,7 @@ import types
 from typing import Any
 
 from server.acl import denied as acl_denied
+from server.acl import denied_at_exec as acl_denied_at_exec
 from server.appends import DeferredAppends
 from server.errors import CommandError, wrong_arity
 from server.failures import reply_for
@@ -440,6 +441,13 @@ class Dispatcher:
         may_defer, ctx.may_defer = ctx.may_defer, False
         try:
             for spec, argv in queue:
+                if client.acl is not None:
+                    # The user may have changed since the command was queued
+                    # (even by an ACL SETUSER earlier in this transaction).
+                    refused = acl_denied_at_exec(ctx, spec, argv)
+                    if refused is not None:
+                        replies.append(refused)
+                        continue
                 if spec.is_async:
                     replies.append(self._call_nowait(spec, ctx, argv))
                 else:

@@ -283,6 +283,46 @@ def test_dead_letter_keys_must_match_the_users_key_patterns(partita_server):
     assert admin.execute_command("XINFO", "GROUPS", "orders")[0][b"max-deliveries"] == 3
 
 
+# -- EXEC checks the queued commands again (finding 3) ------------------------------
+
+
+def _exec_after_narrowing(server, user: str, keys: tuple[str, str]) -> list[bytes]:
+    """Queue commands as ``user``, let an admin narrow the user, then EXEC;
+    the raw replies of every step."""
+    mine, theirs = keys
+    admin = Resp(server.port)
+    admin.call("DEL", mine, theirs)
+    admin.call("ACL", "SETUSER", user, "reset", "on", ">p", f"~{mine}*", f"~{theirs}*", "+@all")
+    conn = Resp(server.port)
+    out = [conn.call("AUTH", user, "p"), conn.call("MULTI")]
+    for argv in (("XADD", mine, "1-1", "a", "1"), ("XADD", theirs, "1-1", "a", "1"),
+                 ("XLEN", theirs), ("XLEN", mine), ("PING",)):
+        out.append(conn.call(*argv))
+    admin.call("ACL", "SETUSER", user, "resetkeys", f"~{mine}*", "-ping")
+    out.append(conn.call("EXEC"))
+    # A command queued while allowed and forbidden before EXEC.
+    out.append(conn.call("MULTI"))
+    out.append(conn.call("XLEN", mine))
+    admin.call("ACL", "SETUSER", user, "-xlen")
+    out.append(conn.call("EXEC"))
+    out.append(conn.call("EXISTS", theirs))
+    conn.close()
+    out.append(admin.call("EXISTS", theirs))
+    admin.close()
+    return out
+
+
+def test_exec_checks_acls_again_as_redis_does(partita_server, redis_server):
+    keys = ("exec-mine", "exec-theirs")
+    ours = _exec_after_narrowing(partita_server, "narrowed", keys)
+    theirs = _exec_after_narrowing(redis_server, "narrowed", keys)
+    assert ours == theirs
+    assert ours[7].startswith(b"*5\r\n$3\r\n1-1\r\n-NOPERM ACLs rules changed between the moment the transaction "
+                              b"was accumulated and the EXEC call. This command is no longer allowed for the "
+                              b"following reason: no permission to touch the specified keys\r\n")
+    assert ours[-1] == b":0\r\n"  # the refused XADD did not run
+
+
 # -- ACL rules and user names (finding 4) ------------------------------------------------
 
 

@@ -200,3 +200,25 @@ def test_only_keyspace_commands_that_write_every_key_need_allkeys():
     assert needs_all == ["flushall", "flushdb"]
 
 
+def test_exec_checks_each_queued_command_again(tmp_path):
+    from cluster.topics import TopicRegistry
+
+    state, d, ctx = make()
+    state.config.dir = str(tmp_path)
+    state.topics = TopicRegistry.open(tmp_path, state.config)
+    state.acl.setuser("r", ["on", "nopass", "~a*", "~b*", "+@all"])
+    state.acl.login(ctx.client, state.acl.users["r"])
+    d.call(ctx, [b"MULTI"])
+    d.call(ctx, [b"XADD", b"a", b"1-1", b"f", b"v"])
+    d.call(ctx, [b"XADD", b"b", b"1-1", b"f", b"v"])
+    d.call(ctx, [b"PING"])
+    state.acl.setuser("r", ["resetkeys", "~a*", "-ping"])
+    state.acl.refresh_clients([ctx.client])
+    replies = d.call(ctx, [b"EXEC"])
+    prefix = ("ACLs rules changed between the moment the transaction was accumulated and the EXEC call. "
+              "This command is no longer allowed for the following reason: ")
+    assert replies[0] == b"1-1"
+    assert replies[1].line == "NOPERM " + prefix + "no permission to touch the specified keys"
+    assert replies[2].line == "NOPERM " + prefix + "no permission to execute the command or subcommand"
+    assert state.topics.exists(b"a") and not state.topics.exists(b"b")
+    state.topics.close()
