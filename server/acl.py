@@ -3,9 +3,13 @@
 Owns: ``User`` (on/off, SHA-256 password hashes, key patterns, the set of
 commands it may run), ``AclRegistry`` (every user of one server; ``default``
 always exists and carries ``requirepass``), parsing ``ACL SETUSER`` rules
-with Redis's error texts, describing a user as ``ACL LIST`` / ``ACL GETUSER``
-print it, the NOPERM check a dispatcher runs for a restricted client, and
-the ``aclfile`` format (``user <name> <rules...>`` lines).
+with Redis's error texts (user names and key / channel patterns never hold
+spaces, control whitespace or NUL: they are written to the aclfile between
+spaces), describing a user as ``ACL LIST`` / ``ACL GETUSER`` print it, the
+NOPERM checks a dispatcher runs for a restricted client (when a command is
+given, and again for each queued command at EXEC), which key names a
+restricted client may see (KEYS, SCAN, TOPIC LIST), and the ``aclfile``
+format (``user <name> <rules...>`` lines, read as Redis 7.0 reads them).
 
 Must not know: sockets, RESP bytes, storage, what any command does. Command
 categories and key positions come from the command table
@@ -36,6 +40,11 @@ CATEGORIES: tuple[str, ...] = (
 )
 
 WRONGPASS = CommandError("WRONGPASS", "invalid username-password pair or user is disabled.")
+KEY_DENIED = "this user has no permissions to access one of the keys used as arguments"
+UNKNOWN_NAME = "Unknown command or category name in ACL"
+BAD_USERNAME = "Usernames can't contain spaces or null characters"
+# Redis's ACLStringHasSpaces: C isspace() in the C locale, and NUL.
+_SPACES = frozenset(" \t\n\v\f\r\0")
 
 
 class AclError(Exception):
@@ -49,6 +58,12 @@ class AclError(Exception):
 def hash_password(password: bytes) -> str:
     """Redis stores SHA-256 hex digests, never the password itself."""
     return hashlib.sha256(password).hexdigest()
+
+
+def has_spaces(text: str) -> bool:
+    """Whether a user name or pattern holds a character the aclfile cannot
+    keep (its lines are split at spaces): whitespace or NUL, as Redis."""
+    return not _SPACES.isdisjoint(text)
 
 
 # -- the command table, as ACLs see it ----------------------------------------
@@ -92,6 +107,18 @@ def _names_for_command_rule(name: str) -> frozenset[str] | None:
     return frozenset(names)
 
 
+def _pattern(rule: str, after_star: bool, kind: str, listed: str) -> str:
+    """The pattern of a ``~`` rule (``kind`` "keys") or a ``&`` rule
+    (``kind`` "channels"), refused as Redis refuses it: after ``*``, or
+    holding a space."""
+    if after_star:
+        raise AclError(f"Adding a pattern after the * pattern (or the 'all{kind}' flag) is not valid and does "
+                       f"not have any effect. Try 'reset{kind}' to start with an empty list of {listed}")
+    if has_spaces(rule[1:]):
+        raise AclError("Syntax error")
+    return rule[1:]
+
+
 # -- users ---------------------------------------------------------------------
 
 
@@ -120,7 +147,9 @@ class User:
     def apply_rule(self, rule: str) -> None:
         """One ``ACL SETUSER`` modifier; AclError with Redis's reason on a bad one."""
         low = rule.lower()
-        if low == "on":
+        if not rule:
+            pass  # an empty rule changes nothing (Redis)
+        elif low == "on":
             self.enabled = True
         elif low == "off":
             self.enabled = False
@@ -176,19 +205,17 @@ class User:
                 raise AclError("The password you are trying to remove from the user does not exist")
             self.passwords.remove(digest)
         elif rule.startswith("~"):
-            if self.allkeys:
-                raise AclError("Adding a pattern after the * pattern (or the 'allkeys' flag) is not valid "
-                               "and does not have any effect. Try 'resetkeys' to start with an empty list "
-                               "of patterns")
-            pattern = rule[1:].encode("utf-8", "surrogateescape")
+            pattern = _pattern(rule, self.allkeys, "keys", "patterns").encode("utf-8", "surrogateescape")
             if pattern not in self.key_patterns:
                 self.key_patterns.append(pattern)
         elif rule.startswith("&"):
-            pass  # channels: Partita has no pub/sub; accepted for aclfile compatibility
+            # Channels: Partita has no pub/sub; checked as Redis checks them,
+            # for aclfile compatibility, and not kept.
+            _pattern(rule, self.allchannels, "channels", "channels")
         elif rule.startswith(("+@", "-@")):
             category = low[2:]
             if category not in CATEGORIES:
-                raise AclError("Unknown command or category name in ACL")
+                raise AclError(UNKNOWN_NAME)
             members = category_members(category)
             if rule[0] == "+":
                 self.allowed |= members
@@ -199,7 +226,7 @@ class User:
             name = low[1:]
             names = _names_for_command_rule(name)
             if names is None:
-                raise AclError("Unknown command or category name in ACL")
+                raise AclError(UNKNOWN_NAME)
             if rule[0] == "+":
                 self.allowed |= names
             else:
@@ -288,20 +315,73 @@ def _glob_match():
 # -- the permission check --------------------------------------------------------
 
 
+def acl_key_indexes(spec: CommandSpec, argv: list[bytes]) -> list[int]:
+    """Every key ``argv`` names: the key arguments (``key_indexes``) and the
+    keys its options name for a later write (``option_keys``: XGROUP CREATE
+    ... DEADLETTER k)."""
+    indexes = spec.key_indexes(argv)
+    if spec.option_keys is not None:
+        indexes = indexes + spec.option_keys(argv)
+    return indexes
+
+
+def _writes_every_key(spec: CommandSpec) -> bool:
+    """A keyspace command that writes without naming keys (FLUSHALL,
+    FLUSHDB): it writes every key, so it needs every key."""
+    return ("write" in spec.flags and spec.first_key <= 0 and spec.key_finder is None
+            and "keyspace" in categories_of(spec))
+
+
+def denial(user: User, spec: CommandSpec, argv: list[bytes]) -> tuple[str, int | None] | None:
+    """Why ``user`` may not run ``argv``: ``("command", None)``, or
+    ``("key", i)`` for the key at ``argv[i]`` (``i`` None: the command
+    writes every key); None if it may."""
+    if spec.name not in user.allowed:
+        return ("command", None)
+    if not user.allkeys:
+        for i in acl_key_indexes(spec, argv):
+            if not user.may_access_key(argv[i]):
+                return ("key", i)
+        if _writes_every_key(spec):
+            return ("key", None)
+    return None
+
+
 def check(user: User, spec: CommandSpec, argv: list[bytes]) -> CommandError | None:
     """None if ``user`` may run ``argv``; else Redis 7.0's NOPERM error.
 
     Called by the dispatcher only for clients whose user is restricted
     (``client.acl is not None``).
     """
-    if spec.name not in user.allowed:
+    reason = denial(user, spec, argv)
+    if reason is None:
+        return None
+    if reason[0] == "command":
         return CommandError("NOPERM", f"this user has no permissions to run the '{spec.name}' command")
-    if not user.allkeys:
-        for i in spec.key_indexes(argv):
-            if not user.may_access_key(argv[i]):
-                return CommandError("NOPERM", "this user has no permissions to access one of the keys "
-                                    "used as arguments")
-    return None
+    return CommandError("NOPERM", KEY_DENIED)
+
+
+def require_key(client: Any, key: bytes) -> None:
+    """Raise the NOPERM error unless ``client`` may access ``key``: for a
+    key a command will write that neither it nor its options name (XGROUP
+    CONFIG keeping the group's dead-letter key)."""
+    user = client.acl
+    if user is not None and not user.may_access_key(key):
+        raise CommandError("NOPERM", KEY_DENIED)
+
+
+def key_filter(client: Any) -> Any:
+    """For commands that list key names (KEYS, SCAN, TOPIC LIST): None when
+    ``client`` may see every key, else a test ``name -> bool``.
+
+    Redis 7.0 lists every key to any user allowed to run KEYS or SCAN
+    (redis/redis#8152); Partita shows a restricted user only the names its
+    key patterns allow.
+    """
+    user = client.acl
+    if user is None or user.allkeys:
+        return None
+    return user.may_access_key
 
 
 def denied(ctx: Any, spec: CommandSpec, argv: list[bytes]) -> CommandError | None:
@@ -326,6 +406,25 @@ def denied(ctx: Any, spec: CommandSpec, argv: list[bytes]) -> CommandError | Non
     return error
 
 
+_EXEC_REASONS = {
+    "command": "no permission to execute the command or subcommand",
+    "key": "no permission to touch the specified keys",
+}
+
+
+def denied_at_exec(ctx: Any, spec: CommandSpec, argv: list[bytes]) -> CommandError | None:
+    """EXEC's check of one queued command, right before it runs: the user
+    may have been changed since it was queued. Redis 7.0's reply for that
+    command (the others of the transaction run), or None."""
+    reason = denial(ctx.client.acl, spec, argv)
+    if reason is None:
+        return None
+    ctx.server.stats.record_error("NOPERM")
+    return CommandError("NOPERM", "ACLs rules changed between the moment the transaction was accumulated and "
+                        "the EXEC call. This command is no longer allowed for the following reason: "
+                        + _EXEC_REASONS[reason[0]])
+
+
 # -- the registry ------------------------------------------------------------------
 
 
@@ -342,7 +441,10 @@ class AclRegistry:
         self.aclfile = aclfile
         self.users["default"] = self._new_default(requirepass)
         if aclfile:
-            self.load(aclfile)
+            try:
+                self.load(aclfile)
+            except AclError as e:  # the server does not start (as Redis: exit 1)
+                raise AclError(f"Aborting Partita startup because of ACL errors: {e.message}") from None
 
     @staticmethod
     def _new_default(requirepass: str) -> User:
@@ -375,6 +477,8 @@ class AclRegistry:
 
     def setuser(self, name: str, rules: list[str]) -> User:
         """Apply ``rules`` to a copy; the user changes only if every rule is valid."""
+        if has_spaces(name):
+            raise AclError(BAD_USERNAME)
         current = self.users.get(name)
         draft = User(name)
         if current is not None:
@@ -386,7 +490,8 @@ class AclRegistry:
             try:
                 draft.apply_rule(rule)
             except AclError as e:
-                raise AclError(f"Error in ACL SETUSER modifier '{rule}': {e.message}") from None
+                shown = rule.split("\0", 1)[0]  # Redis prints the rule as a C string
+                raise AclError(f"Error in ACL SETUSER modifier '{shown}': {e.message}") from None
         if current is None:
             self.users[name] = draft
             return draft
@@ -426,40 +531,56 @@ class AclRegistry:
         return "".join(user.describe() + "\n" for user in sorted(self.users.values(), key=lambda u: u.name))
 
     def load(self, path: str) -> None:
-        """Replace every user with the file's (``user <name> <rules>`` lines); all or nothing."""
-        from server.resp import split_args
+        """Replace every user with the file's; all or nothing.
 
+        Read as Redis 7.0's ``ACLLoadFromFile`` reads it, with its error
+        texts: lines trimmed, blank ones skipped, each ``user <name>
+        <rules>`` split at single spaces (no quoting: names and patterns
+        cannot hold spaces), every rule applied to a new user. Partita also
+        skips lines starting with ``#`` (comments; Redis 8.8 does too).
+        """
         try:
             text = Path(path).read_text(encoding="utf-8", errors="surrogateescape")
         except FileNotFoundError:
             text = ""
         except OSError as e:
             raise AclError(f"Error loading ACLs, opening file '{path}': {e.strerror}") from None
-        fresh = AclRegistry()
-        fresh.users.pop("default")
-        errors = []
-        for lineno, raw in enumerate(text.splitlines(), 1):
-            line = raw.strip()
+        fresh: dict[str, User] = {}
+        errors = ""
+        for lineno, raw in enumerate(text.split("\n"), 1):
+            line = raw.strip(" \t\r\n")
             if not line or line.startswith("#"):
                 continue
-            args = split_args(line.encode("utf-8", "surrogateescape"))
-            if not args or args[0] != b"user" or len(args) < 2:
-                errors.append(f"{path}:{lineno}: line should start with user keyword")
+            args = line.split(" ")
+            if args[0] != "user" or len(args) < 2:
+                errors += f"{path}:{lineno} should start with user keyword followed by the username. "
                 continue
-            name = args[1].decode("utf-8", "surrogateescape")
-            if name in fresh.users:
-                errors.append(f"{path}:{lineno}: Duplicate user '{name}' found")
+            name = args[1]
+            if has_spaces(name):
+                errors += f"'{path}:{lineno}: username '{name}' contains invalid characters. "
                 continue
-            try:
-                fresh.setuser(name, ["reset"] + [a.decode("utf-8", "surrogateescape") for a in args[2:]])
-                fresh.users[name].sanitize_payload = "sanitize-payload" in [a.decode("latin-1") for a in args]
-            except AclError as e:
-                errors.append(f"{path}:{lineno}: {e.message}")
+            if name in fresh:
+                errors += f"WARNING: Duplicate user '{name}' found on line {lineno}. "
+                continue
+            user = fresh[name] = User(name)
+            user.apply_rule("resetchannels")  # Redis 7.0's acl-pubsub-default
+            syntax_error = False
+            for rule in args[2:]:
+                rule = rule.strip("\t\r\n")
+                try:
+                    user.apply_rule(rule)
+                except AclError as e:
+                    if e.message == UNKNOWN_NAME:  # Redis names the rule only for these
+                        errors += f"{path}:{lineno}: Error in applying operation '{rule}': {e.message}. "
+                    elif not syntax_error:  # later errors may follow from the first
+                        errors += f"{path}:{lineno}: {e.message}. "
+                        syntax_error = True
         if errors:
-            raise AclError(" ".join(errors))
-        if "default" not in fresh.users:
-            fresh.users["default"] = self.users.get("default") or self._new_default("")
-        self.users = fresh.users
+            raise AclError(errors + "WARNING: ACL errors detected, no change to the previously active "
+                           "ACL rules was performed")
+        if "default" not in fresh:  # (requirepass stays the default user's password)
+            fresh["default"] = self.users.get("default") or self._new_default("")
+        self.users = fresh
 
     def save(self, path: str) -> None:
         import os

@@ -526,7 +526,8 @@ class Connection:
                         # Read per reply: HELLO may switch protocol mid-batch.
                         encode_into(out, reply, client.protocol)
                     if client.close_after_reply or self.stopping:
-                        await self._flush(out)
+                        if not client.kill_requested:  # killed by its own command (POST): nothing is sent
+                            await self._flush(out)
                         return
                     # limits hook (server/outbuf.py): a reply read from a log is few
                     # chunks but can be megabytes; weigh such replies as they come.

@@ -3,7 +3,9 @@
 Owns: ``Context`` (what a handler gets as ``ctx``), the order of checks and
 Redis's texts for them (unknown command, unknown subcommand, wrong arity,
 NOAUTH, commands refused inside MULTI), transactions (MULTI / EXEC / DISCARD
-/ WATCH / UNWATCH state lives on the ``Client``), per-command statistics.
+/ WATCH / UNWATCH state lives on the ``Client``; EXEC checks each queued
+command's ACL again), per-command statistics, and Redis's guard against
+cross-protocol scripting (a ``POST`` or ``Host:`` command closes the client).
 
 Must not know: sockets, RESP bytes, storage.
 
@@ -20,6 +22,7 @@ import types
 from typing import Any
 
 from server.acl import denied as acl_denied
+from server.acl import denied_at_exec as acl_denied_at_exec
 from server.appends import DeferredAppends
 from server.errors import CommandError, wrong_arity
 from server.failures import reply_for
@@ -118,6 +121,15 @@ def unknown_subcommand(argv: list[bytes]) -> CommandError:
 # Commands that run at once even inside MULTI (redis server.c::processCommand).
 _MULTI_IMMEDIATE = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"})
 
+# Lines of an HTTP request, as commands: a web page that makes a browser POST
+# to the server (cross protocol scripting). Redis's processCommand refuses
+# them before anything else (networking.c::securityWarningCommand).
+_HTTP_NAMES = frozenset({b"post", b"host:"})
+ATTACK_LOG = ("Possible SECURITY ATTACK detected. It looks like somebody is sending POST or Host: commands to "
+              "Redis. This is likely due to an attacker attempting to use Cross Protocol Scripting to compromise "
+              "your Redis instance. Connection aborted.")
+ATTACK_LOG_INTERVAL_S = 60.0
+
 
 class Dispatcher:
     """Runs commands for the connections of one server."""
@@ -133,6 +145,7 @@ class Dispatcher:
         self.route = replication.route if replication is not None else None
         self._poll = POLLS.get("xread")  # read_poll's one form
         self._poll_spec = COMMANDS.get("xread")
+        self._attack_logged_s: float | None = None  # when ATTACK_LOG was last written
 
     def lookup(self, argv: list[bytes]) -> CommandSpec | CommandError:
         """The spec to run, or the error Redis gives before running anything."""
@@ -249,6 +262,9 @@ class Dispatcher:
         client = ctx.client
         spec = self.lookup(argv)
         if type(spec) is CommandError:
+            name = argv[0]
+            if 4 <= len(name) <= 5 and name.lower() in _HTTP_NAMES:
+                return self._cross_protocol_attack(ctx)
             self.stats.record_rejected(None)
             if client.in_multi:
                 client.multi_error = True
@@ -283,6 +299,21 @@ class Dispatcher:
         if spec.is_async:
             return self._call_async(spec, ctx, argv)
         return self._call_sync(spec, ctx, argv)
+
+    def _cross_protocol_attack(self, ctx: Context) -> Any:
+        """A ``POST`` or ``Host:`` command: the client is an HTTP request
+        (a web page's, through a browser). As Redis: close at once, run
+        nothing after it, send nothing, not even the replies of the commands
+        before it in this batch (``client.kill``), and log it at most once a
+        minute."""
+        now = time.monotonic()
+        if self._attack_logged_s is None or now - self._attack_logged_s > ATTACK_LOG_INTERVAL_S:
+            self._attack_logged_s = now
+            log.warning(ATTACK_LOG)
+        client = ctx.client
+        client.close_after_reply = True
+        client.kill()
+        return NO_REPLY
 
     def _call_sync(self, spec: CommandSpec, ctx: Context, argv: list[bytes]) -> Any:
         name = spec.name
@@ -410,6 +441,13 @@ class Dispatcher:
         may_defer, ctx.may_defer = ctx.may_defer, False
         try:
             for spec, argv in queue:
+                if client.acl is not None:
+                    # The user may have changed since the command was queued
+                    # (even by an ACL SETUSER earlier in this transaction).
+                    refused = acl_denied_at_exec(ctx, spec, argv)
+                    if refused is not None:
+                        replies.append(refused)
+                        continue
                 if spec.is_async:
                     replies.append(self._call_nowait(spec, ctx, argv))
                 else:

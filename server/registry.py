@@ -66,6 +66,11 @@ class CommandSpec:
     # For commands whose keys are found by a keyword (XREAD ... STREAMS k1 k2 id1 id2)
     # rather than fixed positions: a function argv -> list of key indexes.
     key_finder: Callable[[list[bytes]], list[int]] | None = None
+    # Keys an option names for the command to write later (XGROUP CREATE ...
+    # DEADLETTER k): a function argv -> list of their indexes. ACLs check
+    # them as they check key arguments (``server.acl.acl_key_indexes``);
+    # they are not key arguments for COMMAND GETKEYS, WATCH or routing.
+    option_keys: Callable[[list[bytes]], list[int]] | None = None
     # For a blocking command: a plain function that answers the forms that
     # cannot wait (no BLOCK) without a coroutine; None from it means "take
     # the handler" (``nowait_path``, ``Dispatcher.call``).
@@ -151,12 +156,15 @@ def command(
     syntax: str,
     acl_categories: tuple[str, ...] = (),
     key_finder: Callable[[list[bytes]], list[int]] | None = None,
+    option_keys: Callable[[list[bytes]], list[int]] | None = None,
     waits: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare a command (or ``container|sub`` subcommand) and register its handler.
 
     ``waits``: the handler is async although Redis does not flag the command
     ``blocking`` (WAIT, CLUSTER FAILOVER, the internal long-poll fetch).
+    ``option_keys``: see ``CommandSpec.option_keys``; every option that names
+    a key the command writes, now or later, must be declared there.
     """
 
     def decorate(handler: Callable[..., Any]) -> Callable[..., Any]:
@@ -181,6 +189,7 @@ def command(
                 is_async=is_async,
                 acl_categories=acl_categories,
                 key_finder=key_finder,
+                option_keys=option_keys,
             )
         )
         return handler

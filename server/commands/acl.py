@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from server.acl import CATEGORIES, AclError, category_members, check
+from server.acl import CATEGORIES, AclError, category_members, denial
 from server.args import parse_int
 from server.errors import err
 from server.registry import command, container
@@ -143,14 +143,15 @@ def acl_dryrun(ctx, argv):
     spec = ctx.dispatcher.lookup(cmd_argv) if ctx.dispatcher is not None else None
     if spec is None or not hasattr(spec, "handler"):
         raise err(f"Command '{_text(argv[3])}' not found")
-    denied = check(user, spec, cmd_argv)
-    if denied is None:
+    reason = denial(user, spec, cmd_argv)
+    if reason is None:
         return OK
-    if denied.message.startswith("this user has no permissions to access"):
-        for i in spec.key_indexes(cmd_argv):
-            if not user.may_access_key(cmd_argv[i]):
-                return f"This user has no permissions to access the '{_text(cmd_argv[i])}' key"
-    return f"This user has no permissions to run the '{spec.name}' command"
+    kind, i = reason
+    if kind == "command":
+        return f"This user has no permissions to run the '{spec.name}' command"
+    if i is None:  # a command that writes every key (FLUSHALL)
+        return "This user has no permissions to access one of the keys used as arguments"
+    return f"This user has no permissions to access the '{_text(cmd_argv[i])}' key"
 
 
 @command("acl|genpass", arity=-2, flags="noscript loading stale", group="server", since="6.0.0",

@@ -32,6 +32,7 @@ import trio
 
 import server.commands.streams  # noqa: F401  (declares the XINFO container first)
 from server.commands import topic_groups  # multi-partition topic keys (membership)
+from server.acl import require_key
 from server.args import parse_int
 from server.errors import (
     TIMEOUT_NEGATIVE,
@@ -246,6 +247,28 @@ def _parse_dead_letter_options(argv: list[bytes], i: int, md: int | None, dl: by
     return None
 
 
+def _dead_letter_keys(first_option: int):
+    """``option_keys`` of a command whose options from ``argv[first_option]``
+    may name a dead-letter key: the positions of the keys after DEADLETTER,
+    walked as the handler walks the options (MKSTREAM alone, the others
+    with a value)."""
+
+    def find(argv: list[bytes]) -> list[int]:
+        found = []
+        i = first_option
+        while i < len(argv):
+            word = _word(argv[i])
+            if word == b"MKSTREAM":
+                i += 1
+                continue
+            if word == b"DEADLETTER" and i + 1 < len(argv):
+                found.append(i + 1)
+            i += 2
+        return found
+
+    return find
+
+
 def _check_dead_letter(key: bytes, md: int, dl: bytes | None) -> None:
     if md > 0 and dl is None:
         raise err("MAXDELIVERIES needs a DEADLETTER key")
@@ -260,7 +283,7 @@ def _check_dead_letter(key: bytes, md: int, dl: bytes | None) -> None:
     summary="Create a consumer group.",
     syntax="XGROUP CREATE key group <id | $> [MKSTREAM] [ENTRIESREAD entries-read] "
            "[MAXDELIVERIES count DEADLETTER dlkey]",
-    acl_categories=("write", "stream", "slow"),
+    acl_categories=("write", "stream", "slow"), option_keys=_dead_letter_keys(5),
 )
 def xgroup_create(ctx, argv):
     """XGROUP CREATE key group <id | $> [MKSTREAM] [ENTRIESREAD entries-read] [MAXDELIVERIES count DEADLETTER dlkey]
@@ -439,13 +462,14 @@ def xgroup_delconsumer(ctx, argv):
     "xgroup|config", arity=-6, flags="write", keys=(2, 2, 1), group="stream", since="7.0.0",
     summary="(Partita) Set or clear a consumer group's dead-letter setting.",
     syntax="XGROUP CONFIG key group MAXDELIVERIES count [DEADLETTER dlkey]",
-    acl_categories=("write", "stream", "slow"),
+    acl_categories=("write", "stream", "slow"), option_keys=_dead_letter_keys(4),
 )
 def xgroup_config(ctx, argv):
     """XGROUP CONFIG key group MAXDELIVERIES count [DEADLETTER dlkey]
 
     ``MAXDELIVERIES 0`` turns dead-lettering off. Without DEADLETTER the
-    group keeps its current dead-letter key.
+    group keeps its current dead-letter key, which the caller's ACL key
+    patterns must then allow (a named one is checked before the call).
     """
     if ctx.server.topics.is_multi(argv[2]):
         return topic_groups.xgroup_all_ok(ctx, argv, xgroup_config)
@@ -468,6 +492,8 @@ def xgroup_config(ctx, argv):
             raise err("DEADLETTER needs MAXDELIVERIES > 0")
     elif dl is None:
         dl = group.dead_letter_key
+        if dl is not None:
+            require_key(ctx.client, dl)  # this user's reads will write it
     _check_dead_letter(key, md, dl)
     store.configure_dead_letter(name, md, dl)
     _note(ctx, store)

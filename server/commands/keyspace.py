@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 
 from cluster.topics import TopicError
+from server.acl import key_filter
 from server.errors import err, syntax_error
 from server.args import parse_int
 from server.registry import command
@@ -178,10 +179,16 @@ def type_(ctx, argv):
     acl_categories=("keyspace", "read", "slow", "dangerous"),
 )
 def keys(ctx, argv):
-    """KEYS pattern"""
+    """KEYS pattern
+
+    Partita: a user with key patterns sees only the keys they allow
+    (``server.acl.key_filter``; Redis 7.0 lists every key).
+    """
     pattern = argv[1]
     everything = pattern == b"*"
-    return [k for k in sorted(ctx.server.topics.keys()) if everything or glob_match(pattern, k)]
+    found = [k for k in sorted(ctx.server.topics.keys()) if everything or glob_match(pattern, k)]
+    visible = key_filter(ctx.client)
+    return found if visible is None else [k for k in found if visible(k)]
 
 
 def _key_hash(key: bytes) -> int:
@@ -216,7 +223,8 @@ def scan(ctx, argv):
     """SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]
 
     See the module docstring for the cursor. COUNT is how many keys are
-    examined per call (10 by default); MATCH and TYPE filter those.
+    examined per call (10 by default); MATCH and TYPE filter those, and so
+    do a restricted user's key patterns (Partita; as KEYS).
     """
     cursor = _parse_cursor(argv[1])
     count = 10
@@ -250,11 +258,14 @@ def scan(ctx, argv):
     while rest and batch and rest[0][0] == batch[-1][0]:
         batch.append(rest.pop(0))
     next_cursor = b"%d" % (rest[0][0] + 1) if rest else b"0"
+    visible = key_filter(ctx.client)
     found = []
     for _, key in batch:
         if pattern is not None and not glob_match(pattern, key):
             continue
         if type_name is not None and type_name.lower() != b"stream":
+            continue
+        if visible is not None and not visible(key):
             continue
         found.append(key)
     return [next_cursor, found]

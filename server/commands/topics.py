@@ -22,6 +22,7 @@ from __future__ import annotations
 import heapq
 
 from cluster.topics import TOPIC_OPTIONS
+from server.acl import key_filter
 from server.args import parse_int
 from server.commands.keyspace import glob_match
 from server.errors import err, syntax_error
@@ -152,15 +153,22 @@ def topic_delete(ctx, argv):
     "topic|list", arity=-2, flags="readonly", group="stream", since="7.0.0",
     summary="(Partita) List topics, optionally those matching a pattern.",
     syntax="TOPIC LIST [pattern]",
-    acl_categories=("read", "stream", "slow"),
+    acl_categories=("keyspace", "read", "slow", "dangerous"),
 )
 def topic_list(ctx, argv):
-    """TOPIC LIST [pattern]"""
+    """TOPIC LIST [pattern]
+
+    KEYS's ACL categories; a user with key patterns sees only the topics
+    they allow (``server.acl.key_filter``), as with KEYS and SCAN.
+    """
     if len(argv) > 3:
         raise syntax_error()
     names = sorted(ctx.server.topics.keys())
     if len(argv) == 3 and argv[2] != b"*":
         names = [n for n in names if glob_match(argv[2], n)]
+    visible = key_filter(ctx.client)
+    if visible is not None:
+        names = [n for n in names if visible(n)]
     return names
 
 

@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from tests.conftest import RawConn, raw_exchange
+from tests.e2e.groups_support import Resp
 
 # A producer that may only write, a consumer that may only read, both on orders*.
 SETUP = [
@@ -236,3 +237,189 @@ def test_users_live_in_memory_without_aclfile(partita_server):
     r.execute_command("ACL SETUSER", "ephemeral", "on", "nopass")
     partita_server.restart()
     assert partita_server.client(decode_responses=True).acl_users() == ["default"]
+
+
+# -- keys named by options (issue 28, finding 2) ---------------------------------
+
+
+NOPERM_KEY = b"-NOPERM this user has no permissions to access one of the keys used as arguments\r\n"
+
+
+def _bulk(text: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(text), text)
+
+
+def test_dead_letter_keys_must_match_the_users_key_patterns(partita_server):
+    admin = partita_server.client()
+    admin.execute_command("ACL SETUSER", "app", "on", ">pw", "~orders*", "+@all")
+    admin.xadd("orders", {"item": "book"}, id="1-1")
+    # A group the admin dead-letters to a key the user may not write.
+    admin.execute_command("XGROUP", "CREATE", "orders", "audit", "0", "MAXDELIVERIES", "3", "DEADLETTER", "payments")
+    app = Resp(partita_server.port)
+    assert app.call("AUTH", "app", "pw") == b"+OK\r\n"
+    for argv in (
+        ("XGROUP", "CREATE", "orders", "g1", "0", "MAXDELIVERIES", "1", "DEADLETTER", "payments"),
+        ("XGROUP", "CREATE", "orders", "g1", "0", "MKSTREAM", "MAXDELIVERIES", "1", "DEADLETTER", "payments"),
+        ("XGROUP", "CONFIG", "orders", "audit", "MAXDELIVERIES", "1", "DEADLETTER", "payments"),
+        # without DEADLETTER, CONFIG keeps the group's key: this user's reads would write it
+        ("XGROUP", "CONFIG", "orders", "audit", "MAXDELIVERIES", "1"),
+    ):
+        assert app.call(*argv) == NOPERM_KEY, argv
+    assert app.call("ACL", "DRYRUN", "app", "XGROUP", "CREATE", "orders", "g1", "0", "MAXDELIVERIES", "1",
+                    "DEADLETTER", "payments") == _bulk(b"This user has no permissions to access the 'payments' key")
+    # Queued in MULTI: refused when given, so the EXEC fails.
+    assert app.call("MULTI") == b"+OK\r\n"
+    assert app.call("XGROUP", "CREATE", "orders", "g1", "0", "MAXDELIVERIES", "1",
+                    "DEADLETTER", "payments") == NOPERM_KEY
+    assert app.call("EXEC").startswith(b"-EXECABORT")
+    # The reads of the refused group cannot move anything to payments.
+    assert app.call("XREADGROUP", "GROUP", "g1", "c", "STREAMS", "orders", ">").startswith(b"-NOGROUP")
+    # A dead-letter key the patterns allow is fine.
+    assert app.call("XGROUP", "CREATE", "orders", "g2", "0", "MAXDELIVERIES", "1",
+                    "DEADLETTER", "orders-dlq") == b"+OK\r\n"
+    assert app.call("XGROUP", "CONFIG", "orders", "g2", "MAXDELIVERIES", "2") == b"+OK\r\n"
+    app.close()
+    assert admin.exists("payments") == 0
+    assert admin.execute_command("XINFO", "GROUPS", "orders")[0][b"max-deliveries"] == 3
+
+
+# -- EXEC checks the queued commands again (finding 3) ------------------------------
+
+
+def _exec_after_narrowing(server, user: str, keys: tuple[str, str]) -> list[bytes]:
+    """Queue commands as ``user``, let an admin narrow the user, then EXEC;
+    the raw replies of every step."""
+    mine, theirs = keys
+    admin = Resp(server.port)
+    admin.call("DEL", mine, theirs)
+    admin.call("ACL", "SETUSER", user, "reset", "on", ">p", f"~{mine}*", f"~{theirs}*", "+@all")
+    conn = Resp(server.port)
+    out = [conn.call("AUTH", user, "p"), conn.call("MULTI")]
+    for argv in (("XADD", mine, "1-1", "a", "1"), ("XADD", theirs, "1-1", "a", "1"),
+                 ("XLEN", theirs), ("XLEN", mine), ("PING",)):
+        out.append(conn.call(*argv))
+    admin.call("ACL", "SETUSER", user, "resetkeys", f"~{mine}*", "-ping")
+    out.append(conn.call("EXEC"))
+    # A command queued while allowed and forbidden before EXEC.
+    out.append(conn.call("MULTI"))
+    out.append(conn.call("XLEN", mine))
+    admin.call("ACL", "SETUSER", user, "-xlen")
+    out.append(conn.call("EXEC"))
+    out.append(conn.call("EXISTS", theirs))
+    conn.close()
+    out.append(admin.call("EXISTS", theirs))
+    admin.close()
+    return out
+
+
+def test_exec_checks_acls_again_as_redis_does(partita_server, redis_server):
+    keys = ("exec-mine", "exec-theirs")
+    ours = _exec_after_narrowing(partita_server, "narrowed", keys)
+    theirs = _exec_after_narrowing(redis_server, "narrowed", keys)
+    assert ours == theirs
+    assert ours[7].startswith(b"*5\r\n$3\r\n1-1\r\n-NOPERM ACLs rules changed between the moment the transaction "
+                              b"was accumulated and the EXEC call. This command is no longer allowed for the "
+                              b"following reason: no permission to touch the specified keys\r\n")
+    assert ours[-1] == b":0\r\n"  # the refused XADD did not run
+
+
+# -- ACL rules and user names (finding 4) ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("ACL", "SETUSER", "inj", "on", ">pw", "~ok\nuser evil on nopass ~* &* +@all"),
+        ("ACL", "SETUSER", "a b", "on"),
+        ("ACL", "SETUSER", "a\nb", "on"),
+        ("ACL", "SETUSER", "a\tb", "on"),
+        ("ACL", "SETUSER", b"a\x00b", "on"),
+        ("ACL", "SETUSER", "inj", "~a b"),
+        ("ACL", "SETUSER", "inj", "~a\tb"),
+        ("ACL", "SETUSER", "inj", b"~a\x00b"),
+        ("ACL", "SETUSER", "inj", "allkeys", "~a b"),
+        ("ACL", "SETUSER", "inj", "resetchannels", "&a b"),
+        ("ACL", "SETUSER", "inj", "&*", "&foo"),
+        ("ACL", "SETUSER", "inj", "+xadd\r\nfoo"),
+        ("ACL", "SETUSER", "inj", b"bad\x00x"),
+        ("ACL", "SETUSER", "inj2", "on", "", "~x"),
+        ("ACL", "SETUSER", "inj3", "on", ">pass word", ">pa\nss", "~a\"b", "~'k"),
+        ("ACL", "SETUSER", "\"quoted", "on"),
+    ],
+)
+def test_setuser_refuses_what_redis_refuses(partita_server, redis_server, argv):
+    ours, theirs = Resp(partita_server.port), Resp(redis_server.port)
+    assert ours.call(*argv) == theirs.call(*argv)
+    ours.close()
+    theirs.close()
+
+
+def test_a_saved_aclfile_loads_again_whatever_names_and_patterns_were_accepted(partita_factory, tmp_path):
+    aclfile = tmp_path / "users.acl"
+    server = partita_factory(["--aclfile", str(aclfile)])
+    admin = Resp(server.port)
+    assert admin.call("ACL", "SETUSER", "app", "on", ">pw", "~ok\nuser evil on nopass ~* &* +@all").startswith(b"-ERR")
+    # Accepted by Redis too: quotes and control characters other than whitespace.
+    for argv in (("ACL", "SETUSER", "\"evil", "on", "nopass", "~'k", "+@all"),
+                 ("ACL", "SETUSER", "ev\"il", "on", "nopass", "~\"k", "+@all"),
+                 ("ACL", "SETUSER", "ctl\x01", "on", "nopass", "~\x01k", "+@all")):
+        assert admin.call(*argv) == b"+OK\r\n", argv
+    assert admin.call("ACL", "SAVE") == b"+OK\r\n"
+    before = admin.value("ACL", "LIST")
+    assert admin.call("ACL", "LOAD") == b"+OK\r\n"
+    admin.close()
+    server.restart()
+    admin = Resp(server.port)
+    assert admin.value("ACL", "LIST") == before
+    assert b"evil " not in b" ".join(before).replace(b"\"evil", b"")
+    admin.close()
+
+
+def test_a_bad_aclfile_stops_the_start_naming_the_file_and_line(tmp_path):
+    import subprocess
+
+    from tests.conftest import partita_command
+
+    aclfile = tmp_path / "users.acl"
+    aclfile.write_text("user default on nopass ~* &* +@all\nuser x on ~a\tb\nuser \"y on\n")
+    proc = subprocess.run(partita_command() + ["--port", "0", "--dir", str(tmp_path / "data"),
+                                               "--aclfile", str(aclfile)],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1, output
+    assert f"{aclfile}:2: Syntax error." in output
+    assert "Traceback" not in output
+    assert "Ready to accept connections" not in output
+
+
+# -- listing key names, writing every key (finding 5) --------------------------------------
+
+
+def test_a_restricted_user_lists_only_the_keys_its_patterns_allow(partita_server):
+    admin = Resp(partita_server.port)
+    for topic in ("orders", "orders-eu", "payments"):
+        assert admin.call("TOPIC", "CREATE", topic) == b"+OK\r\n"
+    admin.call("ACL", "SETUSER", "app", "on", ">pw", "~orders*", "+@all")
+    admin.call("ACL", "SETUSER", "safe", "on", ">pw", "~orders*", "+@all", "-@dangerous")
+    # TOPIC LIST sits with KEYS: @keyspace @read @slow @dangerous
+    for category in ("keyspace", "read", "slow", "dangerous"):
+        assert b"topic|list" in admin.call("ACL", "CAT", category), category
+    assert b"topic|list" not in admin.call("ACL", "CAT", "stream")
+    app = Resp(partita_server.port)
+    app.call("AUTH", "app", "pw")
+    assert app.value("TOPIC", "LIST") == [b"orders", b"orders-eu"]
+    assert app.value("TOPIC", "LIST", "*s") == [b"orders"]
+    assert app.value("KEYS", "*") == [b"orders", b"orders-eu"]
+    assert sorted(app.value("SCAN", "0", "COUNT", "100")[1]) == [b"orders", b"orders-eu"]
+    # A command that writes every key needs every key.
+    assert app.call("FLUSHALL") == NOPERM_KEY
+    assert app.call("FLUSHDB") == NOPERM_KEY
+    assert app.call("ACL", "DRYRUN", "app", "FLUSHALL") == _bulk(
+        b"This user has no permissions to access one of the keys used as arguments")
+    app.close()
+    safe = Resp(partita_server.port)
+    safe.call("AUTH", "safe", "pw")
+    assert safe.call("TOPIC", "LIST") == b"-NOPERM this user has no permissions to run the 'topic|list' command\r\n"
+    safe.close()
+    assert admin.value("TOPIC", "LIST") == [b"orders", b"orders-eu", b"payments"]  # the default user sees all
+    admin.close()

@@ -115,3 +115,110 @@ def test_dispatcher_refuses_restricted_clients_and_fails_their_exec():
     assert d.call(ctx, [b"XADD", b"k", b"*", b"a", b"1"]).code == "NOPERM"
     assert d.call(ctx, [b"EXEC"]).code == "EXECABORT"
     assert state.stats.errors["NOPERM"] == 2
+
+
+# -- issue 28 -------------------------------------------------------------------------
+
+
+def test_names_and_patterns_that_the_aclfile_cannot_keep_are_refused():
+    registry = AclRegistry()
+    for name in ("a b", "a\nb", "a\tb", "a\rb", "a\x0bb", "a\x0cb", "a\x00b"):
+        with pytest.raises(AclError, match="^Usernames can't contain spaces or null characters$"):
+            registry.setuser(name, ["on"])
+    for rule in ("~a b", "~ok\nuser evil on nopass ~* +@all", "&a b", "~a\x00b"):
+        with pytest.raises(AclError, match="Syntax error$"):
+            registry.setuser("u", [rule])
+    with pytest.raises(AclError, match="^Error in ACL SETUSER modifier '~a': Syntax error$"):
+        registry.setuser("u", ["~a\x00b"])  # shown as Redis shows it, a C string
+    # What Redis keeps: other control characters, quotes, bytes past ASCII.
+    registry.setuser("q\"x\x01\x85", ["on", "~'k\x01", "", ">pass word"])
+    assert registry.users["q\"x\x01\x85"].key_patterns == [b"'k\x01"]
+    assert set(registry.users) == {"default", "q\"x\x01\x85"}
+
+
+def test_aclfile_errors_as_redis_7_0_reports_them(tmp_path):
+    # The texts are redis-server 7.0.15's for the same file (ACL LOAD).
+    path = tmp_path / "users.acl"
+    path.write_text("user default on nopass ~* &* +@all\n"
+                    "user\tx on\n"
+                    "user a on ~a\tb ~c\td\n"
+                    "user b on +nosuch -nosuch2\n"
+                    "user b on\n"
+                    "user\n")
+    registry = AclRegistry()
+    with pytest.raises(AclError) as raised:
+        registry.load(str(path))
+    assert raised.value.message == (
+        f"{path}:2 should start with user keyword followed by the username. "
+        f"{path}:3: Syntax error. "
+        f"{path}:4: Error in applying operation '+nosuch': Unknown command or category name in ACL. "
+        f"{path}:4: Error in applying operation '-nosuch2': Unknown command or category name in ACL. "
+        "WARNING: Duplicate user 'b' found on line 5. "
+        f"{path}:6 should start with user keyword followed by the username. "
+        "WARNING: ACL errors detected, no change to the previously active ACL rules was performed")
+    assert set(registry.users) == {"default"}
+
+
+def test_aclfile_lines_split_at_spaces_as_redis_splits_them(tmp_path):
+    path = tmp_path / "users.acl"
+    path.write_text("  user \"evil on nopass ~'k +@all\r\n\n# a comment (Partita)\nuser a  on\t\n")
+    registry = AclRegistry(aclfile=str(path))
+    assert set(registry.users) == {"default", "\"evil", "a"}
+    assert registry.users["\"evil"].key_patterns == [b"'k"] and registry.users["a"].enabled
+    registry.save(str(path))
+    assert AclRegistry(aclfile=str(path)).dump() == registry.dump()
+
+
+def test_a_bad_aclfile_stops_the_registry_at_start(tmp_path):
+    path = tmp_path / "users.acl"
+    path.write_text("user x on ~a\tb\n")
+    with pytest.raises(AclError, match=f"^Aborting Partita startup because of ACL errors: {path}:1: Syntax error"):
+        AclRegistry(aclfile=str(path))
+
+
+def test_keys_named_by_options_are_checked_like_key_arguments():
+    u = user("on", "nopass", "~orders*", "+@all")
+    create = COMMANDS["xgroup"].subcommands["create"]
+    config = COMMANDS["xgroup"].subcommands["config"]
+    ok = [b"XGROUP", b"CREATE", b"orders", b"g", b"0", b"MKSTREAM", b"MAXDELIVERIES", b"1",
+          b"DEADLETTER", b"orders-dlq"]
+    assert check(u, create, ok) is None
+    bad = ok[:-1] + [b"payments"]
+    assert check(u, create, bad).line == ("NOPERM this user has no permissions to access one of the keys "
+                                          "used as arguments")
+    assert check(u, config, [b"XGROUP", b"CONFIG", b"orders", b"g", b"DEADLETTER", b"x",
+                             b"MAXDELIVERIES", b"1"]) is not None
+    # They are not key arguments: COMMAND GETKEYS and routing do not see them.
+    assert create.key_indexes(bad) == [2]
+
+
+def test_only_keyspace_commands_that_write_every_key_need_allkeys():
+    u = user("on", "nopass", "~orders*", "+@all")
+    specs = [spec for top in COMMANDS.values() for spec in [top, *top.subcommands.values()]
+             if spec.handler is not None and spec.first_key <= 0 and spec.key_finder is None]
+    needs_all = sorted(spec.name for spec in specs if check(u, spec, spec.name.encode().split(b"|")) is not None)
+    assert needs_all == ["flushall", "flushdb"]
+
+
+def test_exec_checks_each_queued_command_again(tmp_path):
+    from cluster.topics import TopicRegistry
+
+    state, d, ctx = make()
+    state.config.dir = str(tmp_path)
+    state.topics = TopicRegistry.open(tmp_path, state.config)
+    state.acl.setuser("r", ["on", "nopass", "~a*", "~b*", "+@all"])
+    state.acl.login(ctx.client, state.acl.users["r"])
+    d.call(ctx, [b"MULTI"])
+    d.call(ctx, [b"XADD", b"a", b"1-1", b"f", b"v"])
+    d.call(ctx, [b"XADD", b"b", b"1-1", b"f", b"v"])
+    d.call(ctx, [b"PING"])
+    state.acl.setuser("r", ["resetkeys", "~a*", "-ping"])
+    state.acl.refresh_clients([ctx.client])
+    replies = d.call(ctx, [b"EXEC"])
+    prefix = ("ACLs rules changed between the moment the transaction was accumulated and the EXEC call. "
+              "This command is no longer allowed for the following reason: ")
+    assert replies[0] == b"1-1"
+    assert replies[1].line == "NOPERM " + prefix + "no permission to touch the specified keys"
+    assert replies[2].line == "NOPERM " + prefix + "no permission to execute the command or subcommand"
+    assert state.topics.exists(b"a") and not state.topics.exists(b"b")
+    state.topics.close()

@@ -263,3 +263,45 @@ def test_handler_bug_becomes_an_error_reply():
         assert d.call(ctx, [b"PING"]) == "PONG"
     finally:
         del COMMANDS["test-bug"]
+
+
+# -- cross protocol scripting (Redis's securityWarningCommand) -------------------------
+
+
+@pytest.mark.parametrize("argv", [[b"POST", b"/", b"HTTP/1.1"], [b"post"], [b"Host:", b"x"], [b"HOST:"]])
+def test_post_and_host_kill_the_client_and_reply_nothing(argv):
+    from server.dispatch import NO_REPLY
+
+    state, d, ctx = make(requirepass="secret")  # before AUTH too
+    assert d.call(ctx, argv) is NO_REPLY
+    assert ctx.client.close_after_reply and ctx.client.kill_requested
+
+
+def test_post_inside_multi_queues_nothing():
+    from server.dispatch import NO_REPLY
+
+    _, d, ctx = make()
+    d.call(ctx, [b"MULTI"])
+    assert d.call(ctx, [b"POST", b"/"]) is NO_REPLY
+    assert ctx.client.multi_queue == [] and ctx.client.kill_requested
+
+
+def test_the_attack_is_logged_at_most_once_a_minute(caplog, monkeypatch):
+    import server.dispatch as dispatch
+
+    now = [1000.0]
+    monkeypatch.setattr(dispatch.time, "monotonic", lambda: now[0])
+    state, d, _ = make()
+
+    def attack():
+        client = state.new_client("127.0.0.1:2", "127.0.0.1:6379")
+        d.call(Context(state, client, d), [b"POST", b"/"])
+
+    with caplog.at_level("WARNING", logger="partita.dispatch"):
+        attack()
+        now[0] += 59.0
+        attack()
+        now[0] += 2.0  # 61 s after the first
+        attack()
+    logged = [r for r in caplog.records if r.getMessage() == dispatch.ATTACK_LOG]
+    assert len(logged) == 2
