@@ -267,8 +267,8 @@ class ClusterState:
         except (StorageError, OSError) as e:
             # The view in memory is right and is what this node acts on; the
             # file only seeds a restart, which the controller's metadata log
-            # (and every peer's newer epochs) corrects. Raising here would
-            # leave a committed record half applied.
+            # corrects. Raising here would leave a committed record half
+            # applied.
             log.warning("%s: cluster state not saved: %s", self.path, e)
 
     def leader(self, shard: int) -> int:

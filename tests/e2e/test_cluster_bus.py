@@ -218,14 +218,20 @@ def test_a_link_refused_by_a_port_that_echoes_the_request_logs_the_secret_redact
     from tests.conftest import PartitaProcess
 
     p1, b1, p2, b2 = listen_ports(4)
-    specs = [f"1@127.0.0.1:{p1}@{b1},2@127.0.0.1:{p2}@{b2}", f"1@127.0.0.1:{p1}@{p1},2@127.0.0.1:{p2}@{b2}"]
+    # Node 1 listens on the bus port cluster-port names (its entry names none).
+    specs = [f"1@127.0.0.1:{p1},2@127.0.0.1:{p2}@{b2}", f"1@127.0.0.1:{p1}@{p1},2@127.0.0.1:{p2}@{b2}"]
     nodes = []
     try:
         for i, (port, spec) in enumerate(zip((p1, p2), specs)):
             node = PartitaProcess(tmp_path / f"node{i + 1}", ["--node-id", str(i + 1), "--cluster-nodes", spec,
-                                                             "--cluster-secret", SECRET])
+                                                             "--cluster-secret", SECRET, "--cluster-port",
+                                                             str((b1, 0)[i])])
             node.port = port
             nodes.append(node.start())
+        assert f"Cluster bus listening on 127.0.0.1:{b1} (peers present cluster-secret)" in nodes[0].log()
+        assert f"Cluster bus listening on 127.0.0.1:{b2} " in nodes[1].log()
+        assert nodes[0].client().config_get("cluster-port") == {"cluster-port": str(b1)}
+        assert nodes[1].client().config_get("cluster-port") == {"cluster-port": "0"}
         _eventually(lambda: f"REPLAUTH to 127.0.0.1:{p1} refused: ERR unknown command 'REPLAUTH', "
                             "with args beginning with: '(redacted)'" in nodes[1].log(),
                     what="the refused link logged")
