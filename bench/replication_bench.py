@@ -121,12 +121,13 @@ class Cluster:
 
     def __init__(self, size: int = 3, replication_factor: int = 3, fsync: str = "everysec") -> None:
         ports: list[int] = []
-        while len(ports) < size:
+        while len(ports) < 2 * size:  # a client port and a cluster bus port per node
             p = free_port()
             if p not in ports:
                 ports.append(p)
+        ports, bus_ports = ports[:size], ports[size:]
         self.ids = list(range(1, size + 1))
-        spec = ",".join(f"{i}@127.0.0.1:{p}" for i, p in zip(self.ids, ports))
+        spec = ",".join(f"{i}@127.0.0.1:{p}@{b}" for i, p, b in zip(self.ids, ports, bus_ports))
         self.nodes = {
             i: ServerProcess("partita", ["--fsync", fsync, "--node-id", str(i), "--cluster-nodes", spec,
                                          "--replication-factor", str(replication_factor)], port=p)
@@ -450,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     single = ServerProcess("partita", ["--fsync", args.fsync])
     solo_port = free_port()
     solo = ServerProcess("partita", ["--fsync", args.fsync, "--node-id", "1",
-                                     "--cluster-nodes", f"1@127.0.0.1:{solo_port}"], port=solo_port)
+                                     "--cluster-nodes", f"1@127.0.0.1:{solo_port}@{free_port()}"], port=solo_port)
     cluster = Cluster(3, 3, args.fsync)
     runs: list[Run] = []
     profiled: dict[str, tuple[Run, Path]] = {}

@@ -1,6 +1,9 @@
 """The static cluster: who the nodes are, which node leads which hash slots.
 
-Owns: parsing ``--cluster-nodes 1@127.0.0.1:7001,2@...``; Redis Cluster's
+Owns: parsing ``--cluster-nodes 1@127.0.0.1:7001,2@...`` (each entry
+``<id>@<host>:<port>[@<bus-port>]``: the client port, then the cluster bus
+port peers talk on, ``port + 10000`` when not named, as Redis Cluster's bus;
+``bus_port_of`` gives this node's own); Redis Cluster's
 key → slot function (CRC16/XMODEM of the key or of its ``{hash tag}``,
 modulo 16384); the deterministic placement every node computes alike with no
 coordination (slots cut into one equal range per node, range ``i`` is
@@ -9,10 +12,12 @@ order, the first of them its preferred leader); and ``ClusterState``: each
 shard's current leader and leader epoch, persisted in the data directory so
 a restarted node remembers a manual failover.
 
-Leadership is an input here, never decided: the state changes only when told
-— by the controller's committed metadata (``adopt``, cluster/controller/), or
-by a peer that reports a newer epoch (``merge``), which it can only know
-from that metadata.
+Leadership is an input here, never decided: the state changes only by the
+controller's committed metadata (``adopt``, cluster/controller/). A peer's
+view (what it sends with a fetch) moves nothing: one that disagrees is logged
+(``note_peer_view``, rate-limited) and ignored, so no message from anyone can
+raise a leader epoch past what the controller committed (issue 28: a forged
+view once made a node leader at epoch 999999999 for good).
 
 Must not know: sockets, trio, RESP, partitions' logs.
 """
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +35,7 @@ from storage.errors import StorageError
 
 SLOTS = 16384
 STATE_FILE = "cluster.state"
+PEER_VIEW_LOG_S = 30.0
 
 log = logging.getLogger("partita.cluster")
 
@@ -37,38 +44,80 @@ class ClusterConfigError(ValueError):
     """``cluster-nodes`` / ``node-id`` do not describe a usable cluster."""
 
 
+BUS_PORT_OFFSET = 10000  # a node's cluster bus port when not named: its port + 10000 (Redis Cluster's)
+ENTRY_SYNTAX = "<node-id>@<host>:<port>[@<bus-port>]"
+
+
 @dataclass(frozen=True)
 class Node:
     id: int
     host: str
-    port: int
+    port: int  # the client port (what -MOVED and CLUSTER SLOTS name)
+    bus_port: int = 0  # the cluster bus port peers talk on (0: port + 10000)
+
+    def __post_init__(self) -> None:
+        if not self.bus_port:
+            object.__setattr__(self, "bus_port", self.port + BUS_PORT_OFFSET)
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
+    @property
+    def entry(self) -> str:
+        """``host:port@bus-port``, as CLUSTER NODES and a ``join`` record write it."""
+        return f"{self.address}@{self.bus_port}"
+
+
+def parse_address(node_id: int, text: str) -> Node:
+    """``host:port[@bus-port]`` → the node (ValueError when malformed)."""
+    address, at, bus = text.partition("@")
+    host, colon, port = address.rpartition(":")
+    if not colon or not host or (at and not bus):
+        raise ValueError(text)
+    port_n, bus_n = int(port), int(bus) if at else 0
+    if not 0 < port_n < 65536 or not 0 <= bus_n < 65536:
+        raise ValueError(text)
+    return Node(node_id, host, port_n, bus_n)
+
 
 def parse_cluster_nodes(text: str) -> list[Node]:
-    """``"1@127.0.0.1:7001,2@127.0.0.1:7002"`` → nodes sorted by id."""
+    """``"1@127.0.0.1:7001,2@127.0.0.1:7002@17002"`` → nodes sorted by id."""
     nodes: dict[int, Node] = {}
     for item in text.replace(" ", ",").split(","):
         item = item.strip()
         if not item:
             continue
-        ident, at, address = item.partition("@")
-        host, colon, port = address.rpartition(":")
-        if not at or not colon or not host:
-            raise ClusterConfigError(f"cluster-nodes entry '{item}' is not <node-id>@<host>:<port>")
+        ident, at, rest = item.partition("@")
         try:
-            node_id, port_n = int(ident), int(port)
+            node_id = int(ident)
+            node = parse_address(node_id, rest)
         except ValueError:
-            raise ClusterConfigError(f"cluster-nodes entry '{item}' is not <node-id>@<host>:<port>") from None
-        if node_id < 1 or not 0 < port_n < 65536:
-            raise ClusterConfigError(f"cluster-nodes entry '{item}': node ids start at 1, ports are 1-65535")
+            raise ClusterConfigError(f"cluster-nodes entry '{item}' is not {ENTRY_SYNTAX} "
+                                     "(node ids start at 1, ports are 1-65535)") from None
+        if not at or node_id < 1:
+            raise ClusterConfigError(f"cluster-nodes entry '{item}': node ids start at 1")
+        if node.bus_port > 65535:
+            raise ClusterConfigError(f"cluster-nodes entry '{item}': its cluster bus port would be port + "
+                                     f"{BUS_PORT_OFFSET} = {node.bus_port}; name one: "
+                                     f"{node_id}@{node.address}@<bus-port>")
         if node_id in nodes:
             raise ClusterConfigError(f"cluster-nodes names node {node_id} twice")
-        nodes[node_id] = Node(node_id, host, port_n)
+        nodes[node_id] = node
     return [nodes[k] for k in sorted(nodes)]
+
+
+def bus_port_of(nodes: list[Node], my_id: int, cluster_port: int = 0) -> int:
+    """This node's cluster bus port: ``cluster-port`` when set, else the one
+    its own ``cluster-nodes`` entry names (or implies: port + 10000). They
+    may differ, as for a node its peers reach through a proxy or NAT."""
+    if cluster_port:
+        return cluster_port
+    for node in nodes:
+        if node.id == my_id:
+            return node.bus_port
+    raise ClusterConfigError(f"node-id {my_id} is not one of cluster-nodes "
+                             f"({', '.join(str(n.id) for n in nodes)})")
 
 
 def _crc16_table() -> list[int]:
@@ -188,6 +237,7 @@ class ClusterState:
         self.isr: list[set[int]] = [set(placement.replicas(s)) for s in range(placement.shard_count)]
         self.fenced: set[int] = set()
         self.controlled = False  # True once a controller's metadata drives this state
+        self._view_logged: dict[str, float] = {}  # note_peer_view: source -> when last logged
         if self.path is not None:
             self._load()
 
@@ -217,8 +267,8 @@ class ClusterState:
         except (StorageError, OSError) as e:
             # The view in memory is right and is what this node acts on; the
             # file only seeds a restart, which the controller's metadata log
-            # (and every peer's newer epochs) corrects. Raising here would
-            # leave a committed record half applied.
+            # corrects. Raising here would leave a committed record half
+            # applied.
             log.warning("%s: cluster state not saved: %s", self.path, e)
 
     def leader(self, shard: int) -> int:
@@ -226,15 +276,6 @@ class ClusterState:
 
     def epoch(self, shard: int) -> int:
         return self.shards[shard][1]
-
-    def set_leader(self, shard: int, leader: int, epoch: int) -> bool:
-        """Adopt ``leader`` at ``epoch`` when newer than what is known; True if adopted."""
-        if not 0 <= shard < len(self.shards) or leader not in self.placement.replicas(shard):
-            return False
-        if epoch <= self.shards[shard][1]:
-            return False
-        self._move(shard, leader, epoch)
-        return True
 
     def _move(self, shard: int, leader: int, epoch: int) -> None:
         self.shards[shard] = (leader, epoch)
@@ -250,15 +291,25 @@ class ClusterState:
         self.version += 1
         self._save()
 
-    def adopt(self, shard: int, leader: int, epoch: int, isr: set[int]) -> bool:
-        """The controller's committed (leader, epoch, ISR) of ``shard``. Never
-        goes back to an older epoch (a peer's newer view may have arrived
-        first); True if the leader or epoch changed."""
+    def adopt(self, shard: int, leader: int, epoch: int, isr: set[int], *, rewind: bool = False) -> bool:
+        """The controller's committed (leader, epoch, ISR) of ``shard``; True
+        if the leader or epoch changed. Committed records come in order, so
+        the epoch only grows; an older one is ignored (replaying the Raft log
+        at start-up goes through old records) unless ``rewind``: once the
+        replay is done, the metadata is what every record this node applied
+        made, and a ``cluster.state`` ahead of it came from elsewhere."""
         if not 0 <= shard < len(self.shards) or leader not in self.placement.replicas(shard):
             return False
         cur_leader, cur_epoch = self.shards[shard]
         if epoch < cur_epoch:
-            return False
+            if not rewind:
+                return False
+            log.warning("shard %d: this node had node %d leading at epoch %d, which the controller never "
+                        "committed (%s): back to node %d at epoch %d", shard, cur_leader, cur_epoch,
+                        "cluster.state written by an older version, or damaged", leader, epoch)
+            self.isr[shard] = set(isr)
+            self._move(shard, leader, epoch)
+            return True
         self.isr[shard] = set(isr)
         if (leader, epoch) == (cur_leader, cur_epoch):
             return False
@@ -272,15 +323,32 @@ class ClusterState:
         """The whole view, for peers (``leader:epoch`` per shard, comma separated)."""
         return b",".join(b"%d:%d" % pair for pair in self.shards)
 
-    def merge(self, blob: bytes) -> bool:
-        """Adopt every newer shard in a peer's ``encode()``; True if anything changed."""
-        changed = False
+    def note_peer_view(self, blob: bytes, source: str) -> None:
+        """A peer's ``encode()`` (sent with every fetch). Never adopted:
+        leadership comes from the committed metadata alone. A view naming a
+        newer epoch than this node knows, or another leader at the same
+        epoch, is logged (once per ``PEER_VIEW_LOG_S`` per source): a peer
+        that applied a commit before this node did, or a forgery."""
+        if not blob:
+            return
         try:
             items = [tuple(int(x) for x in part.split(b":")) for part in blob.split(b",") if part]
+            differs = [(s, leader, epoch) for s, (leader, epoch) in enumerate(items)
+                       if s < len(self.shards) and (epoch > self.shards[s][1]
+                                                    or (epoch == self.shards[s][1] and leader != self.shards[s][0]))]
         except ValueError:
-            return False
-        if len(items) != len(self.shards):
-            return False
-        for s, (leader, epoch) in enumerate(items):
-            changed |= self.set_leader(s, leader, epoch)
-        return changed
+            differs = [(-1, 0, 0)]
+        if not differs:
+            return
+        now = time.monotonic()
+        if now - self._view_logged.get(source, -PEER_VIEW_LOG_S) < PEER_VIEW_LOG_S:
+            return
+        if len(self._view_logged) > 1024:
+            self._view_logged.clear()
+        self._view_logged[source] = now
+        s, leader, epoch = differs[0]
+        what = ("an unreadable view" if s < 0 else
+                f"node {leader} leading shard {s} at epoch {epoch} (committed here: node {self.shards[s][0]} "
+                f"at epoch {self.shards[s][1]})")
+        log.warning("ignoring %s's view of the cluster, %s: leadership comes only from the controller's "
+                    "committed metadata", source, what[:200])

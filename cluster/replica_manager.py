@@ -11,9 +11,9 @@ with their ``topic.meta``), and a high-watermark checkpoint per partition.
 
 Leadership is an input: ``ClusterState`` says who leads each shard at which
 epoch; this module acts on it and never decides it (the controller's
-committed metadata does, server/controller.py). Peers carry their ``ClusterState`` view in every request and reply,
-and the higher epoch wins, so a manual failover reaches every node that
-talks to any node that knows it.
+committed metadata does, server/controller.py). Peers carry their
+``ClusterState`` view in every fetch request and reply; it is only compared
+(``ClusterState.note_peer_view`` logs a disagreement), never adopted.
 
 Canonical partition key: the bare topic name for a one-partition topic
 (what clients send), ``topic#n`` otherwise. Its slot decides the shard.
@@ -50,6 +50,9 @@ HW_CHECKPOINT = "replication.hw"
 # topic, n, topic id, fetch offset, last fetched epoch, state version, group journal position
 PARTITION_FIELDS = 7
 RETRY_S = 0.5  # a fetcher whose leader is unreachable retries this often
+# A leader that answers NOT_LEADER (this node has not applied the metadata
+# that moved it yet: a Raft heartbeat brings it) is asked again after this.
+NOT_LEADER_RETRY_S = 0.1
 # What this replica's disk refused (a partition's batches or state, a topic)
 # is asked for again this long after, not in the next fetch: the leader
 # would answer at once, and a refusing disk would turn the fetcher into a
@@ -137,6 +140,7 @@ class ReplicaManager:
         self._follow_stamp: dict[int, tuple[int, int]] = {}
         self.paused: dict[int, tuple[int, int]] = {}  # shard -> (epoch, until ms)
         self._fetch_errors: dict[int, str] = {}  # leader -> the last fetch failure logged
+        self._not_leading: set[int] = set()  # leaders whose last fetch reply said NOT_LEADER
         self._apply_errors: dict[tuple[bytes, int, str], str] = {}  # (partition, what) -> the last disk error logged
         self._apply_backoff: dict[tuple[bytes, int], int] = {}  # partition -> not fetched before (ms)
         self._rediscover_at: dict[int, int] = {}  # leader -> when to ask for its topics again (ms)
@@ -426,7 +430,7 @@ class ReplicaManager:
         means the reply carries nothing a follower waits for (the caller may
         hold it up to max-wait and ask again)."""
         replica = int(args[0])
-        self.state.merge(args[1])
+        self.state.note_peer_view(args[1], f"node {replica}")
         self.last_fetch_ms[replica] = self.clock_ms()
         max_bytes = int(args[3])
         their_token = args[4]
@@ -630,7 +634,7 @@ class ReplicaManager:
         """Apply a REPLFETCH reply; True when anything was appended."""
         view, topics_token, discovered, results = reply
         if view:
-            self.state.merge(view)
+            self.state.note_peer_view(view, f"node {leader}")
         if discovered is not None:
             self.discovery_token[leader] = topics_token
             if not self._apply_discovery(leader, discovered):
@@ -747,7 +751,10 @@ class ReplicaManager:
         elif error == rp.UNKNOWN_PARTITION:
             self.followed.get(leader, {}).pop((f.topic, f.n), None)
             self.discovery_token.pop(leader, None)
-        # NOT_LEADER: the cluster view in the reply says who leads now.
+        elif error == rp.NOT_LEADER:
+            # The controller's metadata says who leads now; this node has not
+            # applied it yet (the fetchers restart when it does): not again at once.
+            self._not_leading.add(leader)
 
     async def run_fetcher(self, leader: int, endpoint: LeaderEndpoint) -> None:
         """Fetch from ``leader`` until it no longer leads anything this node
@@ -766,6 +773,9 @@ class ReplicaManager:
                 self.apply_fetch(leader, reply)
                 if self._fetch_errors.pop(leader, None) is not None:
                     log.info("fetching from node %d again", leader)
+                if leader in self._not_leading:
+                    self._not_leading.discard(leader)
+                    await trio.sleep(NOT_LEADER_RETRY_S)
             except (ConnectionError, OSError, EOFError) as e:
                 # Once per new reason (a peer that is down says so every retry).
                 text = str(e)

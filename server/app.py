@@ -1,7 +1,9 @@
 """Composition root: build the server from a Config, run it, stop it cleanly.
 
-Owns: the start-up order (validate → sockets → data dir → topics → "Ready to
-accept connections"), the task tree (accept loops, connections, the
+Owns: the start-up order (validate → sockets (client, TLS, cluster bus) →
+data dir → topics → peers accepted; a restarted cluster node catches up on
+the controller's metadata → clients accepted, "Ready to accept
+connections"), the task tree (accept loops, connections, the
 ``everysec`` flusher, the ops/sec sampler, topic maintenance: retention and
 traffic rates), and shutdown: stop accepting,
 let in-flight commands finish (bounded by ``shutdown-timeout``), flush and
@@ -29,7 +31,7 @@ from server.dispatch import Dispatcher
 from server.durability import Durability
 from server.listener import accept_loop, bind_sockets
 from server.reactor import Reactor
-from server import replication, tls
+from server import bus, replication, tls
 from server.acl import warn_if_unprotected
 from server.state import REDIS_VERSION, ServerState, open_topics, partita_version
 
@@ -64,7 +66,13 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
         for sock in sockets:
             sock.close()
         raise
-    sockets_to_close = sockets + tls_sockets
+    try:  # the cluster bus (server/bus.py), bound before the data dir too
+        bus_sockets = bus.bind(config)
+    except BaseException:
+        for sock in sockets + tls_sockets:
+            sock.close()
+        raise
+    sockets_to_close = sockets + tls_sockets + bus_sockets
     try:
         data_dir = prepare_data_dir(config)
         log.info("Data directory: %s", data_dir)
@@ -87,6 +95,7 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
     durability.policy_of = getattr(topics, "fsync_policy_of", None)  # per-topic fsync
     state.durability = durability
     dispatcher = Dispatcher(state)
+    bus_dispatcher = Dispatcher(state, bus.commands())  # the cluster bus's table
     state.port = sockets[0].getsockname()[1]
     config.port = state.port
     connections: set = set()
@@ -111,8 +120,6 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
                 refresh()
 
     config.on_change(apply_topic_defaults)
-    if state.replication is not None:
-        await state.replication.sync_view()
     try:
         async with trio.open_nursery() as root:
             root.start_soon(durability.run_everysec)
@@ -126,9 +133,15 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
             async with trio.open_nursery() as conn_nursery:
                 listen_scope = trio.CancelScope()
 
-                async def listen_all() -> None:
+                async def listen_all(task_status=trio.TASK_STATUS_IGNORED) -> None:
                     with listen_scope:
                         async with trio.open_nursery() as accepts:
+                            for sock in bus_sockets:  # peers first (server/bus.py)
+                                accepts.start_soon(accept_loop, state, sock, conn_nursery, connections,
+                                                   functools.partial(Connection, state, bus_dispatcher),
+                                                   functools.partial(bus.new_client, config))
+                            if state.replication is not None:  # a restarted node: the metadata first
+                                await state.replication.controller.wait_caught_up()
                             for sock in sockets:
                                 accepts.start_soon(accept_loop, state, sock, conn_nursery, connections,
                                                    functools.partial(Connection, state, dispatcher))
@@ -136,15 +149,20 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
                                 accepts.start_soon(accept_loop, state, sock, conn_nursery, connections,
                                                    functools.partial(tls.TlsConnection, state, dispatcher,
                                                                      context=tls_context))
+                            task_status.started()
 
-                conn_nursery.start_soon(listen_all)
+                await conn_nursery.start(listen_all)
                 addrs = ", ".join(_sock_text(s) for s in sockets)
                 log.info("Listening on %s, port=%d", addrs, state.port)
                 if tls_sockets:
                     log.info("Listening (TLS) on %s, tls-port=%d", ", ".join(_sock_text(s) for s in tls_sockets),
                              tls_sockets[0].getsockname()[1])
+                if bus_sockets:
+                    log.info("Cluster bus listening on %s (%s)", ", ".join(_sock_text(s) for s in bus_sockets),
+                             "peers present cluster-secret" if config.cluster_secret else "unauthenticated")
+                    bus.warn_if_unauthenticated(config, bus_sockets, log)
                 # Safe defaults (server/acl.py): say so when exposed without a password.
-                warn_if_unprotected(state.acl, [s.getsockname()[0] for s in sockets_to_close], log)
+                warn_if_unprotected(state.acl, [s.getsockname()[0] for s in sockets + tls_sockets], log)
                 log.info("Ready to accept connections")
                 # Everything allocated so far lives as long as the server:
                 # keep it out of the collector's generations (cheaper GC
@@ -155,7 +173,7 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
                 await state.shutdown_requested.wait()
                 log.info("Shutdown requested: no new connections, finishing in-flight commands")
                 listen_scope.cancel()
-                for sock in sockets:
+                for sock in sockets + bus_sockets:
                     sock.close()
                 for conn in list(connections):
                     conn.stop()

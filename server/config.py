@@ -255,10 +255,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("node-id", "int", 0, mutable=False, minimum=0, maximum=2**31 - 1,
            doc="this node's id in cluster-nodes (0: not in a cluster)"),
     Option("cluster-nodes", "string", "", mutable=False,
-           doc="every node of the cluster: `<id>@<host>:<port>,...` (empty: a single node)"),
+           doc="every node of the cluster: `<id>@<host>:<port>[@<bus-port>],...` "
+               "(bus port: port + 10000 when not named; empty: a single node)"),
+    Option("cluster-port", "int", 0, mutable=False, minimum=0, maximum=65535,
+           doc="the cluster bus port this node listens on for its peers, on the bind addresses "
+               "(0: the one its cluster-nodes entry names, else port + 10000)"),
     Option("cluster-secret", "string", "", mutable=False, protected=True,
-           doc="shared by every node: peers must present it before internal replication commands "
-               "(empty: any client may send them)"),
+           doc="shared by every node: a peer presents it (REPLAUTH) before anything else on the cluster bus "
+               "(empty: the bus is unauthenticated)"),
     Option("replication-factor", "int", 0, mutable=False, minimum=0, maximum=1000,
            doc="replicas of every partition on distinct nodes (0: min(3, nodes))"),
     Option("acks", "enum", "all", choices=("all", "1"),

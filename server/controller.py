@@ -34,7 +34,7 @@ import trio
 from cluster.controller.metadata import ControllerLogic, Metadata, MetadataError
 from cluster.controller.raft import Message, Raft, Snapshot
 from cluster.controller.raft_store import RaftStore
-from cluster.nodes import ClusterConfigError, Node
+from cluster.nodes import ClusterConfigError, Node, parse_address
 from server.errors import CommandError
 from server.leader_link import LeaderLink
 from storage.errors import StorageError
@@ -51,6 +51,7 @@ LINK_TIMEOUT_S = 1.0
 # snapshot paths quickly: PARTITA_CONTROLLER_COMPACT_EVERY).
 COMPACT_EVERY = int(os.environ.get("PARTITA_CONTROLLER_COMPACT_EVERY", "1000"))
 ISR_RETRY_MS = 1000
+CATCH_UP_TIMEOUT_S = 3.0  # a restarted node waits this long at most for the metadata before serving
 
 
 class NotReady(Exception):
@@ -121,6 +122,7 @@ class Controller:
         self._topic_nonces: dict[Any, None] = {}  # recently applied topic records (ordered set)
         self._lease_from_ms: int | None = None  # see lease_ok
         self.lease_expiry_s = 0.0  # time.monotonic() seconds
+        self._first_lease = trio.Event()  # wait_caught_up
         self.counts = {"elections_won": 0, "applied": 0, "proposed": 0}
         self.halted: str | None = None  # why this node stopped (_halt)
         self.store = RaftStore(Path(config.dir) / "controller")
@@ -150,6 +152,7 @@ class Controller:
         self._sync_members()  # nodes that joined, from the snapshot
         self._drain()  # committed records persisted before a restart are applied before serving
         self._replaying = False
+        self._rewind_to_metadata()
 
     # -- state ------------------------------------------------------------------
 
@@ -169,13 +172,21 @@ class Controller:
         for name, (blob, topic_id, origin) in sorted(self.meta.topics.items()):
             self._apply_topic(name, blob, topic_id, origin, None)
 
+    def _rewind_to_metadata(self) -> None:
+        """After the replay: the shard view is what the committed metadata
+        says, also where ``cluster.state`` had a newer epoch the controller
+        never committed (leadership comes from the metadata alone)."""
+        if not self.state.controlled:
+            return
+        for s, sm in enumerate(self.meta.shards):
+            self.state.adopt(s, sm.leader, sm.epoch, set(sm.isr), rewind=True)
+
     def _sync_members(self) -> None:
         """Nodes that joined the running cluster (``join`` records): their
         addresses, Raft learner membership, a sender task each."""
         for node, nm in self.meta.nodes.items():
             if nm.address and node != self.my_id:
-                host, _, port = nm.address.rpartition(":")
-                if self.placement.add_node(Node(node, host, int(port))):
+                if self.placement.add_node(parse_address(node, nm.address)):
                     log.info("node %d (%s) is part of the cluster", node, nm.address)
             if self.raft is not None and node not in self.voters:
                 self.raft.add_learner(node)
@@ -362,8 +373,7 @@ class Controller:
         link = self._links.get(key)
         if link is None:
             node = self.placement.by_id[node_id]
-            link = self._links[key] = LeaderLink(node.host, node.port, self.config.requirepass,
-                                                 secret=self.config.cluster_secret,
+            link = self._links[key] = LeaderLink(node.host, node.bus_port, secret=self.config.cluster_secret,
                                                  reply_timeout_s=LINK_TIMEOUT_S)
         return link
 
@@ -392,7 +402,9 @@ class Controller:
                     now = _now_ms()
                     self.logic.beat(self.my_id, self.incarnation, now, self.manager.offline_shards())
                     heard = self.raft.peers_heard_within(LEASE_TICKS) & set(self.voters)
-                    if len(heard) >= len(self.voters) // 2 + 1:
+                    # (and its term's first entry applied: every record
+                    # committed before its election is applied here)
+                    if len(heard) >= len(self.voters) // 2 + 1 and self.applied_term == self.raft.term:
                         # A majority answered within the last LEASE_TICKS ticks
                         # (heartbeats go out every HEARTBEAT_TICKS).
                         since = now if len(self.voters) == 1 else now - int(LEASE_TICKS * TICK_S * 1000)
@@ -434,7 +446,11 @@ class Controller:
                 reply = await self._link(leader, "beat").call(beat)
             except ConnectionError:
                 continue
-            if not isinstance(reply, Exception):
+            # The reply is the controller's commit index: the lease counts
+            # once this node has applied the metadata that far, so a node
+            # back from a restart (or a partition) never serves a shard the
+            # controller moved while it was away.
+            if isinstance(reply, int) and self.applied >= reply:
                 self._renew_lease(sent)
 
     def lease_ok(self) -> bool:
@@ -451,6 +467,25 @@ class Controller:
     def _renew_lease(self, from_ms: int) -> None:
         self._lease_from_ms = max(self._lease_from_ms or from_ms, from_ms)
         self._set_lease_expiry()
+        self._first_lease.set()
+
+    async def wait_caught_up(self, timeout_s: float = CATCH_UP_TIMEOUT_S) -> None:
+        """At start-up, before clients are served: a node that was part of
+        the cluster before (its metadata is initialised from its own log)
+        waits until it has the lease, i.e. applied the controller's metadata
+        as far as the controller had committed it, so it does not announce
+        (CLUSTER SLOTS) or serve a shard it lost while it was down (Kafka's
+        broker waits for the metadata log the same way). Bounded: with no
+        controller to reach it serves what it has, and keyed commands answer
+        ``-TRYAGAIN`` until it catches up. Peers' views are never asked:
+        leadership comes from the committed metadata alone."""
+        if not self.meta.initialized:
+            return  # a cluster's (or a joining node's) first start: nothing to catch up on
+        with trio.move_on_after(timeout_s):
+            await self._first_lease.wait()
+            return
+        log.warning("no controller reached within %.0fs: serving before catching up with the cluster metadata "
+                    "(commands on keys answer -TRYAGAIN until it does)", timeout_s)
 
     def _set_lease_expiry(self) -> None:
         # Kept as one number so the check on every command is a clock read
@@ -460,13 +495,15 @@ class Controller:
         lease = self._lease_from_ms
         self.lease_expiry_s = (lease + self.logic.session_timeout_ms * 0.8) / 1000 if lease is not None else 0.0
 
-    def beat(self, node: int, incarnation: str, offline: list[int] | None = None) -> bool:
+    def beat(self, node: int, incarnation: str, offline: list[int] | None = None) -> int | None:
         """``CTRLBEAT`` from a node (``offline``: the shards it holds a log
-        of that it cannot write); False when this node is not the controller."""
+        of that it cannot write): the commit index the node must have
+        applied before its lease counts the beat; None when this node is not
+        the controller."""
         if not self.is_leader:
-            return False
+            return None
         self.logic.beat(node, incarnation, _now_ms(), offline or ())
-        return True
+        return self.raft.commit_index
 
     # -- proposals ---------------------------------------------------------------
 
@@ -611,7 +648,7 @@ class Controller:
                     continue
                 try:
                     reply = await self._link(node.id, "join").call(
-                        [b"CTRLJOIN", b"%d" % self.my_id, me.host.encode(), b"%d" % me.port])
+                        [b"CTRLJOIN", b"%d" % self.my_id, me.host.encode(), b"%d" % me.port, b"%d" % me.bus_port])
                 except ConnectionError:
                     continue
                 if isinstance(reply, Exception):
@@ -621,16 +658,16 @@ class Controller:
             await trio.sleep(1.0)
         log.info("this node is part of the cluster (node %d)", self.my_id)
 
-    async def admit(self, node: int, host: str, port: int) -> None:
+    async def admit(self, node: int, host: str, port: int, bus_port: int) -> None:
         """``CTRLJOIN`` here: commit the node's join through the controller."""
         known = self.meta.nodes.get(node)
         if known is not None:
             if not known.address:
                 raise ValueError(f"node {node} is one of the nodes the cluster started with")
-            if known.address != f"{host}:{port}":
+            if known.address != Node(node, host, port, bus_port).entry:
                 raise ValueError(f"node {node} already joined as {known.address}")
             return
-        await self.propose(Metadata.join_record(node, host, port))
+        await self.propose(Metadata.join_record(node, host, port, bus_port))
 
     def info_lines(self) -> list[str]:
         raft = self.raft

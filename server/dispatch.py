@@ -134,8 +134,9 @@ ATTACK_LOG_INTERVAL_S = 60.0
 class Dispatcher:
     """Runs commands for the connections of one server."""
 
-    def __init__(self, server: Any) -> None:
+    def __init__(self, server: Any, commands: dict[str, CommandSpec] = COMMANDS) -> None:
         self.server = server
+        self.commands = commands  # the port's table: COMMANDS, or the cluster bus's (server/bus.py)
         self.stats = server.stats
         self._cache: dict[bytes, CommandSpec] = {}
         self._plain: dict[bytes, CommandSpec] = {}  # raw name -> spec without subcommands
@@ -143,7 +144,7 @@ class Dispatcher:
         # Cluster mode: ``route(spec, argv)`` refuses keys led elsewhere (-MOVED).
         replication = getattr(server, "replication", None)
         self.route = replication.route if replication is not None else None
-        self._poll = POLLS.get("xread")  # read_poll's one form
+        self._poll = POLLS.get("xread") if "xread" in commands else None  # read_poll's one form
         self._poll_spec = COMMANDS.get("xread")
         self._attack_logged_s: float | None = None  # when ATTACK_LOG was last written
 
@@ -153,7 +154,7 @@ class Dispatcher:
         spec = self._cache.get(name)
         if spec is None:
             try:
-                spec = COMMANDS.get(name.decode("ascii").lower())
+                spec = self.commands.get(name.decode("ascii").lower())
             except UnicodeDecodeError:
                 spec = None
             if spec is None:

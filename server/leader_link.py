@@ -1,10 +1,14 @@
-"""A RESP client to another Partita node: the internal link followers fetch over.
+"""A RESP client to another Partita node's cluster bus: the internal link
+followers fetch over, and the controller's, forwarding's and failover's.
 
-Owns: one TCP connection to a peer (opened on first use, reopened after a
-failure), AUTH with this node's ``requirepass`` and REPLAUTH with its
-``cluster-secret`` (every node of a cluster shares both), sending one command
-and reading its reply with hiredis. It
-implements ``cluster.replica_manager.LeaderEndpoint``.
+Owns: one TCP connection to a peer's bus port (server/bus.py; opened on
+first use, reopened after a failure), REPLAUTH with this node's
+``cluster-secret`` first when one is set (every node of a cluster shares
+it), sending one command and reading its reply with hiredis. The secret
+never appears in what it raises or logs: a peer that echoes the request (a
+client port answering an unknown command) is quoted with it replaced by
+``(redacted)``, as Redis redacts AUTH. It implements
+``cluster.replica_manager.LeaderEndpoint``.
 
 Must not know: what the commands mean (cluster/replica_manager.py builds
 them and reads the replies).
@@ -40,12 +44,13 @@ class LinkError(ConnectionError):
     sent = False
 
 
+REDACTED = "(redacted)"
+
+
 class LeaderLink:
-    def __init__(self, host: str, port: int, password: str = "", *, secret: str = "",
-                 reply_timeout_s: float = 30.0) -> None:
+    def __init__(self, host: str, port: int, *, secret: str = "", reply_timeout_s: float = 30.0) -> None:
         self.host = host
-        self.port = port
-        self.password = password
+        self.port = port  # the peer's cluster bus port
         self.secret = secret
         self.reply_timeout_s = reply_timeout_s
         self._stream: trio.SocketStream | None = None
@@ -58,14 +63,14 @@ class LeaderLink:
         if scope.cancelled_caught or self._stream is None:
             raise LinkError(f"connect to {self.host}:{self.port} timed out")
         self._reader = hiredis.Reader(replyError=LinkError)
-        if self.password:
-            reply = await self._roundtrip([b"AUTH", self.password.encode()])
-            if isinstance(reply, Exception):
-                raise LinkError(f"AUTH to {self.host}:{self.port} refused: {reply}")
         if self.secret:
             reply = await self._roundtrip([b"REPLAUTH", self.secret.encode()])
             if isinstance(reply, Exception):
-                raise LinkError(f"REPLAUTH to {self.host}:{self.port} refused: {reply}")
+                raise LinkError(f"REPLAUTH to {self.host}:{self.port} refused: {self.redact(str(reply))}")
+
+    def redact(self, text: str) -> str:
+        """``text`` with the cluster secret replaced by ``(redacted)``."""
+        return text.replace(self.secret, REDACTED) if self.secret else text
 
     async def _roundtrip(self, args: list[bytes]) -> Any:
         assert self._stream is not None
@@ -130,7 +135,7 @@ class LeaderLink:
             except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError,
                     LinkError, hiredis.ProtocolError) as e:
                 reason = (f"no reply within {self.reply_timeout_s:g} s" if isinstance(e, trio.TooSlowError)
-                          else str(e) or type(e).__name__)
+                          else self.redact(str(e)) or type(e).__name__)
                 error = LinkError(f"link to {self.host}:{self.port}: {reason}")
                 error.sent = sent
                 raise error from None

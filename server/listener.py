@@ -4,7 +4,8 @@ Owns: binding the configured addresses (``bind`` may list several; a ``-``
 prefix marks an address that may fail, as in redis.conf), accepting with a
 raw non-blocking socket and ``trio.lowlevel.wait_readable``, refusing clients
 past ``maxclients`` with Redis's error, and starting one ``Connection`` task
-per client in the connections nursery.
+per client in the connections nursery (the client port, the TLS port and the
+cluster bus alike).
 
 Must not know: RESP, commands, storage.
 """
@@ -76,13 +77,16 @@ def _addr_text(addr: Any) -> str:
 
 
 async def accept_loop(server: Any, sock: socket.socket, nursery: trio.Nursery, connections: set,
-                      make_connection: Callable[[socket.socket, Any], Connection]) -> None:
+                      make_connection: Callable[[socket.socket, Any], Connection],
+                      new_peer: Callable[[str, str, int], Any] | None = None) -> None:
     """Accept clients on ``sock`` forever, each served in ``nursery``.
 
     ``make_connection(sock, client)`` builds the connection for an accepted
     socket: a plain ``Connection``, or a ``server.tls.TlsConnection`` on the
     TLS port; accepting, the maxclients refusal (in the clear, before any TLS
     handshake, as Redis does) and the client record are the same for both.
+    On the cluster bus ``new_peer(addr, laddr, fd)`` makes the client
+    instead: peers are not clients (no CLIENT LIST entry, no ``maxclients``).
     """
     config = server.config
     while True:
@@ -105,7 +109,7 @@ async def accept_loop(server: Any, sock: socket.socket, nursery: trio.Nursery, c
                 conn_sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 pass
-            if len(server.clients) >= config.maxclients:
+            if new_peer is None and len(server.clients) >= config.maxclients:
                 server.stats.rejected_connections += 1
                 try:
                     conn_sock.send(MAXCLIENTS_ERROR)
@@ -117,7 +121,8 @@ async def accept_loop(server: Any, sock: socket.socket, nursery: trio.Nursery, c
                 laddr = _addr_text(conn_sock.getsockname())
             except OSError:
                 laddr = ""
-            client = server.new_client(_addr_text(addr), laddr, conn_sock.fileno())
+            client = (server.new_client if new_peer is None else new_peer)(_addr_text(addr), laddr,
+                                                                           conn_sock.fileno())
             conn = make_connection(conn_sock, client)
             connections.add(conn)
             nursery.start_soon(_run_connection, conn, connections)

@@ -98,7 +98,11 @@ class CommandSpec:
         return list(range(self.first_key, min(last, len(argv) - 1) + 1, self.key_step or 1))
 
 
-COMMANDS: dict[str, CommandSpec] = {}
+COMMANDS: dict[str, CommandSpec] = {}  # the client port's commands (COMMAND lists these)
+# Internal commands between cluster nodes, served on the cluster bus only
+# (``command(..., peer=True)``; server/bus.py): the client port does not
+# know them.
+PEER_COMMANDS: dict[str, CommandSpec] = {}
 # Run handlers: a command family's path for a run of one command taken
 # straight from received bytes (``Dispatcher.xadd_run``); name -> handler.
 RUNS: dict[str, Callable] = {}
@@ -132,15 +136,15 @@ def _flags(flags: str | tuple[str, ...] | frozenset[str]) -> frozenset[str]:
     return items
 
 
-def _register(spec: CommandSpec) -> CommandSpec:
+def _register(spec: CommandSpec, table: dict[str, CommandSpec] = COMMANDS) -> CommandSpec:
     if "|" in spec.name:
         parent_name, sub = spec.name.split("|", 1)
         parent = COMMANDS[parent_name]
         assert sub not in parent.subcommands, f"duplicate subcommand {spec.name}"
         parent.subcommands[sub] = spec
     else:
-        assert spec.name not in COMMANDS, f"duplicate command {spec.name}"
-        COMMANDS[spec.name] = spec
+        assert spec.name not in COMMANDS and spec.name not in PEER_COMMANDS, f"duplicate command {spec.name}"
+        table[spec.name] = spec
     return spec
 
 
@@ -158,6 +162,7 @@ def command(
     key_finder: Callable[[list[bytes]], list[int]] | None = None,
     option_keys: Callable[[list[bytes]], list[int]] | None = None,
     waits: bool = False,
+    peer: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare a command (or ``container|sub`` subcommand) and register its handler.
 
@@ -165,6 +170,8 @@ def command(
     ``blocking`` (WAIT, CLUSTER FAILOVER, the internal long-poll fetch).
     ``option_keys``: see ``CommandSpec.option_keys``; every option that names
     a key the command writes, now or later, must be declared there.
+    ``peer``: an internal command between cluster nodes, in ``PEER_COMMANDS``
+    (the cluster bus) instead of ``COMMANDS`` (the client port).
     """
 
     def decorate(handler: Callable[..., Any]) -> Callable[..., Any]:
@@ -190,7 +197,8 @@ def command(
                 acl_categories=acl_categories,
                 key_finder=key_finder,
                 option_keys=option_keys,
-            )
+            ),
+            PEER_COMMANDS if peer else COMMANDS,
         )
         return handler
 

@@ -131,8 +131,7 @@ class Replication:
         link = self._links.get(key)
         if link is None:
             node = self.manager.placement.by_id[node_id]
-            link = self._links[key] = LeaderLink(node.host, node.port, self.config.requirepass,
-                                                 secret=self.config.cluster_secret)
+            link = self._links[key] = LeaderLink(node.host, node.bus_port, secret=self.config.cluster_secret)
         return link
 
     # -- routing ------------------------------------------------------------
@@ -468,26 +467,6 @@ class Replication:
                     continue
                 if self.controller.has_applied(record):
                     self._topic_news.pop(0)
-
-    async def sync_view(self, timeout_s: float = 1.0) -> None:
-        """At start-up, before serving: adopt any newer shard leaders a peer
-        knows (a failover may have happened while this node was down), so a
-        returning old leader does not take writes for a shard it lost."""
-        m = self.manager
-        for node in m.placement.nodes:
-            if node.id == m.my_id:
-                continue
-            link = LeaderLink(node.host, node.port, self.config.requirepass, secret=self.config.cluster_secret,
-                              reply_timeout_s=timeout_s)
-            try:
-                with trio.move_on_after(timeout_s):
-                    reply = await link.call([b"REPLVIEW", m.state.encode()])
-                    if isinstance(reply, bytes):
-                        m.state.merge(reply)
-            except ConnectionError:
-                pass  # not up (yet): its view reaches this node with the first fetch either way
-            finally:
-                await link.aclose()
 
     # -- moving leadership -------------------------------------------------------
 

@@ -111,7 +111,7 @@ class Client:
         "multi_queue", "multi_bytes", "multi_error", "watched", "watch_dirty", "lib_name", "lib_ver",
         "addr", "laddr", "fd", "created", "last_interaction", "last_command",
         "close_after_reply", "kill_requested", "no_evict", "no_touch", "blocked",
-        "_kill", "acl", "repl_writes", "repl_peer",
+        "_kill", "acl", "repl_writes",
     )
 
     def __init__(self, client_id: int, addr: str = "", laddr: str = "", fd: int = -1) -> None:
@@ -146,7 +146,6 @@ class Client:
         # may run everything (the dispatcher's whole ACL cost is this check).
         self.acl: Any = None
         self.repl_writes: dict | None = None  # partition key -> stream this client wrote (WAIT)
-        self.repl_peer = False  # presented the cluster secret (REPLAUTH)
 
     def kill(self) -> None:
         """Close this client's connection (CLIENT KILL, SHUTDOWN)."""

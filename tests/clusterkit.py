@@ -33,6 +33,31 @@ def leased(call, timeout_s: float = 15.0):
             time.sleep(0.1)
 
 
+def eventually(check, timeout_s: float = 20.0, what: str = "condition"):
+    """``check()``'s first truthy result, polled until ``timeout_s`` (a
+    check that raises a client or assertion error counts as not yet)."""
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+            if last:
+                return last
+        except (redis.RedisError, OSError, StopIteration, AssertionError, KeyError) as e:
+            last = e
+        time.sleep(0.1)
+    raise AssertionError(f"{what} not reached in {timeout_s}s (last: {last!r})")
+
+
+def running(tmp_path, **kwargs):
+    """A fixture's body: the ``Cluster(tmp_path, **kwargs)``, stopped after
+    the test, which fails if any node logged a traceback or a disk error."""
+    c = Cluster(tmp_path, **kwargs)
+    yield c
+    c.stop()
+    assert not c.unexpected_log_lines(), c.unexpected_log_lines()[:5]
+
+
 def partition_lines(server: PartitaProcess) -> dict[str, dict[str, str]]:
     """INFO replication's ``partitionN:key=...`` lines, by key."""
     with RawConn(server.port) as conn:
@@ -70,23 +95,26 @@ def listen_ports(n: int) -> list[int]:
 
 
 class Cluster:
-    """``n`` nodes; with ``proxied``, every node reaches every other through
-    its own proxy (tests/netproxy.py), so ``isolate(node)`` can cut a node off
-    its peers while it keeps running."""
+    """``n`` nodes, each with a client port (``node.port``) and a cluster bus
+    port (``node.bus_port``, named in ``cluster-nodes``: ``id@host:port@bus``);
+    with ``proxied``, every node reaches every other's bus through its own
+    proxy (tests/netproxy.py), so ``isolate(node)`` can cut a node off its
+    peers while it keeps running and clients still reach it."""
 
     def __init__(self, tmp_path, n: int = 3, extra: list[str] | None = None, *, proxied: bool = False,
                  launcher: list[str] | None = None) -> None:
         self.mesh = None
-        self.ports = listen_ports(n)
+        ports = listen_ports(2 * n)
+        self.ports, self.bus_ports = ports[:n], ports[n:]
         self._owner = {p: i for i, p in enumerate(self.ports)}
-        specs = [",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(self.ports))] * n
+        specs = [",".join(f"{i + 1}@127.0.0.1:{p}@{b}"
+                          for i, (p, b) in enumerate(zip(self.ports, self.bus_ports)))] * n
         if proxied:
             pairs = [(i, j) for i in range(n) for j in range(n) if i != j]
-            proxy_ports = dict(zip(pairs, listen_ports(len(pairs) + n)[n:]))
-            self.mesh = ProxyMesh(self.ports, proxy_ports)
-            for (i, j), port in proxy_ports.items():
-                self._owner[port] = j
-            specs = [",".join(f"{j + 1}@127.0.0.1:{self.ports[j] if j == i else proxy_ports[(i, j)]}"
+            proxy_ports = dict(zip(pairs, listen_ports(len(pairs) + 2 * n)[2 * n:]))
+            self.mesh = ProxyMesh(self.bus_ports, proxy_ports)
+            specs = [",".join(f"{j + 1}@127.0.0.1:{self.ports[j]}@"
+                              f"{self.bus_ports[j] if j == i else proxy_ports[(i, j)]}"
                               for j in range(n)) for i in range(n)]
         self.nodes: list[PartitaProcess] = []
         for i, port in enumerate(self.ports):
@@ -95,6 +123,7 @@ class Cluster:
                 "--replica-lag-time-max-ms", str(LAG_MS), "--replica-fetch-wait-max-ms", "100",
                 *(extra or [])], launcher=launcher)
             node.port = port
+            node.bus_port = self.bus_ports[i]
             self.nodes.append(node)
         try:
             for node in self.nodes:
@@ -126,16 +155,18 @@ class Cluster:
     def join_node(self, tmp_path, extra: list[str] | None = None) -> PartitaProcess:
         """Start one more node that joins this running cluster (``cluster-join``)."""
         voters = ",".join(str(i + 1) for i in range(len(self.nodes)))
-        port = listen_ports(1)[0]
-        spec = ",".join([f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(self.ports)]
-                        + [f"{len(self.nodes) + 1}@127.0.0.1:{port}"])
+        port, bus_port = listen_ports(2)
+        spec = ",".join([f"{i + 1}@127.0.0.1:{p}@{b}" for i, (p, b) in enumerate(zip(self.ports, self.bus_ports))]
+                        + [f"{len(self.nodes) + 1}@127.0.0.1:{port}@{bus_port}"])
         node = PartitaProcess(tmp_path / f"node{len(self.nodes) + 1}", [
             "--node-id", str(len(self.nodes) + 1), "--cluster-nodes", spec, "--cluster-join", "yes",
             "--controller-nodes", voters, "--replica-lag-time-max-ms", str(LAG_MS),
             "--replica-fetch-wait-max-ms", "100", *(extra or [])])
         node.port = port
+        node.bus_port = bus_port
         self.nodes.append(node)
         self.ports.append(port)
+        self.bus_ports.append(bus_port)
         self._owner[port] = len(self.nodes) - 1
         node.start()
         self.wait_ready()

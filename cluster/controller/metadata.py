@@ -40,6 +40,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from cluster.nodes import BUS_PORT_OFFSET
+
 
 class MetadataError(ValueError):
     """A record or snapshot that does not decode."""
@@ -63,7 +65,7 @@ class ShardMeta:
 class NodeMeta:
     incarnation: str = ""  # "" until the node first registers
     fenced: bool = False
-    address: str = ""  # host:port of a node that joined the running cluster ("" for the first ones)
+    address: str = ""  # host:port@bus-port of a node that joined the running cluster ("" for the first ones)
 
 
 @dataclass
@@ -85,10 +87,11 @@ class Metadata:
                                  for r, leader, epoch in shards]})
 
     @staticmethod
-    def join_record(node: int, host: str, port: int) -> bytes:
+    def join_record(node: int, host: str, port: int, bus_port: int) -> bytes:
         """A node not in the cluster's first node list joins it (as a Raft
-        learner, holding no shard until CLUSTER REASSIGN gives it some)."""
-        return _dump({"t": "join", "node": node, "host": host, "port": port})
+        learner, holding no shard until CLUSTER REASSIGN gives it some), at
+        client port ``port`` and cluster bus port ``bus_port``."""
+        return _dump({"t": "join", "node": node, "host": host, "port": port, "bus": bus_port})
 
     @staticmethod
     def node_record(node: int, incarnation: str, fenced: bool) -> bytes:
@@ -176,9 +179,11 @@ class Metadata:
 
     def _apply_join(self, rec: dict) -> list[tuple[str, Any]]:
         node, host, port = int(rec["node"]), str(rec["host"]), int(rec["port"])
-        if node < 1 or not host or not 0 < port < 65536 or node in self.nodes or not self.initialized:
+        bus = int(rec.get("bus", 0)) or port + BUS_PORT_OFFSET
+        if (node < 1 or not host or not 0 < port < 65536 or not 0 < bus < 65536 or node in self.nodes
+                or not self.initialized):
             return []
-        self.nodes[node] = NodeMeta(address=f"{host}:{port}")
+        self.nodes[node] = NodeMeta(address=f"{host}:{port}@{bus}")
         return [("join", node)]
 
     def _apply_node(self, rec: dict) -> list[tuple[str, int]]:
@@ -226,7 +231,10 @@ class Metadata:
             return []
         if int(rec["expect"]) != cur.version or leader not in replicas or leader not in isr:
             return []
-        if not set(isr) <= set(replicas) or epoch < cur.epoch or (leader != cur.leader and epoch <= cur.epoch):
+        # A record moves the epoch by one at most, and only with the leader:
+        # whatever proposes it, no record can take a shard to an epoch the
+        # next controller's election would not reach (issue 28).
+        if not set(isr) <= set(replicas) or epoch != cur.epoch + (leader != cur.leader):
             return []
         self.shards[s] = ShardMeta(replicas, leader, epoch, isr, cur.version + 1, target)
         return [("shard", s)]

@@ -1,6 +1,11 @@
 """Cluster and replication commands: CLUSTER ..., WAIT, and the internal
-REPLFETCH / REPLEPOCH / REPLPAUSE / REPLVIEW followers and peers use, and
-RAFT / CTRLBEAT / CTRLPROPOSE / CTRLMOVE of the controller quorum.
+REPLAUTH / REPLFETCH / REPLEPOCH / REPLPAUSE followers and peers use, and
+RAFT / CTRLBEAT / CTRLPROPOSE / CTRLMOVE / CTRLJOIN of the controller quorum.
+
+The internal ones are ``peer`` commands: they exist on the cluster bus only
+(server/bus.py); the client port answers them as Redis answers any unknown
+command. On the bus, with a ``cluster-secret``, a connection runs nothing
+before REPLAUTH presented it.
 
 Owns: these handlers' arguments and replies. What they do is
 ``cluster.replica_manager`` (fetch serving, truncation answers, leadership)
@@ -28,6 +33,7 @@ from server.args import parse_int
 from server.errors import CommandError, err, wrong_arity
 from server.registry import command, container
 from server.controller import NotReady
+from server.bus import note_refused
 from server.replication import TOPICS_CHANGED, FailoverError
 from server.reply import OK, Map, Simple, Verbatim
 
@@ -42,18 +48,6 @@ def _repl(ctx):
     repl = ctx.server.replication
     if repl is None:
         raise DISABLED
-    return repl
-
-
-def _peer(ctx):
-    """The replication, for an internal command from a peer: with a
-    ``cluster-secret`` configured, only a connection that presented it
-    (REPLAUTH) may move leadership, fetch, or change topics this way."""
-    repl = _repl(ctx)
-    secret = ctx.server.config.cluster_secret
-    if secret and not ctx.client.repl_peer:
-        raise CommandError("NOPERM", "internal cluster command: a peer authenticates with REPLAUTH "
-                                     "<cluster-secret> first")
     return repl
 
 
@@ -151,7 +145,7 @@ def cluster_nodes(ctx, argv):
     for node in m.placement.nodes:
         flags = ("myself," if node.id == m.my_id else "") + "master" + (",fail" if node.id in m.state.fenced else "")
         slots = [f"{first}-{last}" for first, last, nodes in table if nodes[0] is node]
-        lines.append(f"{node_name(node.id)} {node.host}:{node.port}@0 {flags} - 0 0 {epoch} connected"
+        lines.append(f"{node_name(node.id)} {node.entry} {flags} - 0 0 {epoch} connected"
                      + (" " + " ".join(slots) if slots else ""))
     return Verbatim("\n".join(lines) + "\n")
 
@@ -258,28 +252,35 @@ async def cluster_reassign(ctx, argv):
     return OK
 
 
-@command("replauth", arity=2, flags="admin stale fast", group="cluster", since="7.0.0",
+@command("replauth", arity=2, flags="admin stale fast no_auth", group="cluster", since="7.0.0",
          acl_categories=("admin", "fast", "dangerous"),
-         summary="Internal: a peer presents the cluster secret before replication commands.",
-         syntax="REPLAUTH secret")
+         summary="Internal: a peer presents the cluster secret before any other command on the bus.",
+         syntax="REPLAUTH secret", peer=True)
 def replauth(ctx, argv):
-    """REPLAUTH secret"""
-    _repl(ctx)
+    """REPLAUTH secret
+
+    The cluster bus's authentication: with ``cluster-secret`` set, a bus
+    connection runs nothing else until it presented the secret (compared in
+    constant time). A wrong one is refused and logged (without what was
+    sent, rate-limited: server/bus.py)."""
     secret = ctx.server.config.cluster_secret
-    if not secret or not hmac.compare_digest(argv[1], secret.encode()):
-        ctx.client.repl_peer = False
+    if not secret:
+        raise err("REPLAUTH called without a cluster-secret configured on this node. "
+                  "Are you sure the configuration is the same on every node?")
+    if not hmac.compare_digest(argv[1], secret.encode()):
+        note_refused(ctx.client.addr)
         raise CommandError("NOPERM", "invalid cluster secret")
-    ctx.client.repl_peer = True
+    ctx.client.authenticated = True
     return OK
 
 
 @command("replpause", arity=4, flags="admin stale", group="cluster", since="7.0.0",
          acl_categories=("admin", "slow", "dangerous"),
          summary="Internal: a manual failover pauses writes to a shard and asks for its end offsets.",
-         syntax="REPLPAUSE shard epoch milliseconds")
+         syntax="REPLPAUSE shard epoch milliseconds", peer=True)
 def replpause(ctx, argv):
     """REPLPAUSE shard epoch milliseconds"""
-    m = _peer(ctx).manager
+    m = _repl(ctx).manager
     shard, epoch, ms = parse_int(argv[1]), parse_int(argv[2]), parse_int(argv[3])
     if not 0 <= shard < m.placement.shard_count or m.state.leader(shard) != m.my_id:
         raise err("this node does not lead that shard")
@@ -289,24 +290,14 @@ def replpause(ctx, argv):
     return m.shard_ends(shard)
 
 
-@command("replview", arity=2, flags="admin stale", group="cluster", since="7.0.0",
-         acl_categories=("admin", "slow", "dangerous"),
-         summary="Internal: adopt a peer's newer shard leaders and epochs.", syntax="REPLVIEW view")
-def replview(ctx, argv):
-    """REPLVIEW view"""
-    m = _peer(ctx).manager
-    m.state.merge(argv[1])
-    return m.state.encode()
-
-
 @command("replfetch", arity=-6, flags="admin stale", group="cluster", since="7.0.0",
          acl_categories=("admin", "slow", "dangerous"),
          summary="Internal: a follower fetches stored batches from this leader (long poll).",
          syntax="REPLFETCH replica view max-wait-ms max-bytes topics-token "
-                "[topic partition topic-id offset epoch state-version group-position ...]", waits=True)
+                "[topic partition topic-id offset epoch state-version group-position ...]", waits=True, peer=True)
 async def replfetch(ctx, argv):
     """REPLFETCH replica view max-wait-ms max-bytes topics-token [topic partition topic-id offset epoch state groups ...]"""
-    repl = _peer(ctx)
+    repl = _repl(ctx)
     m = repl.manager
     wait_s = min(parse_int(argv[3]), 60000) / 1000
     deadline = trio.current_time() + wait_s
@@ -327,10 +318,10 @@ async def replfetch(ctx, argv):
 @command("replepoch", arity=-4, flags="admin stale", group="cluster", since="7.0.0",
          acl_categories=("admin", "slow", "dangerous"),
          summary="Internal: the end offset of a leader epoch per partition (KIP-101).",
-         syntax="REPLEPOCH topic partition epoch [topic partition epoch ...]")
+         syntax="REPLEPOCH topic partition epoch [topic partition epoch ...]", peer=True)
 def replepoch(ctx, argv):
     """REPLEPOCH topic partition epoch [topic partition epoch ...]"""
-    manager = _peer(ctx).manager
+    manager = _repl(ctx).manager
     with _Malformed("REPLEPOCH"):
         return manager.end_offsets_for_epochs(argv[1:])
 
@@ -360,12 +351,13 @@ async def wait(ctx, argv):
 
 
 def _controller(ctx):
-    return _peer(ctx).controller
+    return _repl(ctx).controller
 
 
 @command("raft", arity=-2, flags="admin stale fast", group="cluster", since="7.0.0",
          acl_categories=("admin", "fast", "dangerous"),
-         summary="Internal: Raft messages of the controller quorum from a peer.", syntax="RAFT message [message ...]")
+         summary="Internal: Raft messages of the controller quorum from a peer.",
+         syntax="RAFT message [message ...]", peer=True)
 def raft(ctx, argv):
     """RAFT message [message ...]"""
     controller = _controller(ctx)
@@ -377,10 +369,13 @@ def raft(ctx, argv):
 @command("ctrlbeat", arity=-3, flags="admin stale fast", group="cluster", since="7.0.0",
          acl_categories=("admin", "fast", "dangerous"),
          summary="Internal: a node's heartbeat to the elected controller.",
-         syntax="CTRLBEAT node incarnation [offline-shard[,offline-shard...]]")
+         syntax="CTRLBEAT node incarnation [offline-shard[,offline-shard...]]", peer=True)
 def ctrlbeat(ctx, argv):
     """CTRLBEAT node incarnation [offline-shards]: the last argument lists
-    the shards the node holds a log of that a failed fsync took offline."""
+    the shards the node holds a log of that a failed fsync took offline.
+    The reply is the controller's commit index: the node counts the beat
+    for its lease once it has applied the metadata that far (so a node
+    back from a restart never serves a shard it lost meanwhile)."""
     if len(argv) > 4:
         raise wrong_arity("ctrlbeat")
     controller = _controller(ctx)
@@ -391,14 +386,16 @@ def ctrlbeat(ctx, argv):
         offline = [int(s) for s in argv[3].split(b",")] if len(argv) == 4 else []
         if any(not 0 <= s < controller.placement.shard_count for s in offline):
             raise ValueError(f"unknown shard in {argv[3]!r}")
-        if not controller.beat(node, argv[2].decode(), offline):
-            raise _not_controller()
-    return OK
+        committed = controller.beat(node, argv[2].decode(), offline)
+    if committed is None:
+        raise _not_controller()
+    return committed
 
 
 @command("ctrlpropose", arity=2, flags="admin stale fast", group="cluster", since="7.0.0",
          acl_categories=("admin", "fast", "dangerous"),
-         summary="Internal: a metadata change for the elected controller to commit.", syntax="CTRLPROPOSE record")
+         summary="Internal: a metadata change for the elected controller to commit.",
+         syntax="CTRLPROPOSE record", peer=True)
 def ctrlpropose(ctx, argv):
     """CTRLPROPOSE record"""
     controller = _controller(ctx)
@@ -409,19 +406,19 @@ def ctrlpropose(ctx, argv):
     return OK
 
 
-@command("ctrljoin", arity=4, flags="admin stale", group="cluster", since="7.0.0",
+@command("ctrljoin", arity=5, flags="admin stale", group="cluster", since="7.0.0",
          acl_categories=("admin", "slow", "dangerous"),
          summary="Internal: a node started with cluster-join asks to be taken into the cluster.",
-         syntax="CTRLJOIN node host port", waits=True)
+         syntax="CTRLJOIN node host port bus-port", waits=True, peer=True)
 async def ctrljoin(ctx, argv):
-    """CTRLJOIN node host port"""
+    """CTRLJOIN node host port bus-port"""
     controller = _controller(ctx)
     with _Malformed("CTRLJOIN"):
-        node, host, port = int(argv[1]), argv[2].decode(), int(argv[3])
-        if node < 1 or not host or not 0 < port < 65536:
-            raise ValueError("expected a node id >= 1, a host and a port")
+        node, host, port, bus_port = int(argv[1]), argv[2].decode(), int(argv[3]), int(argv[4])
+        if node < 1 or not host or not 0 < port < 65536 or not 0 < bus_port < 65536:
+            raise ValueError("expected a node id >= 1, a host, a port and a bus port")
     try:
-        await controller.admit(node, host, port)
+        await controller.admit(node, host, port, bus_port)
     except (NotReady, ValueError) as e:
         raise err(f"join of node {node} not committed: {e}") from None
     return OK
@@ -430,10 +427,10 @@ async def ctrljoin(ctx, argv):
 @command("ctrlmove", arity=2, flags="admin stale fast", group="cluster", since="7.0.0",
          acl_categories=("admin", "fast", "dangerous"),
          summary="Internal: the controller asks this node to take back a shard it prefers to lead.",
-         syntax="CTRLMOVE shard")
+         syntax="CTRLMOVE shard", peer=True)
 def ctrlmove(ctx, argv):
     """CTRLMOVE shard (answered at once; the move runs in the background)"""
-    repl = _peer(ctx)
+    repl = _repl(ctx)
     shard = parse_int(argv[1])
     m = repl.manager
     if not 0 <= shard < m.placement.shard_count or m.my_id not in m.placement.replicas(shard):

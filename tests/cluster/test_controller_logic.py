@@ -54,6 +54,19 @@ def test_init_applies_once_and_shard_records_are_conditional():
     assert meta.apply(b"") == [] and meta.apply(b"{not json") == [] and meta.apply(b'{"t":"shard"}') == []
 
 
+def test_no_record_moves_an_epoch_by_more_than_one_or_without_the_leader():
+    """Issue 28: whoever proposes it (a forged CTRLPROPOSE on the bus), a
+    record cannot take a shard to an epoch the controller would not reach
+    itself: +1 with a new leader, the same epoch with the same leader."""
+    meta = fresh()
+    assert meta.apply(Metadata.shard_record(0, 0, 2, 999999999, {1, 2, 3})) == []
+    assert meta.apply(Metadata.shard_record(0, 0, 1, 2, {1, 2, 3})) == []  # same leader, new epoch
+    assert meta.apply(Metadata.shard_record(0, 0, 2, 3, {1, 2, 3})) == []  # new leader, epoch + 2
+    assert (meta.shards[0].leader, meta.shards[0].epoch, meta.shards[0].version) == (1, 1, 0)
+    assert meta.apply(Metadata.shard_record(0, 0, 2, 2, {1, 2, 3})) == [("shard", 0)]
+    assert (meta.shards[0].leader, meta.shards[0].epoch) == (2, 2)
+
+
 def test_snapshot_round_trip():
     meta = fresh()
     meta.apply(Metadata.node_record(2, "x", True))
@@ -242,17 +255,17 @@ def test_a_reassignment_waits_for_the_new_replicas_then_moves_leadership_then_sh
 
 
 def test_a_joining_node_is_recorded_once_with_its_address_and_then_heartbeats_like_the_others():
-    assert Metadata().apply(Metadata.join_record(4, "h", 7004)) == []  # not before the first record
+    assert Metadata().apply(Metadata.join_record(4, "h", 7004, 17104)) == []  # not before the first record
     logic = controller()
     meta = logic.meta
-    assert meta.apply(Metadata.join_record(4, "h", 7004)) == [("join", 4)]
-    assert meta.apply(Metadata.join_record(4, "other", 1)) == []
-    assert meta.apply(Metadata.join_record(2, "h", 7002)) == []  # one of the first nodes
-    assert meta.nodes[4].address == "h:7004"
-    assert Metadata.decode(meta.encode()).nodes[4].address == "h:7004"
+    assert meta.apply(Metadata.join_record(4, "h", 7004, 17104)) == [("join", 4)]
+    assert meta.apply(Metadata.join_record(4, "other", 1, 2)) == []
+    assert meta.apply(Metadata.join_record(2, "h", 7002, 17002)) == []  # one of the first nodes
+    assert meta.nodes[4].address == "h:7004@17104"
+    assert Metadata.decode(meta.encode()).nodes[4].address == "h:7004@17104"
     beat_all(logic, 100, nodes=(1, 2, 3, 4))
     run(logic, 100)
-    assert meta.nodes[4].incarnation == "a4" and meta.nodes[4].address == "h:7004"
+    assert meta.nodes[4].incarnation == "a4" and meta.nodes[4].address == "h:7004@17104"
     beat_all(logic, 3200, nodes=(1, 2, 3))
     run(logic, 3200)
     assert meta.nodes[4].fenced and not meta.nodes[1].fenced

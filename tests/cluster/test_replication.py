@@ -42,6 +42,8 @@ def test_placement_spreads_leaders_and_replicas():
 
 @pytest.mark.parametrize("text, why", [
     ("1@h", "not <node-id>@<host>:<port>"),
+    ("1@h:1@", "not <node-id>@<host>:<port>\\[@<bus-port>\\]"),
+    ("1@h:1@x", "not <node-id>@<host>:<port>"),
     ("1@h:1,1@h:2", "twice"),
     ("0@h:1", "start at 1"),
 ])
@@ -62,13 +64,46 @@ def test_cluster_state_adopts_only_newer_epochs_and_persists(tmp_path):
     p = Placement(parse_cluster_nodes("1@h:1,2@h:2,3@h:3"), 1)
     st = ClusterState(p, tmp_path)
     assert st.shards == [(1, 1), (2, 1), (3, 1)]
-    assert not st.set_leader(0, 2, 1)  # same epoch: ignored
-    assert not st.set_leader(0, 9, 5)  # not a replica
-    assert st.set_leader(0, 2, 2)
-    (tmp_path / "other").mkdir()
-    other = ClusterState(p, tmp_path / "other")
-    assert other.merge(st.encode()) and other.shards[0] == (2, 2)
+    assert not st.adopt(0, 9, 5, {9})  # not a replica
+    assert st.adopt(0, 2, 2, {1, 2})
+    assert not st.adopt(0, 1, 1, {1})  # an older record (a replay at start-up): ignored
     assert ClusterState(p, tmp_path).shards[0] == (2, 2)  # survived a restart
+    # Once the replay is done, the committed metadata wins over the file.
+    assert st.adopt(0, 3, 1, {3}, rewind=True) and st.shards[0] == (3, 1)
+
+
+def test_a_peer_view_moves_nothing_and_is_logged_rate_limited(tmp_path, caplog):
+    """Issue 28: a view from anywhere but the committed metadata (here a
+    forged one naming node 2 at epoch 999999999) changes no leader and no
+    epoch; it is logged once per source within the rate limit."""
+    import logging
+
+    p = Placement(parse_cluster_nodes("1@h:1,2@h:2,3@h:3"), 1)
+    st = ClusterState(p, tmp_path)
+    with caplog.at_level(logging.WARNING, logger="partita.cluster"):
+        for _ in range(3):
+            st.note_peer_view(b"2:999999999,2:1,3:1", "node 3")
+        st.note_peer_view(b"garbage", "node 2")
+        st.note_peer_view(st.encode(), "node 1")  # the same view: nothing to say
+    assert st.shards == [(1, 1), (2, 1), (3, 1)] and st.version == 0
+    assert ClusterState(p, tmp_path).shards == [(1, 1), (2, 1), (3, 1)]
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert "node 3's view" in lines[0] and "node 2 leading shard 0 at epoch 999999999" in lines[0]
+    assert "node 2's view" in lines[1] and "unreadable" in lines[1]
+
+
+def test_cluster_nodes_name_the_bus_port_or_imply_port_plus_10000():
+    from cluster.nodes import bus_port_of
+
+    nodes = parse_cluster_nodes("1@127.0.0.1:7001@17101,2@127.0.0.1:7002")
+    assert [(n.port, n.bus_port, n.entry) for n in nodes] == [
+        (7001, 17101, "127.0.0.1:7001@17101"), (7002, 17002, "127.0.0.1:7002@17002")]
+    assert bus_port_of(nodes, 1) == 17101 and bus_port_of(nodes, 2) == 17002
+    assert bus_port_of(nodes, 2, cluster_port=9999) == 9999  # cluster-port wins (a node behind a proxy)
+    with pytest.raises(ClusterConfigError, match="bus port would be port \\+ 10000 = 70001; name one"):
+        parse_cluster_nodes("1@h:60001")
+    assert parse_cluster_nodes("1@h:60001@7000")[0].bus_port == 7000
 
 
 def test_a_cluster_state_that_cannot_be_saved_still_changes_in_memory(tmp_path, monkeypatch, caplog):
@@ -89,7 +124,7 @@ def test_a_cluster_state_that_cannot_be_saved_still_changes_in_memory(tmp_path, 
 
     monkeypatch.setattr(cluster.nodes, "write_atomic", full)
     with caplog.at_level(logging.WARNING, logger="partita.cluster"):
-        assert st.set_leader(0, 2, 2)
+        assert st.adopt(0, 2, 2, {1, 2})
         assert st.adopt(1, 3, 2, {1, 3})
     assert st.shards[:2] == [(2, 2), (3, 2)] and st.isr[1] == {1, 3}
     assert sum("cluster state not saved" in r.getMessage() for r in caplog.records) == 2
@@ -456,8 +491,8 @@ async def test_old_leader_truncates_its_unreplicated_tail_after_failover(pair, a
     a.append(key, 3)  # never fetched by b: not acknowledged with acks=all
     shard = a.manager.shard_of(key, 0)
     # b takes over at epoch 2 and writes; a learns and follows b.
-    b.manager.state.set_leader(shard, 2, 2)
-    a.manager.state.merge(b.manager.state.encode())
+    for node in (a, b):  # the controller's committed record, applied on both
+        node.manager.state.adopt(shard, 2, 2, {1, 2})
     b.append(key, 4)
     await _fetch_a_while(a, b, leader_id=2)
     assert a.manager.fetch_counts["truncations"] == 1
@@ -478,10 +513,10 @@ async def test_a_diverging_follower_is_told_to_truncate_before_it_appends(pair, 
     a.append(key, 1)
     await _fetch_a_while(b, a, leader_id=1)  # b has the topic and a's first entry
     for node in (a, b):
-        node.manager.state.set_leader(shard, 2, 2)
+        node.manager.state.adopt(shard, 2, 2, {1, 2})
     b.append(key, 1)  # b leads at epoch 2 for one entry, which a never fetches
     for node in (a, b):
-        node.manager.state.set_leader(shard, 1, 3)
+        node.manager.state.adopt(shard, 1, 3, {1, 2})
     a.append(key, 3)  # a leads at epoch 3
     followed = b.manager._follows(1)
     for f in followed.values():

@@ -14,21 +14,7 @@ import pytest
 import redis
 
 from storage.log_manager import encode_topic
-from tests.clusterkit import Cluster, partition_lines
-
-
-def _eventually(check, timeout_s: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-            if last:
-                return last
-        except (redis.RedisError, OSError, StopIteration, AssertionError, KeyError) as e:
-            last = e
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not reached in {timeout_s}s (last: {last!r})")
+from tests.clusterkit import Cluster, eventually as _eventually, partition_lines, running
 
 
 def _info(node) -> dict:
@@ -45,10 +31,8 @@ def _key_led_by(cluster: Cluster, node) -> bytes:
 
 @pytest.fixture
 def cluster(tmp_path):
-    c = Cluster(tmp_path, extra=["--controller-session-timeout-ms", "1500", "--leader-rebalance-delay-ms", "1000"])
-    yield c
-    c.stop()
-    assert not c.unexpected_log_lines(), c.unexpected_log_lines()[:5]
+    yield from running(tmp_path, extra=["--controller-session-timeout-ms", "1500",
+                                        "--leader-rebalance-delay-ms", "1000"])
 
 
 def test_a_killed_leader_is_replaced_without_anyone_acting_and_takes_its_shard_back(cluster):
@@ -70,7 +54,8 @@ def test_a_killed_leader_is_replaced_without_anyone_acting_and_takes_its_shard_b
     acked.append(fresh.xadd(key, {"n": "after"}))
     # The dead node is flagged; its slots are served by the new leader.
     nodes = new.client().execute_command("CLUSTER", "NODES").decode()
-    assert any(line.split()[1].endswith(f":{old.port}@0") and "fail" in line.split()[2] for line in nodes.splitlines())
+    assert any(line.split()[1].endswith(f":{old.port}@{old.bus_port}") and "fail" in line.split()[2]
+               for line in nodes.splitlines())
     assert b"cluster_state:ok" in new.client().execute_command("CLUSTER", "INFO")
     assert _info(new)["controller_fenced"] == cluster.nodes.index(old) + 1
     # It comes back, catches up, and takes its shard back (the preferred leader).
@@ -365,7 +350,7 @@ def test_a_new_node_joins_the_running_cluster_and_takes_a_shard(tmp_path):
         assert n2.terminate() == 0
         n2.start()
         cluster.wait_ready()
-        assert f":{n4.port}@0" in n2.client().execute_command("CLUSTER", "NODES").decode()
+        assert f":{n4.port}@{n4.bus_port}" in n2.client().execute_command("CLUSTER", "NODES").decode()
         # Node 4 dies: node 1, in sync, takes the shard over.
         n4.kill9()
         _eventually(lambda: cluster.leader_of(key) is n1, timeout_s=20, what="node 1 leading again")

@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from cluster.partitioner import partition_for_key
-from tests.clusterkit import LAG_MS, Cluster
+from tests.clusterkit import LAG_MS, Cluster, running
 from tests.conftest import RawConn
 
 PARTITIONS = 6
@@ -49,10 +49,7 @@ def _entries(cluster: Cluster, topic: bytes) -> dict[int, list]:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("fwd"))
-    yield c
-    c.stop()
-    assert not c.unexpected_log_lines(), c.unexpected_log_lines()[:5]
+    yield from running(tmp_path_factory.mktemp("fwd"))
 
 
 def test_xadd_topic_key_is_forwarded_to_each_partitions_leader(cluster):

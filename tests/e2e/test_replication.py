@@ -11,15 +11,12 @@ import time
 import pytest
 import redis
 
-from tests.clusterkit import LAG_MS, Cluster, leased as _leased, partition_lines as _partition_lines
+from tests.clusterkit import LAG_MS, Cluster, leased as _leased, partition_lines as _partition_lines, running
 from tests.conftest import RawConn
 
 @pytest.fixture
 def cluster(tmp_path):
-    c = Cluster(tmp_path)
-    yield c
-    c.stop()
-    assert not c.unexpected_log_lines(), c.unexpected_log_lines()[:5]
+    yield from running(tmp_path)
 
 
 def test_writes_to_a_follower_are_moved_to_the_leader(cluster):
@@ -411,9 +408,12 @@ def test_forced_failover_after_a_leader_dies_and_the_old_leader_rejoins(cluster)
     # The killed node may have been the controller: while another is elected
     # the new leader's lease can lapse (-TRYAGAIN, nothing written).
     acked += [_leased(lambda i=i: client.xadd(key, {"i": str(i)})) for i in range(50, 80)]
-    old.start()  # learns the newer epoch from its peers before serving
+    # Back, it serves nothing (-TRYAGAIN, retried here) until its heartbeat
+    # is answered and it has applied the controller's metadata that far:
+    # then it knows it lost the shard, and never took a write for it.
+    old.start()
     with pytest.raises(redis.exceptions.MovedError, match=f"127.0.0.1:{new.port}"):
-        old.client().xadd(key, {"i": "stale leader"})
+        _leased(lambda: old.client().xadd(key, {"i": "stale leader"}))
     cluster.wait_converged("orphan")
     stored = [entry_id for entry_id, _ in client.xrange(key)]
     assert stored == acked
@@ -450,36 +450,6 @@ def test_topic_replication_factor_and_placement_in_describe(cluster, partita_fac
     with pytest.raises(redis.ResponseError, match="REPLICATION-FACTOR 3 not possible: every partition has 1"):
         single.execute_command("TOPIC", "CREATE", "t", "REPLICATION-FACTOR", "3")
     assert single.execute_command("TOPIC", "CREATE", "t", "REPLICATION-FACTOR", "1") == b"OK"
-
-
-def test_cluster_secret_guards_the_internal_commands(tmp_path):
-    secured = Cluster(tmp_path, extra=["--cluster-secret", "s3cret"])
-    try:
-        key = b"guarded"
-        leader = secured.leader_of(key)
-        leader.client().xadd(key, {"a": "1"})
-        secured.wait_converged("guarded")  # the nodes replicate with the secret
-        with RawConn(leader.port) as conn:
-            assert conn.request(b"REPLVIEW 2:9,2:9,2:9\r\n").startswith(b"-NOPERM internal cluster command")
-            assert conn.request(b"REPLAUTH wrong\r\n") == b"-NOPERM invalid cluster secret\r\n"
-            assert conn.request(b"REPLAUTH s3cret\r\n") == b"+OK\r\n"
-        assert secured.leader_of(key) is leader  # nothing moved
-    finally:
-        secured.stop()
-
-
-def test_malformed_internal_requests_are_refused_clearly(cluster):
-    node = cluster.nodes[0]
-    with RawConn(node.port) as conn:
-        for payload in (b"REPLFETCH x y 10 10 tok\r\n", b"REPLEPOCH a b c\r\n", b"RAFT garbage\r\n",
-                        b"CTRLPROPOSE {}\r\n", b"CTRLBEAT x y\r\n", b"CTRLBEAT 1 y 0,zz\r\n",
-                        b"CTRLBEAT 1 y 99999\r\n"):
-            reply = conn.request(payload)
-            name = payload.split()[0]
-            assert reply.startswith(b"-ERR malformed " + name), (payload, reply)
-        assert conn.request(b"CTRLBEAT 1 y 0 1\r\n") == b"-ERR wrong number of arguments for 'ctrlbeat' command\r\n"
-        assert conn.request(b"PING\r\n") == b"+PONG\r\n"
-    assert "Traceback" not in node.log()
 
 
 def test_a_deleted_and_recreated_stream_replicates_as_a_new_topic(cluster):
