@@ -467,12 +467,18 @@ class PartitionLog:
         self._maybe_roll_for(total, len(entries), now)
         seg = self._segs[-1]
         first, last = entries[0], entries[-1]
-        seg.append(head, body, base, len(entries), first[0], first[1], last[0], last[1], now)
+        new_epoch = leader_epoch > self.latest_epoch
+        if new_epoch:  # durable before the batch that needs it
+            self._add_epoch((leader_epoch, base))
+        try:
+            seg.append(head, body, base, len(entries), first[0], first[1], last[0], last[1], now)
+        except BaseException:
+            if new_epoch:
+                self._drop_epoch_after(base)
+            raise
         self.last_id = (last[0], last[1])
         if self.hw_follows_end:
             self._hw = seg.end_offset
-        if leader_epoch > self.latest_epoch:
-            self._add_epoch(leader_epoch, base)
         return base
 
     def _check_ids(self, entries) -> bool:
@@ -520,13 +526,21 @@ class PartitionLog:
         first_h = parsed[0][1]
         self._maybe_roll_for(len(buf), expected - base, first_h[records.H_MAX_TS])
         seg = self._segs[-1]
-        seg.append_raw(buf, expected, parsed)
+        new_epochs = []
+        for _pos, h in parsed:
+            if h[records.H_EPOCH] > (new_epochs[-1][0] if new_epochs else self.latest_epoch):
+                new_epochs.append((h[records.H_EPOCH], h[records.H_BASE]))
+        if new_epochs:  # durable before the batches that need them
+            self._add_epoch(*new_epochs)
+        try:
+            seg.append_raw(buf, expected, parsed)
+        except BaseException:
+            if new_epochs:
+                self._drop_epoch_after(base)
+            raise
         self.last_id = last_id
         if self.hw_follows_end:
             self._hw = seg.end_offset
-        for _pos, h in parsed:
-            if h[records.H_EPOCH] > self.latest_epoch:
-                self._add_epoch(h[records.H_EPOCH], h[records.H_BASE])
         return base
 
     def _maybe_roll_for(self, nbytes: int, count: int, now_ms: int) -> None:
@@ -730,9 +744,23 @@ class PartitionLog:
 
     # -- leader epochs -------------------------------------------------------
 
-    def _add_epoch(self, epoch: int, start_offset: int) -> None:
-        self._epochs.append((epoch, start_offset))
-        write_rows(self.directory / LEADER_EPOCH_FILE, self._epochs)
+    def _add_epoch(self, *rows: tuple[int, int]) -> None:
+        """New ``(epoch, start offset)`` rows, checkpointed before the batches
+        they describe are written: a batch on disk never lacks its epoch (a
+        crash in between leaves a row at the log end, which open drops)."""
+        self._epochs.extend(rows)
+        try:
+            write_rows(self.directory / LEADER_EPOCH_FILE, self._epochs)
+        except BaseException:
+            del self._epochs[len(self._epochs) - len(rows):]
+            raise
+
+    def _drop_epoch_after(self, end: int) -> None:
+        """The append that needed the rows from ``end`` on failed: forget
+        them. The file keeps them until its next rewrite; open drops rows at
+        or past the log end."""
+        while self._epochs and self._epochs[-1][1] >= end:
+            self._epochs.pop()
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """KIP-101: ``(largest epoch <= epoch, its end offset)``; ``(-1, -1)``

@@ -239,6 +239,11 @@ class Stream:
         # leads; 0 on a single node).
         self.leader_epoch = max(0, getattr(log, "latest_epoch", 0))
         self.changes = 0  # metadata writes, deletions and trims since open (replication)
+        # Called when an append fails before any append to this stream
+        # succeeded (cleared by the first that does): the topic registry
+        # removes a topic that the refused XADD itself created, so an error
+        # reply leaves no key behind, as in Redis.
+        self.on_first_append_refused: Callable[[], None] | None = None
 
     # ----------------------------------------------------------------- state
 
@@ -373,8 +378,19 @@ class Stream:
             return new
         if self._pending:
             self.commit()
-        self.log.append([(new[0], new[1], enc)], self.leader_epoch)
+        self._append([(new[0], new[1], enc)])
         return new
+
+    def _append(self, batch: list[tuple[int, int, bytes]]) -> None:
+        """One log batch (``add`` and ``commit``); see ``on_first_append_refused``."""
+        try:
+            self.log.append(batch, self.leader_epoch)
+        except Exception:
+            if self.on_first_append_refused is not None:
+                self.on_first_append_refused()
+            raise
+        if self.on_first_append_refused is not None:
+            self.on_first_append_refused = None
 
     def defer_encoded(self, entries: list, last: tuple[int, int], nbytes: int) -> None:
         """Deferred entries made elsewhere (the server's pipelined-XADD path):
@@ -402,7 +418,7 @@ class Stream:
             return 0
         self._pending = []
         self.pending_bytes = 0
-        self.log.append(pending, self.leader_epoch)
+        self._append(pending)
         return len(pending)
 
     def delete(self, ids: Iterable[StreamId]) -> int:
