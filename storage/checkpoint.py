@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from storage.errors import raise_storage_error
+from storage.errors import READ_FAILED, raise_storage_error
 
 TMP_SUFFIX = ".tmp"
 
@@ -86,7 +86,7 @@ def read_file(path: Path) -> bytes | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise_storage_error(f"read {path}", exc)
+        raise_storage_error(f"read {path}", exc, READ_FAILED)
 
 
 def encode_rows(rows: list[tuple[int, ...]]) -> bytes:

@@ -43,7 +43,7 @@ from pathlib import Path
 from crc32c import crc32c
 
 from storage import records
-from storage.errors import StorageError, append_or_undo, raise_storage_error
+from storage.errors import READ_FAILED, StorageError, append_or_undo, raise_storage_error
 from storage.files import ID_INDEX_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, segment_path
 from storage.handles import FileCache
 from storage.index import SegmentIndex
@@ -162,12 +162,19 @@ class Segment:
 
     # -- raw I/O -------------------------------------------------------------
 
+    def _read_fd(self) -> int:
+        """The ``.log``'s descriptor for a read: a failure to open it is a read error."""
+        try:
+            return self.cache.get(self.log_path)
+        except StorageError as exc:
+            raise exc.reading() from exc.__cause__
+
     def pread(self, pos: int, n: int) -> bytes:
-        fd = self.cache.get(self.log_path)
+        fd = self._read_fd()
         try:
             return os.pread(fd, n, pos)
         except OSError as exc:
-            raise_storage_error(f"read {self.log_path}", exc)
+            raise_storage_error(f"read {self.log_path}", exc, READ_FAILED)
 
     def mapped(self, end: int) -> memoryview | None:
         """A memoryview of the whole mapped file when it covers ``[0, end)``,
@@ -181,7 +188,7 @@ class Segment:
         if end > size or (view is not None and size - self._map_len < _REMAP_BYTES) or size < HEADER_BYTES:
             return None
         self.unmap()
-        fd = self.cache.get(self.log_path)
+        fd = self._read_fd()
         try:
             m = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
         except (OSError, ValueError):

@@ -175,6 +175,27 @@ def test_garbage_deletion_markers_are_dropped_and_logged(tmp_path, pristine):
         server.stop()
 
 
+@pytest.mark.parametrize("damage", ["deleted", "directory"])
+def test_unreadable_segment_is_a_read_error_not_a_write_error(tmp_path, pristine, damage):
+    """Reads used to answer ``-MISCONF Errors writing ...``, the text for a
+    refused write."""
+    server, r = _start(tmp_path, pristine, lambda d: None)  # the partition is open now
+    try:
+        path = server.data_dir / MIDDLE
+        path.unlink()
+        if damage == "directory":
+            path.mkdir()
+        with pytest.raises(redis.ResponseError) as info:
+            r.xrange("s")
+        text = str(info.value)
+        assert text.startswith("error reading the partition log: open ") and MIDDLE.split("/")[-1] in text, text
+        assert ("No such file or directory" if damage == "deleted" else "Is a directory") in text
+        assert r.xrange("s", count=59) == pristine[1]["s"][:59]  # offsets 0..59 (one XDEL'd) still are
+        assert r.xadd("s", {"n": "after"})
+    finally:
+        server.stop()
+
+
 # ------------------------------------------------------------ metadata and group state
 
 
