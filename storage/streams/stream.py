@@ -167,12 +167,25 @@ class StreamMeta:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> StreamMeta:
+        """Raises ValueError (or KeyError, TypeError) for a file that does not
+        parse or holds a number out of range (IDs are two u64, the
+        adjustment a signed 64-bit number): nothing unbounded is used."""
         obj = json.loads(data)
+        adjust = obj["entries_added_adjust"]
+        if type(adjust) is not int or not -(2**63) <= adjust < 2**63:
+            raise ValueError(f"entries_added_adjust {adjust!r} out of range")
         return cls(
-            last_generated_id=StreamId(*obj["last_generated_id"]),
-            max_deleted_entry_id=StreamId(*obj["max_deleted_entry_id"]),
-            entries_added_adjust=int(obj["entries_added_adjust"]),
+            last_generated_id=_stored_id(obj["last_generated_id"]),
+            max_deleted_entry_id=_stored_id(obj["max_deleted_entry_id"]),
+            entries_added_adjust=adjust,
         )
+
+
+def _stored_id(value) -> StreamId:
+    if not (type(value) is list and len(value) == 2
+            and all(type(v) is int and 0 <= v <= UINT64_MAX for v in value)):
+        raise ValueError(f"stream ID {value!r} out of range")
+    return StreamId(*value)
 
 
 def wall_clock_ms() -> int:
