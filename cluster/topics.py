@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from cluster.partitioner import Partitioner
+from storage.errors import StorageError
 from storage.log import PartitionLog
 from storage.streams.stream import META_FILE_NAME, Stream
 
@@ -272,6 +273,9 @@ class TopicRegistry:
         self.deleted_ids: dict[bytes, str] = {}
         self.key_filter: Any = None  # cluster: which topic names this node answers for
         self._adopting = False
+        # Topics an XADD created whose partitions have not yet taken an
+        # append: a refused one removes the topic again (``_drop_if_unwritten``).
+        self._unwritten: set[bytes] = set()
         for topic in log_manager.topics():
             meta = self._load_meta(topic)
             if meta is not None:
@@ -446,6 +450,8 @@ class TopicRegistry:
             plog.config = cfg
         stream = Stream(plog, partition_dir(plog) / META_FILE_NAME,
                         node_max_entries=self._node_max_entries())
+        if topic in self._unwritten:
+            stream.on_first_append_refused = lambda: self._drop_if_unwritten(topic)
         self._streams[(topic, partition)] = stream
         return stream
 
@@ -581,6 +587,7 @@ class TopicRegistry:
                     f"partition {partition} out of range: a new topic has {count} partition(s)"
                 )
             self._create(topic, count, {})
+            self._unwritten.add(topic)
             meta = self._meta[topic]
         if partition is None:
             if meta.partitions == 1:
@@ -589,12 +596,43 @@ class TopicRegistry:
                 field = self.config_value(topic, "partition-key-field")
                 partition = self.partitioner.choose(
                     topic, meta.partitions, fields, field.encode() if field else None)
-                return self._stream_for(topic, partition), partition_key(topic, partition)
-        stream, pkey = self._stream_for(topic, partition), partition_key(topic, partition)
+                return self._stream_to_write(topic, partition), partition_key(topic, partition)
+        stream, pkey = self._stream_to_write(topic, partition), partition_key(topic, partition)
         if len(self._append_cache) >= _SPLIT_CACHE_MAX:
             self._append_cache.clear()
         self._append_cache[key] = (stream, pkey, self._siblings(key, pkey))
         return stream, pkey
+
+    def _stream_to_write(self, topic: bytes, partition: int) -> Stream:
+        """``_stream_for`` for an XADD: a partition of a topic the XADD just
+        created that fails to open leaves no topic behind."""
+        try:
+            return self._stream_for(topic, partition)
+        except Exception:
+            self._drop_if_unwritten(topic)
+            raise
+
+    def _drop_if_unwritten(self, topic: bytes) -> None:
+        """An XADD that created ``topic`` was refused (a partition did not
+        open, or its append failed): delete the topic if nothing was written
+        to it meanwhile, so the refused write leaves no key, now or after a
+        restart. Once any partition took an append the topic stays."""
+        if topic not in self._unwritten:
+            return
+        streams = [s for (t, _n), s in self._streams.items() if t == topic]
+        if any(s.pending for s in streams):
+            return  # another partition's entries wait for their commit: decided by it
+        if any(s.on_first_append_refused is None or s.log.log_end_offset
+               or s.__dict__.get("group_store") is not None for s in streams):
+            self._unwritten.discard(topic)
+            for s in streams:
+                s.on_first_append_refused = None
+            return
+        try:
+            self.delete(topic)
+        except StorageError as exc:
+            log.warning("topic '%s', created by an XADD that was refused, could not be removed "
+                        "again: %s", _text(topic), exc)
 
     def known_target(self, key: bytes) -> tuple[Stream, bytes, list[bytes]] | None:
         """``(stream, partition key, sibling keys)`` for a key that names one
@@ -867,6 +905,7 @@ class TopicRegistry:
         self._fsync_by_dir.pop(str(self.log_manager.topic_dir(topic)), None)
         self.deleted_ids[topic] = self._meta[topic].topic_id  # replication tells the other nodes
         del self._meta[topic]
+        self._unwritten.discard(topic)
         self._append_cache.clear()
         self.partitioner.forget(topic)
         self.log_manager.delete_topic(topic)

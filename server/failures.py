@@ -10,12 +10,16 @@ Owns: ``DISK_ERRORS`` (what the storage layer raises when the disk fails or
 a file is damaged: ``StorageError`` from the funnel, a bare ``OSError``,
 ``GroupStateError``) and ``misconf(exc)``, the reply for each:
 
-- a system call failed (errno set; disk full: ENOSPC): Redis answers writes
+- a write failed (``WRITE_FAILED``; disk full: ENOSPC): Redis answers writes
   it cannot persist with ``-MISCONF Errors writing to the AOF file:
   <strerror>``; Partita says ``-MISCONF Errors writing to the partition log:
   <strerror>``. The write is not acknowledged and changed nothing.
-- a damaged log batch found by a read (no errno): ``-ERR corrupt partition
-  log, not served: <file>: corrupt batch at position N: <why>``.
+- a damaged log batch found by a read (``CORRUPT``): ``-ERR corrupt
+  partition log, not served: <file>: corrupt batch at position N: <why>``.
+- stored data that cannot be read (``READ_FAILED``: a segment file deleted
+  or unreadable, EIO): ``-ERR error reading the partition log: <operation>
+  <file> failed: <errno name> (<strerror>)``, never the text of a refused
+  write: nothing was written, and writes may well still work.
 - damaged consumer-group files: ``-ERR consumer group state unreadable,
   refusing to guess: <file>: <why>``.
 
@@ -28,13 +32,14 @@ Must not know: which command failed or how files are laid out.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 
 from cluster.replica_manager import NotEnoughReplicasError, NotLeaderError
 from cluster.topics import TopicError
 from server.errors import CommandError
-from storage.errors import StorageError
+from storage.errors import CORRUPT, READ_FAILED, WRITE_FAILED, StorageError
 from storage.streams.groups import GroupStateError
 from storage.streams.ids import StreamIdError
 from storage.streams.stream import StreamError
@@ -47,11 +52,13 @@ log = logging.getLogger("partita.storage")
 def misconf(exc: BaseException) -> CommandError:
     if isinstance(exc, GroupStateError):
         return CommandError("ERR", f"consumer group state unreadable, refusing to guess: {exc}")
-    code = getattr(exc, "errno", None)
-    if not code:
+    kind = exc.code if isinstance(exc, StorageError) else (WRITE_FAILED if exc.errno else CORRUPT)
+    if kind == CORRUPT:
         log.warning("refused to serve a damaged batch: %s", exc)
         return CommandError("ERR", f"corrupt partition log, not served: {exc}")
-    return CommandError("MISCONF", f"Errors writing to the partition log: {os.strerror(code)}")
+    if kind == READ_FAILED:
+        return CommandError("ERR", f"error reading the partition log: {exc}")
+    return CommandError("MISCONF", f"Errors writing to the partition log: {os.strerror(exc.errno or errno.EIO)}")
 
 
 def reply_for(exc: BaseException) -> CommandError | None:

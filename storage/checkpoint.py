@@ -9,8 +9,9 @@ by the partition log (recovery point, log start offset, leader epochs):
     N lines: space-separated decimal integers
 
 A reader sees either the old file or the new one, never a mix. A file that
-does not parse is reported as corrupt (``CorruptCheckpointError``) so the
-caller can fall back to a safe default (e.g. recovery point 0 = scan all).
+does not parse, or holds a value outside the bounds the caller gives, is
+reported as corrupt (``CorruptCheckpointError``) so the caller can fall back
+to a safe default (e.g. recovery point 0 = scan all).
 
 Thread contract: functions are stateless; safe from any thread as long as two
 threads never write the same path at once (callers serialise that).
@@ -23,7 +24,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from storage.errors import raise_storage_error
+from storage.errors import READ_FAILED, raise_storage_error
 
 TMP_SUFFIX = ".tmp"
 
@@ -86,7 +87,7 @@ def read_file(path: Path) -> bytes | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise_storage_error(f"read {path}", exc)
+        raise_storage_error(f"read {path}", exc, READ_FAILED)
 
 
 def encode_rows(rows: list[tuple[int, ...]]) -> bytes:
@@ -95,8 +96,10 @@ def encode_rows(rows: list[tuple[int, ...]]) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-def decode_rows(data: bytes, width: int) -> list[tuple[int, ...]]:
-    """Parse the text checkpoint format. Raises CorruptCheckpointError."""
+def decode_rows(data: bytes, width: int, limits: tuple[int, ...] | None = None) -> list[tuple[int, ...]]:
+    """Parse the text checkpoint format; with ``limits`` (the largest value of
+    each column) every value must lie in ``[0, limit]``, so no number read
+    from the file is used unbounded. Raises CorruptCheckpointError."""
     try:
         lines = data.decode("ascii").split("\n")
         if lines and lines[-1] == "":
@@ -111,6 +114,10 @@ def decode_rows(data: bytes, width: int) -> list[tuple[int, ...]]:
             row = tuple(int(v) for v in line.split(" "))
             if len(row) != width:
                 raise ValueError("bad row width")
+            if limits is not None:
+                for value, limit in zip(row, limits):
+                    if not 0 <= value <= limit:
+                        raise ValueError(f"value {value} out of range (0..{limit})")
             rows.append(row)
         return rows
     except (UnicodeDecodeError, ValueError) as exc:
@@ -121,12 +128,12 @@ def write_rows(path: Path, rows: list[tuple[int, ...]]) -> None:
     write_atomic(path, encode_rows(rows))
 
 
-def read_rows(path: Path, width: int) -> list[tuple[int, ...]] | None:
-    """Rows of a checkpoint file; None if missing. Raises CorruptCheckpointError."""
+def read_rows(path: Path, width: int, limits: tuple[int, ...] | None = None) -> list[tuple[int, ...]] | None:
+    """Rows of a checkpoint file (``decode_rows``); None if missing. Raises CorruptCheckpointError."""
     data = read_file(path)
     if data is None:
         return None
-    return decode_rows(data, width)
+    return decode_rows(data, width, limits)
 
 
 def remove_stale_tmp(directory: Path) -> None:

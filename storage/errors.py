@@ -1,6 +1,7 @@
 """Storage errors and the one place where ``OSError`` becomes ``StorageError``.
 
-Owns: the error types the storage layer raises and ``raise_storage_error``,
+Owns: the error types the storage layer raises, their codes (what failed:
+a write, a read, or a check of stored data), and ``raise_storage_error``,
 the single funnel every disk failure (ENOSPC, EIO, EROFS, ...) goes through
 (compare Kafka's ``LocalLog.maybeHandleIOException``). The funnel logs one
 line on logger ``partita.storage`` and notifies the listeners registered with
@@ -22,13 +23,30 @@ _log = logging.getLogger("partita.storage")
 _listeners: list[Callable[[str, OSError], None]] = []
 
 
-class StorageError(Exception):
-    """A disk operation failed; the message says which and why."""
+# What a ``StorageError`` is about (``StorageError.code``). The reply a
+# client gets for each is the server's (server/failures.py), not this layer's.
+WRITE_FAILED = "write-failed"  # writing or syncing failed (errno set): the change was not made
+READ_FAILED = "read-failed"  # stored data could not be read (errno set): nothing was changed
+CORRUPT = "corrupt"  # stored data failed its checks (damaged on disk): not served
 
-    def __init__(self, message: str, errno: int | None = None) -> None:
+
+class StorageError(Exception):
+    """A disk operation failed or found damaged data; the message says which
+    and why, ``code`` which kind (``WRITE_FAILED`` by default when ``errno``
+    is set, else ``CORRUPT``)."""
+
+    def __init__(self, message: str, errno: int | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.errno = errno
+        self.code = code or (WRITE_FAILED if errno else CORRUPT)
+
+    def reading(self) -> "StorageError":
+        """This error as met while reading stored data: a failed system call
+        (an ``open`` the read needed, say) is a read error, not a refused write."""
+        if self.code != WRITE_FAILED:
+            return self
+        return StorageError(self.message, self.errno, READ_FAILED)
 
 
 class OffsetOutOfRangeError(Exception):
@@ -50,19 +68,20 @@ def remove_disk_error_listener(fn: Callable[[str, OSError], None]) -> None:
         _listeners.remove(fn)
 
 
-def raise_storage_error(what: str, exc: OSError) -> NoReturn:
+def raise_storage_error(what: str, exc: OSError, code: str = WRITE_FAILED) -> NoReturn:
     """The funnel: turn ``exc`` raised while doing ``what`` into ``StorageError``.
 
     Args:
         what: the operation and the file, e.g. ``"append to /d/0000.log"``.
         exc: the ``OSError`` the system call raised.
+        code: ``READ_FAILED`` for a read of stored data, else ``WRITE_FAILED``.
 
     Raises:
         StorageError: always, chained to ``exc``.
     """
-    code = exc.errno
-    name = _errno.errorcode.get(code, "EIO") if code is not None else "EIO"
-    reason = os.strerror(code) if code is not None else str(exc)
+    errno = exc.errno
+    name = _errno.errorcode.get(errno, "EIO") if errno is not None else "EIO"
+    reason = os.strerror(errno) if errno is not None else str(exc)
     message = f"{what} failed: {name} ({reason})"
     _log.error("disk error: %s", message)
     for fn in list(_listeners):
@@ -70,7 +89,7 @@ def raise_storage_error(what: str, exc: OSError) -> NoReturn:
             fn(what, exc)
         except Exception:  # a broken listener must not hide the disk error
             _log.exception("disk error listener failed")
-    raise StorageError(message, code) from exc
+    raise StorageError(message, errno, code) from exc
 
 
 def append_or_undo(fd: int, chunks: list, pos: int, what: str) -> int:

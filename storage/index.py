@@ -32,7 +32,7 @@ import os
 import struct
 from collections import OrderedDict
 
-from storage.errors import raise_storage_error
+from storage.errors import READ_FAILED, StorageError, raise_storage_error
 from storage.handles import FileCache
 
 OFFSET_ENTRY_BYTES = 8
@@ -130,11 +130,14 @@ class SegmentIndex:
     def _pread(self, path: str, n: int) -> bytes:
         if n == 0:
             return b""
-        fd = self.cache.get(path, create=True)
+        try:
+            fd = self.cache.get(path, create=True)
+        except StorageError as exc:
+            raise exc.reading() from exc.__cause__
         try:
             return os.pread(fd, n, 0)
         except OSError as exc:
-            raise_storage_error(f"read {path}", exc)
+            raise_storage_error(f"read {path}", exc, READ_FAILED)
 
     # -- writes --------------------------------------------------------------
 

@@ -18,8 +18,13 @@ Recovery: segments wholly below the recovery point are trusted (their
 indexes are checked lazily). From the batch that starts at the recovery point
 to the end of the last segment every batch's length, base offset and CRC are
 checked and the indexes rebuilt; the first bad batch and everything after it
-is cut, with one WARNING on logger ``partita.storage``. ``close()`` writes
-recovery point = log end offset, so a clean restart scans nothing.
+is cut, with one WARNING on logger ``partita.storage`` (a cut below the
+recovery point, zeros included, is reported as lost flushed data).
+``close()`` writes recovery point = log end offset, so a clean restart scans
+nothing. Checkpoints are bounded when read and then checked against the
+recovered log (a recovery point or log start past its end, epochs its
+batches contradict): repaired from the log and rewritten, with a WARNING;
+see docs/storage-format.md "Checkpoints".
 
 A failed sync takes the log offline for writes until it is reopened: the
 kernel may have dropped the pages it could not write and reports the error
@@ -291,11 +296,18 @@ class PartitionLog:
                     raise_storage_error(f"delete orphan in {d}", exc)
                 del table[base]
 
-        start_row = self._read_checkpoint(LOG_START_FILE, 3)
-        ckpt_start, ckpt_last = (start_row[0][0], (start_row[0][1], start_row[0][2])) if start_row else (0, (0, 0))
-        rp_row = self._read_checkpoint(RECOVERY_POINT_FILE, 1)
-        rp = rp_row[0][0] if rp_row else 0
-        self._epochs: list[tuple[int, int]] = [tuple(r) for r in (self._read_checkpoint(LEADER_EPOCH_FILE, 2) or [])]
+        # Every number read from a file is bounded before use (offsets below
+        # 2^63, IDs u64, epochs u32), then checked against the log itself.
+        start_row = self._read_checkpoint(LOG_START_FILE, (records.MAX_OFFSET, records.U64_MAX, records.U64_MAX))
+        rp_row = self._read_checkpoint(RECOVERY_POINT_FILE, (records.MAX_OFFSET,))
+        epoch_rows = self._read_checkpoint(LEADER_EPOCH_FILE, (records.U32_MAX, records.MAX_OFFSET), single=False)
+        ckpt_start, ckpt_last = (start_row[0], (start_row[1], start_row[2])) if start_row else (0, (0, 0))
+        rp_ckpt = rp_row[0] if rp_row else None
+        for base in [b for b in logs if b > records.MAX_OFFSET]:
+            self.logger.warning("%s: ignoring %s: its base offset is out of range (offsets end at %d), "
+                                "so it is not part of the log; left in place", d,
+                                segment_path(d, base, LOG_SUFFIX).name, records.MAX_OFFSET)
+            del logs[base]
 
         interval = self.config.index_interval_bytes
         if not logs:
@@ -311,41 +323,132 @@ class PartitionLog:
                 seg.end_offset = nxt.base_offset
             for seg in self._segs:  # trusted, not yet checked: reads verify CRCs
                 seg.check_crc_below(seg.size)
-        self.log_start_offset = max(ckpt_start, self._segs[0].base_offset)
         self.markers = DeletionMarkers(d, self.cache)
+        self._bases = [s.base_offset for s in self._segs]
+
+        rp = max(rp_ckpt or 0, self._segs[0].base_offset)
+        self._recover(rp)
+        end = self.log_end_offset
+        last = self._last_header()
+        start_past_end = start_row is not None and ckpt_start > end
+        if start_past_end:
+            self.log_start_offset = self._log_start_past_end(ckpt_start, ckpt_last, last)
+        else:
+            self.log_start_offset = max(ckpt_start, self._segs[0].base_offset)
         # finish a deletion of whole segments that a crash interrupted
         while len(self._segs) > 1 and self._segs[0].end_offset <= self.log_start_offset:
             self._delete_segment(self._segs.pop(0))
+            self._dir_seq += 1
         self._bases = [s.base_offset for s in self._segs]
-
-        self._recover(max(rp, self._segs[0].base_offset))
-        end = self.log_end_offset
-        if self.log_start_offset > end:
-            self.log_start_offset = end
         self.recovery_point = min(max(rp, self._segs[0].base_offset), end)
         self._persisted_rp = self.recovery_point
-        self._epochs = [(e, s) for e, s in self._epochs if s < end]
+        if rp_ckpt is not None and rp_ckpt > end:
+            # The checkpoint promised more than the log holds (_recover said
+            # what is missing): replace it, or every start would say so again.
+            self._write_at_open(RECOVERY_POINT_FILE, [(self.recovery_point,)])
+        self._epochs = self._checked_epochs(epoch_rows, last)
         for seg in self._segs:
             if seg.base_offset in others[MARKERS_SUFFIX]:
                 self.markers.load(seg.base_offset, min(seg.end_offset, end))
         self._deleted_live = self.markers.count_in(self.log_start_offset, end)
-        self.last_id = ckpt_last
-        for seg in reversed(self._segs):
-            info = seg.last_info()
-            if info is not None:
-                self.last_id = (info[0], info[1])
-                break
+        self.last_id = ckpt_last if last is None else (last[records.H_LAST_MS], last[records.H_LAST_SEQ])
+        if start_past_end:
+            self._write_at_open(LOG_START_FILE, [(self.log_start_offset, *self.last_id)])
         self._hw = end if self.hw_follows_end else min(self.recovery_point, end)
 
-    def _read_checkpoint(self, name: str, width: int):
+    def _read_checkpoint(self, name: str, limits: tuple[int, ...], single: bool = True):
+        """The rows of a checkpoint (the one row when ``single``), each value
+        within ``limits``; None, with a WARNING, when it is corrupt."""
         try:
-            return read_rows(self.directory / name, width)
+            rows = read_rows(self.directory / name, len(limits), limits)
+            if single and rows is not None and len(rows) != 1:
+                raise CorruptCheckpointError(f"{len(rows)} rows where 1 was expected")
         except CorruptCheckpointError as exc:
             self.logger.warning("%s: ignoring corrupt %s (%s)", self.directory, name, exc)
             return None
+        return rows[0] if single and rows is not None else rows
+
+    def _write_at_open(self, name: str, rows: list[tuple[int, ...]]) -> None:
+        """Replace a checkpoint that open found wrong; a failure (a full disk)
+        is logged, not fatal: the next open decides the same way."""
+        try:
+            write_rows(self.directory / name, rows)
+        except StorageError as exc:
+            self.logger.warning("%s: %s not rewritten (%s)", self.directory, name, exc)
+
+    def _last_header(self) -> tuple | None:
+        """The header of the log's last batch; None for a log with none."""
+        for seg in reversed(self._segs):
+            if seg.size:
+                return seg.last_header()
+        return None
+
+    def _log_start_past_end(self, ckpt_start: int, ckpt_last: tuple[int, int], last: tuple | None) -> int:
+        """The log start when the checkpoint's is past the recovered log's
+        end. That is legitimate only when the log lost entries appended
+        before the checkpoint was written (a power loss after a trim under
+        ``fsync everysec``): every entry left was trimmed then, and the log
+        starts at its end. If instead the log still holds the last ID the
+        checkpoint recorded, it never ended before that start: the file is
+        damaged, and the log starts where its segments do (no entry hidden,
+        no segment deleted)."""
+        first = self._segs[0].base_offset
+        end = self.log_end_offset
+        name = self.directory / LOG_START_FILE
+        log_last = (0, 0) if last is None else (last[records.H_LAST_MS], last[records.H_LAST_SEQ])
+        if last is not None and log_last >= ckpt_last:
+            self.logger.warning(
+                "%s: log start %d is past the log end %d, yet the log still holds the last ID it "
+                "recorded (%d-%d): the file is damaged; ignored, the log starts at %d (entries "
+                "trimmed before may be visible again)", name, ckpt_start, end, *ckpt_last, first)
+            return first
+        self.logger.warning(
+            "%s: log start %d is past the log end %d (entries up to ID %d-%d, appended before the "
+            "trim, were lost): the log starts at its end, %d", name, ckpt_start, end, *ckpt_last, end)
+        return end
+
+    def _checked_epochs(self, rows: list | None, last: tuple | None) -> list[tuple[int, int]]:
+        """The leader epochs of the checkpoint, checked against the log: rows
+        past the log end are dropped (a cut tail, or a refused first append),
+        and what is left must increase and end with the epoch of the last
+        batch. Otherwise the list is rebuilt from the batch headers (each
+        batch carries its epoch) and rewritten, with a WARNING."""
+        end = self.log_end_offset
+        kept = [(e, s) for e, s in rows or () if s < end]
+        if last is None:
+            return kept
+        ordered = all(a[0] < b[0] and a[1] < b[1] for a, b in zip(kept, kept[1:]))
+        if ordered and kept and kept[-1][0] == last[records.H_EPOCH] and kept[-1][1] <= last[records.H_BASE]:
+            return kept
+        name = self.directory / LEADER_EPOCH_FILE
+        try:
+            rebuilt = self._epochs_from_log()
+        except StorageError as exc:
+            rebuilt = [(last[records.H_EPOCH], self.log_start_offset)]
+            self.logger.warning("%s: the log's batches could not be walked (%s): taking epoch %d from "
+                                "offset %d", name, exc, *rebuilt[0])
+        found = "missing or corrupt" if rows is None else f"says {rows}"
+        self.logger.warning("%s %s, but the log's last batch (offset %d) has epoch %d: rebuilt from the "
+                            "log as %s", name, found, last[records.H_BASE], last[records.H_EPOCH], rebuilt)
+        self._write_at_open(LEADER_EPOCH_FILE, rebuilt)
+        return rebuilt
+
+    def _epochs_from_log(self) -> list[tuple[int, int]]:
+        """``(epoch, start offset)`` of each epoch the batch headers carry (a
+        walk of every header: only when the checkpoint is damaged)."""
+        found: list[tuple[int, int]] = []
+        for seg in self._segs:
+            for _pos, h in seg._headers(0, seg.size):
+                if not found or h[records.H_EPOCH] > found[-1][0]:
+                    found.append((h[records.H_EPOCH], h[records.H_BASE]))
+        return found
 
     def _recover(self, rp: int) -> None:
-        """Check every batch from the recovery point on; cut a bad tail."""
+        """Check every batch from the recovery point on; cut a bad tail.
+
+        Everything below ``rp`` was fsynced: a cut below it, zeros there, or
+        a log that ends before it is lost data (or a damaged checkpoint),
+        and the WARNING says which offsets of which file."""
         segs = self._segs
         k = max(bisect.bisect_right([s.base_offset for s in segs], rp) - 1, 0)
         seg = segs[k]
@@ -374,12 +477,14 @@ class PartitionLog:
             # recover_from checks every batch from start_pos on
             seg.check_crc_below(start_pos)
             pos, expected, why = seg.recover_from(start_pos, expected, self.config.max_batch_bytes)
-            if why == ZERO_TAIL:  # preallocated, never written: nothing is lost
+            if why == ZERO_TAIL and expected >= rp:  # preallocated, never written: nothing is lost
                 self.logger.info("%s: dropped %d bytes of preallocated zeros at the end of segment %d",
                                  self.directory, file_bytes - pos, seg.base_offset)
                 seg.truncate_at(pos, expected)
                 continue
             if why is not None:
+                if why == ZERO_TAIL:
+                    why = "only zeros where flushed batches were"
                 cut = (j, pos, why)
                 seg.size = file_bytes
                 break
@@ -395,10 +500,17 @@ class PartitionLog:
                 self._delete_segment(s)
             del segs[j + 1:]
             self._dir_seq += 1
+            lost = (f"; offsets {offset}..{rp - 1} were below the recovery point {rp} (flushed): "
+                    f"lost from {seg.log_path}") if offset < rp else ""
             self.logger.warning(
                 "%s: recovery cut the log at offset %d (segment %d, position %d): %s; "
-                "removed %d bytes and %d later segment(s)",
-                self.directory, offset, seg.base_offset, pos, why, cut_bytes, len(later))
+                "removed %d bytes and %d later segment(s)%s",
+                self.directory, offset, seg.base_offset, pos, why, cut_bytes, len(later), lost)
+        elif expected < rp:
+            self.logger.warning(
+                "%s: %s (%d) is past the log end %d: offsets %d..%d below it are missing after %s "
+                "(flushed data lost, or the checkpoint is damaged); the recovery point is now %d",
+                self.directory, RECOVERY_POINT_FILE, rp, expected, expected, rp - 1, segs[-1].log_path, expected)
         for s in segs[k:-1]:
             s.persist_index()
             s.seal()
@@ -467,12 +579,18 @@ class PartitionLog:
         self._maybe_roll_for(total, len(entries), now)
         seg = self._segs[-1]
         first, last = entries[0], entries[-1]
-        seg.append(head, body, base, len(entries), first[0], first[1], last[0], last[1], now)
+        new_epoch = leader_epoch > self.latest_epoch
+        if new_epoch:  # durable before the batch that needs it
+            self._add_epoch((leader_epoch, base))
+        try:
+            seg.append(head, body, base, len(entries), first[0], first[1], last[0], last[1], now)
+        except BaseException:
+            if new_epoch:
+                self._drop_epoch_after(base)
+            raise
         self.last_id = (last[0], last[1])
         if self.hw_follows_end:
             self._hw = seg.end_offset
-        if leader_epoch > self.latest_epoch:
-            self._add_epoch(leader_epoch, base)
         return base
 
     def _check_ids(self, entries) -> bool:
@@ -520,13 +638,21 @@ class PartitionLog:
         first_h = parsed[0][1]
         self._maybe_roll_for(len(buf), expected - base, first_h[records.H_MAX_TS])
         seg = self._segs[-1]
-        seg.append_raw(buf, expected, parsed)
+        new_epochs = []
+        for _pos, h in parsed:
+            if h[records.H_EPOCH] > (new_epochs[-1][0] if new_epochs else self.latest_epoch):
+                new_epochs.append((h[records.H_EPOCH], h[records.H_BASE]))
+        if new_epochs:  # durable before the batches that need them
+            self._add_epoch(*new_epochs)
+        try:
+            seg.append_raw(buf, expected, parsed)
+        except BaseException:
+            if new_epochs:
+                self._drop_epoch_after(base)
+            raise
         self.last_id = last_id
         if self.hw_follows_end:
             self._hw = seg.end_offset
-        for _pos, h in parsed:
-            if h[records.H_EPOCH] > self.latest_epoch:
-                self._add_epoch(h[records.H_EPOCH], h[records.H_BASE])
         return base
 
     def _maybe_roll_for(self, nbytes: int, count: int, now_ms: int) -> None:
@@ -635,6 +761,12 @@ class PartitionLog:
             return
         with self._rp_lock:
             self._generation += 1
+            if self._persisted_rp > offset:
+                # Lowered before anything is cut: a crash in between must not
+                # leave a checkpoint that promises offsets the log lost (the
+                # next open would report them as lost flushed data).
+                write_atomic(self.directory / RECOVERY_POINT_FILE, encode_rows([(offset,)]))
+                self._persisted_rp = offset
         if offset <= self.log_start_offset:
             self._empty_at(offset)
         else:
@@ -670,10 +802,6 @@ class PartitionLog:
             write_rows(self.directory / LEADER_EPOCH_FILE, self._epochs)
         if self.recovery_point > offset:
             self.recovery_point = offset
-        with self._rp_lock:
-            if self._persisted_rp > offset:
-                write_atomic(self.directory / RECOVERY_POINT_FILE, encode_rows([(self.recovery_point,)]))
-                self._persisted_rp = self.recovery_point
 
     def _empty_at(self, offset: int) -> None:
         for seg in self._segs:
@@ -730,9 +858,23 @@ class PartitionLog:
 
     # -- leader epochs -------------------------------------------------------
 
-    def _add_epoch(self, epoch: int, start_offset: int) -> None:
-        self._epochs.append((epoch, start_offset))
-        write_rows(self.directory / LEADER_EPOCH_FILE, self._epochs)
+    def _add_epoch(self, *rows: tuple[int, int]) -> None:
+        """New ``(epoch, start offset)`` rows, checkpointed before the batches
+        they describe are written: a batch on disk never lacks its epoch (a
+        crash in between leaves a row at the log end, which open drops)."""
+        self._epochs.extend(rows)
+        try:
+            write_rows(self.directory / LEADER_EPOCH_FILE, self._epochs)
+        except BaseException:
+            del self._epochs[len(self._epochs) - len(rows):]
+            raise
+
+    def _drop_epoch_after(self, end: int) -> None:
+        """The append that needed the rows from ``end`` on failed: forget
+        them. The file keeps them until its next rewrite; open drops rows at
+        or past the log end."""
+        while self._epochs and self._epochs[-1][1] >= end:
+            self._epochs.pop()
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """KIP-101: ``(largest epoch <= epoch, its end offset)``; ``(-1, -1)``

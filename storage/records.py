@@ -50,6 +50,9 @@ END_BYTES = 4
 PER_ENTRY_BYTES = ID_BYTES + END_BYTES
 U32_MAX = 0xFFFFFFFF
 U64_MAX = 0xFFFFFFFFFFFFFFFF
+# Offsets are below 2^63 (Kafka's signed 64-bit offsets): a larger number
+# read from a file name or a checkpoint is damage, never an offset.
+MAX_OFFSET = 2**63 - 1
 
 # Field positions in the tuple HEADER.unpack returns.
 H_BASE, H_LENGTH, H_CRC, H_VERSION, H_FLAGS, H_EPOCH, H_COUNT, H_RESERVED = range(8)

@@ -43,7 +43,7 @@ from pathlib import Path
 from crc32c import crc32c
 
 from storage import records
-from storage.errors import StorageError, append_or_undo, raise_storage_error
+from storage.errors import READ_FAILED, StorageError, append_or_undo, raise_storage_error
 from storage.files import ID_INDEX_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, segment_path
 from storage.handles import FileCache
 from storage.index import SegmentIndex
@@ -162,12 +162,19 @@ class Segment:
 
     # -- raw I/O -------------------------------------------------------------
 
+    def _read_fd(self) -> int:
+        """The ``.log``'s descriptor for a read: a failure to open it is a read error."""
+        try:
+            return self.cache.get(self.log_path)
+        except StorageError as exc:
+            raise exc.reading() from exc.__cause__
+
     def pread(self, pos: int, n: int) -> bytes:
-        fd = self.cache.get(self.log_path)
+        fd = self._read_fd()
         try:
             return os.pread(fd, n, pos)
         except OSError as exc:
-            raise_storage_error(f"read {self.log_path}", exc)
+            raise_storage_error(f"read {self.log_path}", exc, READ_FAILED)
 
     def mapped(self, end: int) -> memoryview | None:
         """A memoryview of the whole mapped file when it covers ``[0, end)``,
@@ -181,7 +188,7 @@ class Segment:
         if end > size or (view is not None and size - self._map_len < _REMAP_BYTES) or size < HEADER_BYTES:
             return None
         self.unmap()
-        fd = self.cache.get(self.log_path)
+        fd = self._read_fd()
         try:
             m = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
         except (OSError, ValueError):
@@ -348,27 +355,40 @@ class Segment:
     def last_info(self) -> tuple[int, int, int] | None:
         """``(last_ms, last_seq, largest max_timestamp_ms)`` of the segment."""
         if self._last_info is None and self.size:
-            self.ensure_index()
-            last = self.index.last()
-            start = last[3] if last else 0
-            max_ts = 0
-            h = None
-            for _pos, h in self._headers(start, self.size):
-                max_ts = max(max_ts, h[records.H_MAX_TS])
-            if h is None:
-                raise self._corrupt(start, "no batch where the index points")
+            h, max_ts = self._tail()
             self._last_info = (h[records.H_LAST_MS], h[records.H_LAST_SEQ], max_ts)
         return self._last_info
+
+    def last_header(self) -> tuple | None:
+        """The header of the segment's last batch (None when it has none)."""
+        return self._tail()[0] if self.size else None
+
+    def _tail(self) -> tuple[tuple, int]:
+        """``(last batch's header, largest max_timestamp_ms)`` of the batches
+        from the last index entry on."""
+        self.ensure_index()
+        last = self.index.last()
+        start = last[3] if last else 0
+        max_ts = 0
+        h = None
+        for _pos, h in self._headers(start, self.size):
+            max_ts = max(max_ts, h[records.H_MAX_TS])
+        if h is None:
+            raise self._corrupt(start, "no batch where the index points")
+        return h, max_ts
 
     # -- index validity ------------------------------------------------------
 
     def ensure_index(self) -> None:
-        """Check a sealed segment's index once; rebuild it if it is missing or wrong."""
+        """Check a sealed segment's index once; rebuild it if it is missing or
+        wrong. A rebuild that finds a damaged batch header raises (a
+        ``CORRUPT`` StorageError), and so does the next call: the index is
+        never built from a header that does not continue the one before."""
         if self.index_checked:
             return
-        self.index_checked = True
         if not self._index_looks_valid():
             self.rebuild_index()
+        self.index_checked = True
 
     def _index_looks_valid(self) -> bool:
         if self.index.in_memory:
@@ -390,15 +410,24 @@ class Segment:
                 and pos + h[records.H_LENGTH] <= self.size)
 
     def rebuild_index(self) -> None:
-        """Rebuild both indexes from the batch headers (no CRC check)."""
+        """Rebuild both indexes from the batch headers (no CRC check, but each
+        batch's base offset must continue the one before: a damaged header
+        raises ``CORRUPT`` and leaves the index as it was)."""
+        found = []
+        last_pos = -1
+        expected = self.base_offset
+        for pos, h in self._headers(0, self.size):
+            if h[records.H_BASE] != expected:
+                raise self._corrupt(pos, f"base offset {h[records.H_BASE]} where {expected} was expected")
+            expected += h[records.H_COUNT]
+            if last_pos < 0 or pos - last_pos >= self.index_interval_bytes:
+                found.append((h[records.H_BASE] - self.base_offset, pos, h[records.H_FIRST_MS], h[records.H_FIRST_SEQ]))
+                last_pos = pos
         was_active = self.index.in_memory
         self.index.reset()
-        self._last_indexed_pos = -1
-        for pos, h in self._headers(0, self.size):
-            if self._last_indexed_pos < 0 or pos - self._last_indexed_pos >= self.index_interval_bytes:
-                self.index.append(h[records.H_BASE] - self.base_offset, pos,
-                                  h[records.H_FIRST_MS], h[records.H_FIRST_SEQ])
-                self._last_indexed_pos = pos
+        for entry in found:
+            self.index.append(*entry)
+        self._last_indexed_pos = last_pos
         self.index.persist()
         if not was_active:
             self.index.unload()
@@ -735,25 +764,28 @@ class Segment:
 
     def position_of(self, offset: int) -> int | None:
         """The position where the batch starting at ``offset`` starts (or the
-        file end when ``offset`` is right after the last batch), walking headers
-        from the index; None if no batch boundary is at ``offset``."""
+        end of the last batch when that batch ends right before ``offset``),
+        walking headers from the index; None if no batch boundary is at
+        ``offset`` (an offset past the last batch among them)."""
         self.ensure_index()
         rel = offset - self.base_offset
         lo = self.index.floor_offset(max(rel - 1, 0)) if rel > 0 else None
         start = lo[1] if lo else 0
         pos = start
+        end = self.base_offset if start == 0 else None  # the offset after the batches walked
         try:
             for pos, h in self._headers(start, self.size):
                 if h[records.H_BASE] == offset:
                     return pos
                 if h[records.H_BASE] > offset:
                     return None
+                end = h[records.H_BASE] + h[records.H_COUNT]
                 pos += h[records.H_LENGTH]
         except StorageError:
             # At open, size still counts zeros written ahead: they end the batches.
             if not self._zeros_from(pos, min(pos + HEADER_BYTES, self.size)):
                 return None
-        return pos if pos <= self.size and (pos == 0 and offset == self.base_offset or pos > 0) else None
+        return pos if end == offset and pos <= self.size else None
 
     def truncate_at(self, pos: int, end_offset: int) -> None:
         """Cut the ``.log`` at ``pos`` (a batch boundary) = ``end_offset``."""

@@ -167,12 +167,25 @@ class StreamMeta:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> StreamMeta:
+        """Raises ValueError (or KeyError, TypeError) for a file that does not
+        parse or holds a number out of range (IDs are two u64, the
+        adjustment a signed 64-bit number): nothing unbounded is used."""
         obj = json.loads(data)
+        adjust = obj["entries_added_adjust"]
+        if type(adjust) is not int or not -(2**63) <= adjust < 2**63:
+            raise ValueError(f"entries_added_adjust {adjust!r} out of range")
         return cls(
-            last_generated_id=StreamId(*obj["last_generated_id"]),
-            max_deleted_entry_id=StreamId(*obj["max_deleted_entry_id"]),
-            entries_added_adjust=int(obj["entries_added_adjust"]),
+            last_generated_id=_stored_id(obj["last_generated_id"]),
+            max_deleted_entry_id=_stored_id(obj["max_deleted_entry_id"]),
+            entries_added_adjust=adjust,
         )
+
+
+def _stored_id(value) -> StreamId:
+    if not (type(value) is list and len(value) == 2
+            and all(type(v) is int and 0 <= v <= UINT64_MAX for v in value)):
+        raise ValueError(f"stream ID {value!r} out of range")
+    return StreamId(*value)
 
 
 def wall_clock_ms() -> int:
@@ -239,6 +252,11 @@ class Stream:
         # leads; 0 on a single node).
         self.leader_epoch = max(0, getattr(log, "latest_epoch", 0))
         self.changes = 0  # metadata writes, deletions and trims since open (replication)
+        # Called when an append fails before any append to this stream
+        # succeeded (cleared by the first that does): the topic registry
+        # removes a topic that the refused XADD itself created, so an error
+        # reply leaves no key behind, as in Redis.
+        self.on_first_append_refused: Callable[[], None] | None = None
 
     # ----------------------------------------------------------------- state
 
@@ -373,8 +391,19 @@ class Stream:
             return new
         if self._pending:
             self.commit()
-        self.log.append([(new[0], new[1], enc)], self.leader_epoch)
+        self._append([(new[0], new[1], enc)])
         return new
+
+    def _append(self, batch: list[tuple[int, int, bytes]]) -> None:
+        """One log batch (``add`` and ``commit``); see ``on_first_append_refused``."""
+        try:
+            self.log.append(batch, self.leader_epoch)
+        except Exception:
+            if self.on_first_append_refused is not None:
+                self.on_first_append_refused()
+            raise
+        if self.on_first_append_refused is not None:
+            self.on_first_append_refused = None
 
     def defer_encoded(self, entries: list, last: tuple[int, int], nbytes: int) -> None:
         """Deferred entries made elsewhere (the server's pipelined-XADD path):
@@ -402,7 +431,7 @@ class Stream:
             return 0
         self._pending = []
         self.pending_bytes = 0
-        self.log.append(pending, self.leader_epoch)
+        self._append(pending)
         return len(pending)
 
     def delete(self, ids: Iterable[StreamId]) -> int:

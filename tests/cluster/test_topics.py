@@ -7,6 +7,7 @@ import types
 import pytest
 
 from cluster.topics import TopicError, TopicRegistry, split_partition_key
+from storage.errors import StorageError
 from storage.streams.ids import StreamId
 
 
@@ -265,3 +266,61 @@ def test_run_target_is_the_sticky_partitioners_choice(registry):
     registry.create_topic(b"keyed", 4, [(b"partition-key-field", b"user")])
     for key in (b"t#1", b"one", b"keyed", b"missing", b"t#9", b"t#01"):
         assert registry.run_target(key) is None, key
+
+
+def _fail_epoch_checkpoint(stream) -> None:
+    """The partition's next leader-epoch checkpoint write fails (EISDIR)."""
+    (stream.log.directory / "leader-epoch.checkpoint.tmp").mkdir()
+
+
+def test_a_refused_first_xadd_leaves_no_topic(registry):
+    """An XADD answered with an error leaves no key (as in Redis), also on
+    disk; it used to leave an empty stream (EXISTS 1, XLEN 0)."""
+    stream, _ = registry.append_target(b"k", [b"f", b"v"])
+    _fail_epoch_checkpoint(stream)
+    with pytest.raises(StorageError):
+        stream.add([b"f", b"v"])
+    assert not registry.exists(b"k") and registry.key_count() == 0
+    assert not registry.log_manager.topic_dir(b"k").exists()
+    stream, _ = registry.append_target(b"k", [b"f", b"v"])  # a later XADD creates it afresh
+    assert stream.add([b"f", b"v"]) and registry.get(b"k").length == 1
+
+
+def test_a_refused_xadd_keeps_a_topic_that_holds_anything(registry):
+    registry.create_topic(b"created", 1)
+    stream = registry.get(b"created")
+    _fail_epoch_checkpoint(stream)
+    with pytest.raises(StorageError):
+        stream.add([b"f", b"v"])
+    assert registry.exists(b"created")  # TOPIC CREATE made it, not the refused XADD
+
+    stream, _ = registry.append_target(b"written", [b"f", b"v"])
+    stream.add([b"f", b"v"])
+    stream.log.truncate_to(0)
+    _fail_epoch_checkpoint(stream)
+    with pytest.raises(StorageError):
+        stream.add([b"f", b"v"])
+    assert registry.exists(b"written")  # an XADD was answered with an ID before
+
+
+def test_refused_deferred_first_xadds_to_a_new_topic_of_two_partitions(tmp_path):
+    config = types.SimpleNamespace(segment_bytes=4096, stream_node_max_entries=100, default_partitions=2)
+    registry = TopicRegistry.open(tmp_path / "data", config)
+    try:
+        for fail_both, key in ((False, b"t"), (True, b"u")):
+            streams = [registry.append_target(key, [b"f", b"v"])[0] for _ in range(2)]
+            assert streams[0] is not streams[1]  # round-robin: one entry for each partition
+            for s in streams:
+                s.add([b"f", b"v"], defer=True)
+            for s in streams[: 2 if fail_both else 1]:
+                _fail_epoch_checkpoint(s)
+            outcomes = []
+            for s in streams:  # as server/appends.py commits a round
+                try:
+                    outcomes.append(s.commit())
+                except StorageError:
+                    outcomes.append("refused")
+            assert outcomes == (["refused", "refused"] if fail_both else ["refused", 1])
+            assert registry.exists(key) is not fail_both
+    finally:
+        registry.close()

@@ -175,11 +175,149 @@ def test_garbage_deletion_markers_are_dropped_and_logged(tmp_path, pristine):
         server.stop()
 
 
+def _warned(server, *parts) -> bool:
+    """A WARNING line (``#``) of this run containing every one of ``parts``."""
+    return any(" # " in line and all(p in line for p in parts) for line in server.log().splitlines())
+
+
+def _segment_files(data) -> list[str]:
+    return sorted(n for n in os.listdir(data / P) if n.endswith(".log"))
+
+
+def test_recovery_point_past_the_log_end_is_not_trusted(tmp_path, pristine):
+    """It used to make the log end 99,999,999,997 (XLEN said so) and the next
+    XADD create segment 00000000099999999999.log."""
+    server, r = _start(tmp_path, pristine,
+                       lambda d: (d / P / "recovery-point.checkpoint").write_bytes(b"0\n1\n99999999999\n"))
+    try:
+        assert _state(r) == pristine[1]
+        assert _warned(server, "recovery-point.checkpoint", "99999999999", "past the log end 200")
+        before = _segment_files(server.data_dir)
+        r.xadd("s", {"n": "new"})
+        assert _segment_files(server.data_dir) == before
+        assert r.xlen("s") == len(pristine[1]["s"]) + 1
+        server.restart()
+        r = server.client()
+        assert r.xlen("s") == len(pristine[1]["s"]) + 1
+        assert "recovery-point.checkpoint" not in server.log()  # repaired: nothing to say the next time
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("row", [b"99999999999 0 0", b"99999999999 1 1", b"18446744073709551616 0 0"])
+def test_log_start_past_the_log_end_hides_nothing(tmp_path, pristine, row):
+    """A log start the log cannot have had (past its end although the log
+    still holds everything it held then) is ignored; it used to hide every
+    entry and delete every segment but the last."""
+    server, r = _start(tmp_path, pristine,
+                       lambda d: (d / P / "log-start-offset.checkpoint").write_bytes(b"0\n1\n" + row + b"\n"))
+    try:
+        assert _state(r) == pristine[1]
+        assert len(_segment_files(server.data_dir)) == 10
+        assert _warned(server, "log-start-offset.checkpoint")
+        r.xadd("s", {"n": "new"})
+        server.restart()
+        assert server.client().xlen("s") == len(pristine[1]["s"]) + 1
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("content", [b"0\n1\n100000000000000000000 0\n", b"0\n1\n7 0\n", b"0\n1\n0 500\n"])
+def test_leader_epochs_the_log_contradicts_are_rebuilt_from_it(tmp_path, pristine, content):
+    """An epoch of 1e20 used to fail every XADD (``argument out of range``)."""
+    server, r = _start(tmp_path, pristine, lambda d: (d / P / "leader-epoch.checkpoint").write_bytes(content))
+    try:
+        assert _warned(server, "leader-epoch.checkpoint", "rebuilt from the log")
+        assert r.xadd("s", {"n": "new"})
+        assert r.xlen("s") == len(pristine[1]["s"]) + 1
+        assert (server.data_dir / P / "leader-epoch.checkpoint").read_bytes() == b"0\n1\n0 0\n"
+    finally:
+        server.stop()
+
+
+def test_stray_segment_file_out_of_offset_range_is_ignored(tmp_path, pristine):
+    """``99999999999999999999.log`` used to become the active segment: every
+    XADD then failed with ``argument out of range``."""
+    stray = P + "99999999999999999999.log"
+    server, r = _start(tmp_path, pristine, lambda d: (d / stray).write_bytes(b"junk"))
+    try:
+        assert _state(r) == pristine[1]
+        assert _warned(server, "99999999999999999999.log", "out of range")
+        assert r.xadd("s", {"n": "new"})
+        assert (server.data_dir / stray).read_bytes() == b"junk"  # left for the operator
+    finally:
+        server.stop()
+
+
+def test_zeroed_segment_below_the_recovery_point_is_a_loud_warning(tmp_path, pristine):
+    """Batches below the recovery point were fsynced: finding zeros there is
+    lost data, not preallocation (it used to be dropped with an INFO line)."""
+    def zero(d):
+        path = d / ACTIVE
+        path.write_bytes(bytes(path.stat().st_size))
+
+    server, r = _start(tmp_path, pristine, zero)
+    try:
+        assert r.xlen("s") == len(pristine[1]["s"]) - 20
+        assert _warned(server, ACTIVE.split("/")[-1], "offsets 180..199", "lost")
+        assert "preallocated zeros" not in server.log()
+        assert r.xadd("s", {"n": "new"})
+    finally:
+        server.stop()
+
+
+def test_damaged_header_of_the_first_batch_is_a_clean_error(tmp_path, pristine):
+    """It used to be ``internal error in 'xrange': error: 'I' format requires ...``."""
+    def damage(d):
+        path = d / P / "00000000000000000000.log"
+        raw = bytearray(path.read_bytes())
+        raw[0:8] = bytes.fromhex("123456789abcde01")
+        path.write_bytes(bytes(raw))
+
+    server, r = _start(tmp_path, pristine, damage)
+    try:
+        with pytest.raises(redis.ResponseError, match=r"^corrupt partition log, not served: .*"
+                           r"00000000000000000000\.log: corrupt batch at position 0: base offset"):
+            r.xrange("s")
+        assert "internal error" not in server.log()
+        assert r.xadd("s", {"n": "after"})
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("damage", ["deleted", "directory"])
+def test_unreadable_segment_is_a_read_error_not_a_write_error(tmp_path, pristine, damage):
+    """Reads used to answer ``-MISCONF Errors writing ...``, the text for a
+    refused write."""
+    server, r = _start(tmp_path, pristine, lambda d: None)  # the partition is open now
+    try:
+        path = server.data_dir / MIDDLE
+        path.unlink()
+        if damage == "directory":
+            path.mkdir()
+        with pytest.raises(redis.ResponseError) as info:
+            r.xrange("s")
+        text = str(info.value)
+        assert text.startswith("error reading the partition log: open ") and MIDDLE.split("/")[-1] in text, text
+        assert ("No such file or directory" if damage == "deleted" else "Is a directory") in text
+        assert r.xrange("s", count=59) == pristine[1]["s"][:59]  # offsets 0..59 (one XDEL'd) still are
+        assert r.xadd("s", {"n": "after"})
+    finally:
+        server.stop()
+
+
 # ------------------------------------------------------------ metadata and group state
 
 
-def test_garbage_stream_meta_is_rebuilt_from_the_log(tmp_path, pristine):
-    server, r = _start(tmp_path, pristine, lambda d: (d / P / "stream.meta").write_bytes(b"{garbage"))
+@pytest.mark.parametrize("content", [
+    b"{garbage",
+    # Numbers out of range: XADD used to fail with an internal error.
+    b'{"entries_added_adjust": 0, "last_generated_id": [1180591620717411303424, 0], '
+    b'"max_deleted_entry_id": [0, 0], "version": 1}',
+    b'{"entries_added_adjust": 1e400, "last_generated_id": [0, 0], "max_deleted_entry_id": [0, 0], "version": 1}',
+])
+def test_garbage_stream_meta_is_rebuilt_from_the_log(tmp_path, pristine, content):
+    server, r = _start(tmp_path, pristine, lambda d: (d / P / "stream.meta").write_bytes(content))
     try:
         assert "stream.meta: corrupt stream metadata" in server.log()
         assert "rebuilt from the log" in server.log()

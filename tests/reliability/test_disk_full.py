@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 
 import hiredis
 import pytest
 
-from tests.conftest import PartitaProcess
+from tests.conftest import REPO, PartitaProcess
 from tests.reliability.crashkit import Conn, check_fields, make_fields
 
 MISCONF = "MISCONF Errors writing to the partition log: No space left on device"
@@ -170,6 +171,84 @@ def test_a_shutdown_on_a_full_disk_is_clean_and_loses_nothing(small_fs, tmp_path
         assert [(e[0], check_fields(e[1])[1]) for e in entries] == acked
         pending = [row[0] for row in c.call(b"XPENDING", b"s", b"g", b"-", b"+", 100)]
         assert pending == [e[0] for e in delivered[1:]]
+        c.close()
+    finally:
+        server.stop()
+
+
+PAGE_BYTES = 4096  # tmpfs counts whole pages
+
+
+def test_a_refused_first_xadd_leaves_no_stream_and_an_answered_one_stays(small_fs, tmp_path):
+    """The first XADD to a new key writes the topic's metadata, the leader-
+    epoch checkpoint and the entry. With 0, 1, 2, ... pages of the disk free,
+    each XADD is either refused (then the key does not exist, now or after a
+    kill -9 and restart) or answered with an ID (then the entry is there after
+    the restart). It used to answer -MISCONF with the entry written (the
+    epoch checkpoint failed after it), or leave an empty stream behind."""
+    server = PartitaProcess(small_fs / "data")
+    server.log_path = tmp_path / "server.log"
+    server.start()
+    try:
+        c = Conn(server.port)
+        assert c.call(b"PING") == b"PONG"
+        replies = {}
+        filler = small_fs / "filler"
+        _fill(filler)
+        for free_pages in range(6):
+            os.truncate(filler, filler.stat().st_size - free_pages * PAGE_BYTES)
+            key = b"k%d" % free_pages
+            reply = c.call(b"XADD", key, b"*", b"n", b"%d" % free_pages)
+            replies[key] = reply
+            if isinstance(reply, hiredis.ReplyError):
+                assert _is_misconf(reply), reply
+                assert c.call(b"EXISTS", key) == 0, f"refused XADD with {free_pages} free page(s) left {key}"
+            else:
+                assert c.call(b"XLEN", key) == 1
+            _fill(small_fs / f"filler{free_pages}")  # the next round has only the pages it frees
+        assert any(isinstance(r, hiredis.ReplyError) for r in replies.values())
+        assert not all(isinstance(r, hiredis.ReplyError) for r in replies.values())
+        c.close()
+        for name in os.listdir(small_fs):
+            if name.startswith("filler"):
+                os.unlink(small_fs / name)
+        server.restart(kill9=True)
+        c = Conn(server.port)
+        for key, reply in replies.items():
+            if isinstance(reply, hiredis.ReplyError):
+                assert c.call(b"EXISTS", key) == 0, f"{key} refused, yet there after a restart"
+            else:
+                assert [e[0] for e in c.call(b"XRANGE", key, b"-", b"+")] == [reply], key
+        c.close()
+    finally:
+        server.stop()
+
+
+def test_a_failing_epoch_checkpoint_refuses_the_first_xadd_whole(tmp_path):
+    """The same on a disk that fails the leader-epoch checkpoint's fsync
+    (tests/failing_fsync.py): the entry used to be written before it and
+    survive a restart although its XADD was answered with an error."""
+    trigger = tmp_path / "data.fail-fsync"
+    server = PartitaProcess(tmp_path / "data", launcher=[sys.executable, str(REPO / "tests" / "failing_fsync.py")])
+    server.start()
+    try:
+        c = Conn(server.port)
+        trigger.write_text("leader-epoch.checkpoint")
+        reply = c.call(b"XADD", b"k", b"*", b"f", b"v")
+        assert isinstance(reply, hiredis.ReplyError) and str(reply) == \
+            "MISCONF Errors writing to the partition log: Input/output error", reply
+        assert c.call(b"EXISTS", b"k") == 0
+        assert c.call(b"KEYS", b"*") == []
+        c.close()
+        trigger.unlink()
+        server.restart(kill9=True)
+        c = Conn(server.port)
+        assert c.call(b"EXISTS", b"k") == 0
+        new_id = c.call(b"XADD", b"k", b"*", b"f", b"v")
+        c.close()
+        server.restart(kill9=True)
+        c = Conn(server.port)
+        assert [e[0] for e in c.call(b"XRANGE", b"k", b"-", b"+")] == [new_id]
         c.close()
     finally:
         server.stop()

@@ -44,3 +44,10 @@ def test_remove_stale_tmp(tmp_path):
     remove_stale_tmp(tmp_path)
     assert sorted(os.listdir(tmp_path)) == ["b"]
     assert encode_rows([]) == b"0\n0\n"
+
+
+@pytest.mark.parametrize("data", [b"0\n1\n-1 0\n", b"0\n1\n11 0\n", b"0\n1\n5 4294967296\n"])
+def test_values_out_of_bounds_are_corrupt(data):
+    with pytest.raises(CorruptCheckpointError, match="out of range"):
+        decode_rows(data, 2, (10, 2**32 - 1))
+    assert decode_rows(b"0\n1\n10 4294967295\n", 2, (10, 2**32 - 1)) == [(10, 2**32 - 1)]
