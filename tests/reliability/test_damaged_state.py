@@ -81,11 +81,11 @@ def test_topic_meta_claiming_millions_of_partitions_is_repaired_from_the_directo
     server = PartitaProcess(data).start()
     try:
         log = server.log()
-        assert f"{meta_path}: topic 't' claims 99999999 partitions, more than the limit of 1024" in log, log
+        assert f"{meta_path}: topic 't' claims 99999999 partitions, not a count between 1 and the limit of 1024" in log, log
         assert "repaired to the 3 partition(s) found on disk" in log
         r = server.client()
         assert r.xlen("t") == pristine[1]["t"]
-        assert r.execute_command("TOPIC", "DESCRIBE", "t")[3] == 3
+        assert r.execute_command("TOPIC", "DESCRIBE", "t")[b"partitions"] == 3
         assert sorted(p.name for p in (data / "topics/t.t").iterdir() if p.name.startswith("partition-")) == [
             "partition-0", "partition-1", "partition-2"]
         asides = list((data / "topics/t.t").glob("topic.meta.damaged-*"))
@@ -111,6 +111,26 @@ def test_topic_meta_with_a_partition_count_topic_create_never_writes_is_repaired
         server.stop()
 
 
+def test_topic_meta_config_value_topic_alter_refuses_is_ignored_with_a_warning(tmp_path, pristine):
+    data = _copy(tmp_path, pristine)
+    meta_path = data / "topics/t.t/topic.meta"
+    meta = json.loads(meta_path.read_bytes())
+    meta["config"] = {"segment-bytes": -5, "retention-ms": 60000}
+    meta_path.write_bytes(json.dumps(meta).encode())
+    server = PartitaProcess(data).start()
+    try:
+        assert (f"{meta_path}: topic 't' has segment-bytes -5, a value TOPIC ALTER refuses: ignored, "
+                "the server's value applies") in server.log()
+        r = server.client()
+        for i in range(30):
+            r.xadd("t", {"n": str(i)})
+        assert r.xlen("t") == pristine[1]["t"] + 30
+        described = r.execute_command("TOPIC", "DESCRIBE", "t")
+        assert described[b"overrides"] == [b"retention-ms"]
+    finally:
+        server.stop()
+
+
 # ------------------------------------------------------------ the topics directory
 
 
@@ -132,7 +152,8 @@ def test_stray_entries_among_the_topic_directories_are_skipped_with_a_warning(tm
         for name, why in [("t.zzz", "not a directory"), ("t.%ZZ", "not a topic directory name"),
                           ("t.Upper", "not a topic directory name"), ("h.0123", "no readable topic.key"),
                           ("notes.txt", "not a topic directory name"),
-                          ("t.t/partition-9", "not a directory")]:
+                          ("t.t/partition-9", "not a directory"),
+                          ("t.t/partition-x", "not a partition directory name")]:
             assert f"{topics / name}: {why}: skipped" in log, (name, log)
         r = server.client()
         assert _state(r) == pristine[1]
