@@ -33,7 +33,7 @@ import trio
 
 from cluster.controller.metadata import ControllerLogic, Metadata, MetadataError
 from cluster.controller.raft import Message, Raft, Snapshot
-from cluster.controller.raft_store import RaftStore
+from cluster.controller.raft_store import CorruptRaftStateError, RaftStore
 from cluster.nodes import ClusterConfigError, Node
 from server.errors import CommandError
 from server.leader_link import LeaderLink
@@ -124,7 +124,10 @@ class Controller:
         self.counts = {"elections_won": 0, "applied": 0, "proposed": 0}
         self.halted: str | None = None  # why this node stopped (_halt)
         self.store = RaftStore(Path(config.dir) / "controller")
-        hard_state, snapshot, entries = self.store.load()
+        try:
+            hard_state, snapshot, entries = self.store.load()
+        except CorruptRaftStateError as e:
+            raise ClusterConfigError(str(e)) from None
         self.meta = Metadata()
         self.applied = 0
         self.applied_term = 0
@@ -133,7 +136,8 @@ class Controller:
             self._restore(snapshot)
         self.raft = Raft(self.my_id, self.voters, learners, election_ticks=ELECTION_TICKS,
                          heartbeat_ticks=HEARTBEAT_TICKS, rng=random.Random(),
-                         hard_state=hard_state, snapshot=snapshot, entries=list(entries))
+                         hard_state=hard_state, snapshot=snapshot, entries=list(entries),
+                         lost_log_end=self.store.lost_log_end)
         self.logic = ControllerLogic(self.meta, session_timeout_ms=config.controller_session_timeout_ms,
                                      unclean=lambda: bool(config.unclean_leader_election),
                                      rebalance_delay_ms=config.leader_rebalance_delay_ms)
@@ -640,7 +644,9 @@ class Controller:
                  f"controller_commit_index:{raft.commit_index}", f"controller_applied:{self.applied}",
                  f"controller_metadata:{'ready' if self.meta.initialized else 'waiting'}",
                  f"controller_lease:{'ok' if self.lease_ok() else 'expired'}",
-                 f"controller_fenced:{','.join(str(n) for n in sorted(self.state.fenced)) or '-'}"]
+                 f"controller_fenced:{','.join(str(n) for n in sorted(self.state.fenced)) or '-'}",
+                 # 'restricted': its raft.log lost records (docs/controller.md)
+                 f"controller_votes:{'ok' if raft.lost_log_end is None else 'restricted'}"]
         if self.meta.initialized:
             for s, sm in enumerate(self.meta.shards):
                 lines.append(f"controller_shard{s}:leader={sm.leader},epoch={sm.epoch},"

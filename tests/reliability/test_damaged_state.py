@@ -287,7 +287,7 @@ def test_a_damaged_raft_log_record_is_logged_kept_aside_and_the_node_catches_up(
         assert f"{path}: damaged record at byte {pos}" in log, log
         asides = list(path.parent.glob("raft.log.damaged-*"))
         assert len(asides) == 1 and asides[0].read_bytes() == bytes(raw)
-        assert "will not vote or campaign until its log holds term" in log
+        assert "will not campaign, nor vote for a candidate whose log ends before it, until its log holds term" in log
         # It catches up from the leader and then counts as a voter again.
         eventually(lambda: victim.client().execute_command("INFO", "replication")["controller_commit_index"]
                     >= r.execute_command("INFO", "replication")["controller_commit_index"], what="caught up again")
@@ -295,5 +295,34 @@ def test_a_damaged_raft_log_record_is_logged_kept_aside_and_the_node_catches_up(
                     what="votes again")
         cluster.wait_ready()
         assert not cluster.unexpected_log_lines()
+    finally:
+        cluster.stop()
+
+
+def test_a_node_whose_term_and_vote_may_be_lost_refuses_to_start(tmp_path):
+    """The double fault: the last HARD_STATE record of raft.log is damaged and
+    raft.vote is gone too. Starting could vote twice in a term; the node
+    refuses, naming the files, and leaves them as they are."""
+    cluster = Cluster(tmp_path)
+    try:
+        victim = cluster.nodes[2]
+        assert victim.terminate() == 0
+        path = victim.data_dir / "controller" / "raft.log"
+        records = _raft_records(path.read_bytes())
+        last_entry = max(k for k, rec in enumerate(records) if rec[2] == 1)
+        pos, n, _ = [rec for rec in records[:last_entry] if rec[2] == 2][-1]
+        # As if it stopped right after appending entries (before a later
+        # commit-only HARD_STATE), then the disk damaged the HARD_STATE before them.
+        end = records[last_entry][0] + 8 + records[last_entry][1]
+        raw = bytearray(path.read_bytes()[:end])
+        raw[pos + 8 + n - 1] ^= 0xFF
+        path.write_bytes(bytes(raw))
+        (path.parent / "raft.vote").unlink()
+        with pytest.raises(RuntimeError, match="partita exited with 1") as info:
+            victim.start()
+        text = str(info.value)
+        assert f"{path}: damaged at byte {pos}, where the latest term and vote may be" in text
+        assert "refusing to start" in text and "Traceback" not in text
+        assert path.read_bytes() == bytes(raw)
     finally:
         cluster.stop()
