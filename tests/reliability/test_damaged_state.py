@@ -145,6 +145,7 @@ def test_stray_entries_among_the_topic_directories_are_skipped_with_a_warning(tm
     (topics / "notes.txt").write_text("an operator's notes")
     (topics / "t.t" / "partition-x").mkdir()
     (topics / "t.t" / "partition-9").write_bytes(b"a file, not a partition")
+    (topics / "t.t" / "partition-5000").mkdir()  # past TOPIC CREATE's limit: would widen t to 5001
     server = PartitaProcess(data).start()
     try:
         log = server.log()
@@ -153,7 +154,8 @@ def test_stray_entries_among_the_topic_directories_are_skipped_with_a_warning(tm
                           ("t.Upper", "not a topic directory name"), ("h.0123", "no readable topic.key"),
                           ("notes.txt", "not a topic directory name"),
                           ("t.t/partition-9", "not a directory"),
-                          ("t.t/partition-x", "not a partition directory name")]:
+                          ("t.t/partition-x", "not a partition directory name"),
+                          ("t.t/partition-5000", "partition 5000 is beyond the limit of 1024 partitions")]:
             assert f"{topics / name}: {why}: skipped" in log, (name, log)
         r = server.client()
         assert _state(r) == pristine[1]
