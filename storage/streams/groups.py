@@ -1025,7 +1025,7 @@ class GroupStore:
 
     def _apply(self, r: _Reader, lenient: bool = False) -> None:
         """Apply one record, or raise (ValueError/KeyError: it does not fit
-        the state; nothing changed) . ``lenient``: the replay skipped a
+        the state; nothing changed). ``lenient``: the replay skipped a
         record before this one, so the state may lack what it did; the
         record is applied as far as it fits instead: a group it names is
         re-created (``_replay_group``), a CREATE replaces the group, removals
