@@ -33,7 +33,7 @@ import trio
 
 from cluster.controller.metadata import ControllerLogic, Metadata, MetadataError
 from cluster.controller.raft import Message, Raft, Snapshot
-from cluster.controller.raft_store import CorruptRaftStateError, RaftStore
+from cluster.controller.raft_store import RaftStore
 from cluster.nodes import ClusterConfigError, Node
 from server.errors import CommandError
 from server.leader_link import LeaderLink
@@ -124,10 +124,7 @@ class Controller:
         self.counts = {"elections_won": 0, "applied": 0, "proposed": 0}
         self.halted: str | None = None  # why this node stopped (_halt)
         self.store = RaftStore(Path(config.dir) / "controller")
-        try:
-            hard_state, snapshot, entries = self.store.load()
-        except CorruptRaftStateError as e:
-            raise ClusterConfigError(str(e)) from None
+        hard_state, snapshot, entries = self.store.load()
         self.meta = Metadata()
         self.applied = 0
         self.applied_term = 0

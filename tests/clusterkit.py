@@ -33,23 +33,6 @@ def leased(call, timeout_s: float = 15.0):
             time.sleep(0.1)
 
 
-def eventually(check, timeout_s: float = 20.0, what: str = "condition"):
-    """``check()``'s first true value, polled every 50 ms for ``timeout_s``
-    (a Redis or socket error, or a failed lookup or assertion inside
-    ``check``, counts as not yet)."""
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-            if last:
-                return last
-        except (redis.RedisError, OSError, StopIteration, AssertionError, KeyError) as e:
-            last = e
-        time.sleep(0.05)
-    raise AssertionError(f"{what} not reached in {timeout_s}s (last: {last!r})")
-
-
 def partition_lines(server: PartitaProcess) -> dict[str, dict[str, str]]:
     """INFO replication's ``partitionN:key=...`` lines, by key."""
     with RawConn(server.port) as conn:

@@ -77,6 +77,7 @@ from pathlib import Path
 from crc32c import crc32c
 
 from cluster.controller.raft import Entry, HardState, Ready, Snapshot
+from cluster.nodes import ClusterConfigError
 from storage import salvage
 from storage.checkpoint import fsync_dir, read_file, remove_stale_tmp, write_all, write_atomic
 from storage.errors import raise_storage_error
@@ -101,9 +102,10 @@ _VOTE_HEAD = struct.Struct("<4sBQqQQ")  # magic, version, term, vote, lost term,
 _VOTE_VERSION = 1
 
 
-class CorruptRaftStateError(ValueError):
+class CorruptRaftStateError(ClusterConfigError):
     """``raft.snapshot`` exists but does not parse, or ``raft.log`` is damaged
-    where the term and vote may have been (and ``raft.vote`` cannot say)."""
+    where the term and vote may have been (and ``raft.vote`` cannot say).
+    The server stops with this message (a configuration it cannot run)."""
 
 
 _frame = salvage.frame

@@ -15,7 +15,20 @@ import redis
 
 from storage.log_manager import encode_topic
 from tests.clusterkit import Cluster, partition_lines
-from tests.clusterkit import eventually as _eventually
+
+
+def _eventually(check, timeout_s: float = 20.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+            if last:
+                return last
+        except (redis.RedisError, OSError, StopIteration, AssertionError, KeyError) as e:
+            last = e
+        time.sleep(0.1)
+    raise AssertionError(f"{what} not reached in {timeout_s}s (last: {last!r})")
 
 
 def _info(node) -> dict:

@@ -16,11 +16,12 @@ import json
 import os
 import shutil
 import struct
+import time
 
 import pytest
 import redis
 
-from tests.clusterkit import Cluster, eventually
+from tests.clusterkit import Cluster
 from tests.conftest import PartitaProcess
 
 P = "topics/t.s/partition-0/"
@@ -249,6 +250,23 @@ def test_a_damaged_group_journal_record_in_the_middle_costs_only_that_record(tmp
 # ------------------------------------------------------------ raft.log
 
 
+def _wait_caught_up(node, other, timeout_s: float = 20.0) -> None:
+    """Until ``node``'s controller has committed as far as ``other``'s and
+    votes as any voter (``controller_votes:ok``)."""
+    deadline = time.monotonic() + timeout_s
+    seen = None
+    while time.monotonic() < deadline:
+        try:
+            mine, theirs = (n.client(socket_timeout=5).execute_command("INFO", "replication") for n in (node, other))
+            seen = (mine["controller_commit_index"], theirs["controller_commit_index"], mine["controller_votes"])
+            if seen[0] >= seen[1] and seen[2] == "ok":
+                return
+        except (redis.RedisError, OSError):
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"node on port {node.port} not caught up in {timeout_s}s (commit, theirs, votes: {seen})")
+
+
 def _raft_records(raw: bytes) -> list[tuple[int, int, int]]:
     """(position, body length, type) of each record of a raft.log."""
     out, pos = [], 0
@@ -267,15 +285,13 @@ def test_a_damaged_raft_log_record_is_logged_kept_aside_and_the_node_catches_up(
     vote or campaign until its log again holds what it may have held."""
     cluster = Cluster(tmp_path, extra=["--controller-session-timeout-ms", "1500"])
     try:
-        r = cluster.nodes[0].client()
         for i in range(6):
             # Topic records in the metadata log, whichever node leads the name.
             name = f"topic{i}"
             node = cluster.leader_of(name.encode())
             node.client().execute_command("TOPIC", "CREATE", name, "PARTITIONS", "2")
         victim = cluster.nodes[2]
-        eventually(lambda: victim.client().execute_command("INFO", "replication")["controller_commit_index"]
-                    == r.execute_command("INFO", "replication")["controller_commit_index"], what="caught up")
+        _wait_caught_up(victim, cluster.nodes[0])
         assert victim.terminate() == 0
         path = victim.data_dir / "controller" / "raft.log"
         raw = bytearray(path.read_bytes())
@@ -291,10 +307,7 @@ def test_a_damaged_raft_log_record_is_logged_kept_aside_and_the_node_catches_up(
         assert len(asides) == 1 and asides[0].read_bytes() == bytes(raw)
         assert "will not campaign, nor vote for a candidate whose log ends before it, until its log holds term" in log
         # It catches up from the leader and then counts as a voter again.
-        eventually(lambda: victim.client().execute_command("INFO", "replication")["controller_commit_index"]
-                    >= r.execute_command("INFO", "replication")["controller_commit_index"], what="caught up again")
-        eventually(lambda: victim.client().execute_command("INFO", "replication")["controller_votes"] == "ok",
-                    what="votes again")
+        _wait_caught_up(victim, cluster.nodes[0])
         cluster.wait_ready()
         assert not cluster.unexpected_log_lines()
     finally:
