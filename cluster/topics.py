@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 from cluster.partitioner import Partitioner
 from storage.errors import StorageError
 from storage.log import PartitionLog
+from storage.salvage import keep_aside
 from storage.streams.stream import META_FILE_NAME, Stream
 
 if TYPE_CHECKING:
@@ -58,6 +59,16 @@ MAX_PARTITIONS = 1024
 SEGMENT_BYTES_MAX = 2**31  # segment positions are u32 (storage.log.LogConfig)
 I64 = 2**63 - 1
 FSYNC_POLICIES = ("always", "everysec", "no")
+
+
+class PartitionCountError(ValueError):
+    """A ``topic.meta`` names a partition count TOPIC CREATE never writes;
+    ``meta`` is the rest of it, read."""
+
+    def __init__(self, meta: "TopicMeta") -> None:
+        super().__init__(f"partition count {meta.partitions!r} is not between 1 and {MAX_PARTITIONS}")
+        self.claimed = meta.partitions
+        self.meta = meta
 
 
 class TopicError(Exception):
@@ -209,7 +220,10 @@ class TopicMeta:
             return cls(1, {})
         obj = json.loads(blob)
         config = {k: v for k, v in (obj.get("config") or {}).items() if k in TOPIC_OPTIONS_BY_NAME}
-        return cls(int(obj.get("partitions", 1)), config, str(obj.get("id", "")))
+        meta = cls(obj.get("partitions", 1), config, str(obj.get("id", "")))
+        if type(meta.partitions) is not int or not 1 <= meta.partitions <= MAX_PARTITIONS:
+            raise PartitionCountError(meta)
+        return meta
 
 
 @dataclass(frozen=True)
@@ -283,16 +297,26 @@ class TopicRegistry:
                 self._remember_fsync(topic)
 
     def _load_meta(self, topic: bytes) -> TopicMeta | None:
-        """A topic's metadata at start-up, checked against the partitions on disk.
+        """A topic's metadata at start-up, checked against the partitions on
+        disk and the limits TOPIC CREATE keeps.
 
         A missing ``topic.meta`` (lost before its directory's fsync) is rebuilt
         from the partition directories, so no partition's entries are hidden;
-        an unreadable one stops the start with the file named, since guessing
-        its partitions or config could hide or misroute data.
+        so is a partition count outside 1..MAX_PARTITIONS (trusted, it made
+        the first access create millions of directories), the damaged file
+        kept aside. A config value TOPIC ALTER would refuse is dropped (the
+        server's default applies). An unreadable one stops the start with the
+        file named, since guessing its config could misroute or lose data.
         """
         lm = self.log_manager
         path = lm.topic_dir(topic) / "topic.meta"
-        on_disk = lm.partitions_on_disk(topic)
+        on_disk = []
+        for n in lm.partitions_on_disk(topic):
+            if n < MAX_PARTITIONS:
+                on_disk.append(n)
+            else:
+                log.warning("%s: partition %d is beyond the limit of %d partitions: skipped",
+                            path.parent / f"partition-{n}", n, MAX_PARTITIONS)
         blob = lm.read_topic_meta(topic)
         if blob is None and not on_disk:
             # Killed while creating it: the directory exists, nothing was
@@ -310,9 +334,26 @@ class TopicRegistry:
             return meta
         try:
             meta = TopicMeta.from_bytes(blob)
+        except PartitionCountError as exc:
+            meta = exc.meta
+            meta.partitions = max(on_disk) + 1 if on_disk else 1
+            aside = keep_aside(path)
+            lm.write_topic_meta(topic, meta.to_bytes())
+            log.warning("%s: topic '%s' claims %r partitions, not a count between 1 and the limit of %d; "
+                        "repaired to the %d partition(s) found on disk (the file as it was is kept as %s)",
+                        path, _text(topic), exc.claimed, MAX_PARTITIONS, meta.partitions, aside)
         except (ValueError, TypeError, AttributeError) as exc:
             raise TopicError(f"unreadable topic metadata {path}: {exc}; refusing to start "
                              f"(partitions on disk: {on_disk}); restore or remove the file") from None
+        for name, value in list(meta.config.items()):
+            try:
+                fits = TOPIC_OPTIONS_BY_NAME[name].parse(str(value)) == value
+            except TopicError:
+                fits = False
+            if not fits:
+                log.warning("%s: topic '%s' has %s %r, a value TOPIC ALTER refuses: ignored, the "
+                            "server's value applies", path, _text(topic), name, value)
+                del meta.config[name]
         if on_disk and max(on_disk) >= meta.partitions:
             log.warning("%s says %d partition(s) but partition %d exists on disk: using %d",
                         path, meta.partitions, max(on_disk), max(on_disk) + 1)

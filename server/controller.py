@@ -135,7 +135,8 @@ class Controller:
             self._restore(snapshot)
         self.raft = Raft(self.my_id, self.voters, learners, election_ticks=ELECTION_TICKS,
                          heartbeat_ticks=HEARTBEAT_TICKS, rng=random.Random(),
-                         hard_state=hard_state, snapshot=snapshot, entries=list(entries))
+                         hard_state=hard_state, snapshot=snapshot, entries=list(entries),
+                         lost_log_end=self.store.lost_log_end)
         self.logic = ControllerLogic(self.meta, session_timeout_ms=config.controller_session_timeout_ms,
                                      unclean=lambda: bool(config.unclean_leader_election),
                                      rebalance_delay_ms=config.leader_rebalance_delay_ms)
@@ -677,7 +678,9 @@ class Controller:
                  f"controller_commit_index:{raft.commit_index}", f"controller_applied:{self.applied}",
                  f"controller_metadata:{'ready' if self.meta.initialized else 'waiting'}",
                  f"controller_lease:{'ok' if self.lease_ok() else 'expired'}",
-                 f"controller_fenced:{','.join(str(n) for n in sorted(self.state.fenced)) or '-'}"]
+                 f"controller_fenced:{','.join(str(n) for n in sorted(self.state.fenced)) or '-'}",
+                 # 'restricted': its raft.log lost records (docs/controller.md)
+                 f"controller_votes:{'ok' if raft.lost_log_end is None else 'restricted'}"]
         if self.meta.initialized:
             for s, sm in enumerate(self.meta.shards):
                 lines.append(f"controller_shard{s}:leader={sm.leader},epoch={sm.epoch},"

@@ -56,20 +56,25 @@ def encode_topic(topic: bytes) -> str:
 
 
 def decode_topic(name: str) -> bytes | None:
-    """The key of a ``t.`` directory name; None for other names."""
+    """The key of a ``t.`` directory name; None for other names, and for
+    names ``encode_topic`` never makes (a bad escape, an unescaped byte)."""
     if not name.startswith("t."):
         return None
     s = name[2:]
     out = bytearray()
     i = 0
-    while i < len(s):
-        if s[i] == "%":
-            out.append(int(s[i + 1: i + 3], 16))
-            i += 3
-        else:
-            out.append(ord(s[i]))
-            i += 1
-    return bytes(out)
+    try:
+        while i < len(s):
+            if s[i] == "%":
+                out.append(int(s[i + 1: i + 3], 16))
+                i += 3
+            else:
+                out.append(ord(s[i]))
+                i += 1
+    except ValueError:  # not hex, or a character above 255
+        return None
+    key = bytes(out)
+    return key if encode_topic(key) == name else None
 
 
 class LogManager:
@@ -100,18 +105,29 @@ class LogManager:
         return self._topics_dir / encode_topic(topic)
 
     def topics(self) -> list[bytes]:
-        """Topic keys found on disk, sorted."""
+        """Topic keys found on disk, sorted. An entry of ``topics/`` that is
+        not a topic directory (a file, a name no key is written as, an
+        ``h.`` directory without its ``topic.key``) is left as it is and
+        skipped, with a WARNING naming it."""
         out = []
         try:
             names = os.listdir(self._topics_dir)
         except OSError as exc:
             raise_storage_error(f"list {self._topics_dir}", exc)
         for name in names:
+            path = self._topics_dir / name
             key = decode_topic(name)
-            if key is None and name.startswith("h."):
-                key = read_file(self._topics_dir / name / KEY_FILE)
-            if key is not None:
-                out.append(key)
+            why = None if key is not None else "not a topic directory name"
+            if name.startswith("h."):
+                key = read_file(path / KEY_FILE) if path.is_dir() else None
+                why = ("no readable topic.key" if key is None
+                       else None if encode_topic(key) == name else "topic.key does not match the name")
+            if why is None and not path.is_dir():
+                why = "not a directory"
+            if why is not None:
+                self.logger.warning("%s: %s: skipped", path, why)
+                continue
+            out.append(key)
         return sorted(out)
 
     def _ensure_topic_dir(self, topic: bytes) -> Path:
@@ -133,7 +149,9 @@ class LogManager:
         write_atomic(self._ensure_topic_dir(topic) / META_FILE, blob)
 
     def partitions_on_disk(self, topic: bytes) -> list[int]:
-        """Partition numbers that have a directory (opened or not)."""
+        """Partition numbers that have a directory (opened or not). Another
+        ``partition-*`` entry (a file, ``partition-x``, ``partition-07``)
+        is left as it is and skipped, with a WARNING naming it."""
         d = self.topic_dir(topic)
         try:
             names = os.listdir(d)
@@ -141,8 +159,20 @@ class LogManager:
             return []
         except OSError as exc:
             raise_storage_error(f"list {d}", exc)
-        return sorted(int(n[len(PARTITION_PREFIX):]) for n in names
-                      if n.startswith(PARTITION_PREFIX) and n[len(PARTITION_PREFIX):].isdigit())
+        out = []
+        for name in names:
+            if not name.startswith(PARTITION_PREFIX):
+                continue
+            digits = name[len(PARTITION_PREFIX):]
+            if not (digits.isascii() and digits.isdigit() and str(int(digits)) == digits):
+                why = "not a partition directory name"
+            elif not (d / name).is_dir():
+                why = "not a directory"
+            else:
+                out.append(int(digits))
+                continue
+            self.logger.warning("%s: %s: skipped", d / name, why)
+        return sorted(out)
 
     # -- partitions ----------------------------------------------------------
 

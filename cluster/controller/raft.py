@@ -51,6 +51,15 @@ Rules kept here (Raft paper §5, Ongaro's thesis §9.6, §6.4.1 and §3.10):
   followers commit ``min(leader commit, last entry the APPEND proved)``;
 - learners receive the log and the commit index, never vote, never count
   in a quorum and never campaign;
+- a node whose stored log lost records to damage (``lost_log_end``: the
+  last ``(term, index)`` its log may have held, and acknowledged) may have
+  been the voter that made a lost entry committed, so, while its log is
+  behind that point and the voters are an odd number of at least three: it
+  grants a (pre-)vote only to a candidate whose log reaches that point, and
+  its own vote does not count when it campaigns (it needs a quorum of the
+  others). With an even number of voters every election quorum shares a
+  node other than it with every commit quorum, so nothing changes; with one
+  voter nothing lost can be had back. A leader's entries end it;
 - messages from nodes outside ``voters + learners`` are ignored; an APPEND
   or SNAPSHOT of an older term is answered with this node's term so the
   stale leader steps down; a SNAPSHOT not answered within
@@ -311,7 +320,19 @@ class _Progress:
         return updated
 
     def maybe_decr_to(self, rejected: int, match_hint: int) -> bool:
-        """An APPEND at prevLogIndex ``rejected`` was refused; False if stale."""
+        """An APPEND at prevLogIndex ``rejected`` was refused; False if stale.
+
+        A follower whose log ends before what it acknowledged (``match_hint
+        < match``) lost records (``RaftStore.lost_log_end``), or the answer
+        is older than its acknowledgement: either way sending again from
+        ``match_hint`` is safe (the commit index, past, is not taken back;
+        an old answer costs a resend). Otherwise it would never be sent
+        what it lost while this node leads."""
+        if match_hint < self.match and rejected <= self.match:
+            self.match = match_hint
+            self.next = match_hint + 1
+            self.probe_sent = False
+            return True
         if self.state == REPLICATE:
             if rejected <= self.match:
                 return False
@@ -340,7 +361,7 @@ class Raft:
                  election_ticks: int = 10, heartbeat_ticks: int = 2,
                  rng: random.Random | None = None,
                  hard_state: HardState | None = None, snapshot: Snapshot | None = None,
-                 entries: list[Entry] = (),
+                 entries: list[Entry] = (), lost_log_end: tuple[int, int] | None = None,
                  max_append_entries: int = 256, max_append_bytes: int = 1 << 20) -> None:
         """Start as a follower from what the store loaded.
 
@@ -355,6 +376,9 @@ class Raft:
             rng: the only source of randomness (election timeouts).
             hard_state, snapshot, entries: ``RaftStore.load()``'s answer;
                 entries at or below ``snapshot.index`` are ignored.
+            lost_log_end: ``RaftStore.lost_log_end``: ``(term, index)`` of
+                the last entry the stored log may have held before it lost
+                records to damage, None if it lost nothing (see the rules).
             max_append_entries, max_append_bytes: the most one APPEND carries
                 (at least one entry).
 
@@ -398,6 +422,10 @@ class Raft:
         if self.commit_index > self.last_index:
             raise ValueError(f"raft: stored commit {hs.commit} is past the last stored index {self.last_index}")
         self.applied_index = self._snap_index
+        # Only with an odd number (>= 3) of voters can this node's lost copy
+        # have been needed for a commit that no other voter's vote protects.
+        odd = len(voters) % 2 == 1 and len(voters) >= 3
+        self._lost_log_end = tuple(lost_log_end) if lost_log_end is not None and odd else None
 
         self.role = FOLLOWER
         self.leader_id: int | None = None
@@ -455,7 +483,19 @@ class Raft:
         self._unstable_from = min(self._unstable_from, index)
 
     def _is_up_to_date(self, index: int, term: int) -> bool:
+        if self.lost_log_end is not None and (term, index) < self.lost_log_end:
+            return False
         return term > self.last_term or (term == self.last_term and index >= self.last_index)
+
+    @property
+    def lost_log_end(self) -> tuple[int, int] | None:
+        """``(term, index)`` this node's log may have held before its store
+        lost records, while its log is still behind it (and the voters are
+        an odd number of at least three); None otherwise. See the rules in
+        the module docstring."""
+        if self._lost_log_end is not None and (self.last_term, self.last_index) >= self._lost_log_end:
+            self._lost_log_end = None  # caught up: a legitimate leader's log holds all it had
+        return self._lost_log_end
 
     def _find_conflict_by_term(self, index: int, term: int) -> tuple[int, int]:
         """The largest index ``<= index`` whose term is ``<= term``, with its term
@@ -549,13 +589,16 @@ class Raft:
         """Count the votes: True won (and acted on), False lost, None undecided."""
         granted = sum(1 for v in self._votes.values() if v)
         rejected = len(self._votes) - granted
-        if granted >= self.quorum:
+        # A node that may have lost entries it acknowledged needs a quorum
+        # besides itself (module docstring).
+        need = self.quorum + (1 if self.lost_log_end is not None else 0)
+        if granted >= need:
             if self.role == PRECANDIDATE:
                 self._campaign(VOTE)
             else:
                 self._become_leader()
             return True
-        if rejected > len(self.voters) - self.quorum:
+        if rejected > len(self.voters) - need:
             self._become_follower(self.term, None)
             return False
         return None

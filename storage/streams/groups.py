@@ -52,9 +52,21 @@ Recovery (``GroupStore.open``): load the snapshot (generation G, or an empty
 state with G = 0 when there is none), then replay the journal if its header
 says G. A journal of an older generation is what a crash between the snapshot
 rename and the journal restart leaves behind: everything in it is already in
-the snapshot, so it is replaced. Replay stops at the first record that is
-short, fails its CRC, or cannot be applied; the file is truncated there and
-the cut is logged (a torn tail is not fatal).
+the snapshot, so it is replaced.
+
+A damaged journal (``storage.salvage``): a record that is short or fails its
+CRC is skipped and the intact records after it are found again and replayed;
+so is a record that does not fit the state (applied as far as it fits). From
+the first such record on, replay is *lenient* (``_apply(lenient=True)``):
+the skipped record's effect is unknown, so a later record naming a group
+whose CREATE was lost re-creates it (last-delivered-id 0-0, so entries may
+be delivered again but none is skipped; entries-read unknown; no
+dead-lettering), and removals keep to IDs that are pending. Then the file is
+kept aside (``groups.journal.damaged-<time>``), the state as replayed is
+written as the next snapshot with a fresh journal, and one WARNING says
+which bytes were skipped and what was re-created. A torn tail (nothing
+intact after it: a write cut by a crash) is the same repair, logged as
+``torn or corrupt tail: truncated N bytes at byte B after K records``.
 
 Compaction: when the journal grows past ``max(compact_min_bytes,
 2 * last snapshot size)`` the store writes a snapshot of generation G + 1,
@@ -86,6 +98,7 @@ from typing import Iterable, Iterator, Protocol, Sequence
 
 from crc32c import crc32c
 
+from storage import salvage
 from storage.errors import raise_storage_error
 
 StreamIdT = tuple[int, int]
@@ -101,8 +114,6 @@ _SNAP_MAGIC = b"PGSNAP01"
 _JRNL_MAGIC = b"PGJRNL01"
 _HEADER = struct.Struct("<8sQII")  # magic, generation, reserved, crc
 _HEADER_BYTES = _HEADER.size  # 24
-_REC = struct.Struct("<II")  # payload length, crc32c(payload)
-_REC_BYTES = _REC.size
 _RECORD_BYTES_MAX = 64 * 1024 * 1024
 _SNAP_PENDING_CHUNK = 4096  # pending entries per SNAP_PENDING record
 
@@ -130,6 +141,7 @@ _OP_SNAP_CONSUMER = 20  # group, consumer, seen_time_ms, active_time_ms
 _OP_SNAP_PENDING = 21  # group, consumer, n, (id, time, count)*
 _OP_SNAP_GROUPSTAT = 22  # group, dead_lettered_total
 _OP_END = 30  # record count before it
+_JOURNAL_OPS = frozenset(range(_OP_CREATE, _OP_CONFIG + 1))
 
 
 class GroupStateError(Exception):
@@ -481,8 +493,7 @@ class _Reader:
             raise ValueError("trailing bytes in record")
 
 
-def _frame(payload: bytes) -> bytes:
-    return _REC.pack(len(payload), crc32c(payload)) + payload
+_frame = salvage.frame
 
 
 def _header(magic: bytes, generation: int) -> bytes:
@@ -501,25 +512,17 @@ def _parse_header(data: bytes, magic: bytes) -> int | None:
 
 
 def _iter_records(data: bytes, start: int) -> Iterator[tuple[int, int, memoryview | None]]:
-    """Yield ``(position, end, payload)``; payload None at the first bad record."""
-    view = memoryview(data)
-    pos = start
-    n = len(data)
-    while pos < n:
-        if pos + _REC_BYTES > n:
-            yield pos, n, None
+    """Yield ``(position, end, payload)``; payload None at the first bad record
+    (and nothing after it)."""
+    for item in salvage.scan(data, start, max_length=_RECORD_BYTES_MAX, resync=False):
+        if isinstance(item, salvage.Damage):
+            yield item.start, item.end, None
             return
-        length, crc = _REC.unpack_from(data, pos)
-        end = pos + _REC_BYTES + length
-        if length == 0 or length > _RECORD_BYTES_MAX or end > n:
-            yield pos, n, None
-            return
-        payload = view[pos + _REC_BYTES:end]
-        if crc32c(payload) != crc:
-            yield pos, n, None
-            return
-        yield pos, end, payload
-        pos = end
+        yield item
+
+
+def _is_journal_record(payload: memoryview) -> bool:
+    return payload[0] in _JOURNAL_OPS
 
 
 # --------------------------------------------------------------------------
@@ -607,6 +610,9 @@ class GroupStore:
         self._replaying = False
         self._compact_retry_bytes = 0  # no compaction below this (after a failed one)
         self.changes = 0  # mutations since open (a replication leader resends state when it moves)
+        # What a replay past skipped records had to do (for its warning).
+        self._replay_recreated: list[bytes] = []
+        self._replay_misfits: list[str] = []
 
     # ----- lifecycle -----
 
@@ -689,30 +695,67 @@ class GroupStore:
                 )
             self._start_journal()
             return
-        good_end = _HEADER_BYTES
-        records = 0
-        for pos, end, payload in _iter_records(data, _HEADER_BYTES):
-            if payload is None:
-                break
+        skipped: list[str] = []  # what was not replayed, for the warning
+        tail: salvage.Damage | None = None
+        records = after = 0  # records replayed; of them, after the first problem
+        lenient = False
+        for item in salvage.scan(data, _HEADER_BYTES, max_length=_RECORD_BYTES_MAX,
+                                 plausible=_is_journal_record):
+            if isinstance(item, salvage.Damage):
+                if item.tail:
+                    tail = item
+                else:
+                    skipped.append(f"{item.start}..{item.end}")
+                lenient = True
+                continue
+            pos, end, payload = item
             try:
-                self._apply(_Reader(payload))
+                self._apply(_Reader(payload))  # a failure changes nothing
             except (ValueError, KeyError, struct.error, AssertionError) as e:
-                self.logger.warning("%s: record at byte %d cannot be applied: %s", path, pos, e)
-                break
-            good_end = end
+                lenient = True
+                recreated = len(self._replay_recreated)
+                try:
+                    self._apply(_Reader(payload), lenient=True)
+                except (ValueError, KeyError, struct.error, AssertionError) as unreadable:
+                    skipped.append(f"{pos}..{end} (intact but unreadable: {unreadable})")
+                    continue
+                if len(self._replay_recreated) == recreated:  # else the warning names the group
+                    self._replay_misfits.append(f"byte {pos}: {e}")
             records += 1
-        if good_end < len(data):
-            self.logger.warning(
-                "%s: torn or corrupt tail: truncated %d bytes at byte %d after %d records",
-                path, len(data) - good_end, good_end, records,
-            )
-            with open(path, "r+b") as f:
-                f.truncate(good_end)
-                f.flush()
-                os.fsync(f.fileno())
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-        self._journal_bytes = good_end
-        self._durable_bytes = good_end
+            after += lenient
+        if not lenient:
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+            self._journal_bytes = self._durable_bytes = len(data)
+            return
+        self._repair_journal(path, skipped, tail, records, after)
+
+    def _repair_journal(self, path: Path, skipped: list[str], tail: salvage.Damage | None,
+                        records: int, after: int) -> None:
+        """After a replay that skipped or bent records: keep the file aside,
+        write the state as it now is as the next snapshot (with a fresh
+        journal), and say what happened, with one WARNING."""
+        aside = salvage.keep_aside(path)
+        try:
+            self.compact()
+        except OSError as exc:
+            raise_storage_error(f"rewrite the group state of {path} after damage", exc)
+        done = f"the file as it was is kept as {aside}; the state is rewritten as snapshot generation {self._generation}"
+        if not skipped and not self._replay_misfits and tail is not None:
+            # The usual case: a write torn by a crash (power loss).
+            self.logger.warning("%s: torn or corrupt tail: truncated %d bytes at byte %d after %d records; %s",
+                                path, tail.size, tail.start, records, done)
+            return
+        parts = [f"damaged record(s) skipped: {'bytes ' + ', '.join(skipped) if skipped else 'none'}"
+                 + (f", and a torn or corrupt tail of {tail.size} bytes at byte {tail.start}" if tail else ""),
+                 f"{records} record(s) replayed, {after} of them after the first skipped one"]
+        for name in self._replay_recreated:
+            parts.append(f"group '{name.decode('utf-8', 'replace')}' re-created from the records after the "
+                         "damage (a dead-letter setting it had is lost; its last-delivered-id was 0-0 "
+                         "until the next delivery record)")
+        if self._replay_misfits:
+            parts.append(f"{len(self._replay_misfits)} record(s) did not fit the state without the skipped "
+                         f"ones and were applied as far as they could be (first at {self._replay_misfits[0]})")
+        self.logger.warning("%s: %s; %s", path, "; ".join(parts), done)
 
     def __del__(self) -> None:
         # A store dropped without close() (its stream was deleted): free the fd.
@@ -980,73 +1023,91 @@ class GroupStore:
 
     # ----- apply (shared by mutations and replay) -----
 
-    def _apply(self, r: _Reader) -> None:
+    def _apply(self, r: _Reader, lenient: bool = False) -> None:
+        """Apply one record, or raise (ValueError/KeyError: it does not fit
+        the state; nothing changed). ``lenient``: the replay skipped a
+        record before this one, so the state may lack what it did; the
+        record is applied as far as it fits instead: a group it names is
+        re-created (``_replay_group``), a CREATE replaces the group, removals
+        and redeliveries keep to the IDs that are pending, a consumer created
+        or deleted twice is left as it is. Decoding errors raise either way.
+        """
         op = r.u8()
         if op == _OP_CREATE:
             name, last_id, er, md, dl = r.s(), r.sid(), r.er(), r.u32(), r.opt_s()
             r.done()
-            if name in self.groups:
+            if name in self.groups and not lenient:
                 raise ValueError("group exists")
             self._apply_create(name, last_id, er, md, dl)
         elif op == _OP_DESTROY:
             name = r.s()
             r.done()
-            del self.groups[name]
+            if name not in self.groups and not lenient:
+                raise KeyError(f"no such group {name!r}")
+            self.groups.pop(name, None)
         elif op == _OP_SETID:
             name, last_id, er = r.s(), r.sid(), r.er()
             r.done()
-            self._need(name)
+            self._replay_group(name, lenient)
             self._apply_setid(name, last_id, er)
         elif op == _OP_CONFIG:
             name, md, dl = r.s(), r.u32(), r.opt_s()
             r.done()
-            self._need(name)
+            self._replay_group(name, lenient)
             self._apply_config(name, md, dl)
         elif op == _OP_CREATECONSUMER:
             group, consumer, now = r.s(), r.s(), r.i64()
             r.done()
-            if consumer in self._need(group).consumers:
-                raise ValueError("consumer exists")
-            self._apply_createconsumer(group, consumer, now)
+            if consumer in self._replay_group(group, lenient).consumers:
+                if not lenient:
+                    raise ValueError("consumer exists")
+            else:
+                self._apply_createconsumer(group, consumer, now)
         elif op == _OP_DELCONSUMER:
             group, consumer = r.s(), r.s()
             r.done()
-            if consumer not in self._need(group).consumers:
+            if consumer in self._replay_group(group, lenient).consumers:
+                self._apply_delconsumer(group, consumer)
+            elif not lenient:
                 raise KeyError("no such consumer")
-            self._apply_delconsumer(group, consumer)
         elif op == _OP_TOUCH:
             group, consumer, now = r.s(), r.s(), r.i64()
             r.done()
-            self._need(group)
+            self._replay_group(group, lenient)
             self._apply_touch(group, consumer, now)
         elif op == _OP_DELIVER:
             group, consumer, now, noack = r.s(), r.s(), r.i64(), r.u8()
             last_id, er, ids = r.sid(), r.er(), r.ids()
             r.done()
-            self._need(group)
+            self._replay_group(group, lenient)
             self._apply_deliver(group, consumer, now, bool(noack), last_id, er, ids)
         elif op == _OP_REDELIVER:
             group, consumer, now, ids = r.s(), r.s(), r.i64(), r.ids()
             r.done()
-            c = self._need(group).consumers[consumer]
-            if any(sid not in c.pending for sid in ids):
-                raise ValueError("redelivered ID not pending")
+            c = self._replay_group(group, lenient).consumers.get(consumer)
+            if c is None or any(sid not in c.pending for sid in ids):
+                if not lenient:
+                    raise ValueError("redelivered ID not pending")
+                c = self._apply_touch(group, consumer, now)
+                ids = [sid for sid in ids if sid in c.pending]
             self._apply_redeliver(group, consumer, now, ids)
         elif op in (_OP_ACK, _OP_DROP, _OP_DEADLETTER):
             group, ids = r.s(), r.ids()
             r.done()
-            pel = self._need(group).pel
+            pel = self._replay_group(group, lenient).pel
             # Checked whole before anything changes (as a live removal is):
             # a record that cannot apply leaves the state as it was.
             if len(set(ids)) != len(ids) or any(sid not in pel for sid in ids):
-                raise ValueError("removed ID not pending, or named twice")
+                if not lenient:
+                    raise ValueError("removed ID not pending, or named twice")
+                ids = [sid for sid in dict.fromkeys(ids) if sid in pel]
             self._apply_remove(op, group, ids)
         elif op == _OP_CLAIM:
             group, consumer, now, has_last, last_id, claims = (
                 r.s(), r.s(), r.i64(), r.u8(), r.sid(), r.claims()
             )
             r.done()
-            self._need(group)
+            self._replay_group(group, lenient)
             self._apply_claim(group, consumer, now, last_id if has_last else None, claims)
         elif op == _OP_SNAP_CONSUMER:
             group, consumer, seen, active = r.s(), r.s(), r.i64(), r.i64()
@@ -1197,6 +1258,20 @@ class GroupStore:
             g.last_id = tuple(last_id)
 
     # ----- helpers -----
+
+    def _replay_group(self, name: bytes, lenient: bool) -> ConsumerGroup:
+        """The group a replayed record names. Missing and ``lenient``: its
+        CREATE was among the skipped records; the record proves the group
+        existed, so it is re-created with what is not known set the safe
+        way: last-delivered-id 0-0 (entries may be delivered again, none
+        is skipped), entries-read unknown, no dead-lettering."""
+        g = self.groups.get(name)
+        if g is None:
+            if not lenient:
+                raise KeyError(f"no such group {name!r}")
+            g = self._apply_create(name, ZERO_ID, None, 0, None)
+            self._replay_recreated.append(name)
+        return g
 
     def _need(self, name: bytes) -> ConsumerGroup:
         g = self.groups.get(name)

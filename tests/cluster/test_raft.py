@@ -19,11 +19,17 @@ them from what their store persisted. Every message goes through
   is the same everywhere, which makes applied sequences prefixes of one
   another), snapshots included;
 - persisted term never goes backwards and a node never votes twice in a term.
+
+With ``damage``, a stopped node's store now and then loses the end of its log
+(acknowledged entries, committed ones included) as a damaged ``raft.log``
+does, reporting it as ``RaftStore.load`` does (``lost_log_end``); one node
+at a time, so that a majority keeps every committed entry.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import random
 import struct
@@ -48,9 +54,15 @@ class MemStore:
         self.hs: HardState | None = None
         self.snapshot: Snapshot | None = None
         self.entries: list[Entry] = []
+        self.lost_log_end: tuple[int, int] | None = None
 
     def load(self):
         return self.hs, self.snapshot, list(self.entries)
+
+    def _last(self) -> tuple[int, int]:
+        if self.entries:
+            return self.entries[-1].term, self.entries[-1].index
+        return (self.snapshot.term, self.snapshot.index) if self.snapshot else (0, 0)
 
     def save(self, rd: Ready) -> None:
         if rd.hard_state is not None:
@@ -61,6 +73,20 @@ class MemStore:
         elif rd.entries:
             first = rd.entries[0].index
             self.entries = [e for e in self.entries if e.index < first] + list(rd.entries)
+        if self.lost_log_end is not None and self._last() >= self.lost_log_end:
+            self.lost_log_end = None
+
+    def lose_entries_from(self, index: int, report: bool = True) -> None:
+        """Damage: entries ``>= index`` are gone; term and vote are kept
+        (raft.vote), the commit index is lowered, and (``report``) the end
+        the log had is reported as ``RaftStore.load`` does."""
+        end = self._last()
+        self.entries = [e for e in self.entries if e.index < index]
+        if report and end > self._last():
+            self.lost_log_end = end
+        if self.hs is not None:
+            self.hs = HardState(self.hs.term, self.hs.vote, max(min(self.hs.commit, self._last()[1]),
+                                                                self.snapshot.index if self.snapshot else 0))
 
     def save_snapshot(self, s: Snapshot) -> None:
         self.snapshot = s
@@ -99,8 +125,9 @@ class Sim:
                  election_ticks: int = 10, heartbeat_ticks: int = 2,
                  store_dir: Path | None = None, initial: dict | None = None,
                  max_append_entries: int = 64, drop: float = 0.0, dup: float = 0.0,
-                 fifo: float = 1.0, sync: bool = False) -> None:
+                 fifo: float = 1.0, sync: bool = False, damage: float = 0.0) -> None:
         self.rng = random.Random(seed)
+        self.damage = damage  # chance that a restart finds the log damaged
         self.voters = list(voters)
         self.learners = list(learners)
         self.ids = self.voters + self.learners
@@ -149,7 +176,8 @@ class Sim:
             if hs.term == old.term and old.vote is not None:
                 assert hs.vote == old.vote, f"n{i}: forgot its vote in term {hs.term}"
         node = Raft(i, self.voters, self.learners, rng=random.Random(self.rng.random()),
-                    hard_state=hs, snapshot=snap, entries=entries, **self.kw)
+                    hard_state=hs, snapshot=snap, entries=entries,
+                    lost_log_end=self.stores[i].lost_log_end, **self.kw)
         self.nodes[i] = node
         self.apps[i] = App.restore(snap.data) if snap else App()
         if snap:
@@ -179,6 +207,25 @@ class Sim:
     def crash(self, i: int) -> None:
         self.nodes[i] = None
         self.crashes += 1
+
+    def damage_log(self, i: int) -> None:
+        """Stopped node i's log loses its end. The real store: one damaged
+        byte in a record with intact records after it (``RaftStore.load``
+        cuts there); the memory store: the same loss, told directly."""
+        assert self.nodes[i] is None
+        st_ = self.stores[i]
+        if isinstance(st_, RaftStore):
+            raw = bytearray(st_.log_path.read_bytes()) if st_.log_path.exists() else b""
+            starts, pos = [], 0
+            while pos + 8 <= len(raw):
+                starts.append(pos)
+                pos += 8 + struct.unpack_from("<I", raw, pos)[0]
+            if len(starts) > 1:
+                at = self.rng.choice(starts[:-1])
+                raw[at + 8] ^= 0xFF  # the record's type byte
+                st_.log_path.write_bytes(bytes(raw))
+        elif st_.entries:
+            st_.lose_entries_from(self.rng.choice(st_.entries).index)
 
     def alive(self) -> list[int]:
         return [i for i in self.ids if self.nodes[i] is not None]
@@ -489,6 +536,10 @@ class Sim:
             dead = [i for i in self.ids if self.nodes[i] is None]
             if dead:
                 i = rng.choice(dead)
+                # (A lone voter's lost entries are lost: nobody else has them.)
+                if self.damage and rng.random() < self.damage and i in self.voters and len(self.voters) >= 3 \
+                        and not any(self.stores[j].lost_log_end for j in self.ids):
+                    self.damage_log(i)
                 self.start(i)
                 self.check([i])
         elif x < 0.985 and compaction:
@@ -516,9 +567,11 @@ class Sim:
         return used
 
 
-def run_random(seed: int, steps: int, tmp_path: Path | None = None, join: bool = False) -> Sim:
+def run_random(seed: int, steps: int, tmp_path: Path | None = None, join: bool = False,
+               damage: float = 0.0) -> Sim:
     """``join``: a new node starts as a learner a third of the way in, and the
-    nodes learn of it (``add_learner``) one at a time at random later steps."""
+    nodes learn of it (``add_learner``) one at a time at random later steps.
+    ``damage``: the chance that a restart finds the node's log damaged."""
     rng = random.Random(seed)
     voters, learners = rng.choice([([1, 2, 3], []), ([1, 2, 3, 4, 5], []), ([1, 2, 3], [4]),
                                    ([1, 2, 3, 4, 5], [6]), ([1], [2])])
@@ -527,7 +580,7 @@ def run_random(seed: int, steps: int, tmp_path: Path | None = None, join: bool =
               election_ticks=election_ticks, heartbeat_ticks=rng.randrange(1, election_ticks // 2 + 1),
               max_append_entries=rng.choice([1, 4, 64]),
               drop=rng.choice([0.0, 0.05, 0.2]), dup=rng.choice([0.0, 0.05]),
-              fifo=rng.choice([1.0, 0.7]))
+              fifo=rng.choice([1.0, 0.7]), damage=damage)
     joiner = max(sim.ids) + 1
     untold: list[int] = []
     for step in range(steps):
@@ -558,6 +611,14 @@ def run_random(seed: int, steps: int, tmp_path: Path | None = None, join: bool =
 @pytest.mark.parametrize("seed", range(30))
 def test_random_faults_keep_raft_safe_and_live(seed):
     run_random(seed, 3000)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_faults_with_damaged_logs_keep_raft_safe_and_live(seed, tmp_path):
+    """A restart may find the log's end lost to damage (committed entries
+    too); the node's restricted votes keep every committed entry in every
+    later leader (checked after every step) and the cluster live."""
+    run_random(3000 + seed, 3000, tmp_path if seed % 3 == 0 else None, damage=0.5)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -1349,7 +1410,9 @@ def test_store_discards_a_torn_tail(tmp_path):
         assert entries in ([Entry(1, 1, b"a"), Entry(1, 2, b"b")],
                            [Entry(1, 1, b"a"), Entry(1, 2, b"b"), Entry(1, 3, b"ccc")])
         assert hs.commit <= len(entries)
-        assert path.stat().st_size <= cut  # the torn tail was cut off
+        asides = len(list(tmp_path.glob("raft.log.damaged-*")))
+        assert RaftStore(tmp_path).load() == (hs, snap, entries)  # the torn tail was cut off, once
+        assert len(list(tmp_path.glob("raft.log.damaged-*"))) == asides
     # a corrupt last record (bad CRC) is dropped, and appending goes on after the good prefix
     bad = bytearray(full)
     bad[-1] ^= 0xFF
@@ -1398,3 +1461,179 @@ def test_store_refuses_a_corrupt_snapshot(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(CorruptRaftStateError):
         RaftStore(tmp_path).load()
+
+
+# ---------------------------------------------------------------- a damaged log
+
+
+def _committed_on_two_then_lost(report: bool) -> tuple[Sim, int, int, int, int]:
+    """3 voters: entry e is committed on the leader A and on C only (B is
+    cut off); then A's log loses e to damage (reported or not) and C stops.
+    Returns (sim, A, B, C, index of e)."""
+    sim = Sim(5, [1, 2, 3])
+    a = sim.elect().node_id
+    sim.commit_everywhere(b"base")
+    b, c = [i for i in sim.ids if i != a]
+    sim.partition([a, c], [b])
+    index = sim.propose(b"e")
+    sim.deliver_all()
+    assert sim.node(a).commit_index >= index and sim.node(c).last_index >= index
+    sim.crash(a)
+    sim.stores[a].lose_entries_from(index, report=report)
+    sim.crash(c)
+    sim.heal()
+    sim.start(a)
+    return sim, a, b, c, index
+
+
+def test_without_its_restriction_a_node_that_lost_a_committed_entry_elects_a_leader_without_it():
+    """Why the rule exists: the checker catches the lost committed entry."""
+    sim, a, b, c, index = _committed_on_two_then_lost(report=False)
+    with pytest.raises(AssertionError, match=f"lacks committed entry {index}"):
+        sim.run(50 * sim.election_ticks)
+
+
+def test_a_node_that_lost_a_committed_entry_elects_no_leader_without_it():
+    sim, a, b, c, index = _committed_on_two_then_lost(report=True)
+    assert sim.node(a).lost_log_end is not None
+    sim.run(50 * sim.election_ticks)  # A refuses B, and cannot win with B's vote alone
+    assert sim.leader() is None
+    sim.start(c)  # C holds e: a leader is elected and brings A back to it
+    lead = sim.elect()
+    assert lead.term_at(index) is not None and lead.entries(index, index + 1)[0].data == b"e"
+    sim.commit_everywhere(b"after")
+    assert sim.node(a).lost_log_end is None and sim.node(a).entries(index, index + 1)[0].data == b"e"
+
+
+def test_a_node_whose_log_lost_entries_grants_only_a_candidate_that_reaches_them():
+    node = Raft(1, [1, 2, 3], rng=random.Random(1), hard_state=HardState(3, None, 2),
+                entries=[Entry(1, 1, b""), Entry(2, 2, b"a")], lost_log_end=(3, 5))
+    assert node.lost_log_end == (3, 5)
+    node.step(Message(r.PREVOTE, 2, 1, 4, index=4, log_term=3))  # short of it
+    node.step(Message(r.VOTE, 2, 1, 4, index=4, log_term=3))
+    node.step(Message(r.VOTE, 3, 1, 4, index=5, log_term=3))  # reaches it
+    assert [(m.kind, m.dst, m.reject) for m in node.ready().messages] == [
+        (r.PREVOTE_RESP, 2, True), (r.VOTE_RESP, 2, True), (r.VOTE_RESP, 3, False)]
+
+
+def test_a_node_whose_log_lost_entries_needs_a_quorum_besides_itself():
+    node = Raft(1, [1, 2, 3], rng=random.Random(1), hard_state=HardState(3, None, 0),
+                entries=[Entry(1, 1, b"")], lost_log_end=(3, 5), election_ticks=10)
+    for _ in range(20):
+        node.tick()
+    assert node.role == r.PRECANDIDATE
+    node.step(Message(r.PREVOTE_RESP, 2, 1, 4))
+    assert node.role == r.PRECANDIDATE  # its own yes and one more are not enough
+    node.step(Message(r.PREVOTE_RESP, 3, 1, 4))
+    assert node.role == r.CANDIDATE
+    node.step(Message(r.VOTE_RESP, 2, 1, 4))
+    node.step(Message(r.VOTE_RESP, 3, 1, 4))
+    assert node.role == r.LEADER and node.lost_log_end is None  # its no-op of term 4 is past it
+
+
+@pytest.mark.parametrize("voters", [[1], [1, 2], [1, 2, 3, 4]])
+def test_with_one_or_an_even_number_of_voters_a_lost_log_end_changes_nothing(voters):
+    """Every election quorum then shares a voter other than this node with
+    every commit quorum (or, alone, nothing can be had back)."""
+    node = Raft(1, voters, rng=random.Random(1), hard_state=HardState(3, None, 0),
+                entries=[Entry(1, 1, b"")], lost_log_end=(3, 5))
+    assert node.lost_log_end is None
+
+
+def test_the_leader_resends_what_a_follower_lost_below_what_it_acknowledged():
+    """A follower whose log lost acknowledged entries answers the leader's
+    probe at its old match with a shorter hint: the leader starts over from
+    there (it used to take that for a stale answer and stop sending)."""
+    sim = Sim(3, [1, 2, 3])
+    lead = sim.elect()
+    for k in range(5):
+        sim.commit_everywhere(b"x%d" % k)
+    f = next(i for i in sim.ids if i != lead.node_id)
+    sim.crash(f)
+    sim.stores[f].lose_entries_from(3)
+    sim.start(f)
+    assert sim.node(f).lost_log_end is not None
+    sim.run(3 * sim.election_ticks)
+    assert sim.leader() is lead  # no election needed
+    assert sim.node(f).entries(1) == lead.entries(1) and sim.node(f).lost_log_end is None
+
+
+def _entry_records(path: Path) -> list[tuple[int, int, int]]:
+    """(position, end, type) of each record of an undamaged raft.log."""
+    raw = path.read_bytes()
+    out, pos = [], 0
+    while pos + 8 <= len(raw):
+        n = struct.unpack_from("<I", raw, pos)[0]
+        out.append((pos, pos + 8 + n, raw[pos + 8]))
+        pos += 8 + n
+    return out
+
+
+def _flip(path: Path, at: int) -> bytes:
+    raw = bytearray(path.read_bytes())
+    raw[at] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    return bytes(raw)
+
+
+def test_store_cuts_a_damaged_record_keeps_the_file_and_reports_what_the_log_held(tmp_path, caplog):
+    store = RaftStore(tmp_path)
+    store.save(_ready(HardState(1, 1, 2), [Entry(1, 1, b"a"), Entry(1, 2, b"b"), Entry(1, 3, b"c")]))
+    store.save(_ready(HardState(2, 3, 3), [Entry(2, 4, b"d")]))
+    store.save(_ready(None, [Entry(2, 5, b"e")]))
+    path = tmp_path / "raft.log"
+    records = _entry_records(path)
+    pos, end, _ = records[2]  # entry 2
+    damaged = _flip(path, end - 1)
+    with caplog.at_level(logging.WARNING, logger="partita.controller"):
+        store = RaftStore(tmp_path)
+        hs, _, entries = store.load()
+    # the term and vote of the HARD_STATE after the damage survive (raft.vote)
+    assert hs == HardState(2, 3, 1) and entries == [Entry(1, 1, b"a")]
+    assert store.lost_log_end == (2, 5)
+    assert f"{path}: damaged record at byte {pos}: the log is cut there" in caplog.text
+    assert "until its log holds term 2 index 5 again" in caplog.text
+    assert [p.read_bytes() for p in tmp_path.glob("raft.log.damaged-*")] == [damaged]
+    # A restart before the log is back there still knows it (raft.vote) ...
+    caplog.clear()
+    again = RaftStore(tmp_path)
+    assert again.load() == (hs, None, entries) and again.lost_log_end == (2, 5)
+    assert "damaged" not in caplog.text
+    # ... until the log reaches it again.
+    again.save(_ready(None, [Entry(1, 2, b"b"), Entry(1, 3, b"c"), Entry(2, 4, b"d")]))
+    assert again.lost_log_end == (2, 5)
+    again.save(_ready(None, [Entry(2, 5, b"e")]))
+    assert again.lost_log_end is None and RaftStore(tmp_path).load()[2][-1] == Entry(2, 5, b"e")
+    assert RaftStore(tmp_path).lost_log_end is None
+
+
+def test_store_refuses_when_the_term_and_vote_may_be_lost(tmp_path):
+    """Damaged bytes after the log's last intact HARD_STATE, and no raft.vote
+    (data older than it, or lost too): the node might vote twice in a term."""
+    store = RaftStore(tmp_path)
+    store.save(_ready(HardState(1, 1, 0), [Entry(1, 1, b"a")]))
+    store.save(_ready(HardState(2, 3, 1), [Entry(2, 2, b"b")]))
+    path = tmp_path / "raft.log"
+    hs_pos, hs_end, kind = _entry_records(path)[2]
+    assert kind == 2
+    _flip(path, hs_end - 1)
+    (tmp_path / "raft.vote").unlink()
+    with pytest.raises(CorruptRaftStateError, match="may have voted in a term it cannot name"):
+        RaftStore(tmp_path).load()
+    assert path.read_bytes()  # nothing cut
+
+
+def test_store_writes_raft_vote_when_term_or_vote_change_and_replaces_an_unreadable_one(tmp_path, caplog):
+    store = RaftStore(tmp_path)
+    store.save(_ready(HardState(1, 2, 0), [Entry(1, 1, b"a")]))
+    vote = tmp_path / "raft.vote"
+    first = vote.read_bytes()
+    store.save(_ready(HardState(1, 2, 1)))  # the commit alone: not rewritten
+    assert vote.read_bytes() == first and vote.stat().st_size == 41
+    vote.write_bytes(b"garbage")
+    with caplog.at_level(logging.WARNING, logger="partita.controller"):
+        assert RaftStore(tmp_path).load()[0] == HardState(1, 2, 1)
+    assert f"{vote}: unreadable, ignored" in caplog.text
+    assert vote.read_bytes() == first
+    vote.unlink()  # data from before raft.vote existed
+    assert RaftStore(tmp_path).load()[0] == HardState(1, 2, 1) and vote.read_bytes() == first

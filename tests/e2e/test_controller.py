@@ -377,7 +377,8 @@ def test_the_metadata_log_is_compacted_and_a_node_behind_it_catches_up_from_a_sn
                 name.encode()) is not n3 else None, what=f"a live leader for {name}")
             assert owner.client().execute_command("TOPIC", "CREATE", name) == b"OK"
         _eventually(lambda: all(sorted(p.name for p in (n.data_dir / "controller").iterdir()) ==
-                                ["raft.log", "raft.snapshot"] for n in (n1, n2)), what="snapshots on nodes 1 and 2")
+                                ["raft.log", "raft.snapshot", "raft.vote"] for n in (n1, n2)),
+                    what="snapshots on nodes 1 and 2")
         applied = int(_info(n1)["controller_applied"])
         n3.start()
         cluster.wait_ready()

@@ -23,6 +23,33 @@ def test_topic_names_do_not_collide():
     assert len({n.lower() for n in names}) == len(names)
 
 
+@pytest.mark.parametrize("name", ["t.%ZZ", "t.%4", "t.Upper", "t.%61", "t.\u0100", "h.x", "x"])
+def test_names_no_key_is_written_as_decode_to_none(name):
+    assert decode_topic(name) is None
+
+
+def test_stray_entries_are_skipped_with_a_warning(tmp_path, caplog):
+    lm = LogManager(tmp_path)
+    lm.partition(b"a", 0).append(entries(1, 1))
+    lm.close()
+    topics = tmp_path / "topics"
+    (topics / "t.b").write_bytes(b"a file")
+    (topics / "t.Bad").mkdir()
+    (topics / ("h." + "0" * 64)).mkdir()
+    (topics / "t.a" / "partition-01").mkdir()
+    (topics / "t.a" / "partition-2").write_bytes(b"")
+    lm = LogManager(tmp_path)
+    with caplog.at_level("WARNING", logger="partita.storage"):
+        assert lm.topics() == [b"a"]
+        assert lm.partitions_on_disk(b"a") == [0]
+    for name, why in [("t.b", "not a directory"), ("t.Bad", "not a topic directory name"),
+                      ("h." + "0" * 64, "no readable topic.key"),
+                      ("t.a/partition-01", "not a partition directory name"),
+                      ("t.a/partition-2", "not a directory")]:
+        assert f"{topics / name}: {why}: skipped" in caplog.text
+    lm.close()
+
+
 def test_partitions_meta_and_reopen(tmp_path):
     lm = LogManager(tmp_path, default_config=LogConfig(segment_bytes=4096))
     for key in KEYS:

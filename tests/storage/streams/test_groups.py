@@ -342,11 +342,34 @@ def test_a_failed_journal_fsync_is_retried_as_a_rewrite_until_it_succeeds(tmp_pa
     assert_reopens_the_same(store)
 
 
-def _journal_record_ends(path: Path) -> list[int]:
+def _journal_records(path: Path) -> list[tuple[int, int]]:
+    """``(position, end)`` of each record of an undamaged journal."""
     from storage.streams.groups import _HEADER_BYTES, _iter_records
 
     data = path.read_bytes()
-    return [end for _pos, end, payload in _iter_records(data, _HEADER_BYTES) if payload is not None]
+    return [(pos, end) for pos, end, payload in _iter_records(data, _HEADER_BYTES) if payload is not None]
+
+
+def _journal_record_ends(path: Path) -> list[int]:
+    return [end for _pos, end in _journal_records(path)]
+
+
+def _append_record(path: Path, payload: bytes) -> None:
+    from storage.salvage import frame
+
+    with open(path, "ab") as f:
+        f.write(frame(payload))
+
+
+def _damage(path: Path, at: int, xor: int = 0x20) -> bytes:
+    data = bytearray(path.read_bytes())
+    data[at] ^= xor
+    path.write_bytes(bytes(data))
+    return bytes(data)
+
+
+def _asides(directory: Path) -> list[Path]:
+    return sorted(directory.glob(JOURNAL_NAME + ".damaged-*"))
 
 
 @pytest.mark.parametrize("cut", [1, 5, 9, "flip"])
@@ -368,8 +391,10 @@ def test_torn_tail_is_truncated_and_logged(tmp_path, caplog, cut):
     with caplog.at_level(logging.WARNING, logger="partita.storage.groups"):
         store = GroupStore.open(tmp_path)
     assert dump(store) == expected
-    assert "truncated" in caplog.text
-    assert path.stat().st_size == ends[-2]
+    assert f"torn or corrupt tail: truncated {len(data) - ends[-2]} bytes at byte {ends[-2]} after 2 records" \
+        in caplog.text
+    assert [p.read_bytes() for p in _asides(tmp_path)] == [bytes(data)]  # kept as it was
+    assert store.statistics().generation == 1  # the state rewritten as a snapshot
     # The journal keeps working after the cut.
     store.deliver(b"g", b"a", [(4, 0)], (4, 0), 4, now_ms=3)
     assert_reopens_the_same(store)
@@ -389,28 +414,159 @@ def test_garbage_appended_after_valid_records_is_cut(tmp_path, caplog):
     store.close()
 
 
-def test_a_removal_record_that_cannot_apply_changes_nothing(tmp_path, caplog):
-    """Replay stops at a record naming an ID that is not pending (or one ID
-    twice) and keeps the state from before it, consistent: the group's PEL
-    and its consumers' agree (``dump`` checks), nothing half removed."""
+def test_a_removal_record_that_does_not_fit_is_applied_as_far_as_it_fits(tmp_path, caplog):
+    """An intact record naming an ID that is not pending (or one ID twice)
+    removes the IDs that are pending, once each; the state stays consistent:
+    the group's PEL and its consumers' agree (``dump`` checks)."""
     from storage.streams import groups as g_mod
 
     store = GroupStore.open(tmp_path)
     store.create_group(b"g", (0, 0), 0)
     store.deliver(b"g", b"a", [(1, 0), (2, 0), (3, 0)], (3, 0), 3, now_ms=1)
-    before = dump(store)
     store.close()
-    with open(tmp_path / g_mod.JOURNAL_NAME, "ab") as f:
-        for bad in ([(1, 0), (9, 0)], [(2, 0), (2, 0)]):
-            f.write(g_mod._frame(g_mod._U8.pack(g_mod._OP_ACK) + g_mod._s(b"g") + g_mod._ids(bad)))
+    for bad in ([(1, 0), (9, 0)], [(2, 0), (2, 0)]):
+        _append_record(tmp_path / g_mod.JOURNAL_NAME, g_mod._U8.pack(g_mod._OP_ACK) + g_mod._s(b"g") + g_mod._ids(bad))
     with caplog.at_level(logging.WARNING):
         store = GroupStore.open(tmp_path)
-    assert dump(store) == before
-    assert "cannot be applied" in caplog.text
-    assert store.ack(b"g", [(1, 0), (2, 0)]) == 2  # and it goes on from there
-    store = reopen(store)
     assert [sid for sid, _ in store.group(b"g").pel.items()] == [(3, 0)]
+    dump(store)
+    assert "2 record(s) did not fit the state without the skipped ones and were applied as far as they " \
+        "could be (first at byte" in caplog.text
+    assert store.ack(b"g", [(3, 0)]) == 1  # and it goes on from there
+    store = reopen(store)
+    assert len(store.group(b"g").pel) == 0
     store.close()
+
+
+def _two_groups(tmp_path) -> tuple[GroupStore, list[tuple[int, int]]]:
+    """g: created, 3 entries delivered to a, 1 acked; h: created, 1 delivered to b."""
+    store = GroupStore.open(tmp_path)
+    store.create_group(b"g", (0, 0), 0, max_deliveries=3, dead_letter_key=b"dl")
+    store.create_group(b"h", (0, 0), 0)
+    store.deliver(b"g", b"a", [(1, 0), (2, 0), (3, 0)], (3, 0), 3, now_ms=10)
+    store.deliver(b"h", b"b", [(1, 0)], (1, 0), 1, now_ms=11)
+    store.ack(b"g", [(2, 0)])
+    store.close()
+    return store, _journal_records(tmp_path / JOURNAL_NAME)
+
+
+@pytest.mark.parametrize("where", ["payload", "length", "crc"])
+def test_a_damaged_first_record_loses_only_what_it_held(tmp_path, caplog, where):
+    """The first record is g's CREATE: the records after it are found again
+    (by the damaged record's own length, or by searching when the length is
+    the damaged byte) and g is re-created from them, with its pending
+    entries, consumers and last-delivered-id; only its dead-letter setting,
+    held by the lost record alone, is lost."""
+    store, records = _two_groups(tmp_path)
+    path = tmp_path / JOURNAL_NAME
+    pos, end = records[0]
+    damaged = _damage(path, {"payload": pos + 8 + 3, "length": pos + 1, "crc": pos + 5}[where])
+    with caplog.at_level(logging.WARNING, logger="partita.storage.groups"):
+        store = GroupStore.open(tmp_path)
+    g = store.group(b"g")
+    assert [(sid, pe.consumer, pe.delivery_count) for sid, pe in g.pel.items()] == [
+        ((1, 0), b"a", 1), ((3, 0), b"a", 1)]
+    assert (g.last_id, g.entries_read, g.max_deliveries, g.dead_letter_key) == ((3, 0), 3, 0, None)
+    assert [sid for sid, _ in store.group(b"h").pel.items()] == [(1, 0)]
+    assert f"{path}: damaged record(s) skipped: bytes {pos}..{end}; {len(records) - 1} record(s) replayed" in caplog.text
+    assert "group 'g' re-created from the records after the damage" in caplog.text
+    assert "did not fit" not in caplog.text
+    assert [p.read_bytes() for p in _asides(tmp_path)] == [damaged]
+    caplog.clear()
+    assert_reopens_the_same(store)  # repaired for good, and durable
+    assert "skipped" not in caplog.text
+
+
+def test_a_damaged_record_in_the_middle_costs_that_record_only(tmp_path, caplog):
+    """The lost record is the delivery to h: h keeps nothing pending (its
+    CREATE is intact, so it is not re-created); everything else is replayed."""
+    store, records = _two_groups(tmp_path)
+    pos, end = records[3]
+    _damage(tmp_path / JOURNAL_NAME, end - 1)
+    with caplog.at_level(logging.WARNING, logger="partita.storage.groups"):
+        store = GroupStore.open(tmp_path)
+    assert len(store.group(b"h").pel) == 0 and store.group(b"h").last_id == (0, 0)
+    assert [sid for sid, _ in store.group(b"g").pel.items()] == [(1, 0), (3, 0)]
+    assert store.group(b"g").max_deliveries == 3
+    assert f"damaged record(s) skipped: bytes {pos}..{end}; 4 record(s) replayed, 1 of them after" in caplog.text
+    assert "re-created" not in caplog.text
+    store.close()
+
+
+def test_damage_after_a_snapshot_keeps_the_snapshot_and_the_intact_records(tmp_path, caplog):
+    store = GroupStore.open(tmp_path)
+    store.create_group(b"g", (0, 0), 0)
+    store.deliver(b"g", b"a", [(1, 0), (2, 0)], (2, 0), 2, now_ms=1)
+    store.compact()
+    store.deliver(b"g", b"a", [(3, 0)], (3, 0), 3, now_ms=2)  # lost below
+    store.ack(b"g", [(1, 0)])
+    store.deliver(b"g", b"b", [(4, 0)], (4, 0), 4, now_ms=3)
+    store.close()
+    records = _journal_records(tmp_path / JOURNAL_NAME)
+    _damage(tmp_path / JOURNAL_NAME, records[0][0] + 10)
+    with caplog.at_level(logging.WARNING, logger="partita.storage.groups"):
+        store = GroupStore.open(tmp_path)
+    g = store.group(b"g")
+    assert [(sid, pe.consumer) for sid, pe in g.pel.items()] == [((2, 0), b"a"), ((4, 0), b"b")]
+    assert g.last_id == (4, 0)
+    assert store.statistics().generation == 2
+    assert_reopens_the_same(store)
+
+
+def test_records_after_a_lost_destroy_and_a_lost_delivery_still_apply(tmp_path, caplog):
+    """A CREATE of a group that (without the lost DESTROY) still exists
+    replaces it; an ACK of entries whose delivery was lost removes what is
+    pending and nothing else."""
+    store = GroupStore.open(tmp_path)
+    store.create_group(b"g", (0, 0), 0)
+    store.deliver(b"g", b"a", [(1, 0)], (1, 0), 1, now_ms=1)
+    store.destroy_group(b"g")  # lost below
+    store.create_group(b"g", (5, 0), 5)
+    store.deliver(b"g", b"b", [(6, 0), (7, 0)], (7, 0), 7, now_ms=2)  # lost below
+    store.ack(b"g", [(6, 0), (7, 0)])
+    store.deliver(b"g", b"c", [(8, 0)], (8, 0), 8, now_ms=3)
+    store.close()
+    records = _journal_records(tmp_path / JOURNAL_NAME)
+    _damage(tmp_path / JOURNAL_NAME, records[2][1] - 1)
+    _damage(tmp_path / JOURNAL_NAME, records[4][1] - 1)
+    with caplog.at_level(logging.WARNING, logger="partita.storage.groups"):
+        store = GroupStore.open(tmp_path)
+    g = store.group(b"g")
+    assert [(sid, pe.consumer) for sid, pe in g.pel.items()] == [((8, 0), b"c")]
+    assert sorted(g.consumers) == [b"c"] and g.last_id == (8, 0)
+    assert (f"damaged record(s) skipped: bytes {records[2][0]}..{records[2][1]}, "
+            f"{records[4][0]}..{records[4][1]}") in caplog.text
+    assert "2 record(s) did not fit" in caplog.text
+    assert_reopens_the_same(store)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(at=st.integers(min_value=24, max_value=10_000), xor=st.integers(min_value=1, max_value=255))
+def test_any_one_damaged_byte_is_repaired_and_reported(tmp_path, at, xor):
+    """Whatever byte after the header is damaged, the store opens (never
+    raises), keeps the file aside, replays every record but the damaged one
+    (or, at the tail, the records before it), and reopens the same."""
+    d = Path(tempfile.mkdtemp(dir=tmp_path))
+    store, records = _two_groups(d)
+    size = (d / JOURNAL_NAME).stat().st_size
+    at = at % (size - 24) + 24
+    victim = next(k for k, (pos, end) in enumerate(records) if pos <= at < end)
+    _damage(d / JOURNAL_NAME, at, xor)
+    logger = logging.getLogger("test.groups.damage")
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda rec: seen.append(rec.getMessage())
+    logger.addHandler(handler)
+    try:
+        store = GroupStore.open(d, logger=logger)
+    finally:
+        logger.removeHandler(handler)
+    assert len(seen) == 1 and len(_asides(d)) == 1
+    replayed = int(seen[0].split(" record(s) replayed")[0].rsplit(" ", 1)[1]) if "replayed" in seen[0] \
+        else int(seen[0].split(" after ")[1].split(" records")[0])
+    assert replayed == (len(records) - 1 if victim < len(records) - 1 else victim)
+    dump(store)
+    assert_reopens_the_same(store)
 
 
 def test_snapshot_compaction_bounds_journal_and_state(tmp_path):
