@@ -37,7 +37,7 @@ def test_new_input_is_reported_once_per_arrival():
     reactor = Reactor()
     ours, theirs = _pair()
     calls = []
-    assert reactor.register(ours.fileno(), lambda: calls.append(1))
+    assert reactor.register(ours.fileno(), lambda _events: calls.append(1))
     assert reactor.dispatch() == 0 and calls == []
     theirs.send(b"a")
     assert reactor.dispatch() == 1 and len(calls) == 1
@@ -57,7 +57,7 @@ def test_input_already_there_is_reported_at_registration():
     ours, theirs = _pair()
     theirs.send(b"early")
     calls = []
-    reactor.register(ours.fileno(), lambda: calls.append(1))
+    reactor.register(ours.fileno(), lambda _events: calls.append(1))
     assert reactor.dispatch() == 1 and calls == [1]
 
 
@@ -65,9 +65,9 @@ def test_unregistered_sockets_are_not_reported_and_a_second_registration_is_refu
     reactor = Reactor()
     ours, theirs = _pair()
     calls = []
-    reactor.register(ours.fileno(), lambda: calls.append(1))
+    reactor.register(ours.fileno(), lambda _events: calls.append(1))
     with pytest.raises(ValueError):
-        reactor.register(ours.fileno(), lambda: None)
+        reactor.register(ours.fileno(), lambda _events: None)
     assert reactor.registered == 1
     reactor.unregister(ours.fileno())
     reactor.unregister(ours.fileno())  # twice is harmless
@@ -76,7 +76,7 @@ def test_unregistered_sockets_are_not_reported_and_a_second_registration_is_refu
     # A socket that cannot be watched (closed) is refused, not raised.
     fd = ours.fileno()
     ours.close()
-    assert reactor.register(fd, lambda: None) is False
+    assert reactor.register(fd, lambda _events: None) is False
 
 
 def test_a_failing_handler_is_logged_and_the_others_still_run(caplog):
@@ -84,11 +84,11 @@ def test_a_failing_handler_is_logged_and_the_others_still_run(caplog):
     (a, a_peer), (b, b_peer) = _pair(), _pair()
     calls = []
 
-    def bad():
+    def bad(_events):
         raise RuntimeError("boom")
 
     reactor.register(a.fileno(), bad)
-    reactor.register(b.fileno(), lambda: calls.append("b"))
+    reactor.register(b.fileno(), lambda _events: calls.append("b"))
     a_peer.send(b"1")
     b_peer.send(b"1")
     with caplog.at_level(logging.ERROR, logger="partita.reactor"):
@@ -102,7 +102,7 @@ async def test_the_task_calls_handlers_as_input_arrives_and_closes_the_set_when_
     pairs = [_pair() for _ in range(MAX_EVENTS + 3)]  # more than one look at the set takes
     seen = []
     for i, (ours, _) in enumerate(pairs):
-        reactor.register(ours.fileno(), lambda i=i: seen.append(i))
+        reactor.register(ours.fileno(), lambda _events, i=i: seen.append(i))
     async with trio.open_nursery() as nursery:
         nursery.start_soon(reactor.run)
         await wait_all_tasks_blocked()
