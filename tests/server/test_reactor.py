@@ -17,10 +17,10 @@ from trio.testing import wait_all_tasks_blocked
 from server.dispatch import Context
 from server.reactor import MAX_EVENTS, Reactor
 from server.resp import encode_command
-from tests.server.test_connection import Harness, TopicsHarness
-from tests.server.test_connection import _replies
-from tests.server.test_connection import read_exactly as _read_exactly
-from tests.server.test_xread_poll import _one_reply
+from tests.server.support import Harness, TopicsHarness
+from tests.server.support import one_reply as _one_reply
+from tests.server.support import read_exactly as _read_exactly
+from tests.server.support import read_replies as _replies
 
 _PATIENCE_S = 10
 
