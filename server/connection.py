@@ -288,6 +288,19 @@ class Connection:
                 and not self.server.config.timeout  # (an idle timeout is the task's to restart)
                 and self._handoff is None and self._unsent is None and self._taken is None)
 
+    def _own_if_quiet(self, held: "_Held") -> bool:
+        """Once ``held`` is done: whether the reactor owns the connection
+        now (``_owned``, set here either way), taking its next batch
+        (``_take_runs``) while the task stays parked in ``_release``. It
+        does when the round's thread sent the replies (``early``: the loop
+        did not, so the client may answer any moment) and nothing came since
+        (or the reactor's step is receiving it: ``_taking``). Whoever ended
+        the round asks: ``_Held.release`` for a parked task, the task itself
+        after its own ``Durability.poll``."""
+        owned = self._owned = (held.early and not held.sending and (self._taking or not self.readable)
+                               and self.held is held and self._may_own())
+        return owned
+
     def _take_runs(self) -> bool:
         """For ``_on_ready`` while the reactor owns the connection: its
         task waits for a held batch whose replies are out, and the next
@@ -448,7 +461,7 @@ class Connection:
                         # Its round may be over already: end it now, not at
                         # the loop's next look at the eventfd.
                         self.server.durability.poll()
-                    if not held.done or held.sending or held.failed:
+                    if not held.done or held.sending or held.failed or self._own_if_quiet(held):
                         # (While it waits, the reactor may take its next
                         # batches: ``_owned``, ``self.held`` replaced.)
                         held = await self._release(held)
@@ -486,6 +499,14 @@ class Connection:
                         data = recv(RECV_BYTES)
                     except (BlockingIOError, InterruptedError):
                         self.readable = False
+                        if held is not None:
+                            # Its client has the replies and sent nothing yet:
+                            # as if the round had ended while the task waited,
+                            # the reactor takes the next batch (the next pass
+                            # waits in ``_release``), whoever ended the round.
+                            self.held = held
+                            if not self._own_if_quiet(held):
+                                self.held = None
                         continue
                     except OSError:
                         return
@@ -668,9 +689,11 @@ class Connection:
         batches over meanwhile: the latest one is waited for and returned."""
         while True:
             held = self.held or held
-            if held.done and not held.sending:
+            if held.done and not held.sending and not self._owned:
                 break
-            await self._round.wait()  # woken by ``_Held`` or ``_on_ready``
+            # Woken by ``_Held``, ``_on_ready`` or ``_hand_taken``, each of
+            # which ends the reactor's ownership first if the task is to go on.
+            await self._round.wait()
         self._owned = False
         if held.failed:
             # Never acknowledge a write that is not on disk or on the replicas.
@@ -823,12 +846,11 @@ class _Held:
             elif conn.stopping:
                 conn.cancel_scope.cancel()  # shutting down: its last replies are out
         self.done = True
-        if (self.early and not self.sending and (conn._taking or not conn.readable) and conn.held is self
-                and conn._round.task is not None and conn._may_own()):
+        if conn._round.task is not None and conn._own_if_quiet(self):
             # Its client has the replies and sent nothing yet: the reactor
             # takes its next batch (``Connection._take_runs``), no task switch.
-            conn._owned = True
             return
+        conn._owned = False
         conn._round.wake()
 
     async def _send_rest(self, rest: memoryview) -> None:
