@@ -30,7 +30,7 @@ class _Monitor:
     """One client, connected before the others, that reads INFO fields."""
 
     def __init__(self, port: int, password: str | None = None) -> None:
-        self.conn = RawConn(port, timeout_s=FREED_WITHIN_S)
+        self.conn = _connect(port)
         if password is not None:
             assert self.conn.request(b"AUTH %s\r\n" % password.encode()) == b"+OK\r\n"
 
@@ -75,24 +75,8 @@ def monitor():
         m.close()
 
 
-def _connect(port: int) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", port), timeout=FREED_WITHIN_S)
-
-
-def _read_replies(sock: socket.socket, n: int) -> bytes:
-    import hiredis
-
-    reader = hiredis.Reader()
-    raw = bytearray()
-    got = 0
-    while got < n:
-        data = sock.recv(65536)
-        assert data, f"closed after {bytes(raw)!r}"
-        raw += data
-        reader.feed(data)
-        while got < n and reader.gets() is not False:
-            got += 1
-    return bytes(raw)
+def _connect(port: int) -> RawConn:
+    return RawConn(port, timeout_s=FREED_WITHIN_S)
 
 
 def _read_to_eof(sock: socket.socket) -> bytes:
@@ -122,8 +106,8 @@ def test_clients_that_leave_mid_command_are_freed(partita_factory, monitor, pass
     # (the client never authenticates).
     half = HALF_XADD if password is None else b"*2\r\n$4\r\nAUTH\r\n"
     for _ in range(300):
-        with _connect(server.port) as sock:
-            sock.sendall(half)
+        with _connect(server.port) as c:
+            c.sock.sendall(half)
     watch.wait_for(watch.clients, baseline, "connected_clients")
     # Nothing counts against maxclients: a new client is served.
     auth = b"" if password is None else b"AUTH %s\r\n" % password.encode()
@@ -137,12 +121,11 @@ def test_clients_that_leave_idle_or_after_replies_are_freed(partita_server, moni
     watch = monitor(partita_server)
     baseline = watch.clients()
     for i in range(100):
-        with _connect(partita_server.port) as sock:
+        with _connect(partita_server.port) as c:
             if i % 2:
                 # A reply, then a command's first half in the same arrival as the EOF.
-                sock.sendall(b"PING\r\n")
-                assert _read_replies(sock, 1) == b"+PONG\r\n"
-                sock.sendall(b"*2\r\n$4\r\nECHO\r\n")
+                assert c.request(b"PING\r\n") == b"+PONG\r\n"
+                c.sock.sendall(b"*2\r\n$4\r\nECHO\r\n")
     watch.wait_for(watch.clients, baseline, "connected_clients")
 
 
@@ -155,13 +138,12 @@ def test_clients_that_leave_under_fsync_always_are_freed(partita_factory, monito
     watch = monitor(server)
     baseline = watch.clients()
     for i in range(60):
-        with _connect(server.port) as sock:
+        with _connect(server.port) as c:
             key = b"k%d" % (i % 3)
             if leave == "after-the-replies":
-                sock.sendall(_xadd(key, 4))
-                _read_replies(sock, 4)
+                c.request(_xadd(key, 4), replies=4)
             # XADDs (and, every other time, a half command), EOF.
-            sock.sendall(_xadd(key, 2) + (HALF_XADD if i % 2 else b""))
+            c.sock.sendall(_xadd(key, 2) + (HALF_XADD if i % 2 else b""))
     watch.wait_for(watch.clients, baseline, "connected_clients")
 
 
@@ -178,15 +160,15 @@ def test_blocked_clients_that_leave_are_freed(partita_server, monitor, command, 
     assert watch.conn.request(b"XGROUP CREATE s g $ MKSTREAM\r\n") == b"+OK\r\n"
     baseline = watch.clients()
     for _ in range(5):
-        with _connect(partita_server.port) as sock:
-            sock.sendall(command)
+        with _connect(partita_server.port) as c:
+            c.sock.sendall(command)
             watch.wait_for(watch.blocked, 1, "blocked_clients")
             if then == "send-then-close":
-                sock.sendall(b"PING\r\n")
+                c.sock.sendall(b"PING\r\n")
             if then == "shutdown-write":
-                sock.shutdown(socket.SHUT_WR)
+                c.sock.shutdown(socket.SHUT_WR)
             else:
-                sock.close()
+                c.close()
             watch.wait_for(watch.clients, baseline, "connected_clients")
             assert watch.blocked() == 0
 
@@ -198,10 +180,10 @@ HALF_CLOSED_REPLY = b"+PONG\r\n$2\r\nhi\r\n"
 
 
 def _half_close(port: int, payload: bytes) -> bytes:
-    with _connect(port) as sock:
-        sock.sendall(payload)
-        sock.shutdown(socket.SHUT_WR)
-        return _read_to_eof(sock)
+    with _connect(port) as c:
+        c.sock.sendall(payload)
+        c.sock.shutdown(socket.SHUT_WR)
+        return _read_to_eof(c.sock)
 
 
 @pytest.mark.redis
@@ -219,13 +201,12 @@ def test_a_half_closed_client_gets_its_held_replies_under_fsync_always(partita_f
     watch = monitor(server)
     baseline = watch.clients()
     for i in range(30):
-        with _connect(server.port) as sock:
+        with _connect(server.port) as c:
             if i % 2:  # the next batch is taken by the reactor
-                sock.sendall(_xadd(b"s", 2))
-                _read_replies(sock, 2)
-            sock.sendall(_xadd(b"s", 3))
-            sock.shutdown(socket.SHUT_WR)
-            replies = _read_to_eof(sock)
+                c.request(_xadd(b"s", 2), replies=2)
+            c.sock.sendall(_xadd(b"s", 3))
+            c.sock.shutdown(socket.SHUT_WR)
+            replies = _read_to_eof(c.sock)
         assert replies.count(b"-") == 3 and replies.startswith(b"$"), replies
     watch.wait_for(watch.clients, baseline, "connected_clients")
     assert watch.conn.request(b"XLEN s\r\n") == b":%d\r\n" % (15 * 2 + 30 * 3)
