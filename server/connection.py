@@ -40,6 +40,7 @@ from trio.lowlevel import (Abort, cancel_shielded_checkpoint, checkpoint, curren
 from server import outbuf
 from server.dispatch import COROUTINE, NO_REPLY, Context, Dispatcher
 from server.durability import DurabilityError
+from server.reactor import SHUT
 from server.replication import AcksFailed
 from server.errors import ProtocolError
 from server.registry import POLLS, RUNS
@@ -96,13 +97,19 @@ class Connection:
         self.held: _Held | None = None  # replies waiting for a group commit (``_hold``)
         # Plain sockets in the server's epoll set (server.reactor): the set
         # watching this socket, whether input may be waiting (its reports are
-        # edge-triggered), the task parked for input (``_wait_input``), and
-        # what ``_on_ready`` leaves that task: bytes it received but did not
-        # answer, or the rest of a reply the socket did not take.
+        # edge-triggered), whether the set reported the peer's EOF (then
+        # input stays "waiting" until a receive returns it: a receive that
+        # took the last bytes stopped short of it), the task parked for input
+        # (``_wait_input``), the one watching for the EOF during a BLOCK
+        # (``_wait_peer_closed``), and what ``_on_ready`` leaves that task:
+        # bytes it received but did not answer, or the rest of a reply the
+        # socket did not take.
         self._reactor: Any = None
         self._fd = -1
         self.readable = True
+        self._shut = False
         self._input = _Waiter()
+        self._gone = _Waiter()
         self._round = _Waiter()  # the task waiting for a held batch's round (``_release``)
         self._handoff: bytes | None = None
         self._unsent: bytes | memoryview | None = None
@@ -193,13 +200,19 @@ class Connection:
             return
         await self._input.wait()
 
-    def _on_ready(self) -> None:
-        """The reactor's report of new input (or EOF). A task parked for
-        input while nothing is in flight gets a consumer's poll answered
-        here, without running (``_answer_parked``); one waiting for a held
-        batch that is out gets its next batch of XADDs taken here while the
-        reactor owns it (``_take_runs``); anything else wakes it."""
+    def _on_ready(self, events: int) -> None:
+        """The reactor's report of new input (or EOF: ``events & SHUT``). A
+        task parked for input while nothing is in flight gets a consumer's
+        poll answered here, without running (``_answer_parked``); one
+        waiting for a held batch that is out gets its next batch of XADDs
+        taken here while the reactor owns it (``_take_runs``); anything else
+        wakes it. From an EOF on, every receive may clear ``readable`` only
+        by returning b"", in whatever state the report found
+        the connection; a BLOCK watching for it ends (``_wait_peer_closed``)."""
         self.readable = True
+        if events & SHUT:
+            self._shut = True
+            self._gone.wake()
         if self._owned:
             inline, waiter = self._take_runs, self._round
         elif self._input.task is not None:
@@ -265,7 +278,7 @@ class Connection:
         except OSError:
             return b""
         if len(data) < RECV_BYTES:
-            self.readable = False
+            self.readable = self._shut
         return data
 
     def _may_own(self) -> bool:
@@ -274,6 +287,19 @@ class Connection:
         return (self._reactor is not None and not self.stopping and self.parser is not None
                 and not self.server.config.timeout  # (an idle timeout is the task's to restart)
                 and self._handoff is None and self._unsent is None and self._taken is None)
+
+    def _own_if_quiet(self, held: "_Held") -> bool:
+        """Once ``held`` is done: whether the reactor owns the connection
+        now (``_owned``, set here either way), taking its next batch
+        (``_take_runs``) while the task stays parked in ``_release``. It
+        does when the round's thread sent the replies (``early``: the loop
+        did not, so the client may answer any moment) and nothing came since
+        (or the reactor's step is receiving it: ``_taking``). Whoever ended
+        the round asks: ``_Held.release`` for a parked task, the task itself
+        after its own ``Durability.poll``."""
+        owned = self._owned = (held.early and not held.sending and (self._taking or not self.readable)
+                               and self.held is held and self._may_own())
+        return owned
 
     def _take_runs(self) -> bool:
         """For ``_on_ready`` while the reactor owns the connection: its
@@ -351,10 +377,17 @@ class Connection:
         await outbuf.send_all(self, data)  # limits hook: client-output-buffer-limit (server/outbuf.py)
 
     async def _wait_peer_closed(self) -> bool:
-        """True once the peer has closed; False (at once) if it sent more
-        bytes instead: those stay unread in the socket, queued behind the
-        blocked command as Redis queues them, and EOF is then noticed when
-        they are read."""
+        """True once the peer has closed (or shut its side: Redis frees a
+        blocked client then too). Bytes it sends meanwhile stay unread in
+        the socket, queued behind the blocked command as Redis queues them.
+        In the server's epoll set the set's report of the EOF says so
+        (``_on_ready``), past any such bytes; otherwise a look at the
+        socket returns False (at once) when bytes come instead, and the EOF
+        is noticed when they are read."""
+        if self._reactor is not None:
+            while not self._shut:
+                await self._gone.wait()
+            return True
         sock = self.sock
         while True:
             await wait_readable(sock)
@@ -415,7 +448,7 @@ class Connection:
                         return
                     else:
                         if len(data) < RECV_BYTES:
-                            self.readable = False
+                            self.readable = self._shut
             if data is None:
                 if held is not None:
                     # Replies handed to the group commit (``_hold``): wait for
@@ -428,7 +461,7 @@ class Connection:
                         # Its round may be over already: end it now, not at
                         # the loop's next look at the eventfd.
                         self.server.durability.poll()
-                    if not held.done or held.sending or held.failed:
+                    if not held.done or held.sending or held.failed or self._own_if_quiet(held):
                         # (While it waits, the reactor may take its next
                         # batches: ``_owned``, ``self.held`` replaced.)
                         held = await self._release(held)
@@ -466,11 +499,19 @@ class Connection:
                         data = recv(RECV_BYTES)
                     except (BlockingIOError, InterruptedError):
                         self.readable = False
+                        if held is not None:
+                            # Its client has the replies and sent nothing yet:
+                            # as if the round had ended while the task waited,
+                            # the reactor takes the next batch (the next pass
+                            # waits in ``_release``), whoever ended the round.
+                            self.held = held
+                            if not self._own_if_quiet(held):
+                                self.held = None
                         continue
                     except OSError:
                         return
                     if len(data) < RECV_BYTES:
-                        self.readable = False
+                        self.readable = self._shut
             if not data:
                 return
             self.idle = False
@@ -574,7 +615,9 @@ class Connection:
         watching the socket: a peer that closes meanwhile cancels the wait
         (Redis frees a blocked client whose connection drops), so it does not
         linger in ``blocked_clients`` or hold its waiter until a write comes.
-        Returns ``_PEER_GONE`` in that case."""
+        Returns ``_PEER_GONE`` in that case. A command answered without
+        waiting is answered even if the peer had shut its side already (as
+        Redis runs what it received before it reads the EOF)."""
         result: list = []
 
         async def run() -> None:
@@ -589,7 +632,7 @@ class Connection:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(run)
             nursery.start_soon(watch)
-        return result[0]
+        return result[-1] if result[0] is _PEER_GONE else result[0]
 
     def _settle(self, out: list) -> None:
         """Before replies leave: commit deferred appends (``server.appends``);
@@ -647,9 +690,11 @@ class Connection:
         batches over meanwhile: the latest one is waited for and returned."""
         while True:
             held = self.held or held
-            if held.done and not held.sending:
+            if held.done and not held.sending and not self._owned:
                 break
-            await self._round.wait()  # woken by ``_Held`` or ``_on_ready``
+            # Woken by ``_Held``, ``_on_ready`` or ``_hand_taken``, each of
+            # which ends the reactor's ownership first if the task is to go on.
+            await self._round.wait()
         self._owned = False
         if held.failed:
             # Never acknowledge a write that is not on disk or on the replicas.
@@ -802,12 +847,11 @@ class _Held:
             elif conn.stopping:
                 conn.cancel_scope.cancel()  # shutting down: its last replies are out
         self.done = True
-        if (self.early and not self.sending and (conn._taking or not conn.readable) and conn.held is self
-                and conn._round.task is not None and conn._may_own()):
+        if conn._round.task is not None and conn._own_if_quiet(self):
             # Its client has the replies and sent nothing yet: the reactor
             # takes its next batch (``Connection._take_runs``), no task switch.
-            conn._owned = True
             return
+        conn._owned = False
         conn._round.wake()
 
     async def _send_rest(self, rest: memoryview) -> None:

@@ -4,8 +4,9 @@ Owns: one epoll set in which each plain client socket is registered once,
 edge-triggered, for its whole life (``register`` / ``unregister``), and the
 task that watches it (``run``): when the set reports sockets with new input,
 each one's ``on_ready`` is called right there, in one task step for all of
-them. What a connection does then (mark itself readable, answer a poll, wake
-its task) is ``server.connection``'s.
+them, with the events the set reported (``EPOLLRDHUP``: the peer shut its
+side). What a connection does then (mark itself readable, answer a poll,
+wake its task) is ``server.connection``'s.
 
 Must not know: RESP, commands, what a connection is.
 
@@ -25,6 +26,14 @@ server's own epoll").
 Edge-triggered: the set reports a socket when new input arrives, not while
 input is waiting. A connection therefore keeps its own "readable" mark, set
 by ``on_ready`` and cleared only when a receive finds the socket drained.
+A receive that returns less than it asked for has drained the bytes, but
+not the EOF: when the peer's last bytes and its FIN arrive together, one
+report covers both, and the receive that takes the bytes stops short of
+the EOF. So "drained" needs one more fact: the report's ``EPOLLRDHUP``
+(computed when the set reports, so it is there whenever the FIN arrived
+before the report, and a FIN after it is a report of its own). A
+connection told of it never clears its mark again, and its next receive
+finds the EOF whatever state it is in (``Connection._on_ready``).
 """
 
 from __future__ import annotations
@@ -39,6 +48,9 @@ from trio.lowlevel import wait_readable
 log = logging.getLogger("partita.reactor")
 
 _EVENTS = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLET
+# Events that mean no input will follow what the socket holds (EPOLLHUP and
+# EPOLLERR are reported whether asked for or not).
+SHUT = select.EPOLLRDHUP | select.EPOLLHUP | select.EPOLLERR
 # Events taken per look at the set; a full batch yields to the other tasks
 # before the next look (a limit on the work of one task step).
 MAX_EVENTS = 256
@@ -49,13 +61,15 @@ class Reactor:
 
     def __init__(self) -> None:
         self._epoll = select.epoll()
-        self._on_ready: dict[int, Callable[[], None]] = {}
+        self._on_ready: dict[int, Callable[[int], None]] = {}
         self._after: list[Callable[[], None]] = []
 
-    def register(self, fd: int, on_ready: Callable[[], None]) -> bool:
-        """Call ``on_ready()`` (on the loop, from ``run``) each time new input
-        or EOF reaches ``fd``; also once at once if input is already there.
-        False if the socket cannot be watched (the caller waits through trio)."""
+    def register(self, fd: int, on_ready: Callable[[int], None]) -> bool:
+        """Call ``on_ready(events)`` (on the loop, from ``run``) each time new
+        input or EOF reaches ``fd``; also once at once if input is already
+        there. ``events``: the set's event mask (``events & SHUT``: the peer
+        has shut its side or the socket failed). False if the socket cannot
+        be watched (the caller waits through trio)."""
         if fd in self._on_ready:
             raise ValueError(f"fd {fd} is already registered")
         try:
@@ -90,11 +104,11 @@ class Reactor:
         connection's fault is its own."""
         events = self._epoll.poll(0, MAX_EVENTS)
         handlers = self._on_ready
-        for fd, _ in events:
+        for fd, mask in events:
             on_ready = handlers.get(fd)
             if on_ready is not None:
                 try:
-                    on_ready()
+                    on_ready(mask)
                 except Exception:
                     log.exception("input handler of fd %d failed", fd)
         after = self._after

@@ -9,151 +9,17 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import tempfile
 
 import pytest
 import trio
 import trio.testing
 
-import server.commands  # noqa: F401
-from server.config import Config
 from server.connection import Connection
-from server.dispatch import Dispatcher
 from server.durability import Durability
 from server.registry import COMMANDS, command
 from server.resp import encode_command
-from server.state import ServerState
-
-
-class FakeTicket:
-    """storage's FlushTicket contract over one real (temporary) file."""
-
-    def __init__(self, log, events):
-        self.log = log
-        self.events = events
-        self.fd = os.dup(log.file.fileno())
-        self.ok = False
-
-    checkpoints = False
-
-    def sync_targets(self):
-        return [(self.fd, False)]
-
-    def run(self):
-        failure = None
-        try:
-            os.fdatasync(self.fd)
-        except OSError as e:
-            failure = e
-        self.finish(failure)
-
-    def finish(self, failure):
-        os.close(self.fd)
-        if failure is not None:
-            raise OSError(failure.errno, str(failure))
-        self.events.append(("fsync", self.log.name))
-        self.ok = True
-
-
-class FakeLog:
-    """The flush half of storage's PartitionLog contract."""
-
-    def __init__(self, name, events):
-        self.name = name
-        self.events = events
-        self.flushes = 0
-        self.file = tempfile.TemporaryFile()
-
-    def begin_flush(self):
-        self.events.append(("begin", self.name))
-        return FakeTicket(self, self.events)
-
-    def end_flush(self, ticket):
-        assert ticket.log is self
-        self.flushes += 1
-        self.events.append(("end", self.name))
-
-
-@pytest.fixture
-def test_commands():
-    """TEST-WRITE name (notes a write on a fake log), TEST-BLOCK key (waits for key)."""
-    events: list = []
-    logs: dict = {}
-
-    @command("test-write", arity=2, flags="write", group="test", since="0", summary="", syntax="TEST-WRITE name")
-    def test_write(ctx, argv):
-        name = argv[1].decode()
-        log = logs.setdefault(name, FakeLog(name, events))
-        ctx.note_write(log)
-        ctx.server.signal_key_modified(argv[1])
-        events.append(("write", name))
-        return b"w:" + argv[1]
-
-    @command("test-block", arity=2, flags="blocking", group="test", since="0", summary="", syntax="TEST-BLOCK key")
-    async def test_block(ctx, argv):
-        if not ctx.may_block:
-            return None
-        woke = await ctx.server.wait_for_keys([argv[1]], None)
-        return b"woke:" + argv[1] if woke else None
-
-    yield events, logs
-    del COMMANDS["test-write"]
-    del COMMANDS["test-block"]
-
-
-async def run_inline(fn, *args):
-    """Stand-in for trio.to_thread.run_sync: deterministic under autojump_clock."""
-    await trio.lowlevel.checkpoint()
-    return fn(*args)
-
-
-class RecordingSocket(socket.socket):
-    """A socket that records every ``send`` (to check one send per batch)."""
-
-    def __init__(self, sends, **kwargs):
-        super().__init__(**kwargs)
-        self.sends = sends
-
-    def send(self, data, *args):
-        n = super().send(data, *args)
-        self.sends.append(bytes(data[:n]))
-        return n
-
-    def sendmsg(self, buffers, *args):
-        n = super().sendmsg(buffers, *args)
-        self.sends.append(b"".join(buffers)[:n])
-        return n
-
-
-class Harness:
-    def __init__(self, fsync="everysec", **config_values):
-        config = Config()
-        config.fsync = fsync
-        for k, v in config_values.items():
-            setattr(config, k, v)
-        self.state = ServerState(config)
-        self.state.durability = Durability(run_in_thread=run_inline)
-        self.dispatcher = Dispatcher(self.state)
-        self.sends: list[bytes] = []
-
-    def connect(self, nursery):
-        ours, theirs = socket.socketpair()
-        ours = RecordingSocket(self.sends, fileno=ours.detach())
-        ours.setblocking(False)
-        client = self.state.new_client("test:1", "test:0", ours.fileno())
-        conn = Connection(self.state, self.dispatcher, ours, client)
-        nursery.start_soon(conn.run)
-        return trio.socket.from_stdlib_socket(theirs), conn
-
-
-async def read_exactly(sock, n):
-    data = b""
-    while len(data) < n:
-        chunk = await sock.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    return data
+from tests.server.support import (FakeLog, Harness, RecordingSocket, TopicsHarness, batch_counts, read_exactly,
+                                  read_replies, xadd_request)
 
 
 async def test_pipelined_replies_leave_in_one_send():
@@ -779,60 +645,19 @@ async def test_big_pipelined_replies_are_sent_in_pieces():
 # -- deferred appends: a pipeline of XADDs is one log batch -------------------
 
 
-class TopicsHarness(Harness):
-    """A Harness with a real topic registry in ``path``."""
-
-    def __init__(self, path, **config_values):
-        from cluster.topics import TopicRegistry
-
-        super().__init__(**config_values)
-        self.state.config.dir = str(path)
-        self.state.topics = TopicRegistry.open(path, self.state.config)
-
-
-def _xadd(key=b"s", value=b"v"):
-    return encode_command([b"XADD", key, b"*", b"f", value])
-
-
-def _batch_counts(log):
-    from storage import records
-
-    data = open(log.segments()[-1].path, "rb").read()
-    counts, pos = [], 0
-    while pos < len(data):
-        hdr = records.unpack_header(data, pos)
-        counts.append(hdr[records.H_COUNT])
-        pos += hdr[records.H_LENGTH]
-    return counts
-
-
-async def _replies(sock, n):
-    import hiredis
-
-    reader = hiredis.Reader()
-    out = []
-    while len(out) < n:
-        got = reader.gets()
-        if got is False:
-            reader.feed(await sock.recv(65536))
-            continue
-        out.append(got)
-    return out
-
-
 async def test_pipelined_xadds_share_one_log_batch_and_are_read_back_in_the_pipeline(tmp_path):
     h = TopicsHarness(tmp_path)
     async with trio.open_nursery() as nursery:
         sock, _ = h.connect(nursery)
-        await sock.send(_xadd() * 3 + encode_command([b"XLEN", b"s"])
-                        + _xadd() + encode_command([b"XRANGE", b"s", b"-", b"+"]))
-        r = await _replies(sock, 6)
+        await sock.send(xadd_request() * 3 + encode_command([b"XLEN", b"s"])
+                        + xadd_request() + encode_command([b"XRANGE", b"s", b"-", b"+"]))
+        r = await read_replies(sock, 6)
         ids = [r[0], r[1], r[2], r[4]]
         assert r[3] == 3  # read-your-writes inside the pipeline
         assert [e[0] for e in r[5]] == ids
         nursery.cancel_scope.cancel()
     # XLEN committed the first three; the batch end the last
-    assert _batch_counts(h.state.topics.get(b"s").log) == [3, 1]
+    assert batch_counts(h.state.topics.get(b"s").log) == [3, 1]
     h.state.topics.close()
 
 
@@ -854,17 +679,17 @@ async def test_after_a_failed_fsync_the_partition_refuses_writes_and_the_others_
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
             sock, _ = h.connect(nursery)
-            await sock.send(_xadd())
-            [first] = await _replies(sock, 1)
+            await sock.send(xadd_request())
+            [first] = await read_replies(sock, 1)
             assert isinstance(first, bytes)  # a first entry, durable
             monkeypatch.setattr(os, "fdatasync", eio)
-            await sock.send(_xadd())
+            await sock.send(xadd_request())
             assert await read_exactly(sock, 100) == b""  # closed, not acknowledged
             monkeypatch.setattr(os, "fdatasync", real)
             sock, _ = h.connect(nursery)
-            await sock.send(_xadd() + encode_command([b"XLEN", b"s"]) + _xadd(b"other")
+            await sock.send(xadd_request() + encode_command([b"XLEN", b"s"]) + xadd_request(b"other")
                             + encode_command([b"INFO", b"persistence"]))
-            refused, length, other, info = await _replies(sock, 4)
+            refused, length, other, info = await read_replies(sock, 4)
             assert isinstance(refused, hiredis.ReplyError)
             assert str(refused) == "MISCONF Errors writing to the partition log: Input/output error"
             assert length == 2 and isinstance(other, bytes)  # reads go on; so do other partitions
@@ -877,9 +702,9 @@ async def test_pipelined_xadds_inside_multi_are_visible_to_later_queued_commands
     h = TopicsHarness(tmp_path)
     async with trio.open_nursery() as nursery:
         sock, _ = h.connect(nursery)
-        await sock.send(encode_command([b"MULTI"]) + _xadd() * 2 + encode_command([b"XLEN", b"s"])
+        await sock.send(encode_command([b"MULTI"]) + xadd_request() * 2 + encode_command([b"XLEN", b"s"])
                         + encode_command([b"EXEC"]))
-        r = await _replies(sock, 5)
+        r = await read_replies(sock, 5)
         assert r[4][2] == 2
         nursery.cancel_scope.cancel()
     h.state.topics.close()
@@ -893,8 +718,8 @@ async def test_a_failed_commit_turns_every_deferred_reply_into_the_error(tmp_pat
     h = TopicsHarness(tmp_path)
     async with trio.open_nursery() as nursery:
         sock, _ = h.connect(nursery)
-        await sock.send(_xadd())
-        (first,) = await _replies(sock, 1)
+        await sock.send(xadd_request())
+        (first,) = await read_replies(sock, 1)
         stream = h.state.topics.get(b"s")
         real_append = stream.log.append
 
@@ -902,14 +727,14 @@ async def test_a_failed_commit_turns_every_deferred_reply_into_the_error(tmp_pat
             raise StorageError("append: No space left on device", errno=errno.ENOSPC)
 
         stream.log.append = failing_append
-        await sock.send(encode_command([b"PING"]) + _xadd() * 2 + encode_command([b"PING"]) + _xadd())
-        r = await _replies(sock, 5)
+        await sock.send(encode_command([b"PING"]) + xadd_request() * 2 + encode_command([b"PING"]) + xadd_request())
+        r = await read_replies(sock, 5)
         assert r[0] == b"PONG" and r[3] == b"PONG"
         for i in (1, 2, 4):
             assert isinstance(r[i], Exception) and str(r[i]).startswith("MISCONF Errors writing to the partition log"), r
         stream.log.append = real_append
-        await sock.send(_xadd() + encode_command([b"XLEN", b"s"]))
-        r = await _replies(sock, 2)
+        await sock.send(xadd_request() + encode_command([b"XLEN", b"s"]))
+        r = await read_replies(sock, 2)
         assert r[1] == 2 and r[0] > first  # nothing of the failed batch was written
         nursery.cancel_scope.cancel()
     h.state.topics.close()
@@ -923,9 +748,9 @@ async def test_deferred_bytes_are_bounded_and_a_large_entry_is_written_at_once(t
     h = TopicsHarness(tmp_path)
     async with trio.open_nursery() as nursery:
         sock, _ = h.connect(nursery)
-        await sock.send(_xadd(value=b"x" * 400) * 3 + _xadd(value=b"y" * 2000) + _xadd()
+        await sock.send(xadd_request(value=b"x" * 400) * 3 + xadd_request(value=b"y" * 2000) + xadd_request()
                         + encode_command([b"XLEN", b"s"]))
-        r = await _replies(sock, 6)
+        r = await read_replies(sock, 6)
         assert r[5] == 5 and len(set(r[:5])) == 5
         nursery.cancel_scope.cancel()
     h.state.topics.close()
@@ -957,13 +782,13 @@ async def test_runs_of_xadds_get_the_replies_and_batches_of_the_general_path(tmp
     async with trio.open_nursery() as nursery:
         sock, _ = h.connect(nursery)
         # A new key is created by the general path; after that its XADDs run.
-        await sock.send(_xadd())
-        (first,) = await _replies(sock, 1)
+        await sock.send(xadd_request())
+        (first,) = await read_replies(sock, 1)
         assert runs_taken == []
-        await sock.send(_xadd() * 3 + _xadd(key=b"t") + _xadd(value=b"x" * 200) + _xadd()
-                        + encode_command([b"XLEN", b"s"]) + _xadd(value=b"last")
+        await sock.send(xadd_request() * 3 + xadd_request(key=b"t") + xadd_request(value=b"x" * 200) + xadd_request()
+                        + encode_command([b"XLEN", b"s"]) + xadd_request(value=b"last")
                         + encode_command([b"xadd", b"s", b"*", b"a", b"1", b"b", b"2"]))
-        r = await _replies(sock, 9)
+        r = await read_replies(sock, 9)
         # Runs are taken from the start of a receive: XADD t (a new key) ends
         # this one, and the rest of the receive is parsed command by command.
         assert runs_taken == [3]
@@ -972,27 +797,27 @@ async def test_runs_of_xadds_get_the_replies_and_batches_of_the_general_path(tmp
         assert str(r[4]).startswith("ERR Elements are too large to be stored"), r[4]
         assert r[6] == 5  # read-your-writes: the run before it was committed
         await sock.send(encode_command([b"XRANGE", b"s", b"-", b"+"]))
-        (entries,) = await _replies(sock, 1)
+        (entries,) = await read_replies(sock, 1)
         assert [e[0] for e in entries] == ids
         assert entries[-1][1] == [b"a", b"1", b"b", b"2"] and entries[-2][1] == [b"f", b"last"]
         # Runs for two known keys back to back, in one receive.
-        await sock.send(_xadd() * 2 + _xadd(key=b"t") * 2 + _xadd())
-        r = await _replies(sock, 5)
+        await sock.send(xadd_request() * 2 + xadd_request(key=b"t") * 2 + xadd_request())
+        r = await read_replies(sock, 5)
         assert runs_taken == [3, 2, 2, 1] and r[4] > r[1]
         # An entry over max-entry-bytes ends a run and gets the general path's error.
-        await sock.send(_xadd() + _xadd(value=b"x" * 200) + _xadd())
-        r = await _replies(sock, 3)
+        await sock.send(xadd_request() + xadd_request(value=b"x" * 200) + xadd_request())
+        r = await read_replies(sock, 3)
         assert runs_taken[4:] == [1] and r[2] > r[0]
         assert str(r[1]).startswith("ERR Elements are too large to be stored"), r[1]
         await sock.send(encode_command([b"INFO", b"commandstats"]))
-        (info,) = await _replies(sock, 1)
+        (info,) = await read_replies(sock, 1)
         assert b"cmdstat_xadd:calls=17," in info and b"failed_calls=2" in info
         nursery.cancel_scope.cancel()
     # One batch for the first XADD, one for the run committed by the XLEN
     # (the too-large entry wrote nothing), two for the rest of that receive
     # (the first `xadd` spelled in lower case commits as an unseen command
     # name does), one for each later receive.
-    assert _batch_counts(h.state.topics.get(b"s").log) == [1, 4, 1, 1, 3, 2]
+    assert batch_counts(h.state.topics.get(b"s").log) == [1, 4, 1, 1, 3, 2]
     h.state.topics.close()
 
 
@@ -1004,8 +829,8 @@ async def test_a_failed_commit_turns_a_runs_replies_into_the_error(tmp_path, run
     h = TopicsHarness(tmp_path)
     async with trio.open_nursery() as nursery:
         sock, _ = h.connect(nursery)
-        await sock.send(_xadd())
-        await _replies(sock, 1)
+        await sock.send(xadd_request())
+        await read_replies(sock, 1)
         stream = h.state.topics.get(b"s")
         real_append = stream.log.append
 
@@ -1013,17 +838,17 @@ async def test_a_failed_commit_turns_a_runs_replies_into_the_error(tmp_path, run
             raise StorageError("append: No space left on device", errno=errno.ENOSPC)
 
         stream.log.append = failing_append
-        await sock.send(_xadd() * 3 + encode_command([b"PING"]))
-        r = await _replies(sock, 4)
+        await sock.send(xadd_request() * 3 + encode_command([b"PING"]))
+        r = await read_replies(sock, 4)
         assert runs_taken == [3] and r[3] == b"PONG"
         for reply in r[:3]:
             assert isinstance(reply, Exception) and str(reply).startswith("MISCONF Errors writing"), r
         stream.log.append = real_append
-        await sock.send(_xadd() * 2 + encode_command([b"XLEN", b"s"]))
-        r = await _replies(sock, 3)
+        await sock.send(xadd_request() * 2 + encode_command([b"XLEN", b"s"]))
+        r = await read_replies(sock, 3)
         assert r[2] == 3  # the first entry and these two: nothing of the failed run
         await sock.send(encode_command([b"INFO", b"commandstats"]))
-        (info,) = await _replies(sock, 1)
+        (info,) = await read_replies(sock, 1)
         assert b"cmdstat_xadd:calls=6," in info and b"failed_calls=3" in info
         nursery.cancel_scope.cancel()
     h.state.topics.close()
@@ -1033,21 +858,21 @@ async def test_no_run_inside_multi_or_before_auth(tmp_path, runs_taken):
     h = TopicsHarness(tmp_path, requirepass="pw")
     async with trio.open_nursery() as nursery:
         sock, _ = h.connect(nursery)
-        await sock.send(encode_command([b"AUTH", b"pw"]) + _xadd())
-        await _replies(sock, 2)
+        await sock.send(encode_command([b"AUTH", b"pw"]) + xadd_request())
+        await read_replies(sock, 2)
         other, _ = h.connect(nursery)
-        await other.send(_xadd() * 2)
-        r = await _replies(other, 2)
+        await other.send(xadd_request() * 2)
+        r = await read_replies(other, 2)
         assert all(str(x).startswith("NOAUTH") for x in r), r
         await sock.send(encode_command([b"MULTI"]))
-        await _replies(sock, 1)
-        await sock.send(_xadd() * 2)
-        assert await _replies(sock, 2) == [b"QUEUED", b"QUEUED"]
+        await read_replies(sock, 1)
+        await sock.send(xadd_request() * 2)
+        assert await read_replies(sock, 2) == [b"QUEUED", b"QUEUED"]
         await sock.send(encode_command([b"EXEC"]))
-        (ids,) = await _replies(sock, 1)
+        (ids,) = await read_replies(sock, 1)
         assert len(ids) == 2 and runs_taken == []
-        await sock.send(_xadd() * 2 + encode_command([b"XLEN", b"s"]))
-        assert (await _replies(sock, 3))[2] == 5 and runs_taken == [2]
+        await sock.send(xadd_request() * 2 + encode_command([b"XLEN", b"s"]))
+        assert (await read_replies(sock, 3))[2] == 5 and runs_taken == [2]
         nursery.cancel_scope.cancel()
     h.state.topics.close()
 
@@ -1059,15 +884,15 @@ async def test_a_run_is_bounded_by_the_deferred_bytes(tmp_path, monkeypatch, run
     h = TopicsHarness(tmp_path)
     async with trio.open_nursery() as nursery:
         sock, _ = h.connect(nursery)
-        await sock.send(_xadd())
-        await _replies(sock, 1)
-        await sock.send(_xadd(value=b"x" * 300) * 8 + encode_command([b"XLEN", b"s"]))
-        r = await _replies(sock, 9)
+        await sock.send(xadd_request())
+        await read_replies(sock, 1)
+        await sock.send(xadd_request(value=b"x" * 300) * 8 + encode_command([b"XLEN", b"s"]))
+        r = await read_replies(sock, 9)
         assert r[8] == 9 and len(set(r[:8])) == 8
         nursery.cancel_scope.cancel()
     # ~330 bytes per entry counted: a batch is written once it reaches 1000.
     assert runs_taken == [3, 3, 2]
-    assert _batch_counts(h.state.topics.get(b"s").log) == [1, 3, 3, 2]
+    assert batch_counts(h.state.topics.get(b"s").log) == [1, 3, 3, 2]
     h.state.topics.close()
 
 
@@ -1082,12 +907,12 @@ async def test_xadds_of_connections_ready_in_the_same_tick_share_one_log_batch(t
         # Both requests are in the sockets before the server runs again.
         raw_a = socket.socket(fileno=os.dup(a.fileno()))
         raw_b = socket.socket(fileno=os.dup(b.fileno()))
-        raw_a.sendall(_xadd(value=b"a"))
-        raw_b.sendall(_xadd(value=b"b"))
+        raw_a.sendall(xadd_request(value=b"a"))
+        raw_b.sendall(xadd_request(value=b"b"))
         raw_a.close()
         raw_b.close()
-        (id_a,) = await _replies(a, 1)
-        (id_b,) = await _replies(b, 1)
+        (id_a,) = await read_replies(a, 1)
+        (id_b,) = await read_replies(b, 1)
         assert id_a != id_b
         nursery.cancel_scope.cancel()
     log = h.state.topics.get(b"s").log
@@ -1122,8 +947,8 @@ async def _inline_runner(fn, *args):
 
 async def _fill(sock, count, value):
     for _ in range(count):
-        await sock.send(_xadd(value=value))
-    return await _replies(sock, count)
+        await sock.send(xadd_request(value=value))
+    return await read_replies(sock, count)
 
 
 async def test_a_read_reply_leaves_from_the_log_files_mapping_and_whole_when_the_socket_is_slow(tmp_path):
@@ -1139,7 +964,7 @@ async def test_a_read_reply_leaves_from_the_log_files_mapping_and_whole_when_the
         h.sends.clear()
         await sock.send(encode_command([b"XREAD", b"COUNT", b"300", b"STREAMS", b"s", b"0"])
                         + encode_command([b"XRANGE", b"s", b"-", b"+"]))
-        read, ranged = await _replies(sock, 2)
+        read, ranged = await read_replies(sock, 2)
         nursery.cancel_scope.cancel()
     assert [e[0] for e in read[0][1]] == ids == [e[0] for e in ranged]
     assert all(e[1] == [b"f", value] for e in ranged)
@@ -1170,8 +995,8 @@ async def test_views_in_a_batch_are_copied_before_the_connection_waits(tmp_path,
         sock, _ = h.connect(nursery)
         ids = await _fill(sock, 3, b"v")
         seen.clear()
-        await sock.send(encode_command([b"XREAD", b"COUNT", b"5", b"STREAMS", b"s", b"0"]) + _xadd())
-        read, new_id = await _replies(sock, 2)
+        await sock.send(encode_command([b"XREAD", b"COUNT", b"5", b"STREAMS", b"s", b"0"]) + xadd_request())
+        read, new_id = await read_replies(sock, 2)
         nursery.cancel_scope.cancel()
     assert [e[0] for e in read[0][1]] == ids and new_id > ids[-1]
     assert seen and all(memoryview not in kinds for kinds in seen)
@@ -1210,14 +1035,14 @@ async def test_views_are_copied_before_waiting_for_an_fsync(tmp_path):
         await sock.send(encode_command([b"XREAD", b"COUNT", b"5", b"STREAMS", b"s", b"0"])
                         + encode_command([b"XDEL", b"s", ids[0]])
                         + encode_command([b"XREAD", b"BLOCK", b"1", b"STREAMS", b"s", b"$"]))
-        read, deleted, timed_out = await _replies(sock, 3)
+        read, deleted, timed_out = await read_replies(sock, 3)
         assert [e[0] for e in read[0][1]] == ids and deleted == 1 and timed_out is None
         assert seen and all(memoryview not in kinds for kinds in seen)
         assert handed_over == []
         # Without the blocking command the batch is handed to the group commit.
         await sock.send(encode_command([b"XREAD", b"COUNT", b"5", b"STREAMS", b"s", b"0"])
                         + encode_command([b"XDEL", b"s", ids[1]]))
-        read, deleted = await _replies(sock, 2)
+        read, deleted = await read_replies(sock, 2)
         nursery.cancel_scope.cancel()
     assert [e[0] for e in read[0][1]] == ids[1:] and deleted == 1
     assert handed_over == [bytes]

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from server.registry import RUNS
 from server.resp import encode_command
 from storage.streams.stream import encode_entry
-from tests.server.test_connection import TopicsHarness, _batch_counts, _replies, _xadd
+from tests.server.support import TopicsHarness, batch_counts, read_replies, xadd_request
 
 U64 = 2**64 - 1
 
@@ -261,7 +261,7 @@ async def _serve_pipeline(root, pipeline: bytes, runs: bool) -> tuple[bytes, lis
                 other, _ = h.connect(nursery)
                 await other.send(encode_command([b"XRANGE", b"s", b"-", b"+"])
                                  + encode_command([b"XRANGE", b"t", b"-", b"+"]))
-                ranges = await _replies(other, 2)
+                ranges = await read_replies(other, 2)
                 nursery.cancel_scope.cancel()
             taken = h.state.stats.xadd_run_commands
             h.state.topics.close()
@@ -303,21 +303,21 @@ async def test_a_run_to_a_topic_key_goes_to_one_partition_and_the_next_run_to_th
         await sock.send(encode_command([b"TOPIC", b"CREATE", b"t", b"PARTITIONS", b"3"])
                         + encode_command([b"TOPIC", b"CREATE", b"k", b"PARTITIONS", b"4",
                                           b"CONFIG", b"partition-key-field", b"user"]))
-        assert await _replies(sock, 2) == [b"OK", b"OK"]
+        assert await read_replies(sock, 2) == [b"OK", b"OK"]
         sent = []
         for i, n in enumerate([5, 4, 1, 3, 1, 1, 1]):
             values = [b"%d-%d" % (i, j) for j in range(n)]
-            await sock.send(b"".join(_xadd(b"t", v) for v in values))
-            ids = await _replies(sock, n)
+            await sock.send(b"".join(xadd_request(b"t", v) for v in values))
+            ids = await read_replies(sock, n)
             assert all(_ID_REPLY.fullmatch(b"$%d\r\n%s\r\n" % (len(x), x)) for x in ids)
             sent.append(values)
         taken = h.state.stats.xadd_run_commands
         users = [b"user-%d" % i for i in range(12)]
         await sock.send(b"".join(encode_command([b"XADD", b"k", b"*", b"user", u]) for u in users))
-        await _replies(sock, len(users))
+        await read_replies(sock, len(users))
         await sock.send(b"".join(encode_command([b"XRANGE", b"t#%d" % n, b"-", b"+"]) for n in range(3))
                         + b"".join(encode_command([b"XRANGE", b"k#%d" % n, b"-", b"+"]) for n in range(4)))
-        ranges = await _replies(sock, 7)
+        ranges = await read_replies(sock, 7)
         nursery.cancel_scope.cancel()
     got = [[entry[1][1] for entry in r] for r in ranges]
     # Runs 0..6 went to partitions 0, 1, 2, 0, 1, 2, 0, each in its order.
@@ -326,8 +326,8 @@ async def test_a_run_to_a_topic_key_goes_to_one_partition_and_the_next_run_to_th
     assert got[2] == sent[2] + sent[5]
     assert taken == 16  # every one of them through the run path
     topics = h.state.topics
-    assert _batch_counts(topics.get(b"t#0").log) == [5, 3, 1]  # one log batch per run
-    assert _batch_counts(topics.get(b"t#1").log) == [4, 1]
+    assert batch_counts(topics.get(b"t#0").log) == [5, 3, 1]  # one log batch per run
+    assert batch_counts(topics.get(b"t#1").log) == [4, 1]
     for n in range(4):
         assert got[3 + n] == [u for u in users if partition_for_key(u, 4) == n]
     assert h.state.stats.xadd_run_commands == taken  # the keyed pipeline took the general path
@@ -343,14 +343,14 @@ async def test_a_refused_run_to_a_topic_key_does_not_move_the_counter(tmp_path):
         sock, _ = h.connect(nursery)
         await sock.send(encode_command([b"TOPIC", b"CREATE", b"t", b"PARTITIONS", b"2",
                                         b"CONFIG", b"max-entry-bytes", b"100"]))
-        assert await _replies(sock, 1) == [b"OK"]
-        await sock.send(_xadd(b"t", b"x" * 200) + _xadd(b"t", b"a"))
-        refused, first = await _replies(sock, 2)
+        assert await read_replies(sock, 1) == [b"OK"]
+        await sock.send(xadd_request(b"t", b"x" * 200) + xadd_request(b"t", b"a"))
+        refused, first = await read_replies(sock, 2)
         assert isinstance(refused, Exception) and "max-entry-bytes (100)" in str(refused)
-        await sock.send(_xadd(b"t", b"b"))
-        await _replies(sock, 1)
+        await sock.send(xadd_request(b"t", b"b"))
+        await read_replies(sock, 1)
         await sock.send(encode_command([b"XRANGE", b"t#0", b"-", b"+"]) + encode_command([b"XRANGE", b"t#1", b"-", b"+"]))
-        ranges = await _replies(sock, 2)
+        ranges = await read_replies(sock, 2)
         nursery.cancel_scope.cancel()
     # The refused XADD skipped nothing: "a" is the first entry of t#0, "b" of t#1.
     assert [[entry[1][1] for entry in r] for r in ranges] == [[b"a"], [b"b"]]

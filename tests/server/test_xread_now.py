@@ -7,7 +7,7 @@ import pytest
 from server.dispatch import COROUTINE, Context
 from server.registry import COMMANDS
 from server.reply import encode
-from tests.server.test_connection import TopicsHarness
+from tests.server.support import TopicsHarness
 
 
 def _run(reply):

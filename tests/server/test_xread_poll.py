@@ -16,7 +16,7 @@ from server.dispatch import Context
 from server.errors import CommandError
 from server.registry import POLLS
 from server.resp import encode_command
-from tests.server.test_connection import TopicsHarness
+from tests.server.support import TopicsHarness, one_reply
 from tests.server.test_xaddrun import _LEN, _bulk
 
 U64 = 2**64 - 1
@@ -142,17 +142,6 @@ def _requests():
     return [encode_command(f) for f in forms]
 
 
-async def _one_reply(sock, reader) -> bytes:
-    raw = b""
-    while True:
-        chunk = await sock.recv(1 << 20)
-        assert chunk, "connection closed"
-        raw += chunk
-        reader.feed(chunk)
-        if reader.gets() is not False:
-            return raw
-
-
 async def _serve(root, requests: list[bytes], polls: bool, protocol: int):
     """Raw replies of ``requests`` sent one at a time on a fresh in-process
     server, then how many the poll path answered and the XREAD stats."""
@@ -192,13 +181,13 @@ async def _serve(root, requests: list[bytes], polls: bool, protocol: int):
                 reader = hiredis.Reader()
                 if protocol == 3:
                     await sock.send(encode_command([b"HELLO", b"3"]))
-                    await _one_reply(sock, reader)
+                    await one_reply(sock, reader)
                 for request in requests:
                     await sock.send(request)
                     with trio.fail_after(10):
-                        replies.append(await _one_reply(sock, reader))
+                        replies.append(await one_reply(sock, reader))
                 await sock.send(encode_command([b"INFO", b"commandstats"]))
-                info = await _one_reply(sock, reader)
+                info = await one_reply(sock, reader)
                 nursery.cancel_scope.cancel()
             h.state.topics.close()
     finally:
