@@ -532,6 +532,39 @@ def test_sends_it_cannot_take_are_left_to_the_caller():
         b.close()
 
 
+def test_the_thread_holds_a_bounded_number_of_socket_copies():
+    """Each send's socket is dup'ed for the thread, up to SEND_DUPS_MAX
+    copies at once in the process: the sends past it (many clients in one
+    round) are left to the caller, and nothing stays open after."""
+    fsync = _module()
+    most = fsync.SEND_DUPS_MAX
+    a, b = socket.socketpair()
+    try:
+        before = _open_fds()
+        result, sent = _run([], [(a.fileno(), b"+x\r\n")] * (most + 2), added=[])
+        assert result is None and sent == [4] * most + [None, None]
+        assert _open_fds() == before
+        wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        try:
+            with held_worker():
+                job = fsync.start([], wake, [(a.fileno(), b"+y\r\n")] * most)
+                assert _open_fds() == before + most + 1
+                assert not fsync.add_send(job, (a.fileno(), b"+z\r\n"))  # past the bound: the caller's
+            _wait_done(job)
+            assert fsync.sent(job) == [4] * most
+        finally:
+            os.close(wake)
+        assert _open_fds() == before
+        b.settimeout(5)
+        received = b""
+        while len(received) < 4 * (2 * most):
+            received += b.recv(1 << 16)
+        assert received == b"+x\r\n" * most + b"+y\r\n" * most
+    finally:
+        a.close()
+        b.close()
+
+
 def test_bad_sends_are_refused_without_a_leak():
     fsync = _module()
     a, b = socket.socketpair()
