@@ -366,7 +366,8 @@ class TopicRegistry:
 
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
-        manager = LogManager(data_dir, default_config=log_config_from(config))
+        manager = LogManager(data_dir, default_config=log_config_from(config),
+                             max_open_files=getattr(config, "max_open_files", 1000))
         return cls(manager, config)
 
     def close(self) -> None:

@@ -15,6 +15,10 @@
  *       wake_fd. The caller keeps the `fds` open until wake_fd is
  *       signalled; each send's socket is dup'ed here, so the caller may
  *       close it meanwhile without its number reaching another client.
+ *       At most SEND_DUPS_MAX such copies are open at once in the process
+ *       (the module's constant): a send past it is not taken, and the
+ *       caller sends it (descriptor use stays bounded whatever the number
+ *       of clients a round covers; docs/guarantees.md).
  *
  *   add_send(job, (fd, bytes)) -> bool
  *       One more (socket fd, bytes) for a job already started, sent with
@@ -76,6 +80,31 @@
 #define CAPSULE_NAME "server._fsync.job"
 
 #define NOT_TAKEN PY_SSIZE_T_MIN /* a send whose socket could not be dup'ed */
+
+/* Sockets dup'ed for sends and not yet closed, in every job: incremented by
+ * the loop's thread (holding the GIL: one at a time), decremented by the
+ * job's thread when it closes one. */
+#define SEND_DUPS_MAX 64
+static int send_dups = 0;
+
+/* A copy of socket fd for a send, or -1 (past SEND_DUPS_MAX, or dup failed). */
+static int
+dup_for_send(int fd)
+{
+    if (__atomic_load_n(&send_dups, __ATOMIC_ACQUIRE) >= SEND_DUPS_MAX)
+        return -1;
+    int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (dup_fd >= 0)
+        __atomic_add_fetch(&send_dups, 1, __ATOMIC_ACQ_REL);
+    return dup_fd;
+}
+
+static void
+close_send_dup(int fd)
+{
+    close(fd);
+    __atomic_sub_fetch(&send_dups, 1, __ATOMIC_ACQ_REL);
+}
 
 /* A reply to send once the job's syncs succeeded: on a descriptor of the
  * job's own (a dup, closed by the thread), from a bytes object the job keeps
@@ -287,7 +316,7 @@ run_job(Job *job)
                 snd.sent += r;
             }
         }
-        close(snd.fd);
+        close_send_dup(snd.fd);
         pthread_mutex_lock(&sends_lock);
         job->sends[i].sent = snd.sent;
         pthread_mutex_unlock(&sends_lock);
@@ -339,7 +368,7 @@ discard_job(Job *job, Py_ssize_t dups)
 {
     for (Py_ssize_t i = 0; i < dups; i++)
         if (job->sends[i].fd >= 0)
-            close(job->sends[i].fd);
+            close_send_dup(job->sends[i].fd);
     Py_XDECREF(job->keep);
     free(job->sends);
     free(job);
@@ -376,7 +405,7 @@ take_sends(Job *job, PyObject *sends)
             return -1;
         }
         /* No descriptor to spare (or a bad one): not taken, the caller sends it. */
-        int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        int dup_fd = dup_for_send(fd);
         job->sends[i].fd = dup_fd;
         job->sends[i].buf = PyBytes_AS_STRING(payload);
         job->sends[i].len = PyBytes_GET_SIZE(payload);
@@ -445,7 +474,7 @@ fsync_add_send(PyObject *self, PyObject *args)
         job->sends = grown;
         job->cap = cap;
     }
-    int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    int dup_fd = dup_for_send(fd);
     if (dup_fd < 0) {
         pthread_mutex_unlock(&sends_lock);
         Py_RETURN_FALSE;
@@ -513,7 +542,7 @@ fsync_start(PyObject *self, PyObject *args)
             pthread_mutex_unlock(&queue_lock);
             for (Py_ssize_t i = 0; i < job->nsend; i++)
                 if (job->sends[i].fd >= 0)
-                    close(job->sends[i].fd);
+                    close_send_dup(job->sends[i].fd);
             job->finished = 1; /* never queued: the capsule may free it */
             Py_DECREF(capsule);
             errno = rc;
@@ -656,5 +685,8 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__fsync(void)
 {
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "SEND_DUPS_MAX", SEND_DUPS_MAX) < 0)
+        Py_CLEAR(m);
+    return m;
 }

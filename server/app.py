@@ -18,6 +18,7 @@ import functools
 import gc
 import logging
 import os
+import resource
 import time
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,28 @@ from server.state import REDIS_VERSION, ServerState, open_topics, partita_versio
 log = logging.getLogger("partita")
 
 OPS_SAMPLE_INTERVAL_S = 0.1
+# Descriptors the process may hold beyond max-open-files (partition files,
+# flush rounds included) and maxclients (docs/guarantees.md): 32 for the
+# standard streams and the log file, the event loop's, the listening
+# sockets, the fsync thread's eventfd, up to 8 mapped segments
+# (storage.segment: a mapping keeps a copy of its file's), a checkpoint being
+# written, the cluster bus; and 64 copies of client sockets the fsync thread
+# sends held replies on (server/_fsync.c SEND_DUPS_MAX).
+RESERVED_FDS = 96
+
+
+def check_open_files_limit(config: Config) -> None:
+    """Say once, at start-up, when the process's descriptor limit is below
+    what this configuration may open (max-open-files + maxclients +
+    RESERVED_FDS): past it writes fail with EMFILE and clients wait."""
+    needed = config.max_open_files + config.maxclients + RESERVED_FDS
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        log.warning("The open files limit (RLIMIT_NOFILE) is %d, below the %d descriptors this configuration "
+                    "may use (max-open-files %d + maxclients %d + %d reserved): past it, writes fail with "
+                    "'Too many open files' and new clients wait. Raise it (ulimit -n %d) or lower "
+                    "max-open-files or maxclients.", soft, needed, config.max_open_files, config.maxclients,
+                    RESERVED_FDS, needed)
 
 
 def prepare_data_dir(config: Config) -> Path:
@@ -58,6 +81,7 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
     """
     log.info("Partita %s (Redis %s protocol) starting, pid=%d", partita_version(), REDIS_VERSION, os.getpid())
     log.info("Configuration: %s", config.path if config.path else "no config file, using defaults")
+    check_open_files_limit(config)
     # Bind first: a busy port fails the start before the data dir is touched.
     sockets = bind_sockets(config.bind, config.port)
     try:  # TLS hook (server/tls.py): the context is checked and the port bound before the data dir
@@ -91,7 +115,8 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
         raise
     if state.replication is not None:
         state.replication.server = state
-    durability = Durability()
+    # A flush round's chunk pins at most a quarter of the file cache (storage.handles).
+    durability = Durability(round_fds_max=max(1, config.max_open_files // 4))
     durability.policy_of = getattr(topics, "fsync_policy_of", None)  # per-topic fsync
     state.durability = durability
     dispatcher = Dispatcher(state)

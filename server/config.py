@@ -206,6 +206,9 @@ OPTIONS: tuple[Option, ...] = (
            doc="Redis's name for fsync; setting either sets both"),
     Option("requirepass", "string", "", doc="password for AUTH; empty: no authentication"),
     Option("maxclients", "int", 10000, minimum=1, maximum=U32, doc="connected clients at most"),
+    Option("max-open-files", "int", 1000, mutable=False, minimum=16, maximum=2**31 - 1,
+           doc="descriptors of partition files kept open at most (least recently used closed first); "
+               "flush rounds sync through them"),
     # Limits and access control (docs/security.md).
     Option("client-output-buffer-limit", "obuf", DEFAULT_OUTPUT_BUFFER_LIMITS,
            doc="reply bytes a client may leave unread: `<class> <hard> <soft> <soft-seconds>`"),

@@ -43,6 +43,17 @@ scheduler pass (the writers made ready with it join).
 
 Under a test's runner (``Durability(run_in_thread=...)``) or without the C
 helper the rounds are awaited instead (``_flush_round``).
+
+Descriptors: a flush syncs through the descriptors of the logs' file cache,
+pinned by its tickets (``storage.handles``), and every round, of either
+policy, goes in chunks of tickets holding at most ``round_fds_max``
+descriptors (the app sets a quarter of ``max-open-files``): however many
+partitions were written, a round never needs more, and never opens a
+descriptor of its own (a consumer group store's ticket holds a copy of its
+journal's, counted in the chunk). A round's replies go out after its last
+chunk. A failure stops the round: every ticket begun is ended (releasing
+its descriptors), and every log it did not flush stays dirty
+(``_keep_dirty``), so nothing written drops out of durability.
 """
 
 from __future__ import annotations
@@ -60,6 +71,8 @@ except ImportError:  # built without a C compiler: the round fsyncs on the loop
 
 log = logging.getLogger("partita.durability")
 EVERYSEC_INTERVAL_S = 1.0
+# Descriptors a chunk of a flush round holds at most, unless told otherwise.
+ROUND_FDS_MAX = 256
 
 
 class DurabilityError(Exception):
@@ -67,8 +80,16 @@ class DurabilityError(Exception):
 
 
 def _run_tickets(tickets: list[Any]) -> None:
+    """Run every ticket (one log's failed sync must not leave the others
+    unsynced), then raise the first failure."""
+    first = None
     for ticket in tickets:
-        ticket.run()
+        try:
+            ticket.run()
+        except Exception as e:
+            first = first or e
+    if first is not None:
+        raise first
 
 
 def _write_ticket_checkpoints(tickets: list[Any]) -> None:
@@ -84,9 +105,14 @@ class Durability:
     runner passed in also runs the ``always`` rounds' syncs, in place of
     ``server._fsync``'s thread (whose real-time wait a virtual clock would
     jump past).
+
+    ``round_fds_max``: descriptors a chunk of a flush round holds at most
+    (the module docstring).
     """
 
-    def __init__(self, run_in_thread=None) -> None:
+    def __init__(self, run_in_thread=None, round_fds_max: int = ROUND_FDS_MAX) -> None:
+        assert round_fds_max >= 1
+        self.round_fds_max = round_fds_max
         self._run_in_thread = run_in_thread or trio.to_thread.run_sync
         self._round_runner = run_in_thread
         self._always_dirty: dict[int, Any] = {}  # id(log) -> log
@@ -166,10 +192,12 @@ class Durability:
         self._pending.append(entry)
         if self._chained:
             round_ = self._round
-            if round_ is not None and seq <= round_.target and entry[2] is not None and round_.job is not None:
-                # Its write is in the round in progress (a deferred commit's
-                # cohort hands over one by one): its thread sends it too, if
-                # it has not finished sending.
+            if round_ is not None and round_.last and seq <= round_.target and entry[2] is not None \
+                    and round_.job is not None:
+                # Its write is in the round in progress, whose last chunk is
+                # syncing (a deferred commit's cohort hands over one by
+                # one): its thread sends it too, if it has not finished
+                # sending.
                 if _fsync.add_send(round_.job, entry[2]):
                     round_.sends.append(entry)
             # Noted before, so a round this ends chains one that covers it
@@ -189,7 +217,8 @@ class Durability:
         loop's next look at the eventfd."""
         round_ = self._round
         if round_ is not None and round_.job is not None and _fsync.done(round_.job):
-            self._end_round()
+            self._end_chunk()
+            self._run_chunks()
 
     @staticmethod
     def withdraw_send(handle: list | None) -> None:
@@ -245,10 +274,14 @@ class Durability:
                 await trio.lowlevel.cancel_shielded_checkpoint()
             self._eager = False
             target = self._noted_seq
-            logs = list(self._always_dirty.values())
+            queue = list(self._always_dirty.values())
             self._always_dirty.clear()
             with trio.CancelScope(shield=True):  # the round is every writer's, not its caller's
-                await self._flush_round_logs(logs)
+                try:
+                    await self._flush_round_logs(queue)
+                except Exception:
+                    self._keep_dirty(queue)
+                    raise
             self._flushed_seq = target
             self.fsync_count += 1
             self._eager = self._noted_seq > target
@@ -259,14 +292,11 @@ class Durability:
             done, self._round_done = self._round_done, trio.Event()
             done.set()
 
-    async def _flush_round_logs(self, logs: list[Any]) -> None:
+    async def _flush_round_logs(self, queue: list[Any]) -> None:
         """An awaited round's syncs: on the test's runner, or on the loop
         itself if the C helper was not built (pausing the loop as Redis's
         appendfsync always does)."""
-        if self._round_runner is not None:
-            await self._round_runner(flush_logs_now, logs)
-        else:
-            flush_logs_now(logs)
+        await flush_logs(queue, self._round_runner or _inline, self.round_fds_max)
 
     def _record_failure(self, target: int, error: BaseException) -> DurabilityError:
         """A round up to ``target`` failed: no write it covered may be
@@ -277,67 +307,93 @@ class Durability:
         self.last_flush_error = str(error)
         return DurabilityError(str(error))
 
+    def _keep_dirty(self, logs: list[Any]) -> None:
+        """Logs a failed flush left unflushed stay dirty: the once-a-second
+        flush tries them again (not the next ``always`` round, which one
+        failing log would then fail for every writer), unless closed or
+        offline after a failed sync (it refuses every flush until reopened)."""
+        for lg in logs:
+            if getattr(lg, "sync_failure", None) is None and not getattr(lg, "closed", False):
+                self._everysec_dirty[id(lg)] = lg
+
     def _begin_round(self) -> None:
         """Start a chained round (server._fsync's thread) for every write
         noted so far; the loop goes on at once."""
-        target = self._noted_seq
-        logs = _open_logs(list(self._always_dirty.values()))
+        queue = list(self._always_dirty.values())
         self._always_dirty.clear()
-        sends = [e for e in self._pending if e[2] is not None and e[0] <= target]
         self._flushing = True
-        round_ = self._round = _Round(target, logs)
-        try:
-            for lg in logs:
-                round_.tickets.append(lg.begin_flush())
-            # ~fd: a full fsync (a directory); the rest need only fdatasync.
-            fds = [~fd if full else fd for ticket in round_.tickets for fd, full in ticket.sync_targets()]
-            if fds:
-                if self._wake_fd is None:
-                    self._wake_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
-                round_.job = _fsync.start(fds, self._wake_fd, [e[2] for e in sends])
-                round_.sends = sends
-        except Exception as e:
-            round_.error = e
-        if round_.job is None:  # nothing to sync, or it could not start
-            self._end_round()
-        elif not self._watching:
-            self._watching = True
-            trio.lowlevel.spawn_system_task(self._watch_rounds)
+        self._round = _Round(self._noted_seq, queue)
+        self._run_chunks()
 
-    def _end_round(self) -> None:
-        """The chained round's thread is done (or it never started): finish
-        its tickets, wake its waiters, call back its writers, and start the
-        next round if writes were noted meanwhile."""
-        round_, self._round = self._round, None
-        error = round_.error
+    def _run_chunks(self) -> None:
+        """Start the chained round's next chunk on server._fsync's thread
+        (the last one takes the held replies the round covers). A chunk with
+        nothing to sync, or that could not start, ends here at once; the
+        round ends here once no chunk is left, or one failed."""
+        round_ = self._round
+        while round_.queue and round_.error is None:
+            try:
+                round_.logs, round_.tickets = [], []
+                round_.logs, round_.tickets = _begin_chunk(round_.queue, self.round_fds_max)
+                # ~fd: a full fsync (a directory); the rest need only fdatasync.
+                fds = [~fd if full else fd for ticket in round_.tickets for fd, full in ticket.sync_targets()]
+                if fds:
+                    round_.last = not round_.queue and not any(_partial(t) for t in round_.tickets)
+                    sends = [e for e in self._pending if e[2] is not None and e[0] <= round_.target] \
+                        if round_.last else []
+                    if self._wake_fd is None:
+                        self._wake_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+                    round_.job = _fsync.start(fds, self._wake_fd, [e[2] for e in sends])
+                    round_.sends = sends
+            except Exception as e:
+                round_.error = e
+            if round_.job is not None:
+                if not self._watching:
+                    self._watching = True
+                    trio.lowlevel.spawn_system_task(self._watch_rounds)
+                return
+            self._end_chunk()  # nothing to sync, or it could not start
+        self._end_round()
+
+    def _end_chunk(self) -> None:
+        """The chunk's thread is done (or it never started): finish its
+        tickets (or fail them), and end them; a log not wholly flushed goes
+        back to the round's queue."""
+        round_ = self._round
+        job, round_.job = round_.job, None
         tickets = round_.tickets
         try:
-            if round_.job is not None:
+            if job is not None:
                 try:
                     os.eventfd_read(self._wake_fd)  # saves _watch_rounds a wake-up
                 except BlockingIOError:
                     pass
-                failed = _fsync.result(round_.job)
+                failed = _fsync.result(job)
                 if failed is not None:  # raises
-                    _fail_tickets(tickets, _fsync.failures(round_.job), OSError(failed[1], os.strerror(failed[1])))
-                for entry, sent in zip(round_.sends, _fsync.sent(round_.job)):
+                    _fail_tickets(tickets, _fsync.failures(job), OSError(failed[1], os.strerror(failed[1])))
+                for entry, sent in zip(round_.sends, _fsync.sent(job)):
                     entry[2], entry[3] = None, sent
-            if error is None:
+            if round_.error is None:
                 self._finish_tickets(tickets)
         except Exception as e:
-            error = error or e
-        for lg, ticket in zip(round_.logs, tickets):
-            try:
-                lg.end_flush(ticket)  # a ticket not finished is discarded
-            except Exception as e:
-                error = error or e
+            round_.error = round_.error or e
+        error = _end_tickets(round_.queue, round_.logs, tickets)  # a ticket not finished is discarded
+        round_.error = round_.error or error
+        round_.logs, round_.tickets, round_.sends = [], [], []
+
+    def _end_round(self) -> None:
+        """Every chunk of the chained round ended, or one failed: wake its
+        waiters, call back its writers, and start the next round if writes
+        were noted meanwhile."""
+        round_, self._round = self._round, None
         target = round_.target
         failure = None
-        if error is None:
+        if round_.error is None:
             self._flushed_seq = target
             self.fsync_count += 1
         else:  # storage errors: refuse to acknowledge
-            failure = self._record_failure(target, error)
+            self._keep_dirty(round_.queue)
+            failure = self._record_failure(target, round_.error)
         self._flushing = False
         done, self._round_done = self._round_done, trio.Event()
         done.set()
@@ -422,12 +478,13 @@ class Durability:
         # A log a failed sync took offline refuses every flush until it is
         # reopened, and said so when it failed: not again each second. (Under
         # always the round still asks it, so its writers get no reply.)
-        logs = [lg for lg in self._everysec_dirty.values() if getattr(lg, "sync_failure", None) is None]
+        queue = [lg for lg in self._everysec_dirty.values() if getattr(lg, "sync_failure", None) is None]
         self._everysec_dirty.clear()
         try:
             with trio.CancelScope(shield=True):
-                await flush_logs(logs, self._run_in_thread)
+                await flush_logs(queue, self._run_in_thread, self.round_fds_max)
         except Exception as e:
+            self._keep_dirty(queue)
             log.error("background fsync failed: %s", e or repr(e))
             self.last_flush_error = str(e)
 
@@ -445,17 +502,20 @@ class Durability:
 
 
 class _Round:
-    """A chained round in progress (``Durability._begin_round``)."""
+    """A chained round in progress (``Durability._begin_round``), synced a
+    chunk of tickets at a time."""
 
-    __slots__ = ("target", "logs", "tickets", "sends", "job", "error")
+    __slots__ = ("target", "queue", "logs", "tickets", "last", "sends", "job", "error")
 
-    def __init__(self, target: int, logs: list[Any]) -> None:
+    def __init__(self, target: int, queue: list[Any]) -> None:
         self.target = target  # every write noted up to here
-        self.logs = logs
+        self.queue = queue  # logs left to flush, taken from the end
+        self.logs: list[Any] = []  # the chunk in progress
         self.tickets: list[Any] = []
+        self.last = False  # the chunk in progress is the round's last: it sends
         self.sends: list[list[Any]] = []  # when_durable entries the thread sends
         self.job: Any = None  # server._fsync's job, None until started
-        self.error: BaseException | None = None  # it could not start
+        self.error: BaseException | None = None  # a chunk failed, or could not start
 
 
 def _fail_tickets(tickets: list[Any], failures: list[tuple[int, int]], first: OSError) -> None:
@@ -476,29 +536,76 @@ def _fail_tickets(tickets: list[Any], failures: list[tuple[int, int]], first: OS
     raise raised[0] if raised else first
 
 
-def _open_logs(logs: list[Any]) -> list[Any]:
-    """Logs closed since they were written (their topic was deleted) have
-    nothing left to flush."""
-    return [lg for lg in logs if not getattr(lg, "closed", False)]
+def _partial(ticket: Any) -> bool:
+    """Whether the ticket left part of its log for another (storage.log's
+    ``FlushTicket.partial``; a ticket without it covers everything)."""
+    return getattr(ticket, "partial", False)
 
 
-def flush_logs_now(logs: list[Any]) -> None:
-    """One group flush on the calling thread."""
-    logs = _open_logs(logs)
-    tickets = [lg.begin_flush() for lg in logs]
-    try:
-        _run_tickets(tickets)
-    finally:
-        for lg, ticket in zip(logs, tickets):
-            lg.end_flush(ticket)
+def _begin_chunk(queue: list[Any], fds_max: int) -> tuple[list[Any], list[Any]]:
+    """Main thread: flush tickets for the logs at the end of ``queue``
+    (taken off it) until they hold ``fds_max`` descriptors (the ticket that
+    reaches it is the chunk's last; one at least). Returns (logs, tickets).
+    If a ``begin_flush`` raises, the tickets begun are ended (releasing
+    their descriptors), every log goes back to ``queue`` (the failing one
+    where it is taken last) and the error is raised."""
+    logs: list[Any] = []
+    tickets: list[Any] = []
+    held = 0
+    while queue and held < fds_max:
+        lg = queue.pop()
+        if getattr(lg, "closed", False):  # closed since it was written (topic deleted)
+            continue
+        try:
+            ticket = lg.begin_flush()
+        except BaseException:
+            queue.insert(0, lg)
+            _end_tickets(queue, logs, tickets)
+            raise
+        logs.append(lg)
+        tickets.append(ticket)
+        try:
+            held += len(ticket.sync_targets())
+        except BaseException:
+            _end_tickets(queue, logs, tickets)
+            raise
+    return logs, tickets
 
 
-async def flush_logs(logs: list[Any], run_in_thread=None) -> None:
-    """One group flush: begin on this thread, fsync on a worker, end here."""
-    logs = _open_logs(logs)
-    if not logs:
-        return
-    tickets = [lg.begin_flush() for lg in logs]
-    await (run_in_thread or trio.to_thread.run_sync)(_run_tickets, tickets)
+def _end_tickets(queue: list[Any], logs: list[Any], tickets: list[Any]) -> BaseException | None:
+    """Main thread: end every ticket (``end_flush`` releases its
+    descriptors, and discards it if it did not run or failed); a log not
+    wholly flushed (its ticket not finished, or partial) goes back to
+    ``queue``. Returns the first error an ``end_flush`` raised."""
+    error = None
     for lg, ticket in zip(logs, tickets):
-        lg.end_flush(ticket)
+        try:
+            lg.end_flush(ticket)
+            done = ticket.ok and not _partial(ticket)
+        except Exception as e:
+            error = error or e
+            done = False
+        if not done:
+            queue.append(lg)
+    return error
+
+
+async def _inline(fn, *args):
+    return fn(*args)
+
+
+async def flush_logs(queue: list[Any], run_in_thread=None, fds_max: int = ROUND_FDS_MAX) -> None:
+    """Flush every log of ``queue`` (taken off it as each is done), a chunk
+    of tickets at a time holding at most ``fds_max`` descriptors: begun on
+    this thread, run by ``run_in_thread`` (a worker thread by default),
+    ended here. Stops at the first failure and raises it; the logs not
+    flushed are then left in ``queue``."""
+    run = run_in_thread or trio.to_thread.run_sync
+    while queue:
+        logs, tickets = _begin_chunk(queue, fds_max)
+        try:
+            await run(_run_tickets, tickets)
+        finally:
+            error = _end_tickets(queue, logs, tickets)
+        if error is not None:
+            raise error

@@ -5,10 +5,21 @@ segments holds at most ``max_open_files`` descriptors: ``get(path)`` opens on
 demand and closes the least recently used descriptor when over the limit.
 
 Callers never keep a descriptor across another ``get`` call (it may have been
-closed by then), and never hand one to another thread: ``FlushTicket`` takes
-``os.dup`` copies instead.
+closed by then), except a pinned one: ``pin(path)`` is ``get`` plus a promise
+that the descriptor stays open, and keeps its number, until ``unpin(fd)``.
+A flush ticket (``storage.log.FlushTicket``) pins the files it syncs, so the
+sync can run on another thread through the cache's own descriptors: a flush
+round needs no descriptor of its own, and a round over any number of
+partitions stays within ``max_open_files``. Pinned descriptors count towards
+the limit and are never closed to make room; ``close``, ``close_under`` and
+``close_all`` of a pinned one take it out of the cache at once (the next
+``get`` opens the file anew) and close it at its last ``unpin``. Callers keep
+the pinned descriptors well below the limit (a flush ticket pins at most an
+eighth of it, a flush round a quarter); were every descriptor pinned, ``get``
+would open one past the limit rather than fail.
 
-Thread contract: main thread only.
+Thread contract: main thread only (``pin``/``unpin`` included: the thread
+that syncs a pinned descriptor only uses it).
 
 Must not know: what the files hold.
 """
@@ -22,25 +33,30 @@ from storage.errors import raise_storage_error
 
 
 class FileCache:
-    """LRU of ``path -> fd`` (files opened read-write)."""
+    """LRU of ``path -> fd`` (files opened read-write, directories read-only)."""
 
     def __init__(self, max_open_files: int = 1000) -> None:
         assert max_open_files >= 4
         self.max_open_files = max_open_files
         self._fds: OrderedDict[str, int] = OrderedDict()
+        self._pins: dict[int, int] = {}  # fd -> pins; the fd is in _fds or _dropped
+        self._dropped: set[int] = set()  # pinned fds taken out of the cache: closed at their last unpin
         self.opens = 0  # how many times a file was opened (tests count these)
 
-    def get(self, path: str, *, create: bool = False) -> int:
-        """An fd for ``path`` (opened ``O_RDWR``), most recently used."""
+    def get(self, path: str, *, create: bool = False, directory: bool = False) -> int:
+        """An fd for ``path`` (opened ``O_RDWR``; with ``directory``,
+        ``O_RDONLY | O_DIRECTORY``), most recently used."""
         fds = self._fds
         fd = fds.get(path)
         if fd is not None:
             fds.move_to_end(path)
             return fd
-        while len(fds) >= self.max_open_files:
-            _, old = fds.popitem(last=False)
-            os.close(old)
-        flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+        while len(fds) + len(self._dropped) >= self.max_open_files and self._close_lru():
+            pass
+        if directory:
+            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+        else:
+            flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
         try:
             fd = os.open(path, flags, 0o644)
         except OSError as exc:
@@ -49,24 +65,67 @@ class FileCache:
         fds[path] = fd
         return fd
 
+    def _close_lru(self) -> bool:
+        """Close the least recently used descriptor not pinned; False if
+        every one is pinned."""
+        fds, pins = self._fds, self._pins
+        if not pins:
+            os.close(fds.popitem(last=False)[1])
+            return True
+        for path, fd in fds.items():  # pinned ones were used last: few are passed over
+            if fd not in pins:
+                del fds[path]
+                os.close(fd)
+                return True
+        return False
+
+    def pin(self, path: str, *, create: bool = False, directory: bool = False) -> int:
+        """``get(path)``, kept open until ``unpin`` of the fd returned (once
+        per ``pin``)."""
+        fd = self.get(path, create=create, directory=directory)
+        self._pins[fd] = self._pins.get(fd, 0) + 1
+        return fd
+
+    def unpin(self, fd: int) -> None:
+        left = self._pins[fd] - 1
+        if left:
+            self._pins[fd] = left
+            return
+        del self._pins[fd]
+        if fd in self._dropped:
+            self._dropped.discard(fd)
+            os.close(fd)
+
+    @property
+    def pinned(self) -> int:
+        """Descriptors pinned now (tests check that flushes release theirs)."""
+        return len(self._pins)
+
     def peek(self, path: str) -> int | None:
         return self._fds.get(path)
 
     def close(self, path: str) -> None:
         fd = self._fds.pop(path, None)
         if fd is not None:
+            self._release(fd)
+
+    def _release(self, fd: int) -> None:
+        if fd in self._pins:
+            self._dropped.add(fd)
+        else:
             os.close(fd)
 
     def close_under(self, directory: str) -> None:
-        """Close every fd of a file inside ``directory``."""
-        prefix = directory.rstrip("/") + "/"
-        for path in [p for p in self._fds if p.startswith(prefix)]:
+        """Close every fd of ``directory`` and of a file inside it."""
+        directory = directory.rstrip("/")
+        prefix = directory + "/"
+        for path in [p for p in self._fds if p == directory or p.startswith(prefix)]:
             self.close(path)
 
     def close_all(self) -> None:
         while self._fds:
-            _, fd = self._fds.popitem()
-            os.close(fd)
+            self._release(self._fds.popitem()[1])
 
     def __len__(self) -> int:
-        return len(self._fds)
+        """Descriptors open (pinned ones taken out of the cache included)."""
+        return len(self._fds) + len(self._dropped)

@@ -37,8 +37,9 @@ Memory: a few numbers per segment, the active segment's index, deletion
 markers (8 B per deleted entry) and leader epochs. Nothing per entry.
 
 Thread contract: one thread (the "main" thread) calls everything, except
-``FlushTicket.run()``, which may run on any thread: it only fsyncs ``dup``-ed
-descriptors and writes the recovery-point checkpoint under ``_rp_lock``.
+``FlushTicket.run()``, which may run on any thread: it only fsyncs
+descriptors the ``FileCache`` keeps open for it (pinned from ``begin_flush``
+to ``end_flush``) and writes the recovery-point checkpoint under ``_rp_lock``.
 
 Must not know: RESP, stream semantics (IDs are opaque increasing pairs here),
 trio, the cluster.
@@ -72,6 +73,11 @@ from storage.segment import ZERO_TAIL, ReadAccumulator, Segment
 
 MiB = 1024 * 1024
 RECOVERY_CHECKPOINT_INTERVAL_MS = 1000
+# A flush ticket pins at most this share of the FileCache's descriptors (at
+# least _TICKET_FDS_MIN): with the rounds' own bound (server/durability.py)
+# pinned ones never crowd out the files the main thread opens meanwhile.
+_TICKET_CACHE_SHARE = 8
+_TICKET_FDS_MIN = 4
 
 
 def wall_clock_ms() -> int:
@@ -129,20 +135,32 @@ class FlushTicket:
     """One group-commit flush: ``run()`` on any thread, between
     ``PartitionLog.begin_flush()`` and ``PartitionLog.end_flush()`` on the main
     thread. ``run()`` raises ``StorageError`` if an fsync fails; then
-    ``end_flush`` does not advance the recovery point."""
+    ``end_flush`` does not advance the recovery point.
+
+    The descriptors are the log's ``FileCache``'s own, pinned by
+    ``begin_flush`` (so the cache cannot close them, nor their numbers name
+    another file, while another thread syncs them) and unpinned by
+    ``end_flush``, which every ticket must reach, run or not. ``partial``: the
+    ticket covers only the oldest of the log's unsynced segments (a ticket
+    pins at most an eighth of the cache); the log needs another flush for
+    the rest."""
 
     def __init__(self, log: "PartitionLog", fds: list[int], target: int, generation: int,
-                 checkpoint: bytes | None, markers_seen: dict[int, int], dir_seq: int) -> None:
+                 checkpoint: bytes | None, markers_seen: dict[int, int], dir_seq: int, *,
+                 dir_fd: int = -1, index_seen: list | None = None, partial: bool = False) -> None:
         self._log = log
-        self._fds = fds
+        self._pinned = fds  # unpinned by end_flush
+        self._fds = list(fds)  # still to sync: emptied by finish
         self.target_offset = target
         self.generation = generation
         self._checkpoint = checkpoint
         self._markers_seen = markers_seen
         self._dir_seq = dir_seq
+        self._index_seen = index_seen or []
         self.ok = False
         self.ran = False
-        self.dir_fd = -1  # the partition directory's descriptor among ``fds``, if any
+        self.partial = partial
+        self.dir_fd = dir_fd  # the partition directory's descriptor among ``fds``, if any
 
     @property
     def checkpoints(self) -> bool:
@@ -160,7 +178,7 @@ class FlushTicket:
         return [(fd, fd == dir_fd) for fd in self._fds]
 
     def run(self) -> None:
-        """fsync every duplicated descriptor, then persist the recovery point."""
+        """fsync every pinned descriptor, then persist the recovery point."""
         failure = None
         for fd, full in self.sync_targets():
             try:
@@ -177,17 +195,13 @@ class FlushTicket:
 
     def finish(self, failure: OSError | None, defer_checkpoint: bool = False) -> None:
         """After the syncs of ``sync_targets`` (``failure``: the first that
-        failed, or None): close the descriptors and persist the recovery
-        point (with ``defer_checkpoint``: later, ``write_checkpoint``);
-        raises ``StorageError`` for a failure. Any thread."""
+        failed, or None): persist the recovery point (with
+        ``defer_checkpoint``: later, ``write_checkpoint``); raises
+        ``StorageError`` for a failure. Any thread. (The descriptors stay
+        pinned until ``end_flush``.)"""
         assert not self.ran, "a ticket runs once"
         self.ran = True
-        fds, self._fds = self._fds, []
-        for fd in fds:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        self._fds = []
         if failure is not None:
             try:
                 raise_storage_error(f"fsync {self._log.directory}", failure)
@@ -223,11 +237,12 @@ class FlushTicket:
                         log.logger.warning("%s: recovery point not checkpointed (%s); "
                                            "the next flush retries", log.directory, exc)
 
-    def discard(self) -> None:
-        """Close the duplicated descriptors without running (shutdown paths)."""
-        for fd in self._fds:
-            os.close(fd)
+    def release(self) -> None:
+        """Main thread: unpin the descriptors (``end_flush`` does it; once)."""
+        pinned, self._pinned = self._pinned, []
         self._fds = []
+        for fd in pinned:
+            self._log.cache.unpin(fd)
 
 
 class PartitionLog:
@@ -1081,13 +1096,23 @@ class PartitionLog:
                            f"({errno.errorcode.get(code, 'EIO') if code else 'EIO'})", code)
 
     def begin_flush(self) -> FlushTicket:
-        """Main thread: write pending index entries and take ``dup``-ed fds of
-        everything not yet fsynced. Raises ``StorageError`` once a sync has
-        failed (the log is offline for writes)."""
+        """Main thread: write pending index entries and pin (in the
+        ``FileCache``) the descriptors of everything not yet fsynced: from
+        the recovery point on, as many segments as an eighth of the cache's
+        descriptors allow (at least one; ``ticket.partial`` when some are
+        left for the next flush). Raises ``StorageError`` once a sync has
+        failed (the log is offline for writes), or if a file cannot be
+        opened (nothing stays pinned then)."""
         assert not self._closed
         if self.sync_failure is not None:
             self._refuse("fsync")
-        target = self.log_end_offset
+        cache = self.cache
+        fds_max = max(_TICKET_FDS_MIN, cache.max_open_files // _TICKET_CACHE_SHARE)
+        first = self._segment_for(self.recovery_point)
+        # A segment pins at most 3 (its log and 2 index files), the directory 1.
+        last = min(len(self._segs), first + max(1, (fds_max - 1) // 3))
+        partial = last < len(self._segs)
+        target = self._segs[last - 1].end_offset if partial else self.log_end_offset
         checkpoint = None
         now = self._clock_ms()
         if target != self._persisted_rp and (
@@ -1098,7 +1123,7 @@ class PartitionLog:
         active = self._segs[-1]
         try:
             index_seen = []
-            for seg in self._segs[self._segment_for(self.recovery_point):]:
+            for seg in self._segs[first:last]:
                 # The active segment's index is written with the recovery
                 # point checkpoint (once a second at most), not every round:
                 # an index that stops short of the end is still a valid sparse
@@ -1119,37 +1144,42 @@ class PartitionLog:
                         self._rp_checkpoint_ms = now
                 with_index = seg.index.write_seq != seg.index.synced_seq
                 if with_index or seg.end_offset > self.recovery_point:
-                    fds.extend(seg.dup_fds(with_index))
+                    fds.append(cache.pin(seg.log_path))
                 if with_index:
+                    fds.append(cache.pin(seg.index.offset_path, create=True))
+                    fds.append(cache.pin(seg.index.id_path, create=True))
                     index_seen.append((seg.index, seg.index.write_seq))
-            markers_seen = dict(self._markers_dirty)
-            for base in markers_seen:
-                fd = self.markers.dup_fd(base)
-                if fd is not None:
-                    fds.append(fd)
+            # Deletion markers (of any segment, old ones too) as the rest of
+            # the share allows.
+            markers_seen = {}
+            for base, seq in self._markers_dirty.items():
+                if len(fds) >= fds_max - 1:
+                    partial = True
+                    break
+                path = self.markers.file_of(base)
+                if path is not None:
+                    fds.append(cache.pin(path, create=True))
+                markers_seen[base] = seq
             dir_seq = self._dir_seq
             dir_fd = -1
             if dir_seq != self._dir_synced_seq:
-                try:
-                    dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-                except OSError as exc:
-                    raise_storage_error(f"open {self.directory}", exc)
+                dir_fd = cache.pin(str(self.directory), directory=True)
                 fds.append(dir_fd)
         except BaseException:
             for fd in fds:
-                os.close(fd)
+                cache.unpin(fd)
             raise
         if checkpoint is not None:
             self._rp_checkpoint_ms = now
-        ticket = FlushTicket(self, fds, target, self._generation, checkpoint, markers_seen, dir_seq)
-        ticket._index_seen = index_seen
-        ticket.dir_fd = dir_fd
-        return ticket
+        return FlushTicket(self, fds, target, self._generation, checkpoint, markers_seen, dir_seq,
+                           dir_fd=dir_fd, index_seen=index_seen, partial=partial)
 
     def end_flush(self, ticket: FlushTicket) -> None:
-        """Main thread: advance the recovery point after a successful ``run()``."""
+        """Main thread, after every ticket (run, failed or never run): unpin
+        its descriptors; after a successful ``run()``, advance the recovery
+        point."""
+        ticket.release()
         if not ticket.ok:
-            ticket.discard()
             return
         if ticket.generation == self._generation:
             self.recovery_point = max(self.recovery_point, min(ticket.target_offset, self.log_end_offset))
@@ -1162,11 +1192,14 @@ class PartitionLog:
 
     def flush(self) -> None:
         """fsync everything appended so far; advance ``recovery_point``."""
-        ticket = self.begin_flush()
-        try:
-            ticket.run()
-        finally:
-            self.end_flush(ticket)
+        while True:
+            ticket = self.begin_flush()
+            try:
+                ticket.run()
+            finally:
+                self.end_flush(ticket)
+            if not ticket.partial:
+                return
 
     def close(self) -> None:
         """Flush, write recovery point = log end offset, close descriptors.

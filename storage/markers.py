@@ -149,11 +149,7 @@ class DeletionMarkers:
         except OSError as exc:
             raise_storage_error(f"delete {path}", exc)
 
-    def dup_fd(self, base: int) -> int | None:
-        if base not in self._file_bytes:
-            return None
-        fd = self.cache.get(self.path(base), create=True)
-        try:
-            return os.dup(fd)
-        except OSError as exc:
-            raise_storage_error(f"dup {self.path(base)}", exc)
+    def file_of(self, base: int) -> str | None:
+        """The markers file of segment ``base`` (what a flush syncs), or
+        None if it has none."""
+        return self.path(base) if base in self._file_bytes else None

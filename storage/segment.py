@@ -23,8 +23,8 @@ bench/RESULTS.md). ``size`` is always the end of the last batch;
 segment is sealed or the log closed; after a crash, recovery cuts a tail of
 zeros without a warning (``ZERO_TAIL``): it holds nothing.
 
-Thread contract: main thread only. ``FlushTicket`` fsyncs ``dup`` copies of
-the descriptors, never these objects.
+Thread contract: main thread only. ``FlushTicket`` fsyncs the segment's
+files through descriptors it pinned in the ``FileCache``, never these objects.
 
 Must not know: deletion markers' files, checkpoints, leader epochs,
 retention, other segments.
@@ -817,19 +817,3 @@ class Segment:
                 pass
             except OSError as exc:
                 raise_storage_error(f"delete {path}", exc)
-
-    def dup_fds(self, with_index: bool = True) -> list[int]:
-        """``os.dup`` copies of this segment's descriptors for a flush worker."""
-        out = []
-        paths = [(self.log_path, False)]
-        if with_index:
-            paths += [(self.index.offset_path, True), (self.index.id_path, True)]
-        for path, create in paths:
-            fd = self.cache.get(path, create=create)
-            try:
-                out.append(os.dup(fd))
-            except OSError as exc:
-                for d in out:
-                    os.close(d)
-                raise_storage_error(f"dup {path}", exc)
-        return out

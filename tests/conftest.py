@@ -251,6 +251,17 @@ def same_reply(partita, redis, payload: bytes, **kwargs) -> tuple[bytes, bytes]:
     return ours, theirs
 
 
+def wait_for(predicate, timeout_s: float = 10.0) -> bool:
+    """Poll ``predicate`` (every 20 ms) until it holds or ``timeout_s``
+    passed; its last value."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
 class RawConn:
     """A raw client socket that reads whole replies (hiredis frames them)."""
 

@@ -539,6 +539,7 @@ class GroupFlushTicket:
 
     __slots__ = ("fd", "position", "ok", "failed")
     checkpoints = False  # no recovery-point checkpoint to write after the syncs
+    partial = False  # covers everything written so far
 
     def __init__(self, fd: int, position: int) -> None:
         self.fd = fd  # a dup of the journal fd, or -1 when nothing to do

@@ -925,7 +925,7 @@ async def test_xadds_of_connections_ready_in_the_same_tick_share_one_log_batch(t
 async def test_a_log_closed_before_its_flush_is_skipped(tmp_path):
     """A topic deleted between its write and the flush (DEL, or a replica's
     topic deleted by its leader) must not fail the flush of the others."""
-    from server.durability import flush_logs, flush_logs_now
+    from server.durability import flush_logs
     from storage.log import LogConfig, PartitionLog
 
     gone = PartitionLog.open(tmp_path / "gone", LogConfig())
@@ -933,7 +933,7 @@ async def test_a_log_closed_before_its_flush_is_skipped(tmp_path):
     for plog in (gone, kept):
         plog.append([(1, 0, b"x")])
     gone.close()
-    flush_logs_now([gone, kept])
+    await flush_logs([gone, kept], run_in_thread=_inline_runner)
     assert kept.recovery_point == 1
     kept.append([(2, 0, b"y")])
     await flush_logs([gone, kept], run_in_thread=_inline_runner)

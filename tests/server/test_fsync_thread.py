@@ -334,8 +334,8 @@ async def test_a_failed_sync_takes_only_its_own_log_offline(tmp_path, monkeypatc
 
         def failing_begin(real_begin=real_begin, pipe=pipe):
             ticket = real_begin()
-            os.close(ticket._fds[0])
-            ticket._fds[0] = os.dup(pipe[0])  # a pipe cannot be synced: EINVAL
+            real_targets = ticket.sync_targets
+            ticket.sync_targets = lambda: [(pipe[0], False), *real_targets()]  # a pipe cannot be synced: EINVAL
             return ticket
 
         monkeypatch.setattr(bad, "begin_flush", failing_begin)
@@ -532,6 +532,39 @@ def test_sends_it_cannot_take_are_left_to_the_caller():
         b.close()
 
 
+def test_the_thread_holds_a_bounded_number_of_socket_copies():
+    """Each send's socket is dup'ed for the thread, up to SEND_DUPS_MAX
+    copies at once in the process: the sends past it (many clients in one
+    round) are left to the caller, and nothing stays open after."""
+    fsync = _module()
+    most = fsync.SEND_DUPS_MAX
+    a, b = socket.socketpair()
+    try:
+        before = _open_fds()
+        result, sent = _run([], [(a.fileno(), b"+x\r\n")] * (most + 2), added=[])
+        assert result is None and sent == [4] * most + [None, None]
+        assert _open_fds() == before
+        wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        try:
+            with held_worker():
+                job = fsync.start([], wake, [(a.fileno(), b"+y\r\n")] * most)
+                assert _open_fds() == before + most + 1
+                assert not fsync.add_send(job, (a.fileno(), b"+z\r\n"))  # past the bound: the caller's
+            _wait_done(job)
+            assert fsync.sent(job) == [4] * most
+        finally:
+            os.close(wake)
+        assert _open_fds() == before
+        b.settimeout(5)
+        received = b""
+        while len(received) < 4 * (2 * most):
+            received += b.recv(1 << 16)
+        assert received == b"+x\r\n" * most + b"+y\r\n" * most
+    finally:
+        a.close()
+        b.close()
+
+
 def test_bad_sends_are_refused_without_a_leak():
     fsync = _module()
     a, b = socket.socketpair()
@@ -641,8 +674,21 @@ class _GoodLog:
 
 
 class _NoTicket:
+    """A ticket with nothing to sync."""
+
+    checkpoints = False
+
+    def __init__(self):
+        self.ok = False
+
+    def sync_targets(self):
+        return []
+
     def run(self):
-        pass
+        self.finish(None)
+
+    def finish(self, failure):
+        self.ok = True
 
 
 def _wait_done(job, timeout_s=10.0):
@@ -811,3 +857,150 @@ async def test_a_round_that_ends_at_a_poll_starts_the_next_there(tmp_path):
     finally:
         durability.close()
         log.close()
+
+
+# -- descriptors: rounds in bounded chunks, failures that release and keep dirty --
+
+
+class _FailingOnce:
+    """A real log whose next ``begin_flush`` fails as one does when the
+    process is out of descriptors (EMFILE opening a file); then it works."""
+
+    def __init__(self, log):
+        self.log = log
+        self.fail = True
+
+    def begin_flush(self):
+        if self.fail:
+            self.fail = False
+            from storage.errors import raise_storage_error
+
+            raise_storage_error(f"open {self.log.directory}", OSError(errno.EMFILE, os.strerror(errno.EMFILE)))
+        return self.log.begin_flush()
+
+    def __getattr__(self, name):  # end_flush, closed, sync_failure: the log's
+        return getattr(self.log, name)
+
+
+@pytest.mark.parametrize("policy", ["always", "everysec"])
+async def test_a_failure_half_way_through_building_tickets_releases_them_and_keeps_every_log_dirty(
+        tmp_path, policy):
+    """Tickets begun before a log's ``begin_flush`` failed hold descriptors:
+    they are released at once, not left open; and no log of the round drops
+    out of durability: the once-a-second flush takes every one of them
+    again, without a new write (under ``always`` the round's writers get
+    the error: nothing they wrote is acknowledged)."""
+    from storage.handles import FileCache
+
+    cache = FileCache(64)
+    logs = [PartitionLog.open(tmp_path / f"p{i}", file_cache=cache) for i in range(5)]
+    durability = Durability()
+    try:
+        for lg in logs:  # a first flush opens the files (their checkpoints written when it returns)
+            lg.append(entries(1, 1))
+            durability.note_write(lg, "everysec")
+        await durability.flush_everysec_now()
+        assert [lg.recovery_point for lg in logs] == [1] * 5
+        outside = _open_fds() - len(cache)
+        failing = _FailingOnce(logs[2])
+        for lg in logs:  # the round begins tickets from the last noted: two, then the failure
+            lg.append(entries(10, 3))
+            seq = durability.note_write(failing if lg is logs[2] else lg, policy)
+        if policy == "always":
+            with pytest.raises(DurabilityError, match="Too many open files"):
+                await durability.wait_for_flush(seq)
+        else:
+            await durability.flush_everysec_now()
+            assert "Too many open files" in durability.last_flush_error
+        assert not failing.fail  # it was asked
+        assert cache.pinned == 0 and _open_fds() - len(cache) == outside  # nothing left held
+        assert [lg.recovery_point for lg in logs] == [1] * 5
+        durability.last_flush_error = None
+        await durability.flush_everysec_now()  # no new write: they stayed dirty
+        assert durability.last_flush_error is None
+        assert [lg.recovery_point for lg in logs] == [4] * 5
+        assert cache.pinned == 0 and _open_fds() - len(cache) == outside
+    finally:
+        durability.close()
+        for lg in logs:
+            lg.close()
+
+
+class _CountingFsync:
+    """server._fsync, counting each job's descriptors, sends, and the
+    descriptors pinned in ``cache`` when it starts."""
+
+    def __init__(self, cache):
+        self.real = _module()
+        self.cache = cache
+        self.jobs = []
+
+    def start(self, fds, wake_fd, sends=()):
+        self.jobs.append((len(fds), len(sends), self.cache.pinned))
+        return self.real.start(fds, wake_fd, sends)
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
+async def test_an_always_round_over_many_logs_syncs_in_bounded_chunks(tmp_path, monkeypatch):
+    """A round over more logs than its descriptor bound goes in chunks, one
+    after the other on the thread, each within the bound (one ticket past
+    it at most); the round's writers hear of it once, after its last chunk,
+    which alone sends the replies handed over."""
+    import server.durability as durability_module
+    from storage.handles import FileCache
+
+    cache = FileCache(64)  # a ticket pins 8 at most
+    counting = _CountingFsync(cache)
+    monkeypatch.setattr(durability_module, "_fsync", counting)
+    logs = [PartitionLog.open(tmp_path / f"p{i}", file_cache=cache) for i in range(40)]
+    durability = Durability(round_fds_max=8)
+    a, b = socket.socketpair()
+    try:
+        for lg in logs:
+            lg.append(entries(1, 5))
+            seq = durability.note_write(lg, "always")
+        seen = []
+        durability.when_durable(seq, lambda error, sent: seen.append(
+            (error, sent, [lg.recovery_point for lg in logs])), send=(a.fileno(), b"+OK\r\n"))
+        await _until(lambda: seen)
+        assert seen == [(None, 5, [5] * 40)]  # all synced before the reply, sent by the thread
+        b.settimeout(5)
+        assert b.recv(100) == b"+OK\r\n"
+        assert durability.fsync_count == 1 and len(counting.jobs) > 1
+        assert all(n <= 8 + 8 and pinned <= 8 + 8 for n, _, pinned in counting.jobs), counting.jobs
+        assert [sends for _, sends, _ in counting.jobs] == [0] * (len(counting.jobs) - 1) + [1]
+        assert cache.pinned == 0 and len(cache) <= 64
+    finally:
+        durability.close()
+        a.close()
+        b.close()
+        for lg in logs:
+            lg.close()
+
+
+async def test_an_everysec_flush_over_many_logs_syncs_in_bounded_chunks(tmp_path):
+    from storage.handles import FileCache
+
+    cache = FileCache(64)
+    chunks = []
+
+    async def runner(fn, tickets):
+        chunks.append((sum(len(t.sync_targets()) for t in tickets), cache.pinned))
+        return fn(tickets)
+
+    logs = [PartitionLog.open(tmp_path / f"p{i}", file_cache=cache) for i in range(40)]
+    durability = Durability(run_in_thread=runner, round_fds_max=8)
+    try:
+        for lg in logs:
+            lg.append(entries(1, 5))
+            durability.note_write(lg, "everysec")
+        await durability.flush_everysec_now()
+        assert [lg.recovery_point for lg in logs] == [5] * 40
+        assert len(chunks) > 1 and all(n <= 8 + 8 and pinned <= 8 + 8 for n, pinned in chunks), chunks
+        assert cache.pinned == 0
+    finally:
+        durability.close()
+        for lg in logs:
+            lg.close()
