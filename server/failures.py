@@ -36,13 +36,14 @@ import errno
 import logging
 import os
 
+from cluster.broker import EntryTooLargeError
 from cluster.replica_manager import NotEnoughReplicasError, NotLeaderError
 from cluster.topics import TopicError
 from server.errors import CommandError
 from storage.errors import CORRUPT, READ_FAILED, WRITE_FAILED, StorageError
 from storage.streams.groups import GroupStateError
 from storage.streams.ids import StreamIdError
-from storage.streams.stream import StreamError
+from storage.streams.stream import TOO_LARGE, StreamError
 
 DISK_ERRORS = (StorageError, OSError, GroupStateError)
 REFUSALS = (StreamIdError, StreamError, TopicError)  # ``message`` is Redis's (or Partita's) text
@@ -65,6 +66,9 @@ def reply_for(exc: BaseException) -> CommandError | None:
     """The reply for a lower layer's exception, or None if it is a bug."""
     if isinstance(exc, REFUSALS):
         return CommandError("ERR", exc.message)
+    if isinstance(exc, EntryTooLargeError):
+        return CommandError("ERR", f"{TOO_LARGE}: the entry has {exc.entry_bytes} bytes of fields and values, "
+                                   f"over the topic's max-entry-bytes ({exc.max_entry_bytes})")
     if isinstance(exc, NotLeaderError):  # Redis Cluster's redirect (docs/replication.md)
         return CommandError("MOVED", f"{exc.slot} {exc.leader.address}")
     if isinstance(exc, NotEnoughReplicasError):

@@ -110,6 +110,13 @@ def route_xadd(ctx: Any, argv: list[bytes], fields: Any) -> bytes | Any:
     return _forward(ctx, argv, pkey, leader)
 
 
+def forward_append(session: Any, plan: Any) -> bytes | Any:
+    """The broker's hook for an append to a multi-partition topic key
+    (``cluster.broker.Session.append``): ``route_xadd`` for the client the
+    session acts for."""
+    return route_xadd(session.owner, plan.argv, plan.fields)
+
+
 def _timeout_s(config: Any) -> float:
     return 2 * config.replica_lag_time_max_ms / 1000 + 2.0
 
