@@ -75,7 +75,7 @@ class Context:
         self.appends: DeferredAppends | None = dispatcher.appends if dispatcher is not None else None
         self.defer_mark: Any = None  # the stream of the deferred reply being produced
         self.deferred_marks: list = []  # (reply position, stream, round), kept by the connection
-        # acks=all writes of this batch: partition key -> stream (server/replication.py)
+        # acks=all writes of this batch: partition key -> stream (cluster/runtime/replication.py)
         self.repl_pending: dict | None = None
         self.views = False
 

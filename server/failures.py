@@ -6,6 +6,12 @@ wrappers): the stream and topic layers' refusals, which already carry
 Redis's text, become ``-ERR <text>``; disk failures become the replies below;
 anything else is a bug and the dispatcher logs it as one.
 
+The cluster's refusals (cluster/errors.py) carry a code and an explanation;
+here they become Redis's texts: ``-MOVED <slot> <host>:<port>`` (Redis
+Cluster's redirect), ``-<CODE> <message>`` for the others, and a peer's
+error relayed (a forwarded XADD's) exactly as the peer sent it
+(``RelayedError``).
+
 Owns: ``DISK_ERRORS`` (what the storage layer raises when the disk fails or
 a file is damaged: ``StorageError`` from the funnel, a bare ``OSError``,
 ``GroupStateError``) and ``misconf(exc)``, the reply for each:
@@ -36,7 +42,7 @@ import errno
 import logging
 import os
 
-from cluster.replica_manager import NotEnoughReplicasError, NotLeaderError
+from cluster.errors import ClusterError, Moved, Refused
 from cluster.topics import TopicError
 from server.errors import CommandError
 from storage.errors import CORRUPT, READ_FAILED, WRITE_FAILED, StorageError
@@ -61,15 +67,29 @@ def misconf(exc: BaseException) -> CommandError:
     return CommandError("MISCONF", f"Errors writing to the partition log: {os.strerror(exc.errno or errno.EIO)}")
 
 
+class RelayedError(CommandError):
+    """A peer's error reply, relayed with its exact text."""
+
+    def __init__(self, text: str) -> None:
+        code, _, message = text.partition(" ")
+        super().__init__(code, message)
+        self.text = text
+
+    @property
+    def line(self) -> str:
+        return self.text
+
+
 def reply_for(exc: BaseException) -> CommandError | None:
     """The reply for a lower layer's exception, or None if it is a bug."""
     if isinstance(exc, REFUSALS):
         return CommandError("ERR", exc.message)
-    if isinstance(exc, NotLeaderError):  # Redis Cluster's redirect (docs/replication.md)
-        return CommandError("MOVED", f"{exc.slot} {exc.leader.address}")
-    if isinstance(exc, NotEnoughReplicasError):
-        code, _, rest = exc.message.partition(" ")
-        return CommandError(code, rest)
+    if isinstance(exc, ClusterError):
+        if isinstance(exc, Moved):  # Redis Cluster's redirect (docs/replication.md)
+            return CommandError("MOVED", f"{exc.slot} {exc.leader.address}")
+        if isinstance(exc, Refused):
+            return RelayedError(exc.text)
+        return CommandError(exc.code, exc.message)
     if isinstance(exc, DISK_ERRORS):
         return misconf(exc)
     return None

@@ -217,7 +217,7 @@ class ServerState:
         self.run_id = os.urandom(20).hex()
         self.port = config.port  # the bound port (differs when config says 0)
         self.durability: Any = None  # server.durability.Durability, set by app
-        self.replication: Any = None  # server.replication.Replication in a cluster, else None
+        self.replication: Any = None  # cluster.runtime.replication.Replication in a cluster, else None
         self.reactor: Any = None  # server.reactor.Reactor watching plain client sockets, set by app
         self.shutdown_requested = trio.Event()
         self.shutdown_flags: set[str] = set()

@@ -24,11 +24,13 @@ Known differences from Redis 7.0 (see docs and tests):
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import trio
 
-from cluster.replica_manager import NotEnoughReplicasError, NotLeaderError
+from cluster.errors import ClusterError, Moved
+from cluster.peer.messages import AppendRequest
 from server.args import parse_int
 from server.errors import (
     TIMEOUT_NEGATIVE,
@@ -40,7 +42,6 @@ from server.errors import (
 )
 from server.commands.topics import expand_read_args, read_partitions_after, topic_len, topic_range
 from server.failures import reply_for
-from server.forwarding import route_xadd
 from server.registry import COMMANDS, POLLS, RUNS, command, container, nowait_path
 from server.reply import NULL_ARRAY, OK, Map, Raw, Simple
 from storage.streams.ids import (
@@ -66,11 +67,56 @@ def _after_write(ctx, key: bytes, stream) -> None:
     ctx.server.signal_key_modified(key)
 
 
+def route_xadd(ctx, argv: list[bytes], fields: list[bytes]):
+    """``XADD <topic> ...`` on a multi-partition topic in cluster mode
+    (cluster/runtime/forwarding.py picks the partition and forwards).
+
+    Returns the partition key (``orders#n``) when this node leads it (the
+    caller appends there), else the coroutine that forwards the entry to the
+    partition's leader and returns the leader's reply (the connection awaits
+    it). Raises inside MULTI when the partition is led elsewhere."""
+    forwarder = ctx.server.replication.forwarder
+    pkey, leader = forwarder.choose(argv[1], fields)
+    if leader == forwarder.my_id:
+        return pkey
+    if not ctx.may_block:
+        raise forwarder.in_transaction(argv[1], pkey, leader)
+    return _forwarded(ctx, AppendRequest(pkey, tuple(argv[2:len(argv) - len(fields)]), tuple(fields)), leader)
+
+
+async def _forwarded(ctx, request: AppendRequest, leader: int):
+    """The forward's reply for the client: the leader's ID, or an error
+    reply (the leader's own, byte for byte). Never raises (but Cancelled)."""
+    started = time.perf_counter_ns()
+    try:
+        reply = await ctx.server.replication.forwarder.forward(request, leader, ctx.client.id)
+        if reply is None:  # leadership moved here since the choice: run it as the client's own XADD
+            try:
+                reply = COMMANDS["xadd"].handler(ctx, [b"XADD", request.key, *request.options, *request.fields])
+            except Moved as e:  # this node's view is behind: the client retries
+                raise ctx.server.replication.forwarder.moving_here(request.key, e) from None
+    except CommandError as e:
+        reply = e
+    except Exception as e:  # noqa: BLE001 - a refusal, or a bug
+        reply = reply_for(e)
+        if reply is None:
+            raise
+    stats = ctx.server.stats
+    entry = stats.commands.get("xadd")
+    if entry is not None:  # the dispatcher counted the call already; add the wait
+        entry[1] += (time.perf_counter_ns() - started) // 1000
+        if isinstance(reply, CommandError):
+            entry[3] += 1
+    if isinstance(reply, CommandError):
+        stats.record_error(reply.code)
+    return reply
+
+
 def _replicated_write(ctx, partition_key: bytes, stream) -> None:
     """Cluster mode, before an XADD appends: this node must lead the
     partition, and an acks=all topic needs min-insync-replicas in sync
     (raises, nothing written). An acks=all batch's replies then wait for the
-    in-sync replicas (``Connection._flush``, server/replication.py)."""
+    in-sync replicas (``Connection._flush``, cluster/runtime/replication.py)."""
     if ctx.server.replication.before_append(ctx.client, partition_key, stream):
         pending = ctx.repl_pending
         if pending is None:
@@ -205,7 +251,7 @@ def xadd(ctx, argv):
     # A multi-partition topic key goes through the partitioner (cluster.topics).
     target_key = key
     if ctx.server.replication is not None and topics.is_multi(key):
-        target_key = route_xadd(ctx, argv, argv[field_pos:])  # cluster: server/forwarding.py
+        target_key = route_xadd(ctx, argv, argv[field_pos:])  # cluster: cluster/runtime/forwarding.py
         if target_key.__class__ is not bytes:
             return target_key  # forwarded to the partition's leader: the connection awaits it
     target = topics.append_target(target_key, argv[field_pos:], create=not args.no_mkstream)
@@ -254,7 +300,7 @@ def _xadd_star(ctx, argv):
     if server.replication is not None:
         target_key = key
         if topics.is_multi(key):
-            target_key = route_xadd(ctx, argv, fields)  # cluster: server/forwarding.py
+            target_key = route_xadd(ctx, argv, fields)  # cluster: cluster/runtime/forwarding.py
             if target_key.__class__ is not bytes:
                 return target_key  # forwarded to the partition's leader: the connection awaits it
         stream, partition_key = topics.append_target(target_key, fields)
@@ -334,7 +380,7 @@ def xadd_run(ctx, data: bytes, pos: int, route=None):
         # A topic key of several partitions (single node): the whole run goes
         # to the partition the round-robin counter points at (Kafka's sticky
         # partitioner), which moves on once the run is taken. In a cluster
-        # each entry is routed on its own (server/forwarding.py).
+        # each entry is routed on its own (cluster/runtime/forwarding.py).
         if server.replication is not None:
             return None
         target = topics.run_target(key)
@@ -355,7 +401,7 @@ def xadd_run(ctx, data: bytes, pos: int, route=None):
     if server.replication is not None:
         try:
             _replicated_write(ctx, partition_key, stream)
-        except (NotLeaderError, NotEnoughReplicasError):
+        except ClusterError:
             return None  # nothing deferred: each command gets the general path's error
     stream.defer_encoded(entries, (last_ms, last_seq), used)
     if sticky:

@@ -1,6 +1,7 @@
-"""server/forwarding.py without sockets: the partition choice, the relayed
-reply, the retry on -MOVED and the unreachable-leader texts, against fake
-links (the cluster run is tests/e2e/test_forwarding.py)."""
+"""The forwarded XADD without sockets (cluster/runtime/forwarding.py, driven
+by XADD's ``route_xadd``): the partition choice, the relayed reply, the retry
+on -MOVED and the unreachable-leader texts, against fake peer links (the
+cluster run is tests/e2e/test_forwarding.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from types import SimpleNamespace
 import pytest
 
 import server.commands  # noqa: F401  (registers XADD, which a forward may run here)
+from cluster.errors import ClusterError, Refused
 from cluster.partitioner import Partitioner
-from server import forwarding
-from server.errors import CommandError
-from server.leader_link import LinkError
+from cluster.peer.link import Unreachable
+from cluster.peer.messages import AppendRequest, AppendResponse
+from cluster.runtime.forwarding import Forwarder
+from server.commands import streams as forwarding
 from server.registry import COMMANDS
 from server.reply import encode
 
@@ -20,22 +23,23 @@ ME = 1
 
 
 class FakeLink:
-    """Answers each ``call_once`` with the next scripted reply; a
-    ``("raise", sent)`` item raises a LinkError instead."""
+    """Answers each ``call`` with the next scripted reply: an ID, a
+    ``Refused`` (the leader's error) raised, or for a ``("raise", sent)``
+    item an ``Unreachable``."""
 
     def __init__(self, replies: list) -> None:
         self.replies = list(replies)
-        self.calls: list[list[bytes]] = []
+        self.calls: list[AppendRequest] = []
         self.reply_timeout_s = 30.0
 
-    async def call_once(self, args: list[bytes]):
-        self.calls.append(args)
+    async def call(self, request: AppendRequest):
+        self.calls.append(request)
         reply = self.replies.pop(0)
         if isinstance(reply, tuple):
-            error = LinkError("link to 127.0.0.1:7002: boom")
-            error.sent = reply[1]
-            raise error
-        return reply
+            raise Unreachable("link to 127.0.0.1:7002: boom", sent=reply[1])
+        if isinstance(reply, Exception):
+            raise reply
+        return AppendResponse(reply)
 
 
 def make(leaders: dict[int, int], links: dict[int, FakeLink], may_block: bool = True):
@@ -47,13 +51,15 @@ def make(leaders: dict[int, int], links: dict[int, FakeLink], may_block: bool = 
         state=SimpleNamespace(leader=lambda shard: leaders[shard]),
         placement=SimpleNamespace(nodes=nodes),
     )
-    replication = SimpleNamespace(manager=manager, link=lambda node, purpose: links[node])
     topics = SimpleNamespace(config_value=lambda topic, name: "", partitions_of=lambda topic: 6,
                              partitioner=Partitioner())
+    config = SimpleNamespace(replica_lag_time_max_ms=1000)
+    replication = SimpleNamespace(manager=manager, topics=topics, config=config,
+                                  link=lambda node, purpose: links[node])
+    replication.forwarder = Forwarder(replication)
     stats = SimpleNamespace(commands={"xadd": [1, 0, 0, 0]}, errors={})
     stats.record_error = lambda code: stats.errors.__setitem__(code, stats.errors.get(code, 0) + 1)
-    node = SimpleNamespace(topics=topics, replication=replication, stats=stats,
-                           config=SimpleNamespace(replica_lag_time_max_ms=1000))
+    node = SimpleNamespace(topics=topics, replication=replication, stats=stats, config=config)
     return SimpleNamespace(server=node, client=SimpleNamespace(id=5), may_block=may_block)
 
 
@@ -66,13 +72,13 @@ async def test_a_partition_led_here_is_appended_here_and_others_are_forwarded_un
     assert forwarding.route_xadd(ctx, ARGV, ARGV[5:]) == b"t#0"  # round-robin: 0, then 1
     forward = forwarding.route_xadd(ctx, ARGV, ARGV[5:])
     assert await forward == b"7-1"
-    assert link.calls == [[b"XADD", b"t#1", b"MAXLEN", b"10", b"*", b"f", b"v"]]
+    assert link.calls == [AppendRequest(b"t#1", (b"MAXLEN", b"10", b"*"), (b"f", b"v"))]
     assert link.reply_timeout_s == 2 * 1.0 + 2.0
 
 
 async def test_inside_a_transaction_a_forward_is_refused():
     ctx = make({0: 2}, {}, may_block=False)
-    with pytest.raises(CommandError, match="cannot forward"):
+    with pytest.raises(ClusterError, match="cannot forward"):
         forwarding.route_xadd(ctx, ARGV, ARGV[5:])
 
 
@@ -80,7 +86,7 @@ async def test_the_leaders_error_is_relayed_with_its_exact_text():
     for text in ("NOTENOUGHREPLICAS 1 in-sync replica(s) of t#0, min-insync-replicas is 2; nothing was written",
                  "ERR The ID specified in XADD is equal or smaller than the target stream top item",
                  "ODDCODE"):
-        ctx = make({0: 2}, {2: FakeLink([LinkError(text)])})
+        ctx = make({0: 2}, {2: FakeLink([Refused(text)])})
         reply = await forwarding.route_xadd(ctx, ARGV, ARGV[5:])
         assert encode(reply, 2) == b"-" + text.encode() + b"\r\n"
         assert encode(reply, 3) == b"-" + text.encode() + b"\r\n"
@@ -88,13 +94,13 @@ async def test_the_leaders_error_is_relayed_with_its_exact_text():
 
 
 async def test_moved_is_followed_once_then_becomes_tryagain():
-    two, three = FakeLink([LinkError("MOVED 5 127.0.0.1:7003")]), FakeLink([b"9-0"])
+    two, three = FakeLink([Refused("MOVED 5 127.0.0.1:7003")]), FakeLink([b"9-0"])
     ctx = make({0: 2}, {2: two, 3: three})
     assert await forwarding.route_xadd(ctx, ARGV, ARGV[5:]) == b"9-0"
     assert three.calls == two.calls
 
-    two = FakeLink([LinkError("MOVED 5 127.0.0.1:7003")])
-    three = FakeLink([LinkError("MOVED 5 127.0.0.1:7002")])
+    two = FakeLink([Refused("MOVED 5 127.0.0.1:7003")])
+    three = FakeLink([Refused("MOVED 5 127.0.0.1:7002")])
     ctx = make({0: 2}, {2: two, 3: three})
     reply = await forwarding.route_xadd(ctx, ARGV, ARGV[5:])
     assert reply.code == "TRYAGAIN"
@@ -105,7 +111,7 @@ async def test_moved_is_followed_once_then_becomes_tryagain():
 async def test_moved_to_this_node_appends_here(monkeypatch):
     ran = []
     monkeypatch.setattr(COMMANDS["xadd"], "handler", lambda ctx, argv: ran.append(argv) or b"3-3")
-    ctx = make({0: 2}, {2: FakeLink([LinkError("MOVED 5 127.0.0.1:7001")])})
+    ctx = make({0: 2}, {2: FakeLink([Refused("MOVED 5 127.0.0.1:7001")])})
     assert await forwarding.route_xadd(ctx, ARGV, ARGV[5:]) == b"3-3"
     assert ran == [[b"XADD", b"t#0", b"MAXLEN", b"10", b"*", b"f", b"v"]]
 
