@@ -941,7 +941,9 @@ class TopicRegistry:
         if topic not in self._meta:
             return False
         for cache_key in [k for k in self._streams if k[0] == topic]:
-            del self._streams[cache_key]
+            store = self._streams.pop(cache_key).__dict__.get("group_store")
+            if store is not None:  # closed: a flush round that still holds it skips it
+                store.abandon()
         for ck in [k for k in self.coordinators if k[0] == topic]:
             del self.coordinators[ck]
         self._fsync_by_dir.pop(str(self.log_manager.topic_dir(topic)), None)

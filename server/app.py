@@ -46,13 +46,14 @@ log = logging.getLogger("partita")
 
 OPS_SAMPLE_INTERVAL_S = 0.1
 # Descriptors the process may hold beyond max-open-files (partition files,
-# flush rounds included) and maxclients (docs/guarantees.md): 32 for the
+# flush rounds included) and maxclients (docs/guarantees.md): 40 for the
 # standard streams and the log file, the event loop's, the listening
-# sockets, the fsync thread's eventfd, up to 8 mapped segments
-# (storage.segment: a mapping keeps a copy of its file's), a checkpoint being
-# written, the cluster bus; and 64 copies of client sockets the fsync thread
-# sends held replies on (server/_fsync.c SEND_DUPS_MAX).
-RESERVED_FDS = 96
+# sockets, the fsync thread's eventfd, up to 16 segment mappings
+# (storage.segment: a mapping keeps a copy of its file's; 8 mapped, 8 more
+# retired but still held by unsent replies), a checkpoint and a group
+# snapshot being written, the cluster bus; and 64 copies of client sockets
+# the fsync thread sends held replies on (server/_fsync.c SEND_DUPS_MAX).
+RESERVED_FDS = 104
 
 
 def check_open_files_limit(config: Config) -> None:

@@ -11,7 +11,9 @@ Only the last segment of a partition (the active one) is written; its index
 lives in memory. Sealed segments read everything with ``pread`` through the
 shared ``FileCache`` and keep only a few numbers in memory. Reads that ask
 for views (``ReadAccumulator.view``) slice a read-only mapping of the file
-instead; at most ``MAX_MAPPED_SEGMENTS`` are mapped at once.
+instead; at most ``MAX_MAPPED_SEGMENTS`` are mapped at once, and at most
+``MAX_RETIRED_MAPPINGS`` more stay alive unmapped because a reader still
+holds views of them (past that, reads copy instead of mapping).
 
 Preallocation (``LogConfig.preallocate_bytes``, on under ``fsync always``):
 the active segment's file is kept zero-filled a little past its last batch
@@ -35,6 +37,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+import weakref
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -76,6 +79,14 @@ ZERO_TAIL = "preallocated zeros"
 # descriptors (a mapping holds a ``dup`` of the file's).
 MAX_MAPPED_SEGMENTS = 8
 _MAPPED: "OrderedDict[Segment, None]" = OrderedDict()
+# Mappings unmapped while views of them were still held (the replies of a
+# pipeline of reads over many partitions, sent together): each keeps its
+# descriptor until its last view goes (then it leaves this set by itself).
+# No new mapping is made while this many are alive: reads ``pread`` (copy)
+# instead, so the descriptors mappings hold stay bounded however many
+# segments one batch of replies reads.
+MAX_RETIRED_MAPPINGS = 8
+_RETIRED: "weakref.WeakSet[mmap.mmap]" = weakref.WeakSet()
 
 
 @dataclass(slots=True)
@@ -187,6 +198,8 @@ class Segment:
         size = self.size
         if end > size or (view is not None and size - self._map_len < _REMAP_BYTES) or size < HEADER_BYTES:
             return None
+        if len(_RETIRED) + 2 > MAX_RETIRED_MAPPINGS:  # this one's old mapping and the LRU's may retire
+            return None
         self.unmap()
         fd = self._read_fd()
         try:
@@ -214,7 +227,7 @@ class Segment:
             view.release()
             m.close()
         except BufferError:
-            pass  # slices still exported: unmapped when the last one is dropped
+            _RETIRED.add(m)  # slices still exported: unmapped when the last one is dropped
 
     def header_at(self, pos: int) -> tuple:
         raw = self.pread(pos, HEADER_BYTES)
