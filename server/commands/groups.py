@@ -43,6 +43,7 @@ from server.errors import (
 )
 from server.registry import command, container, nowait_path
 from server.reply import NULL_ARRAY, OK, Map, Raw, Simple
+from storage.entry_codec import decode_entry
 from storage.streams.groups import (
     MAX_ID,
     ZERO_ID,
@@ -56,7 +57,6 @@ from storage.streams.groups import (
 from storage.streams.ids import (
     StreamIdError, format_id, parse_id, parse_range_end, parse_range_start, parse_strict_id, parse_strict_id_tuples,
 )
-from storage.streams.stream import decode_entry
 
 NO_SUCH_KEY = "no such key"
 KEY_MUST_EXIST = (

@@ -43,16 +43,18 @@ from server.failures import reply_for
 from server.forwarding import route_xadd
 from server.registry import COMMANDS, POLLS, RUNS, command, container, nowait_path
 from server.reply import NULL_ARRAY, OK, Map, Raw, Simple
+from storage.entry_codec import decode_entry
 from storage.streams.ids import (
     MAX_ID,
     MIN_ID,
     StreamId,
+    format_id,
     parse_id,
     parse_range_end,
     parse_range_start,
     parse_strict_id,
 )
-from storage.streams.stream import TOO_LARGE, ZERO_ID, decode_entry
+from storage.streams.stream import TOO_LARGE, ZERO_ID
 
 NO_SUCH_KEY = "no such key"
 
@@ -789,7 +791,7 @@ def _entry_value(encoded: bytes | None):
     if encoded is None:
         return None
     stream_id, fields = decode_entry(encoded)
-    return [stream_id.encode(), fields]
+    return [format_id(stream_id), fields]
 
 
 @command(

@@ -2,8 +2,9 @@
 
 Owns: what makes a ``PartitionLog`` behave as a Redis stream:
 
-- encoding an entry once, at XADD, into the RESP form it is sent in
-  (``*2 $id *2k $field $value ...``, binary-safe); reads return stored bytes;
+- encoding an entry once, at XADD, in the stored entry format
+  (``storage.entry_codec``: stream-v1, the form it is sent in); reads
+  return stored bytes;
 - ID generation (``*`` and ``<ms>-*``) from the wall clock, never going
   backwards within the partition, and the "equal or smaller" checks on
   explicit IDs (redis ``t_stream.c::streamAppendItem``);
@@ -54,6 +55,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from storage.checkpoint import read_file, write_atomic
+from storage.entry_codec import encode_entry, encode_pair, split_entries
 from storage.streams.ids import MAX_ID, MIN_ID, UINT64_MAX, StreamId
 
 META_FILE_NAME = "stream.meta"
@@ -79,71 +81,7 @@ class StreamError(Exception):
         self.message = message
 
 
-def encode_entry(stream_id: tuple[int, int], fields: Sequence[bytes]) -> bytes:
-    """The RESP encoding of one entry: ``*2 $id *<len(fields)> $f $v ...``."""
-    assert len(fields) % 2 == 0 and fields, "an entry has field/value pairs"
-    id_text = b"%d-%d" % (stream_id[0], stream_id[1])
-    parts = [b"*2\r\n$%d\r\n%s\r\n*%d\r\n" % (len(id_text), id_text, len(fields))]
-    for item in fields:
-        parts.append(b"$%d\r\n" % len(item))
-        parts.append(bytes(item))
-        parts.append(b"\r\n")
-    return b"".join(parts)
-
-
 _new_id = tuple.__new__  # StreamId(ms, seq) without the namedtuple's Python-level __new__
-
-
-def _encode_pair(stream_id: tuple[int, int], field: bytes, value: bytes) -> bytes:
-    """``encode_entry`` for the common one-pair entry: one format, no join."""
-    id_text = b"%d-%d" % (stream_id[0], stream_id[1])
-    return b"*2\r\n$%d\r\n%s\r\n*2\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (
-        len(id_text), id_text, len(field), field, len(value), value)
-
-
-def decode_entry(encoded: bytes | memoryview) -> tuple[StreamId, list[bytes]]:
-    """The inverse of ``encode_entry`` (for XINFO and tests, not the read path)."""
-    data = bytes(encoded)
-    assert data.startswith(b"*2\r\n$")
-    pos = 5
-    end = data.index(b"\r\n", pos)
-    n = int(data[pos:end])
-    id_text = data[end + 2 : end + 2 + n]
-    pos = end + 2 + n + 2
-    assert data[pos : pos + 1] == b"*"
-    end = data.index(b"\r\n", pos)
-    count = int(data[pos + 1 : end])
-    pos = end + 2
-    fields = []
-    for _ in range(count):
-        assert data[pos : pos + 1] == b"$"
-        end = data.index(b"\r\n", pos)
-        n = int(data[pos + 1 : end])
-        fields.append(data[end + 2 : end + 2 + n])
-        pos = end + 2 + n + 2
-    ms, _, seq = id_text.partition(b"-")
-    return StreamId(int(ms), int(seq)), fields
-
-
-def split_entries(chunks: Iterable[bytes | memoryview]) -> list[bytes]:
-    """Cut the concatenation of encoded entries back into single entries."""
-    data = b"".join(bytes(c) for c in chunks)
-    out = []
-    pos = 0
-    while pos < len(data):
-        start = pos
-        # *2\r\n $n\r\n id\r\n *k\r\n then k bulk strings
-        pos = data.index(b"\r\n", pos) + 2
-        end = data.index(b"\r\n", pos)
-        pos = end + 2 + int(data[pos + 1 : end]) + 2
-        end = data.index(b"\r\n", pos)
-        count = int(data[pos + 1 : end])
-        pos = end + 2
-        for _ in range(count):
-            end = data.index(b"\r\n", pos)
-            pos = end + 2 + int(data[pos + 1 : end]) + 2
-        out.append(data[start:pos])
-    return out
 
 
 @dataclass
@@ -381,7 +319,7 @@ class Stream:
         else:
             new = self.next_id(ms_given, id_given)
         if len(fields) == 2:
-            enc = _encode_pair(new, fields[0], fields[1])
+            enc = encode_pair(new, fields[0], fields[1])
         else:
             enc = encode_entry(new, fields)
         if defer:

@@ -11,6 +11,7 @@ import importlib.util
 
 import pytest
 
+from storage.entry_codec import decode_entry, encode_entry, split_entries
 from storage.streams.ids import MAX_ID, MIN_ID, UINT64_MAX, StreamId
 from storage.streams.stream import (
     EQUAL_OR_SMALLER,
@@ -19,9 +20,6 @@ from storage.streams.stream import (
     SETID_SMALLER_THAN_TOP,
     Stream,
     StreamError,
-    decode_entry,
-    encode_entry,
-    split_entries,
 )
 from tests.storage.streams.fake_log import FakeLog
 
@@ -68,14 +66,6 @@ def make_stream(request, tmp_path):
 
 def ids_of(entries) -> list[StreamId]:
     return [decode_entry(e)[0] for e in split_entries(entries.chunks)]
-
-
-def test_encode_decode_binary_safe():
-    fields = [b"f\r\n\x00", b"", b"\xff" * 3, b"v"]
-    enc = encode_entry((5, 1), fields)
-    assert enc.startswith(b"*2\r\n$3\r\n5-1\r\n*4\r\n$4\r\nf\r\n\x00\r\n$0\r\n\r\n")
-    assert decode_entry(enc) == (StreamId(5, 1), fields)
-    assert split_entries([enc[:7], enc[7:] + enc]) == [enc, enc]
 
 
 def test_auto_ids_follow_clock_and_never_go_back(make_stream):
