@@ -144,11 +144,11 @@ def _explains_itself(e: BaseException) -> bool:
     """A refusal to start that explains itself (busy port, damaged topic
     metadata, bad cluster state, a bad aclfile): logged as one line, no traceback."""
     from cluster.nodes import ClusterConfigError
-    from cluster.topics import TopicError
+    from cluster.topics import TopicMetaError
     from server.acl import AclError
     from cluster.runtime.controller_driver import ControllerHalted
 
-    return type(e).__name__ == "BindError" or isinstance(e, (TopicError, ClusterConfigError, ControllerHalted,
+    return type(e).__name__ == "BindError" or isinstance(e, (TopicMetaError, ClusterConfigError, ControllerHalted,
                                                              AclError))
 
 

@@ -41,19 +41,21 @@ from server.errors import (
     wrong_arity,
 )
 from server.commands.topics import expand_read_args, read_partitions_after, topic_len, topic_range
-from server.failures import reply_for
+from server.failures import entry_too_large, reply_for
 from server.registry import COMMANDS, POLLS, RUNS, command, container, nowait_path
 from server.reply import NULL_ARRAY, OK, Map, Raw, Simple
+from storage.entry_codec import decode_entry
 from storage.streams.ids import (
     MAX_ID,
     MIN_ID,
     StreamId,
+    format_id,
     parse_id,
     parse_range_end,
     parse_range_start,
     parse_strict_id,
 )
-from storage.streams.stream import TOO_LARGE, ZERO_ID, decode_entry
+from storage.streams.stream import ID_ZERO, StreamError
 
 NO_SUCH_KEY = "no such key"
 
@@ -239,15 +241,14 @@ def xadd(ctx, argv):
     if nfields < 2 or nfields % 2:
         raise wrong_arity("xadd")
     if args.id_given and args.seq_given and args.stream_id == MIN_ID:
-        raise err(ZERO_ID)
+        raise StreamError(ID_ZERO)
     key = argv[1]
     topics = ctx.server.topics
     # Per-topic max-entry-bytes (server default for a new topic); nothing is written.
     max_entry_bytes = topics.max_entry_bytes(topics.topic_of(key))
     entry_bytes = sum(len(item) for item in argv[field_pos:])
     if entry_bytes > max_entry_bytes:
-        raise err(f"{TOO_LARGE}: the entry has {entry_bytes} bytes of fields and values, "
-                  f"over the topic's max-entry-bytes ({max_entry_bytes})")
+        raise entry_too_large(entry_bytes, max_entry_bytes)
     # A multi-partition topic key goes through the partitioner (cluster.topics).
     target_key = key
     if ctx.server.replication is not None and topics.is_multi(key):
@@ -295,8 +296,7 @@ def _xadd_star(ctx, argv):
     max_entry_bytes = topics.max_entry_bytes(topics.topic_of(key))
     entry_bytes = len(fields[0]) + len(fields[1]) if len(fields) == 2 else sum(map(len, fields))
     if entry_bytes > max_entry_bytes:
-        raise err(f"{TOO_LARGE}: the entry has {entry_bytes} bytes of fields and values, "
-                  f"over the topic's max-entry-bytes ({max_entry_bytes})")
+        raise entry_too_large(entry_bytes, max_entry_bytes)
     if server.replication is not None:
         target_key = key
         if topics.is_multi(key):
@@ -835,7 +835,7 @@ def _entry_value(encoded: bytes | None):
     if encoded is None:
         return None
     stream_id, fields = decode_entry(encoded)
-    return [stream_id.encode(), fields]
+    return [format_id(stream_id), fields]
 
 
 @command(

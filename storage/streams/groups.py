@@ -8,9 +8,11 @@ journal of mutations compacted by snapshots. Also Redis 7's rules for a
 group's ``entries_read`` and lag (``t_stream.c::streamEstimateDistanceFromFirstEverEntry``,
 ``streamReplyWithCGLag``) as pure functions of a stream's counters.
 
-Must not know: sockets, trio, RESP, command syntax, the stream's entries.
-Callers (the XGROUP/XREADGROUP/XACK ... handlers) check Redis's errors first and
-then call one mutation per command; a mutation never fails half-way.
+Must not know: sockets, trio, RESP, command syntax, the stream's entries, any
+client's error texts. Callers (the XGROUP/XREADGROUP/XACK ... handlers) check
+Redis's errors first and then call one mutation per command; a mutation never
+fails half-way. What a mutation refuses is a ``GroupError`` with a code (the
+constants below); nothing is written then.
 
 Stream IDs are plain ``(ms, seq)`` tuples of unsigned 64-bit ints, as in the
 log API. ``entries_read`` is an int, or ``None`` when unknown (Redis's
@@ -111,7 +113,7 @@ from typing import Iterable, Iterator, Protocol, Sequence
 from crc32c import crc32c
 
 from storage import salvage
-from storage.errors import raise_storage_error
+from storage.errors import Refusal, raise_storage_error
 from storage.handles import FileCache
 
 StreamIdT = tuple[int, int]
@@ -159,6 +161,34 @@ _JOURNAL_OPS = frozenset(range(_OP_CREATE, _OP_CONFIG + 1))
 
 class GroupStateError(Exception):
     """The group state on disk cannot be read (a corrupt snapshot)."""
+
+
+# What a mutation refuses (``GroupError.code``, with the fields named); the
+# texts clients see are the front-end's (server/failures.py).
+GROUP_EXISTS = "group-exists"  # group: XGROUP CREATE of a group that exists
+NO_GROUP = "no-group"  # group: a mutation of a group that does not exist
+NOT_AFTER_LAST_ID = "not-after-last-id"  # group: delivered IDs must follow last-delivered-id
+NOT_PENDING = "not-pending"  # group, consumer: redelivered IDs must be the consumer's pending ones
+MAX_DELIVERIES_RANGE = "max-deliveries-range"  # max_deliveries: not 0 .. 2**32-1
+DEAD_LETTER_NEEDS_KEY = "dead-letter-needs-key"  # max_deliveries > 0 without a dead-letter key
+DEAD_LETTER_NEEDS_MAX = "dead-letter-needs-max"  # a dead-letter key with max_deliveries 0
+MAX_DELIVERIES_MAX = 0xFFFFFFFF  # a u32 in the journal
+
+
+class GroupError(Refusal, ValueError):
+    """A group mutation refused (a ``ValueError``, as replay treats a record
+    that does not fit); ``code`` is one of the constants above."""
+
+
+def check_dead_letter(max_deliveries: int, dead_letter_key: bytes | None) -> None:
+    """Raise ``GroupError`` unless ``max_deliveries`` (0: off) and
+    ``dead_letter_key`` make a dead-letter setting the store can keep."""
+    if not 0 <= max_deliveries <= MAX_DELIVERIES_MAX:
+        raise GroupError(MAX_DELIVERIES_RANGE, max_deliveries=max_deliveries, maximum=MAX_DELIVERIES_MAX)
+    if max_deliveries > 0 and dead_letter_key is None:
+        raise GroupError(DEAD_LETTER_NEEDS_KEY)
+    if max_deliveries == 0 and dead_letter_key is not None:
+        raise GroupError(DEAD_LETTER_NEEDS_MAX)
 
 
 # --------------------------------------------------------------------------
@@ -921,10 +951,11 @@ class GroupStore:
         max_deliveries: int = 0,
         dead_letter_key: bytes | None = None,
     ) -> ConsumerGroup:
-        """XGROUP CREATE. Raises ValueError if the group exists."""
+        """XGROUP CREATE. Raises GroupError (``GROUP_EXISTS``, or a dead-letter
+        setting ``check_dead_letter`` refuses)."""
         if name in self.groups:
-            raise ValueError("group exists")
-        self._check_dead_letter(max_deliveries, dead_letter_key)
+            raise GroupError(GROUP_EXISTS, group=name)
+        check_dead_letter(max_deliveries, dead_letter_key)
         self._write(
             _U8.pack(_OP_CREATE) + _s(name) + _ID.pack(*last_id) + _er(entries_read)
             + _U32.pack(max_deliveries) + _opt_s(dead_letter_key)
@@ -952,7 +983,7 @@ class GroupStore:
     def configure_dead_letter(self, name: bytes, max_deliveries: int, dead_letter_key: bytes | None) -> None:
         """Set (max_deliveries > 0 and a key) or clear (0, None) dead-lettering."""
         self._need(name)
-        self._check_dead_letter(max_deliveries, dead_letter_key)
+        check_dead_letter(max_deliveries, dead_letter_key)
         self._write(_U8.pack(_OP_CONFIG) + _s(name) + _U32.pack(max_deliveries) + _opt_s(dead_letter_key))
         self._apply_config(name, max_deliveries, dead_letter_key)
         self._maybe_compact()
@@ -1010,7 +1041,7 @@ class GroupStore:
         moved backwards) changes owner with delivery count 1."""
         g = self._need(group)
         if ids and not (ids[0] > g.last_id and last_id >= ids[-1]):
-            raise ValueError("delivered IDs must follow last_id")
+            raise GroupError(NOT_AFTER_LAST_ID, group=group)
         self._write(
             _U8.pack(_OP_DELIVER) + _s(group) + _s(consumer) + _I64.pack(now_ms)
             + _U8.pack(1 if noack else 0) + _ID.pack(*last_id) + _er(entries_read) + _ids(ids)
@@ -1024,7 +1055,7 @@ class GroupStore:
         g = self._need(group)
         c = g.consumers.get(consumer)
         if c is None or any(sid not in c.pending for sid in ids):
-            raise ValueError("redelivered IDs must be pending for the consumer")
+            raise GroupError(NOT_PENDING, group=group, consumer=consumer)
         if not ids:
             return
         self._write(_U8.pack(_OP_REDELIVER) + _s(group) + _s(consumer) + _I64.pack(now_ms) + _ids(ids))
@@ -1322,15 +1353,8 @@ class GroupStore:
     def _need(self, name: bytes) -> ConsumerGroup:
         g = self.groups.get(name)
         if g is None:
-            raise KeyError(f"no such group {name!r}")
+            raise GroupError(NO_GROUP, group=name)
         return g
-
-    @staticmethod
-    def _check_dead_letter(max_deliveries: int, dead_letter_key: bytes | None) -> None:
-        if not 0 <= max_deliveries <= 0xFFFFFFFF:
-            raise ValueError("max_deliveries out of range")
-        if (max_deliveries > 0) != (dead_letter_key is not None):
-            raise ValueError("max_deliveries and dead_letter_key go together")
 
     def _write(self, payload: bytes) -> None:
         assert not self._closed, "group store is closed"

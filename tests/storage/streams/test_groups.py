@@ -14,8 +14,15 @@ from hypothesis import strategies as st
 
 from storage.handles import FileCache
 from storage.streams.groups import (
+    DEAD_LETTER_NEEDS_KEY,
+    GROUP_EXISTS,
     JOURNAL_NAME,
+    MAX_DELIVERIES_RANGE,
+    NO_GROUP,
+    NOT_AFTER_LAST_ID,
+    NOT_PENDING,
     SNAPSHOT_NAME,
+    GroupError,
     GroupStateError,
     GroupStore,
     PendingList,
@@ -114,8 +121,9 @@ def test_no_files_until_first_mutation(tmp_path):
 def test_create_deliver_ack_survive_reopen(tmp_path):
     store = GroupStore.open(tmp_path)
     store.create_group(b"g", (0, 0), 0)
-    with pytest.raises(ValueError):
+    with pytest.raises(GroupError) as info:
         store.create_group(b"g", (0, 0), 0)
+    assert (info.value.code, info.value.fields) == (GROUP_EXISTS, {"group": b"g"})
     store.deliver(b"g", b"alice", [(1, 0), (2, 0), (3, 0)], (3, 0), 3, now_ms=1000)
     store.deliver(b"g", b"bob", [(4, 0)], (4, 0), 4, now_ms=1100)
     assert store.ack(b"g", [(2, 0), (2, 0), (99, 0)]) == 1
@@ -143,10 +151,12 @@ def test_noack_moves_last_id_without_pending(tmp_path):
 def test_deliver_rejects_ids_at_or_below_last_id(tmp_path):
     store = GroupStore.open(tmp_path)
     store.create_group(b"g", (5, 0), None)
-    with pytest.raises(ValueError):
+    with pytest.raises(GroupError) as info:
         store.deliver(b"g", b"c", [(5, 0)], (5, 0), None, now_ms=1)
-    with pytest.raises(KeyError):
+    assert info.value.code == NOT_AFTER_LAST_ID
+    with pytest.raises(GroupError) as info:
         store.deliver(b"nope", b"c", [(6, 0)], (6, 0), None, now_ms=1)
+    assert (info.value.code, info.value.fields) == (NO_GROUP, {"group": b"nope"})
     store.close()
 
 
@@ -173,8 +183,9 @@ def test_redeliver_requires_ids_pending_for_that_consumer(tmp_path):
     store = GroupStore.open(tmp_path)
     store.create_group(b"g", (0, 0), 0)
     store.deliver(b"g", b"a", [(1, 0)], (1, 0), 1, now_ms=10)
-    with pytest.raises(ValueError):
+    with pytest.raises(GroupError) as info:
         store.redeliver(b"g", b"b", [(1, 0)], now_ms=11)
+    assert (info.value.code, info.value.fields) == (NOT_PENDING, {"group": b"g", "consumer": b"b"})
     store.close()
 
 
@@ -214,8 +225,12 @@ def test_claim_moves_entries_and_force_creates_them(tmp_path):
 def test_dead_letter_setting_and_removal(tmp_path):
     store = GroupStore.open(tmp_path)
     store.create_group(b"g", (0, 0), 0, max_deliveries=3, dead_letter_key=b"dlq")
-    with pytest.raises(ValueError):
+    with pytest.raises(GroupError) as info:
         store.configure_dead_letter(b"g", 3, None)
+    assert info.value.code == DEAD_LETTER_NEEDS_KEY
+    with pytest.raises(GroupError) as info:
+        store.configure_dead_letter(b"g", 2**32, b"dlq")
+    assert info.value.code == MAX_DELIVERIES_RANGE
     store.deliver(b"g", b"a", [(1, 0), (2, 0)], (2, 0), 2, now_ms=3)
     assert store.dead_letter(b"g", [(1, 0)]) == 1
     store.configure_dead_letter(b"g", 5, b"other")
