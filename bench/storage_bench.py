@@ -22,17 +22,16 @@ import tempfile
 import time
 from pathlib import Path
 
+from storage.entry_codec import encode_pair
 from storage.log import LogConfig, PartitionLog
 
 MiB = 1024 * 1024
 
 
 def make_entry(ms: int, size: int) -> bytes:
-    """A RESP-encoded entry ``ms-0`` with one field whose value pads it to ~size bytes."""
-    ident = b"%d-0" % ms
-    head = b"*2\r\n$%d\r\n%s\r\n*2\r\n$1\r\nf\r\n" % (len(ident), ident)
-    pad = max(size - len(head) - 10, 1)
-    return head + b"$%d\r\n" % pad + b"x" * pad + b"\r\n"
+    """A stored (stream-v1) entry ``ms-0`` with one field whose value pads it to ~size bytes."""
+    pad = max(size - len(encode_pair((ms, 0), b"f", b"")) - 4, 1)
+    return encode_pair((ms, 0), b"f", b"x" * pad)
 
 
 def dd_write(path: Path, total_bytes: int, sync: bool) -> float:

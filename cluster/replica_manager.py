@@ -4,23 +4,23 @@ serving followers' fetches and fetching from leaders.
 Owns: the role of each partition (from its canonical key's hash slot, the
 slot's shard and ``ClusterState``), the ``LeaderState`` of each partition
 this node leads, one fetcher task per leader node this node follows
-(``run_fetcher``), the fetch wire format (a request is a list of RESP
-arguments, a response a nested list; ``server/`` only moves them), topic
+(``run_fetcher``), what a fetch asks and answers (the typed
+``FetchRequest`` / ``FetchResponse`` of cluster/peer/messages.py), topic
 discovery (a leader lists the partitions it leads for the asking follower,
 with their ``topic.meta``), and a high-watermark checkpoint per partition.
 
 Leadership is an input: ``ClusterState`` says who leads each shard at which
 epoch; this module acts on it and never decides it (the controller's
-committed metadata does, server/controller.py). Peers carry their
+committed metadata does, cluster/runtime/controller_driver.py). Peers carry their
 ``ClusterState`` view in every fetch request and reply; it is only compared
 (``ClusterState.note_peer_view`` logs a disagreement), never adopted.
 
 Canonical partition key: the bare topic name for a one-partition topic
 (what clients send), ``topic#n`` otherwise. Its slot decides the shard.
 
-Must not know: sockets, RESP bytes, commands. ``LeaderEndpoint`` (below) is
-how a fetcher reaches a leader; ``server/leader_link.py`` implements it over
-RESP, tests implement it in memory.
+Must not know: sockets, RESP bytes, commands. A fetcher reaches its leader
+through a ``cluster.peer.link.PeerLink`` (``server/peer_resp.py`` over the
+cluster bus, ``MemoryLink`` in tests).
 """
 
 from __future__ import annotations
@@ -30,12 +30,16 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Sequence
 
 import trio
 
 from cluster import replication as rp
+from cluster.errors import ClusterError, Moved, NotEnoughReplicas, Paused
 from cluster.nodes import ClusterState, Placement, key_slot
+from cluster.peer.link import PeerLink
+from cluster.peer.messages import (Discovered, EpochEnd, EpochPartition, EpochRequest, EpochResponse,
+                                   FetchedPartition, FetchPartition, FetchRequest, FetchResponse, PartitionEnd)
 from cluster.topics import TopicRegistry, partition_key, split_partition_key
 from storage.checkpoint import read_file, write_atomic
 from storage.errors import StorageError
@@ -47,8 +51,6 @@ from storage.streams.replica_state import (apply_group_changes, apply_state, enc
 log = logging.getLogger("partita.replication")
 
 HW_CHECKPOINT = "replication.hw"
-# topic, n, topic id, fetch offset, last fetched epoch, state version, group journal position
-PARTITION_FIELDS = 7
 RETRY_S = 0.5  # a fetcher whose leader is unreachable retries this often
 # A leader that answers NOT_LEADER (this node has not applied the metadata
 # that moved it yet: a Raft heartbeat brings it) is asked again after this.
@@ -58,15 +60,6 @@ NOT_LEADER_RETRY_S = 0.1
 # would answer at once, and a refusing disk would turn the fetcher into a
 # busy loop.
 APPLY_RETRY_MS = 1000
-PAUSED = "TRYAGAIN a manual failover is moving this partition's leadership; retry shortly"
-
-
-class LeaderEndpoint(Protocol):
-    """How a follower reaches one leader node (``server/leader_link.py``)."""
-
-    async def call(self, args: list[bytes]) -> Any:
-        """Send one internal command; its reply as nested lists / bytes / ints.
-        Raises ``ConnectionError`` (or ``OSError``) when the leader is unreachable."""
 
 
 @dataclass
@@ -76,19 +69,9 @@ class Settings:
     fetch_max_bytes: int = 1024 * 1024
 
 
-class NotLeaderError(Exception):
-    """This node does not lead the partition; ``leader`` is the node that does."""
-
-    def __init__(self, slot: int, leader: Any) -> None:
-        super().__init__(f"MOVED {slot} {leader.address}")
-        self.slot = slot
-        self.leader = leader
-
-
-class NotEnoughReplicasError(Exception):
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+# The names this module has always raised them under (cluster/errors.py).
+NotLeaderError = Moved
+NotEnoughReplicasError = NotEnoughReplicas
 
 
 @dataclass
@@ -247,10 +230,10 @@ class ReplicaManager:
         else:
             self.paused.pop(shard, None)
 
-    def shard_ends(self, shard: int) -> list:
-        """``[topic, n, end offset, high watermark, state token, group token, ...]``
-        of the shard's partitions here: what a follower must hold to take over."""
-        out: list = []
+    def shard_ends(self, shard: int) -> tuple[PartitionEnd, ...]:
+        """The end of each of the shard's partitions here (entries, stream
+        state, group journal): what a follower must hold to take over."""
+        out: list[PartitionEnd] = []
         reg = self.registry
         for topic in reg.topics():
             for n in range(reg.partitions_of(topic)):
@@ -263,40 +246,38 @@ class ReplicaManager:
                     ls.update_hw()  # followers' fetches may have moved it: re-evaluate
                     prefix = b"%s:%d:" % (self.token, ls.epoch)
                     gen, end = groups_of(stream).journal_position()
-                    out += [topic, b"%d" % n, plog.log_end_offset, plog.high_watermark,
-                            prefix + b"%d" % state_version(stream), prefix + b"%d:%d" % (gen, end)]
-        return out
+                    out.append(PartitionEnd(topic, n, plog.log_end_offset, plog.high_watermark,
+                                            prefix + b"%d" % state_version(stream), prefix + b"%d:%d" % (gen, end)))
+        return tuple(out)
 
-    def holds(self, leader: int, ends: list) -> bool:
+    def holds(self, leader: int, ends: Sequence[PartitionEnd]) -> bool:
         """Whether this follower has everything ``shard_ends`` listed (entries,
         stream state, group journal) and the leader's HW covers the entries."""
         parts = self.followed.get(leader, {})
-        for i in range(0, len(ends) - 5, 6):
-            topic, n, end, hw, state_token, group_token = ends[i:i + 6]
-            f = parts.get((topic, int(n)))
-            if f is None or int(hw) < int(end):
+        for end in ends:
+            f = parts.get((end.topic, end.n))
+            if f is None or end.high_watermark < end.end_offset:
                 return False
-            plog = self.registry.stream_of(topic, int(n)).log
-            if plog.log_end_offset < int(end) or f.group_token != group_token or f.state_token != state_token:
+            plog = self.registry.stream_of(end.topic, end.n).log
+            if (plog.log_end_offset < end.end_offset or f.group_token != end.group_token
+                    or f.state_token != end.state_token):
                 return False
         return True
 
     def before_append(self, topic: bytes, n: int) -> rp.LeaderState | None:
-        """Called before an XADD appends; raises NotEnoughReplicasError for an
-        acks=all topic whose ISR is smaller than min-insync-replicas."""
+        """Called before an XADD appends: raises Moved when another node
+        leads the partition, Paused during a manual failover, and
+        NotEnoughReplicas for an acks=all topic whose ISR is smaller than
+        min-insync-replicas (nothing written)."""
         ls = self.leader_state(topic, n)
         shard = self.shard_of(topic, n)
         if ls is None:
-            raise NotLeaderError(key_slot(self.canonical_key(topic, n)),
-                                 self.placement.by_id[self.state.leader(shard)])
+            raise Moved(key_slot(self.canonical_key(topic, n)), self.placement.by_id[self.state.leader(shard)])
         if self.is_paused(shard):
-            raise NotEnoughReplicasError(PAUSED)
+            raise Paused()
         ls.min_insync = self.min_insync(topic)
         if self.acks_all(topic) and not ls.accepts_acks_all():
-            raise NotEnoughReplicasError(
-                f"NOTENOUGHREPLICAS {len(ls.isr)} in-sync replica(s) of "
-                f"{self.canonical_key(topic, n).decode('utf-8', 'replace')}, "
-                f"min-insync-replicas is {ls.min_insync}; nothing was written")
+            raise NotEnoughReplicas(len(ls.isr), self.canonical_key(topic, n), ls.min_insync)
         return ls
 
     def _prune(self) -> None:
@@ -425,66 +406,61 @@ class ReplicaManager:
 
     # -- serving a follower's fetch -----------------------------------------
 
-    def serve_fetch(self, args: list[bytes]) -> tuple[list, bool]:
-        """One REPLFETCH; returns ``(reply, has_news)``. ``has_news`` False
-        means the reply carries nothing a follower waits for (the caller may
-        hold it up to max-wait and ask again)."""
-        replica = int(args[0])
-        self.state.note_peer_view(args[1], f"node {replica}")
-        self.last_fetch_ms[replica] = self.clock_ms()
-        max_bytes = int(args[3])
-        their_token = args[4]
+    def serve_fetch(self, request: FetchRequest) -> tuple[FetchResponse, bool]:
+        """One follower's fetch; returns ``(response, has_news)``. ``has_news``
+        False means the response carries nothing a follower waits for (the
+        caller may hold it up to max-wait and ask again)."""
+        replica = request.replica
+        self.state.note_peer_view(request.view, f"node {replica}")
         now = self.clock_ms()
+        self.last_fetch_ms[replica] = now
         news = False
         topics_token = b"%s:%d:%d" % (self.token, self.registry.generation, self.state.version)
         discovered = None
-        if their_token != topics_token:
+        if request.topics_token != topics_token:
             discovered = self._discover_for(replica)
             news = True
         results = []
-        body = args[5:]
-        for i in range(0, len(body) - PARTITION_FIELDS + 1, PARTITION_FIELDS):
-            topic, n_raw, topic_id, off_raw, epoch_raw, their_state, their_groups = body[i:i + PARTITION_FIELDS]
-            res, item_news = self._serve_partition(replica, topic, int(n_raw), topic_id.decode(),
-                                                   int(off_raw), int(epoch_raw), their_state, their_groups,
-                                                   max_bytes, now)
+        for part in request.partitions:
+            res, item_news = self._serve_partition(replica, part, request.max_bytes, now)
             results.append(res)
             news |= item_news
         self.fetch_counts["served"] += 1
-        return [self.state.encode(), topics_token, discovered, results], news
+        return FetchResponse(self.state.encode(), topics_token, discovered, tuple(results)), news
 
-    def _discover_for(self, replica: int) -> list:
-        out: list = []
+    def _discover_for(self, replica: int) -> tuple[Discovered, ...]:
+        out: list[Discovered] = []
         reg = self.registry
         for topic in reg.topics():
             for n in range(reg.partitions_of(topic)):
                 shard = self.shard_of(topic, n)
                 if self.leads_shard(shard) and replica in self.placement.replicas(shard):
-                    out += [topic, b"%d" % n, reg.topic_meta_blob(topic)]
-        return out
+                    out.append(Discovered(topic, n, reg.topic_meta_blob(topic)))
+        return tuple(out)
 
-    def _serve_partition(self, replica: int, topic: bytes, n: int, topic_id: str, offset: int,
-                         their_epoch: int, their_state: bytes, their_groups: bytes, max_bytes: int,
-                         now: int) -> tuple[list, bool]:
+    def _serve_partition(self, replica: int, part: FetchPartition, max_bytes: int,
+                         now: int) -> tuple[FetchedPartition, bool]:
         reg = self.registry
-        head = [topic, b"%d" % n]
+        topic, n, offset, their_epoch = part.topic, part.n, part.offset, part.last_epoch
+        their_state, their_groups = part.state_token, part.group_token
         if n >= reg.partitions_of(topic):
-            return head + [rp.UNKNOWN_PARTITION.encode()], True
+            return FetchedPartition(topic, n, rp.UNKNOWN_PARTITION), True
         ls = self.leader_state(topic, n)
         if ls is None:
-            return head + [rp.NOT_LEADER.encode()], True
-        if reg.topic_id(topic) != topic_id:
-            return head + [rp.TOPIC_ID_MISMATCH.encode(), reg.topic_meta_blob(topic)], True
+            return FetchedPartition(topic, n, rp.NOT_LEADER), True
+        if reg.topic_id(topic) != part.topic_id:
+            return FetchedPartition(topic, n, rp.TOPIC_ID_MISMATCH, topic_meta=reg.topic_meta_blob(topic)), True
         plog = ls.log
         if offset < plog.log_start_offset or offset > plog.log_end_offset:
-            return head + [rp.OUT_OF_RANGE.encode(), plog.log_start_offset, plog.log_end_offset], True
+            return FetchedPartition(topic, n, rp.OUT_OF_RANGE, log_start=plog.log_start_offset,
+                                    log_end=plog.log_end_offset), True
         if their_epoch >= 0 and offset > plog.log_start_offset:
             # KIP-595's check: the follower's log must end inside what this
             # leader has for the follower's last epoch, else the two diverge
             # and the follower truncates (REPLEPOCH) before fetching on.
             epoch, end = plog.end_offset_for_epoch(their_epoch)
             if epoch != their_epoch or end < offset:
-                return head + [rp.DIVERGING.encode()], True
+                return FetchedPartition(topic, n, rp.DIVERGING), True
         hw_before = plog.high_watermark
         if ls.on_fetch(replica, offset, now):
             self.on_hw_advance(topic, n)
@@ -507,24 +483,24 @@ class ReplicaManager:
         group_token = prefix + b"%d:%d" % (gen, end)
         news = (bool(batches) or state is not None or plog.high_watermark != hw_before
                 or snapshot is not None or bool(records))
-        return head + [b"", plog.high_watermark, plog.log_start_offset, plog.log_end_offset,
-                       batches, token, state, group_token, snapshot, records], news
+        return FetchedPartition(topic, n, "", plog.high_watermark, plog.log_start_offset, plog.log_end_offset,
+                                batches, token, state, group_token, snapshot, records or b""), news
 
-    def end_offsets_for_epochs(self, args: list[bytes]) -> list:
-        """REPLEPOCH topic n epoch ...: ``[epoch, end offset]`` each, or an error string."""
-        out: list = []
-        for i in range(0, len(args) - 2, 3):
-            topic, n, epoch = args[i], int(args[i + 1]), int(args[i + 2])
-            if n >= self.registry.partitions_of(topic):
-                out.append(rp.UNKNOWN_PARTITION.encode())
+    def end_offsets_for_epochs(self, request: EpochRequest) -> EpochResponse:
+        """For each partition, this leader's largest epoch up to the asked one
+        and that epoch's end offset (KIP-101), or an error code."""
+        out: list[EpochEnd] = []
+        for part in request.partitions:
+            if part.n >= self.registry.partitions_of(part.topic):
+                out.append(EpochEnd(error=rp.UNKNOWN_PARTITION))
                 continue
-            ls = self.leader_state(topic, n)
+            ls = self.leader_state(part.topic, part.n)
             if ls is None:
-                out.append(rp.NOT_LEADER.encode())
+                out.append(EpochEnd(error=rp.NOT_LEADER))
                 continue
-            e, end = ls.log.end_offset_for_epoch(epoch)
-            out.append([e, end])
-        return out
+            e, end = ls.log.end_offset_for_epoch(part.epoch)
+            out.append(EpochEnd(e, end))
+        return EpochResponse(tuple(out))
 
     # -- following ------------------------------------------------------------
 
@@ -563,8 +539,8 @@ class ReplicaManager:
         leader = self.state.leader(shard)
         return leader if leader != self.my_id else None
 
-    def fetch_request(self, leader: int) -> list[bytes]:
-        """REPLFETCH for the followed partitions whose truncation step is done
+    def fetch_request(self, leader: int) -> FetchRequest:
+        """The fetch for the followed partitions whose truncation step is done
         for the shard's current epoch (the others fetch once it is)."""
         parts = self._follows(leader)
         token = self.discovery_token.get(leader, b"")
@@ -577,8 +553,7 @@ class ReplicaManager:
             for key, until in list(backoff.items()):
                 if now >= until:
                     del backoff[key]
-        args = [b"REPLFETCH", b"%d" % self.my_id, self.state.encode(), b"%d" % self.settings.fetch_wait_ms,
-                b"%d" % self.settings.fetch_max_bytes, token]
+        wanted: list[FetchPartition] = []
         for f in parts.values():
             if f.epoch_truncated != self.state.epoch(self.shard_of(f.topic, f.n)):
                 continue
@@ -588,14 +563,15 @@ class ReplicaManager:
             plog = stream.log
             if plog.sync_failure is not None:
                 continue  # it could not apply them (offline after a failed fsync): not fetched, it leaves the ISR
-            args += [f.topic, b"%d" % f.n, (self.registry.topic_id(f.topic) or "").encode(),
-                     b"%d" % plog.log_end_offset, b"%d" % plog.latest_epoch, f.state_token, f.group_token]
-        return args
+            wanted.append(FetchPartition(f.topic, f.n, self.registry.topic_id(f.topic) or "", plog.log_end_offset,
+                                         plog.latest_epoch, f.state_token, f.group_token))
+        return FetchRequest(self.my_id, self.state.encode(), self.settings.fetch_wait_ms,
+                            self.settings.fetch_max_bytes, token, tuple(wanted))
 
-    def truncation_request(self, leader: int) -> tuple[list[bytes], list[Followed]]:
-        """REPLEPOCH for followed partitions whose truncation step is not done
-        for the shard's current epoch."""
-        args: list[bytes] = [b"REPLEPOCH"]
+    def truncation_request(self, leader: int) -> tuple[EpochRequest, list[Followed]]:
+        """The epoch query for followed partitions whose truncation step is
+        not done for the shard's current epoch."""
+        asked: list[EpochPartition] = []
         todo = []
         for f in self._follows(leader).values():
             epoch = self.state.epoch(self.shard_of(f.topic, f.n))
@@ -607,13 +583,15 @@ class ReplicaManager:
             if plog.latest_epoch < 0:
                 f.epoch_truncated = epoch
                 continue
-            args += [f.topic, b"%d" % f.n, b"%d" % plog.latest_epoch]
+            asked.append(EpochPartition(f.topic, f.n, plog.latest_epoch))
             todo.append(f)
-        return args, todo
+        return EpochRequest(tuple(asked)), todo
 
-    def apply_truncation(self, leader: int, todo: list[Followed], reply: list) -> None:
-        for f, answer in zip(todo, reply):
-            if not isinstance(answer, list):
+    def apply_truncation(self, leader: int, todo: list[Followed], response: EpochResponse) -> None:
+        if len(response.ends) != len(todo):
+            raise ValueError(f"node {leader} answered {len(response.ends)} epochs for {len(todo)} partitions")
+        for f, answer in zip(todo, response.ends):
+            if answer.error:
                 continue  # the leader moved or lost it: the next fetch says what to do
             if self._follows_from(f.topic, f.n) != leader or key_gone(self.registry, f.topic, f.n):
                 continue  # leadership moved, or the topic went, while the request was out
@@ -621,43 +599,43 @@ class ReplicaManager:
             stream.commit()
             plog = stream.log
             plog.hw_follows_end = False
-            target = rp.truncation_offset(plog, (int(answer[0]), int(answer[1])))
+            target = rp.truncation_offset(plog, (answer.epoch, answer.end_offset))
             if target is not None:
                 log.warning("%s: truncating from %d to %d (leader's end of epoch %s)",
                             self.canonical_key(f.topic, f.n).decode("utf-8", "replace"),
-                            plog.log_end_offset, target, answer[0])
+                            plog.log_end_offset, target, answer.epoch)
                 plog.truncate_to(target)
                 self.fetch_counts["truncations"] += 1
             f.epoch_truncated = self.state.epoch(self.shard_of(f.topic, f.n))
 
-    def apply_fetch(self, leader: int, reply: list) -> bool:  # noqa: C901 - one reply, one pass
-        """Apply a REPLFETCH reply; True when anything was appended."""
-        view, topics_token, discovered, results = reply
-        if view:
-            self.state.note_peer_view(view, f"node {leader}")
-        if discovered is not None:
-            self.discovery_token[leader] = topics_token
-            if not self._apply_discovery(leader, discovered):
+    def apply_fetch(self, leader: int, response: FetchResponse) -> bool:  # noqa: C901 - one reply, one pass
+        """Apply a fetch response; True when anything was appended."""
+        if response.view:
+            self.state.note_peer_view(response.view, f"node {leader}")
+        if response.discovered is not None:
+            self.discovery_token[leader] = response.topics_token
+            if not self._apply_discovery(leader, response.discovered):
                 self._rediscover_at[leader] = self.clock_ms() + APPLY_RETRY_MS
         appended = False
         parts = self.followed.get(leader, {})
-        for res in results:
-            topic, n, error = res[0], int(res[1]), res[2]
+        for res in response.partitions:
+            topic, n = res.topic, res.n
             f = parts.get((topic, n))
             if f is None or self._follows_from(topic, n) != leader:
                 continue  # not followed from this leader (any more): never touch a log this node leads
             if key_gone(self.registry, topic, n):
                 parts.pop((topic, n), None)  # deleted here while the fetch was out
                 continue
-            if error:
-                self._on_fetch_error(leader, f, error.decode() if isinstance(error, bytes) else str(error), res)
+            if res.error:
+                self._on_fetch_error(leader, f, res)
                 continue
-            hw, lso, _leo, batches, token, state, group_token, group_snapshot, group_records = res[3:12]
+            token, state, group_token = res.state_token, res.state, res.group_token
+            group_snapshot, group_records = res.group_snapshot, res.group_records
             stream = self.registry.stream_of(topic, n)
             before = stream.log.log_end_offset
             try:
                 stream.commit()
-                rp.apply_fetched(stream.log, batches or b"", int(hw), int(lso))
+                rp.apply_fetched(stream.log, res.batches, res.high_watermark, res.log_start)
             except StorageError as e:
                 # This replica's disk refused (full, or the log is offline
                 # after a failed fsync): skip the partition, not the fetch;
@@ -676,7 +654,7 @@ class ReplicaManager:
                     f.state_token = token
                 if group_snapshot is not None or group_records:
                     try:
-                        apply_group_changes(stream, group_snapshot, group_records or b"")
+                        apply_group_changes(stream, group_snapshot, group_records)
                         f.group_token = group_token
                         if self.on_applied is not None:
                             self.on_applied(groups_of(stream))
@@ -695,15 +673,15 @@ class ReplicaManager:
             self.fetch_counts["fetched"] += 1
         return appended
 
-    def _apply_discovery(self, leader: int, discovered: list) -> bool:
+    def _apply_discovery(self, leader: int, discovered: Sequence[Discovered]) -> bool:
         """Take the topics ``leader`` lists; False if one could not be
         created or updated here (a disk error: logged once, retried)."""
         parts = self.followed.setdefault(leader, {})
         complete = True
-        for i in range(0, len(discovered) - 2, 3):
-            topic, n, blob = discovered[i], int(discovered[i + 1]), discovered[i + 2]
+        for found in discovered:
+            topic, n = found.topic, found.n
             try:
-                self.registry.adopt_topic(topic, blob)
+                self.registry.adopt_topic(topic, found.meta)
             except (StorageError, OSError) as e:
                 self._apply_failed(topic, n, "topic", e)
                 complete = False
@@ -713,7 +691,7 @@ class ReplicaManager:
                 parts[(topic, n)] = Followed(topic, n)
         # A partition the leader does not list is not taken as deleted: a
         # new leader may not know a topic yet, and deletions reach every node
-        # through the controller's metadata log (server/controller.py).
+        # through the controller's metadata log (cluster/runtime/controller_driver.py).
         return complete
 
     def _apply_failed(self, topic: bytes, n: int, what: str, error: StorageError) -> None:
@@ -729,10 +707,11 @@ class ReplicaManager:
         if self._apply_errors and self._apply_errors.pop((topic, n, what), None) is not None:
             log.info("%s: applying fetched %s again", self.canonical_key(topic, n).decode("utf-8", "replace"), what)
 
-    def _on_fetch_error(self, leader: int, f: Followed, error: str, res: list) -> None:
+    def _on_fetch_error(self, leader: int, f: Followed, res: FetchedPartition) -> None:
         name = self.canonical_key(f.topic, f.n).decode("utf-8", "replace")
+        error = res.error
         if error == rp.OUT_OF_RANGE:
-            lso, leo = int(res[3]), int(res[4])
+            lso, leo = res.log_start, res.log_end
             plog = self.registry.stream_of(f.topic, f.n).log
             if plog.log_end_offset < lso:
                 log.warning("%s: end offset %d is below the leader's log start %d: restarting the replica there",
@@ -742,7 +721,7 @@ class ReplicaManager:
                 f.epoch_truncated = -1  # truncate by epoch again before fetching
         elif error == rp.TOPIC_ID_MISMATCH:
             log.warning("%s: the leader's topic is another incarnation: replacing this replica", name)
-            self.registry.adopt_topic(f.topic, res[3])
+            self.registry.adopt_topic(f.topic, res.topic_meta)
             self.followed.get(leader, {}).pop((f.topic, f.n), None)
             self.discovery_token.pop(leader, None)
         elif error == rp.DIVERGING:
@@ -756,27 +735,21 @@ class ReplicaManager:
             # applied it yet (the fetchers restart when it does): not again at once.
             self._not_leading.add(leader)
 
-    async def run_fetcher(self, leader: int, endpoint: LeaderEndpoint) -> None:
+    async def run_fetcher(self, leader: int, link: PeerLink) -> None:
         """Fetch from ``leader`` until it no longer leads anything this node
         follows (the caller restarts fetchers when the cluster view changes)."""
         while leader in self.leaders_to_follow():
             try:
-                args, todo = self.truncation_request(leader)
+                request, todo = self.truncation_request(leader)
                 if todo:
-                    answer = await endpoint.call(args)
-                    if not isinstance(answer, list):
-                        raise ConnectionError(f"unexpected REPLEPOCH reply from node {leader}: {answer!r:.200}")
-                    self.apply_truncation(leader, todo, answer)
-                reply = await endpoint.call(self.fetch_request(leader))
-                if isinstance(reply, Exception) or not isinstance(reply, list) or len(reply) != 4:
-                    raise ConnectionError(f"unexpected fetch reply from node {leader}: {reply!r:.200}")
-                self.apply_fetch(leader, reply)
+                    self.apply_truncation(leader, todo, await link.call(request))
+                self.apply_fetch(leader, await link.call(self.fetch_request(leader)))
                 if self._fetch_errors.pop(leader, None) is not None:
                     log.info("fetching from node %d again", leader)
                 if leader in self._not_leading:
                     self._not_leading.discard(leader)
                     await trio.sleep(NOT_LEADER_RETRY_S)
-            except (ConnectionError, OSError, EOFError) as e:
+            except (ConnectionError, OSError, EOFError, ClusterError) as e:  # unreachable, or refused
                 # Once per new reason (a peer that is down says so every retry).
                 text = str(e)
                 if self._fetch_errors.get(leader) != text:

@@ -25,8 +25,11 @@ Topic metadata blob (JSON)::
 follows the server's config (CONFIG SET of a default reaches every topic
 that does not override it at the next maintenance pass).
 
-Must not know: sockets, RESP, the server's errors and replies. Refusals are
-``TopicError`` with a Redis-style message (no ``ERR`` code).
+Must not know: sockets, RESP, the server's errors and replies, any client's
+error texts. Refusals are ``TopicError`` with a code (the constants below)
+and the data a message needs as fields; the server renders them
+(server/failures.py). A ``topic.meta`` that cannot be read stops the start
+with ``TopicMetaError`` (a message for the operator's log).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from cluster.partitioner import Partitioner
-from storage.errors import StorageError
+from storage.errors import Refusal, StorageError
 from storage.log import PartitionLog
 from storage.salvage import keep_aside
 from storage.streams.stream import META_FILE_NAME, Stream
@@ -71,12 +74,34 @@ class PartitionCountError(ValueError):
         self.meta = meta
 
 
-class TopicError(Exception):
-    """A key cannot be resolved or changed; ``message`` is the client's text."""
+# Why a key cannot be resolved or a topic changed (``TopicError.code``), with
+# the fields each carries (keys and names as given: bytes or str).
+BAD_PARTITION_KEY = "bad-partition-key"  # key: a malformed '#<digits>' suffix
+PARTITION_OUT_OF_RANGE = "partition-out-of-range"  # partition, topic, partitions
+NEW_TOPIC_PARTITION_OUT_OF_RANGE = "new-topic-partition-out-of-range"  # partition, partitions
+NEEDS_PARTITION_KEY = "needs-partition-key"  # topic, partitions: a command of one partition on a topic key
+TOPIC_NAME_HAS_HASH = "topic-name-has-hash"  # topic
+TOPIC_NAME_EMPTY = "topic-name-empty"
+TOPIC_EXISTS = "topic-exists"  # topic
+UNKNOWN_TOPIC = "unknown-topic"  # topic
+PARTITIONS_ONLY_GROW = "partitions-only-grow"  # topic, partitions (the current count)
+BAD_PARTITION_COUNT = "bad-partition-count"  # partitions, maximum
+UNKNOWN_CONFIG = "unknown-config"  # name, known (every config name)
+CONFIG_NOT_ONE_OF = "config-not-one-of"  # value, name, choices
+CONFIG_NOT_A_SIZE = "config-not-a-size"  # value, name
+CONFIG_NOT_AN_INTEGER = "config-not-an-integer"  # value, name
+CONFIG_OUT_OF_RANGE = "config-out-of-range"  # value, name, minimum, maximum
+RENAME_UNSUPPORTED = "rename-unsupported"
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+
+class TopicError(Refusal):
+    """A key cannot be resolved or a topic changed; ``code`` is one of the
+    constants above."""
+
+
+class TopicMetaError(Exception):
+    """A topic's ``topic.meta`` cannot be read: the server refuses to start
+    (the message names the file, for the operator)."""
 
 
 def _text(key: bytes) -> str:
@@ -95,10 +120,7 @@ def split_partition_key(key: bytes) -> tuple[bytes, int | None]:
     digits = match.group(1)
     topic = key[: match.start()]
     if (len(digits) > 1 and digits[:1] == b"0") or len(digits) > 9 or not topic:
-        raise TopicError(
-            f"invalid partition key '{_text(key)}': "
-            "'#<digits>' at the end of a key is reserved for '<topic>#<partition>'"
-        )
+        raise TopicError(BAD_PARTITION_KEY, key=key)
     return topic, int(digits)
 
 
@@ -136,19 +158,18 @@ class TopicOption:
             return text
         if self.kind == "enum":
             if text.lower() not in self.choices:
-                raise TopicError(f"invalid value '{text}' for topic config '{self.name}': "
-                                 f"must be one of {', '.join(self.choices)}")
+                raise TopicError(CONFIG_NOT_ONE_OF, value=text, name=self.name, choices=self.choices)
             return text.lower()
         m = _SIZE_RE.match(text.strip().lower())
         units = _SIZE_UNITS if self.kind == "size" else {"": 1}
         if not m or m.group(2) not in units:
-            what = "a size (e.g. 1048576, 64kb, 1mb)" if self.kind == "size" else "an integer"
-            raise TopicError(f"invalid value '{text}' for topic config '{self.name}': must be {what}")
+            raise TopicError(CONFIG_NOT_A_SIZE if self.kind == "size" else CONFIG_NOT_AN_INTEGER,
+                             value=text, name=self.name)
         value = int(m.group(1)) * units[m.group(2)]
         if (self.minimum is not None and value < self.minimum) or (
                 self.maximum is not None and value > self.maximum):
-            raise TopicError(f"invalid value '{text}' for topic config '{self.name}': "
-                             f"must be between {self.minimum} and {self.maximum}")
+            raise TopicError(CONFIG_OUT_OF_RANGE, value=text, name=self.name,
+                             minimum=self.minimum, maximum=self.maximum)
         return value
 
 
@@ -174,6 +195,7 @@ TOPIC_OPTIONS: tuple[TopicOption, ...] = (
                 doc="acks=all XADDs are refused, and the high watermark waits, while fewer replicas are in sync"),
 )
 TOPIC_OPTIONS_BY_NAME = {o.name: o for o in TOPIC_OPTIONS}
+_KNOWN_CONFIG = tuple(o.name for o in TOPIC_OPTIONS)  # what an unknown-config refusal lists
 
 
 # Under fsync always a partition's active segment keeps this many zero bytes
@@ -343,7 +365,7 @@ class TopicRegistry:
                         "repaired to the %d partition(s) found on disk (the file as it was is kept as %s)",
                         path, _text(topic), exc.claimed, MAX_PARTITIONS, meta.partitions, aside)
         except (ValueError, TypeError, AttributeError) as exc:
-            raise TopicError(f"unreadable topic metadata {path}: {exc}; refusing to start "
+            raise TopicMetaError(f"unreadable topic metadata {path}: {exc}; refusing to start "
                              f"(partitions on disk: {on_disk}); restore or remove the file") from None
         for name, value in list(meta.config.items()):
             try:
@@ -405,8 +427,7 @@ class TopicRegistry:
             name = raw_name.decode("utf-8", "replace").lower()
             option = TOPIC_OPTIONS_BY_NAME.get(name)
             if option is None:
-                raise TopicError(f"unknown topic config '{_text(raw_name)}' (known: "
-                                 f"{', '.join(o.name for o in TOPIC_OPTIONS)})")
+                raise TopicError(UNKNOWN_CONFIG, name=raw_name, known=_KNOWN_CONFIG)
             out[name] = option.parse(raw_value)
         return out
 
@@ -468,20 +489,15 @@ class TopicRegistry:
         topic, partition = self._split(key)
         meta = self._meta.get(topic)
         if meta is not None and partition is not None and partition >= meta.partitions:
-            raise TopicError(
-                f"partition {partition} out of range: topic "
-                f"'{_text(topic)}' has {meta.partitions} partition(s)"
-            )
+            raise TopicError(PARTITION_OUT_OF_RANGE, partition=partition, topic=topic,
+                             partitions=meta.partitions)
         return topic, partition
 
     def _stream_for(self, topic: bytes, partition: int | None) -> Stream:
         count = self._meta[topic].partitions
         if partition is None:
             if count != 1:
-                raise TopicError(
-                    f"'{_text(topic)}' is a topic of {count} partitions: this command needs a "
-                    f"partition key ('{_text(topic)}#0' .. '{_text(topic)}#{count - 1}')"
-                )
+                raise TopicError(NEEDS_PARTITION_KEY, topic=topic, partitions=count)
             partition = 0
         cached = self._streams.get((topic, partition))
         if cached is not None:
@@ -601,9 +617,7 @@ class TopicRegistry:
         if topic not in self._meta:
             count = self._partitions_for_new_topic()
             if partition is not None and partition >= count:
-                raise TopicError(
-                    f"partition {partition} out of range: a new topic has {count} partition(s)"
-                )
+                raise TopicError(NEW_TOPIC_PARTITION_OUT_OF_RANGE, partition=partition, partitions=count)
             self._create(topic, count, {})
         return self._stream_for(topic, partition)
 
@@ -625,9 +639,7 @@ class TopicRegistry:
                 return None
             count = self._partitions_for_new_topic()
             if partition is not None and partition >= count:
-                raise TopicError(
-                    f"partition {partition} out of range: a new topic has {count} partition(s)"
-                )
+                raise TopicError(NEW_TOPIC_PARTITION_OUT_OF_RANGE, partition=partition, partitions=count)
             self._create(topic, count, {})
             self._unwritten.add(topic)
             meta = self._meta[topic]
@@ -782,12 +794,11 @@ class TopicRegistry:
     def create_topic(self, topic: bytes, partitions: int, pairs: Sequence[tuple[bytes, bytes]] = ()) -> None:
         """TOPIC CREATE. Raises TopicError (exists, bad name, bad count or config)."""
         if b"#" in topic:
-            raise TopicError(f"invalid topic name '{_text(topic)}': '#' is reserved for "
-                             "partition keys ('<topic>#<n>')")
+            raise TopicError(TOPIC_NAME_HAS_HASH, topic=topic)
         if not topic:
-            raise TopicError("invalid topic name '': a topic name must not be empty")
+            raise TopicError(TOPIC_NAME_EMPTY)
         if topic in self._meta:
-            raise TopicError(f"topic '{_text(topic)}' already exists")
+            raise TopicError(TOPIC_EXISTS, topic=topic)
         _check_partitions(partitions)
         config = self.parse_config(pairs)
         self._create(topic, partitions, config)
@@ -795,7 +806,7 @@ class TopicRegistry:
     def _need(self, topic: bytes) -> TopicMeta:
         meta = self._meta.get(topic)
         if meta is None:
-            raise TopicError(f"unknown topic '{_text(topic)}'")
+            raise TopicError(UNKNOWN_TOPIC, topic=topic)
         return meta
 
     def alter_partitions(self, topic: bytes, partitions: int) -> list[int]:
@@ -807,8 +818,7 @@ class TopicRegistry:
         meta = self._need(topic)
         _check_partitions(partitions)
         if partitions < meta.partitions:
-            raise TopicError(f"topic '{_text(topic)}' has {meta.partitions} partitions: "
-                             "the partition count can only grow (entries would be lost)")
+            raise TopicError(PARTITIONS_ONLY_GROW, topic=topic, partitions=meta.partitions)
         old = meta.partitions
         if partitions == old:
             return []
@@ -844,7 +854,7 @@ class TopicRegistry:
         parsed = self.parse_config([p for p in pairs if p[1].lower() != b"default"])
         for name in resets:
             if name not in TOPIC_OPTIONS_BY_NAME:
-                raise TopicError(f"unknown topic config '{name}'")
+                raise TopicError(UNKNOWN_CONFIG, name=name, known=_KNOWN_CONFIG)
         config = dict(meta.config)
         for name in resets:
             config.pop(name, None)
@@ -941,7 +951,9 @@ class TopicRegistry:
         if topic not in self._meta:
             return False
         for cache_key in [k for k in self._streams if k[0] == topic]:
-            del self._streams[cache_key]
+            store = self._streams.pop(cache_key).__dict__.get("group_store")
+            if store is not None:  # closed: a flush round that still holds it skips it
+                store.abandon()
         for ck in [k for k in self.coordinators if k[0] == topic]:
             del self.coordinators[ck]
         self._fsync_by_dir.pop(str(self.log_manager.topic_dir(topic)), None)
@@ -967,7 +979,7 @@ class TopicRegistry:
         Raises:
             TopicError: always (after the caller checked that ``src`` exists).
         """
-        raise TopicError("RENAME is not supported for Partita topics (their logs cannot be moved atomically yet)")
+        raise TopicError(RENAME_UNSUPPORTED)
 
     # ------------------------------------------------------------ retention
 
@@ -1055,7 +1067,7 @@ class TopicRegistry:
 
 def _check_partitions(partitions: int) -> None:
     if not 1 <= partitions <= MAX_PARTITIONS:
-        raise TopicError(f"invalid partition count {partitions}: must be between 1 and {MAX_PARTITIONS}")
+        raise TopicError(BAD_PARTITION_COUNT, partitions=partitions, maximum=MAX_PARTITIONS)
 
 
 def partition_dir(log: Any) -> Path:

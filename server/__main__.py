@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if config.cluster_nodes:  # a bad cluster description stops the start before anything is touched
         from cluster.nodes import ClusterConfigError, Placement, parse_cluster_nodes
-        from server.controller import check_controller_config
+        from cluster.runtime.controller_driver import check_controller_config
 
         try:
             nodes = parse_cluster_nodes(config.cluster_nodes)
@@ -144,11 +144,11 @@ def _explains_itself(e: BaseException) -> bool:
     """A refusal to start that explains itself (busy port, damaged topic
     metadata, bad cluster state, a bad aclfile): logged as one line, no traceback."""
     from cluster.nodes import ClusterConfigError
-    from cluster.topics import TopicError
+    from cluster.topics import TopicMetaError
     from server.acl import AclError
-    from server.controller import ControllerHalted
+    from cluster.runtime.controller_driver import ControllerHalted
 
-    return type(e).__name__ == "BindError" or isinstance(e, (TopicError, ClusterConfigError, ControllerHalted,
+    return type(e).__name__ == "BindError" or isinstance(e, (TopicMetaError, ClusterConfigError, ControllerHalted,
                                                              AclError))
 
 

@@ -9,6 +9,10 @@ traffic rates), and shutdown: stop accepting,
 let in-flight commands finish (bounded by ``shutdown-timeout``), flush and
 close the topics.
 
+It injects the front-end into the cluster runtime: the RESP peer link
+(``server/peer_resp.py``) as the way one node reaches another, and the
+server state as replication's ``Host`` (key signals, durability).
+
 Must not know: RESP, what commands do, storage file formats.
 """
 
@@ -32,7 +36,9 @@ from server.dispatch import Dispatcher
 from server.durability import Durability
 from server.listener import accept_loop, bind_sockets
 from server.reactor import Reactor
-from server import bus, replication, tls
+from cluster.runtime import replication
+from server import bus, tls
+from server.peer_resp import RespLink
 from server.acl import warn_if_unprotected
 from server.state import REDIS_VERSION, ServerState, open_topics, partita_version
 
@@ -40,13 +46,14 @@ log = logging.getLogger("partita")
 
 OPS_SAMPLE_INTERVAL_S = 0.1
 # Descriptors the process may hold beyond max-open-files (partition files,
-# flush rounds included) and maxclients (docs/guarantees.md): 32 for the
+# flush rounds included) and maxclients (docs/guarantees.md): 40 for the
 # standard streams and the log file, the event loop's, the listening
-# sockets, the fsync thread's eventfd, up to 8 mapped segments
-# (storage.segment: a mapping keeps a copy of its file's), a checkpoint being
-# written, the cluster bus; and 64 copies of client sockets the fsync thread
-# sends held replies on (server/_fsync.c SEND_DUPS_MAX).
-RESERVED_FDS = 96
+# sockets, the fsync thread's eventfd, up to 16 segment mappings
+# (storage.segment: a mapping keeps a copy of its file's; 8 mapped, 8 more
+# retired but still held by unsent replies), a checkpoint and a group
+# snapshot being written, the cluster bus; and 64 copies of client sockets
+# the fsync thread sends held replies on (server/_fsync.c SEND_DUPS_MAX).
+RESERVED_FDS = 104
 
 
 def check_open_files_limit(config: Config) -> None:
@@ -107,14 +114,18 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
             sock.close()
         raise
     state = ServerState(config, topics)
+
+    def connect(node: Any) -> RespLink:  # a peer link over the cluster bus
+        return RespLink(node.host, node.bus_port, secret=config.cluster_secret)
+
     try:
-        state.replication = replication.build(config, topics)
+        state.replication = replication.build(config, topics, connect)
     except ValueError:
         for sock in sockets_to_close:
             sock.close()
         raise
     if state.replication is not None:
-        state.replication.server = state
+        state.replication.host = state
     # A flush round's chunk pins at most a quarter of the file cache (storage.handles).
     durability = Durability(round_fds_max=max(1, config.max_open_files // 4))
     durability.policy_of = getattr(topics, "fsync_policy_of", None)  # per-topic fsync

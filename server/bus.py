@@ -3,12 +3,21 @@
 Owns: which port that is (``cluster-port``, else this node's ``cluster-nodes``
 entry: ``<id>@<host>:<port>@<bus-port>``, or ``port + 10000`` as Redis
 Cluster's bus), binding it on the ``bind`` addresses, the bus's command table
-(the internal ``peer`` commands of server/commands/cluster.py, plus XADD for
-a forwarded write and PING / QUIT), its connections' clients (not in CLIENT
-LIST, not counted against ``maxclients``) and their authentication: with
+(the internal ``peer`` commands declared below, plus XADD for a forwarded
+write and PING / QUIT), its connections' clients (not in CLIENT LIST, not
+counted against ``maxclients``) and their authentication: with
 ``cluster-secret`` set a bus connection runs nothing before ``REPLAUTH
 <secret>``; without one the bus is unauthenticated, which the start-up log
 says. A wrong secret is logged with the peer's address, never what it sent.
+
+Each internal command carries one message of cluster/peer/messages.py: its
+handler decodes the arguments (server/peer_resp.py), has the cluster's
+``PeerService`` answer the typed request, and encodes the response. A
+request that does not decode, or names what does not exist, gets ``-ERR
+malformed <NAME> request: <why>``; the service's other refusals become
+their Redis texts (server/failures.py). A forwarded append arrives as the
+XADD command itself and runs as any XADD, with the bus connection's
+durability and acks=all waits before its reply.
 
 Every internal command (fetches, the controller's Raft messages, heartbeats,
 proposals, forwarded writes, failover pauses) goes over the bus; the client
@@ -16,27 +25,33 @@ port does not know them (Redis's unknown-command error, absent from
 COMMAND), as Redis Cluster and Kafka keep their inter-node traffic off the
 client listener.
 
-Must not know: what the internal commands do (server/commands/cluster.py),
-RESP bytes (server/connection.py serves a bus connection as any other).
+Must not know: what the internal commands do (cluster/peer/service.py),
+their RESP form (server/peer_resp.py), RESP bytes (server/connection.py
+serves a bus connection as any other).
 """
 
 from __future__ import annotations
 
+import hmac
 import itertools
 import logging
 import socket
 import time
 from typing import Any
 
+from cluster.errors import BadRequest
 from cluster.nodes import bus_port_of, parse_cluster_nodes
+from server import peer_resp
+from server.errors import CommandError, err, wrong_arity
 from server.listener import bind_sockets
-from server.registry import COMMANDS, PEER_COMMANDS, CommandSpec
+from server.registry import COMMANDS, PEER_COMMANDS, CommandSpec, command
+from server.reply import OK
 from server.state import Client
 
 log = logging.getLogger("partita.bus")
 
 # Client commands a peer also sends on the bus: a forwarded XADD
-# (server/forwarding.py), and PING / QUIT for tools checking the port.
+# (cluster/runtime/forwarding.py), and PING / QUIT for tools checking the port.
 SHARED = ("xadd", "ping", "quit")
 REFUSED_LOG_S = 10.0  # wrong secrets are logged at most this often
 
@@ -88,3 +103,93 @@ def warn_if_unauthenticated(config: Any, sockets: list[socket.socket], logger: l
                        "to it can fetch data and take part in the controller quorum. Set the same "
                        "cluster-secret on every node, or keep the bus on a trusted network.",
                        sockets[0].getsockname()[1], addrs)
+
+
+# -- the internal commands ----------------------------------------------------------
+
+_MALFORMED = (ValueError, IndexError, KeyError, TypeError)
+
+
+def _request(name: str, argv: list[bytes], max_args: int) -> Any:
+    if max_args and len(argv) > max_args:
+        raise wrong_arity(name.lower())
+    try:
+        return peer_resp.decode_request(argv)
+    except _MALFORMED as e:
+        raise err(f"malformed {name} request: {e}") from None
+
+
+def _service(ctx) -> Any:
+    replication = ctx.server.replication
+    if replication is None:
+        raise err("This instance has cluster support disabled")
+    return replication.service
+
+
+def _peer(name: str, syntax: str, *, arity: int, flags: str, summary: str, waits: bool = False,
+          max_args: int = 0) -> None:
+    """Declare the internal command ``name``: decode, serve, encode."""
+    common = dict(arity=arity, flags=flags, group="cluster", since="7.0.0", summary=summary, syntax=syntax,
+                  acl_categories=("admin", "fast" if "fast" in flags else "slow", "dangerous"), peer=True)
+    if waits:
+        async def handler(ctx, argv):
+            service = _service(ctx)
+            request = _request(name, argv, max_args)
+            try:
+                return peer_resp.encode_response(await service.serve(request))
+            except BadRequest as e:
+                raise err(f"malformed {name} request: {e.message}") from None
+    else:
+        def handler(ctx, argv):
+            service = _service(ctx)
+            request = _request(name, argv, max_args)
+            try:
+                return peer_resp.encode_response(service.serve_now(request))
+            except BadRequest as e:
+                raise err(f"malformed {name} request: {e.message}") from None
+    handler.__name__ = name.lower()
+    handler.__doc__ = syntax
+    command(name.lower(), waits=waits, **common)(handler)
+
+
+_peer("REPLPAUSE", "REPLPAUSE shard epoch milliseconds", arity=4, flags="admin stale",
+      summary="Internal: a manual failover pauses writes to a shard and asks for its end offsets.")
+_peer("REPLFETCH", "REPLFETCH replica view max-wait-ms max-bytes topics-token "
+      "[topic partition topic-id offset epoch state-version group-position ...]", arity=-6, flags="admin stale",
+      summary="Internal: a follower fetches stored batches from this leader (long poll).", waits=True)
+_peer("REPLEPOCH", "REPLEPOCH topic partition epoch [topic partition epoch ...]", arity=-4, flags="admin stale",
+      summary="Internal: the end offset of a leader epoch per partition (KIP-101).")
+_peer("RAFT", "RAFT message [message ...]", arity=-2, flags="admin stale fast",
+      summary="Internal: Raft messages of the controller quorum from a peer.")
+# The reply is the controller's commit index: the node counts the beat for
+# its lease once it has applied the metadata that far.
+_peer("CTRLBEAT", "CTRLBEAT node incarnation [offline-shard[,offline-shard...]]", arity=-3, flags="admin stale fast",
+      summary="Internal: a node's heartbeat to the elected controller.", max_args=4)
+_peer("CTRLPROPOSE", "CTRLPROPOSE record", arity=2, flags="admin stale fast",
+      summary="Internal: a metadata change for the elected controller to commit.")
+_peer("CTRLJOIN", "CTRLJOIN node host port bus-port", arity=5, flags="admin stale",
+      summary="Internal: a node started with cluster-join asks to be taken into the cluster.", waits=True)
+_peer("CTRLMOVE", "CTRLMOVE shard", arity=2, flags="admin stale fast",
+      summary="Internal: the controller asks this node to take back a shard it prefers to lead.")
+
+
+@command("replauth", arity=2, flags="admin stale fast no_auth", group="cluster", since="7.0.0",
+         acl_categories=("admin", "fast", "dangerous"),
+         summary="Internal: a peer presents the cluster secret before any other command on the bus.",
+         syntax="REPLAUTH secret", peer=True)
+def replauth(ctx, argv):
+    """REPLAUTH secret
+
+    The cluster bus's authentication: with ``cluster-secret`` set, a bus
+    connection runs nothing else until it presented the secret (compared in
+    constant time). A wrong one is refused and logged (without what was
+    sent, rate-limited)."""
+    secret = ctx.server.config.cluster_secret
+    if not secret:
+        raise err("REPLAUTH called without a cluster-secret configured on this node. "
+                  "Are you sure the configuration is the same on every node?")
+    if not hmac.compare_digest(argv[1], secret.encode()):
+        note_refused(ctx.client.addr)
+        raise CommandError("NOPERM", "invalid cluster secret")
+    ctx.client.authenticated = True
+    return OK

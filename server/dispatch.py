@@ -56,23 +56,31 @@ class Context:
       at once or copies them before it awaits anything.
     """
 
-    __slots__ = ("server", "client", "may_block", "dispatcher", "session", "deferred_marks", "views")
+    __slots__ = ("server", "client", "dispatcher", "session", "deferred_marks", "views")
 
     def __init__(self, server: Any, client: Any, dispatcher: "Dispatcher | None" = None) -> None:
         self.server = server
         self.client = client
-        self.may_block = True
         self.dispatcher = dispatcher
-        self.session = server.broker.session(self)
+        self.session = server.broker.session(client.id)
         self.deferred_marks: list = []  # (reply position, token, count), kept by the connection
         self.views = False
+
+    @property
+    def may_block(self) -> bool:
+        return self.session.may_block
+
+    @may_block.setter
+    def may_block(self, value: bool) -> None:
+        self.session.may_block = value
 
     def read_view(self) -> bool:
         """Whether a read's reply may hold views of log mappings
         (``Stream.read_after(view=True)``): only on a connection's own loop
         (``session.may_defer``), outside MULTI/EXEC, for a reply that goes
         out before the connection awaits anything."""
-        return self.session.may_defer and self.may_block and not self.client.in_multi
+        session = self.session
+        return session.may_defer and session.may_block and not self.client.in_multi
 
 
 def unknown_command(argv: list[bytes]) -> CommandError:

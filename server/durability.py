@@ -49,8 +49,8 @@ pinned by its tickets (``storage.handles``), and every round, of either
 policy, goes in chunks of tickets holding at most ``round_fds_max``
 descriptors (the app sets a quarter of ``max-open-files``): however many
 partitions were written, a round never needs more, and never opens a
-descriptor of its own (a consumer group store's ticket holds a copy of its
-journal's, counted in the chunk). A round's replies go out after its last
+descriptor of its own (a consumer group store's ticket pins its journal's
+in the same cache, counted in the chunk). A round's replies go out after its last
 chunk. A failure stops the round: every ticket begun is ended (releasing
 its descriptors), and every log it did not flush stays dirty
 (``_keep_dirty``), so nothing written drops out of durability.

@@ -2,13 +2,23 @@
 
 The dispatcher calls ``reply_for(exc)`` for any exception a handler lets
 escape (a try costs nothing on the success path, so handlers carry no
-wrappers): the stream and topic layers' refusals, which already carry
-Redis's text, become ``-ERR <text>``; disk failures become the replies below;
-anything else is a bug and the dispatcher logs it as one.
+wrappers): the lower layers' refusals (``storage.errors.Refusal``: a code and
+fields, no text) become the replies of ``REFUSALS`` below; disk failures
+become the replies after it; anything else is a bug and the dispatcher logs
+it as one.
 
-Owns: ``DISK_ERRORS`` (what the storage layer raises when the disk fails or
-a file is damaged: ``StorageError`` from the funnel, a bare ``OSError``,
-``GroupStateError``) and ``misconf(exc)``, the reply for each:
+Owns: the Redis text of every refusal code of the layers below
+(``REFUSALS``: ``StreamIdError``, ``StreamError``, ``GroupError``,
+``TopicError``), Redis's word for word where Redis refuses the same thing
+(t_stream.c), Partita's own otherwise; a Kafka front-end maps the same codes
+to its own errors. The cluster's refusals (cluster/errors.py) carry a code and an explanation;
+here they become Redis's texts: ``-MOVED <slot> <host>:<port>`` (Redis
+Cluster's redirect), ``-<CODE> <message>`` for the others, and a peer's
+error relayed (a forwarded XADD's) exactly as the peer sent it
+(``RelayedError``). Then ``DISK_ERRORS`` (what the storage layer raises when
+the disk fails or a file is damaged: ``StorageError`` from the funnel, a
+bare ``OSError``, ``GroupStateError``) and ``misconf(exc)``, the reply for
+each:
 
 - a write failed (``WRITE_FAILED``; disk full: ENOSPC): Redis answers writes
   it cannot persist with ``-MISCONF Errors writing to the AOF file:
@@ -36,18 +46,99 @@ import errno
 import logging
 import os
 
+from cluster import topics
 from cluster.broker import EntryTooLargeError
-from cluster.replica_manager import NotEnoughReplicasError, NotLeaderError
-from cluster.topics import TopicError
-from server.errors import CommandError
-from storage.errors import CORRUPT, READ_FAILED, WRITE_FAILED, StorageError
+from cluster.errors import ClusterError, Moved, Refused
+from server.errors import INVALID_STREAM_ID, CommandError
+from storage.errors import CORRUPT, READ_FAILED, WRITE_FAILED, Refusal, StorageError
+from storage.streams import groups, ids, stream
 from storage.streams.groups import GroupStateError
-from storage.streams.ids import StreamIdError
-from storage.streams.stream import TOO_LARGE, StreamError
 
 DISK_ERRORS = (StorageError, OSError, GroupStateError)
-REFUSALS = (StreamIdError, StreamError, TopicError)  # ``message`` is Redis's (or Partita's) text
 log = logging.getLogger("partita.storage")
+
+TOO_LARGE = "Elements are too large to be stored"
+
+
+def _needs_partition_key(topic: str, partitions: int) -> str:
+    return (f"'{topic}' is a topic of {partitions} partitions: this command needs a "
+            f"partition key ('{topic}#0' .. '{topic}#{partitions - 1}')")
+
+
+_INVALID_CONFIG_VALUE = "invalid value '{value}' for topic config '{name}': must be "
+
+# Refusal code -> (Redis error code, text). A ``{field}`` in the text is
+# filled from the exception's field of that name (bytes as UTF-8, a tuple as
+# "a, b, c"); a function gets the fields as keyword arguments.
+REFUSALS = {
+    ids.INVALID_ID: ("ERR", INVALID_STREAM_ID),
+    ids.INVALID_START: ("ERR", "invalid start ID for the interval"),
+    ids.INVALID_END: ("ERR", "invalid end ID for the interval"),
+    stream.ID_ZERO: ("ERR", "The ID specified in XADD must be greater than 0-0"),
+    stream.ID_TOO_SMALL: ("ERR", "The ID specified in XADD is equal or smaller than the target stream top item"),
+    # Redis 7.0 answers ``<ms>-*`` after ``<ms>-<max>`` with this (t_stream.c
+    # leaves errno unset on that path, so xaddCommand picks its "too large" branch).
+    stream.SEQ_EXHAUSTED: ("ERR", TOO_LARGE),
+    stream.ID_EXHAUSTED: ("ERR", "The stream has exhausted the last possible ID, unable to add more items"),
+    stream.SETID_BELOW_TOP: ("ERR", "The ID specified in XSETID is smaller than the target stream top item"),
+    stream.SETID_ENTRIES_ADDED_BELOW_LENGTH: (
+        "ERR", "The entries_added specified in XSETID is smaller than the target stream length"),
+    # The group commands check these first, with Redis's texts that name the
+    # key (server/commands/groups.py); the store's codes, should one escape:
+    groups.GROUP_EXISTS: ("BUSYGROUP", "Consumer Group name already exists"),
+    groups.NO_GROUP: ("NOGROUP", "No such consumer group '{group}'"),
+    groups.NOT_AFTER_LAST_ID: ("ERR", "the IDs delivered to group '{group}' must follow its last-delivered-id"),
+    groups.NOT_PENDING: ("ERR", "the IDs redelivered to consumer '{consumer}' of group '{group}' "
+                                "must be pending for it"),
+    groups.MAX_DELIVERIES_RANGE: ("ERR", "MAXDELIVERIES must be between 0 and {maximum}"),
+    groups.DEAD_LETTER_NEEDS_KEY: ("ERR", "MAXDELIVERIES needs a DEADLETTER key"),
+    groups.DEAD_LETTER_NEEDS_MAX: ("ERR", "DEADLETTER needs MAXDELIVERIES > 0"),
+    topics.BAD_PARTITION_KEY: (
+        "ERR", "invalid partition key '{key}': '#<digits>' at the end of a key is reserved for "
+               "'<topic>#<partition>'"),
+    topics.PARTITION_OUT_OF_RANGE: (
+        "ERR", "partition {partition} out of range: topic '{topic}' has {partitions} partition(s)"),
+    topics.NEW_TOPIC_PARTITION_OUT_OF_RANGE: (
+        "ERR", "partition {partition} out of range: a new topic has {partitions} partition(s)"),
+    topics.NEEDS_PARTITION_KEY: ("ERR", _needs_partition_key),
+    topics.TOPIC_NAME_HAS_HASH: (
+        "ERR", "invalid topic name '{topic}': '#' is reserved for partition keys ('<topic>#<n>')"),
+    topics.TOPIC_NAME_EMPTY: ("ERR", "invalid topic name '': a topic name must not be empty"),
+    topics.TOPIC_EXISTS: ("ERR", "topic '{topic}' already exists"),
+    topics.UNKNOWN_TOPIC: ("ERR", "unknown topic '{topic}'"),
+    topics.PARTITIONS_ONLY_GROW: (
+        "ERR", "topic '{topic}' has {partitions} partitions: the partition count can only grow "
+               "(entries would be lost)"),
+    topics.BAD_PARTITION_COUNT: ("ERR", "invalid partition count {partitions}: must be between 1 and {maximum}"),
+    topics.UNKNOWN_CONFIG: ("ERR", "unknown topic config '{name}' (known: {known})"),
+    topics.CONFIG_NOT_ONE_OF: ("ERR", _INVALID_CONFIG_VALUE + "one of {choices}"),
+    topics.CONFIG_NOT_A_SIZE: ("ERR", _INVALID_CONFIG_VALUE + "a size (e.g. 1048576, 64kb, 1mb)"),
+    topics.CONFIG_NOT_AN_INTEGER: ("ERR", _INVALID_CONFIG_VALUE + "an integer"),
+    topics.CONFIG_OUT_OF_RANGE: ("ERR", _INVALID_CONFIG_VALUE + "between {minimum} and {maximum}"),
+    topics.RENAME_UNSUPPORTED: (
+        "ERR", "RENAME is not supported for Partita topics (their logs cannot be moved atomically yet)"),
+}
+
+
+def _shown(value):
+    if isinstance(value, (bytes, bytearray)):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, tuple):
+        return ", ".join(map(str, value))
+    return value
+
+
+def refusal(exc: Refusal) -> CommandError:
+    """The reply for a lower layer's refusal (its code must be in ``REFUSALS``)."""
+    code, text = REFUSALS[exc.code]
+    fields = {name: _shown(value) for name, value in exc.fields.items()}
+    return CommandError(code, text.format(**fields) if isinstance(text, str) else text(**fields))
+
+
+def entry_too_large(entry_bytes: int, max_entry_bytes: int) -> CommandError:
+    """XADD of an entry over its topic's ``max-entry-bytes`` (nothing is written)."""
+    return CommandError("ERR", f"{TOO_LARGE}: the entry has {entry_bytes} bytes of fields and values, "
+                               f"over the topic's max-entry-bytes ({max_entry_bytes})")
 
 
 def misconf(exc: BaseException) -> CommandError:
@@ -62,18 +153,31 @@ def misconf(exc: BaseException) -> CommandError:
     return CommandError("MISCONF", f"Errors writing to the partition log: {os.strerror(exc.errno or errno.EIO)}")
 
 
+class RelayedError(CommandError):
+    """A peer's error reply, relayed with its exact text."""
+
+    def __init__(self, text: str) -> None:
+        code, _, message = text.partition(" ")
+        super().__init__(code, message)
+        self.text = text
+
+    @property
+    def line(self) -> str:
+        return self.text
+
+
 def reply_for(exc: BaseException) -> CommandError | None:
     """The reply for a lower layer's exception, or None if it is a bug."""
-    if isinstance(exc, REFUSALS):
-        return CommandError("ERR", exc.message)
+    if isinstance(exc, Refusal) and exc.code in REFUSALS:
+        return refusal(exc)
     if isinstance(exc, EntryTooLargeError):
-        return CommandError("ERR", f"{TOO_LARGE}: the entry has {exc.entry_bytes} bytes of fields and values, "
-                                   f"over the topic's max-entry-bytes ({exc.max_entry_bytes})")
-    if isinstance(exc, NotLeaderError):  # Redis Cluster's redirect (docs/replication.md)
-        return CommandError("MOVED", f"{exc.slot} {exc.leader.address}")
-    if isinstance(exc, NotEnoughReplicasError):
-        code, _, rest = exc.message.partition(" ")
-        return CommandError(code, rest)
+        return entry_too_large(exc.entry_bytes, exc.max_entry_bytes)
+    if isinstance(exc, ClusterError):
+        if isinstance(exc, Moved):  # Redis Cluster's redirect (docs/replication.md)
+            return CommandError("MOVED", f"{exc.slot} {exc.leader.address}")
+        if isinstance(exc, Refused):
+            return RelayedError(exc.text)
+        return CommandError(exc.code, exc.message)
     if isinstance(exc, DISK_ERRORS):
         return misconf(exc)
     return None

@@ -256,15 +256,12 @@ class ServerState:
 
     @property
     def replication(self) -> Any:
-        """``server.replication.Replication`` in a cluster, else None."""
+        """``cluster.runtime.replication.Replication`` in a cluster, else None."""
         return self.broker.replication
 
     @replication.setter
     def replication(self, replication: Any) -> None:
-        from server.forwarding import forward_append  # (forwarding reaches the state's parts)
-
         self.broker.replication = replication
-        self.broker.forward_append = forward_append if replication is not None else None
 
     @property
     def blocked_clients(self) -> int:

@@ -21,10 +21,12 @@
  * position of the first batch not walked, the next offset to read, the
  * entries and bytes appended.
  *
- * Batch layout (storage/records.py): a 72-byte header whose first 28 bytes
+ * Batch layout (storage/records.py): a 72-byte header whose first 29 bytes
  * are base offset u64, length u32, crc u32, version u16, flags u16, epoch
- * u32, count u32 (little endian); then count IDs of 16 bytes, count u32
- * cumulative entry ends, then the entries.
+ * u32, count u32 (little endian), entry format u8; then count IDs of 16
+ * bytes, count u32 cumulative entry ends, then the entries. A batch whose
+ * entry format is not stream-v1 (storage/entry_codec.py) is left to the
+ * Python loop, which refuses it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -33,6 +35,9 @@
 #include <string.h>
 
 #define HEADER_BYTES 72
+/* The largest entry_format byte (header byte 28) read as stream-v1:
+ * storage/entry_codec.py ENTRY_FORMAT_MAX_READABLE. */
+#define ENTRY_FORMAT_MAX_READABLE 1
 
 static uint64_t
 le64(const unsigned char *b)
@@ -75,6 +80,8 @@ walk(PyObject *mv, const unsigned char *buf, Py_ssize_t *pp, Py_ssize_t size, lo
         }
         if (b_base > cur)
             break; /* a gap in the offsets: not a case of this walk */
+        if (h[28] > ENTRY_FORMAT_MAX_READABLE)
+            break; /* entries not in stream-v1: the Python loop refuses the batch */
         long long i0 = cur - b_base;
         long long i1 = b_end <= stop ? (long long)n : stop - b_base;
         long long r1 = i1;

@@ -1,7 +1,9 @@
 """Storage errors and the one place where ``OSError`` becomes ``StorageError``.
 
 Owns: the error types the storage layer raises, their codes (what failed:
-a write, a read, or a check of stored data), and ``raise_storage_error``,
+a write, a read, or a check of stored data), ``Refusal`` (the base of every
+refusal with a code and no client text, for the layers above too), and
+``raise_storage_error``,
 the single funnel every disk failure (ENOSPC, EIO, EROFS, ...) goes through
 (compare Kafka's ``LocalLog.maybeHandleIOException``). The funnel logs one
 line on logger ``partita.storage`` and notifies the listeners registered with
@@ -47,6 +49,28 @@ class StorageError(Exception):
         if self.code != WRITE_FAILED:
             return self
         return StorageError(self.message, self.errno, READ_FAILED)
+
+
+class Refusal(Exception):
+    """An operation refused for what it asked (an ID not above the stream's
+    top, a group that exists, an unknown topic ...), not for a failure:
+    nothing was changed.
+
+    ``code`` names the refusal (each raising module defines its codes as
+    constants); ``fields`` carry the data a message about it needs (a key,
+    a number). No text for clients lives here: each front-end renders the
+    codes its own way (the Redis one: server/failures.py).
+    """
+
+    def __init__(self, code: str, **fields) -> None:
+        super().__init__(code, fields)
+        self.code = code
+        self.fields = fields
+
+    def __str__(self) -> str:
+        if not self.fields:
+            return self.code
+        return f"{self.code} ({', '.join(f'{k}={v!r}' for k, v in self.fields.items())})"
 
 
 class OffsetOutOfRangeError(Exception):

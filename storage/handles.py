@@ -1,8 +1,9 @@
 """A bounded LRU of open file descriptors shared by many partition logs.
 
 Owns: which files are open. A data dir with thousands of partitions and
-segments holds at most ``max_open_files`` descriptors: ``get(path)`` opens on
-demand and closes the least recently used descriptor when over the limit.
+segments holds at most ``max_open_files`` descriptors (the logs' files and
+the partitions' consumer-group journals): ``get(path)`` opens on demand and
+closes the least recently used descriptor when over the limit.
 
 Callers never keep a descriptor across another ``get`` call (it may have been
 closed by then), except a pinned one: ``pin(path)`` is ``get`` plus a promise

@@ -20,7 +20,8 @@ memory instead of one ``pread`` per probe (a read of a stream longer than one
 segment used to cost ~40 preads). The indexes are derived data: recovery
 rebuilds them from the ``.log`` when they are missing, short or inconsistent.
 
-Thread contract: main thread only (the flush worker fsyncs ``dup``-ed fds).
+Thread contract: main thread only (a flush ticket fsyncs the files through
+descriptors it pinned in the ``FileCache``).
 
 Must not know: the batch format beyond the numbers it is given.
 """

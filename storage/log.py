@@ -20,6 +20,9 @@ to the end of the last segment every batch's length, base offset and CRC are
 checked and the indexes rebuilt; the first bad batch and everything after it
 is cut, with one WARNING on logger ``partita.storage`` (a cut below the
 recovery point, zeros included, is reported as lost flushed data).
+A batch's entry-format byte is not checked there (a CRC-valid batch a later
+version wrote is kept, not cut): reads refuse a batch whose entry format
+this version cannot read (``CORRUPT``, ``storage.entry_codec``).
 ``close()`` writes recovery point = log end offset, so a clean restart scans
 nothing. Checkpoints are bounded when read and then checked against the
 recovered log (a recovery point or log start past its end, epochs its
@@ -803,7 +806,8 @@ class PartitionLog:
                 raw = seg.pread(pos, h[records.H_LENGTH])
                 keep = records.entries_of(raw, 0)[: offset - b_base]
                 seg.truncate_at(pos, b_base)
-                head, body = records.encode_batch(b_base, keep, h[records.H_EPOCH], h[records.H_MAX_TS])
+                head, body = records.encode_batch(b_base, keep, h[records.H_EPOCH], h[records.H_MAX_TS],
+                                                  h[records.H_ENTRY_FORMAT])
                 seg.append(head, body, b_base, len(keep), keep[0][0], keep[0][1],
                            keep[-1][0], keep[-1][1], h[records.H_MAX_TS])
             self.markers.truncate_from(offset)
@@ -962,7 +966,8 @@ class PartitionLog:
             if h[records.H_BASE] != cur:
                 raw = seg.pread(pos, h[records.H_LENGTH])
                 keep = records.entries_of(raw, 0)[cur - h[records.H_BASE]:]
-                head, body = records.encode_batch(cur, keep, h[records.H_EPOCH], h[records.H_MAX_TS])
+                head, body = records.encode_batch(cur, keep, h[records.H_EPOCH], h[records.H_MAX_TS],
+                                                  h[records.H_ENTRY_FORMAT])
                 out.append(head + body)
                 size += len(out[-1])
                 cur = h[records.H_BASE] + h[records.H_COUNT]

@@ -14,7 +14,8 @@ born deleted.
 Memory: 8 bytes per deleted entry (sorted ``array('Q')`` per segment); it
 grows with the number of deletions, not with the number of entries.
 
-Thread contract: main thread only; a flush worker fsyncs ``dup``-ed fds.
+Thread contract: main thread only; a flush ticket fsyncs the files through
+descriptors it pinned in the ``FileCache``.
 
 Must not know: batches, indexes, streams.
 """

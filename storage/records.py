@@ -11,7 +11,10 @@ All integers are little-endian.
     18   2     flags              0 (reserved)
     20   4     leader_epoch
     24   4     entry_count        >= 1
-    28   4     reserved           0
+    28   1     entry_format       how the entries are encoded (storage.entry_codec):
+                                  1 stream-v1; 0 in batches written before this
+                                  byte existed (read as stream-v1)
+    29   3     reserved           0
     32   8     first_ms           ID of the first entry
     40   8     first_seq
     48   8     last_ms            ID of the last entry
@@ -20,13 +23,14 @@ All integers are little-endian.
                                   drives segment_ms and retention_ms
     72   16*n  ID table           n x (u64 ms, u64 seq)
     72+16n 4*n end table          n x u32: end of entry i, relative to the data start
-    72+20n ...  data              the entries' RESP encodings, back to back
+    72+20n ...  data              the entries, back to back, in the entry format
 
 Entry ``i`` of a batch at ``pos`` spans ``[d + end[i-1], d + end[i])`` with
 ``d = pos + 72 + 20n`` and ``end[-1] = 0``, so N contiguous entries are one
 slice of the file.
 
-Must not know: files, segments, offsets outside the batch.
+Must not know: files, segments, offsets outside the batch, what the entry
+bytes say (storage.entry_codec).
 """
 
 from __future__ import annotations
@@ -39,10 +43,12 @@ from itertools import accumulate
 
 from crc32c import crc32c
 
+from storage.entry_codec import ENTRY_FORMAT_STREAM_V1, unreadable
+
 assert sys.byteorder == "little", "the entry tables are read with memoryview.cast"
 
 FORMAT_VERSION = 1
-HEADER = struct.Struct("<QIIHHIIIQQQQQ")
+HEADER = struct.Struct("<QIIHHIIB3xQQQQQ")
 HEADER_BYTES = HEADER.size  # 72
 CRC_START = 16
 ID_BYTES = 16
@@ -55,12 +61,12 @@ U64_MAX = 0xFFFFFFFFFFFFFFFF
 MAX_OFFSET = 2**63 - 1
 
 # Field positions in the tuple HEADER.unpack returns.
-H_BASE, H_LENGTH, H_CRC, H_VERSION, H_FLAGS, H_EPOCH, H_COUNT, H_RESERVED = range(8)
+H_BASE, H_LENGTH, H_CRC, H_VERSION, H_FLAGS, H_EPOCH, H_COUNT, H_ENTRY_FORMAT = range(8)
 H_FIRST_MS, H_FIRST_SEQ, H_LAST_MS, H_LAST_SEQ, H_MAX_TS = range(8, 13)
 
 _HEAD16 = struct.Struct("<QII")
-_TAIL56 = struct.Struct("<HHIIIQQQQQ")
-_ONE = struct.Struct("<HHIIIQQQQQQQI")  # tail + one ID + one end
+_TAIL56 = struct.Struct("<HHIIB3xQQQQQ")
+_ONE = struct.Struct("<HHIIB3xQQQQQQQI")  # tail + one ID + one end
 
 
 def encode_batch(
@@ -68,17 +74,20 @@ def encode_batch(
     entries: Sequence[tuple[int, int, bytes]],
     leader_epoch: int,
     timestamp_ms: int,
+    entry_format: int = ENTRY_FORMAT_STREAM_V1,
 ) -> tuple[bytes, bytes]:
     """One batch as ``(head, body)``; write them back to back (``os.pwritev``).
 
     ``head`` is the first 16 bytes (base offset, length, CRC); ``body`` the
     CRC-covered rest. IDs must strictly increase (asserted by the caller).
+    The entries are encoded in ``entry_format`` (a batch re-encoded from
+    another keeps that one's).
     """
     n = len(entries)
     assert 0 < n <= U32_MAX
     if n == 1:  # the common XADD case: one pack, one concatenation
         ms, seq, enc = entries[0]
-        body = _ONE.pack(FORMAT_VERSION, 0, leader_epoch, 1, 0, ms, seq, ms, seq,
+        body = _ONE.pack(FORMAT_VERSION, 0, leader_epoch, 1, entry_format, ms, seq, ms, seq,
                          timestamp_ms, ms, seq, len(enc)) + enc
         return _HEAD16.pack(base_offset, CRC_START + len(body), crc32c(body)), body
     ids = array("Q")
@@ -91,7 +100,7 @@ def encode_batch(
     first_ms, first_seq = ids[0], ids[1]
     last_ms, last_seq = ids[-2], ids[-1]
     tail = _TAIL56.pack(
-        FORMAT_VERSION, 0, leader_epoch, n, 0,
+        FORMAT_VERSION, 0, leader_epoch, n, entry_format,
         first_ms, first_seq, last_ms, last_seq, timestamp_ms,
     )
     body = b"".join([tail, ids.tobytes(), ends.tobytes(), *encs])
@@ -132,9 +141,13 @@ def check_batch(buf, pos: int, available: int, expected_base: int | None,
 
 
 def check_tables(buf, pos: int) -> str | None:
-    """Structural check of a CRC-valid batch: IDs strictly increase, the end
-    table is monotonic and matches the batch length. O(n); for ``append_raw``."""
+    """Structural check of a CRC-valid batch: a readable entry format, IDs
+    strictly increase, the end table is monotonic and matches the batch
+    length. O(n); for ``append_raw``."""
     h = HEADER.unpack_from(buf, pos)
+    why = unreadable(h[H_ENTRY_FORMAT])
+    if why:
+        return why
     n = h[H_COUNT]
     ids = id_table(buf, pos, n)
     ends = end_table(buf, pos, n)

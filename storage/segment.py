@@ -11,7 +11,9 @@ Only the last segment of a partition (the active one) is written; its index
 lives in memory. Sealed segments read everything with ``pread`` through the
 shared ``FileCache`` and keep only a few numbers in memory. Reads that ask
 for views (``ReadAccumulator.view``) slice a read-only mapping of the file
-instead; at most ``MAX_MAPPED_SEGMENTS`` are mapped at once.
+instead; at most ``MAX_MAPPED_SEGMENTS`` are mapped at once, and at most
+``MAX_RETIRED_MAPPINGS`` more stay alive unmapped because a reader still
+holds views of them (past that, reads copy instead of mapping).
 
 Preallocation (``LogConfig.preallocate_bytes``, on under ``fsync always``):
 the active segment's file is kept zero-filled a little past its last batch
@@ -35,6 +37,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+import weakref
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -43,6 +46,7 @@ from pathlib import Path
 from crc32c import crc32c
 
 from storage import records
+from storage.entry_codec import ENTRY_FORMAT_MAX_READABLE, unreadable
 from storage.errors import READ_FAILED, StorageError, append_or_undo, raise_storage_error
 from storage.files import ID_INDEX_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, segment_path
 from storage.handles import FileCache
@@ -54,7 +58,7 @@ try:
 except ImportError:  # built without a C compiler: the walk stays in Python
     _walk = None
 
-_HEAD28 = struct.Struct("<QIIHHII")  # base, length, crc, version, flags, epoch, count
+_HEAD29 = struct.Struct("<QIIHHIIB")  # base, length, crc, version, flags, epoch, count, entry format
 _LAST_IDS = struct.Struct("<QQQ")  # last_ms, last_seq, max_timestamp_ms at header byte 48
 _WINDOW_BYTES = 64 * 1024
 _READ_CAP_BYTES = 16 * 1024 * 1024
@@ -76,6 +80,14 @@ ZERO_TAIL = "preallocated zeros"
 # descriptors (a mapping holds a ``dup`` of the file's).
 MAX_MAPPED_SEGMENTS = 8
 _MAPPED: "OrderedDict[Segment, None]" = OrderedDict()
+# Mappings unmapped while views of them were still held (the replies of a
+# pipeline of reads over many partitions, sent together): each keeps its
+# descriptor until its last view goes (then it leaves this set by itself).
+# No new mapping is made while this many are alive: reads ``pread`` (copy)
+# instead, so the descriptors mappings hold stay bounded however many
+# segments one batch of replies reads.
+MAX_RETIRED_MAPPINGS = 8
+_RETIRED: "weakref.WeakSet[mmap.mmap]" = weakref.WeakSet()
 
 
 @dataclass(slots=True)
@@ -187,6 +199,8 @@ class Segment:
         size = self.size
         if end > size or (view is not None and size - self._map_len < _REMAP_BYTES) or size < HEADER_BYTES:
             return None
+        if len(_RETIRED) + 2 > MAX_RETIRED_MAPPINGS:  # this one's old mapping and the LRU's may retire
+            return None
         self.unmap()
         fd = self._read_fd()
         try:
@@ -214,7 +228,7 @@ class Segment:
             view.release()
             m.close()
         except BufferError:
-            pass  # slices still exported: unmapped when the last one is dropped
+            _RETIRED.add(m)  # slices still exported: unmapped when the last one is dropped
 
     def header_at(self, pos: int) -> tuple:
         raw = self.pread(pos, HEADER_BYTES)
@@ -475,6 +489,9 @@ class Segment:
 
     def entry_at(self, offset: int) -> bytes:
         pos, h = self.locate(offset)
+        why = unreadable(h[records.H_ENTRY_FORMAT])
+        if why:
+            raise self._corrupt(pos, why)
         n = h[records.H_COUNT]
         i = offset - h[records.H_BASE]
         ends_raw = self.pread(pos + HEADER_BYTES + 16 * n + 4 * (i - 1 if i else 0), 8 if i else 4)
@@ -560,7 +577,7 @@ class Segment:
         cur = start
         base_offset = self.base_offset
         index = self.index
-        head28 = _HEAD28.unpack_from
+        head29 = _HEAD29.unpack_from
         check_crc = self.check_crc
         crc_ok_to = self.crc_ok_to  # batches below it passed their check already
         expect_base = None
@@ -632,7 +649,7 @@ class Segment:
                 if p + HEADER_BYTES > size:
                     next_len = HEADER_BYTES
                     break
-                b_base, length, _crc, _ver, _flags, _epoch, n = head28(buf, p)
+                b_base, length, _crc, _ver, _flags, _epoch, n, entry_format = head29(buf, p)
                 if length < HEADER_BYTES + 20 * n or n == 0:  # garbage: never loop on it
                     raise self._corrupt(buf_pos + p, f"batch length {length} for {n} entries")
                 if p + length > size:
@@ -654,6 +671,8 @@ class Segment:
                 if b_end <= cur:
                     p += length
                     continue
+                if entry_format > ENTRY_FORMAT_MAX_READABLE:  # never sent as stream-v1 entries
+                    raise self._corrupt(buf_pos + p, unreadable(entry_format))
                 i0 = cur - b_base
                 i1 = n if b_end <= stop else stop - b_base
                 d = p + HEADER_BYTES + 20 * n

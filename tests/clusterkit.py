@@ -11,7 +11,7 @@ import time
 
 import redis
 
-from tests.conftest import PartitaProcess, RawConn, free_port
+from tests.conftest import PartitaProcess, RawConn, free_port, wait_for
 from tests.netproxy import ProxyMesh
 
 LAG_MS = 1000
@@ -34,19 +34,23 @@ def leased(call, timeout_s: float = 15.0):
 
 
 def eventually(check, timeout_s: float = 20.0, what: str = "condition"):
-    """``check()``'s first truthy result, polled until ``timeout_s`` (a
-    check that raises a client or assertion error counts as not yet)."""
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
+    """``check()``'s first truthy result, polled (``wait_for``, every 100 ms)
+    until ``timeout_s`` (a check that raises a client or assertion error
+    counts as not yet); else an AssertionError naming ``what`` and the last
+    result or error."""
+    last = [None]
+
+    def attempt() -> bool:
         try:
-            last = check()
-            if last:
-                return last
+            last[0] = check()
         except (redis.RedisError, OSError, StopIteration, AssertionError, KeyError) as e:
-            last = e
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not reached in {timeout_s}s (last: {last!r})")
+            last[0] = e
+            return False
+        return bool(last[0])
+
+    if wait_for(attempt, timeout_s, interval_s=0.1):
+        return last[0]
+    raise AssertionError(f"{what} not reached in {timeout_s}s (last: {last[0]!r})")
 
 
 def running(tmp_path, **kwargs):

@@ -251,14 +251,15 @@ def same_reply(partita, redis, payload: bytes, **kwargs) -> tuple[bytes, bytes]:
     return ours, theirs
 
 
-def wait_for(predicate, timeout_s: float = 10.0) -> bool:
-    """Poll ``predicate`` (every 20 ms) until it holds or ``timeout_s``
-    passed; its last value."""
+def wait_for(predicate, timeout_s: float = 10.0, interval_s: float = 0.02) -> bool:
+    """Poll ``predicate`` (every ``interval_s``) until it holds or
+    ``timeout_s`` passed; its last value. The one polling loop of the tests
+    (``tests.clusterkit.eventually`` is built on it)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
             return True
-        time.sleep(0.02)
+        time.sleep(interval_s)
     return predicate()
 
 

@@ -1,4 +1,5 @@
-"""Imports point down: server -> cluster -> storage, and storage stays synchronous.
+"""Imports point down: server -> cluster -> storage, storage stays synchronous,
+and cluster never imports server or a RESP library (issue 29).
 
 Two independent checks: import-linter with the contracts in pyproject.toml,
 and a direct one that imports every ``storage`` module in a fresh interpreter
@@ -88,3 +89,17 @@ def test_import_linter_catches_a_planted_import(tmp_path):
     assert "storage.planted -> trio" in result.stdout
     (root / "storage" / "planted.py").unlink()
     assert run_lint_imports(root, config).returncode == 0
+
+
+def test_import_linter_catches_cluster_importing_server(tmp_path):
+    """The project's own contracts refuse a cluster module reaching into
+    server/ (the cluster runtime reaches peers through injected links)."""
+    root = tmp_path / "proj"
+    for package in ("server", "cluster", "storage"):
+        shutil.copytree(ROOT / package, root / package, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
+    assert run_lint_imports(root).returncode == 0
+    (root / "cluster" / "planted.py").write_text('"""A forbidden import."""\nimport server.errors  # noqa\n')
+    result = run_lint_imports(root)
+    assert result.returncode != 0
+    assert "cluster.planted -> server.errors" in result.stdout

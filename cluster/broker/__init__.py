@@ -41,15 +41,14 @@ class Broker:
         self.keys = KeyEvents(config)
         self.appends = DeferredAppends(self)
         self.durability: Any = None  # the fsync policy (group commit), set by the composition root
-        self.replication: Any = None  # in a cluster: routing, leadership, acks=all; else None
-        # In a cluster: ``forward_append(session, plan)`` sends an append to a
-        # topic key whose chosen partition another node leads; returns the
-        # partition key when this node leads it after all, else an
-        # awaitable of the leader's reply.
-        self.forward_append: Any = None
+        # In a cluster (cluster.runtime.replication.Replication): routing,
+        # leadership and in-sync checks, acks=all waits, forwarding; else None.
+        self.replication: Any = None
 
-    def session(self, owner: Any = None) -> Session:
-        return Session(self, owner)
+    def session(self, client_id: int = 0) -> Session:
+        """A session for one client (``client_id`` spreads its forwarded
+        appends over the links to a leader)."""
+        return Session(self, client_id)
 
     def has_deferred(self) -> bool:
         """Whether deferred appends wait for their commit (a front-end yields

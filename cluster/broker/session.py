@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from cluster.errors import Moved
+from cluster.peer.messages import AppendRequest
 from cluster.replica_manager import NotEnoughReplicasError, NotLeaderError
 from storage.streams.ids import StreamId
 
@@ -72,14 +74,15 @@ class XAddPlan:
     for ``key``; the ID as given (``id_ms``/``id_seq`` both None: ``*``;
     ``id_seq`` None: ``<ms>-*``), ``nomkstream``, and a trim to apply after
     the append. ``entry_bytes``: the fields' total length, if the parser
-    has it. ``argv``: the request as the client sent it, for a cluster node
-    that forwards it to the partition's leader unchanged."""
+    has it. ``options``: the words between the key and the fields as the
+    client gave them, for a cluster node that forwards the append to the
+    partition's leader (which parses them again)."""
 
-    __slots__ = ("key", "fields", "id_ms", "id_seq", "nomkstream", "trim", "entry_bytes", "argv")
+    __slots__ = ("key", "fields", "id_ms", "id_seq", "nomkstream", "trim", "entry_bytes", "options")
 
     def __init__(self, key: bytes, fields: Sequence[bytes], id_ms: int | None = None,
                  id_seq: int | None = None, nomkstream: bool = False, trim: Trim | None = None,
-                 entry_bytes: int = -1, argv: list[bytes] | None = None) -> None:
+                 entry_bytes: int = -1, options: tuple[bytes, ...] = (b"*",)) -> None:
         self.key = key
         self.fields = fields
         self.id_ms = id_ms
@@ -87,7 +90,7 @@ class XAddPlan:
         self.nomkstream = nomkstream
         self.trim = trim
         self.entry_bytes = entry_bytes
-        self.argv = argv
+        self.options = options
 
 
 class Receipt:
@@ -103,16 +106,17 @@ class Receipt:
 class Session:
     """One client's handle on a ``Broker`` (``Broker.session()``)."""
 
-    __slots__ = ("broker", "owner", "flush_seq", "repl_pending", "repl_writes", "may_defer", "deferred",
-                 "_deferred_any")
+    __slots__ = ("broker", "client_id", "flush_seq", "repl_pending", "repl_writes", "may_defer", "may_block",
+                 "deferred", "_deferred_any")
 
-    def __init__(self, broker: Any, owner: Any = None) -> None:
+    def __init__(self, broker: Any, client_id: int = 0) -> None:
         self.broker = broker
-        self.owner = owner  # the front-end's object for this client (opaque here)
+        self.client_id = client_id
         self.flush_seq = 0  # group-commit sequence the replies so far wait for
         self.repl_pending: dict | None = None  # acks=all writes the replies so far wait for
         self.repl_writes: dict | None = None  # every replicated write of this client (WAIT)
         self.may_defer = False
+        self.may_block = True  # False inside a transaction: nothing may wait (a forwarded append)
         self.deferred: tuple[Any, int] | None = None  # the last append's token, if deferred
         self._deferred_any = False  # a deferred append since the last take_receipt
 
@@ -195,9 +199,22 @@ class Session:
         replication = broker.replication
         target_key = key
         if replication is not None and topics.is_multi(key):
-            target_key = broker.forward_append(self, plan)  # cluster: the partition's leader
-            if target_key.__class__ is not bytes:
-                return target_key  # forwarded: the awaitable of the leader's reply
+            # The topic key's slot is led here: pick the partition, and send
+            # the append to its leader when that is another node.
+            forwarder = replication.forwarder
+            target_key, leader = forwarder.choose(key, fields)
+            if leader != forwarder.my_id:
+                if not self.may_block:
+                    raise forwarder.in_transaction(key, target_key, leader)
+                return self._forward(plan, target_key, leader)
+        return self._append_to(plan, target_key, fields, deferrable)
+
+    def _append_to(self, plan: XAddPlan, target_key: bytes, fields: Sequence[bytes],
+                   deferrable: bool) -> StreamId | None:
+        broker = self.broker
+        topics = broker.topics
+        replication = broker.replication
+        key = plan.key
         target = topics.append_target(target_key, fields, create=not plan.nomkstream)
         if target is None:
             return None
@@ -237,6 +254,21 @@ class Session:
             signal(other)
         topics.note_entries_in(1)
         return new_id
+
+    async def _forward(self, plan: XAddPlan, pkey: bytes, leader: int) -> bytes | StreamId:
+        """``plan`` for partition ``pkey``, sent to its ``leader``: the new ID
+        as the leader sent it, or (leadership moved here meanwhile) the ID
+        of the append made here. Raises the leader's refusal (``Refused``,
+        relayed as it is) or ``TryAgain``."""
+        forwarder = self.broker.replication.forwarder
+        request = AppendRequest(pkey, tuple(plan.options), tuple(plan.fields))
+        new_id = await forwarder.forward(request, leader, self.client_id)
+        if new_id is not None:
+            return new_id
+        try:
+            return self._append_to(plan, pkey, plan.fields, False)
+        except Moved as e:  # this node's view is behind: the client retries
+            raise forwarder.moving_here(pkey, e) from None
 
     def append_run(self, key: bytes, scan: Any) -> tuple | None:
         """Many ``XADD key * field value ...`` of one key at once, parsed by a

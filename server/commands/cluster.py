@@ -1,15 +1,11 @@
-"""Cluster and replication commands: CLUSTER ..., WAIT, and the internal
-REPLAUTH / REPLFETCH / REPLEPOCH / REPLPAUSE followers and peers use, and
-RAFT / CTRLBEAT / CTRLPROPOSE / CTRLMOVE / CTRLJOIN of the controller quorum.
+"""Cluster and replication commands of the client port: CLUSTER ... and WAIT.
 
-The internal ones are ``peer`` commands: they exist on the cluster bus only
-(server/bus.py); the client port answers them as Redis answers any unknown
-command. On the bus, with a ``cluster-secret``, a connection runs nothing
-before REPLAUTH presented it.
+The internal commands peers send each other (REPLFETCH, RAFT, CTRLBEAT ...)
+are the cluster bus's (server/bus.py).
 
 Owns: these handlers' arguments and replies. What they do is
-``cluster.replica_manager`` (fetch serving, truncation answers, leadership)
-and ``server.replication`` (acks, WAIT, links).
+``cluster.replica_manager`` (the shard table, leadership) and
+``cluster.runtime`` (failover, reassignment, WAIT).
 
 Routing replies follow Redis Cluster: a node id is 40 hex characters (the
 configured node id, zero-padded), CLUSTER SLOTS lists each shard's slot
@@ -23,25 +19,15 @@ Must not know: sockets, storage formats.
 
 from __future__ import annotations
 
-import hmac
-
-import trio
-
-from cluster.controller.metadata import Metadata
 from cluster.nodes import SLOTS, key_slot
+from cluster.runtime.controller_driver import NotReady
+from cluster.runtime.replication import FailoverError
 from server.args import parse_int
-from server.errors import CommandError, err, wrong_arity
+from server.errors import CommandError, err
 from server.registry import command, container
-from server.controller import NotReady
-from server.bus import note_refused
-from server.replication import TOPICS_CHANGED, FailoverError
 from server.reply import OK, Map, Simple, Verbatim
 
 DISABLED = err("This instance has cluster support disabled")
-
-
-def _not_controller() -> CommandError:
-    return CommandError("NOTCONTROLLER", "this node is not the elected controller")
 
 
 def _repl(ctx):
@@ -49,22 +35,6 @@ def _repl(ctx):
     if repl is None:
         raise DISABLED
     return repl
-
-
-class _Malformed:
-    """``with _Malformed("REPLFETCH"):`` — a peer's request that does not parse
-    is refused with a clear error, not reported as an internal error."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind, exc, tb) -> bool:
-        if kind is not None and issubclass(kind, (ValueError, IndexError, KeyError, TypeError)):
-            raise err(f"malformed {self.name} request: {exc}") from None
-        return False
 
 
 def node_name(node_id: int) -> str:
@@ -252,80 +222,6 @@ async def cluster_reassign(ctx, argv):
     return OK
 
 
-@command("replauth", arity=2, flags="admin stale fast no_auth", group="cluster", since="7.0.0",
-         acl_categories=("admin", "fast", "dangerous"),
-         summary="Internal: a peer presents the cluster secret before any other command on the bus.",
-         syntax="REPLAUTH secret", peer=True)
-def replauth(ctx, argv):
-    """REPLAUTH secret
-
-    The cluster bus's authentication: with ``cluster-secret`` set, a bus
-    connection runs nothing else until it presented the secret (compared in
-    constant time). A wrong one is refused and logged (without what was
-    sent, rate-limited: server/bus.py)."""
-    secret = ctx.server.config.cluster_secret
-    if not secret:
-        raise err("REPLAUTH called without a cluster-secret configured on this node. "
-                  "Are you sure the configuration is the same on every node?")
-    if not hmac.compare_digest(argv[1], secret.encode()):
-        note_refused(ctx.client.addr)
-        raise CommandError("NOPERM", "invalid cluster secret")
-    ctx.client.authenticated = True
-    return OK
-
-
-@command("replpause", arity=4, flags="admin stale", group="cluster", since="7.0.0",
-         acl_categories=("admin", "slow", "dangerous"),
-         summary="Internal: a manual failover pauses writes to a shard and asks for its end offsets.",
-         syntax="REPLPAUSE shard epoch milliseconds", peer=True)
-def replpause(ctx, argv):
-    """REPLPAUSE shard epoch milliseconds"""
-    m = _repl(ctx).manager
-    shard, epoch, ms = parse_int(argv[1]), parse_int(argv[2]), parse_int(argv[3])
-    if not 0 <= shard < m.placement.shard_count or m.state.leader(shard) != m.my_id:
-        raise err("this node does not lead that shard")
-    if m.state.epoch(shard) != epoch:
-        raise err("stale epoch")
-    m.pause(shard, ms)
-    return m.shard_ends(shard)
-
-
-@command("replfetch", arity=-6, flags="admin stale", group="cluster", since="7.0.0",
-         acl_categories=("admin", "slow", "dangerous"),
-         summary="Internal: a follower fetches stored batches from this leader (long poll).",
-         syntax="REPLFETCH replica view max-wait-ms max-bytes topics-token "
-                "[topic partition topic-id offset epoch state-version group-position ...]", waits=True, peer=True)
-async def replfetch(ctx, argv):
-    """REPLFETCH replica view max-wait-ms max-bytes topics-token [topic partition topic-id offset epoch state groups ...]"""
-    repl = _repl(ctx)
-    m = repl.manager
-    wait_s = min(parse_int(argv[3]), 60000) / 1000
-    deadline = trio.current_time() + wait_s
-    body = argv[6:]
-    keys = [TOPICS_CHANGED]  # a new topic: discovered at once
-    for i in range(0, len(body) - 6, 7):
-        topic, n = body[i], body[i + 1]
-        keys += [topic, topic + b"#" + n]
-    while True:
-        with _Malformed("REPLFETCH"):
-            reply, news = m.serve_fetch(argv[1:])
-        remaining = deadline - trio.current_time()
-        if news or remaining <= 0 or not ctx.may_block:
-            return reply
-        await ctx.server.wait_for_keys(keys, remaining, internal=True)
-
-
-@command("replepoch", arity=-4, flags="admin stale", group="cluster", since="7.0.0",
-         acl_categories=("admin", "slow", "dangerous"),
-         summary="Internal: the end offset of a leader epoch per partition (KIP-101).",
-         syntax="REPLEPOCH topic partition epoch [topic partition epoch ...]", peer=True)
-def replepoch(ctx, argv):
-    """REPLEPOCH topic partition epoch [topic partition epoch ...]"""
-    manager = _repl(ctx).manager
-    with _Malformed("REPLEPOCH"):
-        return manager.end_offsets_for_epochs(argv[1:])
-
-
 @command("wait", arity=3, flags="noscript", group="generic", since="3.0.0",
          acl_categories=("slow", "connection"),
          summary="Blocks until the asynchronous replication of all preceding write commands "
@@ -348,92 +244,3 @@ async def wait(ctx, argv):
     if not ctx.may_block:
         return repl.replicas_acknowledging(ctx.session)
     return await repl.wait_replicas(ctx.session, numreplicas, timeout_ms / 1000 if timeout_ms else None)
-
-
-def _controller(ctx):
-    return _repl(ctx).controller
-
-
-@command("raft", arity=-2, flags="admin stale fast", group="cluster", since="7.0.0",
-         acl_categories=("admin", "fast", "dangerous"),
-         summary="Internal: Raft messages of the controller quorum from a peer.",
-         syntax="RAFT message [message ...]", peer=True)
-def raft(ctx, argv):
-    """RAFT message [message ...]"""
-    controller = _controller(ctx)
-    with _Malformed("RAFT"):
-        controller.deliver(argv[1:])
-    return OK
-
-
-@command("ctrlbeat", arity=-3, flags="admin stale fast", group="cluster", since="7.0.0",
-         acl_categories=("admin", "fast", "dangerous"),
-         summary="Internal: a node's heartbeat to the elected controller.",
-         syntax="CTRLBEAT node incarnation [offline-shard[,offline-shard...]]", peer=True)
-def ctrlbeat(ctx, argv):
-    """CTRLBEAT node incarnation [offline-shards]: the last argument lists
-    the shards the node holds a log of that a failed fsync took offline.
-    The reply is the controller's commit index: the node counts the beat
-    for its lease once it has applied the metadata that far (so a node
-    back from a restart never serves a shard it lost meanwhile)."""
-    if len(argv) > 4:
-        raise wrong_arity("ctrlbeat")
-    controller = _controller(ctx)
-    with _Malformed("CTRLBEAT"):
-        node = int(argv[1])
-        if node not in controller.placement.by_id:
-            raise ValueError(f"unknown node {node}")
-        offline = [int(s) for s in argv[3].split(b",")] if len(argv) == 4 else []
-        if any(not 0 <= s < controller.placement.shard_count for s in offline):
-            raise ValueError(f"unknown shard in {argv[3]!r}")
-        committed = controller.beat(node, argv[2].decode(), offline)
-    if committed is None:
-        raise _not_controller()
-    return committed
-
-
-@command("ctrlpropose", arity=2, flags="admin stale fast", group="cluster", since="7.0.0",
-         acl_categories=("admin", "fast", "dangerous"),
-         summary="Internal: a metadata change for the elected controller to commit.",
-         syntax="CTRLPROPOSE record", peer=True)
-def ctrlpropose(ctx, argv):
-    """CTRLPROPOSE record"""
-    controller = _controller(ctx)
-    with _Malformed("CTRLPROPOSE"):
-        Metadata.check_record(argv[1])
-    if not controller.propose_local(argv[1]):
-        raise _not_controller()
-    return OK
-
-
-@command("ctrljoin", arity=5, flags="admin stale", group="cluster", since="7.0.0",
-         acl_categories=("admin", "slow", "dangerous"),
-         summary="Internal: a node started with cluster-join asks to be taken into the cluster.",
-         syntax="CTRLJOIN node host port bus-port", waits=True, peer=True)
-async def ctrljoin(ctx, argv):
-    """CTRLJOIN node host port bus-port"""
-    controller = _controller(ctx)
-    with _Malformed("CTRLJOIN"):
-        node, host, port, bus_port = int(argv[1]), argv[2].decode(), int(argv[3]), int(argv[4])
-        if node < 1 or not host or not 0 < port < 65536 or not 0 < bus_port < 65536:
-            raise ValueError("expected a node id >= 1, a host, a port and a bus port")
-    try:
-        await controller.admit(node, host, port, bus_port)
-    except (NotReady, ValueError) as e:
-        raise err(f"join of node {node} not committed: {e}") from None
-    return OK
-
-
-@command("ctrlmove", arity=2, flags="admin stale fast", group="cluster", since="7.0.0",
-         acl_categories=("admin", "fast", "dangerous"),
-         summary="Internal: the controller asks this node to take back a shard it prefers to lead.",
-         syntax="CTRLMOVE shard", peer=True)
-def ctrlmove(ctx, argv):
-    """CTRLMOVE shard (answered at once; the move runs in the background)"""
-    repl = _repl(ctx)
-    shard = parse_int(argv[1])
-    m = repl.manager
-    if not 0 <= shard < m.placement.shard_count or m.my_id not in m.placement.replicas(shard):
-        raise err("this node holds no replica of that shard")
-    repl.move_in_background(shard)
-    return OK

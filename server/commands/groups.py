@@ -44,12 +44,14 @@ from server.errors import (
 )
 from server.registry import command, container, nowait_path
 from server.reply import NULL_ARRAY, OK, Map, Raw, Simple
+from storage.entry_codec import decode_entry
 from storage.streams.groups import (
     MAX_ID,
     ZERO_ID,
     ConsumerGroup,
     GroupStore,
     advance_entries_read,
+    check_dead_letter,
     group_lag,
     groups_of,
     range_has_tombstones,
@@ -57,7 +59,6 @@ from storage.streams.groups import (
 from storage.streams.ids import (
     StreamIdError, format_id, parse_id, parse_range_end, parse_range_start, parse_strict_id, parse_strict_id_tuples,
 )
-from storage.streams.stream import decode_entry
 
 NO_SUCH_KEY = "no such key"
 KEY_MUST_EXIST = (
@@ -264,10 +265,7 @@ def _dead_letter_keys(first_option: int):
 
 
 def _check_dead_letter(key: bytes, md: int, dl: bytes | None) -> None:
-    if md > 0 and dl is None:
-        raise err("MAXDELIVERIES needs a DEADLETTER key")
-    if md == 0 and dl is not None:
-        raise err("DEADLETTER needs MAXDELIVERIES > 0")
+    check_dead_letter(md, dl)  # the store's refusals (GroupError), before anything is created
     if dl is not None and dl == key:
         raise err("the DEADLETTER key must differ from the stream key")
 
@@ -481,10 +479,7 @@ def xgroup_config(ctx, argv):
         i += 2
     if md is None:
         raise syntax_error()
-    if md == 0:
-        if dl is not None:
-            raise err("DEADLETTER needs MAXDELIVERIES > 0")
-    elif dl is None:
+    if md > 0 and dl is None:
         dl = group.dead_letter_key
         if dl is not None:
             require_key(ctx.client, dl)  # this user's reads will write it

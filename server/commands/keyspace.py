@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 
-from cluster.topics import TopicError
 from server.acl import key_filter
 from server.errors import err, syntax_error
 from server.args import parse_int
@@ -328,10 +327,7 @@ def _rename(ctx, argv, nx: bool):
         return 0 if nx else OK
     if nx and topics.exists(dst):
         return 0
-    try:
-        topics.rename(src, dst)
-    except TopicError as exc:
-        raise err(exc.message) from None
+    topics.rename(src, dst)  # TopicError (RENAME_UNSUPPORTED): server/failures.py replies
     ctx.server.signal_key_modified(src)
     ctx.server.signal_key_modified(dst)
     return 1 if nx else OK

@@ -24,6 +24,7 @@ Known differences from Redis 7.0 (see docs and tests):
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import trio
@@ -39,25 +40,54 @@ from server.errors import (
     wrong_arity,
 )
 from server.commands.topics import expand_read_args, read_partitions_after, topic_len, topic_range
+from server.failures import reply_for
 from server.registry import COMMANDS, POLLS, RUNS, command, container, nowait_path
 from server.reply import NULL_ARRAY, OK, Map, Raw, Simple
+from storage.entry_codec import decode_entry
 from storage.streams.ids import (
     MAX_ID,
     MIN_ID,
     StreamId,
-    StreamIdError,
+    format_id,
     parse_id,
     parse_range_end,
     parse_range_start,
     parse_strict_id,
 )
-from storage.streams.stream import ZERO_ID, decode_entry
+from storage.streams.stream import ID_ZERO, StreamError
 
 NO_SUCH_KEY = "no such key"
 
 
 def _keyword(raw: bytes) -> bytes:
     return raw.upper()
+
+
+async def _forwarded(ctx, forward):
+    """The reply of an XADD the broker forwarded to its partition's leader
+    (``Session.append``'s awaitable): the leader's ID, or an error reply
+    (the leader's own, byte for byte). Never raises (but Cancelled); the
+    wait counts in the XADD's statistics."""
+    started = time.perf_counter_ns()
+    try:
+        reply = await forward
+        if reply.__class__ is StreamId:  # leadership moved here meanwhile: appended here
+            reply = b"%d-%d" % reply
+    except CommandError as e:
+        reply = e
+    except Exception as e:  # noqa: BLE001 - a refusal, or a bug
+        reply = reply_for(e)
+        if reply is None:
+            raise
+    stats = ctx.server.stats
+    entry = stats.commands.get("xadd")
+    if entry is not None:  # the dispatcher counted the call already; add the wait
+        entry[1] += (time.perf_counter_ns() - started) // 1000
+        if isinstance(reply, CommandError):
+            entry[3] += 1
+    if isinstance(reply, CommandError):
+        stats.record_error(reply.code)
+    return reply
 
 
 def _node_max_entries(ctx) -> int:
@@ -161,11 +191,12 @@ def xadd(ctx, argv):
     """XADD key [NOMKSTREAM] [<MAXLEN | MINID> [= | ~] threshold [LIMIT count]] <* | id> field value [field value ...]
 
     Parsed here into an ``XAddPlan``; ``Session.append`` (cluster.broker)
-    does the rest: partition, limits, ID, deferral or an immediate log
-    batch, trim, wake-ups, and what the reply waits for.
+    does the rest: partition (forwarded to its leader in a cluster), limits,
+    ID, deferral or an immediate log batch, trim, wake-ups, and what the
+    reply waits for.
     """
     if argv[2] == b"*" and len(argv) & 1:  # the hot form, no options: no parsing needed
-        plan = XAddPlan(argv[1], argv[3:], argv=argv)
+        plan = XAddPlan(argv[1], argv[3:], options=(b"*",))
     else:
         args = _parse_add_or_trim(ctx, argv, xadd=True)
         field_pos = args.id_pos + 1
@@ -173,17 +204,19 @@ def xadd(ctx, argv):
         if nfields < 2 or nfields % 2:
             raise wrong_arity("xadd")
         if args.id_given and args.seq_given and args.stream_id == MIN_ID:
-            raise err(ZERO_ID)
+            raise StreamError(ID_ZERO)
         id_ms = id_seq = None
         if args.id_given:
             id_ms = args.stream_id.ms
             id_seq = args.stream_id.seq if args.seq_given else None
         plan = XAddPlan(argv[1], argv[field_pos:], id_ms, id_seq, args.no_mkstream, _trim_of(args),
-                        argv=argv)
+                        options=tuple(argv[2:field_pos]))
     new_id = ctx.session.append(plan)
     if new_id.__class__ is StreamId:
         return b"%d-%d" % new_id
-    return new_id  # None (NOMKSTREAM, no key), or a forward to the partition's leader to await
+    if new_id is None:
+        return None  # NOMKSTREAM and no such key
+    return _forwarded(ctx, new_id)  # forwarded to the partition's leader: the connection awaits it
 
 
 try:  # the C half of the pipelined XADD path (server/_xaddrun.c); optional
@@ -325,12 +358,9 @@ def xdel(ctx, argv):
 
     Deletion markers in the log: bytes are never rewritten in place.
     """
-    try:
-        ids = [parse_strict_id(raw) for raw in argv[2:]]
-    except StreamIdError:
-        if not ctx.session.exists(argv[1]):
-            return 0  # Redis looks the key up first
-        raise
+    if not ctx.session.exists(argv[1]):
+        return 0  # Redis looks the key up before it parses the IDs
+    ids = [parse_strict_id(raw) for raw in argv[2:]]
     return ctx.session.delete(argv[1], ids)
 
 
@@ -629,7 +659,7 @@ def _entry_value(encoded: bytes | None):
     if encoded is None:
         return None
     stream_id, fields = decode_entry(encoded)
-    return [stream_id.encode(), fields]
+    return [format_id(stream_id), fields]
 
 
 @command(

@@ -28,8 +28,8 @@ from server.commands.keyspace import glob_match
 from server.errors import err, syntax_error
 from server.registry import command, container
 from server.reply import OK, Map, Raw, Simple
+from storage.entry_codec import split_entries
 from storage.streams.ids import MIN_ID, StreamId
-from storage.streams.stream import split_entries
 
 container(
     "topic", group="stream", since="7.0.0",

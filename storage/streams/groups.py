@@ -8,9 +8,11 @@ journal of mutations compacted by snapshots. Also Redis 7's rules for a
 group's ``entries_read`` and lag (``t_stream.c::streamEstimateDistanceFromFirstEverEntry``,
 ``streamReplyWithCGLag``) as pure functions of a stream's counters.
 
-Must not know: sockets, trio, RESP, command syntax, the stream's entries.
-Callers (the XGROUP/XREADGROUP/XACK ... handlers) check Redis's errors first and
-then call one mutation per command; a mutation never fails half-way.
+Must not know: sockets, trio, RESP, command syntax, the stream's entries, any
+client's error texts. Callers (the XGROUP/XREADGROUP/XACK ... handlers) check
+Redis's errors first and then call one mutation per command; a mutation never
+fails half-way. What a mutation refuses is a ``GroupError`` with a code (the
+constants below); nothing is written then.
 
 Stream IDs are plain ``(ms, seq)`` tuples of unsigned 64-bit ints, as in the
 log API. ``entries_read`` is an int, or ``None`` when unknown (Redis's
@@ -82,8 +84,20 @@ trusted (the kernel may have dropped them and reports that once), but the
 state in memory can: the next flush writes it whole as a compaction (a new
 snapshot and journal, each fsynced) instead of syncing the journal again.
 
+Descriptors: the journal's is the partition's ``storage.handles.FileCache``
+one (``groups_of`` passes the partition log's cache; a store opened alone
+has a small cache of its own), taken from the cache at each append, sync or
+read (a hit costs a dict lookup: hot journals stay open) and closed by the
+cache's LRU like a segment file, so a data dir with groups on any number of
+partitions holds at most ``max-open-files`` of them. A flush ticket pins it
+from ``begin_flush`` to ``end_flush``: the cache cannot close it, nor its
+number name another file, while another thread syncs it. A journal replaced
+by a compaction is taken out of the cache first (a pinned descriptor of the
+old file is closed at its unpin). Snapshot and journal rewrites open their
+temporary file and the directory for a moment, outside the cache.
+
 Concurrency: not thread-safe. Call everything from one thread, except
-``GroupFlushTicket.run()``, which only fsyncs a duplicated descriptor.
+``GroupFlushTicket.run()``, which only fsyncs the pinned descriptor.
 """
 
 from __future__ import annotations
@@ -99,7 +113,8 @@ from typing import Iterable, Iterator, Protocol, Sequence
 from crc32c import crc32c
 
 from storage import salvage
-from storage.errors import raise_storage_error
+from storage.errors import Refusal, raise_storage_error
+from storage.handles import FileCache
 
 StreamIdT = tuple[int, int]
 
@@ -146,6 +161,34 @@ _JOURNAL_OPS = frozenset(range(_OP_CREATE, _OP_CONFIG + 1))
 
 class GroupStateError(Exception):
     """The group state on disk cannot be read (a corrupt snapshot)."""
+
+
+# What a mutation refuses (``GroupError.code``, with the fields named); the
+# texts clients see are the front-end's (server/failures.py).
+GROUP_EXISTS = "group-exists"  # group: XGROUP CREATE of a group that exists
+NO_GROUP = "no-group"  # group: a mutation of a group that does not exist
+NOT_AFTER_LAST_ID = "not-after-last-id"  # group: delivered IDs must follow last-delivered-id
+NOT_PENDING = "not-pending"  # group, consumer: redelivered IDs must be the consumer's pending ones
+MAX_DELIVERIES_RANGE = "max-deliveries-range"  # max_deliveries: not 0 .. 2**32-1
+DEAD_LETTER_NEEDS_KEY = "dead-letter-needs-key"  # max_deliveries > 0 without a dead-letter key
+DEAD_LETTER_NEEDS_MAX = "dead-letter-needs-max"  # a dead-letter key with max_deliveries 0
+MAX_DELIVERIES_MAX = 0xFFFFFFFF  # a u32 in the journal
+
+
+class GroupError(Refusal, ValueError):
+    """A group mutation refused (a ``ValueError``, as replay treats a record
+    that does not fit); ``code`` is one of the constants above."""
+
+
+def check_dead_letter(max_deliveries: int, dead_letter_key: bytes | None) -> None:
+    """Raise ``GroupError`` unless ``max_deliveries`` (0: off) and
+    ``dead_letter_key`` make a dead-letter setting the store can keep."""
+    if not 0 <= max_deliveries <= MAX_DELIVERIES_MAX:
+        raise GroupError(MAX_DELIVERIES_RANGE, max_deliveries=max_deliveries, maximum=MAX_DELIVERIES_MAX)
+    if max_deliveries > 0 and dead_letter_key is None:
+        raise GroupError(DEAD_LETTER_NEEDS_KEY)
+    if max_deliveries == 0 and dead_letter_key is not None:
+        raise GroupError(DEAD_LETTER_NEEDS_MAX)
 
 
 # --------------------------------------------------------------------------
@@ -535,15 +578,17 @@ class GroupFlushTicket:
 
     The same contract as ``storage.log.FlushTicket``: a caller that syncs
     the descriptors itself takes ``sync_targets()`` and then calls
-    ``finish(failure)``; ``run()`` is exactly that."""
+    ``finish(failure)``; ``run()`` is exactly that. Every ticket must reach
+    ``GroupStore.end_flush``, run or not (it unpins the descriptor)."""
 
-    __slots__ = ("fd", "position", "ok", "failed")
+    __slots__ = ("fd", "position", "generation", "ok", "failed")
     checkpoints = False  # no recovery-point checkpoint to write after the syncs
     partial = False  # covers everything written so far
 
-    def __init__(self, fd: int, position: int) -> None:
-        self.fd = fd  # a dup of the journal fd, or -1 when nothing to do
+    def __init__(self, fd: int, position: int, generation: int) -> None:
+        self.fd = fd  # the journal's descriptor, pinned in the file cache; -1 when nothing to do
         self.position = position
+        self.generation = generation  # of the journal synced (a compaction replaces it)
         self.ok = False
         self.failed = False
 
@@ -595,13 +640,17 @@ class GroupStore:
         *,
         logger: logging.Logger | None = None,
         compact_min_bytes: int = 4 * 1024 * 1024,
+        file_cache: FileCache | None = None,
     ) -> None:
         self.directory = Path(directory)
         self.logger = logger or logging.getLogger("partita.storage.groups")
         self.compact_min_bytes = compact_min_bytes
         self.groups: dict[bytes, ConsumerGroup] = {}
         self._generation = 0
-        self._fd = -1  # journal, opened lazily on the first mutation
+        self._own_cache = file_cache is None
+        self._cache = FileCache(4) if file_cache is None else file_cache
+        self._journal_path = str(self.directory / JOURNAL_NAME)  # the cache's key
+        self._journaling = False  # the journal of this generation exists (created on the first mutation)
         self._journal_bytes = 0  # file size, header included
         self._durable_bytes = 0  # journal bytes known fsynced
         self._sync_failed = False  # a journal fsync failed: the next flush compacts
@@ -624,13 +673,16 @@ class GroupStore:
         *,
         logger: logging.Logger | None = None,
         compact_min_bytes: int = 4 * 1024 * 1024,
+        file_cache: FileCache | None = None,
     ) -> "GroupStore":
         """Load the snapshot, replay the journal, truncate a torn tail.
+        ``file_cache``: where the journal's descriptor is kept (the
+        partition's shared cache); None: a small one of the store's own.
 
         Raises:
             GroupStateError: the snapshot is corrupt.
         """
-        store = cls(directory, logger=logger, compact_min_bytes=compact_min_bytes)
+        store = cls(directory, logger=logger, compact_min_bytes=compact_min_bytes, file_cache=file_cache)
         store._recover()
         return store
 
@@ -725,7 +777,7 @@ class GroupStore:
             records += 1
             after += lenient
         if not lenient:
-            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+            self._journaling = True  # appends go on from its end (opened at the first)
             self._journal_bytes = self._durable_bytes = len(data)
             return
         self._repair_journal(path, skipped, tail, records, after)
@@ -759,31 +811,43 @@ class GroupStore:
         self.logger.warning("%s: %s; %s", path, "; ".join(parts), done)
 
     def __del__(self) -> None:
-        # A store dropped without close() (its stream was deleted): free the fd.
-        fd = getattr(self, "_fd", -1)
-        if fd >= 0:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-            self._fd = -1
+        # A store dropped without close(): free the descriptor of a cache of
+        # its own (a shared cache closes it by its LRU, or with the partition).
+        if getattr(self, "_own_cache", False):
+            self._cache.close_all()
+
+    @property
+    def closed(self) -> bool:
+        """True after ``close()``, ``abandon()`` or ``delete_files()``."""
+        return self._closed
 
     def close(self) -> None:
         """Flush and close the journal. The store is unusable afterwards."""
         if self._closed:
             return
-        if self._fd >= 0:
+        if self._journaling:
             self.flush()
-            os.close(self._fd)
-            self._fd = -1
+        self._close_journal()
+        self._closed = True
+
+    def _close_journal(self) -> None:
+        """Take the journal's descriptor out of the cache (one pinned by a
+        ticket is closed at its ``end_flush``)."""
+        self._journaling = False
+        self._cache.close(self._journal_path)
+        if self._own_cache:
+            self._cache.close_all()
+
+    def abandon(self) -> None:
+        """Close without flushing (the partition is being deleted). A flush
+        ticket in flight still reaches ``end_flush``; later ones have
+        nothing to sync."""
+        self._close_journal()
         self._closed = True
 
     def delete_files(self) -> None:
         """Close and remove the group files (DEL of the stream)."""
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-        self._closed = True
+        self.abandon()
         self.groups.clear()
         for name in (SNAPSHOT_NAME, JOURNAL_NAME, SNAPSHOT_NAME + _TMP_SUFFIX, JOURNAL_NAME + _TMP_SUFFIX):
             try:
@@ -801,9 +865,10 @@ class GroupStore:
         """fsync every mutation so far."""
         if self._sync_failed:
             self._rewrite_after_failed_sync()
-        elif self._fd >= 0 and self.needs_flush:
+        elif self._journaling and self.needs_flush:
+            fd = self._cache.get(self._journal_path)
             try:
-                os.fdatasync(self._fd)
+                os.fdatasync(fd)
             except OSError:
                 self._journal_sync_failed()
                 raise
@@ -811,13 +876,18 @@ class GroupStore:
 
     def begin_flush(self) -> GroupFlushTicket:
         """Main thread: a ticket whose ``run()`` fsyncs what was written so
-        far (after a failed one: the compaction, here, and a ticket with
-        nothing left to sync; raises if that fails too)."""
+        far through the journal's descriptor, pinned in the file cache until
+        ``end_flush`` (after a failed sync: the compaction, here, and a
+        ticket with nothing left to sync; raises if that fails too, or if
+        the journal cannot be opened). A closed store's ticket has nothing
+        to sync."""
+        if self._closed:
+            return GroupFlushTicket(-1, self._journal_bytes, self._generation)
         if self._sync_failed:
             self._rewrite_after_failed_sync()
-        if self._fd < 0 or not self.needs_flush:
-            return GroupFlushTicket(-1, self._journal_bytes)
-        return GroupFlushTicket(os.dup(self._fd), self._journal_bytes)
+        if not self._journaling or not self.needs_flush:
+            return GroupFlushTicket(-1, self._journal_bytes, self._generation)
+        return GroupFlushTicket(self._cache.pin(self._journal_path), self._journal_bytes, self._generation)
 
     def _journal_sync_failed(self) -> None:
         if not self._sync_failed:
@@ -833,16 +903,21 @@ class GroupStore:
         self._sync_failed = False
 
     def end_flush(self, ticket: GroupFlushTicket) -> None:
-        """Main thread, after ``ticket.run()`` returned: close the dup, record progress."""
+        """Main thread, after every ticket (run, failed or never run): unpin
+        its descriptor; after a successful run, record progress."""
         if ticket.fd >= 0:
-            os.close(ticket.fd)
+            self._cache.unpin(ticket.fd)
             ticket.fd = -1
-            # After a compaction the journal restarted and positions reset;
-            # the compaction itself made everything durable then. A failed
+            # A journal replaced meanwhile (compaction: positions restart)
+            # was made durable whole by that compaction; the ticket synced
+            # the old file and says nothing about the new one. A failed
             # sync makes nothing durable.
+            if ticket.generation != self._generation:
+                return
             if ticket.failed:
                 self._journal_sync_failed()
-            elif ticket.ok and ticket.position <= self._journal_bytes:
+            elif ticket.ok:
+                assert ticket.position <= self._journal_bytes
                 self._durable_bytes = max(self._durable_bytes, ticket.position)
 
     # ----- queries -----
@@ -876,10 +951,11 @@ class GroupStore:
         max_deliveries: int = 0,
         dead_letter_key: bytes | None = None,
     ) -> ConsumerGroup:
-        """XGROUP CREATE. Raises ValueError if the group exists."""
+        """XGROUP CREATE. Raises GroupError (``GROUP_EXISTS``, or a dead-letter
+        setting ``check_dead_letter`` refuses)."""
         if name in self.groups:
-            raise ValueError("group exists")
-        self._check_dead_letter(max_deliveries, dead_letter_key)
+            raise GroupError(GROUP_EXISTS, group=name)
+        check_dead_letter(max_deliveries, dead_letter_key)
         self._write(
             _U8.pack(_OP_CREATE) + _s(name) + _ID.pack(*last_id) + _er(entries_read)
             + _U32.pack(max_deliveries) + _opt_s(dead_letter_key)
@@ -907,7 +983,7 @@ class GroupStore:
     def configure_dead_letter(self, name: bytes, max_deliveries: int, dead_letter_key: bytes | None) -> None:
         """Set (max_deliveries > 0 and a key) or clear (0, None) dead-lettering."""
         self._need(name)
-        self._check_dead_letter(max_deliveries, dead_letter_key)
+        check_dead_letter(max_deliveries, dead_letter_key)
         self._write(_U8.pack(_OP_CONFIG) + _s(name) + _U32.pack(max_deliveries) + _opt_s(dead_letter_key))
         self._apply_config(name, max_deliveries, dead_letter_key)
         self._maybe_compact()
@@ -965,7 +1041,7 @@ class GroupStore:
         moved backwards) changes owner with delivery count 1."""
         g = self._need(group)
         if ids and not (ids[0] > g.last_id and last_id >= ids[-1]):
-            raise ValueError("delivered IDs must follow last_id")
+            raise GroupError(NOT_AFTER_LAST_ID, group=group)
         self._write(
             _U8.pack(_OP_DELIVER) + _s(group) + _s(consumer) + _I64.pack(now_ms)
             + _U8.pack(1 if noack else 0) + _ID.pack(*last_id) + _er(entries_read) + _ids(ids)
@@ -979,7 +1055,7 @@ class GroupStore:
         g = self._need(group)
         c = g.consumers.get(consumer)
         if c is None or any(sid not in c.pending for sid in ids):
-            raise ValueError("redelivered IDs must be pending for the consumer")
+            raise GroupError(NOT_PENDING, group=group, consumer=consumer)
         if not ids:
             return
         self._write(_U8.pack(_OP_REDELIVER) + _s(group) + _s(consumer) + _I64.pack(now_ms) + _ids(ids))
@@ -1277,15 +1353,8 @@ class GroupStore:
     def _need(self, name: bytes) -> ConsumerGroup:
         g = self.groups.get(name)
         if g is None:
-            raise KeyError(f"no such group {name!r}")
+            raise GroupError(NO_GROUP, group=name)
         return g
-
-    @staticmethod
-    def _check_dead_letter(max_deliveries: int, dead_letter_key: bytes | None) -> None:
-        if not 0 <= max_deliveries <= 0xFFFFFFFF:
-            raise ValueError("max_deliveries out of range")
-        if (max_deliveries > 0) != (dead_letter_key is not None):
-            raise ValueError("max_deliveries and dead_letter_key go together")
 
     def _write(self, payload: bytes) -> None:
         assert not self._closed, "group store is closed"
@@ -1293,13 +1362,14 @@ class GroupStore:
         # told) as StorageError; nothing was applied, the caller's mutation
         # is refused whole (written before applied).
         try:
-            if self._fd < 0:
+            if not self._journaling:
                 self._start_journal()
             record = _frame(payload)
-            written = os.write(self._fd, record)
+            fd = self._cache.get(self._journal_path)  # open unless the cache has it
+            written = os.pwrite(fd, record, self._journal_bytes)
             if written != len(record):  # a short write to a regular file: ENOSPC
                 # Cut the partial record so the journal stays replayable.
-                os.ftruncate(self._fd, self._journal_bytes)
+                os.ftruncate(fd, self._journal_bytes)
                 raise OSError(28, "short write to group journal")
         except OSError as exc:
             raise_storage_error(f"write {self.directory / JOURNAL_NAME}", exc)
@@ -1331,9 +1401,6 @@ class GroupStore:
         self._generation = generation
         self._snapshot_bytes = size
         self._compactions += 1
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
         self._start_journal()
 
     def _snapshot_chunks(self, generation: int) -> Iterator[bytes]:
@@ -1382,8 +1449,7 @@ class GroupStore:
         if position < _HEADER_BYTES:
             return None
         try:
-            with open(self.directory / JOURNAL_NAME, "rb") as f:
-                return os.pread(f.fileno(), self._journal_bytes - position, position)
+            return os.pread(self._cache.get(self._journal_path), self._journal_bytes - position, position)
         except OSError as exc:
             raise_storage_error(f"read {self.directory / JOURNAL_NAME}", exc)
 
@@ -1419,7 +1485,7 @@ class GroupStore:
         checked first, then written durably as this store's next snapshot with
         a fresh journal. Raises GroupStateError and changes nothing when the
         bytes are not a valid snapshot."""
-        check = GroupStore(self.directory, logger=self.logger)
+        check = GroupStore(self.directory, logger=self.logger, file_cache=self._cache)
         check._replaying = True
         if not snapshot:  # no groups at all
             snapshot = b"".join(check._snapshot_chunks(0))
@@ -1436,23 +1502,21 @@ class GroupStore:
         self.groups = check.groups
         self._generation = generation
         self._snapshot_bytes = len(data)
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
         self._start_journal()
 
     def _start_journal(self) -> None:
-        """A fresh journal for the current generation (tmp + fsync + rename)."""
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        """A fresh journal for the current generation (tmp + fsync + rename).
+        The old file's descriptor leaves the cache first: the next append
+        opens the new one."""
+        self._journaling = False
+        self._cache.close(self._journal_path)
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / JOURNAL_NAME
         _write_file_durably(
             self.directory / (JOURNAL_NAME + _TMP_SUFFIX), path,
             [_header(_JRNL_MAGIC, self._generation)], self.directory,
         )
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        self._journaling = True
         self._journal_bytes = _HEADER_BYTES
         self._durable_bytes = _HEADER_BYTES
 
@@ -1498,11 +1562,17 @@ def groups_of(stream) -> GroupStore:
 
     It lives in the stream's partition directory (beside ``stream.meta``) and
     is cached on the stream object as ``group_store``, so it shares the
-    stream's lifetime: when the topic registry drops the stream (DEL), the
-    store goes with it and its files go with the partition directory.
+    stream's lifetime: when the topic registry drops the stream (DEL), it
+    closes the store (``abandon``) and its files go with the partition
+    directory. Its journal's descriptor is kept in the partition log's file
+    cache (``stream.log.cache``).
     """
     store = stream.__dict__.get("group_store")
     if store is None:
-        store = GroupStore.open(Path(stream.meta_path).parent)
+        # The journal's descriptor lives in the partition's file cache, with
+        # the log's files: bounded by max-open-files however many partitions
+        # have groups. (A stand-in without a log, in tests: a cache of its own.)
+        cache = getattr(getattr(stream, "log", None), "cache", None)
+        store = GroupStore.open(Path(stream.meta_path).parent, file_cache=cache)
         stream.group_store = store
     return store

@@ -1,7 +1,7 @@
 """Redis stream IDs: ``<ms>-<seq>``, two unsigned 64-bit integers.
 
 Owns: the ``StreamId`` value, its text form, increment/decrement, and every
-way a command argument names an ID, with Redis's own error texts
+way a command argument names an ID, refused where Redis refuses it
 (redis ``t_stream.c::streamGenericParseIDOrReply``,
 ``streamParseIntervalIDOrReply``, ``streamIncrID``/``streamDecrID``):
 
@@ -11,7 +11,7 @@ way a command argument names an ID, with Redis's own error texts
 ``123``        ms only: ``123-0`` as a start, ``123-<max>`` as an end
 ``123-*``      XADD only: ms given, sequence generated
 ``(id``        exclusive range bound (strictly parsed, then incremented /
-               decremented; overflow is Redis's "invalid start/end ID")
+               decremented; overflow is ``INVALID_START`` / ``INVALID_END``)
 =============  =========================================================
 
 ``$``, ``+`` and ``>`` in XREAD/XREADGROUP name positions in a stream, not
@@ -22,8 +22,9 @@ failing that C ``strtoull`` rules (leading white space, ``+``, leading zeros;
 a ``-`` before a non-canonical number wraps modulo 2**64, as in C). The
 argument is treated as a C string: at most 127 bytes, cut at the first NUL.
 
-Must not know: sockets, RESP, the server's error types. Errors are
-``StreamIdError`` carrying Redis's message (without the ``ERR`` code).
+Must not know: sockets, RESP, the server's error types, any client's
+error texts. Errors are ``StreamIdError`` with a code (``INVALID_ID``,
+``INVALID_START``, ``INVALID_END``).
 """
 
 from __future__ import annotations
@@ -31,19 +32,22 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from storage.errors import Refusal
+
 UINT64_MAX = 2**64 - 1
 
-INVALID_ID = "Invalid stream ID specified as stream command argument"
-INVALID_START = "invalid start ID for the interval"
-INVALID_END = "invalid end ID for the interval"
+# Why an argument is not an ID (``StreamIdError.code``); Redis's texts for
+# them are the server's (server/failures.py).
+INVALID_ID = "invalid-id"  # not an ID in the form the argument allows
+INVALID_START = "invalid-start-id"  # ``(max-max`` as a range start: nothing above it
+INVALID_END = "invalid-end-id"  # ``(0-0`` as a range end: nothing below it
 
 
-class StreamIdError(ValueError):
-    """An argument is not an acceptable stream ID; ``message`` is Redis's text."""
+class StreamIdError(Refusal, ValueError):
+    """An argument is not an acceptable stream ID; ``code`` says why."""
 
-    def __init__(self, message: str = INVALID_ID) -> None:
-        super().__init__(message)
-        self.message = message
+    def __init__(self, code: str = INVALID_ID) -> None:
+        super().__init__(code)
 
 
 class StreamId(NamedTuple):
@@ -140,7 +144,7 @@ def parse_id(
         (then the ID's seq is 0).
 
     Raises:
-        StreamIdError: Redis's "Invalid stream ID ..." text.
+        StreamIdError: ``INVALID_ID``.
     """
     plain = _plain_id(raw)
     if plain is not None:

@@ -2,8 +2,9 @@
 
 Owns: what makes a ``PartitionLog`` behave as a Redis stream:
 
-- encoding an entry once, at XADD, into the RESP form it is sent in
-  (``*2 $id *2k $field $value ...``, binary-safe); reads return stored bytes;
+- encoding an entry once, at XADD, in the stored entry format
+  (``storage.entry_codec``: stream-v1, the form it is sent in); reads
+  return stored bytes;
 - ID generation (``*`` and ``<ms>-*``) from the wall clock, never going
   backwards within the partition, and the "equal or smaller" checks on
   explicit IDs (redis ``t_stream.c::streamAppendItem``);
@@ -35,13 +36,15 @@ rename, fsync of the directory)::
      "max_deleted_entry_id": [ms, seq], "entries_added_adjust": n}
 
 Known difference from Redis: a deleted entry still occupies its ID in the
-log, so XSETID below the ID of a deleted top entry is refused with Redis's
-"smaller than the target stream top item" error (Redis accepts it).
+log, so XSETID below the ID of a deleted top entry is refused
+(``SETID_BELOW_TOP``: Redis's "smaller than the target stream top item"
+error), where Redis accepts it.
 
 Thread contract: as ``PartitionLog``, one thread.
 
 Must not know: sockets, RESP parsing, trio, the server's errors or the
-cluster's topics. Errors are ``StreamError`` with Redis's message text.
+cluster's topics, any client's error texts. Refusals are ``StreamError``
+with a code (the constants below).
 """
 
 from __future__ import annotations
@@ -54,96 +57,27 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from storage.checkpoint import read_file, write_atomic
+from storage.entry_codec import encode_entry, encode_pair, split_entries
+from storage.errors import Refusal
 from storage.streams.ids import MAX_ID, MIN_ID, UINT64_MAX, StreamId
 
 META_FILE_NAME = "stream.meta"
 
-# Redis's texts (t_stream.c).
-EQUAL_OR_SMALLER = "The ID specified in XADD is equal or smaller than the target stream top item"
-ZERO_ID = "The ID specified in XADD must be greater than 0-0"
-# Redis 7.0 answers ``<ms>-*`` after ``<ms>-<max>`` with this (t_stream.c leaves
-# errno unset on that path, so xaddCommand picks its "too large" branch).
-TOO_LARGE = "Elements are too large to be stored"
-EXHAUSTED = "The stream has exhausted the last possible ID, unable to add more items"
-SETID_SMALLER_THAN_TOP = "The ID specified in XSETID is smaller than the target stream top item"
-SETID_ENTRIES_ADDED_TOO_SMALL = (
-    "The entries_added specified in XSETID is smaller than the target stream length"
-)
+# Why an append or XSETID is refused (``StreamError.code``); the texts
+# clients see are the front-end's (Redis's t_stream.c ones: server/failures.py).
+ID_ZERO = "id-zero"  # an explicit ID of 0-0
+ID_TOO_SMALL = "id-too-small"  # an explicit ID not above the stream's last ID
+SEQ_EXHAUSTED = "seq-exhausted"  # ``<ms>-*`` after ``<ms>-<max seq>``
+ID_EXHAUSTED = "id-exhausted"  # the last ID was max-max
+SETID_BELOW_TOP = "setid-below-top"  # XSETID below the top entry's ID
+SETID_ENTRIES_ADDED_BELOW_LENGTH = "setid-entries-added-below-length"
 
 
-class StreamError(Exception):
-    """A stream operation refused; ``message`` is Redis's text (no ``ERR``)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-def encode_entry(stream_id: tuple[int, int], fields: Sequence[bytes]) -> bytes:
-    """The RESP encoding of one entry: ``*2 $id *<len(fields)> $f $v ...``."""
-    assert len(fields) % 2 == 0 and fields, "an entry has field/value pairs"
-    id_text = b"%d-%d" % (stream_id[0], stream_id[1])
-    parts = [b"*2\r\n$%d\r\n%s\r\n*%d\r\n" % (len(id_text), id_text, len(fields))]
-    for item in fields:
-        parts.append(b"$%d\r\n" % len(item))
-        parts.append(bytes(item))
-        parts.append(b"\r\n")
-    return b"".join(parts)
+class StreamError(Refusal):
+    """A stream operation refused; ``code`` is one of the constants above."""
 
 
 _new_id = tuple.__new__  # StreamId(ms, seq) without the namedtuple's Python-level __new__
-
-
-def _encode_pair(stream_id: tuple[int, int], field: bytes, value: bytes) -> bytes:
-    """``encode_entry`` for the common one-pair entry: one format, no join."""
-    id_text = b"%d-%d" % (stream_id[0], stream_id[1])
-    return b"*2\r\n$%d\r\n%s\r\n*2\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (
-        len(id_text), id_text, len(field), field, len(value), value)
-
-
-def decode_entry(encoded: bytes | memoryview) -> tuple[StreamId, list[bytes]]:
-    """The inverse of ``encode_entry`` (for XINFO and tests, not the read path)."""
-    data = bytes(encoded)
-    assert data.startswith(b"*2\r\n$")
-    pos = 5
-    end = data.index(b"\r\n", pos)
-    n = int(data[pos:end])
-    id_text = data[end + 2 : end + 2 + n]
-    pos = end + 2 + n + 2
-    assert data[pos : pos + 1] == b"*"
-    end = data.index(b"\r\n", pos)
-    count = int(data[pos + 1 : end])
-    pos = end + 2
-    fields = []
-    for _ in range(count):
-        assert data[pos : pos + 1] == b"$"
-        end = data.index(b"\r\n", pos)
-        n = int(data[pos + 1 : end])
-        fields.append(data[end + 2 : end + 2 + n])
-        pos = end + 2 + n + 2
-    ms, _, seq = id_text.partition(b"-")
-    return StreamId(int(ms), int(seq)), fields
-
-
-def split_entries(chunks: Iterable[bytes | memoryview]) -> list[bytes]:
-    """Cut the concatenation of encoded entries back into single entries."""
-    data = b"".join(bytes(c) for c in chunks)
-    out = []
-    pos = 0
-    while pos < len(data):
-        start = pos
-        # *2\r\n $n\r\n id\r\n *k\r\n then k bulk strings
-        pos = data.index(b"\r\n", pos) + 2
-        end = data.index(b"\r\n", pos)
-        pos = end + 2 + int(data[pos + 1 : end]) + 2
-        end = data.index(b"\r\n", pos)
-        count = int(data[pos + 1 : end])
-        pos = end + 2
-        for _ in range(count):
-            end = data.index(b"\r\n", pos)
-            pos = end + 2 + int(data[pos + 1 : end]) + 2
-        out.append(data[start:pos])
-    return out
 
 
 @dataclass
@@ -329,13 +263,15 @@ class Stream:
         """
         last = self.last_id
         if last == MAX_ID:
-            raise StreamError(EXHAUSTED)
+            raise StreamError(ID_EXHAUSTED)
         if id_given is not None:
             new = StreamId(*id_given)
+            if new == MIN_ID:
+                raise StreamError(ID_ZERO)
         elif ms_given is not None:
             if ms_given == last.ms:
                 if last.seq == UINT64_MAX:
-                    raise StreamError(TOO_LARGE)
+                    raise StreamError(SEQ_EXHAUSTED)
                 new = StreamId(last.ms, last.seq + 1)
             else:
                 new = StreamId(ms_given, 0)
@@ -343,7 +279,7 @@ class Stream:
             now_ms = self.clock_ms()
             new = StreamId(now_ms, 0) if now_ms > last.ms else last.incr()
         if new <= last:
-            raise StreamError(EQUAL_OR_SMALLER)
+            raise StreamError(ID_TOO_SMALL)
         return new
 
     def add(
@@ -377,11 +313,11 @@ class Stream:
             elif ms != UINT64_MAX:
                 new = _new_id(StreamId, (ms + 1, 0))
             else:
-                raise StreamError(EXHAUSTED)
+                raise StreamError(ID_EXHAUSTED)
         else:
             new = self.next_id(ms_given, id_given)
         if len(fields) == 2:
-            enc = _encode_pair(new, fields[0], fields[1])
+            enc = encode_pair(new, fields[0], fields[1])
         else:
             enc = encode_entry(new, fields)
         if defer:
@@ -414,7 +350,7 @@ class Stream:
             return
         first = entries[0]
         if (first[0], first[1]) <= self.last_id or (last[0], last[1]) != entries[-1][:2]:
-            raise StreamError(EQUAL_OR_SMALLER)
+            raise StreamError(ID_TOO_SMALL)
         self._pending += entries
         self._pending_last = _new_id(StreamId, (last[0], last[1]))
         self.pending_bytes += nbytes
@@ -475,12 +411,12 @@ class Stream:
         if self.length > 0:
             top = self.last_live_id()
             if top is not None and new_last < top:
-                raise StreamError(SETID_SMALLER_THAN_TOP)
+                raise StreamError(SETID_BELOW_TOP)
             if entries_added is not None and self.length > entries_added:
-                raise StreamError(SETID_ENTRIES_ADDED_TOO_SMALL)
+                raise StreamError(SETID_ENTRIES_ADDED_BELOW_LENGTH)
         # Partita: the log keeps deleted entries' IDs; IDs must keep increasing.
         if new_last < StreamId(*self.log.last_id):
-            raise StreamError(SETID_SMALLER_THAN_TOP)
+            raise StreamError(SETID_BELOW_TOP)
         self.meta.last_generated_id = new_last
         if entries_added is not None:
             self.meta.entries_added_adjust = entries_added - self.log.log_end_offset

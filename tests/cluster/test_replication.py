@@ -1,5 +1,6 @@
 """Replication state machines, step by step, and two replica managers joined by
-an in-memory endpoint under trio's autojump clock (no sockets)."""
+an in-memory peer link (cluster.peer.link.MemoryLink to the leader's
+PeerService) under trio's autojump clock (no sockets)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import trio
 
 from cluster import replication as rp
 from cluster.nodes import ClusterState, Node, Placement, crc16, key_slot, parse_cluster_nodes, ClusterConfigError
+from cluster.peer.link import MemoryLink
+from cluster.peer.service import PeerService
 from cluster.replica_manager import NotEnoughReplicasError, NotLeaderError, ReplicaManager, Settings
 from cluster.topics import TopicRegistry
 from storage.log import LogConfig, PartitionLog
@@ -249,24 +252,9 @@ def _key_led_by(placement: Placement, node: int) -> bytes:
     raise AssertionError
 
 
-class MemoryEndpoint:
-    """The leader manager, called directly (the long poll sleeps on the clock)."""
-
-    def __init__(self, leader: ReplicaManager) -> None:
-        self.leader = leader
-        self.up = True
-
-    async def call(self, args):
-        await trio.sleep(0.001)
-        if not self.up:
-            raise ConnectionError("down")
-        if args[0] == b"REPLEPOCH":
-            return self.leader.end_offsets_for_epochs(args[1:])
-        reply, news = self.leader.serve_fetch(args[1:])
-        if not news:
-            await trio.sleep(int(args[3]) / 1000)
-            reply, _ = self.leader.serve_fetch(args[1:])
-        return reply
+def MemoryEndpoint(leader: ReplicaManager) -> MemoryLink:
+    """A link to the leader's peer service (its long poll sleeps on the clock)."""
+    return MemoryLink(PeerService(leader))
 
 
 class Node2:
@@ -283,6 +271,11 @@ class Node2:
             stream, pkey = self.registry.append_target(key, [b"f", b"%d" % i])
             self.manager.before_append(pkey.rsplit(b"#", 1)[0], 0)
             stream.add([b"f", b"%d" % i])
+
+
+def _fetched_topics(follower: "Node2", leader_id: int) -> set[bytes]:
+    """The topics the follower's next fetch from ``leader_id`` asks for."""
+    return {part.topic for part in follower.manager.fetch_request(leader_id).partitions}
 
 
 async def _fetch_a_while(follower: "Node2", leader: "Node2", leader_id: int, seconds: float = 1.0) -> None:
@@ -439,14 +432,14 @@ async def test_a_partition_this_replica_cannot_write_leaves_the_isr_alone(pair, 
                 a.manager.tick()
             nursery.cancel_scope.cancel()
     refused = [r for r in caplog.records if "not applied" in r.getMessage()]
-    fetched = b.manager.fetch_request(1)
+    fetched = _fetched_topics(b, 1)
     assert a.manager.leader_state(keys[1], 0).isr == {1, 2}
     if why != "offline":
         # 3 s of fetching: asked again once a second, not in every fetch.
         assert 2 <= len(refusals) <= 4, len(refusals)
         assert keys[0] not in fetched
         await trio.sleep(1.01)
-        assert keys[0] in b.manager.fetch_request(1)
+        assert keys[0] in _fetched_topics(b, 1)
     if why == "state":
         assert good.log_end_offset == bad.log_end_offset == 10  # the batches applied
         assert not bad.is_deleted(1) and b.registry.get(keys[0]).meta != a.registry.get(keys[0]).meta

@@ -1,6 +1,6 @@
 """A 3-node cluster: ``XADD <topic>`` on a multi-partition topic lands on the
 node leading ``slot(topic)``, which forwards it to the chosen partition's
-leader (server/forwarding.py) and relays the leader's reply."""
+leader (cluster/runtime/forwarding.py) and relays the leader's reply."""
 
 from __future__ import annotations
 

@@ -101,3 +101,20 @@ def test_dead_letter_option_errors(partita_server, args, message):
 def test_command_docs_declare_the_syntax(partita_server):
     raw = Resp(partita_server.port).call("COMMAND", "DOCS", "xgroup")
     assert b"MAXDELIVERIES" in raw and b"xgroup|config" in raw
+
+
+def test_max_deliveries_past_u32_is_refused_before_anything_is_created(partita_server):
+    """The group journal keeps MAXDELIVERIES as a u32: a larger count is
+    refused with a clear error (it was an internal error after MKSTREAM had
+    already created the key), and nothing is created or changed."""
+    raw = Resp(partita_server.port)
+    too_many = str(2**32)
+    refused = b"-ERR MAXDELIVERIES must be between 0 and 4294967295\r\n"
+    assert raw.call("XGROUP", "CREATE", "fresh", "g", "$", "MKSTREAM",
+                    "MAXDELIVERIES", too_many, "DEADLETTER", "dlq") == refused
+    assert raw.call("EXISTS", "fresh") == b":0\r\n"
+    assert raw.call("XGROUP", "CREATE", "fresh", "g", "$", "MKSTREAM") == b"+OK\r\n"
+    assert raw.call("XGROUP", "CONFIG", "fresh", "g", "MAXDELIVERIES", too_many,
+                    "DEADLETTER", "dlq") == refused
+    assert raw.call("XGROUP", "CONFIG", "fresh", "g", "MAXDELIVERIES", "4294967295",
+                    "DEADLETTER", "dlq") == b"+OK\r\n"

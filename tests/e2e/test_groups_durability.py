@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 
 def _pending_ids(r, key, group):
     return [p["message_id"] for p in r.xpending_range(key, group, "-", "+", 100000)]
@@ -41,3 +43,27 @@ def test_kill9_in_a_consumer_loop_keeps_acked_and_pending(partita_factory):
     reply = r.xreadgroup("billing", "a", {"orders": ">"}, count=1)
     assert reply[0][1][0][0] == ids[len(delivered)]
     assert "truncated" not in server.log() or "groups" not in server.log()
+
+
+@pytest.mark.parametrize("policy", ["always", "everysec"])
+def test_a_key_deleted_before_its_group_writes_are_flushed(partita_factory, policy):
+    """XGROUP CREATE, XREADGROUP, then DEL of the key in one pipeline: the
+    group journal's writes are still to be flushed when the key and its
+    files are gone. The flush that comes (the batch's group commit under
+    always, the one at shutdown under everysec) has nothing left to sync
+    for it: every reply arrives, nothing fails, SIGTERM exits 0."""
+    server = partita_factory(["--fsync", policy])
+    r = server.client()
+    pipe = r.pipeline(transaction=False)
+    for n in range(3):
+        pipe.xadd(f"gone{n}", {"f": "v"}, id="1-1")
+        pipe.xgroup_create(f"gone{n}", "g", id="0")
+        pipe.xreadgroup("g", "c", {f"gone{n}": ">"})
+        pipe.delete(f"gone{n}")
+    pipe.xadd("kept", {"f": "v"}, id="1-1")
+    replies = pipe.execute()
+    assert replies[-2] == 1 and replies[-1] == b"1-1", replies
+    assert r.info("persistence")["aof_last_write_status"] == "ok"
+    assert server.terminate() == 0
+    log = server.log()
+    assert "fsync failed" not in log and "Traceback" not in log, log[-2000:]

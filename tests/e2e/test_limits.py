@@ -15,7 +15,7 @@ import time
 import pytest
 import redis
 
-from tests.conftest import RawConn, raw_exchange
+from tests.conftest import RawConn, raw_exchange, wait_for
 
 ENTRY_BYTES = 1000
 
@@ -49,15 +49,6 @@ def _entries_past_kernel_buffers() -> int:
     return (wmem_max + 1024 * 1024) // ENTRY_BYTES + 1
 
 
-def _wait_for(predicate, timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
-
-
 def _non_reader(port: int, requests: int, payload: bytes) -> socket.socket:
     """A client that pipelines ``requests`` copies of ``payload`` and never reads."""
     sock = socket.create_connection(("127.0.0.1", port))
@@ -76,10 +67,10 @@ def test_output_buffer_hard_limit_closes_a_client_that_never_reads(partita_facto
     rss_before = _rss_bytes(server.proc.pid)
     sock = _non_reader(server.port, 200, b"XRANGE big - +\r\n")
     try:
-        assert _wait_for(lambda: "overcoming of output buffer limits" in server.log())
+        assert wait_for(lambda: "overcoming of output buffer limits" in server.log())
         line = next(l for l in server.log().splitlines() if "output buffer limits" in l)
         assert "Client id=" in line and "scheduled to be closed ASAP" in line
-        assert _wait_for(lambda: len(r.client_list()) == 1)  # only r is left
+        assert wait_for(lambda: len(r.client_list()) == 1)  # only r is left
         assert _rss_bytes(server.proc.pid) - rss_before < 64 * 1024**2
         assert r.ping()
     finally:
@@ -93,9 +84,9 @@ def test_output_buffer_soft_limit_closes_after_soft_seconds(partita_factory):
     started = time.monotonic()
     sock = _non_reader(server.port, 50, b"XRANGE big - +\r\n")
     try:
-        assert _wait_for(lambda: "overcoming of output buffer limits" in server.log())
+        assert wait_for(lambda: "overcoming of output buffer limits" in server.log())
         assert time.monotonic() - started >= 0.9  # the soft limit waited its second
-        assert _wait_for(lambda: len(r.client_list()) == 1)
+        assert wait_for(lambda: len(r.client_list()) == 1)
     finally:
         sock.close()
 
@@ -148,7 +139,7 @@ def test_max_blocked_clients_refuses_one_more_block_with_a_clear_error(partita_f
     try:
         for conn in blocked:
             conn.sock.sendall(b"XREAD BLOCK 0 STREAMS s $\r\n")
-        assert _wait_for(lambda: r.info("clients")["blocked_clients"] == 2)
+        assert wait_for(lambda: r.info("clients")["blocked_clients"] == 2)
         with pytest.raises(redis.ResponseError, match="max-blocked-clients reached"):
             r.xread({"s": "$"}, block=100)
         r.xgroup_create("s", "g", id="$")
@@ -257,7 +248,7 @@ def test_idle_and_slowloris_clients_do_not_slow_others(partita_factory):
 
         thread = threading.Thread(target=slowloris, daemon=True)
         thread.start()
-        assert _wait_for(lambda: r.info("clients")["connected_clients"] >= idle_count + slow_count + 1, 30)
+        assert wait_for(lambda: r.info("clients")["connected_clients"] >= idle_count + slow_count + 1, 30)
         after = _latencies_ms(r, 400)
     finally:
         stop.set()

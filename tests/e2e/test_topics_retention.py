@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+from tests.conftest import wait_for
+
 
 def _pairs(value):
     return value if isinstance(value, dict) else dict(zip(value[::2], value[1::2]))
@@ -12,15 +14,6 @@ def _pairs(value):
 def _partition_info(r, topic):
     info = _pairs(r.execute_command("TOPIC", "DESCRIBE", topic))
     return [_pairs(p) for p in info[b"partition-info"]]
-
-
-def _wait_for(predicate, timeout_s=10.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
 
 
 def test_retention_bytes_deletes_old_segments_on_every_partition(partita_factory):
@@ -37,7 +30,7 @@ def test_retention_bytes_deletes_old_segments_on_every_partition(partita_factory
         parts = _partition_info(r, "r")
         return all(p[b"log-start-offset"] > 0 and p[b"bytes"] < 4096 + 1024 for p in parts)
 
-    assert _wait_for(trimmed), _partition_info(r, "r")
+    assert wait_for(trimmed), _partition_info(r, "r")
     for p in _partition_info(r, "r"):
         assert p[b"bytes"] >= 4096  # never below the limit: whole segments only
         assert p[b"length"] == p[b"log-end-offset"] - p[b"log-start-offset"]
@@ -69,7 +62,7 @@ def test_retention_ms_and_config_set_of_the_default(partita_factory):
     assert segments > 2 and _partition_info(r, "old")[0][b"log-start-offset"] == 0
     # The server-wide default reaches topics without an override.
     r.config_set("retention-ms", "100")
-    assert _wait_for(lambda: _partition_info(r, "old")[0][b"segments"] == 1)
+    assert wait_for(lambda: _partition_info(r, "old")[0][b"segments"] == 1)
     assert r.xlen("old") < 100
     r.xadd("old", {"n": "new"})
     assert r.xrevrange("old", count=1)[0][1] == {b"n": b"new"}

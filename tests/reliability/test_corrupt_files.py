@@ -15,6 +15,7 @@ import shutil
 
 import pytest
 import redis
+from crc32c import crc32c
 
 from tests.conftest import PartitaProcess
 
@@ -302,6 +303,51 @@ def test_unreadable_segment_is_a_read_error_not_a_write_error(tmp_path, pristine
         assert ("No such file or directory" if damage == "deleted" else "Is a directory") in text
         assert r.xrange("s", count=59) == pristine[1]["s"][:59]  # offsets 0..59 (one XDEL'd) still are
         assert r.xadd("s", {"n": "after"})
+    finally:
+        server.stop()
+
+
+def _set_entry_format(path, entry_format: int, batches: int | None = None) -> None:
+    """Byte 28 (the entry format) of the first ``batches`` batches of a
+    segment file (all when None), CRCs made to match: a batch as another
+    version wrote it, not a damaged one."""
+    raw = bytearray(path.read_bytes())
+    pos = done = 0
+    while pos < len(raw) and (batches is None or done < batches):
+        length = int.from_bytes(raw[pos + 8:pos + 12], "little")
+        raw[pos + 28] = entry_format
+        raw[pos + 12:pos + 16] = crc32c(bytes(raw[pos + 16:pos + length])).to_bytes(4, "little")
+        pos += length
+        done += 1
+    path.write_bytes(bytes(raw))
+
+
+def test_a_data_dir_from_before_the_entry_format_byte_is_served_as_it_was(tmp_path, pristine):
+    """Logs written before batches named their entry format (byte 28 was a
+    reserved zero) read as stream-v1, and take new entries."""
+    def old(d):
+        for path in (d / "topics").glob("*/partition-*/*.log"):
+            _set_entry_format(path, 0)
+
+    server, r = _start(tmp_path, pristine, old)
+    try:
+        assert _state(r) == pristine[1]
+        new_id = r.xadd("s", {"n": "new"})
+        assert r.xrange("s") == pristine[1]["s"] + [(new_id, {b"n": b"new"})]
+        assert "recovery cut" not in server.log()
+    finally:
+        server.stop()
+
+
+def test_a_batch_in_an_unknown_entry_format_is_refused_not_sent(tmp_path, pristine):
+    server, r = _start(tmp_path, pristine, lambda d: _set_entry_format(d / MIDDLE, 9, batches=1))
+    try:
+        with pytest.raises(redis.ResponseError, match=r"^corrupt partition log, not served: .*"
+                           + MIDDLE.split("/")[-1] + r": corrupt batch at position 0: unknown entry format 9 "):
+            r.xrange("s")
+        assert r.xrange("s", count=59) == pristine[1]["s"][:59]  # what precedes it is served
+        assert r.xadd("s", {"n": "after"})
+        assert "recovery cut" not in server.log()
     finally:
         server.stop()
 

@@ -16,12 +16,10 @@ import json
 import os
 import shutil
 import struct
-import time
 
 import pytest
-import redis
 
-from tests.clusterkit import Cluster
+from tests.clusterkit import Cluster, eventually
 from tests.conftest import PartitaProcess
 
 P = "topics/t.s/partition-0/"
@@ -253,18 +251,13 @@ def test_a_damaged_group_journal_record_in_the_middle_costs_only_that_record(tmp
 def _wait_caught_up(node, other, timeout_s: float = 20.0) -> None:
     """Until ``node``'s controller has committed as far as ``other``'s and
     votes as any voter (``controller_votes:ok``)."""
-    deadline = time.monotonic() + timeout_s
-    seen = None
-    while time.monotonic() < deadline:
-        try:
-            mine, theirs = (n.client(socket_timeout=5).execute_command("INFO", "replication") for n in (node, other))
-            seen = (mine["controller_commit_index"], theirs["controller_commit_index"], mine["controller_votes"])
-            if seen[0] >= seen[1] and seen[2] == "ok":
-                return
-        except (redis.RedisError, OSError):
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"node on port {node.port} not caught up in {timeout_s}s (commit, theirs, votes: {seen})")
+    def caught_up() -> bool:
+        mine, theirs = (n.client(socket_timeout=5).execute_command("INFO", "replication") for n in (node, other))
+        seen = (mine["controller_commit_index"], theirs["controller_commit_index"], mine["controller_votes"])
+        assert seen[0] >= seen[1] and seen[2] == "ok", f"commit, theirs, votes: {seen}"
+        return True
+
+    eventually(caught_up, timeout_s, f"node on port {node.port} caught up")
 
 
 def _raft_records(raw: bytes) -> list[tuple[int, int, int]]:

@@ -2,7 +2,8 @@
 
 ``scan`` must take exactly the commands the reference takes, give them the
 IDs Redis's ``*`` gives, and store each entry exactly as
-``storage.streams.stream.encode_entry`` would; everything else is left to
+the entry codec's ``encode_entry`` would (``storage.entry_codec``: stream-v1,
+the format the batch header names); everything else is left to
 the general path. Hypothesis generates pipelines that mix the form it takes
 with forms it must leave: other keys and commands, non-canonical lengths,
 wrong arities, cut-off commands, oversized entries, the end of the ID space.
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 
 from server.registry import RUNS
 from server.resp import encode_command
-from storage.streams.stream import encode_entry
+from storage.entry_codec import encode_entry
 from tests.server.support import TopicsHarness, batch_counts, read_replies, xadd_request
 
 U64 = 2**64 - 1

@@ -114,3 +114,36 @@ def test_a_log_flushes_many_segments_within_its_cache(tmp_path, monkeypatch):
     finally:
         log.close()
         cache.close_all()
+
+
+def test_views_kept_from_many_partitions_hold_few_descriptors(tmp_path):
+    """Views of segment mappings kept while more segments are read (the
+    replies of a pipeline of reads over many partitions, sent at once)
+    keep a mapping, and its descriptor, alive after the segment is
+    unmapped: past a few such mappings, reads copy instead of mapping, so
+    the descriptors stay bounded however many partitions are read."""
+    from storage.log import PartitionLog
+    from storage.segment import MAX_MAPPED_SEGMENTS, MAX_RETIRED_MAPPINGS
+    from tests.storage.helpers import entries
+
+    cache = FileCache(16)
+    logs = [PartitionLog.open(tmp_path / f"p{i}", file_cache=cache) for i in range(64)]
+    try:
+        for lg in logs:
+            lg.append(entries(1, 10, b"x" * 40))
+        outside = _open_fds() - len(cache)
+        held = []
+        most = 0
+        for lg in logs:
+            held.append(lg.read(0, view=True))
+            most = max(most, _open_fds() - len(cache) - outside)
+        assert all(r.count == 10 for r in held)
+        want = [b"".join(lg.read(0).chunks) for lg in logs]
+        assert [b"".join(r.chunks) for r in held] == want  # copies or views, the same bytes
+        assert most <= MAX_MAPPED_SEGMENTS + MAX_RETIRED_MAPPINGS, most
+        held.clear()
+        assert _open_fds() - len(cache) - outside <= MAX_MAPPED_SEGMENTS
+    finally:
+        for lg in logs:
+            lg.close()
+        cache.close_all()

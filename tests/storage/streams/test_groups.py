@@ -12,9 +12,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from storage.handles import FileCache
 from storage.streams.groups import (
+    DEAD_LETTER_NEEDS_KEY,
+    GROUP_EXISTS,
     JOURNAL_NAME,
+    MAX_DELIVERIES_RANGE,
+    NO_GROUP,
+    NOT_AFTER_LAST_ID,
+    NOT_PENDING,
     SNAPSHOT_NAME,
+    GroupError,
     GroupStateError,
     GroupStore,
     PendingList,
@@ -113,8 +121,9 @@ def test_no_files_until_first_mutation(tmp_path):
 def test_create_deliver_ack_survive_reopen(tmp_path):
     store = GroupStore.open(tmp_path)
     store.create_group(b"g", (0, 0), 0)
-    with pytest.raises(ValueError):
+    with pytest.raises(GroupError) as info:
         store.create_group(b"g", (0, 0), 0)
+    assert (info.value.code, info.value.fields) == (GROUP_EXISTS, {"group": b"g"})
     store.deliver(b"g", b"alice", [(1, 0), (2, 0), (3, 0)], (3, 0), 3, now_ms=1000)
     store.deliver(b"g", b"bob", [(4, 0)], (4, 0), 4, now_ms=1100)
     assert store.ack(b"g", [(2, 0), (2, 0), (99, 0)]) == 1
@@ -142,10 +151,12 @@ def test_noack_moves_last_id_without_pending(tmp_path):
 def test_deliver_rejects_ids_at_or_below_last_id(tmp_path):
     store = GroupStore.open(tmp_path)
     store.create_group(b"g", (5, 0), None)
-    with pytest.raises(ValueError):
+    with pytest.raises(GroupError) as info:
         store.deliver(b"g", b"c", [(5, 0)], (5, 0), None, now_ms=1)
-    with pytest.raises(KeyError):
+    assert info.value.code == NOT_AFTER_LAST_ID
+    with pytest.raises(GroupError) as info:
         store.deliver(b"nope", b"c", [(6, 0)], (6, 0), None, now_ms=1)
+    assert (info.value.code, info.value.fields) == (NO_GROUP, {"group": b"nope"})
     store.close()
 
 
@@ -172,8 +183,9 @@ def test_redeliver_requires_ids_pending_for_that_consumer(tmp_path):
     store = GroupStore.open(tmp_path)
     store.create_group(b"g", (0, 0), 0)
     store.deliver(b"g", b"a", [(1, 0)], (1, 0), 1, now_ms=10)
-    with pytest.raises(ValueError):
+    with pytest.raises(GroupError) as info:
         store.redeliver(b"g", b"b", [(1, 0)], now_ms=11)
+    assert (info.value.code, info.value.fields) == (NOT_PENDING, {"group": b"g", "consumer": b"b"})
     store.close()
 
 
@@ -213,8 +225,12 @@ def test_claim_moves_entries_and_force_creates_them(tmp_path):
 def test_dead_letter_setting_and_removal(tmp_path):
     store = GroupStore.open(tmp_path)
     store.create_group(b"g", (0, 0), 0, max_deliveries=3, dead_letter_key=b"dlq")
-    with pytest.raises(ValueError):
+    with pytest.raises(GroupError) as info:
         store.configure_dead_letter(b"g", 3, None)
+    assert info.value.code == DEAD_LETTER_NEEDS_KEY
+    with pytest.raises(GroupError) as info:
+        store.configure_dead_letter(b"g", 2**32, b"dlq")
+    assert info.value.code == MAX_DELIVERIES_RANGE
     store.deliver(b"g", b"a", [(1, 0), (2, 0)], (2, 0), 2, now_ms=3)
     assert store.dead_letter(b"g", [(1, 0)]) == 1
     store.configure_dead_letter(b"g", 5, b"other")
@@ -340,6 +356,120 @@ def test_a_failed_journal_fsync_is_retried_as_a_rewrite_until_it_succeeds(tmp_pa
     store.flush()
     assert not store.needs_flush and store.statistics().compactions == 1
     assert_reopens_the_same(store)
+
+
+# ---------------------------------------------------------------- descriptors
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _names(fd: int) -> str:
+    return os.readlink(f"/proc/self/fd/{fd}")
+
+
+def _crowd(cache: FileCache, directory: Path, n: int) -> None:
+    """Open ``n`` other files through ``cache`` (its LRU closes older ones)."""
+    directory.mkdir(exist_ok=True)
+    for i in range(n):
+        cache.get(str(directory / f"f{i}"), create=True)
+
+
+def test_journals_of_many_stores_share_the_bounded_file_cache(tmp_path):
+    """Stores on a shared cache hold no descriptor of their own: however
+    many have groups, the process holds at most the cache's bound; a hot
+    journal is appended to without reopening, an evicted one reopens on
+    demand and loses nothing."""
+    cache = FileCache(8)
+    before = _open_fds()
+    stores = [GroupStore.open(tmp_path / f"p{i}", file_cache=cache) for i in range(32)]
+    for i, store in enumerate(stores):
+        store.create_group(b"g", (0, 0), 0)
+        store.deliver(b"g", b"c", [(1, i)], (1, i), 1, now_ms=1)
+    assert _open_fds() - before <= 8 and len(cache) <= 8
+    opens = cache.opens
+    for n in range(100):  # the common case: the journal stays open
+        stores[-1].deliver(b"g", b"c", [(2, n)], (2, n), 2 + n, now_ms=2)
+    assert cache.opens == opens
+    for store in stores:
+        store.flush()
+        assert not store.needs_flush
+    assert _open_fds() - before <= 8 and cache.pinned == 0
+    for store in stores:
+        assert_reopens_the_same(store)
+    cache.close_all()
+    assert _open_fds() == before
+
+
+def test_a_flush_syncs_the_journal_whatever_the_cache_did_meanwhile(tmp_path, monkeypatch):
+    """A ticket pins the journal's descriptor: evicted before the flush, the
+    journal is reopened for it; while the ticket is out, the cache's LRU
+    passes it over and its number keeps naming the journal; ``end_flush``
+    unpins it."""
+    cache = FileCache(4)
+    store = GroupStore.open(tmp_path / "p", file_cache=cache, logger=logging.getLogger("t"))
+    journal = str(tmp_path / "p" / JOURNAL_NAME)
+    store.create_group(b"g", (0, 0), 0)
+    _crowd(cache, tmp_path / "other", 4)
+    assert cache.peek(journal) is None  # evicted
+    ticket = store.begin_flush()
+    [(fd, _full)] = ticket.sync_targets()
+    assert _names(fd) == journal and cache.pinned == 1
+    _crowd(cache, tmp_path / "more", 8)
+    store.deliver(b"g", b"c", [(1, 0)], (1, 0), 1, now_ms=1)  # after the ticket: through the pinned one
+    assert cache.peek(journal) == fd and _names(fd) == journal
+    synced = []
+    real_fdatasync = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda n: (synced.append(_names(n)), real_fdatasync(n)))
+    ticket.run()
+    monkeypatch.undo()
+    assert synced == [journal]
+    store.end_flush(ticket)
+    assert cache.pinned == 0 and store.needs_flush  # the deliver is not covered by that ticket
+    store.flush()
+    assert not store.needs_flush
+    assert_reopens_the_same(store)
+    cache.close_all()
+
+
+def test_a_ticket_out_while_the_journal_is_replaced_counts_for_nothing_in_the_new_one(tmp_path):
+    """A compaction replaces the journal while a ticket of the old one is
+    out: the ticket's descriptor still names the old file (closed at its
+    unpin), and its end says nothing about the new journal, even where
+    the new one has grown to the same size."""
+    cache = FileCache(4)
+    before = _open_fds()
+    store = GroupStore.open(tmp_path, file_cache=cache)
+    store.create_group(b"g", (0, 0), 0)
+    ticket = store.begin_flush()
+    [(fd, _full)] = ticket.sync_targets()
+    store.compact()
+    assert _names(fd).endswith(JOURNAL_NAME + " (deleted)")  # the old file, still open
+    store.create_group(b"h", (0, 0), 0)  # the new journal: as long as the old one was
+    assert store.statistics().journal_bytes == ticket.position
+    ticket.run()
+    store.end_flush(ticket)
+    assert store.needs_flush  # the new record is not synced
+    assert _open_fds() - before == 1 and cache.pinned == 0  # the new journal's only
+    store.close()
+    cache.close_all()
+    assert _open_fds() == before
+
+
+def test_a_closed_store_has_nothing_to_flush(tmp_path):
+    """A store closed while written (its topic deleted, ``abandon``) gives
+    a flush round an empty ticket; one it had out still ends cleanly."""
+    cache = FileCache(4)
+    store = GroupStore.open(tmp_path, file_cache=cache)
+    store.create_group(b"g", (0, 0), 0)
+    ticket = store.begin_flush()
+    store.abandon()
+    assert store.closed and cache.peek(str(tmp_path / JOURNAL_NAME)) is None
+    ticket.run()
+    store.end_flush(ticket)
+    assert cache.pinned == 0 and len(cache) == 0
+    assert store.begin_flush().sync_targets() == []
 
 
 def _journal_records(path: Path) -> list[tuple[int, int]]:

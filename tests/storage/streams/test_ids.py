@@ -70,7 +70,7 @@ def test_parse_forms():
 def test_parse_invalid(raw):
     with pytest.raises(StreamIdError) as info:
         parse_id(raw)
-    assert info.value.message == INVALID_ID
+    assert info.value.code == INVALID_ID
 
 
 @pytest.mark.parametrize("raw", [b"-", b"+"])
@@ -88,14 +88,14 @@ def test_range_bounds():
     assert parse_range_start(b"(5") == StreamId(5, 1)
     with pytest.raises(StreamIdError) as info:
         parse_range_start(b"(18446744073709551615-18446744073709551615")
-    assert info.value.message == INVALID_START
+    assert info.value.code == INVALID_START
     with pytest.raises(StreamIdError) as info:
         parse_range_end(b"(0-0")
-    assert info.value.message == INVALID_END
+    assert info.value.code == INVALID_END
     for raw in (b"(-", b"(+", b"("):
         with pytest.raises(StreamIdError) as info:
             parse_range_start(raw)
-        assert info.value.message == INVALID_ID
+        assert info.value.code == INVALID_ID
 
 
 _ID_BYTES = st.lists(st.sampled_from([b"0", b"1", b"7", b"9", b"-", b"+", b"*", b" ", b"\x00", b"a", b"\xd9\xa3",
@@ -114,7 +114,7 @@ def test_the_digits_dash_digits_shortcut_answers_as_the_general_parse(raw, stric
         try:
             return parse()
         except StreamIdError as e:
-            return e.message
+            return e.code
 
     general = outcome(lambda: _parse_id_general(raw, 0, strict, star))
     assert outcome(lambda: parse_id(raw, strict=strict, allow_seq_star=star)) == general

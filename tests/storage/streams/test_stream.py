@@ -11,17 +11,17 @@ import importlib.util
 
 import pytest
 
+from storage.entry_codec import decode_entry, encode_entry, split_entries
 from storage.streams.ids import MAX_ID, MIN_ID, UINT64_MAX, StreamId
 from storage.streams.stream import (
-    EQUAL_OR_SMALLER,
-    EXHAUSTED,
-    SETID_ENTRIES_ADDED_TOO_SMALL,
-    SETID_SMALLER_THAN_TOP,
+    ID_EXHAUSTED,
+    ID_TOO_SMALL,
+    ID_ZERO,
+    SEQ_EXHAUSTED,
+    SETID_BELOW_TOP,
+    SETID_ENTRIES_ADDED_BELOW_LENGTH,
     Stream,
     StreamError,
-    decode_entry,
-    encode_entry,
-    split_entries,
 )
 from tests.storage.streams.fake_log import FakeLog
 
@@ -70,14 +70,6 @@ def ids_of(entries) -> list[StreamId]:
     return [decode_entry(e)[0] for e in split_entries(entries.chunks)]
 
 
-def test_encode_decode_binary_safe():
-    fields = [b"f\r\n\x00", b"", b"\xff" * 3, b"v"]
-    enc = encode_entry((5, 1), fields)
-    assert enc.startswith(b"*2\r\n$3\r\n5-1\r\n*4\r\n$4\r\nf\r\n\x00\r\n$0\r\n\r\n")
-    assert decode_entry(enc) == (StreamId(5, 1), fields)
-    assert split_entries([enc[:7], enc[7:] + enc]) == [enc, enc]
-
-
 def test_auto_ids_follow_clock_and_never_go_back(make_stream):
     clock = Clock(1000)
     s = make_stream(clock=clock)
@@ -99,10 +91,21 @@ def test_explicit_and_partial_ids(make_stream):
     for kwargs in ({"id_given": StreamId(7, 0)}, {"id_given": StreamId(6, 9)}, {"ms_given": 6}):
         with pytest.raises(StreamError) as info:
             s.add([b"a", b"1"], **kwargs)
-        assert info.value.message == EQUAL_OR_SMALLER
+        assert info.value.code == ID_TOO_SMALL
     s.add([b"a", b"1"], id_given=StreamId(8, UINT64_MAX))
-    with pytest.raises(StreamError, match="too large"):  # Redis 7.0's text for this case
+    with pytest.raises(StreamError) as info:
         s.add([b"a", b"1"], ms_given=8)
+    assert info.value.code == SEQ_EXHAUSTED
+
+
+def test_an_explicit_zero_id_is_refused_as_such(make_stream):
+    """0-0 is never an entry ID: the refusal says so (Redis's "must be
+    greater than 0-0"), not "equal or smaller", on an empty stream too."""
+    s = make_stream()
+    with pytest.raises(StreamError) as info:
+        s.add([b"a", b"1"], id_given=MIN_ID)
+    assert info.value.code == ID_ZERO
+    assert s.length == 0
 
 
 def test_exhausted(make_stream):
@@ -110,7 +113,7 @@ def test_exhausted(make_stream):
     s.add([b"a", b"1"], id_given=MAX_ID)
     with pytest.raises(StreamError) as info:
         s.add([b"a", b"1"])
-    assert info.value.message == EXHAUSTED
+    assert info.value.code == ID_EXHAUSTED
 
 
 def test_range_and_read_after(make_stream):
@@ -197,17 +200,18 @@ def test_setid_rules(make_stream):
         s.add([b"n", b"%d" % i], id_given=StreamId(i, 0))
     with pytest.raises(StreamError) as info:
         s.set_id(StreamId(2, 0))
-    assert info.value.message == SETID_SMALLER_THAN_TOP
+    assert info.value.code == SETID_BELOW_TOP
     with pytest.raises(StreamError) as info:
         s.set_id(StreamId(5, 0), entries_added=2)
-    assert info.value.message == SETID_ENTRIES_ADDED_TOO_SMALL
+    assert info.value.code == SETID_ENTRIES_ADDED_BELOW_LENGTH
     s.set_id(StreamId(5, 0), entries_added=10, max_deleted_entry_id=StreamId(4, 0))
     assert s.last_id == (5, 0) and s.entries_added == 10 and s.max_deleted_entry_id == (4, 0)
     with pytest.raises(StreamError) as info:
         s.set_id(StreamId(2, 5))
-    assert info.value.message == SETID_SMALLER_THAN_TOP
-    with pytest.raises(StreamError, match="equal or smaller"):
+    assert info.value.code == SETID_BELOW_TOP
+    with pytest.raises(StreamError) as info:
         s.add([b"a", b"1"], id_given=StreamId(5, 0))
+    assert info.value.code == ID_TOO_SMALL
     assert s.add([b"a", b"1"], ms_given=5) == (5, 1)
     assert s.entries_added == 11
     again = Stream(s.log, s.meta_path)
@@ -224,7 +228,7 @@ def test_setid_below_a_deleted_top_entry_is_refused(make_stream):
     s.set_id(StreamId(5, 0), max_deleted_entry_id=StreamId(0, 1))  # lowers max-deleted
     with pytest.raises(StreamError) as info:
         s.set_id(StreamId(4, 0))
-    assert info.value.message == SETID_SMALLER_THAN_TOP
+    assert info.value.code == SETID_BELOW_TOP
     assert s.last_id == (5, 0)
 
 

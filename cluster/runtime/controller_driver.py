@@ -1,22 +1,22 @@
-"""The controller quorum in the running server: moves Raft messages, applies
+"""The controller quorum in a running node: moves Raft messages, applies
 the committed metadata, heartbeats, and carries out the controller's
 decisions.
 
 Owns: this node's ``Raft`` (cluster/controller/raft.py) and its store in
 ``<dir>/controller/``; the logical clock (one Raft tick every ``TICK_S``);
-one sender task per peer (``RAFT <message> ...`` over an internal link;
+one sender task per peer (``RaftRequest`` over a peer link;
 lost messages are Raft's to retransmit); applying committed records to
 ``Metadata`` and from there to ``ClusterState`` (who leads each shard, at
 which epoch, with which ISR) and to the leader states' ISRs; this node's
-heartbeat to the elected controller (``CTRLBEAT``); proposals from any node
-(``CTRLPROPOSE``: a shard leader's ISR change, a manual failover's
+heartbeat to the elected controller (``BeatRequest``); proposals from any
+node (``ProposeRequest``: a shard leader's ISR change, a manual failover's
 election) forwarded to the elected controller; and, on the elected
 controller, running ``ControllerLogic`` each tick and proposing what it
 decides (fencing, elections) or asking a preferred leader to take its
-shard back (``CTRLMOVE``, which runs the coordinated failover there).
+shard back (``MoveRequest``, which runs the coordinated failover there).
 
 Must not know: Raft's rules, the metadata's rules (cluster/controller/),
-RESP bytes (``server/leader_link.py``).
+encodings and sockets (the peer links replication holds, cluster/peer/).
 """
 
 from __future__ import annotations
@@ -34,9 +34,10 @@ import trio
 from cluster.controller.metadata import ControllerLogic, Metadata, MetadataError
 from cluster.controller.raft import Message, Raft, Snapshot
 from cluster.controller.raft_store import RaftStore
+from cluster.errors import Halted, Refused
 from cluster.nodes import ClusterConfigError, Node, parse_address
-from server.errors import CommandError
-from server.leader_link import LeaderLink
+from cluster.peer.link import PeerLink
+from cluster.peer.messages import BeatRequest, JoinRequest, MoveRequest, ProposeRequest, RaftRequest
 from storage.errors import StorageError
 
 log = logging.getLogger("partita.controller")
@@ -58,13 +59,10 @@ class NotReady(Exception):
     """No controller is elected (yet), or the metadata is not initialised."""
 
 
-class ControllerHalted(CommandError):
+class ControllerHalted(Halted):
     """This node could not write its Raft state (``<dir>/controller/``): it
     takes no further part and the process stops (``Controller._halt``). A
     command that reaches the controller meanwhile gets ``-MISCONF``."""
-
-    def __init__(self, why: str) -> None:
-        super().__init__("MISCONF", f"this node is stopping: {why}")
 
 
 def _now_ms() -> int:
@@ -116,7 +114,6 @@ class Controller:
         self._nursery: trio.Nursery | None = None
         self.raft: Raft | None = None
         self.is_leader = False
-        self._links: dict[tuple[int, str], LeaderLink] = {}
         self._isr_sent: dict[int, tuple[int, frozenset, int]] = {}  # shard -> (version, isr, at ms)
         self._applied_event = trio.Event()
         self._topic_nonces: dict[Any, None] = {}  # recently applied topic records (ordered set)
@@ -294,9 +291,9 @@ class Controller:
             # takes the topic again from its leader's fetch replies.
             log.warning("applying topic %r from the metadata log failed: %s", name, e)
             return
-        server = self.repl.server
-        if server is not None:
-            server.signal_key_modified(name)
+        host = self.repl.host
+        if host is not None:
+            host.signal_key_modified(name)
 
     # -- the Raft loop ---------------------------------------------------------
 
@@ -361,22 +358,15 @@ class Controller:
         log.critical("Fatal: %s; this node stops", self.halted)
         raise ControllerHalted(self.halted) from None
 
-    def deliver(self, blobs: list[bytes]) -> None:
-        """``RAFT`` from a peer: step each message."""
-        for blob in blobs:
-            msg = Message.decode(blob)  # ValueError: the command answers "malformed"
+    def deliver(self, messages: tuple[Message, ...] | list[Message]) -> None:
+        """Raft messages from a peer: step each one addressed to this node."""
+        for msg in messages:
             if msg.dst == self.my_id:
                 self.raft.step(msg)
         self._drain()
 
-    def _link(self, node_id: int, purpose: str) -> LeaderLink:
-        key = (node_id, purpose)
-        link = self._links.get(key)
-        if link is None:
-            node = self.placement.by_id[node_id]
-            link = self._links[key] = LeaderLink(node.host, node.bus_port, secret=self.config.cluster_secret,
-                                                 reply_timeout_s=LINK_TIMEOUT_S)
-        return link
+    def _link(self, node_id: int, purpose: str) -> PeerLink:
+        return self.repl.links.get(node_id, purpose, reply_timeout_s=LINK_TIMEOUT_S)
 
     async def _sender(self, peer: int) -> None:
         link = self._link(peer, "raft")
@@ -387,8 +377,8 @@ class Controller:
             if not msgs:
                 continue
             try:
-                await link.call([b"RAFT"] + [m.encode() for m in msgs[-256:]])
-            except ConnectionError:
+                await link.call(RaftRequest(tuple(msgs[-256:])))
+            except (ConnectionError, Refused):
                 await trio.sleep(TICK_S)  # lost: Raft sends again
 
     async def _ticker(self) -> None:
@@ -439,19 +429,17 @@ class Controller:
             if leader is None or leader == self.my_id or self.halted is not None:
                 continue
             sent = _now_ms()
-            beat = [b"CTRLBEAT", b"%d" % self.my_id, self.incarnation.encode()]
-            offline = self.manager.offline_shards()
-            if offline:  # shards it holds a log of that a failed fsync took offline
-                beat.append(b",".join(b"%d" % s for s in offline))
+            # (offline: shards it holds a log of that a failed fsync took offline)
+            beat = BeatRequest(self.my_id, self.incarnation, tuple(self.manager.offline_shards()))
             try:
                 reply = await self._link(leader, "beat").call(beat)
-            except ConnectionError:
+            except (ConnectionError, Refused):
                 continue
             # The reply is the controller's commit index: the lease counts
             # once this node has applied the metadata that far, so a node
             # back from a restart (or a partition) never serves a shard the
             # controller moved while it was away.
-            if isinstance(reply, int) and self.applied >= reply:
+            if self.applied >= reply.commit_index:
                 self._renew_lease(sent)
 
     def lease_ok(self) -> bool:
@@ -496,8 +484,8 @@ class Controller:
         lease = self._lease_from_ms
         self.lease_expiry_s = (lease + self.logic.session_timeout_ms * 0.8) / 1000 if lease is not None else 0.0
 
-    def beat(self, node: int, incarnation: str, offline: list[int] | None = None) -> int | None:
-        """``CTRLBEAT`` from a node (``offline``: the shards it holds a log
+    def beat(self, node: int, incarnation: str, offline: tuple[int, ...] | list[int] | None = None) -> int | None:
+        """A heartbeat from a node (``offline``: the shards it holds a log
         of that it cannot write): the commit index the node must have
         applied before its lease counts the beat; None when this node is not
         the controller."""
@@ -525,11 +513,11 @@ class Controller:
         if leader is None or leader == self.my_id:
             raise NotReady("no controller is elected (a majority of controller-nodes must be up)")
         try:
-            reply = await self._link(leader, "propose").call([b"CTRLPROPOSE", record])
+            await self._link(leader, "propose").call(ProposeRequest(record))
         except ConnectionError as e:
             raise NotReady(f"the controller (node {leader}) does not answer: {e}") from None
-        if isinstance(reply, Exception):
-            raise NotReady(f"the controller (node {leader}) refused: {reply}")
+        except Refused as e:
+            raise NotReady(f"the controller (node {leader}) refused: {e}") from None
 
     def _propose_isr_changes(self) -> None:
         if not self.meta.initialized:
@@ -623,8 +611,8 @@ class Controller:
             if node == self.my_id:
                 self.repl.move_in_background(shard)
             else:
-                await self._link(node, "move").call([b"CTRLMOVE", b"%d" % shard])
-        except ConnectionError as e:  # retried by the logic after its delay
+                await self._link(node, "move").call(MoveRequest(shard))
+        except (ConnectionError, Refused) as e:  # retried by the logic after its delay
             log.warning("moving shard %d back to node %d failed: %s", shard, node, e)
 
     # -- background -----------------------------------------------------------
@@ -640,27 +628,26 @@ class Controller:
                 nursery.start_soon(self._join)
 
     async def _join(self) -> None:
-        """Ask the running cluster to take this node in (``CTRLJOIN``, to any
-        node of cluster-nodes), until the metadata applied here has it."""
+        """Ask the running cluster to take this node in (``JoinRequest``, to
+        any node of cluster-nodes), until the metadata applied here has it."""
         me = self.placement.by_id[self.my_id]
         while self.my_id not in self.meta.nodes:
             for node in list(self.placement.nodes):
                 if node.id == self.my_id or self.my_id in self.meta.nodes:
                     continue
                 try:
-                    reply = await self._link(node.id, "join").call(
-                        [b"CTRLJOIN", b"%d" % self.my_id, me.host.encode(), b"%d" % me.port, b"%d" % me.bus_port])
+                    await self._link(node.id, "join").call(JoinRequest(self.my_id, me.host, me.port, me.bus_port))
                 except ConnectionError:
                     continue
-                if isinstance(reply, Exception):
-                    log.warning("node %d refused this node's join: %s", node.id, reply)
+                except Refused as e:
+                    log.warning("node %d refused this node's join: %s", node.id, e)
                 else:
                     break
             await trio.sleep(1.0)
         log.info("this node is part of the cluster (node %d)", self.my_id)
 
     async def admit(self, node: int, host: str, port: int, bus_port: int) -> None:
-        """``CTRLJOIN`` here: commit the node's join through the controller."""
+        """A node asks to join (``JoinRequest``): commit it through the controller."""
         known = self.meta.nodes.get(node)
         if known is not None:
             if not known.address:

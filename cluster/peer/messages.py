@@ -1,0 +1,226 @@
+"""Every request one cluster node sends another, and its response, declared once.
+
+Owns: the message types as frozen dataclasses and which response answers
+which request (``RESPONSE_OF``). A request is idempotent unless it says so
+(``idempotent = False``: a forwarded append must never be sent twice).
+
+| request | response | what for |
+| --- | --- | --- |
+| ``FetchRequest`` (``FetchPartition`` each) | ``FetchResponse`` (``FetchedPartition``, ``Discovered``) | a follower's long-polling fetch |
+| ``EpochRequest`` (``EpochPartition`` each) | ``EpochResponse`` (``EpochEnd`` each) | the end of a leader epoch (KIP-101 truncation) |
+| ``PauseRequest`` | ``PauseResponse`` (``PartitionEnd`` each) | a manual failover pauses a shard's writes |
+| ``RaftRequest`` | ``Ack`` | the controller quorum's Raft messages |
+| ``BeatRequest`` | ``BeatResponse`` | a node's heartbeat to the elected controller |
+| ``ProposeRequest`` | ``Ack`` | a metadata record for the controller to commit |
+| ``JoinRequest`` | ``Ack`` | a node asks to be taken into the cluster |
+| ``MoveRequest`` | ``Ack`` | the controller asks a preferred leader to take its shard back |
+| ``AppendRequest`` | ``AppendResponse`` | an XADD forwarded to the partition's leader |
+
+A refusal is not a response: the answering side raises a
+``cluster.errors.ClusterError`` and the asking side gets
+``cluster.errors.Refused`` with the error's text.
+
+Must not know: encodings (``server/peer_resp.py`` is the RESP one), sockets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cluster.controller.raft import Message
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """A request done (``+OK`` on the RESP bus)."""
+
+
+# -- fetch -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPartition:
+    """Where a follower stands in one partition it fetches."""
+
+    topic: bytes
+    n: int
+    topic_id: str
+    offset: int  # the follower's log end offset: the next offset it wants (and its ack)
+    last_epoch: int  # the epoch of its last batch (-1: none), checked by the leader (KIP-595)
+    state_token: bytes  # the leader's stream state version it applied last
+    group_token: bytes  # its position in the leader's group journal
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRequest:
+    replica: int  # the asking follower's node id
+    view: bytes  # its ClusterState, compared and logged, never adopted
+    max_wait_ms: int  # the long poll's bound
+    max_bytes: int
+    topics_token: bytes  # the leader's topics token it last saw (b"": list them)
+    partitions: tuple[FetchPartition, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Discovered:
+    """A partition the leader leads for the asking follower, with its ``topic.meta``."""
+
+    topic: bytes
+    n: int
+    meta: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedPartition:
+    """One partition of a fetch response. ``error`` is "" or one of
+    ``cluster.replication``'s codes; with ``OUT_OF_RANGE`` the leader's
+    ``log_start`` / ``log_end`` are set, with ``TOPIC_ID_MISMATCH`` its
+    ``topic_meta``; the other fields are set when there is no error."""
+
+    topic: bytes
+    n: int
+    error: str = ""
+    high_watermark: int = 0
+    log_start: int = 0
+    log_end: int = 0
+    batches: bytes = b""
+    state_token: bytes = b""
+    state: bytes | None = None  # the stream state blob, when it changed since state_token
+    group_token: bytes = b""
+    group_snapshot: bytes | None = None
+    group_records: bytes = b""
+    topic_meta: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResponse:
+    view: bytes  # the leader's ClusterState
+    topics_token: bytes
+    discovered: tuple[Discovered, ...] | None  # None: the topics did not change since the follower's token
+    partitions: tuple[FetchedPartition, ...] = ()
+
+
+# -- truncation ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EpochPartition:
+    topic: bytes
+    n: int
+    epoch: int  # the follower's latest epoch in that partition
+
+
+@dataclass(frozen=True, slots=True)
+class EpochRequest:
+    partitions: tuple[EpochPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EpochEnd:
+    """The leader's answer for one partition: its largest epoch up to the
+    asked one and that epoch's end offset, or an ``error`` code."""
+
+    epoch: int = -1
+    end_offset: int = -1
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class EpochResponse:
+    ends: tuple[EpochEnd, ...]
+
+
+# -- manual failover -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PauseRequest:
+    shard: int
+    epoch: int  # the shard's epoch as the asking follower sees it
+    ms: int  # how long to refuse writes (0: resume)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionEnd:
+    """What a follower must hold of one partition before it takes over."""
+
+    topic: bytes
+    n: int
+    end_offset: int
+    high_watermark: int
+    state_token: bytes
+    group_token: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class PauseResponse:
+    ends: tuple[PartitionEnd, ...]
+
+
+# -- the controller quorum -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RaftRequest:
+    messages: tuple[Message, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BeatRequest:
+    node: int
+    incarnation: str
+    offline: tuple[int, ...] = ()  # shards it holds a log of that a failed fsync took offline
+
+
+@dataclass(frozen=True, slots=True)
+class BeatResponse:
+    commit_index: int  # the node's lease counts the beat once it applied this far
+
+
+@dataclass(frozen=True, slots=True)
+class ProposeRequest:
+    record: bytes  # a cluster.controller.metadata record
+
+
+@dataclass(frozen=True, slots=True)
+class JoinRequest:
+    node: int
+    host: str
+    port: int
+    bus_port: int
+
+
+@dataclass(frozen=True, slots=True)
+class MoveRequest:
+    shard: int
+
+
+# -- forwarded writes ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AppendRequest:
+    """``XADD key <options> <fields>`` for the partition's leader: ``options``
+    are the client's, as given, up to and including the ID (``*``)."""
+
+    idempotent = False  # never sent twice: a retry could store the entry twice
+
+    key: bytes  # the partition key (``topic#n``)
+    options: tuple[bytes, ...]
+    fields: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResponse:
+    id: bytes  # the new entry's ID, as the leader formatted it
+
+
+Request = (FetchRequest | EpochRequest | PauseRequest | RaftRequest | BeatRequest | ProposeRequest
+           | JoinRequest | MoveRequest | AppendRequest)
+Response = FetchResponse | EpochResponse | PauseResponse | BeatResponse | AppendResponse | Ack
+
+RESPONSE_OF: dict[type, type] = {
+    FetchRequest: FetchResponse, EpochRequest: EpochResponse, PauseRequest: PauseResponse,
+    RaftRequest: Ack, BeatRequest: BeatResponse, ProposeRequest: Ack, JoinRequest: Ack,
+    MoveRequest: Ack, AppendRequest: AppendResponse,
+}

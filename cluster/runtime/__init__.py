@@ -1,0 +1,4 @@
+"""The cluster runtime of a node: replication's tasks and waits
+(``replication``), the controller quorum's driver (``controller_driver``)
+and the forwarded XADD (``forwarding``). Trio, no sockets, no protocol: nodes
+reach each other through ``cluster.peer`` links a front-end injects."""

@@ -1,0 +1,643 @@
+"""Replication in a running node: routing, acks, fetcher tasks.
+
+Owns: building the ``cluster.replica_manager.ReplicaManager`` from the
+config (``node-id``, ``cluster-nodes`` ...), the node's peer links (one per
+peer and purpose, ``cluster.peer.link.Links``, made by the factory the
+composition root injects) and its ``PeerService`` (what it answers peers),
+the background tasks (one fetcher per leader this node follows, restarted
+when the cluster view changes; the ISR/high-watermark tick; the controller,
+cluster/runtime/controller_driver.py), ``route`` (``Moved`` for keys led
+elsewhere, ``TryAgain`` once the controller lease lapsed; the front-end
+calls it in cluster mode only), the acks=all wait a connection does before
+sending an XADD's or a group write's reply, ``WAIT``'s count, waking blocked
+readers when a high watermark moves, handing topic changes to the
+controller, the forwarded XADD (``forwarder``,
+cluster/runtime/forwarding.py), and the coordinated leadership move
+(``take_shard``: CLUSTER FAILOVER, preferred leaders, reassignment).
+
+What it needs of the front-end is the ``Host`` below (set as ``host`` by
+the composition root): key signals and waits, and the fsync policy for what
+a follower appends.
+
+Must not know: the front-end's protocol and sockets (``PeerLink``s are
+injected), the replication rules themselves (cluster/replication.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+import trio
+
+from cluster.controller.metadata import Metadata
+from cluster.errors import ClusterDown, ClusterError, Moved, NotEnoughReplicas, Paused, Refused, TryAgain
+from cluster.nodes import ClusterState, Node, Placement, parse_cluster_nodes
+from cluster.peer.link import Links, PeerLink
+from cluster.peer.messages import PauseRequest, PauseResponse
+from cluster.peer.service import TOPICS_CHANGED, PeerService
+from cluster.replica_manager import ReplicaManager, Settings
+from cluster.runtime.controller_driver import Controller, NotReady
+from cluster.runtime.forwarding import Forwarder
+from cluster.topics import partition_key, split_partition_key
+
+log = logging.getLogger("partita.replication")
+TICK_S = 0.1
+FAILOVER_TIMEOUT_S = 10.0
+PAUSE_MS = 15000
+
+
+class FailoverError(Exception):
+    """A leadership move that could not be made (the reason is the message)."""
+
+
+class AcksFailed(Exception):
+    """An acks=all write was appended but can no longer be acknowledged."""
+
+
+class Host(Protocol):
+    """What replication needs of the front-end that runs it (``ServerState``)."""
+
+    def signal_key_modified(self, key: bytes) -> None:
+        """A key changed: wake its blocked readers (and long-polling fetches)."""
+
+    async def wait_for_keys(self, keys: list[bytes], timeout_s: float | None, *, internal: bool = False) -> bool:
+        """Wait until one of ``keys`` is signalled; False on timeout."""
+
+    durability: Any  # ``note_write(target, policy) -> seq``, ``when_durable(seq, callback)``
+
+
+def build(config: Any, topics: Any, connect: Callable[[Node], PeerLink]) -> "Replication | None":
+    """The node's replication, or None on a single node (no cluster-nodes).
+    ``connect(node)`` makes a link to a peer (the front-end's transport)."""
+    if not config.cluster_nodes:
+        return None
+    nodes = parse_cluster_nodes(config.cluster_nodes)
+    placement = Placement(nodes, config.node_id, config.replication_factor, joining=bool(config.cluster_join))
+    state = ClusterState(placement, Path(config.dir))
+    settings = Settings(lag_max_ms=config.replica_lag_time_max_ms,
+                        fetch_wait_ms=config.replica_fetch_wait_max_ms,
+                        fetch_max_bytes=config.replica_fetch_max_bytes)
+    manager = ReplicaManager(topics, placement, state, settings)
+
+    def apply(name: str, value: Any) -> None:  # CONFIG SET reaches the running replication
+        if name == "replica-lag-time-max-ms":
+            settings.lag_max_ms = value
+            for ls in manager.leaders.values():
+                ls.lag_max_ms = value
+        elif name == "replica-fetch-wait-max-ms":
+            settings.fetch_wait_ms = value
+        elif name == "replica-fetch-max-bytes":
+            settings.fetch_max_bytes = value
+
+    config.on_change(apply)
+    repl = Replication(config, topics, manager, connect)
+    repl.controller = Controller(config, repl)
+    return repl
+
+
+def _follower_synced(error: Exception | None, sent: int | None) -> None:
+    """Nobody waits for a follower's fsync-always round; a failure has taken
+    the log offline (its heartbeat reports the shard)."""
+
+
+class Replication:
+    def __init__(self, config: Any, topics: Any, manager: ReplicaManager,
+                 connect: Callable[[Node], PeerLink]) -> None:
+        self.config = config
+        self.topics = topics
+        self.manager = manager
+        self.host: Host | None = None  # set by the composition root
+        self.controller: Any = None  # cluster.runtime.controller_driver.Controller, set by build()
+        self.links = Links(lambda node_id: connect(manager.placement.by_id[node_id]))
+        self.service = PeerService(manager, replication=self)
+        self.forwarder = Forwarder(self)
+        self._moving: set[int] = set()  # shards this node is taking back
+        self._hw_changed = trio.Event()
+        manager.on_hw_advance = self._on_hw_advance
+        self._group_progress = trio.Event()
+        manager.on_group_progress = self._on_group_progress
+        manager.on_applied = self._note_follower_write
+        self._writes: dict[bytes, tuple] = {}  # partition key -> (stamp, leader state, acks=all, shard)
+        # acks=all replies waiting: partition key -> [(end offset, event or _AcksWaiter)]
+        self._ack_waiters: dict[bytes, list[tuple[int, Any]]] = {}
+        self._config_generation = 0
+
+        def config_changed(name: str, value: Any) -> None:
+            self._config_generation += 1
+
+        config.on_change(config_changed)
+        # Topic metadata changes made here, not yet handed to the controller (in order).
+        self._topic_news: list[bytes] = []
+        self._topic_news_ready = trio.Event()
+        topics.on_change = self.broadcast_topic
+        topics.key_filter = self._leads_key
+
+    def _note_follower_write(self, target: Any) -> None:
+        """A follower appended fetched batches to a log, or changes to a
+        group store: it reaches the disk by the node's (or the topic's)
+        fsync policy, as the leader's own writes do (within a second under
+        everysec; a round of the group commit under always, though no reply
+        waits on it). Before, a follower synced only when it closed its
+        logs: its recovery point stood still, so a restart CRC-checked its
+        whole log, and a power loss could take more than the last second."""
+        host = self.host
+        if host is None:
+            return
+        durability = host.durability
+        seq = durability.note_write(target, self.config.fsync)
+        if seq:
+            durability.when_durable(seq, _follower_synced)
+
+    def link(self, node_id: int, purpose: str = "fetch") -> PeerLink:
+        """The link to ``node_id`` for ``purpose`` (a connection of its own)."""
+        return self.links.get(node_id, purpose)
+
+    # -- routing ------------------------------------------------------------
+
+    def route(self, spec: Any, argv: list[bytes]) -> ClusterError | None:
+        """``Moved`` for the first key this node does not lead; an error for a
+        multi-partition topic key whose partitions are not all led here,
+        except XADD's: it runs where the topic key's slot is led, which
+        forwards it to the chosen partition's leader (cluster/runtime/forwarding.py).
+        ``spec`` is the command's (``name``, ``flags``, ``key_indexes``)."""
+        try:
+            indexes = spec.key_indexes(argv)
+        except Exception:  # noqa: BLE001 - malformed: the handler answers it
+            return None
+        manager = self.manager
+        if indexes and manager.placement.shard_count == 0:
+            return ClusterDown("this node is joining the cluster and holds no slots yet")
+        topics = self.topics
+        admin = spec.name.startswith("topic|")  # TOPIC ... runs where the topic name's slot is led
+        for i in indexes:
+            key = argv[i]
+            try:
+                if not admin and topics.is_multi(key):
+                    if spec.name == "xadd":
+                        manager.check_key(key)  # -MOVED to the topic key's slot leader
+                        continue
+                    away = []
+                    for n in range(topics.partitions_of(key)):
+                        shard = manager.shard_of(key, n)
+                        leader = manager.state.leader(shard)
+                        if leader != manager.my_id:
+                            away.append(f"{partition_key(key, n).decode('utf-8', 'replace')} on "
+                                        f"{manager.placement.by_id[leader].address}")
+                    if away:
+                        return ClusterError(
+                            f"topic '{key.decode('utf-8', 'replace')}' has partitions led by other "
+                            f"nodes ({', '.join(away[:4])}{', ...' if len(away) > 4 else ''}): "
+                            "in a cluster, use partition keys ('<topic>#<n>')")
+                    continue
+                shard = manager.check_key(key)
+                if manager.is_paused(shard) and "write" in spec.flags:
+                    return Paused()
+            except Moved as e:
+                return e
+        if indexes and time.monotonic() >= self.controller.lease_expiry_s:  # Controller.lease_ok, inlined
+            # Every key is led here, but this node may have been replaced.
+            return TryAgain("this node has lost contact with the cluster controller "
+                            "(its leadership may be moving); retry shortly")
+        return None
+
+    def _leads_key(self, key: bytes) -> bool:
+        if self.manager.placement.shard_count == 0:
+            return False
+        try:
+            self.manager.check_key(key)
+        except Moved:
+            return False
+        return True
+
+    # -- writes ---------------------------------------------------------------
+
+    def before_append(self, client: Any, pkey: bytes, stream: Any) -> bool:
+        """Before an XADD to partition key ``topic#n`` appends. True when its
+        reply must wait for the in-sync replicas (acks=all). Raises
+        Moved / Paused / NotEnoughReplicas (nothing written).
+
+        The hot path of every replicated XADD: what it needs per partition
+        (leader state, acks) is cached until the cluster view, the topics or
+        the config change."""
+        manager = self.manager
+        stamp = (manager.state.version, self.topics.generation, self._config_generation)
+        cached = self._writes.get(pkey)
+        if cached is None or cached[0] != stamp:
+            topic, n = split_partition_key(pkey)
+            ls = manager.before_append(topic, n or 0)  # raises when not leader / too few in sync
+            cached = (stamp, ls, manager.acks_all(topic), manager.shard_of(topic, n or 0))
+            if len(self._writes) >= 65536:
+                self._writes.clear()
+            self._writes[pkey] = cached
+        else:
+            ls = cached[1]
+            if manager.paused and manager.is_paused(cached[3]):
+                raise Paused()
+            if cached[2] and len(ls.isr) < ls.min_insync:
+                manager.before_append(*split_partition_key(pkey))  # raises with the full message
+        writes = client.repl_writes
+        if writes is None:
+            writes = client.repl_writes = {}
+        writes[pkey] = stream
+        return cached[2]
+
+    async def wait_acks(self, client: Any, pending: dict) -> None:
+        """Wait until every partition in ``pending`` (``partition key ->
+        stream`` of the batch's acks=all writes) has its high watermark at its
+        end offset as of now, and every in-sync replica has applied the group
+        journal of each ``("groups", topic, n) -> group store`` as of now.
+
+        Raises AcksFailed when the ISR fell below min-insync-replicas or this
+        node stopped leading the partition before that happened.
+        """
+        groups = [(key, store, store.journal_position()) for key, store in pending.items() if type(key) is tuple]
+        targets = [(pkey, stream, stream.log.log_end_offset) for pkey, stream in pending.items()
+                   if type(pkey) is not tuple]
+        for pkey, stream, end in targets:
+            while stream.log.high_watermark < end:
+                refused = self._acks_refused(pkey)
+                if refused is not None:
+                    raise refused
+                # Woken when this partition's high watermark reaches ``end``
+                # (not by every advance of every partition: 50 pipelined
+                # clients would all wake on each follower fetch), or by the
+                # tick, to re-check the ISR and the leadership above.
+                event = trio.Event()
+                waiters = self._ack_waiters.get(pkey)
+                if waiters is None:
+                    waiters = self._ack_waiters[pkey] = []
+                entry = (end, event)
+                waiters.append(entry)
+                try:
+                    with trio.move_on_after(TICK_S):
+                        await event.wait()
+                finally:
+                    if not event.is_set():  # the tick (or a cancel) ended the wait
+                        left = self._ack_waiters.get(pkey)
+                        if left is not None and entry in left:
+                            left.remove(entry)
+                            if not left:
+                                del self._ack_waiters[pkey]
+
+        for (_, topic, n), _store, target in groups:
+            await self._wait_groups(topic, n, target)
+
+    def when_acked(self, client: Any, pending: dict, callback: Any) -> None:
+        """``wait_acks`` without awaiting: ``callback(None)`` once it would
+        return, ``callback(error)`` (an ``AcksFailed``) once it would raise.
+        The callback runs on whichever task moves the partition's high
+        watermark (``_on_hw_advance``) or on the tick, which re-checks the ISR
+        and the leadership as ``wait_acks`` does, and must not block (a
+        connection hands its held replies over this way and goes back to
+        reading, so a fetch round does not wake every writer)."""
+        if any(type(key) is tuple for key in pending):  # group journals: the awaiting path
+            trio.lowlevel.spawn_system_task(self._acked_then, client, pending, callback)
+            return
+        waiting = []
+        for pkey, stream in pending.items():
+            end = stream.log.log_end_offset
+            if stream.log.high_watermark < end:
+                refused = self._acks_refused(pkey)
+                if refused is not None:
+                    callback(refused)
+                    return
+                waiting.append((pkey, end))
+        if not waiting:
+            callback(None)
+            return
+        waiter = _AcksWaiter(callback, len(waiting))
+        for pkey, end in waiting:
+            waiters = self._ack_waiters.get(pkey)
+            if waiters is None:
+                waiters = self._ack_waiters[pkey] = []
+            waiters.append((end, waiter))
+
+    async def _acked_then(self, client: Any, pending: dict, callback: Any) -> None:
+        try:
+            await self.wait_acks(client, pending)
+        except AcksFailed as e:
+            callback(e)
+        except Exception as e:  # a bug must not leave the writer unanswered forever
+            log.exception("waiting for acks=all failed")
+            callback(AcksFailed(str(e)))
+        else:
+            callback(None)
+
+    def _acks_refused(self, pkey: bytes) -> "AcksFailed | None":
+        """Why an acks=all write to ``pkey`` can no longer be acknowledged, or None."""
+        topic, n = split_partition_key(pkey)
+        ls = self.manager.leader_state(topic, n or 0)
+        if ls is None:
+            return AcksFailed(f"{pkey!r}: this node no longer leads it")
+        if not ls.accepts_acks_all():
+            return AcksFailed(f"{pkey!r}: {len(ls.isr)} in-sync replica(s), "
+                              f"min-insync-replicas {ls.min_insync}")
+        return None
+
+    def _recheck_ack_waiters(self) -> None:
+        """The tick: fail handed-over acks=all waits (``when_acked``) whose
+        partition lost its ISR or its leader here; awaiting ones re-check
+        themselves."""
+        for pkey, waiters in list(self._ack_waiters.items()):
+            handed = [w for _, w in waiters if type(w) is _AcksWaiter and not w.done]
+            if not handed:
+                continue
+            refused = self._acks_refused(pkey)
+            if refused is None:
+                continue
+            for waiter in handed:
+                waiter.fail(refused)
+            keep = [(end, w) for end, w in waiters if not (type(w) is _AcksWaiter and w.done)]
+            if keep:
+                self._ack_waiters[pkey] = keep
+            else:
+                del self._ack_waiters[pkey]
+
+    def note_group_write(self, ctx: Any, store: Any) -> None:
+        """A command changed a consumer group of a partition led here: on an
+        acks=all topic its reply waits until every in-sync replica has
+        applied the group journal this far (``wait_acks``), so an
+        acknowledged XACK, XCLAIM or XGROUP survives a leader change as an
+        acknowledged XADD does."""
+        found = self.manager.partition_at(store.directory)
+        if found is None or not self.manager.acks_all(found[0]) or self.manager.leader_state(*found) is None:
+            return
+        pending = ctx.repl_pending
+        if pending is None:
+            pending = ctx.repl_pending = {}
+        pending[("groups", *found)] = store
+
+    async def _wait_groups(self, topic: bytes, n: int, target: tuple[int, int]) -> None:
+        name = self.manager.canonical_key(topic, n)
+        while True:
+            ls = self.manager.leader_state(topic, n)
+            if ls is None:
+                raise AcksFailed(f"{name!r}: this node no longer leads it")
+            if ls.groups_replicated(target):
+                return
+            if not ls.accepts_acks_all():
+                raise AcksFailed(f"{name!r}: {len(ls.isr)} in-sync replica(s), min-insync-replicas {ls.min_insync}")
+            with trio.move_on_after(TICK_S):
+                await self._group_progress.wait()
+
+    def _on_group_progress(self) -> None:
+        event, self._group_progress = self._group_progress, trio.Event()
+        event.set()
+
+    def _on_hw_advance(self, topic: bytes, n: int) -> None:
+        event, self._hw_changed = self._hw_changed, trio.Event()
+        event.set()
+        pkey = partition_key(topic, n)
+        waiters = self._ack_waiters.get(pkey)
+        stream = self.topics.cached_stream(topic, n) if waiters else None
+        if stream is not None:
+            hw = stream.log.high_watermark
+            keep = []
+            for end, waiter in waiters:
+                if end <= hw:
+                    waiter.set()
+                elif not waiter.is_set():
+                    keep.append((end, waiter))
+            if keep:
+                self._ack_waiters[pkey] = keep
+            else:
+                del self._ack_waiters[pkey]
+        host = self.host
+        if host is not None:
+            for key in {topic, partition_key(topic, n), self.manager.canonical_key(topic, n)}:
+                host.signal_key_modified(key)
+
+    def replicas_acknowledging(self, client: Any) -> int:
+        """WAIT's count: replicas holding every write of this client so far.
+        A write's offset is not kept: the partition's end offset now is at or
+        past it, so a replica counted here holds it."""
+        writes = client.repl_writes
+        if not writes:
+            return 0  # no write: nothing to count (Redis also answers 0 before any write)
+        best = None
+        for pkey, stream in list(writes.items()):
+            end = stream.log.log_end_offset
+            topic, n = split_partition_key(pkey)
+            ls = self.manager.leader_state(topic, n or 0)
+            count = ls.replicas_at(end) if ls is not None else 0
+            best = count if best is None else min(best, count)
+        return best or 0
+
+    async def wait_replicas(self, client: Any, numreplicas: int, timeout_s: float | None) -> int:
+        with trio.move_on_after(timeout_s if timeout_s is not None else float("inf")):
+            while self.replicas_acknowledging(client) < numreplicas:
+                await self._hw_changed.wait()
+        return self.replicas_acknowledging(client)
+
+    # -- topic metadata ---------------------------------------------------------
+
+    def broadcast_topic(self, topic: bytes) -> None:
+        """A topic was created, altered or deleted here: commit the change to
+        the metadata log (in the background, retried until committed), so
+        every node — also one that is down now — applies it. Followers also
+        get it from their leaders' fetch replies."""
+        blob = self.topics.topic_meta_blob(topic)
+        topic_id = self.topics.topic_id(topic) or self.topics.deleted_ids.pop(topic, "")
+        self._topic_news.append(Metadata.topic_record(topic, blob, topic_id, self.manager.my_id))
+        self._topic_news_ready.set()
+        if self.host is not None:
+            # Followers' long-polling fetches wake and discover it now, not
+            # after replica-fetch-wait-max-ms: a first acks=all XADD to a new
+            # stream waits for them.
+            self.host.signal_key_modified(TOPICS_CHANGED)
+
+    def _reconcile_topics(self) -> None:
+        """Topics whose name's slot this node leads but whose metadata record
+        is missing or different (a change made here whose proposal was lost:
+        the node crashed first, or no controller was elected then): propose
+        them again. Never a deletion: a topic missing here may be one this
+        node has not received yet."""
+        controller = self.controller
+        if not controller.meta.initialized:
+            return
+        queued = {json.loads(r)["name"].encode("latin-1") for r in self._topic_news}
+        for topic in self.topics.topics():
+            if topic in queued or not self._leads_key(topic):
+                continue
+            known = controller.meta.topics.get(topic)
+            mine = (self.topics.topic_meta_blob(topic), self.topics.topic_id(topic) or "")
+            if known is None or known[:2] != mine:
+                self.broadcast_topic(topic)
+
+    async def _tell_topics(self) -> None:
+        while True:
+            with trio.move_on_after(2.0):
+                await self._topic_news_ready.wait()
+            self._topic_news_ready = trio.Event()
+            self._reconcile_topics()
+            while self._topic_news:
+                record = self._topic_news[0]
+                try:
+                    await self.controller.propose(record)
+                    # Proposed is not committed (a controller may lose its
+                    # leadership first): wait to see it applied, else again.
+                    with trio.move_on_after(5.0):
+                        while not self.controller.has_applied(record):
+                            await self.controller.applied_event().wait()
+                except NotReady as e:
+                    log.warning("topic change not committed yet (retrying): %s", e)
+                    await trio.sleep(1.0)
+                    continue
+                if self.controller.has_applied(record):
+                    self._topic_news.pop(0)
+
+    # -- moving leadership -------------------------------------------------------
+
+    async def take_shard(self, shard: int, *, force: bool = False) -> None:
+        """Make this node the leader of ``shard``: pause the old leader's writes
+        for the shard, fetch until this node holds what the old leader has and
+        its high watermark covers it, then have the controller commit this node
+        as leader at the next epoch (Redis's manual failover, Kafka's
+        preferred-leader move: nothing acknowledged, even with acks=1, is
+        lost). With ``force``, a leader that cannot be reached is taken over
+        with what this node has. Raises FailoverError."""
+        m = self.manager
+        old = m.state.leader(shard)
+        epoch = m.state.epoch(shard)
+        if old == m.my_id:
+            return
+        link = self.link(old, "admin")
+        pause = PauseRequest(shard, epoch, PAUSE_MS)
+        first, last = m.placement.slot_range(shard)
+        ends: PauseResponse | None
+        try:
+            ends = await link.call(pause)
+        except Refused as e:
+            raise FailoverError(f"failover refused by node {old}: {e}") from None
+        except ConnectionError as e:
+            if not force:
+                raise FailoverError(f"node {old}, leader of slots {first}-{last}, does not answer ({e}); "
+                                    "CLUSTER FAILOVER FORCE takes its shards over with what this node has") from None
+            ends = None
+        if ends is not None:
+            caught_up = False
+            with trio.move_on_after(FAILOVER_TIMEOUT_S):
+                while True:
+                    if m.holds(old, ends.ends):
+                        caught_up = True
+                        break
+                    await trio.sleep(0.02)
+                    try:
+                        ends = await link.call(pause)
+                    except Refused as e:
+                        raise FailoverError(f"failover refused by node {old}: {e}") from None
+            if not caught_up:
+                await self._resume(link, shard, epoch)
+                raise FailoverError(f"failover timed out: this node did not catch up with node {old} "
+                                    f"within {FAILOVER_TIMEOUT_S:.0f}s; the old leader goes on")
+        try:
+            await self.controller.elect(shard, epoch, FAILOVER_TIMEOUT_S)
+        except (NotReady, RuntimeError) as e:
+            if ends is not None:
+                await self._resume(link, shard, epoch)
+            raise FailoverError(f"failover of slots {first}-{last} not committed: {str(e) or type(e).__name__}") from None
+
+    def move_in_background(self, shard: int) -> None:
+        """Take ``shard`` (the controller asks a preferred leader back in sync)."""
+        if shard in self._moving or self.controller is None or self.controller._nursery is None:
+            return
+        self._moving.add(shard)
+        self.controller._nursery.start_soon(self._move, shard)
+
+    async def _move(self, shard: int) -> None:
+        try:
+            await self.take_shard(shard)
+        except FailoverError as e:
+            log.warning("taking back shard %d: %s", shard, e)
+        except ConnectionError as e:
+            log.warning("taking back shard %d: %s", shard, e)
+        finally:
+            self._moving.discard(shard)
+
+    async def _resume(self, link: PeerLink, shard: int, epoch: int) -> None:
+        try:
+            await link.call(PauseRequest(shard, epoch, 0))
+        except (ConnectionError, Refused):
+            pass  # the pause ends by itself after PAUSE_MS
+
+    # -- background -----------------------------------------------------------
+
+    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        async with trio.open_nursery() as nursery:
+            if self.controller is not None:
+                nursery.start_soon(self.controller.run)
+            nursery.start_soon(self._tick)
+            nursery.start_soon(self._tell_topics)
+            while True:
+                version = self.manager.state.version
+                async with trio.open_nursery() as fetchers:
+                    for leader in self.manager.leaders_to_follow():
+                        fetchers.start_soon(self.manager.run_fetcher, leader, self.link(leader))
+                    fetchers.start_soon(self._watch_view, version, fetchers.cancel_scope)
+                await trio.sleep(0)
+
+    async def _watch_view(self, version: int, scope: trio.CancelScope) -> None:
+        while self.manager.state.version == version:
+            await trio.sleep(TICK_S)
+        log.info("cluster view changed: restarting fetchers")
+        scope.cancel()
+
+    async def _tick(self) -> None:
+        while True:
+            await trio.sleep(TICK_S)
+            try:
+                self.manager.tick()
+                # Wake acks=all waiters so they re-check the ISR.
+                event, self._hw_changed = self._hw_changed, trio.Event()
+                event.set()
+                self._recheck_ack_waiters()
+            except Exception:
+                log.exception("replication tick failed")
+
+    def close(self) -> None:
+        try:
+            self.manager.save_hw_checkpoints()
+        except Exception:  # noqa: BLE001
+            log.exception("saving high watermark checkpoints failed")
+
+
+class _AcksWaiter:
+    """A batch handed over by ``Replication.when_acked``: in ``_ack_waiters``
+    once per partition it waits on, in the place of an awaiting writer's
+    ``trio.Event`` (``_on_hw_advance`` calls ``set`` when that partition's
+    high watermark reaches the entry's end and drops entries whose
+    ``is_set``)."""
+
+    __slots__ = ("callback", "remaining", "done")
+
+    def __init__(self, callback: Any, partitions: int) -> None:
+        self.callback = callback
+        self.remaining = partitions
+        self.done = False
+
+    def set(self) -> None:
+        self.remaining -= 1
+        if self.remaining == 0 and not self.done:
+            self._finish(None)
+
+    def is_set(self) -> bool:
+        return self.done
+
+    def fail(self, error: Exception) -> None:
+        if not self.done:
+            self._finish(error)
+
+    def _finish(self, error: Exception | None) -> None:
+        self.done = True
+        try:
+            self.callback(error)
+        except Exception:  # runs inside replication's own paths: never break them
+            log.exception("acks=all callback failed")
+
+
+__all__ = ["build", "Replication", "AcksFailed", "FailoverError", "Host", "NotEnoughReplicas", "TOPICS_CHANGED"]

@@ -1,0 +1,389 @@
+"""The peer link over RESP: every cluster message as a command on the
+cluster bus and its reply, and the client one node uses to reach another.
+
+Owns:
+
+- the RESP form of each message of cluster/peer/messages.py, both ways:
+  ``encode_request`` / ``decode_request`` (a request is one command:
+  ``REPLFETCH``, ``REPLEPOCH``, ``REPLPAUSE``, ``RAFT``, ``CTRLBEAT``,
+  ``CTRLPROPOSE``, ``CTRLJOIN``, ``CTRLMOVE``, or ``XADD`` for a forwarded
+  append) and ``encode_response`` / ``decode_response`` (its reply, a
+  nested RESP value). The bus (server/bus.py) decodes what a peer sends,
+  asks the cluster's ``PeerService`` and encodes the answer; ``RespLink``
+  does the reverse. A request that does not decode raises ``ValueError``
+  (the bus answers ``-ERR malformed <NAME> request: ...``).
+- ``RespLink``, the ``cluster.peer.link.PeerLink`` over RESP: one TCP
+  connection to a peer's bus port (opened on first use, reopened after a
+  failure), ``REPLAUTH`` with this node's ``cluster-secret`` first when one
+  is set (every node of a cluster shares it), one command and its reply
+  (hiredis). An error reply raises ``Refused`` with its text; a failure
+  raises ``Unreachable`` whose ``sent`` says whether the request may have
+  left. The secret never appears in what it raises or logs: a peer that
+  echoes the request (a client port answering an unknown command) is quoted
+  with it replaced by ``(redacted)``, as Redis redacts AUTH.
+
+The wire form is the one the nodes spoke before the messages were typed
+(issue 29), so a fetch reply is still ``[view, topics-token, discovered,
+results]`` with seven fields per fetched partition in the request.
+
+Must not know: what the messages mean (cluster/peer/service.py answers
+them, cluster/ builds them).
+"""
+
+from __future__ import annotations
+
+import select
+from typing import Any
+
+import hiredis
+import trio
+
+from cluster.controller.raft import Message
+from cluster.errors import Refused
+from cluster.peer.link import Unreachable
+from cluster.peer.messages import (Ack, AppendRequest, AppendResponse, BeatRequest, BeatResponse, Discovered,
+                                   EpochEnd, EpochPartition, EpochRequest, EpochResponse, FetchedPartition,
+                                   FetchPartition, FetchRequest, FetchResponse, JoinRequest, MoveRequest,
+                                   PartitionEnd, PauseRequest, PauseResponse, ProposeRequest, RaftRequest,
+                                   Request, Response)
+from cluster.replication import OUT_OF_RANGE, TOPIC_ID_MISMATCH
+from server.reply import OK
+
+CONNECT_TIMEOUT_S = 2.0
+FETCH_FIELDS = 7  # topic, n, topic id, offset, last epoch, state token, group token
+EPOCH_FIELDS = 3  # topic, n, epoch
+END_FIELDS = 6  # topic, n, end offset, high watermark, state token, group token
+
+# The command naming each request on the bus.
+NAMES: dict[type, bytes] = {
+    FetchRequest: b"REPLFETCH", EpochRequest: b"REPLEPOCH", PauseRequest: b"REPLPAUSE", RaftRequest: b"RAFT",
+    BeatRequest: b"CTRLBEAT", ProposeRequest: b"CTRLPROPOSE", JoinRequest: b"CTRLJOIN", MoveRequest: b"CTRLMOVE",
+    AppendRequest: b"XADD",
+}
+
+
+def _int(raw: Any) -> int:
+    return int(raw)  # bytes or int; ValueError / TypeError otherwise
+
+
+def _str(raw: Any) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def _groups(items: list, size: int, what: str) -> list:
+    if len(items) % size:
+        raise ValueError(f"expected {size} fields per {what}, got {len(items)} fields")
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+# -- requests -----------------------------------------------------------------
+
+
+def encode_request(request: Request) -> list[bytes]:
+    """The command (argument list) that carries ``request``."""
+    kind = type(request)
+    name = NAMES[kind]
+    if kind is FetchRequest:
+        args = [name, b"%d" % request.replica, request.view, b"%d" % request.max_wait_ms,
+                b"%d" % request.max_bytes, request.topics_token]
+        for p in request.partitions:
+            args += [p.topic, b"%d" % p.n, p.topic_id.encode(), b"%d" % p.offset, b"%d" % p.last_epoch,
+                     p.state_token, p.group_token]
+        return args
+    if kind is EpochRequest:
+        args = [name]
+        for p in request.partitions:
+            args += [p.topic, b"%d" % p.n, b"%d" % p.epoch]
+        return args
+    if kind is PauseRequest:
+        return [name, b"%d" % request.shard, b"%d" % request.epoch, b"%d" % request.ms]
+    if kind is RaftRequest:
+        return [name] + [m.encode() for m in request.messages]
+    if kind is BeatRequest:
+        args = [name, b"%d" % request.node, request.incarnation.encode()]
+        if request.offline:
+            args.append(b",".join(b"%d" % s for s in request.offline))
+        return args
+    if kind is ProposeRequest:
+        return [name, request.record]
+    if kind is JoinRequest:
+        return [name, b"%d" % request.node, request.host.encode(), b"%d" % request.port, b"%d" % request.bus_port]
+    if kind is MoveRequest:
+        return [name, b"%d" % request.shard]
+    assert kind is AppendRequest, kind
+    return [name, request.key, *request.options, *request.fields]
+
+
+def _xadd_id_position(argv: list[bytes]) -> int:
+    """Where the ID is in ``XADD key [NOMKSTREAM] [MAXLEN|MINID [=|~] threshold
+    [LIMIT count]] <* | id> field value ...``."""
+    i = 2
+    while i < len(argv):
+        word = argv[i].upper()
+        if word == b"NOMKSTREAM":
+            i += 1
+        elif word in (b"MAXLEN", b"MINID"):
+            i += 2 if argv[i + 1] in (b"=", b"~") else 1
+            i += 1
+        elif word == b"LIMIT":
+            i += 2
+        else:
+            return i
+    raise ValueError("no ID")
+
+
+def decode_request(argv: list[bytes]) -> Request:
+    """The request a bus command carries. Raises ValueError (or IndexError /
+    TypeError) when it does not decode."""
+    name = argv[0].upper()
+    if name == b"REPLFETCH":
+        parts = tuple(FetchPartition(topic, _int(n), topic_id.decode(), _int(offset), _int(epoch), state, groups)
+                      for topic, n, topic_id, offset, epoch, state, groups
+                      in _groups(argv[6:], FETCH_FIELDS, "partition"))
+        return FetchRequest(_int(argv[1]), argv[2], _int(argv[3]), _int(argv[4]), argv[5], parts)
+    if name == b"REPLEPOCH":
+        return EpochRequest(tuple(EpochPartition(topic, _int(n), _int(epoch))
+                                  for topic, n, epoch in _groups(argv[1:], EPOCH_FIELDS, "partition")))
+    if name == b"REPLPAUSE":
+        _, shard, epoch, ms = argv
+        return PauseRequest(_int(shard), _int(epoch), _int(ms))
+    if name == b"RAFT":
+        return RaftRequest(tuple(Message.decode(blob) for blob in argv[1:]))
+    if name == b"CTRLBEAT":
+        if len(argv) not in (3, 4):
+            raise ValueError("expected node, incarnation [offline shards]")
+        offline = tuple(_int(s) for s in argv[3].split(b",")) if len(argv) == 4 else ()
+        return BeatRequest(_int(argv[1]), argv[2].decode(), offline)
+    if name == b"CTRLPROPOSE":
+        _, record = argv
+        return ProposeRequest(record)
+    if name == b"CTRLJOIN":
+        _, node, host, port, bus_port = argv
+        return JoinRequest(_int(node), host.decode(), _int(port), _int(bus_port))
+    if name == b"CTRLMOVE":
+        _, shard = argv
+        return MoveRequest(_int(shard))
+    if name == b"XADD":
+        at = _xadd_id_position(argv)
+        fields = argv[at + 1:]
+        if not fields or len(fields) % 2:
+            raise ValueError("expected field value pairs")
+        return AppendRequest(argv[1], tuple(argv[2:at + 1]), tuple(fields))
+    raise ValueError(f"not a peer request: {argv[0]!r}")
+
+
+# -- responses -------------------------------------------------------------------
+
+
+def _fetched(p: FetchedPartition) -> list:
+    head = [p.topic, b"%d" % p.n]
+    if p.error == OUT_OF_RANGE:
+        return head + [p.error.encode(), p.log_start, p.log_end]
+    if p.error == TOPIC_ID_MISMATCH:
+        return head + [p.error.encode(), p.topic_meta]
+    if p.error:
+        return head + [p.error.encode()]
+    return head + [b"", p.high_watermark, p.log_start, p.log_end, p.batches, p.state_token, p.state,
+                   p.group_token, p.group_snapshot, p.group_records]
+
+
+def encode_response(response: Response) -> Any:
+    """The reply value (server/reply.py) that carries ``response``."""
+    kind = type(response)
+    if kind is Ack:
+        return OK
+    if kind is FetchResponse:
+        discovered = None
+        if response.discovered is not None:
+            discovered = []
+            for d in response.discovered:
+                discovered += [d.topic, b"%d" % d.n, d.meta]
+        return [response.view, response.topics_token, discovered, [_fetched(p) for p in response.partitions]]
+    if kind is EpochResponse:
+        return [e.error.encode() if e.error else [e.epoch, e.end_offset] for e in response.ends]
+    if kind is PauseResponse:
+        out: list = []
+        for e in response.ends:
+            out += [e.topic, b"%d" % e.n, e.end_offset, e.high_watermark, e.state_token, e.group_token]
+        return out
+    if kind is BeatResponse:
+        return response.commit_index
+    assert kind is AppendResponse, kind
+    return response.id
+
+
+def _decode_fetched(res: list) -> FetchedPartition:
+    topic, n, error = res[0], _int(res[1]), _str(res[2])
+    if error == OUT_OF_RANGE:
+        return FetchedPartition(topic, n, error, log_start=_int(res[3]), log_end=_int(res[4]))
+    if error == TOPIC_ID_MISMATCH:
+        return FetchedPartition(topic, n, error, topic_meta=res[3])
+    if error:
+        return FetchedPartition(topic, n, error)
+    hw, lso, leo, batches, token, state, group_token, snapshot, records = res[3:12]
+    return FetchedPartition(topic, n, "", _int(hw), _int(lso), _int(leo), batches or b"", token, state,
+                            group_token, snapshot, records or b"")
+
+
+def decode_response(request: Request, reply: Any) -> Response:
+    """The response to ``request`` a reply carries (not an error reply).
+    Raises ValueError (or TypeError / IndexError) when it does not decode."""
+    kind = type(request)
+    if kind in (RaftRequest, ProposeRequest, JoinRequest, MoveRequest):
+        if reply != b"OK":
+            raise ValueError("expected OK")
+        return Ack()
+    if kind is FetchRequest:
+        view, topics_token, discovered, results = reply
+        found = None
+        if discovered is not None:
+            found = tuple(Discovered(topic, _int(n), meta) for topic, n, meta in _groups(discovered, 3, "topic"))
+        return FetchResponse(view, topics_token, found, tuple(_decode_fetched(res) for res in results))
+    if kind is EpochRequest:
+        return EpochResponse(tuple(EpochEnd(_int(e[0]), _int(e[1])) if isinstance(e, list) else EpochEnd(error=_str(e))
+                                   for e in reply))
+    if kind is PauseRequest:
+        return PauseResponse(tuple(PartitionEnd(topic, _int(n), _int(end), _int(hw), state, groups)
+                                   for topic, n, end, hw, state, groups in _groups(reply, END_FIELDS, "partition")))
+    if kind is BeatRequest:
+        if not isinstance(reply, int):
+            raise ValueError("expected the commit index")
+        return BeatResponse(reply)
+    assert kind is AppendRequest, kind
+    if not isinstance(reply, bytes):
+        raise ValueError("expected the entry's ID")
+    return AppendResponse(reply)
+
+
+# -- the client ------------------------------------------------------------------------
+
+
+def _encode(args: list[bytes]) -> bytes:
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        out.append(b"$%d\r\n" % len(a))
+        out.append(a)
+        out.append(b"\r\n")
+    return b"".join(out)
+
+
+class _ErrorReply(Exception):
+    """An error reply, as hiredis hands it over."""
+
+
+REDACTED = "(redacted)"
+
+
+class RespLink:
+    """A ``PeerLink`` to one peer's cluster bus port."""
+
+    def __init__(self, host: str, port: int, *, secret: str = "", reply_timeout_s: float = 30.0) -> None:
+        self.host = host
+        self.port = port  # the peer's cluster bus port
+        self.secret = secret
+        self.reply_timeout_s = reply_timeout_s
+        self._stream: trio.SocketStream | None = None
+        self._reader: Any = None
+        self._lock = trio.Lock()
+
+    async def _connect(self) -> None:
+        with trio.move_on_after(CONNECT_TIMEOUT_S) as scope:
+            self._stream = await trio.open_tcp_stream(self.host, self.port)
+        if scope.cancelled_caught or self._stream is None:
+            raise Unreachable(f"connect to {self.host}:{self.port} timed out")
+        self._reader = hiredis.Reader(replyError=_ErrorReply)
+        if self.secret:
+            reply = await self._roundtrip([b"REPLAUTH", self.secret.encode()])
+            if isinstance(reply, Exception):
+                raise Unreachable(f"REPLAUTH to {self.host}:{self.port} refused: {self.redact(str(reply))}")
+
+    def redact(self, text: str) -> str:
+        """``text`` with the cluster secret replaced by ``(redacted)``."""
+        return text.replace(self.secret, REDACTED) if self.secret else text
+
+    async def _roundtrip(self, args: list[bytes]) -> Any:
+        assert self._stream is not None
+        await self._stream.send_all(_encode(args))
+        while True:
+            reply = self._reader.gets()
+            if reply is not False:
+                return reply
+            data = await self._stream.receive_some(1 << 20)
+            if not data:
+                raise Unreachable(f"{self.host}:{self.port} closed the connection")
+            self._reader.feed(data)
+
+    async def call(self, request: Request) -> Response:
+        """Send ``request``, return its response. Raises ``Refused`` (the
+        peer's error reply, its text) or ``Unreachable``.
+
+        An idempotent request (every one but a forwarded append) that fails
+        on a kept connection (the peer restarted since) is tried once more
+        on a new one. One that is not is never retried; a kept connection
+        the peer has already closed is replaced before sending it, and the
+        ``Unreachable`` it may raise says whether it may have reached the
+        peer (``sent``)."""
+        args = encode_request(request)
+        if getattr(request, "idempotent", True):
+            reused = self._stream is not None
+            try:
+                reply = await self._call_once(args)
+            except Unreachable:
+                if not reused:
+                    raise
+                reply = await self._call_once(args)
+        else:
+            reply = await self._call_once(args, check_kept=True)
+        if isinstance(reply, _ErrorReply):
+            raise Refused(self.redact(str(reply)))
+        try:
+            return decode_response(request, reply)
+        except (ValueError, TypeError, IndexError) as e:
+            raise Unreachable(f"link to {self.host}:{self.port}: unexpected reply to {args[0].decode()} "
+                              f"({e}): {self.redact(repr(reply))[:200]}", sent=True) from None
+
+    def _peer_closed(self) -> bool:
+        """Whether the kept, idle connection has input waiting: an idle peer
+        sends nothing unasked, so that is its close (EOF or reset)."""
+        assert self._stream is not None
+        poller = select.poll()
+        try:
+            poller.register(self._stream.socket.fileno(), select.POLLIN)
+        except (OSError, ValueError):
+            return True
+        return bool(poller.poll(0))
+
+    async def _call_once(self, args: list[bytes], check_kept: bool = False) -> Any:
+        async with self._lock:
+            done = False
+            sent = False
+            try:
+                if self._stream is not None and check_kept and self._peer_closed():
+                    await self.aclose()
+                if self._stream is None:
+                    with trio.fail_after(self.reply_timeout_s):  # AUTH to a stopped peer
+                        await self._connect()
+                sent = True
+                with trio.fail_after(self.reply_timeout_s):
+                    reply = await self._roundtrip(args)
+                done = True
+                return reply
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError,
+                    hiredis.ProtocolError) as e:
+                reason = (f"no reply within {self.reply_timeout_s:g} s" if isinstance(e, trio.TooSlowError)
+                          else self.redact(str(e)) or type(e).__name__)
+                raise Unreachable(f"link to {self.host}:{self.port}: {reason}", sent=sent) from None
+            finally:
+                if not done:
+                    # Failed or cancelled between request and reply: a late
+                    # reply must never be read as the next request's.
+                    await self.aclose()
+
+    async def aclose(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            with trio.CancelScope(shield=True):
+                try:
+                    await stream.aclose()
+                except Exception:  # noqa: BLE001 - closing a broken link
+                    pass

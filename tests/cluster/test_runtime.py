@@ -1,0 +1,101 @@
+"""The cluster runtime (cluster/runtime/) of three nodes in one trio.run,
+joined by in-memory peer links (cluster.peer.link.MemoryNetwork) under the
+autojump clock: no sockets, no RESP. The controller quorum elects a leader
+over the links, an acks=all write waits for the followers' fetches, WAIT
+counts them, a forwarded append reaches the partition's leader and a
+refusal comes back as the leader's text (the cluster run over the real bus
+is tests/e2e/)."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import trio
+
+from cluster.errors import Refused
+from cluster.nodes import key_slot
+from cluster.peer.link import MemoryNetwork, Unreachable
+from cluster.peer.messages import AppendRequest, AppendResponse, PauseRequest
+from cluster.runtime import replication
+from cluster.topics import TopicRegistry
+
+NODES = "1@127.0.0.1:7001,2@127.0.0.1:7002,3@127.0.0.1:7003"
+
+
+def _config(directory, node_id: int) -> types.SimpleNamespace:
+    return types.SimpleNamespace(
+        cluster_nodes=NODES, node_id=node_id, replication_factor=3, dir=str(directory), cluster_join=False,
+        replica_lag_time_max_ms=10000, replica_fetch_wait_max_ms=200, replica_fetch_max_bytes=1 << 20,
+        controller_nodes="", controller_session_timeout_ms=3000, unclean_leader_election=False,
+        leader_rebalance_delay_ms=-1, fsync="no", on_change=lambda fn: None,
+        # the topics' defaults
+        segment_bytes=1 << 20, stream_node_max_entries=100, acks="all", min_insync_replicas=2)
+
+
+@pytest.fixture
+async def cluster(tmp_path):
+    """Three nodes' ``Replication``s running, each node's service on the network."""
+    network = MemoryNetwork()
+    nodes, registries = [], []
+    for node_id in (1, 2, 3):
+        config = _config(tmp_path / f"n{node_id}", node_id)
+        registry = TopicRegistry.open(tmp_path / f"n{node_id}", config)
+        registries.append(registry)
+        repl = replication.build(config, registry, lambda node: network.factory(node.id))
+        network.add(node_id, repl.service)
+        nodes.append(repl)
+    async with trio.open_nursery() as nursery:
+        for repl in nodes:
+            nursery.start_soon(repl.run)
+        with trio.fail_after(30):
+            while not all(r.controller.meta.initialized and r.controller.lease_ok() for r in nodes):
+                await trio.sleep(0.1)
+        yield types.SimpleNamespace(nodes=nodes, network=network)
+        nursery.cancel_scope.cancel()
+    for repl, registry in zip(nodes, registries):
+        repl.close()
+        registry.close()
+
+
+def _key_led_by(repl, node_id: int) -> bytes:
+    m = repl.manager
+    return next(key for key in (b"k%d" % i for i in range(10000))
+                if m.state.leader(m.placement.shard_of_slot(key_slot(key))) == node_id)
+
+
+async def test_an_acks_all_write_waits_for_the_followers_over_memory_links(cluster, autojump_clock):
+    leader = cluster.nodes[0]
+    key = _key_led_by(leader, 1)
+    client = types.SimpleNamespace(repl_writes=None)
+    stream, pkey = leader.topics.append_target(key, [b"f", b"v"])
+    assert leader.before_append(client, pkey, stream)  # acks=all: the reply waits
+    stream.add([b"f", b"v"])
+    with trio.fail_after(10):
+        await leader.wait_acks(client, {pkey: stream})
+    assert stream.log.high_watermark == 1
+    assert leader.replicas_acknowledging(client) == 2
+    for follower in cluster.nodes[1:]:
+        copy = follower.topics.get(key)
+        assert copy is not None and copy.log.log_end_offset == 1
+
+
+async def test_a_forwarded_append_reaches_the_leader_and_a_refusal_keeps_its_text(cluster, autojump_clock):
+    one, two = cluster.nodes[0], cluster.nodes[1]
+    appended = []
+
+    async def append(request: AppendRequest) -> AppendResponse:
+        appended.append(request)
+        return AppendResponse(b"7-1")
+
+    two.service.appender = append
+    request = AppendRequest(b"t#1", (b"*",), (b"f", b"v"))
+    assert await one.forwarder.forward(request, 2, client_id=5) == b"7-1"
+    assert appended == [request]
+    with pytest.raises(Refused) as refused:  # node 2 leads shard 1, not shard 0
+        await one.link(2, "admin").call(PauseRequest(0, 1, 100))
+    assert refused.value.text == "ERR this node does not lead that shard"
+    cluster.network.set_up(2, False)
+    with pytest.raises(Unreachable) as down:
+        await one.link(2, "admin").call(PauseRequest(1, 1, 100))
+    assert not down.value.sent

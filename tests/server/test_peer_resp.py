@@ -1,0 +1,138 @@
+"""The RESP form of every peer message (server/peer_resp.py): each request
+and response round-trips through the bytes the cluster bus carries (the
+request as a RESP command, the response as the reply server/reply.py
+encodes, both read back with hiredis as a peer reads them), and what does
+not decode is refused as malformed."""
+
+from __future__ import annotations
+
+import hiredis
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cluster.controller.raft import KINDS, Entry, Message, Snapshot
+from cluster.peer import messages as m
+from cluster.replication import DIVERGING, NOT_LEADER, OUT_OF_RANGE, TOPIC_ID_MISMATCH, UNKNOWN_PARTITION
+from server import peer_resp
+from server.reply import encode
+
+u32 = st.integers(min_value=0, max_value=2**32 - 1)
+u63 = st.integers(min_value=0, max_value=2**63 - 1)
+signed = st.integers(min_value=-1, max_value=2**62)
+blob = st.binary(max_size=40)
+name = st.binary(min_size=1, max_size=12)
+text = st.text(alphabet="0123456789abcdef-", max_size=16)
+
+
+def _resp_command(args: list[bytes]) -> list[bytes]:
+    """``args`` as a peer sends them, as the bus's parser hands them over."""
+    reader = hiredis.Reader()
+    reader.feed(b"".join([b"*%d\r\n" % len(args)] + [b"$%d\r\n%s\r\n" % (len(a), a) for a in args]))
+    return reader.gets()
+
+
+def _resp_reply(value) -> object:
+    """A reply value as the asking node reads it off the wire."""
+    reader = hiredis.Reader()
+    reader.feed(encode(value, 2))
+    return reader.gets()
+
+
+fetch_partitions = st.builds(m.FetchPartition, name, u32, text, u63, signed, blob, blob)
+fetch_requests = st.builds(m.FetchRequest, u32, blob, u32, u32, blob, st.tuples(fetch_partitions) | st.just(()))
+epoch_requests = st.builds(m.EpochRequest, st.lists(st.builds(m.EpochPartition, name, u32, signed),
+                                                    max_size=3).map(tuple))
+pause_requests = st.builds(m.PauseRequest, u32, u32, u32)
+
+
+@st.composite
+def raft_messages(draw) -> Message:
+    """A well-formed Raft message (the shapes cluster/controller/raft.py sends)."""
+    kind = draw(st.sampled_from(KINDS))
+    term, index = draw(u32), draw(u32)
+    entries: tuple = ()
+    if kind == "append":
+        terms = sorted(draw(st.lists(st.integers(0, term), max_size=3)))
+        entries = tuple(Entry(t, index + 1 + k, draw(blob)) for k, t in enumerate(terms))
+    snapshot = draw(st.builds(Snapshot, u63, u63, blob)) if kind == "snapshot" else None
+    return Message(kind, draw(u32), draw(u32), term, log_term=draw(u63), index=index, commit=draw(u63),
+                   entries=entries, reject=draw(st.booleans()), hint=draw(u63), transfer=draw(st.booleans()),
+                   snapshot=snapshot)
+
+
+raft_requests = st.builds(m.RaftRequest, st.lists(raft_messages(), min_size=1, max_size=3).map(tuple))
+beat_requests = st.builds(m.BeatRequest, u32, st.text(alphabet="0123456789abcdef", min_size=1, max_size=16),
+                          st.lists(u32, max_size=3).map(tuple))
+propose_requests = st.builds(m.ProposeRequest, st.binary(min_size=1, max_size=60))
+join_requests = st.builds(m.JoinRequest, u32, st.text(alphabet="abc.0123456789", min_size=1, max_size=20),
+                          u32, u32)
+move_requests = st.builds(m.MoveRequest, u32)
+# XADD's options up to the ID, as a client may give them.
+xadd_options = st.sampled_from([(b"*",), (b"1-1",), (b"NOMKSTREAM", b"*"), (b"MAXLEN", b"10", b"*"),
+                                (b"maxlen", b"~", b"10", b"LIMIT", b"5", b"*"), (b"MINID", b"=", b"5-0", b"9-9"),
+                                (b"NOMKSTREAM", b"MINID", b"1", b"2-*")])
+append_requests = st.builds(m.AppendRequest, name, xadd_options,
+                            st.lists(st.tuples(blob, blob), min_size=1, max_size=3).map(
+                                lambda pairs: tuple(x for pair in pairs for x in pair)))
+requests = st.one_of(fetch_requests, epoch_requests, pause_requests, raft_requests, beat_requests,
+                     propose_requests, join_requests, move_requests, append_requests)
+
+
+@given(requests)
+@settings(max_examples=300)
+def test_every_request_round_trips_through_its_command(request):
+    argv = peer_resp.encode_request(request)
+    assert argv[0] == peer_resp.NAMES[type(request)]
+    assert peer_resp.decode_request(_resp_command(argv)) == request
+
+
+fetched = st.one_of(
+    st.builds(m.FetchedPartition, name, u32, st.just(""), u63, u63, u63, blob, blob, st.none() | blob, blob,
+              st.none() | blob, blob),
+    st.builds(lambda t, n, lso, leo: m.FetchedPartition(t, n, OUT_OF_RANGE, log_start=lso, log_end=leo),
+              name, u32, u63, u63),
+    st.builds(lambda t, n, meta: m.FetchedPartition(t, n, TOPIC_ID_MISMATCH, topic_meta=meta), name, u32, blob),
+    st.builds(m.FetchedPartition, name, u32, st.sampled_from([NOT_LEADER, UNKNOWN_PARTITION, DIVERGING])),
+)
+fetch_responses = st.builds(m.FetchResponse, blob, blob,
+                            st.none() | st.lists(st.builds(m.Discovered, name, u32, blob), max_size=2).map(tuple),
+                            st.lists(fetched, max_size=3).map(tuple))
+epoch_ends = st.builds(m.EpochEnd, signed, signed) | st.builds(
+    m.EpochEnd, error=st.sampled_from([NOT_LEADER, UNKNOWN_PARTITION]))
+pause_responses = st.builds(m.PauseResponse, st.lists(st.builds(m.PartitionEnd, name, u32, u63, u63, blob, blob),
+                                                      max_size=3).map(tuple))
+exchanges = st.one_of(
+    st.tuples(fetch_requests, fetch_responses),
+    st.tuples(epoch_requests, st.builds(m.EpochResponse, st.lists(epoch_ends, max_size=3).map(tuple))),
+    st.tuples(pause_requests, pause_responses),
+    st.tuples(beat_requests, st.builds(m.BeatResponse, u63)),
+    st.tuples(append_requests, st.builds(m.AppendResponse, st.binary(min_size=3, max_size=41))),
+    st.tuples(st.one_of(raft_requests, propose_requests, join_requests, move_requests), st.just(m.Ack())),
+)
+
+
+@given(exchanges)
+@settings(max_examples=300)
+def test_every_response_round_trips_through_its_reply(exchange):
+    request, response = exchange
+    assert type(response) is m.RESPONSE_OF[type(request)]
+    assert peer_resp.decode_response(request, _resp_reply(peer_resp.encode_response(response))) == response
+
+
+@pytest.mark.parametrize("argv", [
+    [b"REPLFETCH", b"x", b"y", b"10", b"10", b"tok"],
+    [b"REPLFETCH", b"1", b"v", b"10", b"10", b"tok", b"t", b"0"],  # a partition cut short
+    [b"REPLEPOCH", b"a", b"b", b"c"],
+    [b"REPLPAUSE", b"0", b"1"],
+    [b"RAFT", b"garbage"],
+    [b"CTRLBEAT", b"x", b"y"],
+    [b"CTRLBEAT", b"1", b"y", b"0,zz"],
+    [b"CTRLJOIN", b"4", b"h", b"p", b"1"],
+    [b"XADD", b"t#1", b"MAXLEN"],
+    [b"XADD", b"t#1", b"*", b"f"],
+    [b"REPLVIEW", b"x"],
+])
+def test_what_does_not_decode_is_refused(argv):
+    with pytest.raises((ValueError, IndexError, TypeError)):
+        peer_resp.decode_request(argv)
