@@ -89,7 +89,7 @@ class Connection:
         self.sock = sock
         self.client = client
         self.ctx = Context(server, client, dispatcher)
-        self.ctx.may_defer = True  # XADDs of one receive share a log batch (Context.commit)
+        self.ctx.session.may_defer = True  # XADDs of one tick share a log batch (cluster.broker.appends)
         self.cancel_scope = trio.CancelScope()
         self.idle = True  # waiting for a request or in a blocking command
         self.stopping = False
@@ -150,7 +150,7 @@ class Connection:
         finally:
             # Entries deferred by a batch cut short are written (their
             # replies are lost, as for a client that disconnects).
-            self.ctx.appends.commit()
+            self.ctx.session.commit_deferred()
             self.ctx.deferred_marks.clear()
             held = self.held
             if held is not None and not held.done:
@@ -352,11 +352,10 @@ class Connection:
         out, self._taken = self._taken, None
         if out is None or self._reactor is None:
             return
-        ctx = self.ctx
         try:
-            self._settle(out)
-            if ctx.flush_seq or ctx.repl_pending:
-                self._hold(out, self.sock.send)
+            receipt = self._settle(out)
+            if receipt is not None:
+                self._hold(out, self.sock.send, receipt)
                 return
         except Exception:  # a bug here must not leave the client waiting: close it
             log.exception("connection %d failed", self.client.id)
@@ -417,7 +416,8 @@ class Connection:
         wait, recv, send = self._transport()
         gather = self._gathering_send()
         hold_send = send if gather is not None else None  # plain sockets hand held replies over (_hold)
-        appends = ctx.appends
+        session = ctx.session
+        appends = self.server.broker.appends
         marks = ctx.deferred_marks
         xadd_run = self.dispatcher.xadd_run if "xadd" in RUNS else None
         poll = self.dispatcher.read_poll if "xread" in POLLS else None
@@ -561,9 +561,9 @@ class Connection:
                         finally:
                             self.idle = False
                     if reply is not NO_REPLY:
-                        if ctx.defer_mark is not None:  # an XADD whose entry awaits a commit
-                            marks.append((len(out), ctx.defer_mark, appends.round, 0))
-                            ctx.defer_mark = None
+                        if session.deferred is not None:  # an XADD whose entry awaits a commit
+                            marks.append((len(out), session.deferred, 0))
+                            session.deferred = None
                         # Read per reply: HELLO may switch protocol mid-batch.
                         encode_into(out, reply, client.protocol)
                     if client.close_after_reply or self.stopping:
@@ -584,18 +584,22 @@ class Connection:
                             check_at = len(out) + SIZE_CHECK_CHUNKS
             client.last_interaction = _now()
             if marks:
-                if appends.streams and marks[-1][2] == appends.round:
+                if appends.streams and marks[-1][1][1] == appends.round:
                     # Let the other connections of this scheduler tick run
                     # their batches first: one log write for all of them.
                     if ctx.views:
                         _own(out, ctx)
                     await cancel_shielded_checkpoint()
-                self._settle(out)
-            if ctx.flush_seq or ctx.repl_pending:
+                receipt = self._settle(out)
+            elif session.flush_seq or session.repl_pending:
+                receipt = session.take_receipt()
+            else:
+                receipt = None
+            if receipt is not None:
                 if hold_send is None:
-                    await self._flush(out)
+                    await self._flush(out, receipt)
                 else:
-                    self._hold(out, hold_send)
+                    self._hold(out, hold_send, receipt)
             elif out:
                 # Hot path: one send of the whole batch, no extra awaits.
                 views, ctx.views = ctx.views, False
@@ -634,50 +638,49 @@ class Connection:
             nursery.start_soon(watch)
         return result[-1] if result[0] is _PEER_GONE else result[0]
 
-    def _settle(self, out: list) -> None:
-        """Before replies leave: commit deferred appends (``server.appends``);
-        the replies of entries whose commit failed become the error."""
+    def _settle(self, out: list) -> Any:
+        """Before replies leave: the session's receipt (deferred appends
+        committed, ``cluster.broker.Session.take_receipt``); the replies of
+        entries whose commit failed become the error. The receipt, or None
+        when the replies wait for nothing."""
         ctx = self.ctx
-        appends = ctx.appends
-        if appends.streams:
-            appends.commit()
+        session = ctx.session
+        receipt = session.take_receipt()
         marks = ctx.deferred_marks
         if not marks:
-            return
-        if appends.flush_seq > ctx.flush_seq:
-            ctx.flush_seq = appends.flush_seq  # fsync always: wait for the commit's round
-        if appends.failures:
+            return receipt
+        if self.server.broker.appends.failures:
             protocol = self.client.protocol
-            for pos, stream, round_, count in marks:
-                error = appends.failure(round_, stream)
-                if error is None:
+            failed_append = self.dispatcher.failed_append
+            for pos, token, count in marks:
+                exc = session.failure(token)
+                if exc is None:
                     continue
+                error = failed_append(exc)
                 if count:  # a run's ID replies, one chunk (Dispatcher.xadd_run)
                     out[pos] = encode(error, protocol) * count
-                    for _ in range(count):
-                        appends.count_failed_reply(error)
+                    for _ in range(count - 1):
+                        failed_append(exc)
                 elif pos + 2 < len(out):  # an ID reply: header, ID, CRLF
                     out[pos] = encode(error, protocol)
                     out[pos + 1] = out[pos + 2] = b""
-                    appends.count_failed_reply(error)
         marks.clear()
+        return receipt
 
-    def _hold(self, out: list, send: Any) -> None:
-        """Hand this batch's replies over, to be sent once its writes are
-        durable (``Durability.when_durable``) and, for acks=all, on every
-        in-sync replica (``Replication.when_acked``), and go back to reading:
-        no task switch per writer and round."""
+    def _hold(self, out: list, send: Any, receipt: Any) -> None:
+        """Hand this batch's replies over, to be sent once the ``receipt``
+        is settled: its writes durable (``Durability.when_durable``) and, for
+        acks=all, on every in-sync replica (``Replication.when_acked``); and
+        go back to reading: no task switch per writer and round."""
         ctx = self.ctx
         ctx.views = False  # the join below copies them
-        self._settle(out)
-        seq, ctx.flush_seq = ctx.flush_seq, 0
-        pending, ctx.repl_pending = ctx.repl_pending, None
+        seq, pending = receipt.flush_seq, receipt.repl_pending
         payload = _JOIN(out)
         self.server.stats.total_net_output_bytes += len(payload)
         self.idle = False  # a shutdown waits for these replies
         held = self.held = _Held(self, payload, send, (1 if seq else 0) + (1 if pending else 0))
         if pending:
-            self.server.replication.when_acked(self.client, pending, held.release)
+            self.server.replication.when_acked(ctx.session, pending, held.release)
         if seq:
             # Without acks=all to wait for, the round's own thread may send them.
             send = None if pending else (self.sock.fileno(), payload)
@@ -702,16 +705,18 @@ class Connection:
             raise _CloseNow()
         return held
 
-    async def _flush(self, out: list) -> None:
-        """Write deferred appends, wait for this batch's writes to be durable,
-        then send its replies."""
+    async def _flush(self, out: list, receipt: Any = None) -> None:
+        """Settle this batch's receipt (``_settle``, unless given), wait for
+        it (its writes durable, and replicated for acks=all), then send its
+        replies."""
         ctx = self.ctx
         if ctx.views:
             _own(out, ctx)
-        self._settle(out)
-        if ctx.flush_seq:
-            seq = ctx.flush_seq
-            ctx.flush_seq = 0
+        if receipt is None:
+            receipt = self._settle(out)
+        seq = receipt.flush_seq if receipt is not None else 0
+        pending = receipt.repl_pending if receipt is not None else None
+        if seq:
             try:
                 await self.server.durability.wait_for_flush(seq)
             except DurabilityError:
@@ -719,10 +724,9 @@ class Connection:
                 # replies and close; the client sees a connection error.
                 self.stopping = True
                 raise _CloseNow() from None
-        if ctx.repl_pending:
-            pending, ctx.repl_pending = ctx.repl_pending, None
+        if pending:
             try:
-                await self.server.replication.wait_acks(self.client, pending)
+                await self.server.replication.wait_acks(ctx.session, pending)
             except AcksFailed as e:
                 # Appended here but not on enough replicas: as for a failed
                 # fsync, no reply acknowledges it; the client sees the close.
@@ -771,8 +775,8 @@ def _take_xadd_runs(xadd_run: Any, ctx: Context, data: bytes, out: list) -> int:
         taken = xadd_run(ctx, data, pos)
         if taken is None:
             break
-        pos, replies, count, stream, round_ = taken
-        marks.append((len(out), stream, round_, count))
+        pos, replies, count, token = taken
+        marks.append((len(out), token, count))
         out.append(replies)
     return pos
 

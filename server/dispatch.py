@@ -23,7 +23,6 @@ from typing import Any
 
 from server.acl import denied as acl_denied
 from server.acl import denied_at_exec as acl_denied_at_exec
-from server.appends import DeferredAppends
 from server.errors import CommandError, wrong_arity
 from server.failures import reply_for
 from server.registry import COMMANDS, POLLS, RUNS, CommandSpec
@@ -42,62 +41,46 @@ class Context:
 
     - ``server``: ``server.state.ServerState``.
     - ``client``: ``server.state.Client``.
+    - ``session``: this client's ``cluster.broker.Session``. Every read and
+      write goes through it, and it collects what the replies wait for
+      (durability, acks=all): a handler parses, calls it, shapes the reply.
+      ``session.may_defer`` (the connection sets it; False inside EXEC and
+      for a bare Context): its appends may be deferred to the tick's commit.
     - ``may_block``: False inside EXEC; a blocking handler must then return
       its timeout reply at once instead of awaiting.
-    - ``note_write(log, fsync=None)``: the command appended to ``log`` (a
-      storage ``PartitionLog``). The replies of this batch are held until the
-      write is durable per ``fsync`` (default: the server's ``fsync`` config).
-    - ``may_defer`` / ``defer(stream, key, siblings, on_error)``: deferred
-      appends (``server.appends``). When ``may_defer`` is True (the
-      connection sets it; False inside EXEC and for a bare Context), a
-      handler may ``stream.add(..., defer=True)`` and then call ``defer``
-      instead of ``note_write`` and waking readers: the commit does those.
-      Its reply must be one bulk string (an entry ID): the connection
-      records where it sits (``defer_mark`` is the stream;
-      ``deferred_marks`` holds ``(position, stream, round, 0)``; a
-      run of XADDs taken at once holds ``(position, stream, round, count)``) so that a
-      failed commit can turn it into the error.
+    - ``deferred_marks``: where the replies of deferred appends sit in the
+      batch (``(position, token, count)``, kept by the connection): a
+      failed commit turns them into the error.
     - ``views``: a handler set it when its reply holds views of log files'
       mappings (``read_view`` says when it may): the connection sends those
       at once or copies them before it awaits anything.
     """
 
-    __slots__ = ("server", "client", "may_block", "flush_seq", "dispatcher", "may_defer",
-                 "appends", "defer_mark", "deferred_marks", "repl_pending", "views")
+    __slots__ = ("server", "client", "dispatcher", "session", "deferred_marks", "views")
 
     def __init__(self, server: Any, client: Any, dispatcher: "Dispatcher | None" = None) -> None:
         self.server = server
         self.client = client
-        self.may_block = True
-        self.flush_seq = 0  # group-commit round this batch's replies wait for
         self.dispatcher = dispatcher
-        self.may_defer = False
-        self.appends: DeferredAppends | None = dispatcher.appends if dispatcher is not None else None
-        self.defer_mark: Any = None  # the stream of the deferred reply being produced
-        self.deferred_marks: list = []  # (reply position, stream, round), kept by the connection
-        # acks=all writes of this batch: partition key -> stream (cluster/runtime/replication.py)
-        self.repl_pending: dict | None = None
+        self.session = server.broker.session(client.id)
+        self.deferred_marks: list = []  # (reply position, token, count), kept by the connection
         self.views = False
+
+    @property
+    def may_block(self) -> bool:
+        return self.session.may_block
+
+    @may_block.setter
+    def may_block(self, value: bool) -> None:
+        self.session.may_block = value
 
     def read_view(self) -> bool:
         """Whether a read's reply may hold views of log mappings
         (``Stream.read_after(view=True)``): only on a connection's own loop
-        (``may_defer``), outside MULTI/EXEC, for a reply that goes out before
-        the connection awaits anything."""
-        return self.may_defer and self.may_block and not self.client.in_multi
-
-    def note_write(self, log: Any, fsync: str | None = None) -> None:
-        durability = self.server.durability
-        if durability is None:
-            return
-        seq = durability.note_write(log, fsync or self.server.config.fsync)
-        if seq > self.flush_seq:
-            self.flush_seq = seq
-
-    def defer(self, stream: Any, key: bytes, siblings: Any, on_error: Any) -> None:
-        """The handler deferred an entry of ``stream`` (see the class docstring)."""
-        self.appends.defer(stream, key, siblings, on_error)
-        self.defer_mark = stream
+        (``session.may_defer``), outside MULTI/EXEC, for a reply that goes
+        out before the connection awaits anything."""
+        session = self.session
+        return session.may_defer and session.may_block and not self.client.in_multi
 
 
 def unknown_command(argv: list[bytes]) -> CommandError:
@@ -140,7 +123,7 @@ class Dispatcher:
         self.stats = server.stats
         self._cache: dict[bytes, CommandSpec] = {}
         self._plain: dict[bytes, CommandSpec] = {}  # raw name -> spec without subcommands
-        self.appends = DeferredAppends(server)
+        self.broker = server.broker
         # Cluster mode: ``route(spec, argv)`` refuses keys led elsewhere (-MOVED).
         replication = getattr(server, "replication", None)
         self.route = replication.route if replication is not None else None
@@ -180,8 +163,8 @@ class Dispatcher:
         """Run one command; a reply value, or a coroutine for a blocking one."""
         client = ctx.client
         spec = self._plain.get(argv[0])
-        if self.appends.streams and (spec is None or spec.name != "xadd"):
-            self.appends.commit()  # nothing but XADD may see a deferred entry
+        if self.broker.appends.streams and (spec is None or spec.name != "xadd"):
+            self.broker.appends.commit()  # nothing but XADD may see a deferred entry
         if spec is not None and client.authenticated and not client.in_multi and client.acl is None:
             # Hot path: a known plain command (no subcommands) spelled as
             # seen before, outside MULTI, from an authenticated client.
@@ -198,8 +181,9 @@ class Dispatcher:
     def xadd_run(self, ctx: Context, data: bytes, pos: int) -> Any:
         """A run of ``XADD key * field value ...`` commands at ``data[pos:]``,
         taken without parsing them one by one (``server.commands.streams.
-        xadd_run``): ``(end, replies, count, stream, round)`` or None, in
-        which case the commands go through ``call`` as usual.
+        xadd_run``): ``(end, replies, count, token)`` (``token``: the
+        deferred append's, ``Session.failure``) or None, in which case the
+        commands go through ``call`` as usual.
 
         Only where ``call`` would take its hot path for every one of them:
         the client authenticated, not in MULTI, no ACL restriction, deferral
@@ -210,7 +194,7 @@ class Dispatcher:
         run = RUNS.get("xadd")
         client = ctx.client
         if (run is None or not client.authenticated or client.in_multi
-                or client.acl is not None or not ctx.may_defer):
+                or client.acl is not None or not ctx.session.may_defer):
             return None
         started = _perf_ns()
         taken = run(ctx, data, pos, self.route)
@@ -390,6 +374,21 @@ class Dispatcher:
         ctx.client.last_command = spec.name
         return reply
 
+    def failed_append(self, exc: BaseException) -> CommandError:
+        """The reply of a deferred XADD whose commit raised ``exc`` (what the
+        immediate append would have answered), counted as a failed XADD."""
+        error = reply_for(exc)
+        if error is None:
+            log.error("deferred append failed", exc_info=exc)
+            self.stats.unexpected_error_replies += 1
+            error = CommandError("ERR", f"internal error in 'xadd': {type(exc).__name__}: {exc}")
+        stats = self.stats
+        stats.record_error(error.code)
+        entry = stats.commands.get("xadd")
+        if entry is not None:
+            entry[3] += 1
+        return error
+
     def _internal_error(self, spec: CommandSpec, e: Exception) -> CommandError:
         log.exception("command '%s' failed", spec.name)
         self.stats.unexpected_error_replies += 1
@@ -439,7 +438,8 @@ class Dispatcher:
         # As in Redis, the client stays "in MULTI" while EXEC runs the queue:
         # blocking commands see it (and ``ctx.may_block``) and do not wait.
         ctx.may_block = False
-        may_defer, ctx.may_defer = ctx.may_defer, False
+        session = ctx.session
+        may_defer, session.may_defer = session.may_defer, False
         try:
             for spec, argv in queue:
                 if client.acl is not None:
@@ -455,7 +455,7 @@ class Dispatcher:
                     replies.append(self._call_sync(spec, ctx, argv))
         finally:
             ctx.may_block = True
-            ctx.may_defer = may_defer
+            session.may_defer = may_defer
             self._end_multi(ctx)
         return replies
 

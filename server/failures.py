@@ -47,6 +47,7 @@ import logging
 import os
 
 from cluster import topics
+from cluster.broker import EntryTooLargeError
 from cluster.errors import ClusterError, Moved, Refused
 from server.errors import INVALID_STREAM_ID, CommandError
 from storage.errors import CORRUPT, READ_FAILED, WRITE_FAILED, Refusal, StorageError
@@ -169,6 +170,8 @@ def reply_for(exc: BaseException) -> CommandError | None:
     """The reply for a lower layer's exception, or None if it is a bug."""
     if isinstance(exc, Refusal) and exc.code in REFUSALS:
         return refusal(exc)
+    if isinstance(exc, EntryTooLargeError):
+        return entry_too_large(exc.entry_bytes, exc.max_entry_bytes)
     if isinstance(exc, ClusterError):
         if isinstance(exc, Moved):  # Redis Cluster's redirect (docs/replication.md)
             return CommandError("MOVED", f"{exc.slot} {exc.leader.address}")

@@ -12,8 +12,11 @@ The contract for command handlers:
 - ``server.config``: ``server.config.Config`` (``.fsync``, ``.default_partitions`` ...).
 - ``server.topics``: a ``cluster.topics.TopicRegistry`` (``.key_count()``,
   ``.close()``), or the small stand-in below until that exists.
+- ``server.broker``: the ``cluster.broker.Broker`` every command acts
+  through (a handler uses its connection's session, ``ctx.session``).
 - ``server.signal_key_modified(key)``: a write changed ``key``: WATCHers of it
-  fail their EXEC and blocked readers waiting on it wake.
+  fail their EXEC and blocked readers waiting on it wake (the broker's key
+  events; WATCH listens to them).
 - ``await server.wait_for_keys(keys, timeout_s)``: True when one of ``keys``
   was signalled, False on timeout (None = forever). Cancellation-safe.
 """
@@ -26,6 +29,7 @@ from typing import Any, Callable
 
 import trio
 
+from cluster.broker import Broker, TooManyBlockedError
 from server.acl import AclRegistry
 from server.config import Config
 from server.errors import CommandError
@@ -111,7 +115,7 @@ class Client:
         "multi_queue", "multi_bytes", "multi_error", "watched", "watch_dirty", "lib_name", "lib_ver",
         "addr", "laddr", "fd", "created", "last_interaction", "last_command",
         "close_after_reply", "kill_requested", "no_evict", "no_touch", "blocked",
-        "_kill", "acl", "repl_writes",
+        "_kill", "acl",
     )
 
     def __init__(self, client_id: int, addr: str = "", laddr: str = "", fd: int = -1) -> None:
@@ -145,7 +149,6 @@ class Client:
         # The ACL user (server.acl.User) when it is restricted; None when it
         # may run everything (the dispatcher's whole ACL cost is this check).
         self.acl: Any = None
-        self.repl_writes: dict | None = None  # partition key -> stream this client wrote (WAIT)
 
     def kill(self) -> None:
         """Close this client's connection (CLIENT KILL, SHUTDOWN)."""
@@ -208,7 +211,8 @@ class ServerState:
 
     def __init__(self, config: Config, topics: Any = None) -> None:
         self.config = config
-        self.topics = topics if topics is not None else _NoTopics()
+        self.broker = Broker(topics if topics is not None else _NoTopics(), config)
+        self.broker.keys.subscribe(self._watched_key_modified)
         self.clients: dict[int, Client] = {}
         self.stats = Stats()
         self.started = time.time()
@@ -216,16 +220,12 @@ class ServerState:
         self.pid = os.getpid()
         self.run_id = os.urandom(20).hex()
         self.port = config.port  # the bound port (differs when config says 0)
-        self.durability: Any = None  # server.durability.Durability, set by app
-        self.replication: Any = None  # cluster.runtime.replication.Replication in a cluster, else None
         self.reactor: Any = None  # server.reactor.Reactor watching plain client sockets, set by app
         self.shutdown_requested = trio.Event()
         self.shutdown_flags: set[str] = set()
-        self.blocked_clients = 0
         self.connections: set = set()  # server.connection.Connection objects, for shutdown
         self._next_client_id = 1
         self._watchers: dict[bytes, set[Client]] = {}
-        self._waiters: dict[bytes, set[trio.Event]] = {}
         # ACL users; ``requirepass`` is the default user's password (server/acl.py).
         self.acl = AclRegistry(config.requirepass, config.aclfile)
 
@@ -234,6 +234,38 @@ class ServerState:
                 self.acl.set_requirepass(value)
 
         config.on_change(on_config_change)
+
+    # The broker's parts, reached from the server for INFO, CONFIG and tests.
+
+    @property
+    def topics(self) -> Any:
+        return self.broker.topics
+
+    @topics.setter
+    def topics(self, topics: Any) -> None:
+        self.broker.topics = topics
+
+    @property
+    def durability(self) -> Any:
+        """``server.durability.Durability`` (set by app), or None."""
+        return self.broker.durability
+
+    @durability.setter
+    def durability(self, durability: Any) -> None:
+        self.broker.durability = durability
+
+    @property
+    def replication(self) -> Any:
+        """``cluster.runtime.replication.Replication`` in a cluster, else None."""
+        return self.broker.replication
+
+    @replication.setter
+    def replication(self, replication: Any) -> None:
+        self.broker.replication = replication
+
+    @property
+    def blocked_clients(self) -> int:
+        return self.broker.keys.blocked_clients
 
     # -- clients -----------------------------------------------------------
 
@@ -272,64 +304,37 @@ class ServerState:
         client.watched.clear()
         client.watch_dirty = False
 
-    def signal_key_modified(self, key: bytes) -> None:
-        """A write changed ``key``: fail WATCHers' EXEC, wake blocked readers."""
+    def _watched_key_modified(self, key: bytes | None) -> None:
+        """The broker's key event: WATCHers of ``key`` (every key: None) fail their EXEC."""
+        if key is None:
+            for watchers in self._watchers.values():
+                for client in watchers:
+                    client.watch_dirty = True
+            return
         watchers = self._watchers.get(key)
         if watchers:
             for client in watchers:
                 client.watch_dirty = True
-        waiters = self._waiters.get(key)
-        if waiters:
-            for event in waiters:
-                event.set()
+
+    def signal_key_modified(self, key: bytes) -> None:
+        """A write changed ``key``: fail WATCHers' EXEC, wake blocked readers."""
+        self.broker.keys.signal(key)
 
     def signal_all_keys_modified(self) -> None:
         """FLUSHALL / FLUSHDB: every WATCH fails; blocked readers re-check."""
-        for watchers in self._watchers.values():
-            for client in watchers:
-                client.watch_dirty = True
-        for waiters in self._waiters.values():
-            for event in waiters:
-                event.set()
+        self.broker.keys.signal_all()
 
     # -- blocked readers ---------------------------------------------------
 
     async def wait_for_keys(self, keys: list[bytes], timeout_s: float | None, *, internal: bool = False) -> bool:
-        """Wait until one of ``keys`` is signalled; False on timeout.
-
-        ``timeout_s`` None waits forever. Cancellation (client gone, server
-        stopping) propagates; the waiter is removed in every case.
-        ``internal`` (a follower's long-poll fetch): not a blocked client, not
-        bounded by ``max-blocked-clients``.
-        """
-        limit = self.config.max_blocked_clients
-        if not internal and limit and self.blocked_clients >= limit:
-            raise CommandError("ERR", f"max-blocked-clients reached ({limit} clients already blocked); "
-                               "retry later or raise max-blocked-clients")
-        event = trio.Event()
-        waiters = self._waiters
-        for key in keys:
-            bucket = waiters.get(key)
-            if bucket is None:
-                bucket = waiters[key] = set()
-            bucket.add(event)
-        blocked = 0 if internal else 1  # a follower's fetch is not a blocked client
-        self.blocked_clients += blocked
+        """Wait until one of ``keys`` is signalled; False on timeout
+        (``cluster.broker.keys.KeyEvents.wait_for_keys``), with Redis's
+        words for a full ``max-blocked-clients``."""
         try:
-            if timeout_s is None:
-                await event.wait()
-                return True
-            with trio.move_on_after(timeout_s):
-                await event.wait()
-            return event.is_set()
-        finally:
-            self.blocked_clients -= blocked
-            for key in keys:
-                bucket = waiters.get(key)
-                if bucket is not None:
-                    bucket.discard(event)
-                    if not bucket:
-                        del waiters[key]
+            return await self.broker.keys.wait_for_keys(keys, timeout_s, internal=internal)
+        except TooManyBlockedError as e:
+            raise CommandError("ERR", f"max-blocked-clients reached ({e.limit} clients already blocked); "
+                               "retry later or raise max-blocked-clients") from None
 
     def key_count(self) -> int:
         try:

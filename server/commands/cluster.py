@@ -242,5 +242,5 @@ async def wait(ctx, argv):
     if repl is None:
         return 0
     if not ctx.may_block:
-        return repl.replicas_acknowledging(ctx.client)
-    return await repl.wait_replicas(ctx.client, numreplicas, timeout_ms / 1000 if timeout_ms else None)
+        return repl.replicas_acknowledging(ctx.session)
+    return await repl.wait_replicas(ctx.session, numreplicas, timeout_ms / 1000 if timeout_ms else None)

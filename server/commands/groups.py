@@ -7,8 +7,9 @@ dead-letter extension (``MAXDELIVERIES n DEADLETTER key``, see docs/groups.md).
 
 Group state lives in ``storage.streams.groups.GroupStore`` (one per
 partition, reached with ``groups_of(stream)``); every mutation of it is
-followed by ``ctx.note_write(store)`` so replies wait for durability by the
-fsync policy, exactly like stream appends. Deliveries read the log and reply
+followed by ``ctx.session.wrote_group(store)`` so replies wait for durability
+by the fsync policy (and, on acks=all topics, for the in-sync replicas),
+exactly like stream appends. Deliveries read the log and reply
 with the stored bytes (``Raw``): entries are never decoded on the read path.
 
 Must not know: sockets, RESP bytes, files. Keys become streams only through
@@ -152,13 +153,6 @@ def _nil_entry(sid, protocol: int) -> bytes:
     return b"*2\r\n$%d\r\n%s\r\n%s" % (len(text), text, b"_\r\n" if protocol == 3 else b"*-1\r\n")
 
 
-def _note(ctx, store: GroupStore) -> None:
-    ctx.note_write(store)
-    repl = ctx.server.replication
-    if repl is not None:  # acks=all: the reply also waits for the in-sync replicas
-        repl.note_group_write(ctx, store)
-
-
 def _dead_letter(ctx, key: bytes, store: GroupStore, group: ConsumerGroup,
                  moves: list[tuple[tuple[int, int], bytes, int]]) -> None:
     """Append each ``(id, encoded entry, owner)`` to the group's dead-letter
@@ -182,10 +176,10 @@ def _dead_letter(ctx, key: bytes, store: GroupStore, group: ConsumerGroup,
             DL_DELIVERIES, b"%d" % (pe.delivery_count if pe is not None else 0),
         ]
         dl_stream.add(fields)
-    ctx.note_write(dl_stream.log)
+    ctx.session.wrote_log(dl_stream.log)
     ctx.server.signal_key_modified(dl_key)
     store.dead_letter(group.name, [sid for sid, _, _ in moves])
-    _note(ctx, store)
+    ctx.session.wrote_group(store)
 
 
 # ---------------------------------------------------------------- XGROUP
@@ -334,13 +328,13 @@ def xgroup_create(ctx, argv):
     _check_dead_letter(key, md, dl)
     if stream is None:
         stream = topics.get_or_create(key)
-        ctx.note_write(stream.log)
+        ctx.session.wrote_log(stream.log)
         ctx.server.signal_key_modified(key)
     store = groups_of(stream)
     if store.group(name) is not None:
         raise CommandError("BUSYGROUP", "Consumer Group name already exists")
     store.create_group(name, last_id, entries_read, max_deliveries=md, dead_letter_key=dl)
-    _note(ctx, store)
+    ctx.session.wrote_group(store)
     return OK
 
 
@@ -386,7 +380,7 @@ def xgroup_setid(ctx, argv):
     else:
         last_id = tuple(parse_id(argv[4])[0])
     store.set_id(name, last_id, entries_read)
-    _note(ctx, store)
+    ctx.session.wrote_group(store)
     return OK
 
 
@@ -407,7 +401,7 @@ def xgroup_destroy(ctx, argv):
     _, store = _stream_and_store(ctx, key)
     if not store.destroy_group(name):
         return 0
-    _note(ctx, store)
+    ctx.session.wrote_group(store)
     ctx.server.signal_key_modified(key)
     return 1
 
@@ -428,7 +422,7 @@ def xgroup_createconsumer(ctx, argv):
     _existing_group(store, key, name)
     created = store.create_consumer(name, argv[4], clock_ms())
     if created:
-        _note(ctx, store)
+        ctx.session.wrote_group(store)
     return 1 if created else 0
 
 
@@ -452,7 +446,7 @@ def xgroup_delconsumer(ctx, argv):
     if argv[4] not in group.consumers:
         return 0
     pending = store.delete_consumer(name, argv[4])
-    _note(ctx, store)
+    ctx.session.wrote_group(store)
     return pending
 
 
@@ -491,7 +485,7 @@ def xgroup_config(ctx, argv):
             require_key(ctx.client, dl)  # this user's reads will write it
     _check_dead_letter(key, md, dl)
     store.configure_dead_letter(name, md, dl)
-    _note(ctx, store)
+    ctx.session.wrote_group(store)
     return OK
 
 
@@ -597,7 +591,7 @@ def _serve_new(ctx, target: _Target, consumer: bytes, count: int, noack: bool, n
         for sid in ids:
             entries_read = advance_entries_read(counters, group, entries_read, sid)
     store.deliver(group.name, consumer, ids, ids[-1], entries_read, now_ms, noack=noack)
-    _note(ctx, store)
+    ctx.session.wrote_group(store)
     return Raw(res.count, res.chunks)
 
 
@@ -628,7 +622,7 @@ def _serve_history(ctx, target: _Target, consumer: bytes, count: int, now_ms: in
             redelivered.append(sid)
     if redelivered:
         store.redeliver(group.name, consumer, redelivered, now_ms)
-        _note(ctx, store)
+        ctx.session.wrote_group(store)
     _dead_letter(ctx, target.key, store, group, dead)
     return Raw(len(chunks), chunks)
 
@@ -720,7 +714,7 @@ def _serve_now(ctx, args: _ReadGroupArgs) -> tuple[list[_Target], Any]:
         # time) only for a key it serves now: history, or new entries.
         if t.after is not None:
             t.store.touch_consumer(t.group.name, args.consumer, now_ms)
-            _note(ctx, t.store)
+            ctx.session.wrote_group(t.store)
             served.append((t.key, _serve_history(ctx, t, args.consumer, args.count, now_ms)))
         else:
             raw = _serve_new(ctx, t, args.consumer, args.count, args.noack, now_ms)
@@ -791,7 +785,7 @@ def xack(ctx, argv):
     ids = parse_strict_id_tuples(argv[3:])
     acked = store.ack(argv[2], ids)
     if acked:
-        _note(ctx, store)
+        ctx.session.wrote_group(store)
     return acked
 
 
@@ -971,7 +965,7 @@ def xclaim(ctx, argv):
     elif new_last is not None:
         store.set_id(name, new_last, group.entries_read)
     if claims or dropped or new_last is not None:
-        _note(ctx, store)
+        ctx.session.wrote_group(store)
     if justid:
         return replies
     return Raw(len(replies), replies)
@@ -1059,7 +1053,7 @@ def xautoclaim(ctx, argv):
     if claims:
         store.claim(name, consumer, claims, now)
     if claims or deleted:
-        _note(ctx, store)
+        ctx.session.wrote_group(store)
     entries = replies if justid else Raw(len(replies), replies)
     return [format_id(cursor), entries, [format_id(sid) for sid in deleted]]
 

@@ -29,8 +29,7 @@ from dataclasses import dataclass
 
 import trio
 
-from cluster.errors import ClusterError, Moved
-from cluster.peer.messages import AppendRequest
+from cluster.broker import Trim, XAddPlan
 from server.args import parse_int
 from server.errors import (
     TIMEOUT_NEGATIVE,
@@ -41,7 +40,7 @@ from server.errors import (
     wrong_arity,
 )
 from server.commands.topics import expand_read_args, read_partitions_after, topic_len, topic_range
-from server.failures import entry_too_large, reply_for
+from server.failures import reply_for
 from server.registry import COMMANDS, POLLS, RUNS, command, container, nowait_path
 from server.reply import NULL_ARRAY, OK, Map, Raw, Simple
 from storage.entry_codec import decode_entry
@@ -64,39 +63,16 @@ def _keyword(raw: bytes) -> bytes:
     return raw.upper()
 
 
-def _after_write(ctx, key: bytes, stream) -> None:
-    ctx.note_write(stream.log)
-    ctx.server.signal_key_modified(key)
-
-
-def route_xadd(ctx, argv: list[bytes], fields: list[bytes]):
-    """``XADD <topic> ...`` on a multi-partition topic in cluster mode
-    (cluster/runtime/forwarding.py picks the partition and forwards).
-
-    Returns the partition key (``orders#n``) when this node leads it (the
-    caller appends there), else the coroutine that forwards the entry to the
-    partition's leader and returns the leader's reply (the connection awaits
-    it). Raises inside MULTI when the partition is led elsewhere."""
-    forwarder = ctx.server.replication.forwarder
-    pkey, leader = forwarder.choose(argv[1], fields)
-    if leader == forwarder.my_id:
-        return pkey
-    if not ctx.may_block:
-        raise forwarder.in_transaction(argv[1], pkey, leader)
-    return _forwarded(ctx, AppendRequest(pkey, tuple(argv[2:len(argv) - len(fields)]), tuple(fields)), leader)
-
-
-async def _forwarded(ctx, request: AppendRequest, leader: int):
-    """The forward's reply for the client: the leader's ID, or an error
-    reply (the leader's own, byte for byte). Never raises (but Cancelled)."""
+async def _forwarded(ctx, forward):
+    """The reply of an XADD the broker forwarded to its partition's leader
+    (``Session.append``'s awaitable): the leader's ID, or an error reply
+    (the leader's own, byte for byte). Never raises (but Cancelled); the
+    wait counts in the XADD's statistics."""
     started = time.perf_counter_ns()
     try:
-        reply = await ctx.server.replication.forwarder.forward(request, leader, ctx.client.id)
-        if reply is None:  # leadership moved here since the choice: run it as the client's own XADD
-            try:
-                reply = COMMANDS["xadd"].handler(ctx, [b"XADD", request.key, *request.options, *request.fields])
-            except Moved as e:  # this node's view is behind: the client retries
-                raise ctx.server.replication.forwarder.moving_here(request.key, e) from None
+        reply = await forward
+        if reply.__class__ is StreamId:  # leadership moved here meanwhile: appended here
+            reply = b"%d-%d" % reply
     except CommandError as e:
         reply = e
     except Exception as e:  # noqa: BLE001 - a refusal, or a bug
@@ -112,18 +88,6 @@ async def _forwarded(ctx, request: AppendRequest, leader: int):
     if isinstance(reply, CommandError):
         stats.record_error(reply.code)
     return reply
-
-
-def _replicated_write(ctx, partition_key: bytes, stream) -> None:
-    """Cluster mode, before an XADD appends: this node must lead the
-    partition, and an acks=all topic needs min-insync-replicas in sync
-    (raises, nothing written). An acks=all batch's replies then wait for the
-    in-sync replicas (``Connection._flush``, cluster/runtime/replication.py)."""
-    if ctx.server.replication.before_append(ctx.client, partition_key, stream):
-        pending = ctx.repl_pending
-        if pending is None:
-            pending = ctx.repl_pending = {}
-        pending[partition_key] = stream
 
 
 def _node_max_entries(ctx) -> int:
@@ -211,12 +175,10 @@ def _parse_add_or_trim(ctx, argv: list[bytes], xadd: bool) -> _AddTrimArgs:
     return args
 
 
-def _trim(stream, args: _AddTrimArgs) -> int:
-    if args.strategy == "MAXLEN":
-        return stream.trim_maxlen(args.maxlen, approx=args.approx, limit=args.limit)
-    if args.strategy == "MINID":
-        return stream.trim_minid(args.minid, approx=args.approx, limit=args.limit)
-    return 0
+def _trim_of(args: _AddTrimArgs) -> Trim | None:
+    if args.strategy is None:
+        return None
+    return Trim(args.strategy, args.approx, args.maxlen, tuple(args.minid), args.limit)
 
 
 @command(
@@ -228,112 +190,33 @@ def _trim(stream, args: _AddTrimArgs) -> int:
 def xadd(ctx, argv):
     """XADD key [NOMKSTREAM] [<MAXLEN | MINID> [= | ~] threshold [LIMIT count]] <* | id> field value [field value ...]
 
-    The whole entry is encoded once and appended as one log batch; the reply
-    waits for durability by the fsync policy (``ctx.note_write``).
+    Parsed here into an ``XAddPlan``; ``Session.append`` (cluster.broker)
+    does the rest: partition (forwarded to its leader in a cluster), limits,
+    ID, deferral or an immediate log batch, trim, wake-ups, and what the
+    reply waits for.
     """
-    if argv[2] == b"*" and len(argv) & 1:
-        return _xadd_star(ctx, argv)
-    if ctx.appends is not None and ctx.appends.streams:
-        ctx.appends.commit()  # this XADD appends now: deferred entries first
-    args = _parse_add_or_trim(ctx, argv, xadd=True)
-    field_pos = args.id_pos + 1
-    nfields = len(argv) - field_pos
-    if nfields < 2 or nfields % 2:
-        raise wrong_arity("xadd")
-    if args.id_given and args.seq_given and args.stream_id == MIN_ID:
-        raise StreamError(ID_ZERO)
-    key = argv[1]
-    topics = ctx.server.topics
-    # Per-topic max-entry-bytes (server default for a new topic); nothing is written.
-    max_entry_bytes = topics.max_entry_bytes(topics.topic_of(key))
-    entry_bytes = sum(len(item) for item in argv[field_pos:])
-    if entry_bytes > max_entry_bytes:
-        raise entry_too_large(entry_bytes, max_entry_bytes)
-    # A multi-partition topic key goes through the partitioner (cluster.topics).
-    target_key = key
-    if ctx.server.replication is not None and topics.is_multi(key):
-        target_key = route_xadd(ctx, argv, argv[field_pos:])  # cluster: cluster/runtime/forwarding.py
-        if target_key.__class__ is not bytes:
-            return target_key  # forwarded to the partition's leader: the connection awaits it
-    target = topics.append_target(target_key, argv[field_pos:], create=not args.no_mkstream)
-    if target is None:
-        return None
-    stream, partition_key = target
-    if ctx.server.replication is not None:
-        _replicated_write(ctx, partition_key, stream)
-    if not args.id_given:
-        new_id = stream.add(argv[field_pos:])
-    elif args.seq_given:
-        new_id = stream.add(argv[field_pos:], id_given=args.stream_id)
+    if argv[2] == b"*" and len(argv) & 1:  # the hot form, no options: no parsing needed
+        plan = XAddPlan(argv[1], argv[3:], options=(b"*",))
     else:
-        new_id = stream.add(argv[field_pos:], ms_given=args.stream_id.ms)
-    _trim(stream, args)
-    _after_write(ctx, key, stream)
-    topics.note_entries_in(1)
-    # Readers blocked on the topic key or on the partition key both wake.
-    for other in topics.sibling_keys(key, partition_key):
-        ctx.server.signal_key_modified(other)
-    return new_id.encode()
-
-
-# An entry with more field/value bytes than this is appended at once, and a
-# stream's deferred entries are committed once they reach it: memory stays
-# bounded, and so does a log batch (a read of a few entries preads whole
-# batches; 32 KiB costs little, 1000 entries of 150 B would cost 150 KiB).
-DEFER_MAX_BYTES = 32 * 1024
-
-
-def _xadd_star(ctx, argv):
-    """The hot form ``XADD key * field value [field value ...]``: no options.
-
-    Same checks and replies as the general path; the entry is deferred
-    (``ctx.defer``) so a pipeline of XADDs becomes one log batch.
-    """
-    key = argv[1]
-    server = ctx.server
-    topics = server.topics
-    fields = argv[3:]
-    max_entry_bytes = topics.max_entry_bytes(topics.topic_of(key))
-    entry_bytes = len(fields[0]) + len(fields[1]) if len(fields) == 2 else sum(map(len, fields))
-    if entry_bytes > max_entry_bytes:
-        raise entry_too_large(entry_bytes, max_entry_bytes)
-    if server.replication is not None:
-        target_key = key
-        if topics.is_multi(key):
-            target_key = route_xadd(ctx, argv, fields)  # cluster: cluster/runtime/forwarding.py
-            if target_key.__class__ is not bytes:
-                return target_key  # forwarded to the partition's leader: the connection awaits it
-        stream, partition_key = topics.append_target(target_key, fields)
-        _replicated_write(ctx, partition_key, stream)
-    else:
-        stream, partition_key = topics.append_target(key, fields)
-    # Readers blocked on the topic key or on the partition key both wake.
-    siblings = topics.sibling_keys(key, partition_key)
-    if ctx.may_defer and entry_bytes < DEFER_MAX_BYTES:
-        new_id = stream.add(fields, defer=True)
-        # The commit (server.appends) notes the write and wakes readers, once
-        # per batch. (``ctx.defer`` inlined.)
-        appends = ctx.appends
-        appends.defer(stream, key, siblings, reply_for)  # what an immediate append failing so would answer
-        ctx.defer_mark = stream
-        if stream.pending_bytes >= DEFER_MAX_BYTES:  # bounded memory: write now
-            ctx.defer_mark = None  # this reply is no longer a deferred one
-            done = appends.round
-            appends.commit()
-            error = appends.failure(done, stream)
-            if error is not None:
-                raise error
+        args = _parse_add_or_trim(ctx, argv, xadd=True)
+        field_pos = args.id_pos + 1
+        nfields = len(argv) - field_pos
+        if nfields < 2 or nfields % 2:
+            raise wrong_arity("xadd")
+        if args.id_given and args.seq_given and args.stream_id == MIN_ID:
+            raise StreamError(ID_ZERO)
+        id_ms = id_seq = None
+        if args.id_given:
+            id_ms = args.stream_id.ms
+            id_seq = args.stream_id.seq if args.seq_given else None
+        plan = XAddPlan(argv[1], argv[field_pos:], id_ms, id_seq, args.no_mkstream, _trim_of(args),
+                        options=tuple(argv[2:field_pos]))
+    new_id = ctx.session.append(plan)
+    if new_id.__class__ is StreamId:
         return b"%d-%d" % new_id
-    if ctx.appends is not None and ctx.appends.streams:
-        ctx.appends.commit()
-    new_id = stream.add(fields)
-    ctx.note_write(stream.log)
-    signal = server.signal_key_modified
-    signal(key)
-    topics.note_entries_in(1)
-    for other in siblings:
-        signal(other)
-    return b"%d-%d" % new_id
+    if new_id is None:
+        return None  # NOMKSTREAM and no such key
+    return _forwarded(ctx, new_id)  # forwarded to the partition's leader: the connection awaits it
 
 
 try:  # the C half of the pipelined XADD path (server/_xaddrun.c); optional
@@ -345,73 +228,29 @@ except ImportError:  # pragma: no cover - built by every install that has a C co
 def xadd_run(ctx, data: bytes, pos: int, route=None):
     """A run of ``XADD key * field value ...`` taken straight from received bytes.
 
-    The pipelined form of ``_xadd_star``: ``_xaddrun.scan`` parses the
-    consecutive commands at ``data[pos:]`` that are exactly ``XADD <key> *
-    f v ...`` for one key, assigns their IDs and builds their stored
-    encodings and ID replies; they are deferred on the stream as
-    ``_xadd_star`` defers one. Returns ``(end, replies, count, stream,
-    round)`` (``replies`` the concatenated ID replies; ``round`` the commit
-    round they belong to, for the connection's failure marks) or None when
-    nothing was taken: then the general path gives the same commands their
-    replies, errors included.
-
-    Taken only where ``_xadd_star`` would defer without further checks: the
-    caller (``Dispatcher.xadd_run``) has checked the client (authenticated,
-    no MULTI, no ACL restriction); here the key must already name one
-    partition that was written through before (``known_target``: no
-    creation), or, on a single node, be the bare key of a topic of several
-    partitions without a ``partition-key-field``: the sticky partitioner
-    sends the whole run to one partition (``TopicRegistry.run_target``,
-    docs/topics.md). Each entry must be within the topic's
-    ``max-entry-bytes`` and the deferral bound, and in a cluster ``route``
-    (the dispatcher's ``-MOVED`` check) must pass for the key and this node
-    must accept the append (``_replicated_write``: leader, enough in-sync
-    replicas for acks=all; an acks=all run's replies then wait for them).
-    A refusal leaves the commands to the general path and its errors.
+    A second parser for the hot form (``xadd``'s ``XAddPlan``):
+    ``_xaddrun.scan`` parses the consecutive commands at ``data[pos:]``
+    that are exactly ``XADD <key> * f v ...`` for one key, within the limits
+    and after the last ID ``Session.append_run`` gives it, which checks and
+    defers them as ``Session.append`` defers one (cluster.broker). Returns
+    ``(end, replies, count, token)`` (``replies`` the concatenated ID
+    replies; ``token`` the deferred append's, for the connection's failure
+    marks) or None when nothing was taken: then ``xadd`` gives the same
+    commands their replies, errors included. The caller
+    (``Dispatcher.xadd_run``) has checked the client (authenticated, no
+    MULTI, no ACL restriction); in a cluster ``route`` (the dispatcher's
+    ``-MOVED`` check) must pass for the key.
     """
     key = _xaddrun.head_key(data, pos)
     if key is None:
         return None
-    server = ctx.server
-    topics = server.topics
-    target = topics.known_target(key)
-    sticky = target is None
-    if sticky:
-        # A topic key of several partitions (single node): the whole run goes
-        # to the partition the round-robin counter points at (Kafka's sticky
-        # partitioner), which moves on once the run is taken. In a cluster
-        # each entry is routed on its own (cluster/runtime/forwarding.py).
-        if server.replication is not None:
-            return None
-        target = topics.run_target(key)
-        if target is None:
-            return None
-    stream, partition_key, siblings = target
     if route is not None and route(_XADD_SPEC, [b"xadd", key]) is not None:
         return None
-    budget = DEFER_MAX_BYTES - stream.pending_bytes
-    if budget <= 0:
-        return None
-    max_entry_bytes = min(topics.max_entry_bytes(topics.topic_of(key)), DEFER_MAX_BYTES - 1)
-    last_ms, last_seq = stream.last_id
-    end, entries, replies, last_ms, last_seq, used = _xaddrun.scan(
-        data, pos, key, last_ms, last_seq, stream.clock_ms(), max_entry_bytes, budget)
-    if not entries:
-        return None
-    if server.replication is not None:
-        try:
-            _replicated_write(ctx, partition_key, stream)
-        except ClusterError:
-            return None  # nothing deferred: each command gets the general path's error
-    stream.defer_encoded(entries, (last_ms, last_seq), used)
-    if sticky:
-        topics.took_run(key)
-    appends = ctx.appends
-    appends.defer(stream, key, siblings, reply_for)
-    round_ = appends.round
-    if stream.pending_bytes >= DEFER_MAX_BYTES:  # bounded memory: write now
-        appends.commit()
-    return end, replies, len(entries), stream, round_
+
+    def scan(last_ms, last_seq, clock_ms, max_entry_bytes, budget):
+        return _xaddrun.scan(data, pos, key, last_ms, last_seq, clock_ms, max_entry_bytes, budget)
+
+    return ctx.session.append_run(key, scan)
 
 
 _XADD_SPEC = COMMANDS["xadd"]
@@ -432,13 +271,7 @@ def xtrim(ctx, argv):
     ``~`` trims whole segments only (and at most LIMIT entries).
     """
     args = _parse_add_or_trim(ctx, argv, xadd=False)
-    stream = ctx.server.topics.get(argv[1])
-    if stream is None:
-        return 0
-    removed = _trim(stream, args)
-    if removed:
-        _after_write(ctx, argv[1], stream)
-    return removed
+    return ctx.session.trim(argv[1], _trim_of(args))
 
 
 # ------------------------------------------------------- XRANGE / XREVRANGE
@@ -525,14 +358,10 @@ def xdel(ctx, argv):
 
     Deletion markers in the log: bytes are never rewritten in place.
     """
-    stream = ctx.server.topics.get(argv[1])
-    if stream is None:
-        return 0
+    if not ctx.session.exists(argv[1]):
+        return 0  # Redis looks the key up before it parses the IDs
     ids = [parse_strict_id(raw) for raw in argv[2:]]
-    deleted = stream.delete(ids)
-    if deleted:
-        _after_write(ctx, argv[1], stream)
-    return deleted
+    return ctx.session.delete(argv[1], ids)
 
 
 @command(
@@ -562,11 +391,8 @@ def xsetid(ctx, argv):
             i += 2
         else:
             raise syntax_error()
-    stream = ctx.server.topics.get(argv[1])
-    if stream is None:
+    if not ctx.session.set_id(argv[1], new_last, entries_added, max_deleted):
         raise err(NO_SUCH_KEY)
-    stream.set_id(new_last, entries_added=entries_added, max_deleted_entry_id=max_deleted)
-    _after_write(ctx, argv[1], stream)
     return OK
 
 
@@ -770,9 +596,7 @@ def xread_poll(ctx, data: bytes, out: list, route=None):
         refused = route(_XREAD_SPEC, [b"XREAD", b"COUNT", b"%d" % count, b"STREAMS", key, b"%d-%d" % (ms, seq)])
         if refused is not None:
             raise refused
-    appends = ctx.appends
-    if appends.streams:
-        appends.commit()  # as Dispatcher.call: nothing but XADD may see a deferred entry
+    ctx.session.commit_deferred()  # as Dispatcher.call: nothing but XADD may see a deferred entry
     topics = ctx.server.topics
     stream = topics.read_target(key)
     if stream is None:

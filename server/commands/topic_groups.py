@@ -52,7 +52,7 @@ def _partition_group(ctx, topic: bytes, p: int, group: bytes):
 
 def _note_stores(ctx, stores) -> None:
     for store in stores:
-        ctx.note_write(store)
+        ctx.session.wrote_group(store)
 
 
 # ------------------------------------------------------------ XREADGROUP
@@ -90,7 +90,7 @@ def _serve_partition(ctx, m, p: int, consumer: bytes, count: int, noack: bool, n
         if live:
             store.redeliver(m.group, consumer, live, now_ms)
             ctx.server.topics.note_entries_out(len(live))
-        ctx.note_write(store)
+        ctx.session.wrote_group(store)
     remaining = count - len(chunks) if count else 0
     if not count or remaining > 0:
         raw = _g._serve_new(ctx, _g._Target(pkey, stream, store, group, None), consumer,
@@ -168,7 +168,7 @@ async def xreadgroup(ctx, args):
                     served.extend(_serve_topic_history(ctx, plan, args, now_ms))
             elif plan.after is not None:
                 plan.store.touch_consumer(plan.group.name, args.consumer, now_ms)
-                ctx.note_write(plan.store)
+                ctx.session.wrote_group(plan.store)
                 served.append((plan.key, _g._serve_history(ctx, plan, args.consumer, args.count, now_ms)))
             else:
                 raw = _g._serve_new(ctx, plan, args.consumer, args.count, args.noack, now_ms)

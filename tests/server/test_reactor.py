@@ -192,7 +192,7 @@ def _fill(h, key=b"s", n=30, value=b"v"):
     ctx = Context(h.state, h.state.new_client("t:1", "t:0", -1), h.dispatcher)
     for i in range(1, n + 1):
         h.dispatcher.call(ctx, [b"XADD", key, b"%d-0" % i, b"f", value])
-    ctx.appends.commit()
+    ctx.session.commit_deferred()
     return ctx
 
 
@@ -494,7 +494,7 @@ async def test_a_failed_commit_of_taken_runs_answers_the_error(tmp_path):
         for forget_seq in (False, True):
             stream.log.append = failing_append
             if forget_seq:
-                h.dispatcher.appends.flush_seq = 0
+                h.state.broker.appends.flush_seq = 0
             steps = served.steps.count
             await sock.send(_batch(3, start=1))
             with trio.fail_after(_PATIENCE_S):

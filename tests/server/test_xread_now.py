@@ -26,10 +26,10 @@ def loop_harness(path, entries: int):
     h = TopicsHarness(path)
     client = h.state.new_client("t:1", "t:0", -1)
     ctx = Context(h.state, client, h.dispatcher)
-    ctx.may_defer = True
+    ctx.session.may_defer = True
     for i in range(1, entries + 1):
         _run(h.dispatcher.call(ctx, [b"XADD", b"s", b"%d-0" % i, b"f", b"v%d" % i]))
-    ctx.appends.commit()
+    ctx.session.commit_deferred()
     return h, ctx
 
 

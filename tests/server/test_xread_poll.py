@@ -163,7 +163,7 @@ async def _serve(root, requests: list[bytes], polls: bool, protocol: int):
             ctx = Context(h.state, h.state.new_client("t:1", "t:0", -1), h.dispatcher)
             for i in range(1, 40):
                 h.dispatcher.call(ctx, [b"XADD", b"s", b"%d-0" % i, b"f", b"v%d" % i])
-            ctx.appends.commit()
+            ctx.session.commit_deferred()
             h.dispatcher.call(ctx, [b"XDEL", b"s", b"5-0"])
             h.dispatcher.call(ctx, [b"TOPIC", b"CREATE", b"t", b"PARTITIONS", b"2"])
             h.dispatcher.call(ctx, [b"XADD", b"t#1", b"1-1", b"a", b"b"])
@@ -173,8 +173,8 @@ async def _serve(root, requests: list[bytes], polls: bool, protocol: int):
                 for seq in range(5):
                     h.dispatcher.call(ctx, [b"XADD", b"big", b"%d-%d" % (ms, seq), b"field", b"x" * (ms % 17)])
                 if ms % 9 == 0:
-                    ctx.appends.commit()
-            ctx.appends.commit()
+                    ctx.session.commit_deferred()
+            ctx.session.commit_deferred()
             replies = []
             async with trio.open_nursery() as nursery:
                 sock, _ = h.connect(nursery)
@@ -232,13 +232,13 @@ def _poll_bytes(key=b"s", after=b"0-0", count=b"10"):
 def test_deferred_appends_are_committed_before_the_poll_reads(tmp_path):
     h = TopicsHarness(tmp_path)
     writer = Context(h.state, h.state.new_client("t:1", "t:0", -1), h.dispatcher)
-    writer.may_defer = True
+    writer.session.may_defer = True
     reader = Context(h.state, h.state.new_client("t:2", "t:0", -1), h.dispatcher)
-    reader.may_defer = True
+    reader.session.may_defer = True
     first = h.dispatcher.call(writer, [b"XADD", b"s", b"*", b"f", b"v"])
-    writer.appends.commit()
+    writer.session.commit_deferred()
     second = h.dispatcher.call(writer, [b"XADD", b"s", b"*", b"f", b"v"])
-    assert h.dispatcher.appends.streams  # the second entry still waits for its batch
+    assert h.state.broker.has_deferred()  # the second entry still waits for its batch
     out: list = []
     assert h.dispatcher.read_poll(reader, _poll_bytes(), out)
     reply = hiredis.Reader()
@@ -251,7 +251,7 @@ def _one_entry(tmp_path):
     """A harness whose stream ``s`` holds one entry, and a connection's context."""
     h = TopicsHarness(tmp_path)
     ctx = Context(h.state, h.state.new_client("t:1", "t:0", -1), h.dispatcher)
-    ctx.may_defer = True
+    ctx.session.may_defer = True
     h.dispatcher.call(ctx, [b"XADD", b"s", b"1-1", b"f", b"v"])
     return h, ctx
 

@@ -1,0 +1,62 @@
+"""The broker core: one protocol-neutral layer every front-end calls.
+
+Owns: the composition of what a write or a read needs beyond its partition
+log: deferred appends (``appends``), key events and blocked readers
+(``keys``), the fsync policy (``durability``, set by the composition root),
+replication in a cluster (``replication``, likewise), and the sessions
+through which front-ends act for their clients (``session()``; every
+operation is a ``Session`` method, and collects the receipt its reply waits
+for). docs/architecture.md has the API and what a receipt guarantees.
+
+Must not know: sockets, RESP or Kafka bytes, reply shapes, error texts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cluster.broker.appends import DeferredAppends
+from cluster.broker.keys import KeyEvents, TooManyBlockedError
+from cluster.broker.session import (
+    DEFER_MAX_BYTES,
+    EntryTooLargeError,
+    Receipt,
+    Session,
+    Trim,
+    XAddPlan,
+)
+
+__all__ = [
+    "Broker", "Session", "Receipt", "Trim", "XAddPlan", "EntryTooLargeError", "TooManyBlockedError",
+    "DEFER_MAX_BYTES",
+]
+
+
+class Broker:
+    """One per server process."""
+
+    def __init__(self, topics: Any, config: Any) -> None:
+        self.topics = topics
+        self.config = config
+        self.keys = KeyEvents(config)
+        self.appends = DeferredAppends(self)
+        self.durability: Any = None  # the fsync policy (group commit), set by the composition root
+        # In a cluster (cluster.runtime.replication.Replication): routing,
+        # leadership and in-sync checks, acks=all waits, forwarding; else None.
+        self.replication: Any = None
+
+    def session(self, client_id: int = 0) -> Session:
+        """A session for one client (``client_id`` spreads its forwarded
+        appends over the links to a leader)."""
+        return Session(self, client_id)
+
+    def has_deferred(self) -> bool:
+        """Whether deferred appends wait for their commit (a front-end yields
+        once before it settles, so that other clients' appends of the same
+        scheduler tick share the batch)."""
+        return bool(self.appends.streams)
+
+    def commit_deferred(self) -> None:
+        appends = self.appends
+        if appends.streams:
+            appends.commit()
