@@ -47,7 +47,7 @@ import logging
 import os
 
 from cluster import topics
-from cluster.broker import EntryTooLargeError
+from cluster.broker import EntryTooLargeError, TooManyBlockedError
 from cluster.errors import ClusterError, Moved, Refused
 from server.errors import INVALID_STREAM_ID, CommandError
 from storage.errors import CORRUPT, READ_FAILED, WRITE_FAILED, Refusal, StorageError
@@ -63,6 +63,12 @@ TOO_LARGE = "Elements are too large to be stored"
 def _needs_partition_key(topic: str, partitions: int) -> str:
     return (f"'{topic}' is a topic of {partitions} partitions: this command needs a "
             f"partition key ('{topic}#0' .. '{topic}#{partitions - 1}')")
+
+
+def _replication_factor_fixed(wanted: int, actual: int, cluster: bool) -> str:
+    where = "this cluster's replication-factor" if cluster else "a single node"
+    return (f"REPLICATION-FACTOR {wanted} not possible: every partition has {actual} "
+            f"replica(s) on {where} (set replication-factor on every node)")
 
 
 _INVALID_CONFIG_VALUE = "invalid value '{value}' for topic config '{name}': must be "
@@ -117,6 +123,11 @@ REFUSALS = {
     topics.CONFIG_OUT_OF_RANGE: ("ERR", _INVALID_CONFIG_VALUE + "between {minimum} and {maximum}"),
     topics.RENAME_UNSUPPORTED: (
         "ERR", "RENAME is not supported for Partita topics (their logs cannot be moved atomically yet)"),
+    topics.TOPIC_DESCRIBE_NEEDS_TOPIC: ("ERR", "TOPIC DESCRIBE takes a topic name, not a partition key"),
+    topics.TOPIC_DELETE_NEEDS_TOPIC: (
+        "ERR", "'{key}' is a partition key: partitions cannot be deleted one by one, TOPIC DELETE takes the "
+               "topic name"),
+    topics.REPLICATION_FACTOR_FIXED: ("ERR", _replication_factor_fixed),
 }
 
 
@@ -172,6 +183,9 @@ def reply_for(exc: BaseException) -> CommandError | None:
         return refusal(exc)
     if isinstance(exc, EntryTooLargeError):
         return entry_too_large(exc.entry_bytes, exc.max_entry_bytes)
+    if isinstance(exc, TooManyBlockedError):
+        return CommandError("ERR", f"max-blocked-clients reached ({exc.limit} clients already blocked); "
+                                   "retry later or raise max-blocked-clients")
     if isinstance(exc, ClusterError):
         if isinstance(exc, Moved):  # Redis Cluster's redirect (docs/replication.md)
             return CommandError("MOVED", f"{exc.slot} {exc.leader.address}")
