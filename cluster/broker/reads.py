@@ -77,7 +77,6 @@ class ReadPlan:
 
     def __init__(self, keys: Sequence[bytes], after: Sequence[Any], count: int = 0,
                  block_ms: int | None = None, one_partition: bool = False) -> None:
-        assert len(keys) == len(after) and (len(keys) == 1 or not one_partition)
         self.keys = keys
         self.after = after
         self.count = count
@@ -209,14 +208,18 @@ class ReadOps:
         entries (or none at all) are left out. None for a ``one_partition``
         plan whose key is not one existing partition (nothing was done)."""
         self.commit_deferred()
-        if plan.one_partition:
+        assert len(plan.keys) == len(plan.after) and (len(plan.keys) == 1 or not plan.one_partition)
+        if plan.one_partition:  # (a consumer's poll: the hot path, inline)
             key = plan.keys[0]
-            stream = self.broker.topics.read_target(key)
+            topics = self.broker.topics
+            stream = topics.read_target(key)
             if stream is None:
                 return None
-            found: list = []
-            self._read_into(found, key, stream, plan.after[0], plan.count, True)
-            return found
+            entries = stream.read_after(plan.after[0], plan.count or None, view=True)
+            if not entries.count:
+                return []
+            topics.note_entries_out(entries.count)
+            return [(key, entries)]
         keys, positions = self._positions(plan)
         return self._read_positions(keys, positions, True)
 
