@@ -454,8 +454,11 @@ def xreadgroup_now(ctx, argv):
 )
 def xack(ctx, argv):
     """XACK key group id [id ...]"""
-    ids, late = _late(lambda: parse_strict_id_tuples(argv[3:]))  # checked once the group is found
-    return ctx.session.ack(argv[1], argv[2], ids or (), late)
+    try:
+        ids, late = parse_strict_id_tuples(argv[3:]), None
+    except StreamIdError as e:  # given once the group is found, as Redis checks
+        ids, late = (), e
+    return ctx.session.ack(argv[1], argv[2], ids, late)
 
 
 # -------------------------------------------------------------- XPENDING
