@@ -33,6 +33,7 @@ from cluster.broker import Broker, TooManyBlockedError
 from server.acl import AclRegistry
 from server.config import Config
 from server.errors import CommandError
+from server.failures import too_many_blocked
 
 REDIS_VERSION = "7.0.15"  # the Redis version whose behaviour Partita matches
 
@@ -333,8 +334,7 @@ class ServerState:
         try:
             return await self.broker.keys.wait_for_keys(keys, timeout_s, internal=internal)
         except TooManyBlockedError as e:
-            raise CommandError("ERR", f"max-blocked-clients reached ({e.limit} clients already blocked); "
-                               "retry later or raise max-blocked-clients") from None
+            raise too_many_blocked(e.limit) from None
 
     def key_count(self) -> int:
         try:

@@ -6,7 +6,8 @@ of checks as in redis ``t_stream.c``), and shaping replies. The read path
 never decodes entries: XRANGE/XREAD reply with ``Raw`` over the stored bytes.
 
 Consumer groups (XGROUP, XREADGROUP, XACK, ..., XINFO GROUPS/CONSUMERS)
-belong to ``server.commands.groups``, which also supplies XINFO STREAM's ``groups``.
+belong to ``server.commands.groups``; XINFO STREAM's ``groups`` come from the
+broker's group operations (``server.group_replies`` shapes them).
 
 Must not know: sockets, RESP bytes, segment files. Keys become streams only
 through ``ctx.server.topics`` (``cluster.topics.TopicRegistry``).
@@ -41,6 +42,7 @@ from server.errors import (
 )
 from server.commands.topics import expand_read_args, read_partitions_after, topic_len, topic_range
 from server.failures import reply_for
+from server.group_replies import groups_full_reply
 from server.registry import COMMANDS, POLLS, RUNS, command, container, nowait_path
 from server.reply import NULL_ARRAY, OK, Map, Raw, Simple
 from storage.entry_codec import decode_entry
@@ -690,8 +692,6 @@ def xinfo_stream(ctx, argv):
             count = parse_int(opts[2])
             if count < 0:
                 count = 10
-    from server.commands.groups import group_count, groups_full_info  # groups import this module
-
     length = stream.length
     tree_keys = math.ceil(length / max(stream.node_max_entries, 1))
     info = Map()
@@ -705,9 +705,9 @@ def xinfo_stream(ctx, argv):
     if full:
         entries = stream.range(MIN_ID, MAX_ID, count or None)
         info["entries"] = Raw(entries.count, entries.chunks)
-        info["groups"] = groups_full_info(stream, count)
+        info["groups"] = groups_full_reply(ctx.session.groups_full(argv[2], count))
     else:
-        info["groups"] = group_count(stream)
+        info["groups"] = ctx.session.group_count(argv[2])
         info["first-entry"] = _entry_value(stream.first_entry())
         info["last-entry"] = _entry_value(stream.last_entry())
     log = stream.log

@@ -11,7 +11,8 @@ topic of several partitions (``ctx.server.topics.is_multi(key)``):
 - XREAD: each partition read from the same ID (``$``: each partition's own
   last ID), replied under its partition key ``<topic>#<n>``.
 
-Group commands on topic keys (membership) are in ``server.commands.topic_groups``.
+Group commands on topic keys (membership) are the broker's group operations
+(``server.commands.groups`` and, for TOPIC GROUPS, ``server.group_replies``).
 
 Must not know: sockets, RESP bytes, files. Keys reach storage only through
 ``ctx.server.topics`` (``cluster.topics.TopicRegistry``).
@@ -26,6 +27,7 @@ from server.acl import key_filter
 from server.args import parse_int
 from server.commands.keyspace import glob_match
 from server.errors import err, syntax_error
+from server.group_replies import topic_groups_reply
 from server.registry import command, container
 from server.reply import OK, Map, Raw, Simple
 from storage.entry_codec import split_entries
@@ -243,9 +245,7 @@ def topic_describe(ctx, argv):
     info["partition-info"] = parts
     if ctx.server.replication is not None:
         info["replication-factor"] = ctx.server.replication.manager.placement.replication_factor
-    from server.commands.topic_groups import groups_view
-
-    info["groups"] = groups_view(ctx, topic, None)
+    info["groups"] = topic_groups_reply(ctx.session.topic_groups(topic))
     return info
 
 
@@ -268,9 +268,7 @@ def topic_groups(ctx, argv):
     topics = ctx.server.topics
     if not topics.exists(topic) or topics.topic_of(topic) != topic:
         raise err(f"unknown topic '{topic.decode('utf-8', 'replace')}'")
-    from server.commands.topic_groups import groups_view
-
-    return groups_view(ctx, topic, argv[3] if len(argv) == 4 else None)
+    return topic_groups_reply(ctx.session.topic_groups(topic, argv[3] if len(argv) == 4 else None))
 
 
 # ------------------------------------------------- stream commands on topics
