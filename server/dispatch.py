@@ -55,8 +55,8 @@ class Context:
       of log files' mappings: set where replies are encoded, when the
       encoder met ``Entries`` (``reply.encode_into``), and by ``read_poll``;
       the connection sends them at once or copies them before it awaits
-      anything. No handler sets it (XREADGROUP's still does, with
-      ``read_view``, until its reads go through the broker).
+      anything. No handler sets it (XREADGROUP's still does, from its
+      ``Delivery.views``, until its deliveries are ``Entries`` too).
     """
 
     __slots__ = ("server", "client", "dispatcher", "session", "deferred_marks", "views")
@@ -107,16 +107,6 @@ def unknown_subcommand(argv: list[bytes]) -> CommandError:
 
 # Commands that run at once even inside MULTI (redis server.c::processCommand).
 _MULTI_IMMEDIATE = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"})
-
-# The consumer-group commands, whose handlers still read streams themselves
-# rather than through Session operations (each of which commits deferred
-# appends first, cluster.broker.reads): the dispatcher commits before them.
-# Goes once group operations are Session methods (cluster/broker/groups.py).
-_COMMIT_FIRST = frozenset({
-    "xreadgroup", "xack", "xpending", "xclaim", "xautoclaim", "xinfo|groups", "xinfo|consumers",
-    "xgroup|create", "xgroup|setid", "xgroup|destroy", "xgroup|createconsumer", "xgroup|delconsumer",
-    "xgroup|config",
-})
 
 # Lines of an HTTP request, as commands: a web page that makes a browser POST
 # to the server (cross protocol scripting). Redis's processCommand refuses
@@ -183,9 +173,6 @@ class Dispatcher:
             arity = spec.arity
             n = len(argv)
             if (n == arity) if arity >= 0 else (n >= -arity):
-                appends = self.broker.appends
-                if appends.streams and spec.name in _COMMIT_FIRST:
-                    appends.commit()
                 if spec.is_async:
                     if spec.now is not None:
                         return self._call_now(spec, ctx, argv)
@@ -297,9 +284,6 @@ class Dispatcher:
                 return CommandError("ERR", "Transaction too big: client-query-buffer-limit reached")
             client.multi_queue.append((spec, argv))
             return QUEUED
-        appends = self.broker.appends
-        if appends.streams and spec.name in _COMMIT_FIRST:
-            appends.commit()
         if spec.is_async:
             return self._call_async(spec, ctx, argv)
         return self._call_sync(spec, ctx, argv)

@@ -136,16 +136,36 @@ def _flags(flags: str | tuple[str, ...] | frozenset[str]) -> frozenset[str]:
     return items
 
 
+# Subcommands declared before their container, by container name: command
+# modules load in any order and never import each other (XINFO's container
+# is declared with XINFO STREAM, XINFO GROUPS elsewhere).
+_ORPHANS: dict[str, list[CommandSpec]] = {}
+
+
+def _adopt(parent: CommandSpec, spec: CommandSpec) -> None:
+    sub = spec.name.split("|", 1)[1]
+    assert sub not in parent.subcommands, f"duplicate subcommand {spec.name}"
+    parent.subcommands[sub] = spec
+
+
 def _register(spec: CommandSpec, table: dict[str, CommandSpec] = COMMANDS) -> CommandSpec:
     if "|" in spec.name:
-        parent_name, sub = spec.name.split("|", 1)
-        parent = COMMANDS[parent_name]
-        assert sub not in parent.subcommands, f"duplicate subcommand {spec.name}"
-        parent.subcommands[sub] = spec
+        parent = COMMANDS.get(spec.name.split("|", 1)[0])
+        if parent is None:
+            _ORPHANS.setdefault(spec.name.split("|", 1)[0], []).append(spec)
+        else:
+            _adopt(parent, spec)
     else:
         assert spec.name not in COMMANDS and spec.name not in PEER_COMMANDS, f"duplicate command {spec.name}"
         table[spec.name] = spec
+        for orphan in _ORPHANS.pop(spec.name, ()):
+            _adopt(spec, orphan)
     return spec
+
+
+def orphans() -> list[str]:
+    """Subcommands whose container was never declared (a mistake)."""
+    return [spec.name for specs in _ORPHANS.values() for spec in specs]
 
 
 def command(

@@ -10,6 +10,10 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
+from server.registry import orphans
+
 for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
     if not _module.startswith("_"):
         importlib.import_module(f"{__name__}.{_module}")
+
+assert not orphans(), f"subcommands without a container: {orphans()}"

@@ -9,8 +9,8 @@ broker's ``Entries`` (the stored bytes, possibly views of the log files,
 which the connection owns: server.reply).
 
 Consumer groups (XGROUP, XREADGROUP, XACK, ..., XINFO GROUPS/CONSUMERS)
-belong to ``server.commands.groups``, which also supplies XINFO STREAM
-FULL's ``groups`` until group operations are Session methods.
+belong to ``server.commands.groups``; XINFO STREAM's ``groups`` come from the
+broker's group operations (``server.group_replies`` shapes them).
 
 Must not know: sockets, RESP bytes, segment files, topics and partitions
 (the broker's).
@@ -42,6 +42,7 @@ from server.errors import (
     wrong_arity,
 )
 from server.failures import reply_for
+from server.group_replies import groups_full_reply
 from server.registry import COMMANDS, POLLS, RUNS, command, container, nowait_path
 from server.reply import NULL_ARRAY, OK, Map, Simple
 from storage.entry_codec import decode_entry
@@ -622,10 +623,7 @@ def xinfo_stream(ctx, argv):
     info["recorded-first-entry-id"] = found.recorded_first_entry_id.encode()
     if full:
         info["entries"] = found.entries
-        # The groups' part: server.commands.groups's, until group operations are Session methods.
-        from server.commands.groups import groups_full_info
-
-        info["groups"] = groups_full_info(ctx.server.topics.get(key), count)
+        info["groups"] = groups_full_reply(ctx.session.groups_full(key, count))
     else:
         info["groups"] = found.groups
         info["first-entry"] = _entry_value(found.first_entry)

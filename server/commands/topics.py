@@ -4,9 +4,9 @@ Owns: ``TOPIC CREATE | DESCRIBE | LIST | ALTER | DELETE | GROUPS | HELP``:
 argument parsing, one call of the client's broker session (``ctx.session``:
 cluster.broker.reads) and the reply shapes. What stream commands do with a
 topic key of several partitions (XLEN's sum, XRANGE's merge, XREAD's
-fan-out) is the broker's; group commands on topic keys are in
-``server.commands.topic_groups``, which also gives TOPIC GROUPS and TOPIC
-DESCRIBE their groups until group operations are Session methods.
+fan-out) is the broker's, and so are group commands on topic keys
+(membership: ``server.commands.groups``; TOPIC GROUPS and TOPIC DESCRIBE's
+groups are shaped by ``server.group_replies``).
 
 Must not know: sockets, RESP bytes, files, partitions and where they live.
 """
@@ -18,6 +18,7 @@ from server.acl import key_filter
 from server.args import parse_int
 from server.errors import err, syntax_error
 from server.glob import glob_match
+from server.group_replies import topic_groups_reply
 from server.registry import command, container
 from server.reply import OK, Map, Simple
 
@@ -204,10 +205,7 @@ def topic_describe(ctx, argv):
     info["partition-info"] = parts
     if "replication-factor" in desc:
         info["replication-factor"] = desc["replication-factor"]
-    # The groups: server.commands.topic_groups's, until group operations are Session methods.
-    from server.commands.topic_groups import groups_view
-
-    info["groups"] = groups_view(ctx, topic, None)
+    info["groups"] = topic_groups_reply(ctx.session.topic_groups(topic))
     return info
 
 
@@ -228,7 +226,4 @@ def topic_groups(ctx, argv):
         raise syntax_error()
     topic = argv[2]
     ctx.session.require_topic(topic)
-    # The groups: server.commands.topic_groups's, until group operations are Session methods.
-    from server.commands.topic_groups import groups_view
-
-    return groups_view(ctx, topic, argv[3] if len(argv) == 4 else None)
+    return topic_groups_reply(ctx.session.topic_groups(topic, argv[3] if len(argv) == 4 else None))

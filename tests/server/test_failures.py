@@ -15,6 +15,8 @@ from __future__ import annotations
 import pytest
 
 from cluster import topics
+from cluster.broker import groups as group_ops
+from cluster.broker.groups import GroupOpError
 from cluster.topics import TopicError
 from cluster.errors import ClusterDown, Moved, NotEnoughReplicas, Paused, Refused, TryAgain
 from cluster.nodes import Node
@@ -49,6 +51,22 @@ CASES = [
      "ERR MAXDELIVERIES must be between 0 and 4294967295"),
     (GroupError(groups.DEAD_LETTER_NEEDS_KEY), "ERR MAXDELIVERIES needs a DEADLETTER key"),
     (GroupError(groups.DEAD_LETTER_NEEDS_MAX), "ERR DEADLETTER needs MAXDELIVERIES > 0"),
+    # The broker's group operations: keys and groups printed as C strings (up to a NUL), as Redis does.
+    (GroupOpError(group_ops.KEY_MISSING, key=b"s"),
+     "ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want to use the "
+     "MKSTREAM option to create an empty stream automatically."),
+    (GroupOpError(group_ops.NO_SUCH_KEY, key=b"s"), "ERR no such key"),
+    (GroupOpError(group_ops.NO_KEY_OR_GROUP, key=b"s\x00tail", group=b"g"),
+     "NOGROUP No such key 's' or consumer group 'g'"),
+    (GroupOpError(group_ops.NO_GROUP_FOR_KEY, key=b"s", group=b"g\x00tail"),
+     "NOGROUP No such consumer group 'g' for key name 's'"),
+    (GroupOpError(group_ops.NO_GROUP_TO_READ, key=b"s", group=b"g"),
+     "NOGROUP No such key 's' or consumer group 'g' in XREADGROUP with GROUP option"),
+    (GroupOpError(group_ops.GROUP_GONE, key=b"s", group=b"g"),
+     "NOGROUP the consumer group this client was blocked on no longer exists"),
+    (GroupOpError(group_ops.KEY_GONE, key=b"s"), "UNBLOCKED the stream key no longer exists"),
+    (GroupOpError(group_ops.DEAD_LETTER_IS_SOURCE, key=b"s"),
+     "ERR the DEADLETTER key must differ from the stream key"),
     (TopicError(topics.BAD_PARTITION_KEY, key=b"orders#01"),
      "ERR invalid partition key 'orders#01': '#<digits>' at the end of a key is reserved for "
      "'<topic>#<partition>'"),
