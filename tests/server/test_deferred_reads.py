@@ -20,7 +20,8 @@ from tests.server.support import TopicsHarness, answered
 @pytest.fixture
 def clients(tmp_path):
     """A harness with ``s`` (one entry, committed) and ``t`` (2 partitions,
-    one entry in t#1), a writer whose XADDs are deferred, and a reader."""
+    one entry in t#1), each with group ``g`` at 0, a writer whose XADDs are
+    deferred, and a reader."""
     h = TopicsHarness(tmp_path)
     writer = Context(h.state, h.state.new_client("t:1", "t:0", -1), h.dispatcher)
     writer.session.may_defer = True
@@ -33,6 +34,8 @@ def clients(tmp_path):
     call(writer, b"XADD", b"s", b"1-1", b"f", b"v")
     call(writer, b"TOPIC", b"CREATE", b"t", b"PARTITIONS", b"2")
     call(writer, b"XADD", b"t#1", b"1-1", b"f", b"v")
+    call(writer, b"XGROUP", b"CREATE", b"s", b"g", b"0")
+    call(writer, b"XGROUP", b"CREATE", b"t", b"g", b"0")
     yield h, writer, reader, call
     h.state.topics.close()
 
@@ -57,6 +60,10 @@ READS = [
     ([b"XINFO", b"STREAM", b"s"], lambda r, new_id: r["length"] == 2),
     ([b"TOPIC", b"DESCRIBE", b"t"], lambda r, new_id: r["entries"] == 2),
     ([b"INFO", b"topics"], lambda r, new_id: b"entries_in_total:3" in encode(r)),
+    ([b"XREADGROUP", b"GROUP", b"g", b"c", b"STREAMS", b"s", b">"], lambda r, new_id: new_id in encode(r)),
+    ([b"XREADGROUP", b"GROUP", b"g", b"c", b"COUNT", b"5", b"STREAMS", b"t", b">"],
+     lambda r, new_id: new_id in encode(r)),
+    ([b"XINFO", b"GROUPS", b"s"], lambda r, new_id: r[0]["lag"] == 2),
 ]
 
 
