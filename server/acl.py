@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from server.errors import CommandError
+from server.glob import glob_match
 from server.registry import COMMANDS, CommandSpec
 
 # Redis 7.0's categories, in ACL CAT order.
@@ -255,8 +256,7 @@ class User:
     def may_access_key(self, key: bytes) -> bool:
         if self.allkeys:
             return True
-        match = _glob_match()
-        return any(match(pattern, key) for pattern in self.key_patterns)
+        return any(glob_match(pattern, key) for pattern in self.key_patterns)
 
     # -- describing ------------------------------------------------------
 
@@ -297,19 +297,6 @@ class User:
         parts.append("&*" if self.allchannels else "resetchannels")
         parts.append(self.describe_commands())
         return " ".join(parts)
-
-
-_GLOB = None
-
-
-def _glob_match():
-    """Redis's ``stringmatchlen`` (lives with KEYS/SCAN; imported late to avoid a cycle)."""
-    global _GLOB
-    if _GLOB is None:
-        from server.commands.keyspace import glob_match
-
-        _GLOB = glob_match
-    return _GLOB
 
 
 # -- the permission check --------------------------------------------------------

@@ -565,7 +565,8 @@ class Connection:
                             marks.append((len(out), session.deferred, 0))
                             session.deferred = None
                         # Read per reply: HELLO may switch protocol mid-batch.
-                        encode_into(out, reply, client.protocol)
+                        if encode_into(out, reply, client.protocol):
+                            ctx.views = True  # entries as views of log mappings: sent at once or copied
                     if client.close_after_reply or self.stopping:
                         if not client.kill_requested:  # killed by its own command (POST): nothing is sent
                             await self._flush(out)

@@ -51,9 +51,12 @@ class Context:
     - ``deferred_marks``: where the replies of deferred appends sit in the
       batch (``(position, token, count)``, kept by the connection): a
       failed commit turns them into the error.
-    - ``views``: a handler set it when its reply holds views of log files'
-      mappings (``read_view`` says when it may): the connection sends those
-      at once or copies them before it awaits anything.
+    - ``views``: the connection's mark that the replies in hand hold views
+      of log files' mappings: set where replies are encoded, when the
+      encoder met ``Entries`` (``reply.encode_into``), and by ``read_poll``;
+      the connection sends them at once or copies them before it awaits
+      anything. No handler sets it (XREADGROUP's still does, from its
+      ``Delivery.views``, until its deliveries are ``Entries`` too).
     """
 
     __slots__ = ("server", "client", "dispatcher", "session", "deferred_marks", "views")
@@ -75,10 +78,11 @@ class Context:
         self.session.may_block = value
 
     def read_view(self) -> bool:
-        """Whether a read's reply may hold views of log mappings
-        (``Stream.read_after(view=True)``): only on a connection's own loop
-        (``session.may_defer``), outside MULTI/EXEC, for a reply that goes
-        out before the connection awaits anything."""
+        """Whether XREADGROUP's handler may read views of log mappings
+        (``Stream.read_after(view=True)``, then it sets ``views``): only on
+        a connection's own loop (``session.may_defer``), outside
+        MULTI/EXEC. The broker's reads return ``Entries`` instead, which the
+        connection owns wherever it is."""
         session = self.session
         return session.may_defer and session.may_block and not self.client.in_multi
 
@@ -163,8 +167,6 @@ class Dispatcher:
         """Run one command; a reply value, or a coroutine for a blocking one."""
         client = ctx.client
         spec = self._plain.get(argv[0])
-        if self.broker.appends.streams and (spec is None or spec.name != "xadd"):
-            self.broker.appends.commit()  # nothing but XADD may see a deferred entry
         if spec is not None and client.authenticated and not client.in_multi and client.acl is None:
             # Hot path: a known plain command (no subcommands) spelled as
             # seen before, outside MULTI, from an authenticated client.
@@ -234,6 +236,7 @@ class Dispatcher:
         try:
             if poll(ctx, data, out, self.route) is None:
                 return False
+            ctx.views = True  # the entries are views of log mappings: send at once, or copy
         except CommandError as e:
             reply = e
         except Exception as e:
@@ -430,6 +433,9 @@ class Dispatcher:
         if client.multi_error:
             self._end_multi(ctx)
             return CommandError("EXECABORT", "Transaction discarded because of previous errors.")
+        # Appends deferred before EXEC are written first: they happened
+        # before it, and a WATCHed key they change fails it.
+        ctx.session.commit_deferred()
         if client.watch_dirty:
             self._end_multi(ctx)
             return NULL_ARRAY

@@ -77,6 +77,12 @@ def _needs_partition_key(topic: str, partitions: int) -> str:
             f"partition key ('{topic}#0' .. '{topic}#{partitions - 1}')")
 
 
+def _replication_factor_fixed(wanted: int, actual: int, cluster: bool) -> str:
+    where = "this cluster's replication-factor" if cluster else "a single node"
+    return (f"REPLICATION-FACTOR {wanted} not possible: every partition has {actual} "
+            f"replica(s) on {where} (set replication-factor on every node)")
+
+
 _INVALID_CONFIG_VALUE = "invalid value '{value}' for topic config '{name}': must be "
 
 # Refusal code -> (Redis error code, text). A ``{field}`` in the text is
@@ -142,6 +148,11 @@ REFUSALS = {
     topics.CONFIG_OUT_OF_RANGE: ("ERR", _INVALID_CONFIG_VALUE + "between {minimum} and {maximum}"),
     topics.RENAME_UNSUPPORTED: (
         "ERR", "RENAME is not supported for Partita topics (their logs cannot be moved atomically yet)"),
+    topics.TOPIC_DESCRIBE_NEEDS_TOPIC: ("ERR", "TOPIC DESCRIBE takes a topic name, not a partition key"),
+    topics.TOPIC_DELETE_NEEDS_TOPIC: (
+        "ERR", "'{key}' is a partition key: partitions cannot be deleted one by one, TOPIC DELETE takes the "
+               "topic name"),
+    topics.REPLICATION_FACTOR_FIXED: ("ERR", _replication_factor_fixed),
 }
 
 

@@ -29,11 +29,9 @@ from typing import Any, Callable
 
 import trio
 
-from cluster.broker import Broker, TooManyBlockedError
+from cluster.broker import Broker
 from server.acl import AclRegistry
 from server.config import Config
-from server.errors import CommandError
-from server.failures import too_many_blocked
 
 REDIS_VERSION = "7.0.15"  # the Redis version whose behaviour Partita matches
 
@@ -329,12 +327,9 @@ class ServerState:
 
     async def wait_for_keys(self, keys: list[bytes], timeout_s: float | None, *, internal: bool = False) -> bool:
         """Wait until one of ``keys`` is signalled; False on timeout
-        (``cluster.broker.keys.KeyEvents.wait_for_keys``), with Redis's
-        words for a full ``max-blocked-clients``."""
-        try:
-            return await self.broker.keys.wait_for_keys(keys, timeout_s, internal=internal)
-        except TooManyBlockedError as e:
-            raise too_many_blocked(e.limit) from None
+        (``cluster.broker.keys.KeyEvents.wait_for_keys``; its
+        TooManyBlockedError becomes Redis's words in server/failures.py)."""
+        return await self.broker.keys.wait_for_keys(keys, timeout_s, internal=internal)
 
     def key_count(self) -> int:
         try:

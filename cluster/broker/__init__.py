@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from cluster.broker.appends import DeferredAppends
 from cluster.broker.keys import KeyEvents, TooManyBlockedError
+from cluster.broker.reads import AFTER_LAST, LAST_ENTRY, ReadPlan, StreamInfo
 from cluster.broker.session import (
     DEFER_MAX_BYTES,
     EntryTooLargeError,
@@ -31,7 +32,7 @@ from cluster.broker.session import (
 
 __all__ = [
     "Broker", "Session", "Receipt", "Trim", "XAddPlan", "EntryTooLargeError", "TooManyBlockedError",
-    "DEFER_MAX_BYTES",
+    "DEFER_MAX_BYTES", "ReadPlan", "StreamInfo", "AFTER_LAST", "LAST_ENTRY",
 ]
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from cluster.broker.groups import GroupOps
+from cluster.broker.reads import ReadOps
 from cluster.errors import Moved
 from cluster.peer.messages import AppendRequest
 from cluster.replica_manager import NotEnoughReplicasError, NotLeaderError
@@ -104,7 +105,7 @@ class Receipt:
         self.repl_pending = repl_pending
 
 
-class Session(GroupOps):
+class Session(GroupOps, ReadOps):
     """One client's handle on a ``Broker`` (``Broker.session()``)."""
 
     __slots__ = ("broker", "client_id", "flush_seq", "repl_pending", "repl_writes", "may_defer", "may_block",

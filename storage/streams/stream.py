@@ -128,7 +128,10 @@ def wall_clock_ms() -> int:
 
 @dataclass(frozen=True, slots=True)
 class Entries:
-    """Encoded entries ready to follow ``*<count>``: what XRANGE/XREAD send."""
+    """Encoded entries ready to follow ``*<count>``: what XRANGE/XREAD send.
+    Read with ``view=True`` the chunks may be views of a segment file's
+    mapping: send them at once or copy them (a log cut back later must never
+    be read through them)."""
 
     count: int
     chunks: list

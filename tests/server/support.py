@@ -146,6 +146,20 @@ class TopicsHarness(Harness):
         self.state.topics = TopicRegistry.open(path, self.state.config)
 
 
+def answered(reply):
+    """The reply of ``Dispatcher.call``, running a command's coroutine to its
+    end when it returned one; it must not wait."""
+    from server.dispatch import COROUTINE
+
+    if type(reply) is COROUTINE:
+        try:
+            reply.send(None)
+        except StopIteration as done:
+            return done.value
+        raise AssertionError("the command waited")
+    return reply
+
+
 def xadd_request(key=b"s", value=b"v"):
     return encode_command([b"XADD", key, b"*", b"f", value])
 

@@ -814,10 +814,10 @@ async def test_runs_of_xadds_get_the_replies_and_batches_of_the_general_path(tmp
         assert b"cmdstat_xadd:calls=17," in info and b"failed_calls=2" in info
         nursery.cancel_scope.cancel()
     # One batch for the first XADD, one for the run committed by the XLEN
-    # (the too-large entry wrote nothing), two for the rest of that receive
-    # (the first `xadd` spelled in lower case commits as an unseen command
-    # name does), one for each later receive.
-    assert batch_counts(h.state.topics.get(b"s").log) == [1, 4, 1, 1, 3, 2]
+    # (the too-large entry wrote nothing), one for the rest of that receive
+    # (nothing but a read commits: not a command name spelled as never
+    # before either), one for each later receive.
+    assert batch_counts(h.state.topics.get(b"s").log) == [1, 4, 2, 3, 2]
     h.state.topics.close()
 
 

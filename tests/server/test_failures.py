@@ -97,6 +97,14 @@ CASES = [
      "ERR invalid value '12' for topic config 'segment-bytes': must be between 1024 and 2147483648"),
     (TopicError(topics.RENAME_UNSUPPORTED),
      "ERR RENAME is not supported for Partita topics (their logs cannot be moved atomically yet)"),
+    (TopicError(topics.TOPIC_DESCRIBE_NEEDS_TOPIC, key=b"orders#1"),
+     "ERR TOPIC DESCRIBE takes a topic name, not a partition key"),
+    (TopicError(topics.TOPIC_DELETE_NEEDS_TOPIC, key=b"orders#1"),
+     "ERR 'orders#1' is a partition key: partitions cannot be deleted one by one, TOPIC DELETE takes the "
+     "topic name"),
+    (TopicError(topics.REPLICATION_FACTOR_FIXED, wanted=2, actual=3, cluster=True),
+     "ERR REPLICATION-FACTOR 2 not possible: every partition has 3 replica(s) on this cluster's "
+     "replication-factor (set replication-factor on every node)"),
 ]
 
 
@@ -118,6 +126,13 @@ def test_an_entry_over_max_entry_bytes():
     assert entry_too_large(2000, 1024).line == (
         "ERR Elements are too large to be stored: the entry has 2000 bytes of fields and values, "
         "over the topic's max-entry-bytes (1024)")
+
+
+def test_a_full_max_blocked_clients():
+    from cluster.broker import TooManyBlockedError
+
+    assert reply_for(TooManyBlockedError(2)).line == (
+        "ERR max-blocked-clients reached (2 clients already blocked); retry later or raise max-blocked-clients")
 
 
 def _line(exc: Exception) -> bytes:
