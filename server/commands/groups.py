@@ -426,7 +426,10 @@ async def xreadgroup(ctx, argv):
     On a multi-partition topic key the consumer is a member of the group
     and reads its assigned partitions, under their partition keys.
     """
-    read = _parse_xreadgroup(argv, ctx.read_view())
+    # No views of the log's mappings here: the reply reaches the connection
+    # across awaits (the wait, the peer watch's nursery), and a log cut back
+    # meanwhile would leave a view of a truncated mapping (SIGBUS when sent).
+    read = _parse_xreadgroup(argv, False)
     return _read_reply(ctx, await ctx.session.read_group(read))
 
 
