@@ -31,7 +31,7 @@ from typing import Any, Iterable
 
 from server.errors import CommandError
 from server.glob import glob_match
-from server.registry import COMMANDS, CommandSpec
+from server.registry import DECLARED, CommandSpec
 
 # Redis 7.0's categories, in ACL CAT order.
 CATEGORIES: tuple[str, ...] = (
@@ -72,7 +72,7 @@ def has_spaces(text: str) -> bool:
 
 def _leaf_specs() -> Iterable[CommandSpec]:
     """Every runnable spec: plain commands, subcommands, containers with a handler."""
-    for spec in COMMANDS.values():
+    for spec in DECLARED.values():
         if spec.handler is not None:
             yield spec
         yield from spec.subcommands.values()
@@ -95,11 +95,11 @@ def _names_for_command_rule(name: str) -> frozenset[str] | None:
     """``xadd`` -> {xadd}; ``config`` -> {config|get, ...}; ``config|get`` -> itself."""
     if "|" in name:
         parent, sub = name.split("|", 1)
-        spec = COMMANDS.get(parent)
+        spec = DECLARED.get(parent)
         if spec is None or sub not in spec.subcommands:
             return None
         return frozenset((name,))
-    spec = COMMANDS.get(name)
+    spec = DECLARED.get(name)
     if spec is None:
         return None
     names = {sub.name for sub in spec.subcommands.values()}

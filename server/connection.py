@@ -43,7 +43,6 @@ from server.durability import DurabilityError
 from server.reactor import SHUT
 from server.replication import AcksFailed
 from server.errors import ProtocolError
-from server.registry import POLLS, RUNS
 from server.reply import encode, encode_into
 from server.resp import QueryBufferLimitError, RequestParser
 
@@ -419,8 +418,9 @@ class Connection:
         session = ctx.session
         appends = self.server.broker.appends
         marks = ctx.deferred_marks
-        xadd_run = self.dispatcher.xadd_run if "xadd" in RUNS else None
-        poll = self.dispatcher.read_poll if "xread" in POLLS else None
+        table = self.dispatcher.table
+        xadd_run = self.dispatcher.xadd_run if "xadd" in table.runs else None
+        poll = self.dispatcher.read_poll if "xread" in table.polls else None
         self._polls = poll is not None
         # The next request's early try (_SPECULATE_MAX_MISSES), plain sockets only.
         speculate = False

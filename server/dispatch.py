@@ -25,7 +25,7 @@ from server.acl import denied as acl_denied
 from server.acl import denied_at_exec as acl_denied_at_exec
 from server.errors import CommandError, wrong_arity
 from server.failures import reply_for
-from server.registry import COMMANDS, POLLS, RUNS, CommandSpec
+from server.registry import CommandSpec, CommandTable, client_table
 from server.reply import NULL_ARRAY, OK, QUEUED, encode_into
 
 log = logging.getLogger("partita.dispatch")
@@ -121,9 +121,12 @@ ATTACK_LOG_INTERVAL_S = 60.0
 class Dispatcher:
     """Runs commands for the connections of one server."""
 
-    def __init__(self, server: Any, commands: dict[str, CommandSpec] = COMMANDS) -> None:
+    def __init__(self, server: Any, table: CommandTable | None = None) -> None:
         self.server = server
-        self.commands = commands  # the port's table: COMMANDS, or the cluster bus's (server/bus.py)
+        # The port's table: the client port's (registry.client_table()), or
+        # the cluster bus's (server/bus.py); a new one of its own by default.
+        self.table = table if table is not None else client_table()
+        self.commands = self.table.commands
         self.stats = server.stats
         self._cache: dict[bytes, CommandSpec] = {}
         self._plain: dict[bytes, CommandSpec] = {}  # raw name -> spec without subcommands
@@ -131,8 +134,7 @@ class Dispatcher:
         # Cluster mode: ``route(spec, argv)`` refuses keys led elsewhere (-MOVED).
         replication = getattr(server, "replication", None)
         self.route = replication.route if replication is not None else None
-        self._poll = POLLS.get("xread") if "xread" in commands else None  # read_poll's one form
-        self._poll_spec = COMMANDS.get("xread")
+        self._poll_spec = self.commands.get("xread")
         self._attack_logged_s: float | None = None  # when ATTACK_LOG was last written
 
     def lookup(self, argv: list[bytes]) -> CommandSpec | CommandError:
@@ -193,7 +195,7 @@ class Dispatcher:
         not paused, lease held), checked once for the run as ``call`` checks
         it per command. Statistics count each command as ``call`` would.
         """
-        run = RUNS.get("xadd")
+        run = self.table.runs.get("xadd")
         client = ctx.client
         if (run is None or not client.authenticated or client.in_multi
                 or client.acl is not None or not ctx.session.may_defer):
@@ -216,7 +218,7 @@ class Dispatcher:
 
     def read_poll(self, ctx: Context, data: bytes, out: list) -> bool:
         """Whether ``data`` was exactly one command in a poll form
-        (``registry.POLLS``: ``XREAD COUNT n STREAMS key id``, a consumer's
+        (the table's ``polls``: ``XREAD COUNT n STREAMS key id``, a consumer's
         poll) whose encoded reply is now appended to ``out``, answered
         without the parser and the general dispatch. False for any other
         bytes, where ``call`` would not take its hot path (not
@@ -227,7 +229,7 @@ class Dispatcher:
         the cluster's route) and the call is counted.
         """
         client = ctx.client
-        poll = self._poll
+        poll = self.table.polls.get("xread")
         if poll is None or not client.authenticated or client.in_multi or client.acl is not None:
             return False
         spec = self._poll_spec

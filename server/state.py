@@ -106,6 +106,12 @@ class Stats:
         return int((c1 - c0) / (t1 - t0))
 
 
+def valid_client_name(name: bytes) -> bool:
+    """Redis's rule for CLIENT SETNAME / HELLO SETNAME: printable ASCII
+    ('!'..'~'), no spaces."""
+    return all(33 <= b <= 126 for b in name)
+
+
 class Client:
     """One connection's session: identity, protocol, auth, MULTI state."""
 

@@ -1,7 +1,7 @@
 """Command handlers, one module per command family.
 
 Importing this package imports every module in it, so each module's
-``@command`` declarations land in ``server.registry.COMMANDS``. A new family
+``@command`` declarations land in ``server.registry.DECLARED`` (a server runs a table built from them, ``registry.client_table()``). A new family
 needs only a new module here; nothing else lists them.
 """
 

@@ -43,7 +43,7 @@ from server.errors import (
 )
 from server.failures import reply_for
 from server.group_replies import groups_full_reply
-from server.registry import COMMANDS, POLLS, RUNS, command, container, nowait_path
+from server.registry import DECLARED, command, container, nowait_path, poll_path, run_path
 from server.reply import NULL_ARRAY, OK, Map, Simple
 from storage.entry_codec import decode_entry
 from storage.streams.ids import (
@@ -254,9 +254,9 @@ def xadd_run(ctx, data: bytes, pos: int, route=None):
     return ctx.session.append_run(key, scan)
 
 
-_XADD_SPEC = COMMANDS["xadd"]
+_XADD_SPEC = DECLARED["xadd"]
 if _xaddrun is not None:
-    RUNS["xadd"] = xadd_run
+    run_path("xadd", xadd_run)
 
 
 @command(
@@ -534,9 +534,9 @@ def xread_poll(ctx, data: bytes, out: list, route=None):
     return True
 
 
-_XREAD_SPEC = COMMANDS["xread"]
+_XREAD_SPEC = DECLARED["xread"]
 if _xaddrun is not None:
-    POLLS["xread"] = xread_poll
+    poll_path("xread", xread_poll)
 
 
 # ------------------------------------------------------------------ XINFO

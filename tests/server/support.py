@@ -17,6 +17,7 @@ import trio
 import server.commands  # noqa: F401  (registers the commands)
 from server.config import Config
 from server.connection import Connection
+from server.registry import client_table
 from server.dispatch import Dispatcher
 from server.durability import Durability
 from server.resp import encode_command
@@ -103,14 +104,18 @@ class Harness:
     must happen without a scheduler pass between (bytes and EOF in one
     arrival)."""
 
-    def __init__(self, fsync="everysec", **config_values):
+    def __init__(self, fsync="everysec", commands=None, **config_values):
+        """``commands``: a test's own commands (``command(..., table=...)``)
+        added to the dispatcher's table."""
         config = Config()
         config.fsync = fsync
         for k, v in config_values.items():
             setattr(config, k, v)
         self.state = ServerState(config)
         self.state.durability = Durability(run_in_thread=run_inline)
-        self.dispatcher = Dispatcher(self.state)
+        table = client_table()
+        table.commands.update(commands or {})
+        self.dispatcher = Dispatcher(self.state, table)
         self.sends: list[bytes] = []
         self.peers: list[socket.socket] = []
 
