@@ -361,6 +361,24 @@ class Session(GroupOps, ReadOps):
             self._wrote_stream(key, stream)
         return deleted
 
+    def delete_each(self, key: bytes, ids: Sequence[StreamId]) -> list[bool]:
+        """XDELEX (KEEPREF): for each of ``ids`` in order, whether this call
+        deleted it (False: not in the stream, already deleted, or named
+        before in ``ids``). References in groups' pending lists stay."""
+        self.commit_deferred()
+        stream = self.broker.topics.get(key)
+        if stream is None:
+            return [False] * len(ids)
+        deleted = stream.delete_ids(ids)
+        if deleted:
+            self._wrote_stream(key, stream)
+        results = []
+        for stream_id in ids:
+            stream_id = StreamId(*stream_id)
+            results.append(stream_id in deleted)
+            deleted.discard(stream_id)
+        return results
+
     def set_id(self, key: bytes, last_id: StreamId, entries_added: int | None,
                max_deleted_entry_id: StreamId | None) -> bool:
         """XSETID; False when the key does not exist."""

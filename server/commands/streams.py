@@ -354,6 +354,56 @@ def xdel(ctx, argv):
     return ctx.session.delete(argv[1], ids)
 
 
+# XDELEX's policies for the references groups' pending lists hold (Redis 8.2).
+_DELEX_POLICIES = (b"KEEPREF", b"DELREF", b"ACKED")
+
+
+def _parse_ids_block(argv: list[bytes], start: int, policies: tuple[bytes, ...]) -> tuple[bytes, list[bytes]]:
+    """Redis 8.2's ``[<policy>] IDS numids id [id ...]`` at ``argv[start:]``
+    (the IDS block and the policy in either order): ``(policy, raw IDs)``,
+    KEEPREF when none was given."""
+    policy = None
+    raw_ids = None
+    i = start
+    while i < len(argv):
+        word = _keyword(argv[i])
+        if word in policies and policy is None:
+            policy = word
+            i += 1
+        elif word == b"IDS" and raw_ids is None and i + 1 < len(argv):
+            numids = parse_int(argv[i + 1], "Number of IDs must be a positive integer")
+            if numids <= 0:
+                raise err("Number of IDs must be a positive integer")
+            if numids > len(argv) - i - 2:
+                raise err("The `numids` parameter must match the number of arguments")
+            raw_ids = argv[i + 2:i + 2 + numids]
+            i += 2 + numids
+        else:
+            raise syntax_error()
+    if raw_ids is None:
+        raise syntax_error()
+    return policy or b"KEEPREF", raw_ids
+
+
+@command(
+    "xdelex", arity=-5, flags="write fast", keys=(1, 1, 1), group="stream", since="8.2.0",
+    summary="Deletes one or multiple entries from the stream.",
+    syntax="XDELEX key [KEEPREF | DELREF | ACKED] IDS numids id [id ...]",
+    acl_categories=("write", "stream", "fast"),
+)
+def xdelex(ctx, argv):
+    """XDELEX key [KEEPREF | DELREF | ACKED] IDS numids id [id ...]
+
+    Per ID: 1 deleted, -1 not in the stream. KEEPREF (the default): the
+    references groups' pending lists hold stay, as XDEL leaves them.
+    """
+    policy, raw_ids = _parse_ids_block(argv, 2, _DELEX_POLICIES)
+    if policy != b"KEEPREF":
+        raise err(f"XDELEX {policy.decode()} is not supported yet; KEEPREF (the default) is")
+    ids = [parse_strict_id(raw) for raw in raw_ids]
+    return [1 if deleted else -1 for deleted in ctx.session.delete_each(argv[1], ids)]
+
+
 @command(
     "xsetid", arity=-3, flags="write denyoom fast", keys=(1, 1, 1), group="stream", since="5.0.0",
     summary="An internal command for replicating stream values.",

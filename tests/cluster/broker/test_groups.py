@@ -10,15 +10,12 @@ dataclasses), the receipt its reply would wait for, and the refusals' codes.
 
 from __future__ import annotations
 
-import types
-
 import pytest
 import trio
 
-from cluster.broker import Broker, XAddPlan
+from cluster.broker import XAddPlan
 from cluster.broker import groups as ops
 from cluster.broker.groups import GroupOpError, GroupRead
-from cluster.topics import TopicRegistry
 from storage.entry_codec import decode_entry, split_entries
 from storage.streams.groups import GROUP_EXISTS, GroupError, groups_of
 from storage.streams.ids import StreamIdError, parse_strict_id
@@ -51,14 +48,10 @@ class Clock:
 
 
 @pytest.fixture
-def broker(tmp_path):
-    config = types.SimpleNamespace(fsync="always", max_blocked_clients=0, segment_bytes=1 << 20,
-                                   stream_node_max_entries=100, group_session_timeout_ms=SESSION_TIMEOUT_MS)
-    topics = TopicRegistry.open(tmp_path / "data", config)
-    b = Broker(topics, config, clock_ms=Clock())
+def broker(make_broker):
+    b = make_broker(clock_ms=Clock(), fsync="always", group_session_timeout_ms=SESSION_TIMEOUT_MS)
     b.durability = RecordingDurability()
-    yield b
-    topics.close()
+    return b
 
 
 def add(session, key: bytes, *fields: bytes):

@@ -18,19 +18,15 @@ import trio
 from trio.testing import wait_all_tasks_blocked
 
 from cluster import topics
-from cluster.broker import AFTER_LAST, LAST_ENTRY, Broker, ReadPlan, XAddPlan
-from cluster.topics import TopicError, TopicRegistry
+from cluster.broker import AFTER_LAST, LAST_ENTRY, ReadPlan, XAddPlan
+from cluster.topics import TopicError
 from storage.entry_codec import decode_entry, split_entries
 from storage.streams import Entries, StreamId
 
 
 @pytest.fixture
-def broker(tmp_path):
-    config = types.SimpleNamespace(segment_bytes=1 << 20, stream_node_max_entries=100, fsync="everysec",
-                                   max_blocked_clients=0, default_partitions=1)
-    registry = TopicRegistry.open(tmp_path / "data", config)
-    yield Broker(registry, config)
-    registry.close()
+def broker(make_broker):
+    return make_broker()
 
 
 def add(session, key: bytes, ms: int, seq: int = 0, value: bytes = b"v") -> None:
