@@ -595,10 +595,6 @@ class _Compiled(dict):
         fn = self[version] = self._make(version)
         return fn
 
-    def get(self, version, default=None):
-        fn = self[version]
-        return default if fn is None else fn
-
 
 def build(msg: s.Message) -> type:
     """The message class of ``msg``, with its generated ``decode`` and ``encode``.
@@ -650,7 +646,7 @@ def _decode(cls, data, version: int):
 
 def _decode_from(cls, buf, pos: int, version: int):
     """Decode this message from ``buf`` at ``pos``; returns ``(obj, end position)``."""
-    dec = cls._decoders.get(version)
+    dec = cls._decoders[version]
     if dec is None:
         raise DecodeError(f"{cls.NAME} has no version {version}")
     try:
@@ -672,7 +668,7 @@ def _encode_into(self, out: bytearray, version: int) -> bytearray:
     Raises:
         EncodeError: a value the version cannot carry (null where not nullable, too long).
     """
-    enc = self._encoders.get(version)
+    enc = self._encoders[version]
     if enc is None:
         raise EncodeError(f"{self.NAME} has no version {version}")
     try:

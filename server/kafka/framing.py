@@ -37,9 +37,9 @@ module does the same way (Kafka's ``SocketServer.parseRequestHeader``,
 
 from __future__ import annotations
 
-import dataclasses
 import struct
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from server.kafka import codec
 from server.kafka.errors import UNSUPPORTED_VERSION
@@ -59,8 +59,7 @@ class ProtocolViolation(Exception):
         self.reason = reason
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Request:
+class Request(NamedTuple):
     """A decoded request: header fields and the body (a ``codec`` message object)."""
 
     api_key: int
@@ -71,8 +70,7 @@ class Request:
     size_bytes: int  # the frame's size, header included (for request metrics and limits)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Answer:
+class Answer(NamedTuple):
     """A response the framing gives by itself (ApiVersions at an unknown version); send ``data``."""
 
     correlation_id: int
