@@ -244,7 +244,6 @@ class _Generator:
         self.cache = cache
         self.classes = classes
         self.prefix = prefix
-        self.counter = 0
 
     # -- helpers ----------------------------------------------------------
 
@@ -273,7 +272,6 @@ class _Generator:
         key = (kind, body_src)
         name = self.cache.get(key)
         if name is None:
-            self.counter += 1
             name = f"_{kind}{len(self.cache)}"
             src = body_src.replace("FN", name, 1)
             exec(compile(src, f"<kafka {self.prefix} {kind}>", "exec"), self.ns)
@@ -613,6 +611,7 @@ def build(msg: s.Message) -> type:
     cls = classes[msg.name]
     for name, c in classes.items():
         if name != msg.name:
+            assert not hasattr(cls, name), f"{msg.name}: struct {name} hides an attribute"
             c.__qualname__ = f"{msg.name}.{name}"
             setattr(cls, name, c)
     gen = _Generator(_NS, _CACHE, classes, msg.name)
@@ -673,9 +672,10 @@ def _encode_into(self, out: bytearray, version: int) -> bytearray:
         raise EncodeError(f"{self.NAME} has no version {version}")
     try:
         return enc(out, self)
-    except _struct.error as e:
+    except EncodeError as e:
         raise EncodeError(f"{self.NAME} v{version}: {e}") from None
-    except (AttributeError, TypeError) as e:
+    except (_struct.error, AttributeError, TypeError, ValueError) as e:
+        # a value of the wrong type or range, a string that is not UTF-8 encodable
         raise EncodeError(f"{self.NAME} v{version}: {type(e).__name__}: {e}") from None
 
 

@@ -45,6 +45,7 @@ Fetch 11, Metadata 5, ListOffsets 3 (docs/kafka.md has the table).
 from __future__ import annotations
 
 import dataclasses
+import keyword
 import re
 import uuid as _uuid
 from collections.abc import Iterable
@@ -223,6 +224,9 @@ def f(name: str, type_: FieldType, vers: str = "0+", *, nullable: str = "none",
       tag: int | None = None, tagged: str | None = None, default=_UNSET,
       flexible: str | None = None) -> Field:
     """Declare a field; ``tag`` makes it a tagged field in all its versions unless ``tagged`` says otherwise."""
+    assert name.isidentifier() and not keyword.iskeyword(name) and not name.startswith("_"), name
+    # Nullable structs (KIP-893, an int8 presence byte) are not needed by any declared message.
+    assert not (isinstance(type_, Struct) and nullable != "none"), f"{name}: nullable structs are not supported"
     fv = versions(vers)
     tv = NO_VERSIONS
     if tag is not None:

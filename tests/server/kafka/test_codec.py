@@ -242,6 +242,8 @@ def test_null_where_not_nullable_and_overlong_strings_are_encode_errors():
         codec.FindCoordinatorRequest(key="x" * 40000).encode(0)
     with pytest.raises(codec.EncodeError):
         codec.HeartbeatRequest(generation_id=2**31).encode(0)
+    with pytest.raises(codec.EncodeError, match="surrogates"):
+        codec.HeartbeatRequest(group_id="\udc80").encode(0)
     with pytest.raises(codec.EncodeError, match="no version 99"):
         codec.HeartbeatRequest().encode(99)
     with pytest.raises(codec.DecodeError, match="no version 99"):
