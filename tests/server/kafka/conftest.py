@@ -29,7 +29,6 @@ class FakeKafkaBroker:
         self.requests: list[framing.Request] = []  # every request decoded, in arrival order
         self.answers = 0  # ApiVersions asked at versions it does not know
         self.violations: list[str] = []
-        self.produced = threading.Condition()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._topic_ids: dict[str, uuid.UUID] = {}
@@ -55,11 +54,6 @@ class FakeKafkaBroker:
         for r in self.requests:
             out.setdefault(r.api_key, set()).add(r.api_version)
         return out
-
-    def wait_for_produce(self, count: int, timeout_s: float = 20.0) -> list[framing.Request]:
-        with self.produced:
-            self.produced.wait_for(lambda: len(self.produce_requests()) >= count, timeout=timeout_s)
-        return self.produce_requests()
 
     # -- I/O ----------------------------------------------------------------
 
@@ -97,9 +91,7 @@ class FakeKafkaBroker:
                             sock.sendall(ev.data)
                             continue
                         body = self._answer(ev)
-                        with self.produced:
-                            self.requests.append(ev)
-                            self.produced.notify_all()
+                        self.requests.append(ev)
                         if body is None:
                             continue
                         sock.sendall(framing.encode_response(ev.api_key, ev.api_version, ev.correlation_id, body))
