@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from server.registry import COMMANDS, command
-from tests.server.support import FakeLog
+from tests.server.support import FakeLog, IoWakes
 
 
 @pytest.fixture
@@ -33,3 +33,16 @@ def test_commands():
     yield events, logs
     del COMMANDS["test-write"]
     del COMMANDS["test-block"]
+
+
+@pytest.fixture
+async def io_wakes():
+    """The readiness waits of connection tasks that ended (``IoWakes``)."""
+    import trio
+
+    instrument = IoWakes()
+    trio.lowlevel.add_instrument(instrument)
+    try:
+        yield instrument
+    finally:
+        trio.lowlevel.remove_instrument(instrument)
