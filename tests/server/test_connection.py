@@ -13,11 +13,45 @@ import pytest
 import trio
 import trio.testing
 
+from server.connection import Receive, classify
 from server.durability import Durability
 from server.registry import COMMANDS, command
 from server.resp import encode_command
 from tests.server.support import (FakeLog, Harness, RoundGate, TopicsHarness, batch_counts, read_exactly,
                                   read_replies, scribble, unread_bytes, xadd_request)
+
+
+# -- what a receive is (server.connection.classify: pure, no sockets) --------
+
+_POLL = encode_command([b"XREAD", b"COUNT", b"10", b"STREAMS", b"s", b"0-0"])
+
+
+@pytest.mark.parametrize("data, at_boundary, kind", [
+    # The peer's EOF (or a failed receive), wherever the parser is.
+    (b"", True, Receive.EOF),
+    (b"", False, Receive.EOF),
+    # The rest of a command begun in an earlier receive: the parser's,
+    # whatever the bytes look like.
+    (b"$4\r\nECHO\r\n", False, Receive.PARTIAL),
+    (_POLL, False, Receive.PARTIAL),
+    (xadd_request() * 2, False, Receive.PARTIAL),
+    # One six-element array: maybe a consumer's poll (read_poll decides:
+    # two of them, or an XREAD with BLOCK, are declined there).
+    (_POLL, True, Receive.POLL),
+    (_POLL * 2, True, Receive.POLL),
+    (b"*6\r", True, Receive.POLL),
+    # Any other RESP array: runs of XADD key * ... are taken from its start
+    # (xadd_run decides: a PING is not one), the parser takes the rest.
+    (xadd_request() * 3, True, Receive.RUNS),
+    (xadd_request() + _POLL, True, Receive.RUNS),
+    (encode_command([b"PING"]), True, Receive.RUNS),
+    (b"*", True, Receive.RUNS),
+    # Inline commands.
+    (b"PING\r\n", True, Receive.COMMANDS),
+    (b"\r\n", True, Receive.COMMANDS),
+])
+def test_a_receive_is_classified_from_its_bytes_and_the_parsers_boundary(data, at_boundary, kind):
+    assert classify(data, at_boundary) is kind
 
 
 async def test_pipelined_replies_leave_in_one_send():
@@ -420,6 +454,21 @@ async def test_shutdown_sends_handed_over_replies_then_closes(test_commands):
             assert await read_exactly(sock2, 9) == b"$3\r\nw:b\r\n"
             conn2.stop()
             assert await read_exactly(sock2, 100) == b""
+
+
+async def test_a_shutdown_while_a_batch_waits_closes_it_before_its_blocking_command(test_commands):
+    """A shutdown that comes while a batch's first replies wait for their
+    round, before a blocking command of the same batch: the replies leave,
+    then the client is closed instead of blocking (the server would wait
+    for it until shutdown-timeout)."""
+    with RoundGate() as gate, trio.fail_after(10):
+        h = Harness(fsync="always", rounds=gate)
+        async with trio.open_nursery() as nursery:
+            sock, conn = await _connect_and_write(h, nursery, b"TEST-WRITE a\r\nTEST-BLOCK k\r\n")
+            conn.stop()  # in flight: its replies first
+            gate.open()
+            assert await read_exactly(sock, 100) == b"$3\r\nw:a\r\n"  # then closed
+            assert h.state.blocked_clients == 0 and h.state.clients == {}
 
 
 async def test_a_killed_client_does_not_hold_up_the_round(test_commands):

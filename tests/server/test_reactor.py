@@ -299,8 +299,9 @@ async def test_other_input_while_parked_is_handed_to_the_task_unread_once(tmp_pa
             assert served.steps.count > steps  # the task answered it
         # Each request was received once, whole (in the reactor's step), and
         # the task did not receive it again.
-        assert [data for data in h.recvs if data is not None] == [_poll() + _poll(b"1"), encode_command([b"XREAD", b"BLOCK", b"1", b"STREAMS", b"s", b"0"]),
-                         encode_command([b"ECHO", b"hi"])]
+        received = [data for data in h.recvs if data is not None]
+        assert received == [_poll() + _poll(b"1"), encode_command([b"XREAD", b"BLOCK", b"1", b"STREAMS", b"s", b"0"]),
+                            encode_command([b"ECHO", b"hi"])]
 
 
 async def test_a_reply_the_socket_does_not_take_is_finished_by_the_task(tmp_path):
