@@ -92,6 +92,9 @@ CONFIG_NOT_A_SIZE = "config-not-a-size"  # value, name
 CONFIG_NOT_AN_INTEGER = "config-not-an-integer"  # value, name
 CONFIG_OUT_OF_RANGE = "config-out-of-range"  # value, name, minimum, maximum
 RENAME_UNSUPPORTED = "rename-unsupported"
+TOPIC_DESCRIBE_NEEDS_TOPIC = "describe-needs-topic"  # key: TOPIC DESCRIBE of a partition key
+TOPIC_DELETE_NEEDS_TOPIC = "delete-needs-topic"  # key: TOPIC DELETE of a partition key
+REPLICATION_FACTOR_FIXED = "replication-factor-fixed"  # wanted, actual, cluster (bool): not the one every partition has
 
 
 class TopicError(Refusal):

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from server.errors import CommandError
-from server.registry import COMMANDS, CommandSpec
+from server.glob import glob_match
+from server.registry import DECLARED, CommandSpec
 
 # Redis 7.0's categories, in ACL CAT order.
 CATEGORIES: tuple[str, ...] = (
@@ -71,7 +72,7 @@ def has_spaces(text: str) -> bool:
 
 def _leaf_specs() -> Iterable[CommandSpec]:
     """Every runnable spec: plain commands, subcommands, containers with a handler."""
-    for spec in COMMANDS.values():
+    for spec in DECLARED.values():
         if spec.handler is not None:
             yield spec
         yield from spec.subcommands.values()
@@ -94,11 +95,11 @@ def _names_for_command_rule(name: str) -> frozenset[str] | None:
     """``xadd`` -> {xadd}; ``config`` -> {config|get, ...}; ``config|get`` -> itself."""
     if "|" in name:
         parent, sub = name.split("|", 1)
-        spec = COMMANDS.get(parent)
+        spec = DECLARED.get(parent)
         if spec is None or sub not in spec.subcommands:
             return None
         return frozenset((name,))
-    spec = COMMANDS.get(name)
+    spec = DECLARED.get(name)
     if spec is None:
         return None
     names = {sub.name for sub in spec.subcommands.values()}
@@ -255,8 +256,7 @@ class User:
     def may_access_key(self, key: bytes) -> bool:
         if self.allkeys:
             return True
-        match = _glob_match()
-        return any(match(pattern, key) for pattern in self.key_patterns)
+        return any(glob_match(pattern, key) for pattern in self.key_patterns)
 
     # -- describing ------------------------------------------------------
 
@@ -297,19 +297,6 @@ class User:
         parts.append("&*" if self.allchannels else "resetchannels")
         parts.append(self.describe_commands())
         return " ".join(parts)
-
-
-_GLOB = None
-
-
-def _glob_match():
-    """Redis's ``stringmatchlen`` (lives with KEYS/SCAN; imported late to avoid a cycle)."""
-    global _GLOB
-    if _GLOB is None:
-        from server.commands.keyspace import glob_match
-
-        _GLOB = glob_match
-    return _GLOB
 
 
 # -- the permission check --------------------------------------------------------

@@ -37,7 +37,7 @@ from server.durability import Durability
 from server.listener import accept_loop, bind_sockets
 from server.reactor import Reactor
 from cluster.runtime import replication
-from server import bus, tls
+from server import bus, registry, tls
 from server.peer_resp import RespLink
 from server.acl import warn_if_unprotected
 from server.state import REDIS_VERSION, ServerState, open_topics, partita_version
@@ -130,8 +130,8 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
     durability = Durability(round_fds_max=max(1, config.max_open_files // 4))
     durability.policy_of = getattr(topics, "fsync_policy_of", None)  # per-topic fsync
     state.durability = durability
-    dispatcher = Dispatcher(state)
-    bus_dispatcher = Dispatcher(state, bus.commands())  # the cluster bus's table
+    dispatcher = Dispatcher(state, registry.client_table())
+    bus_dispatcher = Dispatcher(state, bus.table())  # the cluster bus's table
     state.port = sockets[0].getsockname()[1]
     config.port = state.port
     connections: set = set()

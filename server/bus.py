@@ -44,7 +44,7 @@ from cluster.nodes import bus_port_of, parse_cluster_nodes
 from server import peer_resp
 from server.errors import CommandError, err, wrong_arity
 from server.listener import bind_sockets
-from server.registry import COMMANDS, PEER_COMMANDS, CommandSpec, command
+from server.registry import DECLARED, PEER_DECLARED, CommandTable, command
 from server.reply import OK
 from server.state import Client
 
@@ -71,11 +71,12 @@ def bind(config: Any) -> list[socket.socket]:
     return bind_sockets(config.bind, port(config))
 
 
-def commands() -> dict[str, CommandSpec]:
-    """The bus's command table."""
-    table = dict(PEER_COMMANDS)
-    table.update((name, COMMANDS[name]) for name in SHARED)
-    return table
+def table() -> CommandTable:
+    """A new table of the bus's commands: the peers' own and the few shared
+    with the client port (``SHARED``)."""
+    commands = dict(PEER_DECLARED)
+    commands.update((name, DECLARED[name]) for name in SHARED)
+    return CommandTable(commands)
 
 
 def new_client(config: Any, addr: str, laddr: str, fd: int) -> Client:

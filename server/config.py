@@ -286,6 +286,8 @@ OPTIONS: tuple[Option, ...] = (
            doc="node ids voting in the controller quorum, comma separated (empty: every node)"),
     Option("controller-session-timeout-ms", "int", 3000, minimum=1000, maximum=I64,
            doc="a node the controller has not heard from this long is fenced and loses its leaderships"),
+    Option("controller-snapshot-records", "int", 1000, minimum=2, maximum=I64,
+           doc="the controller snapshots its metadata and compacts its log every this many records"),
     Option("unclean-leader-election", "bool", False,
            doc="when no in-sync replica of a shard lives, elect any live replica (may lose acknowledged entries)"),
     Option("leader-rebalance-delay-ms", "int", 5000, minimum=-1, maximum=I64,

@@ -58,7 +58,6 @@ from server.durability import DurabilityError
 from server.reactor import SHUT
 from server.replication import AcksFailed
 from server.errors import ProtocolError
-from server import registry
 from server.reply import encode, encode_into
 from server.resp import QueryBufferLimitError, RequestParser
 
@@ -533,8 +532,9 @@ class Connection:
         session = ctx.session
         appends = self.server.broker.appends
         marks = ctx.deferred_marks
-        xadd_run = self.dispatcher.xadd_run if "xadd" in registry.RUNS else None
-        poll = self.dispatcher.read_poll if "xread" in registry.POLLS else None
+        table = self.dispatcher.table
+        xadd_run = self.dispatcher.xadd_run if "xadd" in table.runs else None
+        poll = self.dispatcher.read_poll if "xread" in table.polls else None
         self._polls = poll is not None
         # The next request's early try (_SPECULATE_MAX_MISSES), plain sockets only.
         speculate = False
@@ -642,7 +642,8 @@ class Connection:
                             marks.append((len(out), session.deferred, 0))
                             session.deferred = None
                         # Read per reply: HELLO may switch protocol mid-batch.
-                        encode_into(out, reply, client.protocol)
+                        if encode_into(out, reply, client.protocol):
+                            ctx.views = True  # entries as views of log mappings: sent at once or copied
                     if client.close_after_reply or self.state is not RUNNING:
                         if not client.kill_requested:  # killed by its own command (POST): nothing is sent
                             await self._flush(out)

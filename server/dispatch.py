@@ -25,7 +25,7 @@ from server.acl import denied as acl_denied
 from server.acl import denied_at_exec as acl_denied_at_exec
 from server.errors import CommandError, wrong_arity
 from server.failures import reply_for
-from server.registry import COMMANDS, POLLS, RUNS, CommandSpec
+from server.registry import CommandSpec, CommandTable, client_table
 from server.reply import NULL_ARRAY, OK, QUEUED, encode_into
 
 log = logging.getLogger("partita.dispatch")
@@ -51,9 +51,12 @@ class Context:
     - ``deferred_marks``: where the replies of deferred appends sit in the
       batch (``(position, token, count)``, kept by the connection): a
       failed commit turns them into the error.
-    - ``views``: a handler set it when its reply holds views of log files'
-      mappings (``read_view`` says when it may): the connection sends those
-      at once or copies them before it awaits anything.
+    - ``views``: the connection's mark that the replies in hand hold views
+      of log files' mappings: set where replies are encoded, when the
+      encoder met ``Entries`` (``reply.encode_into``), and by ``read_poll``;
+      the connection sends them at once or copies them before it awaits
+      anything. No handler sets it (XREADGROUP's still does, from its
+      ``Delivery.views``, until its deliveries are ``Entries`` too).
     """
 
     __slots__ = ("server", "client", "dispatcher", "session", "deferred_marks", "views")
@@ -75,10 +78,11 @@ class Context:
         self.session.may_block = value
 
     def read_view(self) -> bool:
-        """Whether a read's reply may hold views of log mappings
-        (``Stream.read_after(view=True)``): only on a connection's own loop
-        (``session.may_defer``), outside MULTI/EXEC, for a reply that goes
-        out before the connection awaits anything."""
+        """Whether XREADGROUP's handler may read views of log mappings
+        (``Stream.read_after(view=True)``, then it sets ``views``): only on
+        a connection's own loop (``session.may_defer``), outside
+        MULTI/EXEC. The broker's reads return ``Entries`` instead, which the
+        connection owns wherever it is."""
         session = self.session
         return session.may_defer and session.may_block and not self.client.in_multi
 
@@ -117,9 +121,12 @@ ATTACK_LOG_INTERVAL_S = 60.0
 class Dispatcher:
     """Runs commands for the connections of one server."""
 
-    def __init__(self, server: Any, commands: dict[str, CommandSpec] = COMMANDS) -> None:
+    def __init__(self, server: Any, table: CommandTable | None = None) -> None:
         self.server = server
-        self.commands = commands  # the port's table: COMMANDS, or the cluster bus's (server/bus.py)
+        # The port's table: the client port's (registry.client_table()), or
+        # the cluster bus's (server/bus.py); a new one of its own by default.
+        self.table = table if table is not None else client_table()
+        self.commands = self.table.commands
         self.stats = server.stats
         self._cache: dict[bytes, CommandSpec] = {}
         self._plain: dict[bytes, CommandSpec] = {}  # raw name -> spec without subcommands
@@ -127,8 +134,7 @@ class Dispatcher:
         # Cluster mode: ``route(spec, argv)`` refuses keys led elsewhere (-MOVED).
         replication = getattr(server, "replication", None)
         self.route = replication.route if replication is not None else None
-        self._poll = POLLS.get("xread") if "xread" in commands else None  # read_poll's one form
-        self._poll_spec = COMMANDS.get("xread")
+        self._poll_spec = self.commands.get("xread")
         self._attack_logged_s: float | None = None  # when ATTACK_LOG was last written
 
     def lookup(self, argv: list[bytes]) -> CommandSpec | CommandError:
@@ -163,8 +169,6 @@ class Dispatcher:
         """Run one command; a reply value, or a coroutine for a blocking one."""
         client = ctx.client
         spec = self._plain.get(argv[0])
-        if self.broker.appends.streams and (spec is None or spec.name != "xadd"):
-            self.broker.appends.commit()  # nothing but XADD may see a deferred entry
         if spec is not None and client.authenticated and not client.in_multi and client.acl is None:
             # Hot path: a known plain command (no subcommands) spelled as
             # seen before, outside MULTI, from an authenticated client.
@@ -191,7 +195,7 @@ class Dispatcher:
         not paused, lease held), checked once for the run as ``call`` checks
         it per command. Statistics count each command as ``call`` would.
         """
-        run = RUNS.get("xadd")
+        run = self.table.runs.get("xadd")
         client = ctx.client
         if (run is None or not client.authenticated or client.in_multi
                 or client.acl is not None or not ctx.session.may_defer):
@@ -214,7 +218,7 @@ class Dispatcher:
 
     def read_poll(self, ctx: Context, data: bytes, out: list) -> bool:
         """Whether ``data`` was exactly one command in a poll form
-        (``registry.POLLS``: ``XREAD COUNT n STREAMS key id``, a consumer's
+        (the table's ``polls``: ``XREAD COUNT n STREAMS key id``, a consumer's
         poll) whose encoded reply is now appended to ``out``, answered
         without the parser and the general dispatch. False for any other
         bytes, where ``call`` would not take its hot path (not
@@ -225,7 +229,7 @@ class Dispatcher:
         the cluster's route) and the call is counted.
         """
         client = ctx.client
-        poll = self._poll
+        poll = self.table.polls.get("xread")
         if poll is None or not client.authenticated or client.in_multi or client.acl is not None:
             return False
         spec = self._poll_spec
@@ -234,6 +238,7 @@ class Dispatcher:
         try:
             if poll(ctx, data, out, self.route) is None:
                 return False
+            ctx.views = True  # the entries are views of log mappings: send at once, or copy
         except CommandError as e:
             reply = e
         except Exception as e:
@@ -430,6 +435,9 @@ class Dispatcher:
         if client.multi_error:
             self._end_multi(ctx)
             return CommandError("EXECABORT", "Transaction discarded because of previous errors.")
+        # Appends deferred before EXEC are written first: they happened
+        # before it, and a WATCHed key they change fails it.
+        ctx.session.commit_deferred()
         if client.watch_dirty:
             self._end_multi(ctx)
             return NULL_ARRAY

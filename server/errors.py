@@ -64,3 +64,6 @@ def syntax_error() -> CommandError:
 
 def wrong_arity(name: str) -> CommandError:
     return CommandError("ERR", f"wrong number of arguments for '{name}' command")
+
+
+BAD_CLIENT_NAME = CommandError("ERR", "Client names cannot contain spaces, newlines or special characters.")

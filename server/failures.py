@@ -9,7 +9,7 @@ it as one.
 
 Owns: the Redis text of every refusal code of the layers below
 (``REFUSALS``: ``StreamIdError``, ``StreamError``, ``GroupError``,
-``TopicError``), Redis's word for word where Redis refuses the same thing
+``TopicError``, the broker's ``GroupOpError``), Redis's word for word where Redis refuses the same thing
 (t_stream.c), Partita's own otherwise; a Kafka front-end maps the same codes
 to its own errors. The cluster's refusals (cluster/errors.py) carry a code and an explanation;
 here they become Redis's texts: ``-MOVED <slot> <host>:<port>`` (Redis
@@ -47,7 +47,8 @@ import logging
 import os
 
 from cluster import topics
-from cluster.broker import EntryTooLargeError
+from cluster.broker import EntryTooLargeError, TooManyBlockedError
+from cluster.broker import groups as group_ops
 from cluster.errors import ClusterError, Moved, Refused
 from server.errors import INVALID_STREAM_ID, CommandError
 from storage.errors import CORRUPT, READ_FAILED, WRITE_FAILED, Refusal, StorageError
@@ -60,9 +61,26 @@ log = logging.getLogger("partita.storage")
 TOO_LARGE = "Elements are too large to be stored"
 
 
+KEY_MUST_EXIST = (
+    "The XGROUP subcommand requires the key to exist. Note that for CREATE you may want "
+    "to use the MKSTREAM option to create an empty stream automatically."
+)
+
+
+def _c(text: str) -> str:
+    """An argument as Redis prints it with ``%s`` (a C string: up to a NUL)."""
+    return text.partition("\x00")[0]
+
+
 def _needs_partition_key(topic: str, partitions: int) -> str:
     return (f"'{topic}' is a topic of {partitions} partitions: this command needs a "
             f"partition key ('{topic}#0' .. '{topic}#{partitions - 1}')")
+
+
+def _replication_factor_fixed(wanted: int, actual: int, cluster: bool) -> str:
+    where = "this cluster's replication-factor" if cluster else "a single node"
+    return (f"REPLICATION-FACTOR {wanted} not possible: every partition has {actual} "
+            f"replica(s) on {where} (set replication-factor on every node)")
 
 
 _INVALID_CONFIG_VALUE = "invalid value '{value}' for topic config '{name}': must be "
@@ -83,8 +101,21 @@ REFUSALS = {
     stream.SETID_BELOW_TOP: ("ERR", "The ID specified in XSETID is smaller than the target stream top item"),
     stream.SETID_ENTRIES_ADDED_BELOW_LENGTH: (
         "ERR", "The entries_added specified in XSETID is smaller than the target stream length"),
-    # The group commands check these first, with Redis's texts that name the
-    # key (server/commands/groups.py); the store's codes, should one escape:
+    # The broker's group operations (cluster/broker/groups.py): Redis's texts.
+    group_ops.KEY_MISSING: ("ERR", KEY_MUST_EXIST),
+    group_ops.NO_SUCH_KEY: ("ERR", "no such key"),
+    group_ops.NO_KEY_OR_GROUP: (
+        "NOGROUP", lambda key, group: f"No such key '{_c(key)}' or consumer group '{_c(group)}'"),
+    group_ops.NO_GROUP_FOR_KEY: (
+        "NOGROUP", lambda key, group: f"No such consumer group '{_c(group)}' for key name '{_c(key)}'"),
+    group_ops.NO_GROUP_TO_READ: (
+        "NOGROUP", lambda key, group: (f"No such key '{_c(key)}' or consumer group '{_c(group)}' "
+                                       "in XREADGROUP with GROUP option")),
+    group_ops.GROUP_GONE: ("NOGROUP", "the consumer group this client was blocked on no longer exists"),
+    group_ops.KEY_GONE: ("UNBLOCKED", "the stream key no longer exists"),
+    group_ops.DEAD_LETTER_IS_SOURCE: ("ERR", "the DEADLETTER key must differ from the stream key"),
+    # The group store's own (BUSYGROUP and the dead-letter settings reach
+    # clients through the operations above; the others should not escape):
     groups.GROUP_EXISTS: ("BUSYGROUP", "Consumer Group name already exists"),
     groups.NO_GROUP: ("NOGROUP", "No such consumer group '{group}'"),
     groups.NOT_AFTER_LAST_ID: ("ERR", "the IDs delivered to group '{group}' must follow its last-delivered-id"),
@@ -117,6 +148,11 @@ REFUSALS = {
     topics.CONFIG_OUT_OF_RANGE: ("ERR", _INVALID_CONFIG_VALUE + "between {minimum} and {maximum}"),
     topics.RENAME_UNSUPPORTED: (
         "ERR", "RENAME is not supported for Partita topics (their logs cannot be moved atomically yet)"),
+    topics.TOPIC_DESCRIBE_NEEDS_TOPIC: ("ERR", "TOPIC DESCRIBE takes a topic name, not a partition key"),
+    topics.TOPIC_DELETE_NEEDS_TOPIC: (
+        "ERR", "'{key}' is a partition key: partitions cannot be deleted one by one, TOPIC DELETE takes the "
+               "topic name"),
+    topics.REPLICATION_FACTOR_FIXED: ("ERR", _replication_factor_fixed),
 }
 
 
@@ -139,6 +175,12 @@ def entry_too_large(entry_bytes: int, max_entry_bytes: int) -> CommandError:
     """XADD of an entry over its topic's ``max-entry-bytes`` (nothing is written)."""
     return CommandError("ERR", f"{TOO_LARGE}: the entry has {entry_bytes} bytes of fields and values, "
                                f"over the topic's max-entry-bytes ({max_entry_bytes})")
+
+
+def too_many_blocked(limit: int) -> CommandError:
+    """A blocking read refused: ``max-blocked-clients`` readers already wait."""
+    return CommandError("ERR", f"max-blocked-clients reached ({limit} clients already blocked); "
+                               "retry later or raise max-blocked-clients")
 
 
 def misconf(exc: BaseException) -> CommandError:
@@ -172,6 +214,8 @@ def reply_for(exc: BaseException) -> CommandError | None:
         return refusal(exc)
     if isinstance(exc, EntryTooLargeError):
         return entry_too_large(exc.entry_bytes, exc.max_entry_bytes)
+    if isinstance(exc, TooManyBlockedError):
+        return too_many_blocked(exc.limit)
     if isinstance(exc, ClusterError):
         if isinstance(exc, Moved):  # Redis Cluster's redirect (docs/replication.md)
             return CommandError("MOVED", f"{exc.slot} {exc.leader.address}")

@@ -29,6 +29,7 @@ import trio
 from trio.lowlevel import wait_writable
 
 from server.reply import Map, Raw, Set
+from storage.streams.stream import Entries
 
 log = logging.getLogger("partita.connection")
 
@@ -111,11 +112,11 @@ async def _close(conn: Any, limit: bool = False) -> None:
     await trio.lowlevel.checkpoint()  # raises Cancelled: the connection's scope ends it
 
 
-# Reply types that can carry many bytes in few chunks (log reads: Raw, and the
-# lists / maps XREAD and XREADGROUP wrap them in). Other replies are small or
-# as large as the request that asked for them, and the connection's
-# every-4096-chunks check covers them.
-WEIGHED = frozenset({Raw, list, tuple, Map, dict, Set})
+# Reply types that can carry many bytes in few chunks (log reads: Entries and
+# Raw, and the lists / maps XREAD and XREADGROUP wrap them in). Other replies
+# are small or as large as the request that asked for them, and the
+# connection's every-4096-chunks check covers them.
+WEIGHED = frozenset({Entries, Raw, list, tuple, Map, dict, Set})
 
 
 def weigh(conn: Any, out: list) -> int:

@@ -1,10 +1,16 @@
 """The command table: every command declared once.
 
 Owns: ``CommandSpec`` (name, arity, flags, key positions, syntax line,
-summary, since, group, handler, subcommands) and the registration decorator.
-Arity checks, ``COMMAND`` / ``COMMAND INFO|DOCS|LIST|COUNT|GETKEYS`` and ACL
-categories are derived from these declarations and nothing else
-(redis ``commands/*.json``, ``server.c::commandCheckArity``).
+summary, since, group, handler, subcommands), the declarations (``command``,
+``container``, ``nowait_path``, ``run_path``, ``poll_path``: each command
+declared once, where its handler is defined) and ``CommandTable``, the table
+one server runs: built from the declarations by the composition root
+(``client_table()``; the cluster bus builds its own), so a test builds one
+of its own, adds its commands to it and throws it away, instead of changing
+what every server of the process sees. Arity checks, ``COMMAND`` /
+``COMMAND INFO|DOCS|LIST|COUNT|GETKEYS`` and ACL categories are derived from
+these declarations and nothing else (redis ``commands/*.json``,
+``server.c::commandCheckArity``).
 
 Must not know: sockets, RESP bytes, storage.
 
@@ -98,20 +104,37 @@ class CommandSpec:
         return list(range(self.first_key, min(last, len(argv) - 1) + 1, self.key_step or 1))
 
 
-COMMANDS: dict[str, CommandSpec] = {}  # the client port's commands (COMMAND lists these)
+DECLARED: dict[str, CommandSpec] = {}  # the client port's commands, as declared
 # Internal commands between cluster nodes, served on the cluster bus only
 # (``command(..., peer=True)``; server/bus.py): the client port does not
 # know them.
-PEER_COMMANDS: dict[str, CommandSpec] = {}
-# Run handlers: a command family's path for a run of one command taken
-# straight from received bytes (``Dispatcher.xadd_run``); name -> handler.
-RUNS: dict[str, Callable] = {}
-# Poll paths: a blocking command's form that a consumer sends one request
-# at a time, taken from received bytes (``Dispatcher.read_poll``); name ->
-# ``fn(ctx, data, out, route)`` appending the encoded reply and returning
-# True, or None to decline, having done nothing the general path would not
-# do first (as a ``nowait_path``).
-POLLS: dict[str, Callable] = {}
+PEER_DECLARED: dict[str, CommandSpec] = {}
+_RUNS: dict[str, Callable] = {}  # run_path declarations
+_POLLS: dict[str, Callable] = {}  # poll_path declarations
+
+
+@dataclass(eq=False)
+class CommandTable:
+    """The commands one server (or one of its ports) runs: ``commands`` by
+    lower-case name; ``runs``: a command's path for a run of it taken
+    straight from received bytes (``Dispatcher.xadd_run``); ``polls``: a
+    blocking command's form a consumer sends one request at a time, taken
+    from received bytes (``Dispatcher.read_poll``)."""
+
+    commands: dict[str, CommandSpec]
+    runs: dict[str, Callable] = field(default_factory=dict)
+    polls: dict[str, Callable] = field(default_factory=dict)
+
+    def add(self, spec: CommandSpec) -> CommandSpec:
+        """A command of this table only (tests' own commands)."""
+        assert "|" not in spec.name and spec.name not in self.commands, spec.name
+        self.commands[spec.name] = spec
+        return spec
+
+
+def client_table() -> CommandTable:
+    """A new table of every declared client-port command, run and poll path."""
+    return CommandTable(dict(DECLARED), dict(_RUNS), dict(_POLLS))
 
 
 def nowait_path(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -121,12 +144,32 @@ def nowait_path(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]
     a second try by the handler would see, before it returns None."""
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        spec = COMMANDS[name]
+        spec = DECLARED[name]
         assert spec.is_async and spec.now is None, name
         spec.now = fn
         return fn
 
     return decorate
+
+
+def run_path(name: str, fn: Callable) -> Callable:
+    """Declare ``fn(ctx, data, pos, route)`` as command ``name``'s path for a
+    run of it at ``data[pos:]``, taken from received bytes: ``(end,
+    replies, count, token)`` or None to decline (``Dispatcher.xadd_run``)."""
+    assert name in DECLARED and name not in _RUNS, name
+    _RUNS[name] = fn
+    return fn
+
+
+def poll_path(name: str, fn: Callable) -> Callable:
+    """Declare ``fn(ctx, data, out, route)`` as blocking command ``name``'s
+    poll form: when ``data`` is exactly one such request it appends the
+    encoded reply to ``out`` and returns True, or returns None to decline,
+    having done nothing the general path would not do first (as a
+    ``nowait_path``; ``Dispatcher.read_poll``)."""
+    assert name in DECLARED and name not in _POLLS, name
+    _POLLS[name] = fn
+    return fn
 
 
 def _flags(flags: str | tuple[str, ...] | frozenset[str]) -> frozenset[str]:
@@ -136,16 +179,40 @@ def _flags(flags: str | tuple[str, ...] | frozenset[str]) -> frozenset[str]:
     return items
 
 
-def _register(spec: CommandSpec, table: dict[str, CommandSpec] = COMMANDS) -> CommandSpec:
-    if "|" in spec.name:
-        parent_name, sub = spec.name.split("|", 1)
-        parent = COMMANDS[parent_name]
-        assert sub not in parent.subcommands, f"duplicate subcommand {spec.name}"
-        parent.subcommands[sub] = spec
-    else:
-        assert spec.name not in COMMANDS and spec.name not in PEER_COMMANDS, f"duplicate command {spec.name}"
+# Subcommands declared before their container, by container name: command
+# modules load in any order and never import each other (XINFO's container
+# is declared with XINFO STREAM, XINFO GROUPS elsewhere).
+_ORPHANS: dict[str, list[CommandSpec]] = {}
+
+
+def _adopt(parent: CommandSpec, spec: CommandSpec) -> None:
+    sub = spec.name.split("|", 1)[1]
+    assert sub not in parent.subcommands, f"duplicate subcommand {spec.name}"
+    parent.subcommands[sub] = spec
+
+
+def _register(spec: CommandSpec, table: dict[str, CommandSpec] = DECLARED) -> CommandSpec:
+    if table is not DECLARED and table is not PEER_DECLARED:  # a test's own
+        assert "|" not in spec.name and spec.name not in table, spec.name
         table[spec.name] = spec
+        return spec
+    if "|" in spec.name:
+        parent = DECLARED.get(spec.name.split("|", 1)[0])
+        if parent is None:
+            _ORPHANS.setdefault(spec.name.split("|", 1)[0], []).append(spec)
+        else:
+            _adopt(parent, spec)
+    else:
+        assert spec.name not in DECLARED and spec.name not in PEER_DECLARED, f"duplicate command {spec.name}"
+        table[spec.name] = spec
+        for orphan in _ORPHANS.pop(spec.name, ()):
+            _adopt(spec, orphan)
     return spec
+
+
+def orphans() -> list[str]:
+    """Subcommands whose container was never declared (a mistake)."""
+    return [spec.name for specs in _ORPHANS.values() for spec in specs]
 
 
 def command(
@@ -163,6 +230,7 @@ def command(
     option_keys: Callable[[list[bytes]], list[int]] | None = None,
     waits: bool = False,
     peer: bool = False,
+    table: dict[str, CommandSpec] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare a command (or ``container|sub`` subcommand) and register its handler.
 
@@ -170,8 +238,10 @@ def command(
     ``blocking`` (WAIT, CLUSTER FAILOVER, the internal long-poll fetch).
     ``option_keys``: see ``CommandSpec.option_keys``; every option that names
     a key the command writes, now or later, must be declared there.
-    ``peer``: an internal command between cluster nodes, in ``PEER_COMMANDS``
-    (the cluster bus) instead of ``COMMANDS`` (the client port).
+    ``peer``: an internal command between cluster nodes, in ``PEER_DECLARED``
+    (the cluster bus) instead of ``DECLARED`` (the client port).
+    ``table``: a plain command of that dict only, not declared for every
+    server (a test's own commands, handed to its dispatcher's table).
     """
 
     def decorate(handler: Callable[..., Any]) -> Callable[..., Any]:
@@ -198,7 +268,7 @@ def command(
                 key_finder=key_finder,
                 option_keys=option_keys,
             ),
-            PEER_COMMANDS if peer else COMMANDS,
+            table if table is not None else PEER_DECLARED if peer else DECLARED,
         )
         return handler
 
@@ -232,24 +302,3 @@ def container(
             acl_categories=acl_categories,
         )
     )
-
-
-def lookup(argv: list[bytes]) -> CommandSpec | None:
-    """The spec for ``argv``: the command, or its subcommand for containers.
-
-    Returns None for an unknown command. For a container with an unknown or
-    missing subcommand the container itself is returned (its handler is None);
-    the dispatcher turns that into Redis's unknown-subcommand error.
-    """
-    try:
-        name = argv[0].decode("ascii").lower()
-    except UnicodeDecodeError:
-        return None
-    spec = COMMANDS.get(name)
-    if spec is None or not spec.subcommands or len(argv) < 2:
-        return spec
-    try:
-        sub = argv[1].decode("ascii").lower()
-    except UnicodeDecodeError:
-        return spec
-    return spec.subcommands.get(sub, spec)

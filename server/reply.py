@@ -5,7 +5,8 @@ bytes for a connection's protocol version. Every RESP2/RESP3 difference lives
 in ``encode`` and nowhere else (redis ``networking.c::addReplyMapLen``,
 ``addReplyNull``).
 
-Must not know: sockets, commands, storage.
+Must not know: sockets, commands, storage (but for ``Entries``, the one
+storage type that is a reply value).
 
 Reply values:
 
@@ -27,12 +28,17 @@ value                  RESP2                       RESP3
 ``Verbatim(text)``     bulk string                 verbatim ``=txt:``
 ``Push(items)``        array                       push ``>``
 ``Raw(count, chunks)`` ``*count`` + chunks          same
+``Entries``            ``*count`` + chunks          same
 ``CommandError``       ``-CODE msg``               same
 =====================  ==========================  ============================
 
-``Raw`` carries bytes that are already RESP (a stream entry as stored on
-disk is ``*2 id *2n field value ...``, which is the same in RESP2 and RESP3):
-the read path sends stored bytes without decoding them.
+``Raw`` carries bytes that are already RESP. ``Entries``
+(``storage.streams.Entries``, what the broker's reads return) carries
+stream entries as stored on disk (``*2 id *2n field value ...``, the same in
+RESP2 and RESP3), sent without decoding them; its chunks may be views of a
+segment file's mapping, to be sent at once or copied before the connection
+waits for anything (a log may be cut back meanwhile). ``encode_into`` says
+when a reply held any: the connection owns them from there.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from server.errors import CommandError
+from storage.streams.stream import Entries
 
 
 class Simple(str):
@@ -108,8 +115,10 @@ def encode(value: Any, protocol: int = 2) -> bytes:
     return b"".join(out)
 
 
-def encode_into(out: list, value: Any, protocol: int) -> None:
-    """Append the encoding of ``value`` to ``out`` (a list of byte chunks)."""
+def encode_into(out: list, value: Any, protocol: int) -> bool:
+    """Append the encoding of ``value`` to ``out`` (a list of byte chunks).
+    True when it appended the chunks of ``Entries`` (possibly views of log
+    mappings: send ``out`` at once, or copy them before waiting)."""
     append = out.append
     t = type(value)
     if t is bytes or t is bytearray or t is memoryview:
@@ -127,16 +136,26 @@ def encode_into(out: list, value: Any, protocol: int) -> None:
         append(b"_\r\n" if protocol == 3 else b"$-1\r\n")
     elif t is list or t is tuple:
         append(b"*%d\r\n" % len(value))
+        mapped = False
         for item in value:
-            encode_into(out, item, protocol)
+            if encode_into(out, item, protocol):
+                mapped = True
+        return mapped
+    elif t is Entries:
+        append(b"*%d\r\n" % value.count)
+        out.extend(value.chunks)
+        return value.count > 0
     elif t is Raw:
         append(b"*%d\r\n" % value.count)
         out.extend(value.chunks)
     elif t is Map or t is dict:
         append((b"%%%d\r\n" if protocol == 3 else b"*%d\r\n") % (len(value) * (1 if protocol == 3 else 2)))
+        mapped = False
         for k, v in value.items():
             encode_into(out, k, protocol)
-            encode_into(out, v, protocol)
+            if encode_into(out, v, protocol):
+                mapped = True
+        return mapped
     elif t is bool:
         if protocol == 3:
             append(b"#t\r\n" if value else b"#f\r\n")
@@ -173,6 +192,7 @@ def encode_into(out: list, value: Any, protocol: int) -> None:
         encode_into(out, str(value), protocol)
     else:
         raise TypeError(f"cannot encode reply value of type {t.__name__}")
+    return False
 
 
 def _one_line(text: str) -> str:

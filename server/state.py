@@ -29,10 +29,9 @@ from typing import Any, Callable
 
 import trio
 
-from cluster.broker import Broker, TooManyBlockedError
+from cluster.broker import Broker
 from server.acl import AclRegistry
 from server.config import Config
-from server.errors import CommandError
 
 REDIS_VERSION = "7.0.15"  # the Redis version whose behaviour Partita matches
 
@@ -105,6 +104,12 @@ class Stats:
         if t1 <= t0 or c1 < c0:
             return 0
         return int((c1 - c0) / (t1 - t0))
+
+
+def valid_client_name(name: bytes) -> bool:
+    """Redis's rule for CLIENT SETNAME / HELLO SETNAME: printable ASCII
+    ('!'..'~'), no spaces."""
+    return all(33 <= b <= 126 for b in name)
 
 
 class Client:
@@ -328,13 +333,9 @@ class ServerState:
 
     async def wait_for_keys(self, keys: list[bytes], timeout_s: float | None, *, internal: bool = False) -> bool:
         """Wait until one of ``keys`` is signalled; False on timeout
-        (``cluster.broker.keys.KeyEvents.wait_for_keys``), with Redis's
-        words for a full ``max-blocked-clients``."""
-        try:
-            return await self.broker.keys.wait_for_keys(keys, timeout_s, internal=internal)
-        except TooManyBlockedError as e:
-            raise CommandError("ERR", f"max-blocked-clients reached ({e.limit} clients already blocked); "
-                               "retry later or raise max-blocked-clients") from None
+        (``cluster.broker.keys.KeyEvents.wait_for_keys``; its
+        TooManyBlockedError becomes Redis's words in server/failures.py)."""
+        return await self.broker.keys.wait_for_keys(keys, timeout_s, internal=internal)
 
     def key_count(self) -> int:
         try:

@@ -19,6 +19,12 @@ the pinned descriptors well below the limit (a flush ticket pins at most an
 eighth of it, a flush round a quarter); were every descriptor pinned, ``get``
 would open one past the limit rather than fail.
 
+Mapped segments (``Mappings``, the cache's ``mappings``): zero-copy reads
+slice a read-only mapping of a segment file, and a mapping holds a ``dup``
+of the file's descriptor and address space until unmapped; the cache that
+bounds a data dir's descriptors bounds its mappings too, least recently used
+unmapped first.
+
 Thread contract: main thread only (``pin``/``unpin`` included: the thread
 that syncs a pinned descriptor only uses it).
 
@@ -28,17 +34,78 @@ Must not know: what the files hold.
 from __future__ import annotations
 
 import os
+import weakref
 from collections import OrderedDict
+from typing import Any
 
 from storage.errors import raise_storage_error
 
 
+# Mapped segments at once (least recently used unmapped first), and mappings
+# unmapped while a reader still held views of them that may stay alive
+# before reads copy instead of mapping: together they bound the address
+# space, the file pages counted in the process's RSS and the descriptors
+# mappings hold (docs/guarantees.md "Open file descriptors").
+MAX_MAPPED_SEGMENTS = 8
+MAX_RETIRED_MAPPINGS = 8
+
+
+class Mappings:
+    """The segments of one file cache that are mapped (``Segment.mapped``).
+
+    ``owner.unmap()`` is called on the least recently used one past
+    ``max_mapped``. A mapping unmapped while views of it were still held
+    (the replies of a pipeline of reads over many partitions, sent
+    together) is ``retire``d: it keeps its descriptor until its last view
+    goes (then it leaves this set by itself), and while ``max_retired`` are
+    alive no new mapping is made (``may_map``): reads ``pread`` instead.
+    """
+
+    def __init__(self, max_mapped: int = MAX_MAPPED_SEGMENTS, max_retired: int = MAX_RETIRED_MAPPINGS) -> None:
+        self.max_mapped = max_mapped
+        self.max_retired = max_retired
+        self._mapped: OrderedDict[Any, None] = OrderedDict()
+        self._retired: weakref.WeakSet = weakref.WeakSet()
+
+    def touch(self, owner: Any) -> None:
+        self._mapped.move_to_end(owner)
+
+    def may_map(self) -> bool:
+        """Whether a new mapping may be made (this owner's old mapping and
+        the least recently used one may both retire)."""
+        return len(self._retired) + 2 <= self.max_retired
+
+    def add(self, owner: Any) -> None:
+        self._mapped[owner] = None
+        while len(self._mapped) > self.max_mapped:
+            next(iter(self._mapped)).unmap()
+
+    def remove(self, owner: Any) -> None:
+        self._mapped.pop(owner, None)
+
+    def retire(self, mapping: Any) -> None:
+        self._retired.add(mapping)
+
+    def __contains__(self, owner: Any) -> bool:
+        return owner in self._mapped
+
+    @property
+    def mapped(self) -> int:
+        return len(self._mapped)
+
+    @property
+    def retired(self) -> int:
+        return len(self._retired)
+
+
 class FileCache:
-    """LRU of ``path -> fd`` (files opened read-write, directories read-only)."""
+    """LRU of ``path -> fd`` (files opened read-write, directories read-only),
+    and the ``mappings`` of its segment files."""
 
     def __init__(self, max_open_files: int = 1000) -> None:
         assert max_open_files >= 4
         self.max_open_files = max_open_files
+        self.mappings = Mappings()
         self._fds: OrderedDict[str, int] = OrderedDict()
         self._pins: dict[int, int] = {}  # fd -> pins; the fd is in _fds or _dropped
         self._dropped: set[int] = set()  # pinned fds taken out of the cache: closed at their last unpin

@@ -11,9 +11,9 @@ Only the last segment of a partition (the active one) is written; its index
 lives in memory. Sealed segments read everything with ``pread`` through the
 shared ``FileCache`` and keep only a few numbers in memory. Reads that ask
 for views (``ReadAccumulator.view``) slice a read-only mapping of the file
-instead; at most ``MAX_MAPPED_SEGMENTS`` are mapped at once, and at most
-``MAX_RETIRED_MAPPINGS`` more stay alive unmapped because a reader still
-holds views of them (past that, reads copy instead of mapping).
+instead; the ``FileCache``'s ``mappings`` bound how many are mapped at
+once, and how many more stay alive unmapped because a reader still holds
+views of them (past that, reads copy instead of mapping).
 
 Preallocation (``LogConfig.preallocate_bytes``, on under ``fsync always``):
 the active segment's file is kept zero-filled a little past its last batch
@@ -37,9 +37,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-import weakref
 from bisect import bisect_left, bisect_right
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,19 +73,6 @@ _ZEROS_VIEW = memoryview(_ZEROS)  # slices without a copy
 _FIRST_AHEAD_BYTES = 64 * 1024
 # recover_from's reason for a tail that is only preallocated zeros: not damage.
 ZERO_TAIL = "preallocated zeros"
-# Mapped segments at once, least recently used unmapped first: bounds the
-# address space, the file pages counted in the process's RSS and the
-# descriptors (a mapping holds a ``dup`` of the file's).
-MAX_MAPPED_SEGMENTS = 8
-_MAPPED: "OrderedDict[Segment, None]" = OrderedDict()
-# Mappings unmapped while views of them were still held (the replies of a
-# pipeline of reads over many partitions, sent together): each keeps its
-# descriptor until its last view goes (then it leaves this set by itself).
-# No new mapping is made while this many are alive: reads ``pread`` (copy)
-# instead, so the descriptors mappings hold stay bounded however many
-# segments one batch of replies reads.
-MAX_RETIRED_MAPPINGS = 8
-_RETIRED: "weakref.WeakSet[mmap.mmap]" = weakref.WeakSet()
 
 
 @dataclass(slots=True)
@@ -193,13 +178,14 @@ class Segment:
         mapping (or remapping a grown file) when worthwhile; else None and the
         caller uses ``pread``."""
         view = self._map
+        mappings = self.cache.mappings
         if view is not None and end <= self._map_len:
-            _MAPPED.move_to_end(self)
+            mappings.touch(self)
             return view
         size = self.size
         if end > size or (view is not None and size - self._map_len < _REMAP_BYTES) or size < HEADER_BYTES:
             return None
-        if len(_RETIRED) + 2 > MAX_RETIRED_MAPPINGS:  # this one's old mapping and the LRU's may retire
+        if not mappings.may_map():
             return None
         self.unmap()
         fd = self._read_fd()
@@ -209,9 +195,7 @@ class Segment:
             return None  # no mapping (an odd file system, a file shorter than expected): pread
         self._map = memoryview(m)
         self._map_len = size
-        _MAPPED[self] = None
-        while len(_MAPPED) > MAX_MAPPED_SEGMENTS:
-            next(iter(_MAPPED)).unmap()
+        mappings.add(self)
         return self._map
 
     def unmap(self) -> None:
@@ -222,13 +206,13 @@ class Segment:
             return
         self._map = None
         self._map_len = 0
-        _MAPPED.pop(self, None)
+        self.cache.mappings.remove(self)
         m = view.obj
         try:
             view.release()
             m.close()
         except BufferError:
-            _RETIRED.add(m)  # slices still exported: unmapped when the last one is dropped
+            self.cache.mappings.retire(m)  # slices still exported: unmapped when the last one is dropped
 
     def header_at(self, pos: int) -> tuple:
         raw = self.pread(pos, HEADER_BYTES)
@@ -528,7 +512,7 @@ class Segment:
         if view is None or _walk is None:
             return None
         self.ensure_index()
-        _MAPPED.move_to_end(self)
+        self.cache.mappings.touch(self)
         return _walk.find(view, self.size, self.index.id_entries(), self.base_offset, ms, seq)
 
     def walk_mapped(self, pos: int, cur: int, stop: int, left: int, chunks: list) -> tuple:

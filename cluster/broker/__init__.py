@@ -2,8 +2,10 @@
 
 Owns: the composition of what a write or a read needs beyond its partition
 log: deferred appends (``appends``), key events and blocked readers
-(``keys``), the fsync policy (``durability``, set by the composition root),
-replication in a cluster (``replication``, likewise), and the sessions
+(``keys``; a group's blocked readers in arrival order: ``blocked_readers``),
+the clock of group state (``clock_ms``), the fsync policy (``durability``,
+set by the composition root), replication in a cluster (``replication``,
+likewise), and the sessions
 through which front-ends act for their clients (``session()``; every
 operation is a ``Session`` method, and collects the receipt its reply waits
 for). docs/architecture.md has the API and what a receipt guarantees.
@@ -13,10 +15,12 @@ Must not know: sockets, RESP or Kafka bytes, reply shapes, error texts.
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from typing import Any, Callable
 
 from cluster.broker.appends import DeferredAppends
 from cluster.broker.keys import KeyEvents, TooManyBlockedError
+from cluster.broker.reads import AFTER_LAST, LAST_ENTRY, ReadPlan, StreamInfo
 from cluster.broker.session import (
     DEFER_MAX_BYTES,
     EntryTooLargeError,
@@ -28,17 +32,24 @@ from cluster.broker.session import (
 
 __all__ = [
     "Broker", "Session", "Receipt", "Trim", "XAddPlan", "EntryTooLargeError", "TooManyBlockedError",
-    "DEFER_MAX_BYTES",
+    "DEFER_MAX_BYTES", "ReadPlan", "StreamInfo", "AFTER_LAST", "LAST_ENTRY",
 ]
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 class Broker:
     """One per server process."""
 
-    def __init__(self, topics: Any, config: Any) -> None:
+    def __init__(self, topics: Any, config: Any, clock_ms: Callable[[], int] = wall_clock_ms) -> None:
         self.topics = topics
         self.config = config
+        self.clock_ms = clock_ms  # wall-clock ms of group deliveries, claims, idle times (tests pass a fake)
         self.keys = KeyEvents(config)
+        # Readers blocked on one partition's group, in arrival order: (stream id, group) -> tokens.
+        self.blocked_readers: dict[tuple[int, bytes], list] = {}
         self.appends = DeferredAppends(self)
         self.durability: Any = None  # the fsync policy (group commit), set by the composition root
         # In a cluster (cluster.runtime.replication.Replication): routing,

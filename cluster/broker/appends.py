@@ -16,7 +16,7 @@ Pipelined and unpipelined clients both get one write per stream per tick.
 
 The rule that keeps deferral invisible: nothing reads a deferred entry, and
 no reply acknowledges one, before it is committed. Every broker operation
-other than a deferred append commits first (``Session._commit_deferred``),
+other than a deferred append commits first (``Session.commit_deferred``),
 and ``Session.take_receipt`` commits before the front-end may send the
 replies it covers. Other tasks that run meanwhile (a blocked reader woken by
 its timeout, retention, the fsync flusher) work on what is in the log.

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from cluster.broker.groups import GroupOps
+from cluster.broker.reads import ReadOps
 from cluster.errors import Moved
 from cluster.peer.messages import AppendRequest
 from cluster.replica_manager import NotEnoughReplicasError, NotLeaderError
@@ -103,7 +105,7 @@ class Receipt:
         self.repl_pending = repl_pending
 
 
-class Session:
+class Session(GroupOps, ReadOps):
     """One client's handle on a ``Broker`` (``Broker.session()``)."""
 
     __slots__ = ("broker", "client_id", "flush_seq", "repl_pending", "repl_writes", "may_defer", "may_block",
@@ -219,11 +221,8 @@ class Session:
         if target is None:
             return None
         stream, pkey = target
-        if replication is not None and replication.before_append(self, pkey, stream):
-            pending = self.repl_pending
-            if pending is None:
-                pending = self.repl_pending = {}
-            pending[pkey] = stream
+        if replication is not None:
+            self._before_replicated_append(pkey, stream)
         siblings = topics.sibling_keys(key, pkey)  # readers of the topic and partition keys wake
         if deferrable:
             new_id = stream.add(fields, defer=True)
@@ -313,14 +312,9 @@ class Session:
             return None
         if replication is not None:
             try:
-                acks_all = replication.before_append(self, pkey, stream)
+                self._before_replicated_append(pkey, stream)
             except (NotLeaderError, NotEnoughReplicasError):
                 return None  # nothing deferred: each command gets the general path's error
-            if acks_all:
-                pending = self.repl_pending
-                if pending is None:
-                    pending = self.repl_pending = {}
-                pending[pkey] = stream
         stream.defer_encoded(entries, (last_ms, last_seq), used)
         if sticky:
             topics.took_run(key)
@@ -331,6 +325,18 @@ class Session:
         if stream.pending_bytes >= DEFER_MAX_BYTES:  # bounded memory: write now
             appends.commit()
         return end, replies, len(entries), token
+
+    def _before_replicated_append(self, pkey: bytes, stream: Any) -> None:
+        """In a cluster, before appending to partition ``pkey``: this node
+        must lead it, and an acks=all topic needs min-insync-replicas in
+        sync (raises NotLeaderError / NotEnoughReplicasError, nothing
+        written); an acks=all append's reply then waits for the in-sync
+        replicas (the receipt's ``repl_pending``)."""
+        if self.broker.replication.before_append(self, pkey, stream):
+            pending = self.repl_pending
+            if pending is None:
+                pending = self.repl_pending = {}
+            pending[pkey] = stream
 
     def trim(self, key: bytes, trim: Trim) -> int:
         """XTRIM: entries removed (0 when the key does not exist)."""
@@ -354,6 +360,24 @@ class Session:
         if deleted:
             self._wrote_stream(key, stream)
         return deleted
+
+    def delete_each(self, key: bytes, ids: Sequence[StreamId]) -> list[bool]:
+        """XDELEX (KEEPREF): for each of ``ids`` in order, whether this call
+        deleted it (False: not in the stream, already deleted, or named
+        before in ``ids``). References in groups' pending lists stay."""
+        self.commit_deferred()
+        stream = self.broker.topics.get(key)
+        if stream is None:
+            return [False] * len(ids)
+        deleted = stream.delete_ids(ids)
+        if deleted:
+            self._wrote_stream(key, stream)
+        results = []
+        for stream_id in ids:
+            stream_id = StreamId(*stream_id)
+            results.append(stream_id in deleted)
+            deleted.discard(stream_id)
+        return results
 
     def set_id(self, key: bytes, last_id: StreamId, entries_added: int | None,
                max_deleted_entry_id: StreamId | None) -> bool:

@@ -48,9 +48,6 @@ HEARTBEAT_TICKS = 2
 LEASE_TICKS = 3  # a controller counts voters that answered this recently for its own lease
 BEAT_S = 0.25  # this node's heartbeat to the elected controller
 LINK_TIMEOUT_S = 1.0
-# Applied records between metadata snapshots (tests lower it to reach the
-# snapshot paths quickly: PARTITA_CONTROLLER_COMPACT_EVERY).
-COMPACT_EVERY = int(os.environ.get("PARTITA_CONTROLLER_COMPACT_EVERY", "1000"))
 ISR_RETRY_MS = 1000
 CATCH_UP_TIMEOUT_S = 3.0  # a restarted node waits this long at most for the metadata before serving
 
@@ -324,7 +321,7 @@ class Controller:
             if rd.committed or rd.snapshot is not None:
                 event, self._applied_event = self._applied_event, trio.Event()
                 event.set()
-        if self.applied - self.snapshot_index >= COMPACT_EVERY:
+        if self.applied - self.snapshot_index >= self.config.controller_snapshot_records:
             snap = Snapshot(self.applied, self.applied_term, self.meta.encode())
             raft.compact(snap.index, snap.data)
             try:

@@ -180,18 +180,9 @@ class Replication:
                     if spec.name == "xadd":
                         manager.check_key(key)  # -MOVED to the topic key's slot leader
                         continue
-                    away = []
-                    for n in range(topics.partitions_of(key)):
-                        shard = manager.shard_of(key, n)
-                        leader = manager.state.leader(shard)
-                        if leader != manager.my_id:
-                            away.append(f"{partition_key(key, n).decode('utf-8', 'replace')} on "
-                                        f"{manager.placement.by_id[leader].address}")
-                    if away:
-                        return ClusterError(
-                            f"topic '{key.decode('utf-8', 'replace')}' has partitions led by other "
-                            f"nodes ({', '.join(away[:4])}{', ...' if len(away) > 4 else ''}): "
-                            "in a cluster, use partition keys ('<topic>#<n>')")
+                    refusal = self.fan_out_refusal(key)
+                    if refusal is not None:
+                        return refusal
                     continue
                 shard = manager.check_key(key)
                 if manager.is_paused(shard) and "write" in spec.flags:
@@ -203,6 +194,26 @@ class Replication:
             return TryAgain("this node has lost contact with the cluster controller "
                             "(its leadership may be moving); retry shortly")
         return None
+
+    def fan_out_refusal(self, key: bytes) -> ClusterError | None:
+        """Why a command on multi-partition topic ``key`` that reaches every
+        partition (XLEN, XRANGE, XREAD, group reads) cannot run here: some
+        partitions are led by other nodes (reads across nodes are not built
+        yet); None when this node leads them all. ``route`` asks it before
+        the command runs, the broker again when it fans out."""
+        manager = self.manager
+        away = []
+        for n in range(self.topics.partitions_of(key)):
+            leader = manager.state.leader(manager.shard_of(key, n))
+            if leader != manager.my_id:
+                away.append(f"{partition_key(key, n).decode('utf-8', 'replace')} on "
+                            f"{manager.placement.by_id[leader].address}")
+        if not away:
+            return None
+        return ClusterError(
+            f"topic '{key.decode('utf-8', 'replace')}' has partitions led by other "
+            f"nodes ({', '.join(away[:4])}{', ...' if len(away) > 4 else ''}): "
+            "in a cluster, use partition keys ('<topic>#<n>')")
 
     def _leads_key(self, key: bytes) -> bool:
         if self.manager.placement.shard_count == 0:

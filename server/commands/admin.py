@@ -13,23 +13,15 @@ import time
 from server.acl import WRONGPASS  # noqa: F401  (re-exported: Redis's one text for every failed AUTH)
 from server.args import parse_int
 from server.dispatch import NO_REPLY
-from server.errors import CommandError, err, syntax_error
+from server.errors import BAD_CLIENT_NAME, CommandError, err, syntax_error
 from server.registry import command
 from server.reply import OK, PONG, Map, Simple
-from server.state import REDIS_VERSION
+from server.state import REDIS_VERSION, valid_client_name
 
 NO_PASSWORD = err(
     "AUTH <password> called without any password configured for the default user. "
     "Are you sure your configuration is correct?"
 )
-BAD_CLIENT_NAME = err("Client names cannot contain spaces, newlines or special characters.")
-
-
-def valid_client_name(name: bytes) -> bool:
-    """Redis's rule: printable ASCII ('!'..'~'), no spaces."""
-    return all(33 <= b <= 126 for b in name)
-
-
 def check_password(ctx, user: bytes, password: bytes) -> None:
     """Authenticate the client as ``user`` (an ACL user, server/acl.py) or raise WRONGPASS."""
     acl = ctx.server.acl

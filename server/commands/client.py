@@ -9,10 +9,10 @@ Must not know: sockets (a killed client is closed through ``Client.kill``).
 from __future__ import annotations
 
 from server.args import parse_int
-from server.commands.admin import BAD_CLIENT_NAME, valid_client_name
-from server.errors import err, syntax_error
+from server.errors import BAD_CLIENT_NAME, err, syntax_error
 from server.registry import command, container
 from server.reply import OK, Verbatim
+from server.state import valid_client_name
 
 _FLAGS_CONN = "noscript loading stale"
 _FLAGS_ADMIN = "admin noscript loading stale"

@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from server.docs import SyntaxLineError, syntax_arguments
 from server.errors import err, syntax_error
-from server.registry import COMMANDS, CommandSpec, container
+from server.registry import CommandSpec, container
 from server.reply import Map, Set, Simple
 
 _ACL = ("@slow", "@connection")
@@ -100,16 +100,19 @@ def command_docs(spec: CommandSpec) -> Map:
     return doc
 
 
+def _commands(ctx) -> dict[str, CommandSpec]:
+    """The commands of the port ``ctx`` is on (``Dispatcher.table``)."""
+    return ctx.dispatcher.table.commands
+
+
 def command_all(ctx, argv):
     """COMMAND"""
-    return [command_info(spec) for spec in COMMANDS.values()]
+    return [command_info(spec) for spec in _commands(ctx).values()]
 
 
 _command.handler = command_all
 
 
-def _count_all() -> int:
-    return len(COMMANDS)
 
 
 from server.registry import command  # noqa: E402  (after the container exists)
@@ -119,19 +122,19 @@ from server.registry import command  # noqa: E402  (after the container exists)
          acl_categories=_ACL, summary="Returns a count of commands.", syntax="COMMAND COUNT")
 def command_count(ctx, argv):
     """COMMAND COUNT"""
-    return _count_all()
+    return len(_commands(ctx))
 
 
-def _find(name: bytes) -> CommandSpec | None:
+def _find(commands: dict[str, CommandSpec], name: bytes) -> CommandSpec | None:
     try:
         text = name.decode("ascii").lower()
     except UnicodeDecodeError:
         return None
     if "|" in text:
         parent, sub = text.split("|", 1)
-        spec = COMMANDS.get(parent)
+        spec = commands.get(parent)
         return spec.subcommands.get(sub) if spec else None
-    return COMMANDS.get(text)
+    return commands.get(text)
 
 
 @command("command|info", arity=-2, flags="loading stale", group="server", since="2.8.13",
@@ -143,7 +146,7 @@ def command_info_cmd(ctx, argv):
         return command_all(ctx, argv)
     out = []
     for name in argv[2:]:
-        spec = _find(name)
+        spec = _find(_commands(ctx), name)
         out.append(command_info(spec) if spec else None)
     return out
 
@@ -154,26 +157,26 @@ def command_info_cmd(ctx, argv):
 def command_docs_cmd(ctx, argv):
     """COMMAND DOCS [command-name [command-name ...]]"""
     if len(argv) == 2:
-        return Map((spec.name, command_docs(spec)) for spec in COMMANDS.values())
+        return Map((spec.name, command_docs(spec)) for spec in _commands(ctx).values())
     out = Map()
     for name in argv[2:]:
-        spec = _find(name)
+        spec = _find(_commands(ctx), name)
         if spec is not None:
             out[spec.name] = command_docs(spec)
     return out
 
 
-def _all_names() -> list[str]:
+def _all_names(commands: dict[str, CommandSpec]) -> list[str]:
     names = []
-    for spec in COMMANDS.values():
+    for spec in commands.values():
         names.append(spec.name)
         names.extend(sub.name for sub in spec.subcommands.values())
     return names
 
 
-def _all_specs() -> list[CommandSpec]:
+def _all_specs(commands: dict[str, CommandSpec]) -> list[CommandSpec]:
     specs = []
-    for spec in COMMANDS.values():
+    for spec in commands.values():
         specs.append(spec)
         specs.extend(spec.subcommands.values())
     return specs
@@ -185,7 +188,7 @@ def _all_specs() -> list[CommandSpec]:
 def command_list(ctx, argv):
     """COMMAND LIST [FILTERBY <MODULE module-name | ACLCAT category | PATTERN pattern>]"""
     if len(argv) == 2:
-        return _all_names()
+        return _all_names(_commands(ctx))
     if len(argv) != 5 or argv[2].lower() != b"filterby":
         raise syntax_error()
     kind = argv[3].lower()
@@ -194,10 +197,10 @@ def command_list(ctx, argv):
         return []
     if kind == b"aclcat":
         cat = "@" + value.lower().lstrip("@")
-        return [s.name for s in _all_specs() if cat in _acl(s)]
+        return [s.name for s in _all_specs(_commands(ctx)) if cat in _acl(s)]
     if kind == b"pattern":
         pattern = value.lower()
-        return [s.name for s in _all_specs() if fnmatch.fnmatchcase(s.name, pattern)]
+        return [s.name for s in _all_specs(_commands(ctx)) if fnmatch.fnmatchcase(s.name, pattern)]
     raise syntax_error()
 
 
@@ -207,11 +210,11 @@ def command_list(ctx, argv):
 def command_getkeys(ctx, argv):
     """COMMAND GETKEYS command [arg [arg ...]]"""
     target = argv[2:]
-    spec = _find(target[0])
+    spec = _find(_commands(ctx), target[0])
     if spec is None or "|" in spec.name:
         raise err("Invalid command specified")
     if spec.subcommands and len(target) >= 2:
-        sub = _find(target[0] + b"|" + target[1])
+        sub = _find(_commands(ctx), target[0] + b"|" + target[1])
         if sub is not None:
             spec = sub
     if not spec.check_arity(len(target)):

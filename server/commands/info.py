@@ -277,5 +277,6 @@ def render(server, names: list[str]) -> str:
          syntax="INFO [section [section ...]]")
 def info(ctx, argv):
     """INFO [section [section ...]]"""
+    ctx.session.commit_deferred()  # the counters (entries in, bytes) count every XADD before it
     names = [raw.decode("utf-8", "replace") for raw in argv[1:]]
     return Verbatim(render(ctx.server, names))

@@ -1,125 +1,30 @@
 """Keyspace commands: every key is a stream (a Partita topic).
 
 Owns: DEL, UNLINK, EXISTS, TYPE, KEYS, SCAN, DBSIZE, FLUSHALL, FLUSHDB,
-RENAME, RENAMENX, and ``glob_match`` (Redis's ``stringmatchlen``, byte for
-byte, including its handling of ``\\``, ``[^...]``, ranges written backwards
-and an unterminated ``[``).
+RENAME, RENAMENX: parsing with Redis's texts, one call of the client's
+broker session (``ctx.session``: cluster.broker.reads), the reply. Patterns
+match as Redis's (``server.glob``); a restricted user sees only the keys
+its patterns allow (``server.acl.key_filter``).
 
-SCAN cursor: keys are ordered by a 63-bit hash (BLAKE2b) of the key, and the
-cursor is 1 + the hash at which the next call resumes (0 = start / done).
-So a key present for the whole iteration is returned exactly once (twice
-never, unless two keys share a hash and COUNT splits them: keys with equal
-hashes are always returned together), whatever is added or deleted between
-calls, as Redis promises; the cost is a sort of the key names per call.
+SCAN cursor: the broker walks keys in the order of a hash of their names
+(``Session.scan_keys``), so a key present for the whole iteration is
+returned exactly once, whatever is added or deleted between calls, as Redis
+promises.
 
-Must not know: files, segments. Keys reach storage only through
-``ctx.server.topics``.
+Must not know: files, segments, topics and partitions.
 """
 
 from __future__ import annotations
 
-import hashlib
-
 from server.acl import key_filter
-from server.errors import err, syntax_error
 from server.args import parse_int
+from server.errors import err, syntax_error
+from server.glob import glob_match
 from server.registry import command
 from server.reply import OK, Simple
 
-_HASH_MASK = (1 << 63) - 1
-
-
-# ------------------------------------------------------------------- glob
-
-
-def glob_match(pattern: bytes, string: bytes) -> bool:
-    """Redis ``stringmatchlen(pattern, string, nocase=0)``."""
-    skip = [False]
-    return _match(pattern, 0, string, 0, skip)
-
-
-def _signed(byte: int) -> int:
-    # C ``char`` is signed on the platforms Redis is built for: ranges compare that way.
-    return byte - 256 if byte > 127 else byte
-
-
-def _match(p: bytes, pi: int, s: bytes, si: int, skip: list[bool]) -> bool:
-    plen, slen = len(p), len(s)
-    while pi < plen and si < slen:
-        c = p[pi]
-        if c == 42:  # '*'
-            while pi + 1 < plen and p[pi + 1] == 42:
-                pi += 1
-            if pi + 1 == plen:
-                return True
-            while si < slen:
-                if _match(p, pi + 1, s, si, skip):
-                    return True
-                if skip[0]:
-                    return False
-                si += 1
-            skip[0] = True
-            return False
-        elif c == 63:  # '?'
-            si += 1
-        elif c == 91:  # '['
-            pi += 1
-            negate = pi < plen and p[pi] == 94  # '^'
-            if negate:
-                pi += 1
-            matched = False
-            ch = s[si]
-            while True:
-                if pi < plen and p[pi] == 92 and plen - pi >= 2:  # '\\'
-                    pi += 1
-                    if p[pi] == ch:
-                        matched = True
-                elif pi < plen and p[pi] == 93:  # ']'
-                    break
-                elif pi >= plen:
-                    pi -= 1
-                    break
-                elif plen - pi >= 3 and p[pi + 1] == 45:  # 'a-z'
-                    start, end = _signed(p[pi]), _signed(p[pi + 2])
-                    if start > end:
-                        start, end = end, start
-                    pi += 2
-                    if start <= _signed(ch) <= end:
-                        matched = True
-                elif p[pi] == ch:
-                    matched = True
-                pi += 1
-            if negate:
-                matched = not matched
-            if not matched:
-                return False
-            si += 1
-        else:
-            if c == 92 and plen - pi >= 2:  # '\\' escapes the next byte
-                pi += 1
-                c = p[pi]
-            if c != s[si]:
-                return False
-            si += 1
-        pi += 1
-        if si == slen:
-            while pi < plen and p[pi] == 42:
-                pi += 1
-            break
-    return pi == plen and si == slen
-
 
 # ------------------------------------------------------------ the commands
-
-
-def _delete(ctx, argv):
-    topics = ctx.server.topics
-    deleted = 0
-    for key in argv[1:]:
-        if topics.delete(key):
-            deleted += 1
-            ctx.server.signal_key_modified(key)
-    return deleted
 
 
 @command(
@@ -132,7 +37,7 @@ def del_(ctx, argv):
 
     Deleting a stream deletes its topic: every partition's files.
     """
-    return _delete(ctx, argv)
+    return ctx.session.delete_keys(argv[1:])
 
 
 @command(
@@ -145,7 +50,7 @@ def unlink(ctx, argv):
 
     Same as DEL here: the files are removed before the reply.
     """
-    return _delete(ctx, argv)
+    return ctx.session.delete_keys(argv[1:])
 
 
 @command(
@@ -158,8 +63,7 @@ def exists(ctx, argv):
 
     A key named twice counts twice, as in Redis.
     """
-    topics = ctx.server.topics
-    return sum(1 for key in argv[1:] if topics.exists(key))
+    return ctx.session.count_existing(argv[1:])
 
 
 @command(
@@ -169,7 +73,7 @@ def exists(ctx, argv):
 )
 def type_(ctx, argv):
     """TYPE key"""
-    return Simple("stream" if ctx.server.topics.exists(argv[1]) else "none")
+    return Simple("stream" if ctx.session.count_existing(argv[1:2]) else "none")
 
 
 @command(
@@ -185,13 +89,9 @@ def keys(ctx, argv):
     """
     pattern = argv[1]
     everything = pattern == b"*"
-    found = [k for k in sorted(ctx.server.topics.keys()) if everything or glob_match(pattern, k)]
+    found = [k for k in ctx.session.key_names() if everything or glob_match(pattern, k)]
     visible = key_filter(ctx.client)
     return found if visible is None else [k for k in found if visible(k)]
-
-
-def _key_hash(key: bytes) -> int:
-    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") & _HASH_MASK
 
 
 def _parse_cursor(raw: bytes) -> int:
@@ -246,20 +146,10 @@ def scan(ctx, argv):
             i += 2
         else:
             raise syntax_error()
-    if cursor > _HASH_MASK + 1:
-        return [b"0", []]
-    resume_hash = cursor - 1 if cursor else 0
-    ordered = sorted((_key_hash(k), k) for k in ctx.server.topics.keys())
-    examined = [(h, k) for h, k in ordered if h >= resume_hash]
-    batch = examined[:count]
-    # Keys sharing a hash go together, so the cursor never splits them.
-    rest = examined[count:]
-    while rest and batch and rest[0][0] == batch[-1][0]:
-        batch.append(rest.pop(0))
-    next_cursor = b"%d" % (rest[0][0] + 1) if rest else b"0"
+    next_cursor, batch = ctx.session.scan_keys(cursor, count)
     visible = key_filter(ctx.client)
     found = []
-    for _, key in batch:
+    for key in batch:
         if pattern is not None and not glob_match(pattern, key):
             continue
         if type_name is not None and type_name.lower() != b"stream":
@@ -267,7 +157,7 @@ def scan(ctx, argv):
         if visible is not None and not visible(key):
             continue
         found.append(key)
-    return [next_cursor, found]
+    return [b"%d" % next_cursor, found]
 
 
 @command(
@@ -277,7 +167,7 @@ def scan(ctx, argv):
 )
 def dbsize(ctx, argv):
     """DBSIZE"""
-    return ctx.server.topics.key_count()
+    return ctx.session.key_count()
 
 
 def _flush(ctx, argv):
@@ -285,10 +175,7 @@ def _flush(ctx, argv):
         raise syntax_error()
     if len(argv) == 2 and argv[1].upper() not in (b"SYNC", b"ASYNC"):
         raise syntax_error()
-    topics = ctx.server.topics
-    for key in list(topics.keys()):
-        if topics.delete(key):
-            ctx.server.signal_key_modified(key)
+    ctx.session.flush_all()
     return OK
 
 
@@ -319,18 +206,10 @@ def flushdb(ctx, argv):
 
 
 def _rename(ctx, argv, nx: bool):
-    topics = ctx.server.topics
-    src, dst = argv[1], argv[2]
-    if not topics.exists(src):
+    renamed = ctx.session.rename(argv[1], argv[2], nx)  # TopicError (RENAME_UNSUPPORTED): failures.py
+    if renamed is None:
         raise err("no such key")
-    if src == dst:
-        return 0 if nx else OK
-    if nx and topics.exists(dst):
-        return 0
-    topics.rename(src, dst)  # TopicError (RENAME_UNSUPPORTED): server/failures.py replies
-    ctx.server.signal_key_modified(src)
-    ctx.server.signal_key_modified(dst)
-    return 1 if nx else OK
+    return int(renamed) if nx else OK
 
 
 @command(

@@ -2,14 +2,18 @@
 
 Owns: XADD, XRANGE, XREVRANGE, XLEN, XDEL, XTRIM, XSETID, XREAD and
 XINFO STREAM / HELP: argument parsing with Redis's own error texts (order
-of checks as in redis ``t_stream.c``), and shaping replies. The read path
-never decodes entries: XRANGE/XREAD reply with ``Raw`` over the stored bytes.
+of checks as in redis ``t_stream.c``), one call of the client's broker
+session (``ctx.session``, cluster.broker: writes, reads, topic fan-out), and
+shaping replies. Entries are never decoded: XRANGE/XREAD reply with the
+broker's ``Entries`` (the stored bytes, possibly views of the log files,
+which the connection owns: server.reply).
 
 Consumer groups (XGROUP, XREADGROUP, XACK, ..., XINFO GROUPS/CONSUMERS)
-belong to ``server.commands.groups``, which also supplies XINFO STREAM's ``groups``.
+belong to ``server.commands.groups``; XINFO STREAM's ``groups`` come from the
+broker's group operations (``server.group_replies`` shapes them).
 
-Must not know: sockets, RESP bytes, segment files. Keys become streams only
-through ``ctx.server.topics`` (``cluster.topics.TopicRegistry``).
+Must not know: sockets, RESP bytes, segment files, topics and partitions
+(the broker's).
 
 Known differences from Redis 7.0 (see docs and tests):
 - ``XREAD ... STREAMS key +`` reads the last entry (Redis 7.4 semantics).
@@ -27,9 +31,7 @@ import math
 import time
 from dataclasses import dataclass
 
-import trio
-
-from cluster.broker import Trim, XAddPlan
+from cluster.broker import AFTER_LAST, LAST_ENTRY, ReadPlan, Trim, XAddPlan
 from server.args import parse_int
 from server.errors import (
     TIMEOUT_NEGATIVE,
@@ -39,13 +41,12 @@ from server.errors import (
     syntax_error,
     wrong_arity,
 )
-from server.commands.topics import expand_read_args, read_partitions_after, topic_len, topic_range
 from server.failures import reply_for
-from server.registry import COMMANDS, POLLS, RUNS, command, container, nowait_path
-from server.reply import NULL_ARRAY, OK, Map, Raw, Simple
+from server.group_replies import groups_full_reply
+from server.registry import DECLARED, command, container, nowait_path, poll_path, run_path
+from server.reply import NULL_ARRAY, OK, Map, Simple
 from storage.entry_codec import decode_entry
 from storage.streams.ids import (
-    MAX_ID,
     MIN_ID,
     StreamId,
     format_id,
@@ -253,9 +254,9 @@ def xadd_run(ctx, data: bytes, pos: int, route=None):
     return ctx.session.append_run(key, scan)
 
 
-_XADD_SPEC = COMMANDS["xadd"]
+_XADD_SPEC = DECLARED["xadd"]
 if _xaddrun is not None:
-    RUNS["xadd"] = xadd_run
+    run_path("xadd", xadd_run)
 
 
 @command(
@@ -291,21 +292,10 @@ def _range(ctx, argv, rev: bool):
             j += 2
         else:
             raise syntax_error()
-    topics = ctx.server.topics
-    if topics.is_multi(argv[1]):  # partitions merged by ID
-        return NULL_ARRAY if count == 0 else topic_range(
-            ctx, argv[1], start, end, None if count == -1 else count, rev)
-    stream = topics.get(argv[1])
-    if stream is None:
+    found = ctx.session.range(argv[1], start, end, None if count == -1 else count, rev)
+    if found is None:
         return []
-    if count == 0:
-        return NULL_ARRAY
-    view = not rev and ctx.read_view()  # (reverse reads take no views)
-    found = stream.range(start, end, None if count == -1 else count, rev=rev, view=view)
-    topics.note_entries_out(found.count)
-    if view and found.count:
-        ctx.views = True
-    return Raw(found.count, found.chunks)
+    return NULL_ARRAY if count == 0 else found
 
 
 @command(
@@ -337,11 +327,11 @@ def xrevrange(ctx, argv):
     acl_categories=("read", "stream", "fast"),
 )
 def xlen(ctx, argv):
-    """XLEN key"""
-    if ctx.server.topics.is_multi(argv[1]):  # the sum over partitions
-        return topic_len(ctx, argv[1])
-    stream = ctx.server.topics.get(argv[1])
-    return 0 if stream is None else stream.length
+    """XLEN key
+
+    Of a topic key of several partitions: the sum over its partitions.
+    """
+    return ctx.session.length(argv[1])
 
 
 # ------------------------------------------------------------ XDEL / XSETID
@@ -362,6 +352,56 @@ def xdel(ctx, argv):
         return 0  # Redis looks the key up before it parses the IDs
     ids = [parse_strict_id(raw) for raw in argv[2:]]
     return ctx.session.delete(argv[1], ids)
+
+
+# XDELEX's policies for the references groups' pending lists hold (Redis 8.2).
+_DELEX_POLICIES = (b"KEEPREF", b"DELREF", b"ACKED")
+
+
+def _parse_ids_block(argv: list[bytes], start: int, policies: tuple[bytes, ...]) -> tuple[bytes, list[bytes]]:
+    """Redis 8.2's ``[<policy>] IDS numids id [id ...]`` at ``argv[start:]``
+    (the IDS block and the policy in either order): ``(policy, raw IDs)``,
+    KEEPREF when none was given."""
+    policy = None
+    raw_ids = None
+    i = start
+    while i < len(argv):
+        word = _keyword(argv[i])
+        if word in policies and policy is None:
+            policy = word
+            i += 1
+        elif word == b"IDS" and raw_ids is None and i + 1 < len(argv):
+            numids = parse_int(argv[i + 1], "Number of IDs must be a positive integer")
+            if numids <= 0:
+                raise err("Number of IDs must be a positive integer")
+            if numids > len(argv) - i - 2:
+                raise err("The `numids` parameter must match the number of arguments")
+            raw_ids = argv[i + 2:i + 2 + numids]
+            i += 2 + numids
+        else:
+            raise syntax_error()
+    if raw_ids is None:
+        raise syntax_error()
+    return policy or b"KEEPREF", raw_ids
+
+
+@command(
+    "xdelex", arity=-5, flags="write fast", keys=(1, 1, 1), group="stream", since="8.2.0",
+    summary="Deletes one or multiple entries from the stream.",
+    syntax="XDELEX key [KEEPREF | DELREF | ACKED] IDS numids id [id ...]",
+    acl_categories=("write", "stream", "fast"),
+)
+def xdelex(ctx, argv):
+    """XDELEX key [KEEPREF | DELREF | ACKED] IDS numids id [id ...]
+
+    Per ID: 1 deleted, -1 not in the stream. KEEPREF (the default): the
+    references groups' pending lists hold stay, as XDEL leaves them.
+    """
+    policy, raw_ids = _parse_ids_block(argv, 2, _DELEX_POLICIES)
+    if policy != b"KEEPREF":
+        raise err(f"XDELEX {policy.decode()} is not supported yet; KEEPREF (the default) is")
+    ids = [parse_strict_id(raw) for raw in raw_ids]
+    return [1 if deleted else -1 for deleted in ctx.session.delete_each(argv[1], ids)]
 
 
 @command(
@@ -408,15 +448,8 @@ def _xread_keys(argv: list[bytes]) -> list[int]:
     return []
 
 
-@dataclass
-class _ReadArgs:
-    timeout_ms: int | None
-    count: int
-    keys: list[bytes]
-    id_args: list[bytes]
-
-
-def _parse_xread(argv: list[bytes]) -> _ReadArgs:
+def _parse_xread(argv: list[bytes]) -> ReadPlan:
+    """Redis ``xreadCommand``'s parse, same checks, same order."""
     timeout_ms = None
     count = 0
     streams_arg = 0
@@ -445,64 +478,27 @@ def _parse_xread(argv: list[bytes]) -> _ReadArgs:
     if streams_arg == 0:
         raise syntax_error()
     half = (argc - streams_arg) // 2
-    return _ReadArgs(timeout_ms, count, argv[streams_arg:streams_arg + half], argv[streams_arg + half:])
+    after = [_read_position(raw) for raw in argv[streams_arg + half:]]
+    return ReadPlan(argv[streams_arg:streams_arg + half], after, count, timeout_ms)
 
 
-def _resolve_read_positions(ctx, args: _ReadArgs) -> list[tuple[StreamId, int]]:
-    """For each key: (read entries after this ID, max count). ``$``/``+`` resolved now."""
-    topics = ctx.server.topics
-    positions = []
-    for key, raw in zip(args.keys, args.id_args):
-        if raw == b"$":
-            stream = topics.get(key)
-            positions.append((stream.last_id if stream else MIN_ID, args.count))
-        elif raw == b">":
-            raise err("The > ID can be specified only when calling XREADGROUP using the GROUP <group> <consumer> option.")
-        elif raw == b"+":
-            stream = topics.get(key)
-            top = stream.last_live_id() if stream else None
-            if top is not None:
-                positions.append((top.decr() if top != MIN_ID else MIN_ID, 1))
-            else:
-                positions.append((stream.last_id if stream else MIN_ID, args.count))
-        else:
-            positions.append((parse_strict_id(raw), args.count))
-    return positions
-
-
-def _serve_reads(ctx, keys: list[bytes], positions: list[tuple[StreamId, int]], view: bool = False):
-    """The reply for ``keys`` read after ``positions``, or None if none has
-    entries. ``view``: the entries may be views of the log files (the reply
-    goes out at once, ``Context.read_view``)."""
-    topics = ctx.server.topics
-    found = []
-    for key, (after, count) in zip(keys, positions):
-        if topics.is_multi(key):  # became a multi-partition topic while we blocked
-            found.extend(read_partitions_after(ctx, key, after, count))
-            continue
-        stream = topics.get(key)
-        if stream is not None:
-            _read_into(ctx, found, key, stream, after, count, view)
-    return _read_reply(ctx, found) if found else None
-
-
-def _read_into(ctx, found: list, key: bytes, stream, after: StreamId, count: int, view: bool) -> None:
-    """Append ``(key, entries after `after`)`` to ``found`` when there are any."""
-    if not stream.length:
-        return
-    entries = stream.read_after(after, count or None, view=view)
-    if entries.count:
-        ctx.server.topics.note_entries_out(entries.count)
-        found.append((key, Raw(entries.count, entries.chunks)))
-        if view:
-            ctx.views = True
+def _read_position(raw: bytes):
+    if raw == b"$":
+        return AFTER_LAST
+    if raw == b">":
+        raise err("The > ID can be specified only when calling XREADGROUP using the GROUP <group> <consumer> option.")
+    if raw == b"+":
+        return LAST_ENTRY
+    return parse_strict_id(raw)
 
 
 def _read_reply(ctx, found: list):
     """XREAD's reply for ``found`` ``(key, entries)`` pairs: a map in RESP3."""
+    if not found:
+        return NULL_ARRAY
     if ctx.client.protocol == 3:
         return Map(found)
-    return [[key, raw] for key, raw in found]
+    return [[key, entries] for key, entries in found]
 
 
 @command(
@@ -516,55 +512,35 @@ def _read_reply(ctx, found: list):
 async def xread(ctx, argv):
     """XREAD [COUNT count] [BLOCK milliseconds] STREAMS key [key ...] id [id ...]
 
-    Without BLOCK (or inside MULTI) it returns at once. With BLOCK it waits
-    until an entry arrives on any of its keys (``BLOCK 0``: forever), then
-    reads again; the wait is cancelled with the client's task.
+    Parsed here into a ``ReadPlan``; ``Session.read_after`` (cluster.broker)
+    reads it, and with BLOCK ``Session.wait_for_entries`` waits until an
+    entry arrives on any of its keys (``BLOCK 0``: forever; inside MULTI
+    not at all) and reads again; the wait is cancelled with the client's
+    task. A topic key of several partitions reads each partition, replied
+    under the partition keys.
     """
-    args = _parse_xread(argv)
-    expand_read_args(ctx, args)  # a multi-partition topic key reads every partition
-    positions = _resolve_read_positions(ctx, args)
-    reply = _serve_reads(ctx, args.keys, positions, args.timeout_ms is None and ctx.read_view())
-    if reply is not None:
-        return reply
-    if args.timeout_ms is None or getattr(ctx.client, "in_multi", False):
-        return NULL_ARRAY
-    deadline = None if args.timeout_ms == 0 else trio.current_time() + args.timeout_ms / 1000
-    while True:
-        if deadline is None:
-            remaining_s = None
-        else:
-            remaining_s = deadline - trio.current_time()
-            if remaining_s <= 0:
-                return NULL_ARRAY
-        woke = await ctx.server.wait_for_keys(list(args.keys), remaining_s)
-        if not woke:
-            return NULL_ARRAY
-        reply = _serve_reads(ctx, args.keys, positions)
-        if reply is not None:
-            return reply
+    plan = _parse_xread(argv)
+    if plan.block_ms is None:
+        return _read_reply(ctx, ctx.session.read_after(plan))
+    return _read_reply(ctx, await ctx.session.wait_for_entries(plan))
 
 
 @nowait_path("xread")
 def xread_now(ctx, argv):
     """``XREAD COUNT n STREAMS key id`` (no BLOCK) of one existing
-    partition (``TopicRegistry.read_target``): a consumer's poll, answered
-    without the handler's general steps and, on a connection's own loop,
-    from views of the log files (``Context.read_view``). None for every
-    other form: the handler answers it (and gives every error)."""
+    partition: a consumer's poll, parsed here without the handler's
+    general steps and read by the same executor (``Session.read_after`` of
+    a ``one_partition`` plan) without a coroutine. None for every other
+    form, and when the broker declines the key: the handler answers it
+    (and gives every error)."""
     if len(argv) != 6 or argv[1].upper() != b"COUNT" or argv[3].upper() != b"STREAMS":
         return None
     raw = argv[5]
     if raw == b"$" or raw == b"+" or raw == b">":
         return None
-    key = argv[4]
-    stream = ctx.server.topics.read_target(key)
-    if stream is None:
-        return None
     count = max(parse_int(argv[2]), 0)
-    after = parse_strict_id(raw)
-    found: list = []
-    _read_into(ctx, found, key, stream, after, count, ctx.read_view())
-    return _read_reply(ctx, found) if found else NULL_ARRAY
+    found = ctx.session.read_after(ReadPlan((argv[4],), (parse_strict_id(raw),), count, None, True))
+    return None if found is None else _read_reply(ctx, found)
 
 
 # A found poll's reply up to its entries (RESP2: [[key, entries]]; RESP3:
@@ -577,45 +553,40 @@ _POLL_NONE = {2: b"*-1\r\n", 3: b"_\r\n"}
 def xread_poll(ctx, data: bytes, out: list, route=None):
     """A consumer's poll taken straight from received bytes
     (``Dispatcher.read_poll``): when ``data`` is exactly one ``XREAD COUNT
-    n STREAMS key id`` of one existing partition in plain form
-    (``_xaddrun.poll_xread``), its reply's encoding is appended to ``out``
-    (the header, then views of the log files: the caller sends them at
-    once) and True returned, the reply ``xread_now`` gives, after deferred
-    appends are committed. None for anything else: the parser and ``call``
-    take it (which gives every error). In a
-    cluster ``route`` (the dispatcher's ``-MOVED`` check) may refuse the key:
-    its error is raised, as ``call`` replies it."""
+    n STREAMS key id`` in plain form (``_xaddrun.poll_xread``, the C parser
+    of ``xread_now``'s form) and the broker takes its ``one_partition``
+    plan (``Session.read_after``: one existing partition), the reply's
+    encoding is appended to ``out`` (the header, then the entries as views
+    of the log files: the caller sends them at once) and True returned.
+    None for anything else: the parser and ``call`` take it (which gives
+    every error). In a cluster ``route`` (the dispatcher's ``-MOVED``
+    check) may refuse the key: its error is raised, as ``call`` replies it."""
     form = _xaddrun.poll_xread(data)
     if form is None:
         return None
     protocol = ctx.client.protocol
-    if protocol not in _POLL_HEAD or not ctx.read_view():
+    if protocol not in _POLL_HEAD:
         return None
     key, count, ms, seq = form
     if route is not None:
         refused = route(_XREAD_SPEC, [b"XREAD", b"COUNT", b"%d" % count, b"STREAMS", key, b"%d-%d" % (ms, seq)])
         if refused is not None:
             raise refused
-    ctx.session.commit_deferred()  # as Dispatcher.call: nothing but XADD may see a deferred entry
-    topics = ctx.server.topics
-    stream = topics.read_target(key)
-    if stream is None:
+    found = ctx.session.read_after(ReadPlan((key,), ((ms, seq),), count, None, True))
+    if found is None:
         return None
-    entries = stream.read_after((ms, seq), count or None, view=True)
-    n = entries.count
-    if not n:
+    if not found:
         out.append(_POLL_NONE[protocol])
         return True
-    topics.note_entries_out(n)
-    ctx.views = True
-    out.append(_POLL_HEAD[protocol] % (len(key), key, n))
+    entries = found[0][1]
+    out.append(_POLL_HEAD[protocol] % (len(key), key, entries.count))
     out.extend(entries.chunks)
     return True
 
 
-_XREAD_SPEC = COMMANDS["xread"]
+_XREAD_SPEC = DECLARED["xread"]
 if _xaddrun is not None:
-    POLLS["xread"] = xread_poll
+    poll_path("xread", xread_poll)
 
 
 # ------------------------------------------------------------------ XINFO
@@ -674,9 +645,9 @@ def xinfo_stream(ctx, argv):
     Redis 7.0's fields in Redis's order, then Partita's own: partitions,
     log-start-offset, log-end-offset, segments, bytes-on-disk.
     """
-    stream = ctx.server.topics.get(argv[2])
-    if stream is None:
-        raise err(NO_SUCH_KEY)
+    key = argv[2]
+    if not ctx.session.exists(key):
+        raise err(NO_SUCH_KEY)  # Redis looks the key up before it parses the options
     opts = argv[3:]
     full = False
     count = 10
@@ -690,30 +661,26 @@ def xinfo_stream(ctx, argv):
             count = parse_int(opts[2])
             if count < 0:
                 count = 10
-    from server.commands.groups import group_count, groups_full_info  # groups import this module
-
-    length = stream.length
-    tree_keys = math.ceil(length / max(stream.node_max_entries, 1))
+    found = ctx.session.stream_info(key, full, count)
+    tree_keys = math.ceil(found.length / max(found.node_max_entries, 1))
     info = Map()
-    info["length"] = length
+    info["length"] = found.length
     info["radix-tree-keys"] = tree_keys
     info["radix-tree-nodes"] = tree_keys + 1
-    info["last-generated-id"] = stream.last_id.encode()
-    info["max-deleted-entry-id"] = stream.max_deleted_entry_id.encode()
-    info["entries-added"] = stream.entries_added
-    info["recorded-first-entry-id"] = stream.first_entry_id().encode()
+    info["last-generated-id"] = found.last_id.encode()
+    info["max-deleted-entry-id"] = found.max_deleted_entry_id.encode()
+    info["entries-added"] = found.entries_added
+    info["recorded-first-entry-id"] = found.recorded_first_entry_id.encode()
     if full:
-        entries = stream.range(MIN_ID, MAX_ID, count or None)
-        info["entries"] = Raw(entries.count, entries.chunks)
-        info["groups"] = groups_full_info(stream, count)
+        info["entries"] = found.entries
+        info["groups"] = groups_full_reply(ctx.session.groups_full(key, count))
     else:
-        info["groups"] = group_count(stream)
-        info["first-entry"] = _entry_value(stream.first_entry())
-        info["last-entry"] = _entry_value(stream.last_entry())
-    log = stream.log
-    info["partitions"] = ctx.server.topics.partition_count(argv[2])
-    info["log-start-offset"] = log.log_start_offset
-    info["log-end-offset"] = log.log_end_offset
-    info["segments"] = log.segment_count
-    info["bytes-on-disk"] = log.size_bytes
+        info["groups"] = found.groups
+        info["first-entry"] = _entry_value(found.first_entry)
+        info["last-entry"] = _entry_value(found.last_entry)
+    info["partitions"] = found.partitions
+    info["log-start-offset"] = found.log_start_offset
+    info["log-end-offset"] = found.log_end_offset
+    info["segments"] = found.segments
+    info["bytes-on-disk"] = found.bytes_on_disk
     return info

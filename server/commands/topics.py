@@ -1,35 +1,27 @@
-"""TOPIC commands, and what stream commands do with a multi-partition topic key.
+"""TOPIC commands: Partita's topic administration.
 
-Owns: ``TOPIC CREATE | DESCRIBE | LIST | ALTER | DELETE | GROUPS | HELP``
-(argument parsing and reply shapes), and the topic-wide variants of stream
-commands that ``server.commands.streams`` hands over when a key names a
-topic of several partitions (``ctx.server.topics.is_multi(key)``):
+Owns: ``TOPIC CREATE | DESCRIBE | LIST | ALTER | DELETE | GROUPS | HELP``:
+argument parsing, one call of the client's broker session (``ctx.session``:
+cluster.broker.reads) and the reply shapes. What stream commands do with a
+topic key of several partitions (XLEN's sum, XRANGE's merge, XREAD's
+fan-out) is the broker's, and so are group commands on topic keys
+(membership: ``server.commands.groups``; TOPIC GROUPS and TOPIC DESCRIBE's
+groups are shaped by ``server.group_replies``).
 
-- XLEN: the sum over the partitions;
-- XRANGE / XREVRANGE: the partitions merged by ID (ties by partition
-  number), COUNT over the merged result;
-- XREAD: each partition read from the same ID (``$``: each partition's own
-  last ID), replied under its partition key ``<topic>#<n>``.
-
-Group commands on topic keys (membership) are in ``server.commands.topic_groups``.
-
-Must not know: sockets, RESP bytes, files. Keys reach storage only through
-``ctx.server.topics`` (``cluster.topics.TopicRegistry``).
+Must not know: sockets, RESP bytes, files, partitions and where they live.
 """
 
 from __future__ import annotations
 
-import heapq
-
 from cluster.topics import TOPIC_OPTIONS
 from server.acl import key_filter
 from server.args import parse_int
-from server.commands.keyspace import glob_match
 from server.errors import err, syntax_error
+from server.glob import glob_match
+from server.group_replies import topic_groups_reply
 from server.registry import command, container
-from server.reply import OK, Map, Raw, Simple
-from storage.entry_codec import split_entries
-from storage.streams.ids import MIN_ID, StreamId
+from server.reply import OK, Map, Simple
+
 
 container(
     "topic", group="stream", since="7.0.0",
@@ -88,9 +80,8 @@ def topic_help(ctx, argv):
 )
 def topic_create(ctx, argv):
     """TOPIC CREATE topic [PARTITIONS partitions] [REPLICATION-FACTOR replicas] [CONFIG name value [name value ...]]"""
-    topic = argv[2]
-    topics = ctx.server.topics
     partitions = None
+    replication_factors: list[int] = []
     pairs: list[tuple[bytes, bytes]] = []
     i = 3
     while i < len(argv):
@@ -99,7 +90,7 @@ def topic_create(ctx, argv):
             partitions = parse_int(argv[i + 1])
             i += 2
         elif word == b"REPLICATION-FACTOR" and i + 1 < len(argv):
-            _check_replication_factor(ctx, parse_int(argv[i + 1]))
+            replication_factors.append(parse_int(argv[i + 1]))
             i += 2
         elif word == b"CONFIG" and not pairs:
             j = i + 1
@@ -109,23 +100,11 @@ def topic_create(ctx, argv):
             i = j
         else:
             raise syntax_error()
-    if partitions is None:
-        partitions = int(getattr(ctx.server.config, "default_partitions", 1) or 1)
-    topics.create_topic(topic, partitions, pairs)
-    ctx.server.signal_key_modified(topic)
+    # PARTITIONS: default-partitions if not given; REPLICATION-FACTOR must
+    # be the one every partition has (replica sets belong to hash-slot
+    # ranges, docs/replication.md).
+    ctx.session.create_topic(argv[2], partitions, pairs, replication_factors)
     return OK
-
-
-def _check_replication_factor(ctx, wanted: int) -> None:
-    """REPLICATION-FACTOR is accepted when it is what the cluster gives every
-    partition: replica sets belong to hash-slot ranges (docs/replication.md),
-    so one topic cannot have more or fewer copies than the others."""
-    repl = ctx.server.replication
-    actual = repl.manager.placement.replication_factor if repl is not None else 1
-    if wanted != actual:
-        where = "this cluster's replication-factor" if repl is not None else "a single node"
-        raise err(f"REPLICATION-FACTOR {wanted} not possible: every partition has {actual} "
-                  f"replica(s) on {where} (set replication-factor on every node)")
 
 
 @command(
@@ -136,16 +115,7 @@ def _check_replication_factor(ctx, wanted: int) -> None:
 )
 def topic_delete(ctx, argv):
     """TOPIC DELETE topic"""
-    topic = argv[2]
-    topics = ctx.server.topics
-    if b"#" in topic and topics.topic_of(topic) != topic:
-        raise err(f"'{topic.decode('utf-8', 'replace')}' is a partition key: partitions cannot be "
-                  "deleted one by one, TOPIC DELETE takes the topic name")
-    keys = topics.expand(topic) if topics.exists(topic) else []
-    if not topics.delete(topic):
-        raise err(f"unknown topic '{topic.decode('utf-8', 'replace')}'")
-    for key in {topic, *keys}:
-        ctx.server.signal_key_modified(key)
+    ctx.session.delete_topic(argv[2])
     return OK
 
 
@@ -163,7 +133,7 @@ def topic_list(ctx, argv):
     """
     if len(argv) > 3:
         raise syntax_error()
-    names = sorted(ctx.server.topics.keys())
+    names = ctx.session.topic_names()
     if len(argv) == 3 and argv[2] != b"*":
         names = [n for n in names if glob_match(argv[2], n)]
     visible = key_filter(ctx.client)
@@ -180,18 +150,15 @@ def topic_list(ctx, argv):
 )
 def topic_alter(ctx, argv):
     """TOPIC ALTER topic <PARTITIONS partitions | CONFIG name value [name value ...]>"""
-    topic = argv[2]
-    topics = ctx.server.topics
     word = argv[3].upper()
     if word == b"PARTITIONS":
         if len(argv) != 5:
             raise syntax_error()
-        topics.alter_partitions(topic, parse_int(argv[4]))
+        ctx.session.alter_topic_partitions(argv[2], parse_int(argv[4]))
     elif word == b"CONFIG":
-        topics.alter_config(topic, _config_pairs(argv[4:]))
+        ctx.session.alter_topic_config(argv[2], _config_pairs(argv[4:]))
     else:
         raise syntax_error()
-    ctx.server.signal_key_modified(topic)
     return OK
 
 
@@ -210,10 +177,7 @@ def topic_describe(ctx, argv):
     bytes, last-generated-id), ``groups`` (as TOPIC GROUPS).
     """
     topic = argv[2]
-    topics = ctx.server.topics
-    if topics.topic_of(topic) != topic:
-        raise err("TOPIC DESCRIBE takes a topic name, not a partition key")
-    desc = topics.describe(topic)
+    desc = ctx.session.describe_topic(topic)
     info = Map()
     info["name"] = topic
     info["partitions"] = len(desc["partitions"])
@@ -235,17 +199,13 @@ def topic_describe(ctx, argv):
         m["segments"] = p["segments"]
         m["bytes"] = p["bytes"]
         m["last-generated-id"] = p["last-generated-id"].encode()
-        repl = ctx.server.replication
-        if repl is not None:  # where the partition lives (docs/replication.md)
-            for name, value in repl.manager.partition_view(topic, p["partition"]).items():
-                m[name] = value
+        for name, value in p.get("replication", {}).items():  # in a cluster: where it lives (docs/replication.md)
+            m[name] = value
         parts.append(m)
     info["partition-info"] = parts
-    if ctx.server.replication is not None:
-        info["replication-factor"] = ctx.server.replication.manager.placement.replication_factor
-    from server.commands.topic_groups import groups_view
-
-    info["groups"] = groups_view(ctx, topic, None)
+    if "replication-factor" in desc:
+        info["replication-factor"] = desc["replication-factor"]
+    info["groups"] = topic_groups_reply(ctx.session.topic_groups(topic))
     return info
 
 
@@ -265,84 +225,5 @@ def topic_groups(ctx, argv):
     if len(argv) > 4:
         raise syntax_error()
     topic = argv[2]
-    topics = ctx.server.topics
-    if not topics.exists(topic) or topics.topic_of(topic) != topic:
-        raise err(f"unknown topic '{topic.decode('utf-8', 'replace')}'")
-    from server.commands.topic_groups import groups_view
-
-    return groups_view(ctx, topic, argv[3] if len(argv) == 4 else None)
-
-
-# ------------------------------------------------- stream commands on topics
-
-
-def topic_len(ctx, key: bytes) -> int:
-    """XLEN of a multi-partition topic: the sum over its partitions."""
-    return sum(s.length for s in ctx.server.topics.streams_of(key))
-
-
-def _entries_with_ids(res, tag: int) -> list[tuple[tuple[int, int], int, bytes]]:
-    encoded = split_entries(res.chunks)
-    return [((ms, seq), tag, enc) for (_off, ms, seq), enc in zip(res.entries, encoded)]
-
-
-def topic_range(ctx, key: bytes, start: StreamId, end: StreamId, count: int | None, rev: bool) -> Raw:
-    """XRANGE / XREVRANGE of a multi-partition topic: partitions merged by ID.
-
-    Each partition contributes at most ``count`` entries, so the cost is
-    ``partitions * count`` reads, then a heap merge; equal IDs (two
-    partitions can generate the same ID) come in partition order.
-    """
-    runs = []
-    if start > end:
-        return Raw(0, [])
-    for n, stream in enumerate(ctx.server.topics.streams_of(key)):
-        log = stream.log
-        lo = max(log.find_offset(start[0], start[1], inclusive=True), log.log_start_offset)
-        hi = log.find_offset(end[0], end[1], inclusive=False)
-        if lo >= hi:
-            continue
-        if rev:
-            res = log.read_reverse(lo, hi, max_count=count, with_ids=True)
-        else:
-            res = log.read(lo, hi, max_count=count, with_ids=True)
-        if res.count:
-            runs.append(_entries_with_ids(res, -n if rev else n))
-    merged = heapq.merge(*runs, reverse=rev)
-    chunks = []
-    for _sid, _n, enc in merged:
-        chunks.append(enc)
-        if count is not None and len(chunks) >= count:
-            break
-    ctx.server.topics.note_entries_out(len(chunks))
-    return Raw(len(chunks), chunks)
-
-
-def expand_read_args(ctx, args) -> None:
-    """XREAD: replace each multi-partition topic key by its partition keys,
-    each with the topic key's ID (``$`` and ``+`` then resolve per partition)."""
-    topics = ctx.server.topics
-    if not any(topics.is_multi(k) for k in args.keys):
-        return
-    keys: list[bytes] = []
-    ids: list[bytes] = []
-    for key, raw in zip(args.keys, args.id_args):
-        for pkey in topics.expand(key):
-            keys.append(pkey)
-            ids.append(raw)
-    args.keys, args.id_args = keys, ids
-
-
-def read_partitions_after(ctx, key: bytes, after: StreamId, count: int) -> list:
-    """XREAD of a topic that got several partitions while the reader blocked."""
-    topics = ctx.server.topics
-    found = []
-    for pkey in topics.expand(key):
-        stream = topics.get(pkey)
-        if stream is None or stream.length == 0:
-            continue
-        entries = stream.read_after(after if after is not None else MIN_ID, count or None)
-        if entries.count:
-            topics.note_entries_out(entries.count)
-            found.append((pkey, Raw(entries.count, entries.chunks)))
-    return found
+    ctx.session.require_topic(topic)
+    return topic_groups_reply(ctx.session.topic_groups(topic, argv[3] if len(argv) == 4 else None))

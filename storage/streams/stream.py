@@ -128,7 +128,10 @@ def wall_clock_ms() -> int:
 
 @dataclass(frozen=True, slots=True)
 class Entries:
-    """Encoded entries ready to follow ``*<count>``: what XRANGE/XREAD send."""
+    """Encoded entries ready to follow ``*<count>``: what XRANGE/XREAD send.
+    Read with ``view=True`` the chunks may be views of a segment file's
+    mapping: send them at once or copy them (a log cut back later must never
+    be read through them)."""
 
     count: int
     chunks: list
@@ -372,6 +375,11 @@ class Stream:
 
     def delete(self, ids: Iterable[StreamId]) -> int:
         """XDEL: mark the entries with these IDs deleted; returns how many were live."""
+        return len(self.delete_ids(ids))
+
+    def delete_ids(self, ids: Iterable[StreamId]) -> set[StreamId]:
+        """Mark the entries with these IDs deleted; the IDs of those that
+        were live (each once)."""
         log = self.log
         offsets: dict[int, StreamId] = {}
         for stream_id in ids:
@@ -384,7 +392,7 @@ class Stream:
                 continue  # already deleted
             offsets[offset] = StreamId(*stream_id)
         if not offsets:
-            return 0
+            return set()
         last_before = self.last_id
         marked = log.delete_entries(sorted(offsets))
         assert marked == len(offsets), (marked, len(offsets))
@@ -393,7 +401,7 @@ class Stream:
             self.meta.max_deleted_entry_id = top
         self.meta.last_generated_id = max(self.meta.last_generated_id, last_before)
         self._save_meta()
-        return marked
+        return set(offsets.values())
 
     def set_id(
         self,

@@ -361,11 +361,11 @@ def test_a_new_node_joins_the_running_cluster_and_takes_a_shard(tmp_path):
     assert not cluster.unexpected_log_lines(), cluster.unexpected_log_lines()[:5]
 
 
-def test_the_metadata_log_is_compacted_and_a_node_behind_it_catches_up_from_a_snapshot(tmp_path, monkeypatch):
-    monkeypatch.setenv("PARTITA_CONTROLLER_COMPACT_EVERY", "20")
+def test_the_metadata_log_is_compacted_and_a_node_behind_it_catches_up_from_a_snapshot(tmp_path):
     # Two replicas per shard: node 3 does not replicate one shard, so it can
     # learn that shard's topics only from the metadata, not from a leader's fetch.
-    cluster = Cluster(tmp_path, extra=["--controller-session-timeout-ms", "1500", "--replication-factor", "2"])
+    cluster = Cluster(tmp_path, extra=["--controller-session-timeout-ms", "1500", "--replication-factor", "2",
+                                       "--controller-snapshot-records", "20"])
     try:
         n1, n2, n3 = cluster.nodes
         assert n3.terminate() == 0

@@ -274,3 +274,15 @@ def test_concurrent_members_and_a_joiner_get_each_entry_once(server):
     assert len(ids) == total and len(set(ids)) == total
     assert {name for name, _, _ in deliveries} == {"m1", "m2", "m3"}
     assert all(r.xpending(f"t#{p}", "g")["pending"] == 0 for p in range(6))
+
+
+def test_xgroup_create_mkstream_with_a_bad_option_creates_no_topic(partita_factory):
+    """A syntax error is answered before anything is made, also when MKSTREAM
+    would create a topic of default-partitions (it created one before)."""
+    r = partita_factory(["--default-partitions", "3"]).client()
+    with pytest.raises(redis.ResponseError, match="unknown subcommand or wrong number of arguments for 'CREATE'"):
+        r.execute_command("XGROUP", "CREATE", "fresh", "g", "$", "MKSTREAM", "NOSUCHOPTION", "x")
+    assert r.exists("fresh") == 0
+    assert r.execute_command("XGROUP", "CREATE", "fresh", "g", "$", "MKSTREAM") == b"OK"
+    assert r.execute_command("TOPIC", "DESCRIBE", "fresh")  # a topic of 3 partitions, each with the group
+    assert [g["name"] for g in r.xinfo_groups("fresh#2")] == [b"g"]

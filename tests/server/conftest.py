@@ -4,17 +4,32 @@ from __future__ import annotations
 
 import pytest
 
-from server.registry import COMMANDS, command
+from server.registry import command
 from tests.server.support import FakeLog, IoWakes
+
+
+class TestCommands:
+    """The ``test_commands`` fixture: ``events, logs = test_commands``, and
+    ``commands`` for ``Harness(commands=...)``."""
+
+    def __init__(self) -> None:
+        self.events: list = []
+        self.logs: dict = {}
+        self.commands: dict = {}
+
+    def __iter__(self):
+        return iter((self.events, self.logs))
 
 
 @pytest.fixture
 def test_commands():
-    """TEST-WRITE name (notes a write on a fake log), TEST-BLOCK key (waits for key)."""
-    events: list = []
-    logs: dict = {}
+    """TEST-WRITE name (notes a write on a fake log), TEST-BLOCK key (waits
+    for key), for a Harness made with ``commands=test_commands.commands``."""
+    made = TestCommands()
+    events, logs, table = made.events, made.logs, made.commands
 
-    @command("test-write", arity=2, flags="write", group="test", since="0", summary="", syntax="TEST-WRITE name")
+    @command("test-write", arity=2, flags="write", group="test", since="0", summary="", syntax="TEST-WRITE name",
+             table=table)
     def test_write(ctx, argv):
         name = argv[1].decode()
         log = logs.setdefault(name, FakeLog(name, events))
@@ -23,16 +38,15 @@ def test_commands():
         events.append(("write", name))
         return b"w:" + argv[1]
 
-    @command("test-block", arity=2, flags="blocking", group="test", since="0", summary="", syntax="TEST-BLOCK key")
+    @command("test-block", arity=2, flags="blocking", group="test", since="0", summary="", syntax="TEST-BLOCK key",
+             table=table)
     async def test_block(ctx, argv):
         if not ctx.may_block:
             return None
         woke = await ctx.server.wait_for_keys([argv[1]], None)
         return b"woke:" + argv[1] if woke else None
 
-    yield events, logs
-    del COMMANDS["test-write"]
-    del COMMANDS["test-block"]
+    return made
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ import trio
 import server.commands  # noqa: F401  (registers the commands)
 from server.config import Config
 from server.connection import Connection
+from server.registry import client_table
 from server.dispatch import Dispatcher
 from server.durability import Durability
 from server.resp import encode_command
@@ -172,14 +173,18 @@ class Harness:
     without a scheduler pass between (bytes and EOF in one arrival).
     ``sends`` / ``recvs``: what the server's ends sent and received."""
 
-    def __init__(self, fsync="everysec", rounds=None, **config_values):
+    def __init__(self, fsync="everysec", commands=None, rounds=None, **config_values):
+        """``commands``: a test's own commands (``command(..., table=...)``)
+        added to the dispatcher's table; ``rounds``: a ``RoundGate``."""
         config = Config()
         config.fsync = fsync
         for k, v in config_values.items():
             setattr(config, k, v)
         self.state = ServerState(config)
         self.state.durability = Durability(run_in_thread=rounds or run_inline)
-        self.dispatcher = Dispatcher(self.state)
+        table = client_table()
+        table.commands.update(commands or {})
+        self.dispatcher = Dispatcher(self.state, table)
         self.sends: list[bytes] = []
         self.recvs: list[bytes | None] = []
         self.peers: list[socket.socket] = []
@@ -214,6 +219,20 @@ class TopicsHarness(Harness):
         super().__init__(**config_values)
         self.state.config.dir = str(path)
         self.state.topics = TopicRegistry.open(path, self.state.config)
+
+
+def answered(reply):
+    """The reply of ``Dispatcher.call``, running a command's coroutine to its
+    end when it returned one; it must not wait."""
+    from server.dispatch import COROUTINE
+
+    if type(reply) is COROUTINE:
+        try:
+            reply.send(None)
+        except StopIteration as done:
+            return done.value
+        raise AssertionError("the command waited")
+    return reply
 
 
 def xadd_request(key=b"s", value=b"v"):

@@ -10,7 +10,7 @@ import server.commands  # noqa: F401  (registers every command)
 from server.acl import AclError, AclRegistry, User, category_members, check
 from server.config import Config
 from server.dispatch import Context, Dispatcher
-from server.registry import COMMANDS
+from server.registry import DECLARED
 from server.state import ServerState
 
 
@@ -36,7 +36,7 @@ def test_default_user_is_unrestricted_so_its_clients_skip_the_check():
 def test_read_and_write_categories_split_producers_from_consumers():
     reader = user("on", "nopass", "~*", "+@read")
     writer = user("on", "nopass", "~*", "+@write")
-    xadd, xrange = COMMANDS["xadd"], COMMANDS["xrange"]
+    xadd, xrange = DECLARED["xadd"], DECLARED["xrange"]
     assert check(reader, xrange, [b"XRANGE", b"k", b"-", b"+"]) is None
     assert check(reader, xadd, [b"XADD", b"k", b"*", b"a", b"1"]).line == (
         "NOPERM this user has no permissions to run the 'xadd' command")
@@ -47,12 +47,12 @@ def test_read_and_write_categories_split_producers_from_consumers():
 
 def test_key_patterns_use_the_commands_key_positions():
     u = user("on", "nopass", "~orders*", "+@all")
-    xread = COMMANDS["xread"]
+    xread = DECLARED["xread"]
     assert check(u, xread, [b"XREAD", b"STREAMS", b"orders", b"orders#2", b"0", b"0"]) is None
     denied = check(u, xread, [b"XREAD", b"COUNT", b"1", b"STREAMS", b"orders", b"other", b"0", b"0"])
     assert denied.line == "NOPERM this user has no permissions to access one of the keys used as arguments"
     # keyless commands need no pattern
-    assert check(u, COMMANDS["ping"], [b"PING"]) is None
+    assert check(u, DECLARED["ping"], [b"PING"]) is None
 
 
 def test_subcommand_rules():
@@ -178,8 +178,8 @@ def test_a_bad_aclfile_stops_the_registry_at_start(tmp_path):
 
 def test_keys_named_by_options_are_checked_like_key_arguments():
     u = user("on", "nopass", "~orders*", "+@all")
-    create = COMMANDS["xgroup"].subcommands["create"]
-    config = COMMANDS["xgroup"].subcommands["config"]
+    create = DECLARED["xgroup"].subcommands["create"]
+    config = DECLARED["xgroup"].subcommands["config"]
     ok = [b"XGROUP", b"CREATE", b"orders", b"g", b"0", b"MKSTREAM", b"MAXDELIVERIES", b"1",
           b"DEADLETTER", b"orders-dlq"]
     assert check(u, create, ok) is None
@@ -194,7 +194,7 @@ def test_keys_named_by_options_are_checked_like_key_arguments():
 
 def test_only_keyspace_commands_that_write_every_key_need_allkeys():
     u = user("on", "nopass", "~orders*", "+@all")
-    specs = [spec for top in COMMANDS.values() for spec in [top, *top.subcommands.values()]
+    specs = [spec for top in DECLARED.values() for spec in [top, *top.subcommands.values()]
              if spec.handler is not None and spec.first_key <= 0 and spec.key_finder is None]
     needs_all = sorted(spec.name for spec in specs if check(u, spec, spec.name.encode().split(b"|")) is not None)
     assert needs_all == ["flushall", "flushdb"]

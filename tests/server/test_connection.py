@@ -15,7 +15,7 @@ import trio.testing
 
 from server.connection import Receive, classify
 from server.durability import Durability
-from server.registry import COMMANDS, command
+from server.registry import command
 from server.resp import encode_command
 from tests.server.support import (FakeLog, Harness, RoundGate, TopicsHarness, batch_counts, read_exactly,
                                   read_replies, scribble, unread_bytes, xadd_request)
@@ -138,7 +138,7 @@ async def test_hello_3_switches_encoding_for_the_rest_of_the_batch():
 
 
 async def test_blocking_command_sends_earlier_replies_first_and_keeps_order(test_commands):
-    h = Harness()
+    h = Harness(commands=test_commands.commands)
     async with trio.open_nursery() as nursery:
         reader, _ = h.connect(nursery)
         writer, _ = h.connect(nursery)
@@ -152,7 +152,7 @@ async def test_blocking_command_sends_earlier_replies_first_and_keeps_order(test
 
 
 async def test_client_disconnect_while_blocked_leaves_no_waiter(test_commands, autojump_clock):
-    h = Harness()
+    h = Harness(commands=test_commands.commands)
     async with trio.open_nursery() as nursery:
         sock, _ = h.connect(nursery)
         await sock.send(b"TEST-BLOCK k\r\n")
@@ -166,7 +166,7 @@ async def test_client_disconnect_while_blocked_leaves_no_waiter(test_commands, a
 
 async def test_fsync_always_holds_replies_until_the_flush(test_commands):
     events, logs = test_commands
-    h = Harness(fsync="always")
+    h = Harness(commands=test_commands.commands, fsync="always")
 
     async with trio.open_nursery() as nursery:
         sock, _ = h.connect(nursery)
@@ -184,7 +184,7 @@ async def test_fsync_always_holds_replies_until_the_flush(test_commands):
 
 async def test_fsync_everysec_replies_at_once_and_flushes_in_background(test_commands, autojump_clock):
     events, logs = test_commands
-    h = Harness(fsync="everysec")
+    h = Harness(commands=test_commands.commands, fsync="everysec")
     async with trio.open_nursery() as nursery:
         nursery.start_soon(h.state.durability.run_everysec)
         sock, _ = h.connect(nursery)
@@ -200,7 +200,7 @@ async def test_fsync_everysec_replies_at_once_and_flushes_in_background(test_com
 
 async def test_fsync_no_never_flushes(test_commands, autojump_clock):
     events, logs = test_commands
-    h = Harness(fsync="no")
+    h = Harness(commands=test_commands.commands, fsync="no")
     async with trio.open_nursery() as nursery:
         nursery.start_soon(h.state.durability.run_everysec)
         sock, _ = h.connect(nursery)
@@ -232,7 +232,7 @@ async def _connect_and_write(h, nursery, request=b"TEST-WRITE a\r\n"):
 
 async def test_handed_over_replies_wait_for_the_round_and_keep_their_order(test_commands):
     with RoundGate() as gate, trio.fail_after(10):
-        h = Harness(fsync="always", rounds=gate)
+        h = Harness(commands=test_commands.commands, fsync="always", rounds=gate)
         async with trio.open_nursery() as nursery:
             sock, conn = await _connect_and_write(h, nursery)
             assert h.sends == []
@@ -250,7 +250,7 @@ async def test_the_rounds_thread_sends_handed_over_replies(test_commands):
     """With ``server._fsync``'s thread running the rounds, it sends a held
     batch itself once the sync succeeded: the loop sends nothing, and input
     that came in meanwhile is answered after it."""
-    h = Harness(fsync="always")
+    h = Harness(commands=test_commands.commands, fsync="always")
     h.state.durability = Durability()  # the real thread, not the inline runner
     try:
         with trio.fail_after(10):
@@ -277,7 +277,7 @@ async def test_held_replies_are_waited_for_not_the_socket(test_commands, io_wake
     batch. Input that came meanwhile is read right after, in order."""
     from server import _fsync
 
-    h = Harness(fsync="always")
+    h = Harness(commands=test_commands.commands, fsync="always")
     h.state.durability = Durability()  # the real thread
     try:
         with trio.fail_after(10):
@@ -305,7 +305,7 @@ async def test_held_replies_the_loop_sent_are_followed_by_a_wait_not_a_read(test
     """Replies the loop itself sent on release (acks=all, a test's runner)
     have only just left: the connection waits for input instead of trying
     a read that would find nothing."""
-    h = Harness(fsync="always")  # the inline runner: the loop sends on release
+    h = Harness(commands=test_commands.commands, fsync="always")  # the inline runner: the loop sends on release
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
             sock, conn = h.connect(nursery)
@@ -320,7 +320,7 @@ async def test_held_replies_the_loop_sent_are_followed_by_a_wait_not_a_read(test
 
 
 async def test_what_the_socket_does_not_take_from_the_thread_the_loop_sends(test_commands):
-    h = Harness(fsync="always")
+    h = Harness(commands=test_commands.commands, fsync="always")
     h.state.durability = Durability()
     n = 1000
     expected = b"".join(b"$3\r\nw:a\r\n$%d\r\n%d\r\n" % (len(b"%d" % i), i) for i in range(n))
@@ -346,7 +346,7 @@ async def test_a_client_that_leaves_while_its_held_replies_are_sent_is_freed(tes
     """The round's thread sent what the socket took; the rest waits for a
     reader that closes instead: the client is freed, and the other
     clients go on."""
-    h = Harness(fsync="always")
+    h = Harness(commands=test_commands.commands, fsync="always")
     h.state.durability = Durability()
     try:
         with trio.fail_after(20):
@@ -377,42 +377,42 @@ async def test_a_reply_waiting_for_the_fsync_and_the_replicas_leaves_after_both(
         def when_acked(self, client, pending, callback):
             acked.append(callback)
 
-    @command("test-repl", arity=2, flags="write", group="test", since="0", summary="", syntax="TEST-REPL name")
+    commands: dict = {}
+
+    @command("test-repl", arity=2, flags="write", group="test", since="0", summary="", syntax="TEST-REPL name",
+             table=commands)
     def test_repl(ctx, argv):
         ctx.session.wrote_log(logs.setdefault(argv[1].decode(), FakeLog(argv[1].decode(), events)))
         ctx.session.repl_pending = {argv[1]: None}
         return b"r:" + argv[1]
 
-    try:
-        with RoundGate() as gate, trio.fail_after(10):
-            h = Harness(fsync="always", rounds=gate)
-            h.state.replication = Replicas()
-            async with trio.open_nursery() as nursery:
-                sock, _ = await _connect_and_write(h, nursery, b"TEST-REPL a\r\n")
-                assert len(acked) == 1 and h.sends == []
-                gate.open()  # the fsync round ends; the replicas have not acknowledged
-                await trio.testing.wait_all_tasks_blocked()
-                assert h.sends == [] and logs["a"].flushes == 1
-                acked[0](None)
-                assert await read_exactly(sock, 9) == b"$3\r\nr:a\r\n"
-                # The other order: replicas first, then the round.
-                gate.close()
-                await sock.send(b"TEST-REPL b\r\n")
-                await trio.testing.wait_all_tasks_blocked()
-                acked[1](None)
-                await trio.testing.wait_all_tasks_blocked()
-                assert h.sends == [b"$3\r\nr:a\r\n"]
-                gate.open()
-                assert await read_exactly(sock, 9) == b"$3\r\nr:b\r\n"
-                nursery.cancel_scope.cancel()
-    finally:
-        del COMMANDS["test-repl"]
+    with RoundGate() as gate, trio.fail_after(10):
+        h = Harness(commands=commands, fsync="always", rounds=gate)
+        h.state.replication = Replicas()
+        async with trio.open_nursery() as nursery:
+            sock, _ = await _connect_and_write(h, nursery, b"TEST-REPL a\r\n")
+            assert len(acked) == 1 and h.sends == []
+            gate.open()  # the fsync round ends; the replicas have not acknowledged
+            await trio.testing.wait_all_tasks_blocked()
+            assert h.sends == [] and logs["a"].flushes == 1
+            acked[0](None)
+            assert await read_exactly(sock, 9) == b"$3\r\nr:a\r\n"
+            # The other order: replicas first, then the round.
+            gate.close()
+            await sock.send(b"TEST-REPL b\r\n")
+            await trio.testing.wait_all_tasks_blocked()
+            acked[1](None)
+            await trio.testing.wait_all_tasks_blocked()
+            assert h.sends == [b"$3\r\nr:a\r\n"]
+            gate.open()
+            assert await read_exactly(sock, 9) == b"$3\r\nr:b\r\n"
+            nursery.cancel_scope.cancel()
 
 
 async def test_a_failed_round_closes_handed_over_clients_without_a_reply(test_commands):
     events, logs = test_commands
     logs["bad"] = UnsyncableLog("bad", events)
-    h = Harness(fsync="always")
+    h = Harness(commands=test_commands.commands, fsync="always")
     with trio.fail_after(10):  # a reply never sent fails, not hangs
         async with trio.open_nursery() as nursery:
             sock, _ = h.connect(nursery)
@@ -424,7 +424,7 @@ async def test_a_failed_round_closes_handed_over_clients_without_a_reply(test_co
 
 
 async def test_handed_over_replies_bigger_than_the_socket_buffer_arrive_whole(test_commands):
-    h = Harness(fsync="always")
+    h = Harness(commands=test_commands.commands, fsync="always")
     name = b"n" * 200
     reply = b"$202\r\nw:" + name + b"\r\n"
     with trio.fail_after(10):  # a reply never sent fails, not hangs
@@ -442,7 +442,7 @@ async def test_handed_over_replies_bigger_than_the_socket_buffer_arrive_whole(te
 
 async def test_shutdown_sends_handed_over_replies_then_closes(test_commands):
     with RoundGate() as gate, trio.fail_after(10):
-        h = Harness(fsync="always", rounds=gate)
+        h = Harness(commands=test_commands.commands, fsync="always", rounds=gate)
         async with trio.open_nursery() as nursery:
             sock, conn = await _connect_and_write(h, nursery)
             conn.stop()  # in flight: not closed before its replies
@@ -462,7 +462,7 @@ async def test_a_shutdown_while_a_batch_waits_closes_it_before_its_blocking_comm
     then the client is closed instead of blocking (the server would wait
     for it until shutdown-timeout)."""
     with RoundGate() as gate, trio.fail_after(10):
-        h = Harness(fsync="always", rounds=gate)
+        h = Harness(commands=test_commands.commands, fsync="always", rounds=gate)
         async with trio.open_nursery() as nursery:
             sock, conn = await _connect_and_write(h, nursery, b"TEST-WRITE a\r\nTEST-BLOCK k\r\n")
             conn.stop()  # in flight: its replies first
@@ -473,7 +473,7 @@ async def test_a_shutdown_while_a_batch_waits_closes_it_before_its_blocking_comm
 
 async def test_a_killed_client_does_not_hold_up_the_round(test_commands):
     with RoundGate() as gate, trio.fail_after(10):
-        h = Harness(fsync="always", rounds=gate)
+        h = Harness(commands=test_commands.commands, fsync="always", rounds=gate)
         async with trio.open_nursery() as nursery:
             sock1, conn1 = h.connect(nursery)
             sock2, _ = h.connect(nursery)
@@ -495,7 +495,7 @@ async def test_a_closed_clients_waiting_reply_never_reaches_the_next_owner_of_it
     old reply to nobody, not to the new client."""
     from server import _fsync
 
-    h = Harness(fsync="always")
+    h = Harness(commands=test_commands.commands, fsync="always")
     h.state.durability = Durability()  # the real thread, which sends held replies
     others = []
     try:
@@ -577,7 +577,7 @@ async def test_failed_flush_is_never_acknowledged():
     ("always", b"TEST-WRITE a\r\n", b"$3\r\nw:a\r\n"),
 ])
 async def test_idle_timeout_closes_quiet_clients(test_commands, autojump_clock, fsync, request_, reply):
-    h = Harness(fsync=fsync, timeout=30)
+    h = Harness(commands=test_commands.commands, fsync=fsync, timeout=30)
     with trio.fail_after(100):  # virtual seconds
         async with trio.open_nursery() as nursery:
             sock, _ = h.connect(nursery)
@@ -728,26 +728,31 @@ async def test_deferred_bytes_are_bounded_and_a_large_entry_is_written_at_once(t
 # -- runs of `XADD key * f v` taken from the received bytes (server/_xaddrun.c)
 
 
+class RunsTaken(list):
+    """How many XADDs each run the fast path took (``Dispatcher.xadd_run``)
+    on the harnesses it ``watch``es."""
+
+    def watch(self, h):
+        runs = h.dispatcher.table.runs
+        real = runs["xadd"]
+
+        def counting(ctx, data, pos, route=None):
+            got = real(ctx, data, pos, route)
+            if got is not None:
+                self.append(got[2])
+            return got
+
+        runs["xadd"] = counting
+        return h
+
+
 @pytest.fixture
-def runs_taken(monkeypatch):
-    """How many XADDs each run the fast path took (``Dispatcher.xadd_run``)."""
-    from server.registry import RUNS
-
-    taken: list[int] = []
-    real = RUNS["xadd"]
-
-    def counting(ctx, data, pos, route=None):
-        got = real(ctx, data, pos, route)
-        if got is not None:
-            taken.append(got[2])
-        return got
-
-    monkeypatch.setitem(RUNS, "xadd", counting)
-    return taken
+def runs_taken():
+    return RunsTaken()
 
 
 async def test_runs_of_xadds_get_the_replies_and_batches_of_the_general_path(tmp_path, runs_taken):
-    h = TopicsHarness(tmp_path, max_entry_bytes=100)
+    h = runs_taken.watch(TopicsHarness(tmp_path, max_entry_bytes=100))
     async with trio.open_nursery() as nursery:
         sock, _ = h.connect(nursery)
         # A new key is created by the general path; after that its XADDs run.
@@ -783,10 +788,10 @@ async def test_runs_of_xadds_get_the_replies_and_batches_of_the_general_path(tmp
         assert b"cmdstat_xadd:calls=17," in info and b"failed_calls=2" in info
         nursery.cancel_scope.cancel()
     # One batch for the first XADD, one for the run committed by the XLEN
-    # (the too-large entry wrote nothing), two for the rest of that receive
-    # (the first `xadd` spelled in lower case commits as an unseen command
-    # name does), one for each later receive.
-    assert batch_counts(h.state.topics.get(b"s").log) == [1, 4, 1, 1, 3, 2]
+    # (the too-large entry wrote nothing), one for the rest of that receive
+    # (nothing but a read commits: not a command name spelled as never
+    # before either), one for each later receive.
+    assert batch_counts(h.state.topics.get(b"s").log) == [1, 4, 2, 3, 2]
     h.state.topics.close()
 
 
@@ -795,7 +800,7 @@ async def test_a_failed_commit_turns_a_runs_replies_into_the_error(tmp_path, run
 
     from storage.errors import StorageError
 
-    h = TopicsHarness(tmp_path)
+    h = runs_taken.watch(TopicsHarness(tmp_path))
     async with trio.open_nursery() as nursery:
         sock, _ = h.connect(nursery)
         await sock.send(xadd_request())
@@ -824,7 +829,7 @@ async def test_a_failed_commit_turns_a_runs_replies_into_the_error(tmp_path, run
 
 
 async def test_no_run_inside_multi_or_before_auth(tmp_path, runs_taken):
-    h = TopicsHarness(tmp_path, requirepass="pw")
+    h = runs_taken.watch(TopicsHarness(tmp_path, requirepass="pw"))
     async with trio.open_nursery() as nursery:
         sock, _ = h.connect(nursery)
         await sock.send(encode_command([b"AUTH", b"pw"]) + xadd_request())
@@ -850,7 +855,7 @@ async def test_a_run_is_bounded_by_the_deferred_bytes(tmp_path, monkeypatch, run
     from cluster.broker import session
 
     monkeypatch.setattr(session, "DEFER_MAX_BYTES", 1000)
-    h = TopicsHarness(tmp_path)
+    h = runs_taken.watch(TopicsHarness(tmp_path))
     async with trio.open_nursery() as nursery:
         sock, _ = h.connect(nursery)
         await sock.send(xadd_request())

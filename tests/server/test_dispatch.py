@@ -8,16 +8,20 @@ import server.commands  # noqa: F401  (registers every command)
 from server.config import Config
 from server.dispatch import Context, Dispatcher
 from server.errors import CommandError
-from server.registry import COMMANDS, command
+from server.registry import client_table, command
 from server.reply import NULL_ARRAY, OK, QUEUED, encode
 from server.state import ServerState
 
 
-def make(requirepass: str = ""):
+def make(requirepass: str = "", commands: dict | None = None):
+    """A state, a dispatcher (``commands``: the test's own, added to its
+    table) and a client's context."""
     config = Config()
     config.requirepass = requirepass
     state = ServerState(config)
-    dispatcher = Dispatcher(state)
+    table = client_table()
+    table.commands.update(commands or {})
+    dispatcher = Dispatcher(state, table)
     client = state.new_client("127.0.0.1:1", "127.0.0.1:6379")
     return state, dispatcher, Context(state, client, dispatcher)
 
@@ -137,24 +141,24 @@ def test_shutdown_not_allowed_in_multi():
 
 @pytest.fixture
 def blocking_command():
-    """A blocking test command registered for one test."""
+    """A blocking test command, for ``make(commands=blocking_command)``."""
+    commands: dict = {}
 
     @command("test-block", arity=2, flags="blocking", group="test", since="0", summary="",
-             syntax="TEST-BLOCK key")
+             syntax="TEST-BLOCK key", table=commands)
     async def test_block(ctx, argv):
         if ctx.client.in_multi or not ctx.may_block:
             return None
         woke = await ctx.server.wait_for_keys([argv[1]], 5)
         return b"woke" if woke else None
 
-    yield
-    del COMMANDS["test-block"]
+    return commands
 
 
 async def test_blocking_command_returns_coroutine_and_wakes(blocking_command, autojump_clock):
     import trio
 
-    state, d, ctx = make()
+    state, d, ctx = make(commands=blocking_command)
     coro = d.call(ctx, [b"test-block", b"k"])
     result = []
 
@@ -173,7 +177,7 @@ async def test_blocking_command_returns_coroutine_and_wakes(blocking_command, au
 async def test_blocking_wait_times_out_and_cancels_cleanly(blocking_command, autojump_clock):
     import trio
 
-    state, d, ctx = make()
+    state, d, ctx = make(commands=blocking_command)
     assert await d.call(ctx, [b"test-block", b"k"]) is None  # 5 s virtual timeout
     with trio.move_on_after(1):
         await d.call(ctx, [b"test-block", b"k"])
@@ -181,7 +185,7 @@ async def test_blocking_wait_times_out_and_cancels_cleanly(blocking_command, aut
 
 
 def test_blocking_command_inside_exec_does_not_block(blocking_command):
-    _, d, ctx = make()
+    _, d, ctx = make(commands=blocking_command)
     d.call(ctx, [b"MULTI"])
     assert d.call(ctx, [b"test-block", b"k"]) == QUEUED
     assert d.call(ctx, [b"EXEC"]) == [None]
@@ -251,18 +255,17 @@ def test_multi_queue_is_bounded_by_query_buffer_limit():
 
 
 def test_handler_bug_becomes_an_error_reply():
-    @command("test-bug", arity=1, group="test", since="0", summary="", syntax="TEST-BUG")
+    commands: dict = {}
+
+    @command("test-bug", arity=1, group="test", since="0", summary="", syntax="TEST-BUG", table=commands)
     def test_bug(ctx, argv):
         raise KeyError("boom")
 
-    try:
-        state, d, ctx = make()
-        reply = d.call(ctx, [b"test-bug"])
-        assert reply.code == "ERR" and "internal error in 'test-bug'" in reply.message
-        assert state.stats.unexpected_error_replies == 1
-        assert d.call(ctx, [b"PING"]) == "PONG"
-    finally:
-        del COMMANDS["test-bug"]
+    state, d, ctx = make(commands=commands)
+    reply = d.call(ctx, [b"test-bug"])
+    assert reply.code == "ERR" and "internal error in 'test-bug'" in reply.message
+    assert state.stats.unexpected_error_replies == 1
+    assert d.call(ctx, [b"PING"]) == "PONG"
 
 
 # -- cross protocol scripting (Redis's securityWarningCommand) -------------------------

@@ -6,7 +6,7 @@ import pytest
 
 import server.commands  # noqa: F401
 from server.docs import SyntaxLineError, syntax_arguments
-from server.registry import COMMANDS
+from server.registry import DECLARED
 
 
 def test_xadd_line():
@@ -43,7 +43,7 @@ def test_unbalanced_line_is_an_error():
 
 
 def test_every_registered_syntax_line_parses():
-    for spec in COMMANDS.values():
+    for spec in DECLARED.values():
         specs = [spec] + list(spec.subcommands.values())
         for s in specs:
             if s.handler is None:

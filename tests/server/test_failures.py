@@ -15,6 +15,8 @@ from __future__ import annotations
 import pytest
 
 from cluster import topics
+from cluster.broker import groups as group_ops
+from cluster.broker.groups import GroupOpError
 from cluster.topics import TopicError
 from cluster.errors import ClusterDown, Moved, NotEnoughReplicas, Paused, Refused, TryAgain
 from cluster.nodes import Node
@@ -49,6 +51,22 @@ CASES = [
      "ERR MAXDELIVERIES must be between 0 and 4294967295"),
     (GroupError(groups.DEAD_LETTER_NEEDS_KEY), "ERR MAXDELIVERIES needs a DEADLETTER key"),
     (GroupError(groups.DEAD_LETTER_NEEDS_MAX), "ERR DEADLETTER needs MAXDELIVERIES > 0"),
+    # The broker's group operations: keys and groups printed as C strings (up to a NUL), as Redis does.
+    (GroupOpError(group_ops.KEY_MISSING, key=b"s"),
+     "ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want to use the "
+     "MKSTREAM option to create an empty stream automatically."),
+    (GroupOpError(group_ops.NO_SUCH_KEY, key=b"s"), "ERR no such key"),
+    (GroupOpError(group_ops.NO_KEY_OR_GROUP, key=b"s\x00tail", group=b"g"),
+     "NOGROUP No such key 's' or consumer group 'g'"),
+    (GroupOpError(group_ops.NO_GROUP_FOR_KEY, key=b"s", group=b"g\x00tail"),
+     "NOGROUP No such consumer group 'g' for key name 's'"),
+    (GroupOpError(group_ops.NO_GROUP_TO_READ, key=b"s", group=b"g"),
+     "NOGROUP No such key 's' or consumer group 'g' in XREADGROUP with GROUP option"),
+    (GroupOpError(group_ops.GROUP_GONE, key=b"s", group=b"g"),
+     "NOGROUP the consumer group this client was blocked on no longer exists"),
+    (GroupOpError(group_ops.KEY_GONE, key=b"s"), "UNBLOCKED the stream key no longer exists"),
+    (GroupOpError(group_ops.DEAD_LETTER_IS_SOURCE, key=b"s"),
+     "ERR the DEADLETTER key must differ from the stream key"),
     (TopicError(topics.BAD_PARTITION_KEY, key=b"orders#01"),
      "ERR invalid partition key 'orders#01': '#<digits>' at the end of a key is reserved for "
      "'<topic>#<partition>'"),
@@ -79,6 +97,14 @@ CASES = [
      "ERR invalid value '12' for topic config 'segment-bytes': must be between 1024 and 2147483648"),
     (TopicError(topics.RENAME_UNSUPPORTED),
      "ERR RENAME is not supported for Partita topics (their logs cannot be moved atomically yet)"),
+    (TopicError(topics.TOPIC_DESCRIBE_NEEDS_TOPIC, key=b"orders#1"),
+     "ERR TOPIC DESCRIBE takes a topic name, not a partition key"),
+    (TopicError(topics.TOPIC_DELETE_NEEDS_TOPIC, key=b"orders#1"),
+     "ERR 'orders#1' is a partition key: partitions cannot be deleted one by one, TOPIC DELETE takes the "
+     "topic name"),
+    (TopicError(topics.REPLICATION_FACTOR_FIXED, wanted=2, actual=3, cluster=True),
+     "ERR REPLICATION-FACTOR 2 not possible: every partition has 3 replica(s) on this cluster's "
+     "replication-factor (set replication-factor on every node)"),
 ]
 
 
@@ -100,6 +126,13 @@ def test_an_entry_over_max_entry_bytes():
     assert entry_too_large(2000, 1024).line == (
         "ERR Elements are too large to be stored: the entry has 2000 bytes of fields and values, "
         "over the topic's max-entry-bytes (1024)")
+
+
+def test_a_full_max_blocked_clients():
+    from cluster.broker import TooManyBlockedError
+
+    assert reply_for(TooManyBlockedError(2)).line == (
+        "ERR max-blocked-clients reached (2 clients already blocked); retry later or raise max-blocked-clients")
 
 
 def _line(exc: Exception) -> bytes:

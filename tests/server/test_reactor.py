@@ -553,14 +553,14 @@ async def test_a_client_that_leaves_while_parked_gets_its_replies_and_is_closed(
     the reactor's step; waiting for a held batch's round (fsync always, the
     replies sent by the loop, not the round's thread)."""
     if state == "after-a-poll":
-        h = TopicsHarness(tmp_path)
+        h = TopicsHarness(tmp_path, commands=test_commands.commands)
         _fill(h)
         last, expected = _poll(), await _general_reply(h, _poll())
     elif state == "held":
-        h = Harness(fsync="always")
+        h = Harness(commands=test_commands.commands, fsync="always")
         last, expected = b"TEST-WRITE a\r\n*2\r\n$4\r\nECHO\r\n", b"$3\r\nw:a\r\n"
     else:
-        h = Harness()
+        h = Harness(commands=test_commands.commands)
         last, expected = b"*2\r\n$4\r\nECHO\r\n", b""
     async with _serving(h) as (served, sock, conn):
         await _park(sock)

@@ -19,7 +19,7 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.registry import RUNS
+from server.registry import client_table
 from server.resp import encode_command
 from storage.entry_codec import encode_entry
 from tests.server.support import TopicsHarness, batch_counts, read_replies, xadd_request
@@ -33,7 +33,7 @@ def test_the_extension_is_built_and_registered():
     from server.commands import streams
 
     assert streams._xaddrun is module
-    assert RUNS["xadd"] is streams.xadd_run
+    assert client_table().runs["xadd"] is streams.xadd_run
 
 
 def _module():
@@ -234,41 +234,38 @@ _ID_REPLY = re.compile(rb"\$\d+\r\n\d+-\d+\r\n")
 async def _serve_pipeline(root, pipeline: bytes, runs: bool) -> tuple[bytes, list]:
     """Raw reply bytes (IDs masked) of ``pipeline`` on a fresh in-process
     server, then the fields of every entry of ``s`` and ``t``."""
-    saved = RUNS.pop("xadd") if not runs else None
-    try:
-        with tempfile.TemporaryDirectory(dir=root) as path:
-            h = TopicsHarness(path)
-            async with trio.open_nursery() as nursery:
-                sock, _ = h.connect(nursery)
-                # Create both keys, then write through both once more: a
-                # topic's creation forgets which keys were written through,
-                # and only those are taken as runs.
-                setup = encode_command([b"XADD", b"s", b"*", b"init", b"1"]) + encode_command(
-                    [b"XADD", b"t", b"*", b"init", b"1"])
-                for _ in range(2):
-                    await sock.send(setup)
-                    got = b""
-                    while got.count(b"\r\n") < 4:
-                        got += await sock.recv(65536)
-                sentinel = encode_command([b"ECHO", b"end-of-pipeline"])
-                await sock.send(pipeline + sentinel)
-                raw = b""
-                with trio.fail_after(10):
-                    while not raw.endswith(b"$15\r\nend-of-pipeline\r\n"):
-                        chunk = await sock.recv(65536)
-                        if not chunk:
-                            break  # a protocol error closed the connection
-                        raw += chunk
-                other, _ = h.connect(nursery)
-                await other.send(encode_command([b"XRANGE", b"s", b"-", b"+"])
-                                 + encode_command([b"XRANGE", b"t", b"-", b"+"]))
-                ranges = await read_replies(other, 2)
-                nursery.cancel_scope.cancel()
-            taken = h.state.stats.xadd_run_commands
-            h.state.topics.close()
-    finally:
-        if saved is not None:
-            RUNS["xadd"] = saved
+    with tempfile.TemporaryDirectory(dir=root) as path:
+        h = TopicsHarness(path)
+        if not runs:
+            del h.dispatcher.table.runs["xadd"]
+        async with trio.open_nursery() as nursery:
+            sock, _ = h.connect(nursery)
+            # Create both keys, then write through both once more: a
+            # topic's creation forgets which keys were written through,
+            # and only those are taken as runs.
+            setup = encode_command([b"XADD", b"s", b"*", b"init", b"1"]) + encode_command(
+                [b"XADD", b"t", b"*", b"init", b"1"])
+            for _ in range(2):
+                await sock.send(setup)
+                got = b""
+                while got.count(b"\r\n") < 4:
+                    got += await sock.recv(65536)
+            sentinel = encode_command([b"ECHO", b"end-of-pipeline"])
+            await sock.send(pipeline + sentinel)
+            raw = b""
+            with trio.fail_after(10):
+                while not raw.endswith(b"$15\r\nend-of-pipeline\r\n"):
+                    chunk = await sock.recv(65536)
+                    if not chunk:
+                        break  # a protocol error closed the connection
+                    raw += chunk
+            other, _ = h.connect(nursery)
+            await other.send(encode_command([b"XRANGE", b"s", b"-", b"+"])
+                             + encode_command([b"XRANGE", b"t", b"-", b"+"]))
+            ranges = await read_replies(other, 2)
+            nursery.cancel_scope.cancel()
+        taken = h.state.stats.xadd_run_commands
+        h.state.topics.close()
     fields = [[entry[1] for entry in r] for r in ranges]
     return _ID_REPLY.sub(b"<id>", raw), fields, taken
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from server.dispatch import Context
 from server.errors import CommandError
-from server.registry import POLLS
+from server.registry import client_table
 from server.resp import encode_command
 from tests.server.support import TopicsHarness, one_reply
 from tests.server.test_xaddrun import _LEN, _bulk
@@ -28,7 +28,7 @@ def test_the_poll_path_is_built_and_registered():
     from server.commands import streams
 
     assert streams._xaddrun is _xaddrun
-    assert POLLS["xread"] is streams.xread_poll
+    assert client_table().polls["xread"] is streams.xread_poll
 
 
 # -- the request's parse against a reference ---------------------------------
@@ -145,53 +145,52 @@ def _requests():
 async def _serve(root, requests: list[bytes], polls: bool, protocol: int):
     """Raw replies of ``requests`` sent one at a time on a fresh in-process
     server, then how many the poll path answered and the XREAD stats."""
-    saved = POLLS.pop("xread") if not polls else None
     taken = []
-    if polls:
-        real = POLLS["xread"]
+    with tempfile.TemporaryDirectory(dir=root) as path:
+        h = TopicsHarness(path)
+        table_polls = h.dispatcher.table.polls
+        if not polls:
+            del table_polls["xread"]
+        else:
+            real = table_polls["xread"]
 
-        def counted(ctx, data, out, route=None):
-            done = real(ctx, data, out, route)
-            if done:
-                taken.append(data)
-            return done
+            def counted(ctx, data, out, route=None):
+                done = real(ctx, data, out, route)
+                if done:
+                    taken.append(data)
+                return done
 
-        POLLS["xread"] = counted
-    try:
-        with tempfile.TemporaryDirectory(dir=root) as path:
-            h = TopicsHarness(path)
-            ctx = Context(h.state, h.state.new_client("t:1", "t:0", -1), h.dispatcher)
-            for i in range(1, 40):
-                h.dispatcher.call(ctx, [b"XADD", b"s", b"%d-0" % i, b"f", b"v%d" % i])
-            ctx.session.commit_deferred()
-            h.dispatcher.call(ctx, [b"XDEL", b"s", b"5-0"])
-            h.dispatcher.call(ctx, [b"TOPIC", b"CREATE", b"t", b"PARTITIONS", b"2"])
-            h.dispatcher.call(ctx, [b"XADD", b"t#1", b"1-1", b"a", b"b"])
-            h.dispatcher.call(ctx, [b"XADD", b"empty", b"1-1", b"a", b"b"])
-            h.dispatcher.call(ctx, [b"XDEL", b"empty", b"1-1"])
-            for ms in range(1, 400):  # several batches of several entries
-                for seq in range(5):
-                    h.dispatcher.call(ctx, [b"XADD", b"big", b"%d-%d" % (ms, seq), b"field", b"x" * (ms % 17)])
-                if ms % 9 == 0:
-                    ctx.session.commit_deferred()
-            ctx.session.commit_deferred()
-            replies = []
-            async with trio.open_nursery() as nursery:
-                sock, _ = h.connect(nursery)
-                reader = hiredis.Reader()
-                if protocol == 3:
-                    await sock.send(encode_command([b"HELLO", b"3"]))
-                    await one_reply(sock, reader)
-                for request in requests:
-                    await sock.send(request)
-                    with trio.fail_after(10):
-                        replies.append(await one_reply(sock, reader))
-                await sock.send(encode_command([b"INFO", b"commandstats"]))
-                info = await one_reply(sock, reader)
-                nursery.cancel_scope.cancel()
-            h.state.topics.close()
-    finally:
-        POLLS["xread"] = real if polls else saved
+            table_polls["xread"] = counted
+        ctx = Context(h.state, h.state.new_client("t:1", "t:0", -1), h.dispatcher)
+        for i in range(1, 40):
+            h.dispatcher.call(ctx, [b"XADD", b"s", b"%d-0" % i, b"f", b"v%d" % i])
+        ctx.session.commit_deferred()
+        h.dispatcher.call(ctx, [b"XDEL", b"s", b"5-0"])
+        h.dispatcher.call(ctx, [b"TOPIC", b"CREATE", b"t", b"PARTITIONS", b"2"])
+        h.dispatcher.call(ctx, [b"XADD", b"t#1", b"1-1", b"a", b"b"])
+        h.dispatcher.call(ctx, [b"XADD", b"empty", b"1-1", b"a", b"b"])
+        h.dispatcher.call(ctx, [b"XDEL", b"empty", b"1-1"])
+        for ms in range(1, 400):  # several batches of several entries
+            for seq in range(5):
+                h.dispatcher.call(ctx, [b"XADD", b"big", b"%d-%d" % (ms, seq), b"field", b"x" * (ms % 17)])
+            if ms % 9 == 0:
+                ctx.session.commit_deferred()
+        ctx.session.commit_deferred()
+        replies = []
+        async with trio.open_nursery() as nursery:
+            sock, _ = h.connect(nursery)
+            reader = hiredis.Reader()
+            if protocol == 3:
+                await sock.send(encode_command([b"HELLO", b"3"]))
+                await one_reply(sock, reader)
+            for request in requests:
+                await sock.send(request)
+                with trio.fail_after(10):
+                    replies.append(await one_reply(sock, reader))
+            await sock.send(encode_command([b"INFO", b"commandstats"]))
+            info = await one_reply(sock, reader)
+            nursery.cancel_scope.cancel()
+        h.state.topics.close()
     stats = [line for line in info.split(b"\r\n") if line.startswith(b"cmdstat_xread:")]
     stats = [b",".join(p for p in line.split(b",") if not p.startswith(b"usec")) for line in stats]
     return replies, taken, stats

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from server.dispatch import COROUTINE
-from server.registry import COMMANDS
+from server.registry import DECLARED
 from server.reply import encode
 from tests.server.test_xread_now import _run, loop_harness
 
@@ -46,7 +46,7 @@ SEQUENCE = [
 def test_the_nowait_path_answers_and_delivers_as_the_handler(tmp_path, protocol):
     fast_h, fast_ctx = _server(tmp_path / "fast")
     slow_h, slow_ctx = _server(tmp_path / "slow")
-    spec = COMMANDS["xreadgroup"]
+    spec = DECLARED["xreadgroup"]
     try:
         for line in SEQUENCE:
             argv = line.split()
@@ -70,7 +70,7 @@ def test_the_nowait_path_answers_and_delivers_as_the_handler(tmp_path, protocol)
 
 def test_what_may_wait_or_needs_membership_is_left_to_the_handler(tmp_path):
     h, ctx = _server(tmp_path)
-    now = COMMANDS["xreadgroup"].now
+    now = DECLARED["xreadgroup"].now
     try:
         assert now(ctx, b"XREADGROUP GROUP g c COUNT 2 STREAMS s >".split()) is not None
         assert ctx.views  # new entries read through the log file's mapping

@@ -123,7 +123,7 @@ def test_views_kept_from_many_partitions_hold_few_descriptors(tmp_path):
     unmapped: past a few such mappings, reads copy instead of mapping, so
     the descriptors stay bounded however many partitions are read."""
     from storage.log import PartitionLog
-    from storage.segment import MAX_MAPPED_SEGMENTS, MAX_RETIRED_MAPPINGS
+    from storage.handles import MAX_MAPPED_SEGMENTS, MAX_RETIRED_MAPPINGS
     from tests.storage.helpers import entries
 
     cache = FileCache(16)

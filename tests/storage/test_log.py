@@ -244,34 +244,31 @@ def test_view_reads_match_copies_while_the_active_segment_grows_and_is_cut(tmp_p
     assert seg._map is None
 
 
-def test_mapped_segments_are_bounded(tmp_path, monkeypatch):
-    from storage import segment
-
-    monkeypatch.setattr(segment, "MAX_MAPPED_SEGMENTS", 2)
+def test_mapped_segments_are_bounded(tmp_path):
     log = make(tmp_path)
+    mappings = log.cache.mappings
+    mappings.max_mapped = 2
     fill(log, 60)
     assert log.segment_count > 3
     for seg in log._segs:
         r = log.read(seg.base_offset, max_count=1, view=True)
         assert r.count == 1
-        assert len(segment._MAPPED) <= 2
-    mapped = [seg for seg in log._segs if seg._map is not None]
+        assert mappings.mapped <= 2
+    mapped = [seg for seg in log._segs if seg in mappings]
     assert mapped == log._segs[-2:]  # the least recently read were unmapped
     log.close()
-    assert not any(seg in segment._MAPPED for seg in log._segs)
+    assert mappings.mapped == 0
 
 
-def test_a_view_read_across_more_segments_than_may_be_mapped(tmp_path, monkeypatch):
+def test_a_view_read_across_more_segments_than_may_be_mapped(tmp_path):
     """Mappings evicted while the read still holds views of them stay valid
     until the views go (the read's chunks are intact)."""
-    from storage import segment
-
-    monkeypatch.setattr(segment, "MAX_MAPPED_SEGMENTS", 2)
     log = make(tmp_path)
+    log.cache.mappings.max_mapped = 2
     fill(log, 60)
     assert log.segment_count > 3
     viewed = log.read(0, view=True)
-    assert len(segment._MAPPED) <= 2
+    assert log.cache.mappings.mapped <= 2
     assert b"".join(viewed.chunks) == b"".join(log.read(0).chunks)
     assert viewed.count == 180
     log.close()

@@ -24,10 +24,11 @@ class LogMachine(RuleBasedStateMachine):
     def setup(self):
         # Small enough that view reads remap the growing active segment and
         # evict each other's mappings within a few steps.
-        self.saved = segment._REMAP_BYTES, segment.MAX_MAPPED_SEGMENTS
-        segment._REMAP_BYTES, segment.MAX_MAPPED_SEGMENTS = 200, 2
+        self.saved = segment._REMAP_BYTES
+        segment._REMAP_BYTES = 200
         self.dir = Path(tempfile.mkdtemp(prefix="logsm"))
         self.log = PartitionLog.open(self.dir, self.config)
+        self.log.cache.mappings.max_mapped = 2
         self.ids: dict[int, tuple[int, int, bytes]] = {}
         self.deleted: set[int] = set()
         self.start = 0
@@ -38,7 +39,7 @@ class LogMachine(RuleBasedStateMachine):
         if hasattr(self, "log"):
             self.log.abandon()
             shutil.rmtree(self.dir, ignore_errors=True)
-            segment._REMAP_BYTES, segment.MAX_MAPPED_SEGMENTS = self.saved
+            segment._REMAP_BYTES = self.saved
 
     def live(self, lo, hi):
         return [o for o in range(max(lo, self.start), min(hi, self.end)) if o not in self.deleted]
@@ -118,7 +119,7 @@ class LogMachine(RuleBasedStateMachine):
         start = data.draw(st.integers(self.start, self.end))
         end = data.draw(st.none() | st.integers(start, self.end + 3))
         r = self.log.read(start, end, max_count=max_count, max_bytes=max_bytes, with_ids=True, view=view)
-        assert len(segment._MAPPED) <= segment.MAX_MAPPED_SEGMENTS
+        assert self.log.cache.mappings.mapped <= 2
         want = self.live(start, self.end if end is None else end)
         if max_count is not None:
             want = want[:max_count]

@@ -1,0 +1,1154 @@
+"""Consumer groups: every group operation of a session (``GroupOps``).
+
+Owns: what XGROUP (CREATE with MKSTREAM / ENTRIESREAD and Partita's
+MAXDELIVERIES / DEADLETTER, SETID, DESTROY, CREATECONSUMER, DELCONSUMER,
+CONFIG), XREADGROUP, XACK, XCLAIM, XAUTOCLAIM, XPENDING and the group parts
+of XINFO do to the group state, whoever parsed them:
+
+- delivery (``read_group`` / ``read_group_nowait``): new entries after the
+  group's last-delivered-id (into the consumer's PEL unless NOACK), the
+  history of a consumer's own PEL, dead-lettering past MAXDELIVERIES, and on
+  a multi-partition topic key the membership: the reader joins (or
+  heartbeats), gets the partitions assigned to it, and first the entries
+  handed over to it from a dead or departed member (delivery count +1);
+  ``cluster.membership`` and ``cluster.coordinator`` decide, this module
+  applies. A read that finds nothing and may wait waits for its keys and
+  serves again, readers of one partition's group in arrival order (the
+  longest-waiting one gets new entries first, as in Redis);
+- the claim / dead-letter policy (XCLAIM, XAUTOCLAIM, history reads);
+- a group command on a topic key: the same command on every partition.
+
+Every group write is noted here (``wrote_group`` / ``wrote_log``, and the
+keys it changes are signalled), so a front-end's reply waits for what its
+command wrote.
+
+Returns plain values: entries as the storage's stored chunks (a front-end
+frames them itself, e.g. the RESP one as ``Raw(count, chunks)``), pending
+entries as tuples, infos as the dataclasses below. Refuses with codes
+(``GroupOpError`` below, the store's ``GroupError``, ``StreamIdError``).
+Where Redis checks an argument only after it found the key and the group, a
+front-end passes its refusal of that argument (``late``; per key for
+XREADGROUP) and the operation raises it at that point, so the errors come in
+Redis's order while the parsing stays in the front-end.
+
+Must not know: sockets, RESP or any protocol's shapes, error texts, how the
+arguments were spelled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import trio
+
+from cluster.topics import partition_key
+from storage.entry_codec import decode_entry
+from storage.errors import Refusal
+from storage.streams.groups import (
+    GROUP_EXISTS,
+    MAX_ID,
+    ZERO_ID,
+    ConsumerGroup,
+    GroupError,
+    GroupStore,
+    advance_entries_read,
+    check_dead_letter,
+    group_lag,
+    groups_of,
+    range_has_tombstones,
+)
+from storage.streams.ids import format_id
+
+StreamIdT = tuple[int, int]
+
+# What a group operation refuses (``GroupOpError.code``, with the fields
+# named); the texts clients see are the front-end's (server/failures.py).
+KEY_MISSING = "group-key-missing"  # key: XGROUP of a key that does not exist (no MKSTREAM)
+NO_SUCH_KEY = "group-info-no-key"  # key: XINFO GROUPS / CONSUMERS of a key that does not exist
+NO_KEY_OR_GROUP = "no-key-or-group"  # key, group: XPENDING, XCLAIM, XAUTOCLAIM
+NO_GROUP_FOR_KEY = "no-group-for-key"  # key, group: XGROUP, XINFO CONSUMERS, a topic's group views
+NO_GROUP_TO_READ = "no-group-to-read"  # key, group: XREADGROUP
+GROUP_GONE = "group-gone-while-blocked"  # a blocked XREADGROUP's group was destroyed
+KEY_GONE = "key-gone-while-blocked"  # a blocked XREADGROUP's key was deleted
+DEAD_LETTER_IS_SOURCE = "dead-letter-is-source"  # the dead-letter key is the group's own key
+
+# Fields appended to a dead-lettered entry after its own fields.
+DL_SOURCE_KEY = b"dl-source-key"
+DL_SOURCE_ID = b"dl-source-id"
+DL_GROUP = b"dl-group"
+DL_CONSUMER = b"dl-consumer"
+DL_DELIVERIES = b"dl-deliveries"
+
+
+class GroupOpError(Refusal):
+    """A group operation refused; ``code`` is one of the constants above."""
+
+
+# ------------------------------------------------------------------ values
+
+
+class GroupRead:
+    """One XREADGROUP: ``group``, ``consumer``, and per key of ``keys`` its
+    start in ``starts``: None for ``>`` (new entries), a stream ID for the
+    consumer's pending entries after it, or an exception: the front-end's
+    refusal of that key's ID, raised once the key's group is found (Redis
+    checks in that order). ``count`` 0: no limit; ``block_ms`` None: never
+    wait (0: wait forever); ``view``: entries read from the log may be views
+    of its mapping (``Delivery.views`` then says which)."""
+
+    __slots__ = ("group", "consumer", "keys", "starts", "count", "noack", "block_ms", "view")
+
+    def __init__(self, group: bytes, consumer: bytes, keys: Sequence[bytes], starts: Sequence[Any],
+                 count: int = 0, noack: bool = False, block_ms: int | None = None, view: bool = False) -> None:
+        assert len(keys) == len(starts)
+        self.group = group
+        self.consumer = consumer
+        self.keys = keys
+        self.starts = starts
+        self.count = count
+        self.noack = noack
+        self.block_ms = block_ms
+        self.view = view
+
+
+class Delivery:
+    """What one key (a partition key, for a topic) gives a read: ``count``
+    entries whose stored chunks, concatenated, are ``chunks``. ``views``:
+    some chunks are views of a log's mapping (send them before anything
+    awaits, or copy them). ``gone``: some chunks are ``(ms, seq)`` tuples,
+    pending entries no longer in the stream (Redis replies ``[id, nil]``)."""
+
+    __slots__ = ("key", "count", "chunks", "views", "gone")
+
+    def __init__(self, key: bytes, count: int, chunks: list, views: bool = False, gone: bool = False) -> None:
+        self.key = key
+        self.count = count
+        self.chunks = chunks
+        self.views = views
+        self.gone = gone
+
+
+@dataclass(slots=True)
+class PendingSummary:
+    """XPENDING key group: ``count`` pending, the lowest and highest ID
+    (None when none), and ``(consumer, pending)`` for consumers with any."""
+
+    count: int
+    first: StreamIdT | None
+    last: StreamIdT | None
+    consumers: list[tuple[bytes, int]]
+
+
+@dataclass(slots=True)
+class GroupInfo:
+    """XINFO GROUPS of one partition: one group (``max_deliveries`` 0: no dead-lettering)."""
+
+    name: bytes
+    consumers: int
+    pending: int
+    last_id: StreamIdT
+    entries_read: int | None
+    lag: int | None
+    max_deliveries: int
+    dead_letter_key: bytes | None
+    dead_lettered: int
+
+
+@dataclass(slots=True)
+class TopicGroupInfo:
+    """XINFO GROUPS of a multi-partition topic: one group summed over its partitions."""
+
+    name: bytes
+    consumers: int
+    pending: int
+    lag: int | None
+    members: int
+    partitions: int
+
+
+@dataclass(slots=True)
+class ConsumerInfo:
+    """XINFO CONSUMERS of one partition (``inactive_ms`` -1: never read or claimed anything)."""
+
+    name: bytes
+    pending: int
+    idle_ms: int
+    inactive_ms: int
+
+
+@dataclass(slots=True)
+class TopicConsumerInfo:
+    """XINFO CONSUMERS of a topic: a consumer of any partition, summed;
+    ``member``: a live member now, owning ``partitions`` (partition keys)."""
+
+    name: bytes
+    pending: int
+    idle_ms: int
+    member: bool
+    partitions: list[bytes]
+
+
+@dataclass(slots=True)
+class ConsumerState:
+    """A consumer in XINFO STREAM FULL: ``pending`` is ``(id, delivery time ms, count)``."""
+
+    name: bytes
+    seen_time_ms: int
+    pel_count: int
+    pending: list[tuple[StreamIdT, int, int]]
+
+
+@dataclass(slots=True)
+class GroupState:
+    """A group in XINFO STREAM FULL: ``pending`` is ``(id, consumer, delivery time ms, count)``."""
+
+    name: bytes
+    last_id: StreamIdT
+    entries_read: int | None
+    lag: int | None
+    pel_count: int
+    pending: list[tuple[StreamIdT, bytes, int, int]]
+    consumers: list[ConsumerState]
+    max_deliveries: int
+    dead_letter_key: bytes | None
+    dead_lettered: int
+
+
+@dataclass(slots=True)
+class MemberView:
+    """A live member of a topic's group: the partition keys it owns, ms since it last read."""
+
+    name: bytes
+    partitions: list[bytes]
+    idle_ms: int
+
+
+@dataclass(slots=True)
+class PartitionGroupView:
+    """A topic's group on one partition (``owner`` None: unassigned or being handed over)."""
+
+    partition: int
+    key: bytes
+    owner: bytes | None
+    pending: int
+    last_id: StreamIdT
+    entries_read: int | None
+    lag: int | None
+
+
+@dataclass(slots=True)
+class TopicGroupView:
+    """TOPIC GROUPS / TOPIC DESCRIBE: one group of a topic, its members and partitions."""
+
+    name: bytes
+    members: list[MemberView]
+    partitions: list[PartitionGroupView]
+
+
+# ----------------------------------------------------------------- helpers
+
+
+class _Counters:
+    """A stream's counters for the lag rules; the first ID is read lazily."""
+
+    __slots__ = ("_stream", "length", "entries_added", "last_id", "max_deleted_entry_id", "_first")
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.length = stream.length
+        self.entries_added = stream.entries_added
+        self.last_id = tuple(stream.last_id)
+        self.max_deleted_entry_id = tuple(stream.max_deleted_entry_id)
+        self._first = None
+
+    @property
+    def first_id(self):
+        if self._first is None:
+            self._first = tuple(self._stream.first_entry_id()) if self.length else ZERO_ID
+        return self._first
+
+
+def _entry(stream: Any, sid: StreamIdT) -> bytes | memoryview | None:
+    """The stored entry with ID ``sid``, or None when deleted, trimmed or absent."""
+    log = stream.log
+    start, end = log.log_start_offset, log.log_end_offset
+    if start >= end:
+        return None
+    offset = log.find_offset(sid[0], sid[1], inclusive=True)
+    if not start <= offset < end or tuple(log.entry_id(offset)) != tuple(sid):
+        return None
+    return log.entry_at(offset)
+
+
+def _is_busy(e: BaseException) -> bool:
+    return isinstance(e, GroupError) and e.code == GROUP_EXISTS
+
+
+def _first_error(replies: list) -> BaseException | None:
+    for r in replies:
+        if isinstance(r, BaseException):
+            return r
+    return None
+
+
+class _Target:
+    """One partition key of a read: its stream, group store, group, and
+    ``after``: None for ``>``, else the history start (exclusive)."""
+
+    __slots__ = ("key", "stream", "store", "group", "after")
+
+    def __init__(self, key: bytes, stream: Any, store: GroupStore, group: ConsumerGroup, after: Any) -> None:
+        self.key = key
+        self.stream = stream
+        self.store = store
+        self.group = group
+        self.after = after
+
+
+class _TopicTarget:
+    """A multi-partition topic key of a read: the group's membership on it."""
+
+    __slots__ = ("key", "membership", "after")
+
+    def __init__(self, key: bytes, membership: Any, after: Any) -> None:
+        self.key = key
+        self.membership = membership
+        self.after = after
+
+
+# ------------------------------------------------------------- operations
+
+
+class GroupOps:
+    """The group operations of ``cluster.broker.Session`` (a mixin)."""
+
+    __slots__ = ()
+
+    # The Session provides these.
+    broker: Any
+    may_block: bool
+    commit_deferred: Callable[[], None]
+    wrote_log: Callable[[Any], None]
+    wrote_group: Callable[[Any], None]
+
+    # -- lookups -----------------------------------------------------------
+
+    def _store_of(self, key: bytes, refuse: str = KEY_MISSING) -> tuple[Any, GroupStore]:
+        stream = self.broker.topics.get(key)
+        if stream is None:
+            raise GroupOpError(refuse, key=key)
+        return stream, groups_of(stream)
+
+    def _group_of(self, key: bytes, name: bytes, missing: str) -> tuple[Any, GroupStore, ConsumerGroup]:
+        """The stream, store and group ``name`` of ``key``; refuses ``missing``
+        (with key and group) when either does not exist."""
+        stream = self.broker.topics.get(key)
+        store = groups_of(stream) if stream is not None else None
+        group = store.group(name) if store is not None else None
+        if group is None:
+            raise GroupOpError(missing, key=key, group=name)
+        return stream, store, group
+
+    def _partition_group(self, topic: bytes, p: int, name: bytes) -> tuple[Any, GroupStore, ConsumerGroup | None]:
+        stream = self.broker.topics.get(partition_key(topic, p))
+        store = groups_of(stream)
+        return stream, store, store.group(name)
+
+    def _each_partition(self, key: bytes, op: Callable[[bytes], Any], late: BaseException | None) -> list:
+        """``op(partition key)`` for every partition of topic ``key``: the
+        results, with a partition's refusal in place of its result."""
+        out = []
+        for pkey in self.broker.topics.expand(key):
+            try:
+                out.append(op(pkey))
+            except Exception as e:
+                if not (isinstance(e, Refusal) or e is late):
+                    raise
+                out.append(e)
+        return out
+
+    def _each_partition_ok(self, key: bytes, op: Callable[[bytes], Any], late: BaseException | None) -> list:
+        """``_each_partition``, raising the first refusal after all ran."""
+        results = self._each_partition(key, op, late)
+        error = _first_error(results)
+        if error is not None:
+            raise error
+        return results
+
+    # -- XGROUP ------------------------------------------------------------
+
+    def group_create(self, key: bytes, name: bytes, last_id: StreamIdT | None, *, mkstream: bool = False,
+                     entries_read: int | None = None, max_deliveries: int = 0,
+                     dead_letter_key: bytes | None = None, late: BaseException | None = None) -> None:
+        """XGROUP CREATE: group ``name`` at ``last_id`` (None: ``$``, the
+        stream's last ID). ``mkstream`` creates a missing stream (a topic of
+        ``default-partitions``). On a multi-partition topic key: on every
+        partition that lacks the group (refused BUSYGROUP only if all had it);
+        the topic's membership of that group starts anew."""
+        self.commit_deferred()
+        topics = self.broker.topics
+        if mkstream and topics.create_if_missing(key):
+            self.broker.keys.signal(key)  # a new topic of default-partitions
+        if topics.is_multi(key):
+            replies = self._each_partition(key, lambda pkey: self.group_create(
+                pkey, name, last_id, mkstream=mkstream, entries_read=entries_read,
+                max_deliveries=max_deliveries, dead_letter_key=dead_letter_key, late=late), late)
+            errors = [r for r in replies if isinstance(r, BaseException)]
+            if errors and len(errors) == len(replies) and all(map(_is_busy, errors)):
+                raise errors[0]
+            for e in errors:
+                if not _is_busy(e):
+                    raise e
+            topics.drop_membership(key, name)
+            return
+        stream = topics.get(key)
+        if stream is None and not mkstream:
+            raise GroupOpError(KEY_MISSING, key=key)
+        if late is not None:
+            raise late
+        if last_id is None:
+            last_id = tuple(stream.last_id) if stream is not None else ZERO_ID
+        self._check_dead_letter(key, max_deliveries, dead_letter_key)
+        if stream is None:
+            stream = topics.get_or_create(key)
+            self.wrote_log(stream.log)
+            self.broker.keys.signal(key)
+        store = groups_of(stream)
+        store.create_group(name, last_id, entries_read, max_deliveries=max_deliveries,
+                           dead_letter_key=dead_letter_key)
+        self.wrote_group(store)
+
+    @staticmethod
+    def _check_dead_letter(key: bytes, max_deliveries: int, dead_letter_key: bytes | None) -> None:
+        check_dead_letter(max_deliveries, dead_letter_key)  # the store's refusals, before anything changes
+        if dead_letter_key is not None and dead_letter_key == key:
+            raise GroupOpError(DEAD_LETTER_IS_SOURCE, key=key)
+
+    def group_set_id(self, key: bytes, name: bytes, last_id: StreamIdT | None, entries_read: int | None,
+                     late: BaseException | None = None) -> None:
+        """XGROUP SETID (``last_id`` None: ``$``); on a topic: every partition."""
+        self.commit_deferred()
+        if self.broker.topics.is_multi(key):
+            self._each_partition_ok(key, lambda pkey: self.group_set_id(pkey, name, last_id, entries_read, late),
+                                    late)
+            return
+        stream, store = self._store_of(key)
+        if store.group(name) is None:
+            raise GroupOpError(NO_GROUP_FOR_KEY, key=key, group=name)
+        if late is not None:
+            raise late
+        store.set_id(name, tuple(stream.last_id) if last_id is None else tuple(last_id), entries_read)
+        self.wrote_group(store)
+
+    def group_destroy(self, key: bytes, name: bytes) -> int:
+        """XGROUP DESTROY: 1 if the group existed (on any partition of a
+        topic), else 0. Readers blocked on it wake (and are refused)."""
+        self.commit_deferred()
+        topics = self.broker.topics
+        if topics.is_multi(key):
+            replies = self._each_partition_ok(key, lambda pkey: self.group_destroy(pkey, name), None)
+            topics.drop_membership(key, name)
+            return 1 if any(replies) else 0
+        _, store = self._store_of(key)
+        if not store.destroy_group(name):
+            return 0
+        self.wrote_group(store)
+        self.broker.keys.signal(key)
+        return 1
+
+    def group_create_consumer(self, key: bytes, name: bytes, consumer: bytes) -> int:
+        """XGROUP CREATECONSUMER: 1 if created (on any partition), else 0."""
+        self.commit_deferred()
+        if self.broker.topics.is_multi(key):
+            replies = self._each_partition_ok(key, lambda pkey: self.group_create_consumer(pkey, name, consumer),
+                                              None)
+            return 1 if any(replies) else 0
+        _, store = self._store_of(key)
+        if store.group(name) is None:
+            raise GroupOpError(NO_GROUP_FOR_KEY, key=key, group=name)
+        created = store.create_consumer(name, consumer, self.broker.clock_ms())
+        if created:
+            self.wrote_group(store)
+        return 1 if created else 0
+
+    def group_delete_consumer(self, key: bytes, name: bytes, consumer: bytes) -> int:
+        """XGROUP DELCONSUMER: how many entries the consumer had pending
+        (they leave the PEL). On a topic the member leaves first: its
+        partitions and their pending entries go to the remaining members;
+        the count is what it had pending before."""
+        self.commit_deferred()
+        topics = self.broker.topics
+        if topics.is_multi(key):
+            if self._partition_group(key, 0, name)[2] is None:
+                raise GroupOpError(NO_GROUP_FOR_KEY, key=key, group=name)
+            pending = 0
+            for p in range(topics.partition_count(key)):
+                group = self._partition_group(key, p, name)[2]
+                c = group.consumer(consumer) if group is not None else None
+                pending += len(c.pending) if c is not None else 0
+            m = topics.coordinators.get((key, name))
+            if m is not None:
+                for store in m.leave(consumer, self.broker.clock_ms()):
+                    self.wrote_group(store)
+                self.broker.keys.signal(key)
+            self._each_partition_ok(key, lambda pkey: self.group_delete_consumer(pkey, name, consumer), None)
+            return pending
+        _, store = self._store_of(key)
+        group = store.group(name)
+        if group is None:
+            raise GroupOpError(NO_GROUP_FOR_KEY, key=key, group=name)
+        if consumer not in group.consumers:
+            return 0
+        pending = store.delete_consumer(name, consumer)
+        self.wrote_group(store)
+        return pending
+
+    def group_configure(self, key: bytes, name: bytes, max_deliveries: int, dead_letter_key: bytes | None, *,
+                        late: BaseException | None = None,
+                        check_key: Callable[[bytes], None] | None = None) -> None:
+        """XGROUP CONFIG: set (``max_deliveries`` > 0) or clear (0) the
+        group's dead-letter setting. ``dead_letter_key`` None with
+        ``max_deliveries`` > 0 keeps the group's key, which ``check_key``
+        (the front-end's permission check: raises if this client may not
+        write it) sees first. On a topic: every partition."""
+        self.commit_deferred()
+        if self.broker.topics.is_multi(key):
+            self._each_partition_ok(key, lambda pkey: self.group_configure(
+                pkey, name, max_deliveries, dead_letter_key, late=late, check_key=check_key), late)
+            return
+        _, store = self._store_of(key)
+        group = store.group(name)
+        if group is None:
+            raise GroupOpError(NO_GROUP_FOR_KEY, key=key, group=name)
+        if late is not None:
+            raise late
+        if max_deliveries > 0 and dead_letter_key is None:
+            dead_letter_key = group.dead_letter_key
+            if dead_letter_key is not None and check_key is not None:
+                check_key(dead_letter_key)  # this client's reads will write it
+        self._check_dead_letter(key, max_deliveries, dead_letter_key)
+        store.configure_dead_letter(name, max_deliveries, dead_letter_key)
+        self.wrote_group(store)
+
+    # -- XREADGROUP --------------------------------------------------------
+
+    def read_group_nowait(self, read: GroupRead) -> list[Delivery] | None:
+        """XREADGROUP without waiting: what it serves (history reads always
+        give their key, if empty), ``[]`` when nothing and it may not wait
+        (no BLOCK, or the session may not block), None when it should wait
+        (every key asked for ``>``, none had entries) or names a topic of
+        several partitions (membership: left to ``read_group``); a second
+        try then finds the state as this one left it."""
+        self.commit_deferred()
+        targets = self._read_targets(read, membership=False)
+        if targets is None:
+            return None
+        served = self._serve(targets, read, self.broker.clock_ms())
+        if served or read.block_ms is None or not self.may_block:
+            return served
+        return None
+
+    async def read_group(self, read: GroupRead) -> list[Delivery]:
+        """XREADGROUP: ``read_group_nowait``, then, when it should wait, wait
+        for entries on the keys (and rebalances of a topic's group) until
+        ``read.block_ms`` passes (``[]``). Raises ``GroupOpError`` when a key
+        (``KEY_GONE``) or the group (``GROUP_GONE``) goes away meanwhile,
+        ``TooManyBlockedError`` when too many readers wait."""
+        self.commit_deferred()
+        targets = self._read_targets(read)
+        served = self._serve(targets, read, self.broker.clock_ms())
+        if served or read.block_ms is None or not self.may_block:
+            return served
+        return await self._wait_and_serve(targets, read)
+
+    def _read_targets(self, read: GroupRead, membership: bool = True) -> list | None:
+        """Each key's target, with Redis's checks in its order: per key, the
+        group, then the key's ID (the front-end's refusal, if any). None at
+        the first topic key unless ``membership`` (nothing done)."""
+        topics = self.broker.topics
+        targets: list = []
+        name = read.group
+        for key, start in zip(read.keys, read.starts):
+            if topics.is_multi(key):
+                if not membership:
+                    return None
+                if self._partition_group(key, 0, name)[2] is None:
+                    raise GroupOpError(NO_GROUP_TO_READ, key=key, group=name)
+                if isinstance(start, BaseException):
+                    raise start
+                targets.append(_TopicTarget(key, topics.membership(key, name), start))
+            else:
+                stream, store, group = self._group_of(key, name, NO_GROUP_TO_READ)
+                if isinstance(start, BaseException):
+                    raise start
+                targets.append(_Target(key, stream, store, group, start))
+        return targets
+
+    def _serve(self, targets: list, read: GroupRead, now_ms: int) -> list[Delivery]:
+        served: list[Delivery] = []
+        consumer = read.consumer
+        for t in targets:
+            if t.__class__ is _TopicTarget:
+                if t.after is None:
+                    self._serve_topic_new(t, read, now_ms, served)
+                else:
+                    self._serve_topic_history(t, read, now_ms, served)
+            elif t.after is not None:
+                # Redis 7.0 looks the consumer up (creating it, refreshing its
+                # seen time) only for a key it serves now: history, or new entries.
+                t.store.touch_consumer(t.group.name, consumer, now_ms)
+                self.wrote_group(t.store)
+                served.append(self._serve_history(t, consumer, read.count, now_ms))
+            else:
+                delivery = self._serve_new(t, consumer, read.count, read.noack, now_ms, read.view)
+                if delivery is not None:
+                    served.append(delivery)
+        return served
+
+    def _serve_new(self, t: _Target, consumer: bytes, count: int, noack: bool, now_ms: int,
+                   view: bool) -> Delivery | None:
+        """Deliver entries after the group's last_id (None: none)."""
+        stream, group, store = t.stream, t.group, t.store
+        if not stream.length:
+            return None
+        log = stream.log
+        last_id = group.last_id
+        if tuple(log.last_id) <= last_id:  # cheap: no entry after last_id at all
+            return None
+        start = max(log.find_offset(last_id[0], last_id[1], inclusive=False), log.log_start_offset)
+        res = log.read(start, log.log_end_offset, max_count=count or None, with_ids=True, view=view)
+        if not res.count:
+            return None
+        self.broker.topics.note_entries_out(res.count)
+        ids = [(ms, seq) for _, ms, seq in res.entries]
+        counters = _Counters(stream)
+        entries_read = group.entries_read
+        if entries_read is not None and not range_has_tombstones(counters, ids[0], None):
+            entries_read += len(ids)  # no tombstone after the first: none after any
+        else:
+            for sid in ids:
+                entries_read = advance_entries_read(counters, group, entries_read, sid)
+        store.deliver(group.name, consumer, ids, ids[-1], entries_read, now_ms, noack=noack)
+        self.wrote_group(store)
+        return Delivery(t.key, res.count, res.chunks, view)
+
+    def _serve_history(self, t: _Target, consumer: bytes, count: int, now_ms: int) -> Delivery:
+        """The consumer's own pending entries after ``t.after``; one whose
+        delivery would pass the group's MAXDELIVERIES is dead-lettered."""
+        stream, group, store = t.stream, t.group, t.store
+        c = group.consumer(consumer)
+        chunks: list = []
+        redelivered: list = []
+        dead: list = []
+        gone = False
+        try:
+            start = t.after.incr()
+        except OverflowError:
+            start = MAX_ID
+        if c is not None:
+            for sid, pe in c.pending.range(tuple(start), MAX_ID):
+                if count and len(chunks) >= count:
+                    break
+                encoded = _entry(stream, sid)
+                if encoded is None:
+                    chunks.append(tuple(sid))
+                    gone = True
+                    continue
+                if group.max_deliveries and pe.delivery_count + 1 > group.max_deliveries:
+                    dead.append((sid, bytes(encoded), consumer))
+                    continue
+                chunks.append(encoded)
+                redelivered.append(sid)
+        if redelivered:
+            store.redeliver(group.name, consumer, redelivered, now_ms)
+            self.wrote_group(store)
+        self._dead_letter(t.key, store, group, dead)
+        return Delivery(t.key, len(chunks), chunks, False, gone)
+
+    def _serve_topic_new(self, t: _TopicTarget, read: GroupRead, now_ms: int, served: list) -> None:
+        m = t.membership
+        stores = m.heartbeat(read.consumer, now_ms)
+        for store in stores:
+            self.wrote_group(store)
+        if stores:
+            self.broker.keys.signal(m.topic)  # other blocked members re-check
+        for p in m.assigned(read.consumer):
+            delivery = self._serve_partition(m, p, read, now_ms)
+            if delivery is not None:
+                served.append(delivery)
+
+    def _serve_partition(self, m: Any, p: int, read: GroupRead, now_ms: int) -> Delivery | None:
+        """A member's partition: entries handed over to it first (delivery count +1), then new ones."""
+        stream, store, group = self._partition_group(m.topic, p, m.group)
+        if group is None:
+            return None
+        pkey = partition_key(m.topic, p)
+        consumer, count = read.consumer, read.count
+        chunks: list = []
+        ids = m.take_redeliveries(p, consumer, count)
+        if ids:
+            live, gone = [], []
+            for sid in ids:
+                encoded = _entry(stream, sid)
+                if encoded is None:
+                    gone.append(sid)
+                else:
+                    live.append(sid)
+                    chunks.append(encoded)
+            if gone:
+                store.drop_pending(m.group, gone)
+            if live:
+                store.redeliver(m.group, consumer, live, now_ms)
+                self.broker.topics.note_entries_out(len(live))
+            self.wrote_group(store)
+        handed = len(chunks)
+        if not count or count > handed:
+            new = self._serve_new(_Target(pkey, stream, store, group, None), consumer,
+                                  count - handed if count else 0, read.noack, now_ms, read.view)
+            if new is not None:
+                # new.count, not its chunks: a log read returns a run of
+                # contiguous entries as ONE chunk.
+                chunks.extend(new.chunks)
+                return Delivery(pkey, handed + new.count, chunks, new.views)
+        return Delivery(pkey, handed, chunks) if chunks else None
+
+    def _serve_topic_history(self, t: _TopicTarget, read: GroupRead, now_ms: int, served: list) -> None:
+        m = t.membership
+        found = False
+        for p in range(self.broker.topics.partition_count(m.topic)):
+            stream, store, group = self._partition_group(m.topic, p, m.group)
+            if group is None or group.consumer(read.consumer) is None:
+                continue
+            target = _Target(partition_key(m.topic, p), stream, store, group, t.after)
+            delivery = self._serve_history(target, read.consumer, read.count, now_ms)
+            if delivery.count:
+                served.append(delivery)
+                found = True
+        if not found:
+            served.append(Delivery(t.key, 0, []))
+
+    def _dead_letter(self, key: bytes, store: GroupStore, group: ConsumerGroup,
+                     moves: list[tuple[StreamIdT, bytes, bytes]]) -> None:
+        """Append each ``(id, stored entry, owner)`` to the group's
+        dead-letter stream with its origin, then drop the IDs from the PEL.
+
+        The appends are noted for durability before the PEL change, so a
+        crash in between can dead-letter an entry twice, never lose it.
+        """
+        if not moves:
+            return
+        dl_key = group.dead_letter_key
+        dl_stream = self.broker.topics.get_or_create(dl_key)
+        for sid, encoded, owner in moves:
+            pe = group.pel.get(sid)
+            _, fields = decode_entry(encoded)
+            fields = list(fields) + [
+                DL_SOURCE_KEY, key,
+                DL_SOURCE_ID, format_id(sid),
+                DL_GROUP, group.name,
+                DL_CONSUMER, owner,
+                DL_DELIVERIES, b"%d" % (pe.delivery_count if pe is not None else 0),
+            ]
+            dl_stream.add(fields)
+        self.wrote_log(dl_stream.log)
+        self.broker.keys.signal(dl_key)
+        store.dead_letter(group.name, [sid for sid, _, _ in moves])
+        self.wrote_group(store)
+
+    async def _wait_and_serve(self, targets: list, read: GroupRead) -> list[Delivery]:
+        """Wait for the read's keys and serve again until something is served
+        or ``read.block_ms`` passed. A topic's read wakes at least twice per
+        group session timeout, so that dead members expire (the reader counts
+        as alive meanwhile); readers of a partition's group are served in
+        arrival order: one signal wakes them all, and each waits one
+        scheduler pass per reader ahead of it."""
+        broker = self.broker
+        topics = broker.topics
+        clock_ms = broker.clock_ms
+        blocked = broker.blocked_readers
+        wait_keys: list[bytes] = []
+        memberships = []
+        queues = []  # (its key in ``blocked``, the queue)
+        for t in targets:
+            wait_keys.append(t.key)
+            if t.__class__ is _TopicTarget:
+                wait_keys.extend(topics.expand(t.key))  # XADD signals the partition keys
+                memberships.append(t.membership)
+            else:
+                reader = (id(t.stream), t.group.name)
+                queues.append((reader, blocked.setdefault(reader, [])))
+        token = object()
+        deadline = None if read.block_ms == 0 else trio.current_time() + read.block_ms / 1000
+        try:
+            for _, queue in queues:
+                queue.append(token)
+            for m in memberships:
+                m.begin_read(read.consumer, clock_ms())
+            while True:
+                slice_s = None
+                if memberships:
+                    slice_s = min(m.coordinator.session_timeout_ms for m in memberships) / 2000
+                if deadline is not None:
+                    remaining_s = deadline - trio.current_time()
+                    if remaining_s <= 0:
+                        return []
+                    slice_s = remaining_s if slice_s is None else min(slice_s, remaining_s)
+                woken = await broker.keys.wait_for_keys(wait_keys, slice_s)
+                if not woken and not memberships:
+                    return []
+                if queues:
+                    ahead = max(queue.index(token) for _, queue in queues)
+                    for _ in range(ahead):
+                        await trio.sleep(0)
+                self._check_still_there(targets, read.group)
+                served = self._serve(targets, read, clock_ms())
+                if served:
+                    return served
+        finally:
+            for m in memberships:
+                m.end_read(read.consumer, clock_ms())
+            for reader, queue in queues:
+                if token in queue:
+                    queue.remove(token)
+                if not queue and blocked.get(reader) is queue:
+                    del blocked[reader]
+
+    def _check_still_there(self, targets: list, name: bytes) -> None:
+        topics = self.broker.topics
+        for t in targets:
+            if t.__class__ is _TopicTarget:
+                if not topics.is_multi(t.key):
+                    raise GroupOpError(KEY_GONE, key=t.key)
+                if self._partition_group(t.key, 0, name)[2] is None:
+                    raise GroupOpError(GROUP_GONE, key=t.key, group=name)
+            else:
+                if topics.get(t.key) is not t.stream:
+                    raise GroupOpError(KEY_GONE, key=t.key)
+                if t.store.group(name) is not t.group:
+                    raise GroupOpError(GROUP_GONE, key=t.key, group=name)
+
+    # -- XACK, XCLAIM, XAUTOCLAIM -------------------------------------------
+
+    def ack(self, key: bytes, name: bytes, ids: Sequence[StreamIdT], late: BaseException | None = None) -> int:
+        """XACK: how many of ``ids`` were pending (0 when the key or the group
+        does not exist; ``late`` is raised only once both are found)."""
+        self.commit_deferred()
+        stream = self.broker.topics.get(key)
+        if stream is None:
+            return 0
+        store = groups_of(stream)
+        if store.group(name) is None:
+            return 0
+        if late is not None:
+            raise late
+        acked = store.ack(name, ids)
+        if acked:
+            self.wrote_group(store)
+        return acked
+
+    def claim(self, key: bytes, name: bytes, consumer: bytes, ids: Sequence[StreamIdT], *, min_idle_ms: int = 0,
+              idle_ms: int | None = None, time_ms: int | None = None, retry_count: int = -1,
+              force: bool = False, justid: bool = False, last_id: StreamIdT = ZERO_ID,
+              late: BaseException | None = None) -> list:
+        """XCLAIM: the claimed entries' stored chunks (``justid``: their IDs).
+
+        Redis's rules: the IDs one by one (a repeated ID is claimed again);
+        an ID whose entry left the stream is dropped from the PEL; FORCE
+        creates a pending entry for an ID that has none; the delivery time
+        is now, or now - ``idle_ms``, or ``time_ms`` (one of the two, the
+        last given; ignored when in the future or negative); the count + 1
+        unless ``justid`` or ``retry_count`` (>= 0) says otherwise; LASTID
+        moves the group's last-delivered-id forward. With dead-lettering on,
+        an entry whose delivery count would pass MAXDELIVERIES goes to the
+        dead-letter stream instead of the claimer (not with JUSTID or
+        RETRYCOUNT).
+        """
+        self.commit_deferred()
+        stream, store, group = self._group_of(key, name, NO_KEY_OR_GROUP)
+        if late is not None:
+            raise late
+        now = self.broker.clock_ms()
+        delivery_time = now - idle_ms if idle_ms is not None else time_ms
+        if delivery_time is None or delivery_time < 0 or delivery_time > now:
+            delivery_time = now
+        new_last = last_id if last_id > group.last_id else None
+        # This call's view of each touched entry: [owner, time, count].
+        touched: dict = {}
+        gone: set = set()  # dropped or dead-lettered during this call
+        dropped = []
+        dead = []
+        out: list = []
+        for sid in ids:
+            if sid in gone:
+                continue
+            state = touched.get(sid)
+            if state is None:
+                pe = group.pel.get(sid)
+                if pe is not None:
+                    state = [pe.consumer, pe.delivery_time_ms, pe.delivery_count]
+            encoded = _entry(stream, sid)
+            if encoded is None:
+                if state is not None:
+                    dropped.append(sid)
+                    gone.add(sid)
+                    touched.pop(sid, None)
+                continue
+            if state is None:
+                if not force:
+                    continue
+                state = [None, now, 1]  # created by FORCE: no owner, so no idle check
+            elif min_idle_ms and state[0] is not None and now - state[1] < min_idle_ms:
+                continue
+            if retry_count >= 0:
+                new_count = retry_count
+            elif not justid:
+                new_count = state[2] + 1
+            else:
+                new_count = state[2]
+            if (group.max_deliveries and retry_count < 0 and not justid and state[0] is not None
+                    and sid not in touched and new_count > group.max_deliveries):
+                dead.append((sid, bytes(encoded), state[0]))
+                gone.add(sid)
+                continue
+            touched[sid] = [consumer, delivery_time, new_count]
+            out.append(sid if justid else encoded)
+        if dropped:
+            store.drop_pending(name, dropped)
+        self._dead_letter(key, store, group, dead)
+        claims = [(sid, t, n) for sid, (_, t, n) in touched.items()]
+        if claims:
+            store.claim(name, consumer, claims, now, last_id=new_last)
+        elif new_last is not None:
+            store.set_id(name, new_last, group.entries_read)
+        if claims or dropped or new_last is not None:
+            self.wrote_group(store)
+        return out
+
+    def auto_claim(self, key: bytes, name: bytes, consumer: bytes, min_idle_ms: int, start: StreamIdT,
+                   count: int, justid: bool = False, late: BaseException | None = None,
+                   ) -> tuple[StreamIdT, list, list[StreamIdT]]:
+        """XAUTOCLAIM: scans at most ``count`` * 10 pending entries from
+        ``start``; returns the cursor to continue from (``0-0`` at the end),
+        the claimed entries' chunks (``justid``: IDs), and the IDs dropped
+        because their entries left the stream. Dead-letters as XCLAIM."""
+        self.commit_deferred()
+        stream, store, group = self._group_of(key, name, NO_KEY_OR_GROUP)
+        if late is not None:
+            raise late
+        now = self.broker.clock_ms()
+        attempts = count * 10
+        claims = []
+        out: list = []
+        deleted = []
+        dead = []
+        cursor = ZERO_ID
+        for sid in group.pel.ids_from(start):
+            if attempts <= 0 or count <= 0:
+                cursor = sid
+                break
+            attempts -= 1
+            pe = group.pel.get(sid)
+            encoded = _entry(stream, sid)
+            if encoded is None:
+                deleted.append(sid)
+                count -= 1
+                continue
+            if min_idle_ms and now - pe.delivery_time_ms < min_idle_ms:
+                continue
+            new_count = pe.delivery_count if justid else pe.delivery_count + 1
+            if group.max_deliveries and not justid and new_count > group.max_deliveries:
+                dead.append((sid, bytes(encoded), pe.consumer))
+                count -= 1
+                continue
+            claims.append((sid, now, new_count))
+            out.append(sid if justid else encoded)
+            count -= 1
+        if deleted:
+            store.drop_pending(name, deleted)
+        self._dead_letter(key, store, group, dead)
+        if claims:
+            store.claim(name, consumer, claims, now)
+        if claims or deleted:
+            self.wrote_group(store)
+        return cursor, out, deleted
+
+    # -- XPENDING ----------------------------------------------------------
+
+    def pending_summary(self, key: bytes, name: bytes) -> PendingSummary:
+        """XPENDING key group."""
+        self.commit_deferred()
+        _, _, group = self._group_of(key, name, NO_KEY_OR_GROUP)
+        pel = group.pel
+        if not pel:
+            return PendingSummary(0, None, None, [])
+        consumers = [(c.name, len(c.pending)) for c in group.sorted_consumers() if c.pending]
+        return PendingSummary(len(pel), pel.first(), pel.last(), consumers)
+
+    def pending(self, key: bytes, name: bytes, start: StreamIdT, end: StreamIdT, count: int,
+                consumer: bytes | None = None, min_idle_ms: int = 0) -> list[tuple[StreamIdT, bytes, int, int]]:
+        """XPENDING's extended form: up to ``count`` ``(id, consumer, idle ms,
+        delivery count)`` in ``[start, end]`` (of ``consumer`` only, if given),
+        idle at least ``min_idle_ms``."""
+        self.commit_deferred()
+        _, _, group = self._group_of(key, name, NO_KEY_OR_GROUP)
+        if consumer is not None:
+            c = group.consumer(consumer)
+            if c is None:
+                return []
+            pel = c.pending
+        else:
+            pel = group.pel
+        out: list = []
+        if count <= 0:
+            return out
+        now = self.broker.clock_ms()
+        for sid in pel.ids_from(start, end):
+            pe = pel.get(sid)
+            idle = now - pe.delivery_time_ms
+            if min_idle_ms and idle < min_idle_ms:
+                continue
+            out.append((sid, pe.consumer, max(idle, 0), pe.delivery_count))
+            if len(out) >= count:
+                break
+        return out
+
+    # -- XINFO -------------------------------------------------------------
+
+    def group_infos(self, key: bytes) -> list[GroupInfo] | list[TopicGroupInfo]:
+        """XINFO GROUPS: each group of the key, in name order (a topic's summed)."""
+        self.commit_deferred()
+        topics = self.broker.topics
+        if topics.is_multi(key):
+            out = []
+            for view in self._topic_views(key, None):
+                consumers: set[bytes] = set()
+                for p in range(topics.partition_count(key)):
+                    group = self._partition_group(key, p, view.name)[2]
+                    if group is not None:
+                        consumers.update(group.consumers)
+                lags = [row.lag for row in view.partitions]
+                out.append(TopicGroupInfo(
+                    view.name, len(consumers), sum(row.pending for row in view.partitions),
+                    None if any(lag is None for lag in lags) else sum(lags),
+                    len(view.members), len(view.partitions)))
+            return out
+        stream, store = self._store_of(key, NO_SUCH_KEY)
+        counters = _Counters(stream)
+        return [GroupInfo(g.name, len(g.consumers), len(g.pel), g.last_id, g.entries_read,
+                          group_lag(counters, g), g.max_deliveries, g.dead_letter_key, g.dead_lettered_total)
+                for g in store.sorted_groups()]
+
+    def consumer_infos(self, key: bytes, name: bytes) -> list[ConsumerInfo] | list[TopicConsumerInfo]:
+        """XINFO CONSUMERS: the group's consumers in name order. On a topic:
+        every consumer of any partition (pending summed) and every live
+        member, with the partitions it owns."""
+        self.commit_deferred()
+        topics = self.broker.topics
+        now = self.broker.clock_ms()
+        if topics.is_multi(key):
+            return self._topic_consumer_infos(key, name, now)
+        _, store = self._store_of(key, NO_SUCH_KEY)
+        group = store.group(name)
+        if group is None:
+            raise GroupOpError(NO_GROUP_FOR_KEY, key=key, group=name)
+        # Redis 7.2's ``inactive``: ms since the last read or claim that got entries; -1 never.
+        return [ConsumerInfo(c.name, len(c.pending), max(now - c.seen_time_ms, 0),
+                             max(now - c.active_time_ms, 0) if c.active_time_ms >= 0 else -1)
+                for c in group.sorted_consumers()]
+
+    def _topic_consumer_infos(self, key: bytes, name: bytes, now: int) -> list[TopicConsumerInfo]:
+        topics = self.broker.topics
+        if self._partition_group(key, 0, name)[2] is None:
+            raise GroupOpError(NO_GROUP_FOR_KEY, key=key, group=name)
+        m = self._synced_membership(key, name)
+        rows: dict[bytes, list[int]] = {}  # name -> [pending, last seen ms]
+        for p in range(topics.partition_count(key)):
+            group = self._partition_group(key, p, name)[2]
+            if group is None:
+                continue
+            for c in group.consumers.values():
+                row = rows.setdefault(c.name, [0, c.seen_time_ms])
+                row[0] += len(c.pending)
+                row[1] = max(row[1], c.seen_time_ms)
+        if m is not None:
+            for member in m.coordinator.members.values():
+                row = rows.setdefault(member.name, [0, member.last_seen_ms])
+                row[1] = max(row[1], member.last_seen_ms)
+        out = []
+        for consumer in sorted(rows):
+            pending, seen = rows[consumer]
+            live = m is not None and m.coordinator.is_alive(consumer)
+            owned = [partition_key(key, p) for p in m.assigned(consumer)] if m is not None else []
+            out.append(TopicConsumerInfo(consumer, pending, max(now - seen, 0), live, owned))
+        return out
+
+    def group_count(self, key: bytes) -> int:
+        """How many consumer groups the stream ``key`` has (XINFO STREAM's ``groups``)."""
+        self.commit_deferred()
+        return len(self._store_of(key, NO_SUCH_KEY)[1].groups)
+
+    def groups_full(self, key: bytes, count: int) -> list[GroupState]:
+        """The groups of stream ``key`` in full (XINFO STREAM key FULL):
+        ``count`` limits each PEL listed (0: no limit), as in Redis."""
+        self.commit_deferred()
+        stream, store = self._store_of(key, NO_SUCH_KEY)
+        counters = _Counters(stream)
+        limit = count or None
+        out = []
+        for g in store.sorted_groups():
+            consumers = [ConsumerState(c.name, c.seen_time_ms, len(c.pending),
+                                       [(sid, pe.delivery_time_ms, pe.delivery_count)
+                                        for sid, pe in c.pending.range(count=limit)])
+                         for c in g.sorted_consumers()]
+            out.append(GroupState(
+                g.name, g.last_id, g.entries_read, group_lag(counters, g), len(g.pel),
+                [(sid, pe.consumer, pe.delivery_time_ms, pe.delivery_count) for sid, pe in g.pel.range(count=limit)],
+                consumers, g.max_deliveries, g.dead_letter_key, g.dead_lettered_total))
+        return out
+
+    def topic_groups(self, topic: bytes, only: bytes | None = None) -> list[TopicGroupView]:
+        """TOPIC GROUPS / TOPIC DESCRIBE's groups: each group of ``topic`` (or
+        only ``only``) with its live members, assignment and per-partition
+        pending and lag; dead members expire and hand over first."""
+        self.commit_deferred()
+        return self._topic_views(topic, only)
+
+    def _topic_views(self, topic: bytes, only: bytes | None) -> list[TopicGroupView]:
+        topics = self.broker.topics
+        partitions = topics.partition_count(topic)
+        names: set[bytes] = set()
+        for p in range(partitions):
+            names.update(groups_of(topics.get(partition_key(topic, p))).groups)
+        if only is not None:
+            if only not in names:
+                raise GroupOpError(NO_GROUP_FOR_KEY, key=topic, group=only)
+            names = {only}
+        now = self.broker.clock_ms()
+        out = []
+        for name in sorted(names):
+            m = self._synced_membership(topic, name) if partitions > 1 else None
+            members = []
+            if m is not None:
+                for member in sorted(m.coordinator.members.values(), key=lambda x: x.name):
+                    members.append(MemberView(member.name, [partition_key(topic, p) for p in m.assigned(member.name)],
+                                              max(now - member.last_seen_ms, 0)))
+            rows = []
+            for p in range(partitions):
+                stream, _, group = self._partition_group(topic, p, name)
+                if group is None:
+                    continue
+                rows.append(PartitionGroupView(p, partition_key(topic, p), m.owner_of(p) if m is not None else None,
+                                               len(group.pel), group.last_id, group.entries_read,
+                                               group_lag(_Counters(stream), group)))
+            out.append(TopicGroupView(name, members, rows))
+        return out
+
+    def _synced_membership(self, topic: bytes, name: bytes) -> Any:
+        """The group's membership on ``topic`` if it has one, brought up to
+        date (dead members expired, their partitions handed over)."""
+        m = self.broker.topics.coordinators.get((topic, name))
+        if m is not None:
+            for store in m.sync(self.broker.clock_ms()):
+                self.wrote_group(store)
+        return m

@@ -1,0 +1,490 @@
+"""Reads and keyspace administration: every non-group operation that looks at streams.
+
+Owns, as ``Session`` methods (``ReadOps`` is one of its bases): stream
+lengths, ranges and reads after an ID (``length``, ``range``, ``read_after``:
+THE read executor, and ``wait_for_entries``, its blocking form), a stream's
+description (``stream_info``), the keyspace (``count_existing``,
+``delete_keys``, ``key_names``, ``scan_keys``, ``key_count``, ``flush_all``,
+``rename``) and topic administration (``create_topic``, ``describe_topic``,
+``topic_names``, ``alter_topic_partitions``, ``alter_topic_config``,
+``delete_topic``, ``require_topic``).
+
+A key names a partition (``t#3``, or the bare key of a one-partition topic)
+or a whole topic of several partitions; reads take either, and how many
+partitions a topic has, the fan-out over them and the merge of their
+entries are decided here: a topic's length sums its partitions', a range
+merges them by ID (equal IDs in partition order), a read after an ID reads
+each partition and answers under the partition's key. In a cluster a
+topic-wide read needs every partition led by this node
+(``Replication.fan_out_refusal``; reads across nodes are not built yet).
+
+Every operation commits deferred appends first (``commit_deferred``): a read
+sees everything acknowledged before it, and nothing that reads a stream
+relies on a barrier of its caller's.
+
+Entries come back as ``storage.streams.Entries`` (``count`` encoded entries
+in ``chunks``, ready to follow an array header): ``read_after`` and forward
+``range`` slice them out of the segment files' mappings, with no copy. A
+front-end sends them at once or copies them before it waits for anything (a
+log may be cut back meanwhile): front-ends recognise the type (the RESP
+encoder does), so no handler marks a reply. ``wait_for_entries``, whose
+result reaches its caller across awaits, reads copies.
+
+Must not know: sockets, protocols, reply shapes, error texts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+from typing import Any, Sequence
+
+import trio
+
+from cluster.topics import (
+    REPLICATION_FACTOR_FIXED,
+    TOPIC_DELETE_NEEDS_TOPIC,
+    TOPIC_DESCRIBE_NEEDS_TOPIC,
+    UNKNOWN_TOPIC,
+    TopicError,
+    partition_key,
+)
+from storage.entry_codec import split_entries
+from storage.streams.groups import groups_of
+from storage.streams.ids import MAX_ID, MIN_ID, StreamId
+from storage.streams.stream import EMPTY, Entries
+
+# A read position other than an ID (``ReadPlan.after``).
+AFTER_LAST = "$"  # after the stream's last ID when the read starts (XREAD's ``$``)
+LAST_ENTRY = "+"  # the stream's last entry (XREAD's ``+``)
+
+HASH_MASK = (1 << 63) - 1  # ``scan_keys``'s order: a 63-bit hash of the key
+
+
+class ReadPlan:
+    """One read after IDs (XREAD), whoever parsed it: ``keys``; for each,
+    ``after``: an ID ``(ms, seq)``, ``AFTER_LAST`` or ``LAST_ENTRY``;
+    ``count``: at most this many entries per key (0: no limit);
+    ``block_ms``: how long ``wait_for_entries`` waits for entries when there
+    are none (None: it does not; 0: no limit).
+
+    ``one_partition``: the plan of a front-end's fast parser (one key): it
+    is taken only when its key names one existing partition; for anything
+    else ``read_after`` returns None having done nothing, and the front-end
+    takes its general path, which gives every error."""
+
+    __slots__ = ("keys", "after", "count", "block_ms", "one_partition")
+
+    def __init__(self, keys: Sequence[bytes], after: Sequence[Any], count: int = 0,
+                 block_ms: int | None = None, one_partition: bool = False) -> None:
+        self.keys = keys
+        self.after = after
+        self.count = count
+        self.block_ms = block_ms
+        self.one_partition = one_partition
+
+
+class StreamInfo:
+    """What a stream (one partition) reports about itself (``stream_info``):
+    Redis's stream state, then the partition log's."""
+
+    __slots__ = ("length", "node_max_entries", "last_id", "max_deleted_entry_id", "entries_added",
+                 "recorded_first_entry_id", "groups", "first_entry", "last_entry", "entries",
+                 "partitions", "log_start_offset", "log_end_offset", "segments", "bytes_on_disk")
+
+    def __init__(self, **fields: Any) -> None:
+        for name in self.__slots__:
+            setattr(self, name, fields.get(name))
+
+
+def _key_hash(key: bytes) -> int:
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") & HASH_MASK
+
+
+def _position(stream: Any, after: Any, count: int) -> tuple[Any, int]:
+    """``(read after this ID, at most this many)`` for ``after`` on
+    ``stream`` (None: no such stream); ``AFTER_LAST`` and ``LAST_ENTRY``
+    resolved now."""
+    if after is AFTER_LAST:
+        return (stream.last_id if stream is not None else MIN_ID), count
+    if after is LAST_ENTRY:
+        top = stream.last_live_id() if stream is not None else None
+        if top is not None:
+            return (top.decr() if top != MIN_ID else MIN_ID), 1
+        return (stream.last_id if stream is not None else MIN_ID), count
+    return after, count
+
+
+class ReadOps:
+    """The reads and the keyspace of a ``Session`` (see the module docstring):
+    its ``broker``, ``may_block`` and ``commit_deferred`` are Session's."""
+
+    __slots__ = ()
+
+    broker: Any  # (Session's)
+    may_block: bool
+
+    # -- partitions -----------------------------------------------------------
+
+    def _partitions(self, key: bytes) -> list[tuple[bytes, Any]]:
+        """``(partition key, stream)`` of every partition of multi-partition
+        topic ``key``; in a cluster, refused unless this node leads them all."""
+        broker = self.broker
+        replication = broker.replication
+        if replication is not None:
+            refusal = replication.fan_out_refusal(key)
+            if refusal is not None:
+                raise refusal
+        topics = broker.topics
+        return [(partition_key(key, n), stream) for n, stream in enumerate(topics.streams_of(key))]
+
+    # -- lengths and ranges ---------------------------------------------------
+
+    def length(self, key: bytes) -> int:
+        """XLEN: live entries of a partition; of a topic, the sum over its
+        partitions; 0 when the key does not exist."""
+        self.commit_deferred()
+        topics = self.broker.topics
+        if topics.is_multi(key):
+            return sum(stream.length for _, stream in self._partitions(key))
+        stream = topics.get(key)
+        return 0 if stream is None else stream.length
+
+    def range(self, key: bytes, start: StreamId, end: StreamId, count: int | None = None,
+              rev: bool = False) -> Entries | None:
+        """XRANGE / XREVRANGE: entries with ``start <= ID <= end``, oldest
+        first (newest first when ``rev``), at most ``count`` (None: all);
+        None when the key does not exist. A topic's partitions are merged
+        by ID, equal IDs in partition order, ``count`` over the merge."""
+        self.commit_deferred()
+        topics = self.broker.topics
+        if topics.is_multi(key):
+            found = self._merged_range(self._partitions(key), start, end, count, rev)
+        else:
+            stream = topics.get(key)
+            if stream is None:
+                return None
+            found = stream.range(start, end, count, rev=rev, view=True)
+        if found.count:
+            topics.note_entries_out(found.count)
+        return found
+
+    @staticmethod
+    def _merged_range(parts: list, start: StreamId, end: StreamId, count: int | None, rev: bool) -> Entries:
+        """Each partition contributes at most ``count`` entries (``partitions
+        * count`` read), then a heap merge."""
+        if start > end or count == 0:
+            return EMPTY
+        runs = []
+        for n, (_, stream) in enumerate(parts):
+            log = stream.log
+            lo = max(log.find_offset(start[0], start[1], inclusive=True), log.log_start_offset)
+            hi = log.find_offset(end[0], end[1], inclusive=False)
+            if lo >= hi:
+                continue
+            if rev:
+                res = log.read_reverse(lo, hi, max_count=count, with_ids=True)
+            else:
+                res = log.read(lo, hi, max_count=count, with_ids=True)
+            if res.count:
+                tag = -n if rev else n  # equal IDs in partition order, either way
+                runs.append([((ms, seq), tag, encoded) for (_, ms, seq), encoded
+                             in zip(res.entries, split_entries(res.chunks))])
+        chunks = []
+        for _, _, encoded in heapq.merge(*runs, reverse=rev):
+            chunks.append(encoded)
+            if count is not None and len(chunks) >= count:
+                break
+        return Entries(len(chunks), chunks) if chunks else EMPTY
+
+    # -- reads after an ID: THE executor ------------------------------------
+
+    def read_after(self, plan: ReadPlan) -> list[tuple[bytes, Entries]] | None:
+        """THE read after IDs (XREAD without waiting): for each key of
+        ``plan`` with entries after its position, ``(key, entries)``, in the
+        plan's order. A topic key of several partitions reads each
+        partition from the same position (``AFTER_LAST``: each partition's
+        own last ID) and answers under the partition keys; keys with no
+        entries (or none at all) are left out. None for a ``one_partition``
+        plan whose key is not one existing partition (nothing was done)."""
+        self.commit_deferred()
+        assert len(plan.keys) == len(plan.after) and (len(plan.keys) == 1 or not plan.one_partition)
+        if plan.one_partition:  # (a consumer's poll: the hot path, inline)
+            key = plan.keys[0]
+            topics = self.broker.topics
+            stream = topics.read_target(key)
+            if stream is None:
+                return None
+            entries = stream.read_after(plan.after[0], plan.count or None, view=True)
+            if not entries.count:
+                return []
+            topics.note_entries_out(entries.count)
+            return [(key, entries)]
+        keys, positions = self._positions(plan)
+        return self._read_positions(keys, positions, True)
+
+    async def wait_for_entries(self, plan: ReadPlan) -> list[tuple[bytes, Entries]]:
+        """``read_after``, and when it finds nothing and the plan says
+        ``block_ms``, wait for appends to its keys and read again until
+        something is found or the time is up ([]). Positions are resolved
+        once, before the first read (``AFTER_LAST``: entries after the last
+        ID then). Never waits when the session may not (``may_block``:
+        inside a transaction). Raises TooManyBlockedError
+        (``max-blocked-clients``); cancellation (the client left) ends the
+        wait.
+
+        The entries are copies, never views of log mappings: they reach the
+        caller across awaits (this coroutine's, and a front-end's around a
+        command that may block), and a log may be cut back meanwhile."""
+        self.commit_deferred()
+        keys, positions = self._positions(plan)
+        found = self._read_positions(keys, positions, False)
+        if found or plan.block_ms is None or not self.may_block:
+            return found
+        deadline = None if plan.block_ms == 0 else trio.current_time() + plan.block_ms / 1000
+        wait_for_keys = self.broker.keys.wait_for_keys
+        while True:
+            if deadline is None:
+                remaining_s = None
+            else:
+                remaining_s = deadline - trio.current_time()
+                if remaining_s <= 0:
+                    return []
+            if not await wait_for_keys(keys, remaining_s):
+                return []
+            # Woken by a commit: what it wrote is in the log (entries
+            # deferred since are another tick's, committed by their own).
+            found = self._read_positions(keys, positions, False)
+            if found:
+                return found
+
+    def _positions(self, plan: ReadPlan) -> tuple[list[bytes], list[tuple[Any, int]]]:
+        """The plan's keys with topic keys expanded to their partition keys,
+        and each one's ``(after ID, count)``."""
+        topics = self.broker.topics
+        count = plan.count
+        keys: list[bytes] = []
+        positions: list[tuple[Any, int]] = []
+        for key, after in zip(plan.keys, plan.after):
+            if topics.is_multi(key):
+                for pkey, stream in self._partitions(key):
+                    keys.append(pkey)
+                    positions.append(_position(stream, after, count))
+            else:
+                keys.append(key)
+                stream = topics.get(key) if after is AFTER_LAST or after is LAST_ENTRY else None
+                positions.append(_position(stream, after, count))
+        return keys, positions
+
+    def _read_positions(self, keys: list[bytes], positions: list[tuple[Any, int]], view: bool) -> list:
+        topics = self.broker.topics
+        found: list = []
+        for key, (after, count) in zip(keys, positions):
+            if topics.is_multi(key):  # got more partitions while the reader waited
+                for pkey, stream in self._partitions(key):
+                    self._read_into(found, pkey, stream, after, count, view)
+                continue
+            stream = topics.get(key)
+            if stream is not None:
+                self._read_into(found, key, stream, after, count, view)
+        return found
+
+    def _read_into(self, found: list, key: bytes, stream: Any, after: Any, count: int, view: bool) -> None:
+        """Append ``(key, entries after `after`)`` to ``found`` when there are
+        any (``view``: as views of the log's mappings)."""
+        if not stream.length:
+            return
+        entries = stream.read_after(after, count or None, view=view)
+        if entries.count:
+            self.broker.topics.note_entries_out(entries.count)
+            found.append((key, entries))
+
+    # -- a stream's description ---------------------------------------------
+
+    def stream_info(self, key: bytes, full: bool = False, count: int = 10) -> StreamInfo | None:
+        """XINFO STREAM's data for one partition (None: no such key). With
+        ``full``, its first ``count`` entries (0: all) instead of the first
+        and last; ``groups`` is how many consumer groups it has."""
+        self.commit_deferred()
+        topics = self.broker.topics
+        stream = topics.get(key)
+        if stream is None:
+            return None
+        log = stream.log
+        info = StreamInfo(
+            length=stream.length,
+            node_max_entries=stream.node_max_entries,
+            last_id=stream.last_id,
+            max_deleted_entry_id=stream.max_deleted_entry_id,
+            entries_added=stream.entries_added,
+            recorded_first_entry_id=stream.first_entry_id(),
+            groups=len(groups_of(stream).groups),
+            partitions=topics.partition_count(key),
+            log_start_offset=log.log_start_offset,
+            log_end_offset=log.log_end_offset,
+            segments=log.segment_count,
+            bytes_on_disk=log.size_bytes,
+        )
+        if full:
+            info.entries = stream.range(MIN_ID, MAX_ID, count or None, view=True)
+        else:
+            info.first_entry = stream.first_entry()
+            info.last_entry = stream.last_entry()
+        return info
+
+    # -- the keyspace ---------------------------------------------------------
+
+    def count_existing(self, keys: Sequence[bytes]) -> int:
+        """EXISTS: how many of ``keys`` name an existing topic or partition
+        (a key named twice counts twice)."""
+        self.commit_deferred()
+        exists = self.broker.topics.exists
+        return sum(1 for key in keys if exists(key))
+
+    def delete_keys(self, keys: Sequence[bytes]) -> int:
+        """DEL / UNLINK: delete each key's whole topic (a partition key
+        deletes its topic) with its files; how many were deleted."""
+        self.commit_deferred()
+        broker = self.broker
+        topics = broker.topics
+        deleted = 0
+        for key in keys:
+            if topics.delete(key):
+                deleted += 1
+                broker.keys.signal(key)
+        return deleted
+
+    def key_names(self) -> list[bytes]:
+        """KEYS: every topic name, sorted (in a cluster: those this node leads)."""
+        self.commit_deferred()
+        return sorted(self.broker.topics.keys())
+
+    def scan_keys(self, cursor: int, count: int) -> tuple[int, list[bytes]]:
+        """SCAN's walk: ``(next cursor, keys)``, the next ``count`` keys in
+        the order of a 63-bit hash (BLAKE2b) of their names from ``cursor``
+        on; the cursor is 1 + the hash the next call resumes at (0: start,
+        and done). A key present for the whole walk is returned exactly once,
+        whatever is added or deleted between calls (keys with equal hashes
+        come together, so a call never splits them)."""
+        assert count > 0
+        self.commit_deferred()
+        if cursor > HASH_MASK + 1:
+            return 0, []
+        resume_hash = cursor - 1 if cursor else 0
+        ordered = sorted((_key_hash(k), k) for k in self.broker.topics.keys())
+        examined = [(h, k) for h, k in ordered if h >= resume_hash]
+        batch = examined[:count]
+        rest = examined[count:]
+        while rest and batch and rest[0][0] == batch[-1][0]:
+            batch.append(rest.pop(0))
+        return (rest[0][0] + 1 if rest else 0), [k for _, k in batch]
+
+    def key_count(self) -> int:
+        """DBSIZE: how many topics (in a cluster: those this node leads)."""
+        self.commit_deferred()
+        return self.broker.topics.key_count()
+
+    def flush_all(self) -> None:
+        """FLUSHALL: delete every topic and its files."""
+        self.delete_keys(list(self.broker.topics.keys()))
+
+    def rename(self, src: bytes, dst: bytes, nx: bool = False) -> bool | None:
+        """RENAME / RENAMENX: None when ``src`` does not exist; False when
+        nothing is to be done (the same name, or ``nx`` and ``dst``
+        exists). Renaming a topic is refused (TopicError
+        RENAME_UNSUPPORTED: its logs cannot be moved atomically yet)."""
+        self.commit_deferred()
+        broker = self.broker
+        topics = broker.topics
+        if not topics.exists(src):
+            return None
+        if src == dst or (nx and topics.exists(dst)):
+            return False
+        topics.rename(src, dst)
+        broker.keys.signal(src)
+        broker.keys.signal(dst)
+        return True
+
+    # -- topic administration -------------------------------------------------
+
+    def create_topic(self, topic: bytes, partitions: int | None = None,
+                     pairs: Sequence[tuple[bytes, bytes]] = (), replication_factors: Sequence[int] = ()) -> None:
+        """TOPIC CREATE: ``partitions`` (None: ``default-partitions``), config
+        overrides ``pairs``. Each of ``replication_factors`` (asked for) must
+        be the one every partition has (replica sets belong to hash-slot
+        ranges, docs/replication.md), else TopicError
+        REPLICATION_FACTOR_FIXED; TopicError for a bad name or config, or an
+        existing topic."""
+        self.commit_deferred()
+        broker = self.broker
+        replication = broker.replication
+        actual = replication.manager.placement.replication_factor if replication is not None else 1
+        for wanted in replication_factors:
+            if wanted != actual:
+                raise TopicError(REPLICATION_FACTOR_FIXED, wanted=wanted, actual=actual,
+                                 cluster=replication is not None)
+        if partitions is None:
+            partitions = int(getattr(broker.config, "default_partitions", 1) or 1)
+        broker.topics.create_topic(topic, partitions, pairs)
+        broker.keys.signal(topic)
+
+    def describe_topic(self, topic: bytes) -> dict[str, Any]:
+        """TOPIC DESCRIBE's data: ``partitions`` (per partition: partition,
+        key, length, log-start-offset, log-end-offset, segments, bytes,
+        last-generated-id, and in a cluster ``replication``: where it lives,
+        leader, replicas ...), ``config`` (name -> (effective value,
+        overridden)), ``groups`` (names) and in a cluster
+        ``replication-factor``. TopicError for a partition key or an unknown
+        topic."""
+        self.commit_deferred()
+        topics = self.broker.topics
+        if topics.topic_of(topic) != topic:
+            raise TopicError(TOPIC_DESCRIBE_NEEDS_TOPIC, key=topic)
+        desc = topics.describe(topic)
+        replication = self.broker.replication
+        if replication is not None:
+            manager = replication.manager
+            for part in desc["partitions"]:
+                part["replication"] = manager.partition_view(topic, part["partition"])
+            desc["replication-factor"] = manager.placement.replication_factor
+        return desc
+
+    def topic_names(self) -> list[bytes]:
+        """TOPIC LIST: every topic name, sorted."""
+        self.commit_deferred()
+        return sorted(self.broker.topics.keys())
+
+    def alter_topic_partitions(self, topic: bytes, partitions: int) -> None:
+        """TOPIC ALTER ... PARTITIONS: grow the topic (never shrinks)."""
+        self.commit_deferred()
+        self.broker.topics.alter_partitions(topic, partitions)
+        self.broker.keys.signal(topic)
+
+    def alter_topic_config(self, topic: bytes, pairs: Sequence[tuple[bytes, bytes]]) -> None:
+        """TOPIC ALTER ... CONFIG: set (or with ``default``, drop) overrides."""
+        self.commit_deferred()
+        self.broker.topics.alter_config(topic, pairs)
+        self.broker.keys.signal(topic)
+
+    def delete_topic(self, topic: bytes) -> None:
+        """TOPIC DELETE: the topic with its partitions and groups. TopicError
+        for a partition key (partitions are not deleted one by one) or an
+        unknown topic."""
+        self.commit_deferred()
+        broker = self.broker
+        topics = broker.topics
+        if b"#" in topic and topics.topic_of(topic) != topic:
+            raise TopicError(TOPIC_DELETE_NEEDS_TOPIC, key=topic)
+        keys = topics.expand(topic) if topics.exists(topic) else []
+        if not topics.delete(topic):
+            raise TopicError(UNKNOWN_TOPIC, topic=topic)
+        for key in {topic, *keys}:
+            broker.keys.signal(key)
+
+    def require_topic(self, topic: bytes) -> None:
+        """That ``topic`` names an existing topic (TOPIC GROUPS), else
+        TopicError UNKNOWN_TOPIC."""
+        self.commit_deferred()
+        topics = self.broker.topics
+        if not topics.exists(topic) or topics.topic_of(topic) != topic:
+            raise TopicError(UNKNOWN_TOPIC, topic=topic)

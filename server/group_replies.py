@@ -1,0 +1,85 @@
+"""Reply shapes of consumer-group values that several command families show.
+
+Owns: how the broker's group values (``cluster.broker.groups``) look in a
+RESP reply where more than one command module shows them: a group's
+dead-letter fields (XINFO GROUPS, XINFO STREAM FULL), the groups of XINFO
+STREAM FULL, and a topic's groups with membership (TOPIC GROUPS, TOPIC
+DESCRIBE). Command modules never import each other; they share these.
+
+Must not know: group state, storage, how the values were computed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from server.reply import Map
+from storage.streams.ids import format_id
+
+
+def dead_letter_fields(info: Map, group: Any) -> None:
+    """Partita's fields of a group with dead-lettering (none for a plain
+    group, which then looks exactly as in Redis)."""
+    if group.max_deliveries:
+        info["max-deliveries"] = group.max_deliveries
+        info["dead-letter-key"] = group.dead_letter_key
+        info["dead-lettered"] = group.dead_lettered
+
+
+def groups_full_reply(groups: list) -> list:
+    """The ``groups`` value of ``XINFO STREAM key FULL`` (``GroupState`` per group)."""
+    out = []
+    for g in groups:
+        info = Map()
+        info["name"] = g.name
+        info["last-delivered-id"] = format_id(g.last_id)
+        info["entries-read"] = g.entries_read
+        info["lag"] = g.lag
+        info["pel-count"] = g.pel_count
+        info["pending"] = [[format_id(sid), owner, time_ms, deliveries]
+                           for sid, owner, time_ms, deliveries in g.pending]
+        consumers = []
+        for c in g.consumers:
+            ci = Map()
+            ci["name"] = c.name
+            ci["seen-time"] = c.seen_time_ms
+            ci["pel-count"] = c.pel_count
+            ci["pending"] = [[format_id(sid), time_ms, deliveries] for sid, time_ms, deliveries in c.pending]
+            consumers.append(ci)
+        info["consumers"] = consumers
+        dead_letter_fields(info, g)
+        out.append(info)
+    return out
+
+
+def topic_groups_reply(views: list) -> list:
+    """TOPIC GROUPS / TOPIC DESCRIBE's ``groups`` (``TopicGroupView`` per
+    group): members (name, partitions owned, idle ms) and per partition its
+    key, owner (nil when unassigned or being handed over), pending,
+    last-delivered-id, entries-read and lag."""
+    out = []
+    for view in views:
+        info = Map()
+        info["name"] = view.name
+        members = []
+        for member in view.members:
+            row = Map()
+            row["name"] = member.name
+            row["partitions"] = member.partitions
+            row["idle"] = member.idle_ms
+            members.append(row)
+        info["members"] = members
+        rows = []
+        for p in view.partitions:
+            row = Map()
+            row["partition"] = p.partition
+            row["key"] = p.key
+            row["owner"] = p.owner
+            row["pending"] = p.pending
+            row["last-delivered-id"] = format_id(p.last_id)
+            row["entries-read"] = p.entries_read
+            row["lag"] = p.lag
+            rows.append(row)
+        info["partitions"] = rows
+        out.append(info)
+    return out

@@ -1,0 +1,257 @@
+"""The broker's group operations (``cluster.broker.groups``), called as a
+front-end calls them: a ``Broker`` over a real ``TopicRegistry`` in a
+temporary directory, a fake durability that records what each operation
+notes for the fsync policy, a fake wall clock for the group state, and
+trio's autojump clock for blocking reads.
+
+Each checks what the session returns (plain values, stored chunks,
+dataclasses), the receipt its reply would wait for, and the refusals' codes.
+"""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from cluster.broker import XAddPlan
+from cluster.broker import groups as ops
+from cluster.broker.groups import GroupOpError, GroupRead
+from storage.entry_codec import decode_entry, split_entries
+from storage.streams.groups import GROUP_EXISTS, GroupError, groups_of
+from storage.streams.ids import StreamIdError, parse_strict_id
+
+SESSION_TIMEOUT_MS = 1000
+
+
+class RecordingDurability:
+    """The ``note_write`` half of the fsync policy: every write noted, and
+    under ``always`` a new group-commit sequence for each."""
+
+    def __init__(self) -> None:
+        self.noted: list = []
+        self.seq = 0
+
+    def note_write(self, log, policy: str) -> int:
+        self.noted.append(log)
+        if policy != "always":
+            return 0
+        self.seq += 1
+        return self.seq
+
+
+class Clock:
+    def __init__(self, now_ms: int = 1_000_000) -> None:
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+@pytest.fixture
+def broker(make_broker):
+    b = make_broker(clock_ms=Clock(), fsync="always", group_session_timeout_ms=SESSION_TIMEOUT_MS)
+    b.durability = RecordingDurability()
+    return b
+
+
+def add(session, key: bytes, *fields: bytes):
+    return session.append(XAddPlan(key, list(fields)))
+
+
+def fields_of(delivery) -> list:
+    """The field/value lists of a delivery's entries (decoded here, for the test)."""
+    return [decode_entry(e)[1] for chunk in delivery.chunks for e in split_entries([chunk])]
+
+
+def read(group=b"g", consumer=b"c", keys=(b"s",), starts=(None,), **kwargs) -> GroupRead:
+    return GroupRead(group, consumer, list(keys), list(starts), **kwargs)
+
+
+def test_a_delivery_waits_for_the_group_state_under_fsync_always(broker):
+    session = broker.session()
+    for n in range(3):
+        add(session, b"s", b"n", b"%d" % n)
+    session.group_create(b"s", b"g", (0, 0))
+    stream = broker.topics.get(b"s")
+    store = groups_of(stream)
+    assert session.take_receipt().flush_seq > 0
+    broker.durability.noted.clear()
+
+    served = session.read_group_nowait(read(count=2))
+    assert [(d.key, d.count) for d in served] == [(b"s", 2)]
+    assert fields_of(served[0]) == [[b"n", b"0"], [b"n", b"1"]]
+    receipt = session.take_receipt()
+    assert receipt is not None and receipt.flush_seq == broker.durability.seq  # the delivery's journal write
+    assert broker.durability.noted == [store]
+
+    assert session.ack(b"s", b"g", [(0, 0)]) == 0  # nothing pending with that ID: nothing written
+    assert session.take_receipt() is None
+    pending = session.pending(b"s", b"g", (0, 0), (2**64 - 1, 2**64 - 1), 10)
+    ids = [sid for sid, *_ in pending]
+    assert session.ack(b"s", b"g", ids) == 2
+    assert session.take_receipt().flush_seq == broker.durability.seq
+
+
+def test_nothing_to_serve_waits_unless_it_may_not(broker):
+    session = broker.session()
+    add(session, b"s", b"f", b"v")
+    session.group_create(b"s", b"g", None)  # $: nothing new for the group
+    session.take_receipt()
+    assert session.read_group_nowait(read()) == []  # no BLOCK: the null reply
+    assert session.read_group_nowait(read(block_ms=100)) is None  # would wait: left to read_group
+    session.may_block = False  # inside a transaction
+    assert session.read_group_nowait(read(block_ms=100)) == []
+    assert session.take_receipt() is None  # a read that served nothing wrote nothing
+
+
+def test_history_gives_entries_gone_from_the_stream_as_ids(broker):
+    session = broker.session()
+    first = add(session, b"s", b"f", b"1")
+    add(session, b"s", b"f", b"2")
+    session.group_create(b"s", b"g", (0, 0))
+    session.read_group_nowait(read())
+    session.delete(b"s", [first])
+    (history,) = session.read_group_nowait(read(starts=[parse_strict_id(b"0")]))
+    assert history.count == 2 and history.gone
+    assert history.chunks[0] == tuple(first)  # the front-end replies [id, nil]
+    assert decode_entry(bytes(history.chunks[1]))[1] == [b"f", b"2"]
+    assert session.pending(b"s", b"g", (0, 0), (2**64 - 1, 0), 10)[1][3] == 2  # redelivered: count + 1
+
+
+def test_dead_lettering_past_max_deliveries(broker):
+    session = broker.session()
+    signalled = []
+    broker.keys.subscribe(signalled.append)
+    sid = add(session, b"s", b"job", b"7")
+    session.group_create(b"s", b"g", (0, 0), max_deliveries=1, dead_letter_key=b"dl")
+    session.read_group_nowait(read(consumer=b"worker"))
+    session.take_receipt()
+    broker.durability.noted.clear()
+
+    (history,) = session.read_group_nowait(read(consumer=b"worker", starts=[parse_strict_id(b"0")]))
+    assert history.count == 0  # the second delivery would pass MAXDELIVERIES 1
+    dl = broker.topics.get(b"dl")
+    assert dl.length == 1
+    entry = dl.range((0, 0), (2**64 - 1, 2**64 - 1), None)
+    assert decode_entry(b"".join(bytes(c) for c in entry.chunks))[1] == [
+        b"job", b"7", b"dl-source-key", b"s", b"dl-source-id", b"%d-%d" % tuple(sid), b"dl-group", b"g",
+        b"dl-consumer", b"worker", b"dl-deliveries", b"1"]
+    store = groups_of(broker.topics.get(b"s"))
+    assert broker.durability.noted[-2:] == [dl.log, store]  # the append, then the PEL removal
+    assert session.take_receipt().flush_seq == broker.durability.seq
+    assert b"dl" in signalled
+    (info,) = session.group_infos(b"s")
+    assert (info.pending, info.max_deliveries, info.dead_letter_key, info.dead_lettered) == (0, 1, b"dl", 1)
+
+
+def test_a_dead_members_entries_go_first_to_the_new_owner(broker):
+    session = broker.session()
+    clock = broker.clock_ms
+    broker.topics.create_topic(b"t", 2)
+    for p in (0, 1):
+        add(session, b"t#%d" % p, b"p", b"%d" % p)
+    session.group_create(b"t", b"g", (0, 0))
+
+    a = session.read_group_nowait(read(consumer=b"a", keys=[b"t"]))
+    assert a is None  # membership: the waiting read's
+    taken = trio.run(session.read_group, read(consumer=b"a", keys=[b"t"]))
+    assert sorted(d.key for d in taken) == [b"t#0", b"t#1"]  # alone: both partitions
+    clock.now_ms += 10
+    joined = trio.run(session.read_group, read(consumer=b"b", keys=[b"t"]))
+    assert joined == []  # b's partition is revoked from a, which still has its entry pending
+    (view,) = session.topic_groups(b"t")
+    assert [m.name for m in view.members] == [b"a", b"b"]
+
+    clock.now_ms += SESSION_TIMEOUT_MS  # a is silent, b reads: a is dead
+    broker.durability.noted.clear()
+    got = trio.run(session.read_group, read(consumer=b"b", keys=[b"t"]))
+    assert sorted(d.key for d in got) == [b"t#0", b"t#1"]  # a's pending entries, first
+    assert sorted(f for d in got for f in fields_of(d)) == [[b"p", b"0"], [b"p", b"1"]]
+    for p in (0, 1):
+        rows = session.pending(b"t#%d" % p, b"g", (0, 0), (2**64 - 1, 2**64 - 1), 10)
+        assert [(owner, deliveries) for _, owner, _, deliveries in rows] == [(b"b", 2)]
+    assert session.take_receipt().flush_seq > 0  # the hand-over's claims and redeliveries
+    (view,) = session.topic_groups(b"t")
+    assert [m.name for m in view.members] == [b"b"]
+    assert [p.owner for p in view.partitions] == [b"b", b"b"]
+    consumers = session.consumer_infos(b"t", b"g")
+    assert [(c.name, c.pending, c.member) for c in consumers] == [(b"a", 0, False), (b"b", 2, True)]
+
+
+async def test_blocked_readers_are_served_in_arrival_order(broker, autojump_clock):
+    session = broker.session()
+    add(session, b"s", b"f", b"0")
+    session.group_create(b"s", b"g", None)
+    got: dict = {}
+
+    async def reader(name: bytes) -> None:
+        got[name] = await broker.session().read_group(read(consumer=name, count=1, block_ms=0))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reader, b"first")
+        await trio.sleep(1)
+        nursery.start_soon(reader, b"second")
+        await trio.sleep(1)
+        add(session, b"s", b"f", b"1")  # one entry: the first to arrive gets it
+        await trio.sleep(1)
+        assert list(got) == [b"first"]
+        add(session, b"s", b"f", b"2")
+    assert [fields_of(got[n][0]) for n in (b"first", b"second")] == [[[b"f", b"1"]], [[b"f", b"2"]]]
+    assert broker.blocked_readers == {}
+
+
+async def test_a_blocked_read_times_out_or_is_refused_when_its_group_goes(broker, autojump_clock):
+    session = broker.session()
+    add(session, b"s", b"f", b"0")
+    session.group_create(b"s", b"g", None)
+    assert await session.read_group(read(block_ms=500)) == []
+    assert trio.current_time() >= 0.5
+
+    async def destroy_soon() -> None:
+        await trio.sleep(1)
+        assert broker.session().group_destroy(b"s", b"g") == 1
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(destroy_soon)
+        with pytest.raises(GroupOpError) as refused:
+            await session.read_group(read(block_ms=0))
+    assert refused.value.code == ops.GROUP_GONE
+
+
+def test_refusals_come_in_redis_order(broker):
+    session = broker.session()
+    bad_id = StreamIdError()
+    with pytest.raises(GroupOpError) as e:  # the key's group is checked before its ID
+        session.read_group_nowait(read(starts=[bad_id]))
+    assert (e.value.code, e.value.fields) == (ops.NO_GROUP_TO_READ, {"key": b"s", "group": b"g"})
+    add(session, b"s", b"f", b"v")
+    session.group_create(b"s", b"g", (0, 0))
+    with pytest.raises(StreamIdError):
+        session.read_group_nowait(read(starts=[bad_id]))
+    with pytest.raises(GroupOpError) as e:
+        session.group_set_id(b"missing", b"g", None, None, late=bad_id)
+    assert e.value.code == ops.KEY_MISSING
+    with pytest.raises(GroupOpError) as e:
+        session.group_set_id(b"s", b"nope", None, None, late=bad_id)
+    assert e.value.code == ops.NO_GROUP_FOR_KEY
+    assert session.ack(b"missing", b"g", (), late=bad_id) == 0  # XACK of a missing key: 0, no error
+    with pytest.raises(GroupOpError) as e:
+        session.group_create(b"s", b"g2", None, max_deliveries=3, dead_letter_key=b"s")
+    assert e.value.code == ops.DEAD_LETTER_IS_SOURCE
+    assert session.group_infos(b"s")[0].name == b"g"  # nothing created
+
+
+def test_a_group_command_on_a_topic_runs_on_every_partition(broker):
+    session = broker.session()
+    broker.topics.create_topic(b"t", 3)
+    session.group_create(b"t", b"g", None)
+    with pytest.raises(GroupError) as busy:  # every partition has it: BUSYGROUP
+        session.group_create(b"t", b"g", None)
+    assert busy.value.code == GROUP_EXISTS
+    for p in range(3):
+        assert groups_of(broker.topics.get(b"t#%d" % p)).group(b"g") is not None
+    assert session.group_create_consumer(b"t", b"g", b"c") == 1
+    infos = session.group_infos(b"t")
+    assert [(i.name, i.consumers, i.partitions) for i in infos] == [(b"g", 1, 3)]
+    assert session.group_destroy(b"t", b"g") == 1
+    assert session.group_infos(b"t") == []
