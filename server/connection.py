@@ -3,7 +3,7 @@
 Owns: the receive → parse → dispatch → encode → send loop on a raw
 non-blocking socket, pipelining (every complete command of one receive runs
 in order; their replies leave in one ``send``), holding a batch's replies
-until its receipt is settled (its writes durable, ``server.durability``, and
+until its receipt is settled (its writes durable, ``cluster.broker.durability``, and
 replicated for acks=all), sending what is ready before awaiting a blocking
 command, protocol errors (reply, then close), closing the client on QUIT /
 CLIENT KILL / SHUTDOWN, and the connection's state.
@@ -54,9 +54,9 @@ from trio.lowlevel import (Abort, cancel_shielded_checkpoint, checkpoint, curren
 
 from server import outbuf
 from server.dispatch import COROUTINE, NO_REPLY, Context, Dispatcher
-from server.durability import DurabilityError
+from cluster.broker.durability import DurabilityError
 from server.reactor import SHUT
-from server.replication import AcksFailed
+from cluster.runtime.replication import AcksFailed
 from server.errors import ProtocolError
 from server.reply import encode, encode_into
 from server.resp import QueryBufferLimitError, RequestParser

@@ -19,7 +19,7 @@ from server.config import Config
 from server.connection import Connection
 from server.registry import client_table
 from server.dispatch import Dispatcher
-from server.durability import Durability
+from cluster.broker.durability import Durability
 from server.resp import encode_command
 from server.state import ServerState
 

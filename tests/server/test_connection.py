@@ -14,7 +14,7 @@ import trio
 import trio.testing
 
 from server.connection import Receive, classify
-from server.durability import Durability
+from cluster.broker.durability import Durability
 from server.registry import command
 from server.resp import encode_command
 from tests.server.support import (FakeLog, Harness, RoundGate, TopicsHarness, batch_counts, read_exactly,
@@ -247,7 +247,7 @@ async def test_handed_over_replies_wait_for_the_round_and_keep_their_order(test_
 
 
 async def test_the_rounds_thread_sends_handed_over_replies(test_commands):
-    """With ``server._fsync``'s thread running the rounds, it sends a held
+    """With ``cluster.broker._fsync``'s thread running the rounds, it sends a held
     batch itself once the sync succeeded: the loop sends nothing, and input
     that came in meanwhile is answered after it."""
     h = Harness(commands=test_commands.commands, fsync="always")
@@ -275,7 +275,7 @@ async def test_held_replies_are_waited_for_not_the_socket(test_commands, io_wake
     not for input (which only comes after them from a client waiting for
     its replies, and would wait for them anyway): no readiness wait per
     batch. Input that came meanwhile is read right after, in order."""
-    from server import _fsync
+    from cluster.broker import _fsync
 
     h = Harness(commands=test_commands.commands, fsync="always")
     h.state.durability = Durability()  # the real thread
@@ -493,7 +493,7 @@ async def test_a_closed_clients_waiting_reply_never_reaches_the_next_owner_of_it
     round's thread. A client closed meanwhile (CLIENT KILL) frees that
     number, and a client accepted next may get it: the round must send the
     old reply to nobody, not to the new client."""
-    from server import _fsync
+    from cluster.broker import _fsync
 
     h = Harness(commands=test_commands.commands, fsync="always")
     h.state.durability = Durability()  # the real thread, which sends held replies
@@ -562,7 +562,7 @@ async def test_failed_flush_is_never_acknowledged():
         def end_flush(self, ticket):
             raise AssertionError("not reached")
 
-    from server.durability import DurabilityError
+    from cluster.broker.durability import DurabilityError
 
     durability = Durability()
     seq = durability.note_write(BadLog(), "always")
@@ -899,7 +899,7 @@ async def test_xadds_of_connections_ready_in_the_same_tick_share_one_log_batch(t
 async def test_a_log_closed_before_its_flush_is_skipped(tmp_path):
     """A topic deleted between its write and the flush (DEL, or a replica's
     topic deleted by its leader) must not fail the flush of the others."""
-    from server.durability import flush_logs
+    from cluster.broker.durability import flush_logs
     from storage.log import LogConfig, PartitionLog
 
     gone = PartitionLog.open(tmp_path / "gone", LogConfig())

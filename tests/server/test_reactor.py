@@ -381,9 +381,9 @@ async def test_a_fault_while_answering_a_parked_connection_closes_it(tmp_path, c
 # -- fsync always: a held connection's next XADDs taken in the reactor's step --
 
 def _always(tmp_path, **config_values):
-    """fsync always with the group commit's rounds on server._fsync's
+    """fsync always with the group commit's rounds on cluster.broker._fsync's
     thread, which sends the held replies itself (as the server runs it)."""
-    from server.durability import Durability
+    from cluster.broker.durability import Durability
 
     h = TopicsHarness(tmp_path, fsync="always", **config_values)
     h.state.durability = Durability()
