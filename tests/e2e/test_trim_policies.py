@@ -43,7 +43,8 @@ def test_xtrim_delref_removes_the_trimmed_entries_references(partita_shared):
     assert r.call("XTRIM", "del", "MAXLEN", "=", "2", "DELREF") == b":3\r\n"
     assert _pending_ids(r, "del") == [b"4-0", b"5-0"]
     assert _pending_ids(r, "del", "other") == []
-    assert r.call("XTRIM", "del", "MINID", "5", "LIMIT", "0", "DELREF") == b"-ERR syntax error, LIMIT cannot be used without the special ~ option\r\n"
+    assert r.call("XTRIM", "del", "MINID", "5", "LIMIT", "0", "DELREF") == \
+        b"-ERR syntax error, LIMIT cannot be used without the special ~ option\r\n"
     assert r.call("XTRIM", "del", "DELREF", "MINID", "5") == b":1\r\n"  # the policy may come first
     assert _pending_ids(r, "del") == [b"5-0"]
 

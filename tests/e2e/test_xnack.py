@@ -48,7 +48,8 @@ def test_xnack_refuses_what_redis_refuses(partita_shared):
         ("FAIL", "IDS", "1", "1-0", "BADOPT"): b"-ERR Unrecognized XNACK option 'BADOPT'\r\n",
         ("SILENT", "FORCE", "BADOPT", "IDS", "1", "1-0"): b"-ERR Unrecognized XNACK option 'BADOPT'\r\n",
         ("FAIL", "RETRYCOUNT", "5", "BADOPT", "IDS", "1", "1-0"): b"-ERR Unrecognized XNACK option 'BADOPT'\r\n",
-        ("FAIL", "FORCE", "IDS", "1", "1-0", "BADOPT", "RETRYCOUNT", "5"): b"-ERR Unrecognized XNACK option 'BADOPT'\r\n",
+        ("FAIL", "FORCE", "IDS", "1", "1-0", "BADOPT", "RETRYCOUNT", "5"):
+            b"-ERR Unrecognized XNACK option 'BADOPT'\r\n",
         ("BADMODE", "IDS", "1", "1-0"): b"-ERR mode must be SILENT, FAIL, or FATAL\r\n",
         ("FAIL", "FATAL", "IDS", "1", "1-0"): b"-ERR Unrecognized XNACK option 'FATAL'\r\n",
         ("SILENT", "FAIL", "IDS", "1", "1-0"): b"-ERR Unrecognized XNACK option 'FAIL'\r\n",
@@ -125,6 +126,10 @@ def test_released_entries_leave_their_consumer_which_stays(partita_shared):
     assert [(c[b"name"], c[b"pending"]) for c in consumers] == [(b"c1", 1), (b"c2", 0)]
     # A history read serves the consumer's own entries only.
     assert [e[0] for e in parse(r.call("XREADGROUP", "GROUP", "grp", "c1", "STREAMS", "owners", "0"))[0][1]] == [b"2-0"]
+    # XINFO STREAM FULL: no consumer, delivery time 0.
+    (group,) = dict(zip(*[iter(parse(r.call("XINFO", "STREAM", "owners", "FULL")))] * 2))[b"groups"]
+    group = dict(zip(group[::2], group[1::2]))
+    assert [row for row in group[b"pending"] if row[1] == b""] == [[b"1-0", b"", 0, 1], [b"3-0", b"", 0, 1]]
     # DELCONSUMER counts and drops the owned ones; released entries stay in the group.
     assert r.call("XGROUP", "DELCONSUMER", "owners", "grp", "c1") == b":1\r\n"
     assert [row[0] for row in _rows(r, "owners")] == [b"1-0", b"3-0"]
