@@ -247,6 +247,7 @@ class ProducerState:
         except BaseException:
             self._producers = {}
             raise
+        self._forget_cleared()  # a snapshot older than the last XCFGSET
         self._loaded = True
         self._since_snapshot = 0
 
@@ -335,9 +336,12 @@ class ProducerState:
 
     # -- lookups ---------------------------------------------------------------
 
-    def find_id(self, producer: bytes, token: bytes, now_ms: int) -> Appended | None:
-        """The live record of kind-1 ``producer``'s ``token``, if any."""
+    def find_id(self, producer: bytes, token: bytes, now_ms: int | None = None) -> Appended | None:
+        """The live record of kind-1 ``producer``'s ``token``, if any, at
+        ``now_ms`` (by default the log's clock now)."""
         self.ensure_loaded()
+        if now_ms is None:
+            now_ms = self._clock_ms()
         p = self._producers.get((KIND_IDEMPOTENT_ID, producer))
         if p is None:
             return None
@@ -356,11 +360,11 @@ class ProducerState:
         self.ids_duplicates += 1
         self._dirty = True
 
-    def id_counts(self, now_ms: int) -> tuple[int, int]:
+    def id_counts(self, now_ms: int | None = None) -> tuple[int, int]:
         """``(producers, ids)`` of kind 1 with live records (XINFO
         pids-tracked, iids-tracked); expired ones are dropped on the way."""
         self.ensure_loaded()
-        self._expire(now_ms)
+        self._expire(self._clock_ms() if now_ms is None else now_ms)
         pids = iids = 0
         for (kind, _key), p in self._producers.items():
             if kind == KIND_IDEMPOTENT_ID:
@@ -374,10 +378,10 @@ class ProducerState:
         self.ensure_loaded()
         return {key: (p.epoch, dict(p.window)) for key, p in self._producers.items()}
 
-    def producer_count(self, now_ms: int) -> int:
+    def producer_count(self, now_ms: int | None = None) -> int:
         """Producers of either kind the table holds."""
         self.ensure_loaded()
-        self._expire(now_ms)
+        self._expire(self._clock_ms() if now_ms is None else now_ms)
         return len(self._producers)
 
     def _expire(self, now_ms: int) -> None:
@@ -415,9 +419,12 @@ class ProducerState:
         if offset <= self.ids_cleared_at:
             return
         self.ids_cleared_at = offset
-        if not self._loaded and not self._snapshots:
-            return  # nothing recorded: the offset is applied when batches come
-        self.ensure_loaded()
+        if self._loaded:  # else loading applies it
+            self._forget_cleared()
+            self._dirty = True
+
+    def _forget_cleared(self) -> None:
+        offset = self.ids_cleared_at
         gone = []
         for key, p in self._producers.items():
             if p.kind != KIND_IDEMPOTENT_ID:
@@ -428,7 +435,6 @@ class ProducerState:
                 gone.append(key)
         for key in gone:
             del self._producers[key]
-        self._dirty = True
 
     # -- snapshots -------------------------------------------------------------
 
