@@ -184,11 +184,11 @@ class ProducerOps:
         assert entries and producer_id >= 0 and producer_epoch >= 0 and 0 <= base_sequence <= _SEQ_MAX
         self.commit_deferred()
         topics = self.broker.topics
-        stream = topics.get(key)
-        if stream is None:
+        if topics.get(key) is None:  # (a topic key of several partitions: TopicError)
             raise TopicError(UNKNOWN_TOPIC, topic=topics.topic_of(key))
+        stream, pkey = topics.append_target(key, entries[0], create=False)
         if self.broker.replication is not None:
-            self._before_replicated_append(key, stream)
+            self._before_replicated_append(pkey, stream)
         state = self._producer_state(stream)
         producer = sequence_producer(producer_id)
         outcome, found = check_sequence(state.sequence_producer(producer), producer_epoch, base_sequence,
@@ -205,9 +205,10 @@ class ProducerOps:
         ids = stream.add_batch(entries, record)
         appended = state.sequence_producer(producer).window[record.token]
         self.wrote_log(stream.log)
-        self.broker.keys.signal(key)
-        for other in topics.sibling_keys(key, key):
-            self.broker.keys.signal(other)
+        signal = self.broker.keys.signal
+        signal(key)
+        for other in topics.sibling_keys(key, pkey):
+            signal(other)
         topics.note_entries_in(len(entries))
         topics.stats.idempotent_appends += 1
         return Produced(ACCEPTED, appended.offset, appended.last_offset, ids[0], appended.timestamp_ms)
