@@ -123,6 +123,26 @@ def test_a_transaction_deduplicates_within_itself(partita_server):
         assert conn.call("XLEN", "s") == b":3\r\n"
 
 
+def test_a_pipeline_mixing_plain_and_idempotent_xadds(partita_server):
+    """Runs of plain XADDs are taken by the C scanner and deferred; an IDMP
+    XADD between them goes the general way, after them, in order."""
+    with RespClient(partita_server.port) as conn:
+        words = [["XADD", "s", "*", "f", "plain"], ["XADD", "s", "IDMP", "p", "i", "*", "f", "first"],
+                 ["XADD", "s", "*", "f", "plain"], ["XADD", "s", "IDMP", "p", "i", "*", "f", "retry"],
+                 ["XADD", "s", "IDMPAUTO", "q", "*", "f", "plain"]] * 2
+        for argv in words:
+            conn.send(*argv)
+        replies = [conn.read_reply() for _ in words]
+        assert all(ID_REPLY.match(r) for r in replies)
+        assert len(set(replies)) == 6  # 4 plain, 1 IDMP, 1 IDMPAUTO
+        assert replies[1] == replies[3] == replies[6] == replies[8]
+        assert replies[4] == replies[9]
+        assert conn.call("XLEN", "s") == b":6\r\n"
+        ids = [r.split(b"\r\n")[1] for r in replies]
+        assert conn.call("XRANGE", "s", "-", "+").count(b"\r\n$5\r\nfirst\r\n") == 1
+        assert sorted(set(ids), key=lambda i: tuple(map(int, i.split(b"-")))) == list(dict.fromkeys(ids))
+
+
 def test_redis_py_methods(partita_server):
     r = partita_server.client(decode_responses=True)
     first = r.xadd("orders", {"item": "book"}, idmp=("checkout-1", b"order-42"))
