@@ -33,7 +33,7 @@ import server.commands  # noqa: F401  (registers every command)
 from server.config import Config
 from server.connection import Connection
 from server.dispatch import Dispatcher
-from server.durability import Durability
+from cluster.broker.durability import Durability
 from server.listener import accept_loop, bind_sockets
 from server.reactor import Reactor
 from cluster.runtime import replication
@@ -52,7 +52,7 @@ OPS_SAMPLE_INTERVAL_S = 0.1
 # (storage.segment: a mapping keeps a copy of its file's; 8 mapped, 8 more
 # retired but still held by unsent replies), a checkpoint and a group
 # snapshot being written, the cluster bus; and 64 copies of client sockets
-# the fsync thread sends held replies on (server/_fsync.c SEND_DUPS_MAX).
+# the fsync thread sends held replies on (cluster/broker/_fsync.c SEND_DUPS_MAX).
 RESERVED_FDS = 104
 
 

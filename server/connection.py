@@ -3,13 +3,27 @@
 Owns: the receive → parse → dispatch → encode → send loop on a raw
 non-blocking socket, pipelining (every complete command of one receive runs
 in order; their replies leave in one ``send``), holding a batch's replies
-until its writes are durable (``server.durability``), sending what is ready
-before awaiting a blocking command, protocol errors (reply, then close), and
-closing the client on QUIT / CLIENT KILL / SHUTDOWN.
+until its receipt is settled (its writes durable, ``cluster.broker.durability``, and
+replicated for acks=all), sending what is ready before awaiting a blocking
+command, protocol errors (reply, then close), closing the client on QUIT /
+CLIENT KILL / SHUTDOWN, and the connection's state.
 
 Must not know: what any command means (``server.dispatch``), RESP reply
 encoding rules (``server.reply``), request framing (``server.resp``), TLS
 (``server.tls``).
+
+State: one ``State`` value (docs/architecture.md "The connection's
+states"), changed only by the transitions below, each of which says which
+states it leaves: the task's own (a batch begins, blocks, is held, is
+answered), the reactor's (``_on_ready``: a poll answered while the task is
+parked, a batch of XADD runs taken while it waits for a held one, input
+handed to it), a held batch's (``_Held`` calls ``_held_out`` once its
+replies are out), and a close's (``kill``, ``stop``). CLOSING absorbs every
+transition but the last (CLOSED, in ``run``), so whoever acts on a
+connection that is closing does nothing. What arrives is classified by one
+pure function (``classify``): the peer's EOF, the rest of a command,
+a lone poll, runs of XADDs, commands; each state has its answer to each
+kind, EOF included.
 
 Transports: the loop reaches its socket only through ``_transport`` (wait
 for input, take it, try a non-blocking send), ``_send_rest`` (what that send
@@ -28,6 +42,7 @@ loop is the hot path.
 
 from __future__ import annotations
 
+import enum
 import logging
 import socket
 from time import time as _now
@@ -39,9 +54,9 @@ from trio.lowlevel import (Abort, cancel_shielded_checkpoint, checkpoint, curren
 
 from server import outbuf
 from server.dispatch import COROUTINE, NO_REPLY, Context, Dispatcher
-from server.durability import DurabilityError
+from cluster.broker.durability import DurabilityError
 from server.reactor import SHUT
-from server.replication import AcksFailed
+from cluster.runtime.replication import AcksFailed
 from server.errors import ProtocolError
 from server.reply import encode, encode_into
 from server.resp import QueryBufferLimitError, RequestParser
@@ -66,6 +81,80 @@ _PEER_GONE = object()  # what _await_watching_peer returns when the client left
 _SPECULATE_MAX_MISSES = 6
 
 
+# -- the connection's states ---------------------------------------------------
+
+class State(enum.Enum):
+    """Where a connection is; the table in docs/architecture.md."""
+
+    IDLE = "idle"  # nothing in flight; the task looks for input or is parked for it
+    RUNNING = "running"  # the task runs a batch: parse, dispatch, send its replies
+    BLOCKED = "blocked"  # the task awaits a blocking command; earlier replies are out
+    HELD = "held"  # the batch's replies wait for its receipt (or the socket); the task waits for them
+    OWNED = "owned"  # the last replies left from the round's thread: the reactor takes the next XADD runs
+    CLOSING = "closing"  # nothing more is taken; closes once what is in flight is out
+    CLOSED = "closed"
+
+    __hash__ = object.__hash__  # (Enum's hashes the name in Python: members are singletons)
+
+
+IDLE, RUNNING, BLOCKED, HELD, OWNED, CLOSING, CLOSED = State
+
+# What each state may become (``Connection._to`` asserts it). CLOSING is
+# reachable from all of them; from CLOSING only ``run`` moves on, to CLOSED.
+_NEXT = {
+    IDLE: frozenset({RUNNING, OWNED, CLOSING}),
+    RUNNING: frozenset({IDLE, BLOCKED, HELD, CLOSING}),
+    BLOCKED: frozenset({RUNNING, CLOSING}),
+    HELD: frozenset({IDLE, OWNED, CLOSING}),
+    OWNED: frozenset({IDLE, HELD, RUNNING, CLOSING}),
+    CLOSING: frozenset({CLOSED}),
+    CLOSED: frozenset(),
+}
+
+
+# -- what a receive is (sans-IO) ------------------------------------------------
+
+class Receive(enum.Enum):
+    """What ``classify`` makes of the bytes one receive returned."""
+
+    EOF = "eof"  # b"": the peer closed or shut its side (or the socket failed)
+    PARTIAL = "partial"  # the rest of a command begun in an earlier receive: the parser's
+    POLL = "poll"  # may be one consumer's poll, XREAD COUNT n STREAMS key id: Dispatcher.read_poll decides
+    RUNS = "runs"  # RESP at a command boundary: runs of XADD key * ... are taken first (Dispatcher.xadd_run)
+    COMMANDS = "commands"  # commands at a command boundary for the parser: inline ones (or a declined poll)
+
+    __hash__ = object.__hash__
+
+
+EOF, PARTIAL, POLL, RUNS, COMMANDS = Receive
+
+
+def classify(data: bytes, at_boundary: bool) -> Receive:
+    """What a receive of ``data`` is, given whether the parser was at a
+    command boundary (``RequestParser.at_boundary``): no I/O, no state.
+    POLL and RUNS name the fast path to offer the bytes to first; the path
+    decides, and whatever it leaves goes to the parser, which gives every
+    error. A poll is a whole receive of one six-element array (XREAD
+    COUNT n STREAMS key id; an XADD run never has an even count)."""
+    if not data:
+        return EOF
+    if not at_boundary:
+        return PARTIAL
+    if data[0] != 42:  # not '*'
+        return COMMANDS
+    if data[1:2] == b"6":
+        return POLL
+    return RUNS
+
+
+# The input mark of a plain socket in the reactor's set: whether input may be
+# waiting. The set reports arrivals (edge-triggered), so a connection keeps
+# this, set by ``_on_ready`` and cleared by a receive that drained the socket;
+# once the set said the peer shut its side, the EOF is still to be received
+# after any bytes, and the mark is never cleared again (server/reactor.py).
+_DRAINED, _READY, _SHUT = 0, 1, 2
+
+
 def _may_wait(argv: list[bytes]) -> bool:
     """Whether a blocking-flagged command was given a BLOCK option (before
     STREAMS): only then is it worth watching the socket while it runs."""
@@ -76,7 +165,6 @@ def _may_wait(argv: list[bytes]) -> bool:
         if n == 7 and arg.upper() == b"STREAMS":
             return False
     return False
-
 
 
 class Connection:
@@ -90,51 +178,95 @@ class Connection:
         self.ctx = Context(server, client, dispatcher)
         self.ctx.session.may_defer = True  # XADDs of one tick share a log batch (cluster.broker.appends)
         self.cancel_scope = trio.CancelScope()
-        self.idle = True  # waiting for a request or in a blocking command
-        self.stopping = False
+        self.state = IDLE
         self.parser: RequestParser | None = None
-        self.held: _Held | None = None  # replies waiting for a group commit (``_hold``)
-        # Plain sockets in the server's epoll set (server.reactor): the set
-        # watching this socket, whether input may be waiting (its reports are
-        # edge-triggered), whether the set reported the peer's EOF (then
-        # input stays "waiting" until a receive returns it: a receive that
-        # took the last bytes stopped short of it), the task parked for input
-        # (``_wait_input``), the one watching for the EOF during a BLOCK
-        # (``_wait_peer_closed``), and what ``_on_ready`` leaves that task:
-        # bytes it received but did not answer, or the rest of a reply the
-        # socket did not take.
+        # The last batch whose replies were handed over (``_hold``): in
+        # flight in HELD and OWNED (OWNED: or out, or None), out in IDLE
+        # until the task goes on.
+        self.held: _Held | None = None
+        # Plain sockets in the server's epoll set (server.reactor): the set,
+        # the input mark (``_DRAINED``...), the task parked for input (IDLE)
+        # or for its held batch (HELD, OWNED), the watch for the peer's EOF
+        # during a BLOCK, and the replies of XADD runs taken in the
+        # reactor's current step (OWNED, until ``_hand_taken``).
         self._reactor: Any = None
         self._fd = -1
-        self.readable = True
-        self._shut = False
-        self._input = _Waiter()
+        self._mark = _READY
+        self._parked = _Waiter()
         self._gone = _Waiter()
-        self._round = _Waiter()  # the task waiting for a held batch's round (``_release``)
-        self._handoff: bytes | None = None
-        self._unsent: bytes | memoryview | None = None
-        self._polls = False  # whether ``_answer_parked`` may answer polls (set by ``_serve``)
-        # While its task waits for a held batch whose replies are out, the
-        # reactor takes the next batch's XADD runs (``_take_runs``): whether
-        # it does now, the replies of runs taken in this step of the reactor
-        # (``_hand_taken``), and those of runs taken before input the task
-        # goes on with.
-        self._owned = False
-        self._taking = False  # ``_take_runs`` is ending the round of the held batch
         self._taken: list | None = None
-        self._pre_out: list | None = None
+        self._polls = False  # whether the poll form is served (Dispatcher.read_poll; set by _serve)
         client._kill = self.kill
+
+    # -- transitions ------------------------------------------------------------
+
+    def _to(self, new: State) -> bool:
+        """Move to ``new`` (a legal successor, asserted); False, staying, if
+        the connection is closing already."""
+        old = self.state
+        if old is CLOSING or old is CLOSED:
+            return False
+        assert new in _NEXT[old], f"connection {self.client.id}: {old.name} -> {new.name}"
+        self.state = new
+        return True
 
     def kill(self) -> None:
         """CLIENT KILL: close at the next wait, even one for a slow reader."""
-        self.stopping = True
+        self._to(CLOSING)
         self.cancel_scope.cancel()
 
     def stop(self) -> None:
-        """Shutdown: close now if idle, else after the batch in flight is answered."""
-        self.stopping = True
+        """Shutdown: close now if nothing is in flight, else once the batch
+        in flight is answered (its replies out: ``_held_out``)."""
+        state = self.state
         held = self.held
-        if self.idle or (held is not None and held.done and not held.sending):
-            self.cancel_scope.cancel()  # nothing in flight, or its replies are out
+        if state is IDLE or state is BLOCKED or (state is OWNED and (held is None or held.phase is _OUT)):
+            self.kill()
+        else:
+            self._to(CLOSING)
+
+    def _held_out(self, held: "_Held") -> None:
+        """``held``'s replies are out (``_Held``). HELD / OWNED → OWNED if
+        its task is parked and the reactor may take the next batch
+        (``_may_own``), else → IDLE, waking the task. Closing: close now."""
+        state = self.state
+        if state is CLOSING:
+            self.cancel_scope.cancel()  # its last replies are out
+            return
+        if state is CLOSED:
+            return
+        assert self.held is held and (state is HELD or state is OWNED), state
+        if self._parked.task is not None and self._may_own(held):
+            self.state = OWNED
+            return
+        self.state = IDLE
+        self._parked.wake()
+
+    def _may_own(self, held: "_Held") -> bool:
+        """Whether the reactor may take this connection's next batch while
+        its task stays parked (OWNED): the replies of ``held`` left from the
+        round's thread (so the client may answer any moment), the client
+        has sent nothing since, the socket is in the reactor's set, and no
+        idle timeout is configured (its timer is the task's to restart)."""
+        return (held.early and self._mark == _DRAINED and self._reactor is not None
+                and not self.server.config.timeout)
+
+    def _hand_over(self, data: bytes | None, kind: Receive | None = None, out: list | None = None,
+                   rest: Any = None) -> None:
+        """IDLE / OWNED → RUNNING, from the reactor's step (``_on_ready``
+        calls it in those states only): the parked task goes on with
+        ``data`` (bytes received and not run, ``classify``'d as ``kind``,
+        after the replies ``out`` of runs taken from before them) or sends
+        ``rest`` (replies the reactor's step could not send whole)."""
+        assert self._parked.task is not None and (self.state is IDLE or self.state is OWNED), self.state
+        self.state = RUNNING
+        self._parked.wake((data, kind, out, rest))
+
+    def _close_parked(self) -> None:
+        """The reactor's step found the peer's EOF, or failed: → CLOSING; the
+        parked task wakes and closes (nothing is in flight)."""
+        self._to(CLOSING)
+        self._parked.wake()
 
     async def run(self) -> None:
         server = self.server
@@ -147,17 +279,19 @@ class Connection:
         except Exception:  # a bug in one connection must not stop the server
             log.exception("connection %d failed", self.client.id)
         finally:
+            self._to(CLOSING)
             # Entries deferred by a batch cut short are written (their
             # replies are lost, as for a client that disconnects).
             self.ctx.session.commit_deferred()
             self.ctx.deferred_marks.clear()
             held = self.held
-            if held is not None and not held.done:
+            if held is not None and held.phase is _WAITING:
                 # The socket closes below and its number is free for the
                 # next client: no round may send these replies on it.
                 server.durability.withdraw_send(held.handle)
             server.remove_client(self.client)
             await self._close_transport()
+            self.state = CLOSED
 
     # -- transport: the plain socket (server.tls.TlsConnection overrides) --
 
@@ -183,188 +317,12 @@ class Connection:
 
     def _transport(self) -> tuple[Any, Any, Any]:
         """``(wait, recv, send)`` for the loop's locals: ``await wait(sock)``
-        until input (or EOF) is there, ``recv(n)`` takes it (b"" at EOF,
-        BlockingIOError if there was none after all), ``send(data)`` sends
-        what it can without waiting and returns the byte count."""
+        until input (or EOF) is there, returning what the reactor's step
+        handed over (``_hand_over``) or None; ``recv(n)`` takes it (b"" at
+        EOF, BlockingIOError if there was none after all), ``send(data)``
+        sends what it can without waiting and returns the byte count."""
         sock = self.sock
         return (wait_readable if self._reactor is None else self._wait_input), sock.recv, sock.send
-
-    async def _wait_input(self, _sock: Any = None) -> None:
-        """The plain loop's wait for input when the socket is in the
-        server's epoll set: none if it may have input already (one scheduler
-        pass first, so a busy client does not starve the others), else park
-        until ``_on_ready`` wakes the task."""
-        if self.readable:
-            await checkpoint()
-            return
-        await self._input.wait()
-
-    def _on_ready(self, events: int) -> None:
-        """The reactor's report of new input (or EOF: ``events & SHUT``). A
-        task parked for input while nothing is in flight gets a consumer's
-        poll answered here, without running (``_answer_parked``); one
-        waiting for a held batch that is out gets its next batch of XADDs
-        taken here while the reactor owns it (``_take_runs``); anything else
-        wakes it. From an EOF on, every receive may clear ``readable`` only
-        by returning b"", in whatever state the report found
-        the connection; a BLOCK watching for it ends (``_wait_peer_closed``)."""
-        self.readable = True
-        if events & SHUT:
-            self._shut = True
-            self._gone.wake()
-        if self._owned:
-            inline, waiter = self._take_runs, self._round
-        elif self._input.task is not None:
-            inline, waiter = self._answer_parked, self._input
-        else:
-            return
-        try:
-            if inline():
-                return
-        except Exception:  # a bug here must not strand the client: close it
-            log.exception("connection %d failed", self.client.id)
-            self.stopping = True
-        self._owned = False
-        waiter.wake()
-
-    def _answer_parked(self) -> bool:
-        """For ``_on_ready``, the parked task's loop step for one request in
-        the poll form (``Dispatcher.read_poll``), taken here: receive, answer,
-        send; True when done with nothing left for the task (it stays
-        parked). False with the received bytes in ``_handoff`` (not a lone
-        poll, EOF, an error) or the reply's rest in ``_unsent``: the task
-        then runs its usual step with them."""
-        if self.stopping or self.parser is None or not self._polls or self.server.config.timeout:
-            return False  # (an idle timeout is the task's to restart)
-        sock = self.sock
-        data = self._receive()
-        if data is None:
-            return True
-        if data[1:2] != b"6" or not self.parser.at_boundary():
-            self._handoff = data
-            return False
-        ctx = self.ctx
-        out: list = []
-        if not self.dispatcher.read_poll(ctx, data, out):
-            self._handoff = data
-            return False
-        stats = self.server.stats
-        stats.total_net_input_bytes += len(data)
-        self.client.last_interaction = _now()
-        views, ctx.views = ctx.views, False
-        try:
-            rest = _send_now(sock.sendmsg, sock.send, out, views, stats)
-        except OSError:
-            self._handoff = b""
-            return False
-        if rest is None:
-            # (A receive that filled its buffer may have left input behind,
-            # and no new report will come for it: the task goes on then.)
-            return not self.readable
-        self._unsent = rest
-        return False
-
-    def _receive(self) -> bytes | None:
-        """The receive of ``_on_ready``'s paths: the bytes (b"" at EOF or
-        on an error, which the task closes for as for its own receive), or
-        None if there were none after all. Clears ``readable`` when it
-        drained the socket."""
-        try:
-            data = self.sock.recv(RECV_BYTES)
-        except (BlockingIOError, InterruptedError):
-            self.readable = False
-            return None
-        except OSError:
-            return b""
-        if len(data) < RECV_BYTES:
-            self.readable = self._shut
-        return data
-
-    def _may_own(self) -> bool:
-        """Whether the reactor may take this connection's XADD runs while
-        its task waits for a held batch (``_Held.release``)."""
-        return (self._reactor is not None and not self.stopping and self.parser is not None
-                and not self.server.config.timeout  # (an idle timeout is the task's to restart)
-                and self._handoff is None and self._unsent is None and self._taken is None)
-
-    def _own_if_quiet(self, held: "_Held") -> bool:
-        """Once ``held`` is done: whether the reactor owns the connection
-        now (``_owned``, set here either way), taking its next batch
-        (``_take_runs``) while the task stays parked in ``_release``. It
-        does when the round's thread sent the replies (``early``: the loop
-        did not, so the client may answer any moment) and nothing came since
-        (or the reactor's step is receiving it: ``_taking``). Whoever ended
-        the round asks: ``_Held.release`` for a parked task, the task itself
-        after its own ``Durability.poll``."""
-        owned = self._owned = (held.early and not held.sending and (self._taking or not self.readable)
-                               and self.held is held and self._may_own())
-        return owned
-
-    def _take_runs(self) -> bool:
-        """For ``_on_ready`` while the reactor owns the connection: its
-        task waits for a held batch whose replies are out, and the next
-        batch is taken here, if it is runs of ``XADD key * field value ...``
-        (``Dispatcher.xadd_run``): appended (deferred, as by the task) and,
-        at the end of the reactor's step, handed to the group commit with
-        every other connection's of that step (``_hand_taken``), the task
-        staying parked. True when done with nothing left for the task.
-        False when the task must go on: with the bytes received in
-        ``_handoff`` (and the replies of runs taken before them in
-        ``_pre_out``), or with nothing received (its held batch is not
-        out yet, EOF, an error)."""
-        held = self.held
-        if held is not None and not held.done:
-            # Its client has the replies (the round's thread sent them) but
-            # the loop has not ended the round yet: end it now if it is over.
-            self._taking = True
-            try:
-                self.server.durability.poll()
-            finally:
-                self._taking = False
-        if held is None or not held.done or held.sending or held.failed or not self._may_own():
-            return False
-        data = self._receive()
-        if data is None:
-            return True
-        if not data or data[0] != 42 or not self.parser.at_boundary():
-            self._handoff = data
-            return False
-        out: list = []
-        pos = _take_xadd_runs(self.dispatcher.xadd_run, self.ctx, data, out)
-        if pos:
-            self.server.stats.total_net_input_bytes += pos
-            self.client.last_interaction = _now()
-        if pos < len(data):
-            self._handoff = data[pos:] if pos else data
-            self._pre_out = out
-            return False
-        self._taken = out
-        self._reactor.after_step(self._hand_taken)
-        return True
-
-    def _hand_taken(self) -> None:
-        """The end of the reactor's step after ``_take_runs``: commit (the
-        first connection of the step commits every one's entries, one log
-        batch per stream), then hand the replies over as the task's
-        ``_hold`` does; if their writes wait for nothing (a topic of another
-        fsync policy, a failed commit) the task sends them."""
-        out, self._taken = self._taken, None
-        if out is None or self._reactor is None:
-            return
-        try:
-            receipt = self._settle(out)
-            if receipt is not None:
-                self._hold(out, self.sock.send, receipt)
-                return
-        except Exception:  # a bug here must not leave the client waiting: close it
-            log.exception("connection %d failed", self.client.id)
-            self.kill()
-            return
-        payload = _JOIN(out)
-        self.server.stats.total_net_output_bytes += len(payload)
-        self._unsent = payload
-        self._owned = False
-        self._round.wake()
 
     def _gathering_send(self) -> Any:
         """``sendmsg``-like ``send(buffers)`` without waiting, or None (TLS)."""
@@ -383,7 +341,7 @@ class Connection:
         socket returns False (at once) when bytes come instead, and the EOF
         is noticed when they are read."""
         if self._reactor is not None:
-            while not self._shut:
+            while self._mark != _SHUT:
                 await self._gone.wait()
             return True
         sock = self.sock
@@ -396,6 +354,161 @@ class Connection:
             except OSError:
                 return True
             return not data
+
+    # -- the reactor's side (plain sockets in the server's epoll set) -----------
+
+    async def _wait_input(self, _sock: Any = None) -> Any:
+        """IDLE: the plain loop's wait for input when the socket is in the
+        server's epoll set: none if it may have input already (one
+        scheduler pass first, so a busy client does not starve the others),
+        else park until ``_on_ready`` wakes the task. Returns what the
+        reactor's step handed over (``_hand_over``), or None."""
+        if self._mark != _DRAINED:
+            await checkpoint()
+            return None
+        return await self._parked.wait()
+
+    def _on_ready(self, events: int) -> None:
+        """The reactor's report of new input (or EOF: ``events & SHUT``).
+        Parked IDLE: a consumer's poll is answered here, without the task
+        (``_answer_parked``); OWNED: the next batch of XADD runs is taken
+        here (``_take_runs``); anything else is the task's, which receives
+        it when it gets there. From an EOF on, the input mark stays set
+        (``_SHUT``): the next receive finds the EOF, in whatever state;
+        a BLOCK watching for it ends (``_wait_peer_closed``)."""
+        try:
+            state = self.state
+            if state is OWNED:
+                held = self.held
+                if held is not None and held.phase is _WAITING:
+                    # Its client answered, so it has the replies the round's
+                    # thread sent; the loop has not ended that round yet: end
+                    # it now, before the input is marked, so that its release
+                    # finds the client quiet and leaves the reactor the
+                    # connection (``_held_out``).
+                    self.server.durability.poll()
+                    state = self.state
+            if events & SHUT:
+                self._mark = _SHUT
+                self._gone.wake()
+            elif self._mark == _DRAINED:
+                self._mark = _READY
+            if state is IDLE:
+                if self._parked.task is not None:  # (else the task is running: it receives)
+                    self._answer_parked()
+            elif state is OWNED:
+                self._take_runs()
+            # RUNNING, BLOCKED, HELD: the task receives when it gets there;
+            # closing: nothing more is taken.
+        except Exception:  # a bug here must not strand the client: close it
+            log.exception("connection %d failed", self.client.id)
+            self._close_parked()
+
+    def _receive(self, wanted: Receive) -> bytes | None:
+        """The receive of the reactor's steps, each of which takes one kind
+        of input (``wanted``): the bytes if ``classify`` says they are of
+        that kind. Otherwise None: there were none after all (the task
+        stays parked), or they went to the task (``_hand_over``), or they
+        were the peer's EOF or a failed receive (``_close_parked``)."""
+        data = self._recv_now(self.sock.recv)
+        if data is None:
+            return None
+        kind = classify(data, self.parser.at_boundary())
+        if kind is wanted:
+            return data
+        if kind is EOF:
+            self._close_parked()
+        else:
+            self._hand_over(data, kind)
+        return None
+
+    def _answer_parked(self) -> None:
+        """IDLE, the task parked: the task's step for one request in the
+        poll form (``Dispatcher.read_poll``), taken in the reactor's step:
+        receive, answer, send; the task stays parked. Anything else is
+        handed to it (``_hand_over``): other input, a reply the socket did
+        not take whole; EOF and errors close it."""
+        if not self._polls or self.server.config.timeout:
+            self._parked.wake()  # the task receives (an idle timeout is the task's to restart)
+            return
+        data = self._receive(POLL)
+        if data is None:
+            return
+        ctx = self.ctx
+        out: list = []
+        if not self.dispatcher.read_poll(ctx, data, out):
+            self._hand_over(data, COMMANDS)  # (declined: the parser's)
+            return
+        stats = self.server.stats
+        stats.total_net_input_bytes += len(data)
+        self.client.last_interaction = _now()
+        sock = self.sock
+        try:
+            rest = _send_now(sock.sendmsg, sock.send, out, ctx, stats)
+        except OSError:
+            self._close_parked()
+            return
+        if rest is not None:
+            self._hand_over(None, rest=rest)
+        elif self._mark != _DRAINED:
+            # A receive that filled its buffer left input behind, or the EOF
+            # came with the poll: no new report will come, the task goes on.
+            self._parked.wake()
+
+    def _take_runs(self) -> None:
+        """OWNED: its task waits for a held batch whose replies are out, and
+        the next batch is taken here if it is runs of ``XADD key * field
+        value ...`` (``Dispatcher.xadd_run``): appended (deferred, as by the
+        task) and, at the end of the reactor's step, handed to the group
+        commit with every other connection's of that step (``_hand_taken``),
+        the task staying parked. Anything else goes to the task: input
+        (after the replies of the runs taken before it), the EOF (closes),
+        a held batch not out yet (→ HELD: the task waits for it and reads
+        then), an idle timeout configured meanwhile (→ IDLE)."""
+        held = self.held
+        if held is not None and held.phase is not _OUT:
+            self._to(HELD)  # its release finds input waiting and wakes the task
+            return
+        if self.server.config.timeout:
+            self._to(IDLE)
+            self._parked.wake()
+            return
+        data = self._receive(RUNS)
+        if data is None:
+            return
+        out: list = []
+        pos = _take_xadd_runs(self.dispatcher.xadd_run, self.ctx, data, out)
+        if pos:
+            self.server.stats.total_net_input_bytes += pos
+            self.client.last_interaction = _now()
+        if pos < len(data):
+            # (None taken: the parser's. Else the task classifies the rest.)
+            self._hand_over(data[pos:] if pos else data, None if pos else COMMANDS, out)
+            return
+        self._taken = out
+        self._reactor.after_step(self._hand_taken)
+
+    def _hand_taken(self) -> None:
+        """The end of the reactor's step after ``_take_runs``: commit (the
+        first connection of the step commits every one's entries, one log
+        batch per stream), then hand the replies over as the task's
+        ``_hold`` does, staying OWNED; if their writes wait for nothing (a
+        topic of another fsync policy, a failed commit) the task sends them."""
+        out, self._taken = self._taken, None
+        if out is None or self.state is not OWNED:
+            return  # closing: ``run`` commits the entries; their replies are lost with the client
+        try:
+            receipt = self._settle(out)
+            if receipt is not None:
+                self._hold(out, self.sock.send, receipt)
+                return
+        except Exception:  # a bug here must not leave the client waiting: close it
+            log.exception("connection %d failed", self.client.id)
+            self.kill()
+            return
+        payload = _JOIN(out)
+        self.server.stats.total_net_output_bytes += len(payload)
+        self._hand_over(None, rest=payload)
 
     # -- the command loop (both transports) --------------------------------
 
@@ -412,6 +525,7 @@ class Connection:
             authenticated=lambda: client.authenticated,
         )
         get_command = parser.get_command
+        at_boundary = parser.at_boundary
         wait, recv, send = self._transport()
         gather = self._gathering_send()
         hold_send = send if gather is not None else None  # plain sockets hand held replies over (_hold)
@@ -426,103 +540,82 @@ class Connection:
         speculate = False
         misses = skips = 0
         while True:
-            held = self.held
-            data = None
-            if held is None:
-                if self.stopping:
-                    return
-                self.idle = True
+            # -- the next input: where it comes from is the state's ----------
+            data = kind = out = None
+            state = self.state
+            if state is RUNNING:
+                # The batch is answered, nothing is in flight (hot path).
+                self.state = IDLE
                 if speculate:
                     speculate = False
                     await cancel_shielded_checkpoint()  # the other connections' turn first
-                    if self.stopping:
-                        return
+                    if self.state is not IDLE:
+                        return  # closing (stop)
                     try:
                         data = recv(RECV_BYTES)
                         misses = 0
                     except (BlockingIOError, InterruptedError):
-                        self.readable = False
+                        self._mark = _DRAINED
                         misses = min(misses + 1, _SPECULATE_MAX_MISSES)
                         skips = (1 << misses) - 1
                     except OSError:
                         return
                     else:
-                        if len(data) < RECV_BYTES:
-                            self.readable = self._shut
+                        if len(data) < RECV_BYTES and self._mark != _SHUT:
+                            self._mark = _DRAINED
+            elif state is not IDLE or self.held is not None:
+                # A held batch in flight (HELD, OWNED) or just out (IDLE), or closing.
+                got = await self._await_held()
+                if got is None:
+                    got = self._after_held(recv)
+                    if got is None:
+                        continue  # owned by the reactor now, or nothing received yet
+                data, kind, out, rest = got
+                if rest is not None:  # replies the reactor's step left to send
+                    await self._send_rest(rest)
+                    continue
             if data is None:
-                if held is not None:
-                    # Replies handed to the group commit (``_hold``): wait for
-                    # them to be out, not for input (a client sends its next
-                    # batch once it has them, and what comes first waits
-                    # anyway), then, if the round's thread sent them before
-                    # the loop learnt of it, read at once: the next batch is
-                    # mostly there, with no wait on the socket.
-                    if not held.done:
-                        # Its round may be over already: end it now, not at
-                        # the loop's next look at the eventfd.
-                        self.server.durability.poll()
-                    if not held.done or held.sending or held.failed or self._own_if_quiet(held):
-                        # (While it waits, the reactor may take its next
-                        # batches: ``_owned``, ``self.held`` replaced.)
-                        held = await self._release(held)
-                    self.held = None
-                    if self.stopping:
+                # IDLE: wait for input (the reactor may hand it over).
+                idle_timeout_s = config.timeout
+                if idle_timeout_s:  # (the reactor leaves such waits to the task)
+                    with trio.move_on_after(idle_timeout_s) as idle_scope:
+                        got = await wait(sock)
+                    if idle_scope.cancelled_caught:
+                        log.info("closing idle client %d (timeout %ds)", client.id, idle_timeout_s)
                         return
-                    if self._unsent is not None:  # the rest of a batch the reactor took
-                        rest, self._unsent = self._unsent, None
-                        await self._send_rest(rest)
-                        continue
-                    if self._handoff is not None:  # input the reactor received and left
-                        data, self._handoff = self._handoff, None
-                    elif not held.early:
-                        continue  # sent by the loop just now: no batch yet, wait for it
                 else:
-                    idle_timeout_s = config.timeout
-                    if idle_timeout_s:  # (``_answer_parked`` leaves such waits alone)
-                        with trio.move_on_after(idle_timeout_s) as idle_scope:
-                            await wait(sock)
-                        if idle_scope.cancelled_caught:
-                            log.info("closing idle client %d (timeout %ds)", client.id, idle_timeout_s)
-                            return
-                    else:
-                        await wait(sock)
-                    if self.stopping:
-                        return
-                    if self._unsent is not None:  # the rest of a reply answered while parked
-                        rest, self._unsent = self._unsent, None
-                        self.idle = False
+                    got = await wait(sock)
+                if got is not None:  # RUNNING: what the reactor's step received or left
+                    data, kind, out, rest = got
+                    if rest is not None:
                         await self._send_rest(rest)
                         continue
-                    data, self._handoff = self._handoff, None  # bytes received while parked
-                if data is None:
+                elif self.state is not IDLE:
+                    return  # closing (stop, kill; the EOF or an error in the reactor's step)
+                else:
                     try:
                         data = recv(RECV_BYTES)
                     except (BlockingIOError, InterruptedError):
-                        self.readable = False
-                        if held is not None:
-                            # Its client has the replies and sent nothing yet:
-                            # as if the round had ended while the task waited,
-                            # the reactor takes the next batch (the next pass
-                            # waits in ``_release``), whoever ended the round.
-                            self.held = held
-                            if not self._own_if_quiet(held):
-                                self.held = None
+                        self._mark = _DRAINED
                         continue
                     except OSError:
                         return
-                    if len(data) < RECV_BYTES:
-                        self.readable = self._shut
+                    if len(data) < RECV_BYTES and self._mark != _SHUT:
+                        self._mark = _DRAINED
             if not data:
-                return
-            self.idle = False
+                return  # EOF (or a failed receive)
+            # -- run the batch ------------------------------------------------
+            if self.state is IDLE:
+                self.state = RUNNING
             stats.total_net_input_bytes += len(data)
-            out: list = []
-            if self._pre_out is not None:  # replies of runs the reactor took before ``data``
-                out, self._pre_out = self._pre_out, None
-            if data[1:2] == b"6" and poll is not None and parser.at_boundary() and poll(ctx, data, out):
+            if out is None:
+                out = []
+            if kind is None:  # (the reactor's step classified what it handed over)
+                kind = classify(data, at_boundary())
+            if kind is POLL and poll is not None and poll(ctx, data, out):
                 pass  # a consumer's poll (one XREAD), answered from the bytes (``Dispatcher.read_poll``)
             else:
-                if data[0] == 42 and xadd_run is not None and parser.at_boundary():
+                if kind is RUNS and xadd_run is not None:
                     # Runs of `XADD key * f v ...` are taken from the bytes as
                     # they are; the rest is parsed.
                     pos = _take_xadd_runs(xadd_run, ctx, data, out)
@@ -533,14 +626,8 @@ class Connection:
                 while True:
                     try:
                         argv = get_command()
-                    except QueryBufferLimitError:
-                        log.warning("closing client %d that reached max query buffer length", client.id)
-                        await self._flush(out)
-                        return
                     except ProtocolError as e:
-                        log.info("protocol error from client %d: %s", client.id, e.message)
-                        out.append(e.reply_line())
-                        await self._flush(out)
+                        await self._protocol_error(e, out)
                         return
                     if argv is None:
                         break
@@ -549,17 +636,7 @@ class Connection:
                         await self._flush(out)
                         out = []
                         check_at = SIZE_CHECK_CHUNKS
-                        self.idle = True
-                        try:
-                            if _may_wait(argv):
-                                reply = await self._await_watching_peer(reply)
-                                if reply is _PEER_GONE:
-                                    log.debug("client %d closed the connection while blocked", client.id)
-                                    return
-                            else:
-                                reply = await reply
-                        finally:
-                            self.idle = False
+                        reply = await self._block(argv, reply)
                     if reply is not NO_REPLY:
                         if session.deferred is not None:  # an XADD whose entry awaits a commit
                             marks.append((len(out), session.deferred, 0))
@@ -567,7 +644,7 @@ class Connection:
                         # Read per reply: HELLO may switch protocol mid-batch.
                         if encode_into(out, reply, client.protocol):
                             ctx.views = True  # entries as views of log mappings: sent at once or copied
-                    if client.close_after_reply or self.stopping:
+                    if client.close_after_reply or self.state is not RUNNING:
                         if not client.kill_requested:  # killed by its own command (POST): nothing is sent
                             await self._flush(out)
                         return
@@ -584,11 +661,12 @@ class Connection:
                         else:
                             check_at = len(out) + SIZE_CHECK_CHUNKS
             client.last_interaction = _now()
+            # -- answer it ------------------------------------------------------
             if marks:
                 if appends.streams and marks[-1][1][1] == appends.round:
                     # Let the other connections of this scheduler tick run
                     # their batches first: one log write for all of them.
-                    if ctx.views:
+                    if ctx.views:  # (hot path: no call without views; see _own)
                         _own(out, ctx)
                     await cancel_shielded_checkpoint()
                 receipt = self._settle(out)
@@ -600,12 +678,11 @@ class Connection:
                 if hold_send is None:
                     await self._flush(out, receipt)
                 else:
-                    self._hold(out, hold_send, receipt)
+                    self._hold(out, hold_send, receipt)  # → HELD: the next pass waits for it
             elif out:
                 # Hot path: one send of the whole batch, no extra awaits.
-                views, ctx.views = ctx.views, False
                 try:
-                    rest = _send_now(gather, send, out, views, stats)
+                    rest = _send_now(gather, send, out, ctx, stats)
                 except OSError:
                     return
                 if skips:
@@ -614,6 +691,91 @@ class Connection:
                     speculate = True
                 if rest is not None:
                     await self._send_rest(rest)
+
+    async def _await_held(self) -> tuple | None:
+        """HELD, OWNED, CLOSING (IDLE: returns None at once): wait for the
+        held batch's replies to be out (``_held_out``), not for input (a
+        client sends its next batch once it has them, and what comes first
+        waits anyway), and, if the reactor owned the connection meanwhile,
+        until it hands it back. Returns what it handed over (RUNNING), or
+        None (IDLE: the task goes on from the socket). Closing: returns
+        never (``_held_out`` cancels once the replies are out), or raises
+        _CloseNow with nothing in flight."""
+        held = self.held
+        if held is not None and held.phase is _WAITING:
+            # Its round may be over already: end it now, not at the loop's
+            # next look at the eventfd.
+            self.server.durability.poll()
+        while True:
+            state = self.state
+            if state is CLOSING:
+                held = self.held
+                if held is None or held.phase is _OUT or held.phase is _FAILED:
+                    raise _CloseNow()
+            elif state is not HELD and state is not OWNED:
+                return None
+            got = await self._parked.wait()
+            if got is not None:
+                self.held = None  # (the reactor hands input over once its replies are out)
+                return got
+
+    def _after_held(self, recv: Any) -> tuple | None:
+        """IDLE, the held batch out: if the round's thread sent its replies
+        (``early``: before the loop learnt of it), the next batch is mostly
+        there already: receive it at once, and if nothing came, → OWNED (the
+        reactor takes the next batch: ``_take_runs``; ``_may_own``). Else
+        the task waits for input. What to go on with, or None."""
+        held, self.held = self.held, None
+        if held is None or not held.early:
+            return None
+        if self._may_own(held):  # (the mark says nothing came since the last receive)
+            self._to(OWNED)
+            return None
+        data = self._recv_now(recv)
+        return None if data is None else (data, None, None, None)
+
+    def _recv_now(self, recv: Any) -> bytes | None:
+        """A receive that does not wait, keeping the input mark (the loop's
+        hot path has its own copies): the bytes (b"" at EOF or on an
+        error), or None if there were none."""
+        try:
+            data = recv(RECV_BYTES)
+        except (BlockingIOError, InterruptedError):
+            self._mark = _DRAINED
+            return None
+        except OSError:
+            return b""
+        if len(data) < RECV_BYTES and self._mark != _SHUT:
+            self._mark = _DRAINED
+        return data
+
+    async def _block(self, argv: list[bytes], reply_coro: Any) -> Any:
+        """RUNNING → BLOCKED → RUNNING around a command that may wait (its
+        batch's earlier replies are out). A closing connection does not
+        start it."""
+        if not self._to(BLOCKED):
+            reply_coro.close()
+            raise _CloseNow()
+        if _may_wait(argv):
+            reply = await self._await_watching_peer(reply_coro)
+            if reply is _PEER_GONE:
+                log.debug("client %d closed the connection while blocked", self.client.id)
+                raise _CloseNow()
+        else:
+            reply = await reply_coro
+        self._to(RUNNING)
+        return reply
+
+    async def _protocol_error(self, e: ProtocolError, out: list) -> None:
+        """A request that cannot be parsed: its error after the replies so
+        far, then the caller closes (a client over its query buffer limit
+        gets no reply, as from Redis)."""
+        if isinstance(e, QueryBufferLimitError):
+            log.warning("closing client %d that reached max query buffer length", self.client.id)
+        else:
+            log.info("protocol error from client %d: %s", self.client.id, e.message)
+            out.append(e.reply_line())
+        await self._flush(out)
 
     async def _await_watching_peer(self, reply_coro: Any) -> Any:
         """Await a command that may block (XREAD/XREADGROUP BLOCK) while
@@ -638,6 +800,8 @@ class Connection:
             nursery.start_soon(run)
             nursery.start_soon(watch)
         return result[-1] if result[0] is _PEER_GONE else result[0]
+
+    # -- receipts: what a batch's replies wait for ---------------------------
 
     def _settle(self, out: list) -> Any:
         """Before replies leave: the session's receipt (deferred appends
@@ -671,15 +835,17 @@ class Connection:
     def _hold(self, out: list, send: Any, receipt: Any) -> None:
         """Hand this batch's replies over, to be sent once the ``receipt``
         is settled: its writes durable (``Durability.when_durable``) and, for
-        acks=all, on every in-sync replica (``Replication.when_acked``); and
-        go back to reading: no task switch per writer and round."""
+        acks=all, on every in-sync replica (``Replication.when_acked``).
+        RUNNING → HELD (the reactor's batches stay OWNED; closing stays so):
+        the task waits for them, not for input, and no task switches per
+        writer and round."""
         ctx = self.ctx
-        ctx.views = False  # the join below copies them
         seq, pending = receipt.flush_seq, receipt.repl_pending
-        payload = _JOIN(out)
+        payload = _joined(out, ctx)
         self.server.stats.total_net_output_bytes += len(payload)
-        self.idle = False  # a shutdown waits for these replies
         held = self.held = _Held(self, payload, send, (1 if seq else 0) + (1 if pending else 0))
+        if self.state is RUNNING:
+            self._to(HELD)
         if pending:
             self.server.replication.when_acked(ctx.session, pending, held.release)
         if seq:
@@ -687,32 +853,13 @@ class Connection:
             send = None if pending else (self.sock.fileno(), payload)
             held.handle = self.server.durability.when_durable(seq, held.release, send)
 
-    async def _release(self, held: "_Held") -> "_Held":
-        """After ``_hold``, before the next batch: wait until the round is
-        done and its replies are out (``_Held``); close if it failed. While
-        the reactor owns the connection (``_take_runs``) it hands later
-        batches over meanwhile: the latest one is waited for and returned."""
-        while True:
-            held = self.held or held
-            if held.done and not held.sending and not self._owned:
-                break
-            # Woken by ``_Held``, ``_on_ready`` or ``_hand_taken``, each of
-            # which ends the reactor's ownership first if the task is to go on.
-            await self._round.wait()
-        self._owned = False
-        if held.failed:
-            # Never acknowledge a write that is not on disk or on the replicas.
-            self.stopping = True
-            raise _CloseNow()
-        return held
-
     async def _flush(self, out: list, receipt: Any = None) -> None:
         """Settle this batch's receipt (``_settle``, unless given), wait for
         it (its writes durable, and replicated for acks=all), then send its
-        replies."""
+        replies. A receipt that fails closes without them: never acknowledge
+        a write that is not on disk or not on the replicas."""
         ctx = self.ctx
-        if ctx.views:
-            _own(out, ctx)
+        _own(out, ctx)
         if receipt is None:
             receipt = self._settle(out)
         seq = receipt.flush_seq if receipt is not None else 0
@@ -721,18 +868,12 @@ class Connection:
             try:
                 await self.server.durability.wait_for_flush(seq)
             except DurabilityError:
-                # Never acknowledge a write that is not on disk: drop the
-                # replies and close; the client sees a connection error.
-                self.stopping = True
-                raise _CloseNow() from None
+                raise _CloseNow() from None  # the client sees a connection error
         if pending:
             try:
                 await self.server.replication.wait_acks(ctx.session, pending)
             except AcksFailed as e:
-                # Appended here but not on enough replicas: as for a failed
-                # fsync, no reply acknowledges it; the client sees the close.
                 log.warning("closing client %d: acks=all write not acknowledged: %s", self.client.id, e)
-                self.stopping = True
                 raise _CloseNow() from None
         if not out:
             return
@@ -741,12 +882,22 @@ class Connection:
         await self._send_rest(data)
 
 
-def _send_now(gather: Any, send: Any, out: list, views: bool, stats: Any) -> bytes | memoryview | None:
+# -- zero-copy replies: a handler sets ``ctx.views`` when replies in the batch
+# are views of log files' mappings (``Context.read_view``). Only these three
+# functions look at it (and the guard before the deferred commit's yield, which
+# spares the hot path a call): the views are sent at once, or copied before
+# anything is awaited (a log file may be truncated meanwhile:
+# ``ReadAccumulator.view``).
+
+def _send_now(gather: Any, send: Any, out: list, ctx: Context, stats: Any) -> bytes | memoryview | None:
     """Send a batch's replies ``out`` without waiting: one gathering send
-    when they hold views of log files' mappings (``views``; no copy), else
-    one send of them joined. What the socket did not take, as bytes that
-    outlive the mappings (None when it took everything); an OSError other
-    than "would block" passes. ``gather`` is None for TLS."""
+    when they hold views of log files' mappings (no copy), else one send of
+    them joined. What the socket did not take, as bytes that outlive the
+    mappings (None when it took everything); an OSError other than "would
+    block" passes. ``gather`` is None for TLS."""
+    views = ctx.views
+    if views:
+        ctx.views = False
     gathered = views and gather is not None and len(out) <= _GATHER_MAX
     if gathered:
         payload, total = out, sum(map(len, out))
@@ -763,6 +914,21 @@ def _send_now(gather: Any, send: Any, out: list, views: bool, stats: Any) -> byt
     if gathered:
         payload = _JOIN(out)
     return memoryview(payload)[sent:] if sent else payload
+
+
+def _own(out: list, ctx: Context) -> None:
+    """Replace views of log mappings in ``out`` by copies, before an await."""
+    if ctx.views:
+        ctx.views = False
+        for i, chunk in enumerate(out):
+            if chunk.__class__ is memoryview:
+                out[i] = bytes(chunk)
+
+
+def _joined(out: list, ctx: Context) -> bytes:
+    """``out`` as one bytes object (copies of any views), to keep."""
+    ctx.views = False
+    return _JOIN(out)
 
 
 def _take_xadd_runs(xadd_run: Any, ctx: Context, data: bytes, out: list) -> int:
@@ -782,37 +948,37 @@ def _take_xadd_runs(xadd_run: Any, ctx: Context, data: bytes, out: list) -> int:
     return pos
 
 
-def _own(out: list, ctx: Context) -> None:
-    """Replace views of log mappings in ``out`` by copies, before an await:
-    a log file may be truncated meanwhile (``ReadAccumulator.view``)."""
-    ctx.views = False
-    for i, chunk in enumerate(out):
-        if chunk.__class__ is memoryview:
-            out[i] = bytes(chunk)
+# -- a held batch -----------------------------------------------------------------
+
+class _Phase(enum.Enum):
+    WAITING = "waiting"  # for its receipt: fsync round and/or acks=all
+    SENDING = "sending"  # settled; a task of its own sends what the socket did not take
+    OUT = "out"  # all of its replies left
+    FAILED = "failed"  # a wait failed: nothing is sent, the connection closes
+
+
+_WAITING, _SENDING, _OUT, _FAILED = _Phase
 
 
 class _Held:
     """A batch's replies handed over by ``Connection._hold``.
 
-    ``release`` runs wherever the last wait ended (the group commit's
-    round, or the task that moved the high watermark) and sends, unless the
-    round's thread already did (``early``); a failed wait closes the
-    connection (``kill``), and what the socket did not take is sent by a
-    task of its own, under the output buffer limits. The connection waits
-    for ``done`` and ``sending`` rather than for input, then reads at once
-    if ``early`` (its client has had the replies a while), else waits for
-    input."""
+    ``release`` runs wherever a wait ends (the group commit's round, or the
+    task that moved the high watermark). Once every wait is over it sends,
+    unless the round's thread already did (``early``: its client may have
+    answered already), and tells the connection (``_held_out``); what the
+    socket did not take is sent first by a task of its own, under the
+    output buffer limits. A failed wait closes the connection (``kill``)
+    without a reply."""
 
-    __slots__ = ("conn", "payload", "send", "waits", "done", "failed", "sending", "handle", "early")
+    __slots__ = ("conn", "payload", "send", "waits", "phase", "handle", "early")
 
     def __init__(self, conn: Connection, payload: bytes, send: Any, waits: int) -> None:
         self.conn = conn
         self.payload = payload
         self.send = send
         self.waits = waits  # fsync and/or acks=all, each calls release once
-        self.done = False
-        self.failed = False
-        self.sending = False  # a task is sending what the socket did not take
+        self.phase = _WAITING
         self.handle: list | None = None  # the group commit's (Durability.withdraw_send)
         self.early = False  # the round's thread sent them, before the loop released them
 
@@ -820,80 +986,75 @@ class _Held:
         """One wait is over: once all are, send without waiting. ``sent``:
         bytes of the payload the group commit's thread already sent
         (``Durability.when_durable``; negative: the peer is gone)."""
-        if self.done:
+        if self.phase is not _WAITING:
             return  # an earlier wait failed
         conn = self.conn
         if error is not None:
             # Never acknowledge a write that is not on disk or not on the
             # in-sync replicas: drop the replies and close.
             log.warning("closing client %d: write not acknowledged: %s", conn.client.id, error)
-            self.failed = True
+            self.phase = _FAILED
             self.payload = b""
             conn.kill()
-        else:
-            self.waits -= 1
-            if self.waits:
-                return
-            payload, self.payload = self.payload, b""
-            self.early = sent is not None
-            if sent is not None:
-                if sent < 0:  # the peer is gone; the connection sees it at its next read
-                    sent = len(payload)
-            else:
-                try:
-                    sent = self.send(payload)
-                except (BlockingIOError, InterruptedError):
-                    sent = 0
-                except OSError:  # the peer is gone; the connection sees it at its next read
-                    sent = len(payload)
-            if sent != len(payload):
-                self.sending = True
-                trio.lowlevel.spawn_system_task(self._send_rest, memoryview(payload)[sent:])
-            elif conn.stopping:
-                conn.cancel_scope.cancel()  # shutting down: its last replies are out
-        self.done = True
-        if conn._round.task is not None and conn._own_if_quiet(self):
-            # Its client has the replies and sent nothing yet: the reactor
-            # takes its next batch (``Connection._take_runs``), no task switch.
             return
-        conn._owned = False
-        conn._round.wake()
+        self.waits -= 1
+        if self.waits:
+            return
+        payload, self.payload = self.payload, b""
+        self.early = sent is not None
+        if sent is None:
+            try:
+                sent = self.send(payload)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError:  # the peer is gone; the connection sees it at its next read
+                sent = len(payload)
+        elif sent < 0:  # the peer is gone; the connection sees it at its next read
+            sent = len(payload)
+        if sent != len(payload):
+            self.phase = _SENDING
+            trio.lowlevel.spawn_system_task(self._send_rest, memoryview(payload)[sent:])
+            return
+        self.phase = _OUT
+        conn._held_out(self)
 
     async def _send_rest(self, rest: memoryview) -> None:
-        conn = self.conn
         try:
-            await conn._send_rest(rest)
+            await self.conn._send_rest(rest)
         except Exception:  # closed meanwhile (notify_closing) or gone: nothing to deliver to
             pass
         finally:
-            self.sending = False
-            if conn.stopping:
-                conn.cancel_scope.cancel()
-            conn._round.wake()
+            self.phase = _OUT
+            self.conn._held_out(self)
 
 
 class _Waiter:
     """One task parked until ``wake``: trio's ``wait_task_rescheduled``
     directly, without an ``Event``'s parking lot per wait. ``task`` is the
-    parked task, None while it runs; a cancelled wait unparks it."""
+    parked task, None while it runs; a cancelled wait unparks it. ``wake``
+    may hand the task a value, which ``wait`` returns."""
 
-    __slots__ = ("task",)
+    __slots__ = ("task", "value")
 
     def __init__(self) -> None:
         self.task: Any = None
+        self.value: Any = None
 
-    async def wait(self) -> None:
+    async def wait(self) -> Any:
         self.task = current_task()
         await wait_task_rescheduled(self._abort)
+        value, self.value = self.value, None
+        return value
 
     def _abort(self, _raise_cancel: Any) -> Abort:
         self.task = None
         return Abort.SUCCEEDED
 
-    def wake(self) -> None:
+    def wake(self, value: Any = None) -> None:
         task = self.task
         if task is not None:
             self.task = None
+            self.value = value
             reschedule(task)
 
 

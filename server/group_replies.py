@@ -36,8 +36,8 @@ def groups_full_reply(groups: list) -> list:
         info["entries-read"] = g.entries_read
         info["lag"] = g.lag
         info["pel-count"] = g.pel_count
-        info["pending"] = [[format_id(sid), owner, time_ms, deliveries]
-                           for sid, owner, time_ms, deliveries in g.pending]
+        info["pending"] = [[format_id(sid), owner if owner is not None else b"", time_ms, deliveries]
+                           for sid, owner, time_ms, deliveries in g.pending]  # (no owner: released by XNACK)
         consumers = []
         for c in g.consumers:
             ci = Map()

@@ -252,7 +252,7 @@ class ServerState:
 
     @property
     def durability(self) -> Any:
-        """``server.durability.Durability`` (set by app), or None."""
+        """``cluster.broker.durability.Durability`` (set by app), or None."""
         return self.broker.durability
 
     @durability.setter

@@ -67,12 +67,17 @@ class TlsConnection(Connection):
     """One TLS client: the handshake, then the plain connection's command loop
     (``server.connection.Connection``) over ``trio.SSLStream``.
 
-    Overrides only the transport methods. Input goes through a holding
+    Overrides only the transport methods. Input goes through a receive
     buffer: ``_fill`` receives a chunk into it (the loop's "wait for input"),
     ``_take`` hands it to the parser. While a BLOCK command waits,
     ``_wait_peer_closed`` receives into the same buffer, so bytes the client
     sends meanwhile are parsed after the command, in order, and an EOF frees
     the blocked client at once.
+
+    Its states are the plain connection's minus the reactor's and the
+    group commit's hand-over: no epoll set (never OWNED, no poll answered
+    while parked) and no send that cannot wait (never HELD: a batch waits
+    for its receipt in ``_flush``).
     """
 
     def __init__(self, server: Any, dispatcher: Dispatcher, sock: socket.socket, client: Any,
@@ -80,7 +85,7 @@ class TlsConnection(Connection):
         super().__init__(server, dispatcher, sock, client)
         self.stream = trio.SSLStream(trio.SocketStream(trio.socket.from_stdlib_socket(sock)), context,
                                      server_side=True)
-        self._held = b""  # received and not yet parsed; b"" with _eof set: the peer has closed
+        self._inbuf = b""  # received and not yet parsed; b"" with _eof set: the peer has closed
         self._eof = False
 
     async def _open(self) -> bool:
@@ -112,24 +117,26 @@ class TlsConnection(Connection):
         return None  # replies go through the SSL stream as joined bytes
 
     async def _fill(self, _sock: Any = None) -> None:
-        """Until ``_held`` has bytes or the peer has closed (at once if so already)."""
-        if self._held or self._eof:
-            return
+        """The loop's wait for input: until ``_inbuf`` has bytes or the peer
+        has closed (at once if so already). Hands nothing over (None)."""
+        if self._inbuf or self._eof:
+            return None
         try:
             data = await self.stream.receive_some(RECV_BYTES)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             data = b""
         if data:
-            self._held = data
+            self._inbuf = data
         else:
             self._eof = True
+        return None
 
     def _take(self, _max_bytes: int) -> bytes:
         """What ``_fill`` received (b"" at EOF); the loop's ``recv``."""
-        data = self._held
+        data = self._inbuf
         if not data and not self._eof:
             raise BlockingIOError  # (not reached: the loop takes only after _fill)
-        self._held = b""
+        self._inbuf = b""
         return data
 
     async def _send_rest(self, data: bytes | memoryview) -> None:
@@ -137,9 +144,9 @@ class TlsConnection(Connection):
 
     async def _wait_peer_closed(self) -> bool:
         """True once the peer has closed; False once it sent more bytes
-        instead (kept in ``_held``, parsed after the blocked command)."""
+        instead (kept in ``_inbuf``, parsed after the blocked command)."""
         await self._fill()
-        return self._eof and not self._held
+        return self._eof and not self._inbuf
 
 
 def _send_nothing(_data: Any) -> int:

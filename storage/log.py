@@ -79,7 +79,7 @@ from storage.segment import ZERO_TAIL, ReadAccumulator, Segment
 MiB = 1024 * 1024
 RECOVERY_CHECKPOINT_INTERVAL_MS = 1000
 # A flush ticket pins at most this share of the FileCache's descriptors (at
-# least _TICKET_FDS_MIN): with the rounds' own bound (server/durability.py)
+# least _TICKET_FDS_MIN): with the rounds' own bound (cluster/broker/durability.py)
 # pinned ones never crowd out the files the main thread opens meanwhile.
 _TICKET_CACHE_SHARE = 8
 _TICKET_FDS_MIN = 4

@@ -28,6 +28,7 @@ from typing import Any, Sequence
 from cluster.broker.groups import GroupOps
 from cluster.broker.producers import ProducerOps
 from cluster.broker.reads import ReadOps
+from cluster.broker.references import KEEPREF, REF_POLICIES, ReferenceOps
 from cluster.errors import Moved
 from cluster.peer.messages import AppendRequest
 from cluster.replica_manager import NotEnoughReplicasError, NotLeaderError
@@ -53,18 +54,21 @@ class Trim:
     """A trim of a stream (XADD's MAXLEN/MINID, XTRIM): ``strategy`` is
     ``"MAXLEN"`` (keep ``maxlen`` entries) or ``"MINID"`` (drop entries below
     ``minid``); ``approx`` trims whole segments only, at most ``limit``
-    entries (0: no limit)."""
+    entries (0: no limit). ``policy``: what becomes of the consumer groups'
+    references to the entries it removes (Redis 8.2's ``KEEPREF``, ``DELREF``,
+    ``ACKED``: ``cluster.broker.references``)."""
 
-    __slots__ = ("strategy", "approx", "maxlen", "minid", "limit")
+    __slots__ = ("strategy", "approx", "maxlen", "minid", "limit", "policy")
 
     def __init__(self, strategy: str, approx: bool = False, maxlen: int = 0,
-                 minid: tuple[int, int] = (0, 0), limit: int = 0) -> None:
-        assert strategy in ("MAXLEN", "MINID")
+                 minid: tuple[int, int] = (0, 0), limit: int = 0, policy: str = KEEPREF) -> None:
+        assert strategy in ("MAXLEN", "MINID") and policy in REF_POLICIES
         self.strategy = strategy
         self.approx = approx
         self.maxlen = maxlen
         self.minid = minid
         self.limit = limit
+        self.policy = policy
 
     def apply(self, stream: Any) -> int:
         if self.strategy == "MAXLEN":
@@ -108,7 +112,7 @@ class Receipt:
         self.repl_pending = repl_pending
 
 
-class Session(GroupOps, ReadOps, ProducerOps):
+class Session(GroupOps, ReadOps, ReferenceOps, ProducerOps):
     """One client's handle on a ``Broker`` (``Broker.session()``)."""
 
     __slots__ = ("broker", "client_id", "flush_seq", "repl_pending", "repl_writes", "may_defer", "may_block",
@@ -256,7 +260,7 @@ class Session(GroupOps, ReadOps, ProducerOps):
         else:
             new_id = stream.add(fields, id_given=StreamId(plan.id_ms, plan.id_seq))
         if plan.trim is not None:
-            plan.trim.apply(stream)
+            self.apply_trim(key, stream, plan.trim)
         self.wrote_log(stream.log)
         signal = broker.keys.signal
         signal(key)
@@ -350,12 +354,13 @@ class Session(GroupOps, ReadOps, ProducerOps):
             pending[pkey] = stream
 
     def trim(self, key: bytes, trim: Trim) -> int:
-        """XTRIM: entries removed (0 when the key does not exist)."""
+        """XTRIM: entries removed (0 when the key does not exist), with the
+        trim's reference policy (``apply_trim``)."""
         self.commit_deferred()
         stream = self.broker.topics.get(key)
         if stream is None:
             return 0
-        removed = trim.apply(stream)
+        removed = self.apply_trim(key, stream, trim)
         if removed:
             self._wrote_stream(key, stream)
         return removed
@@ -371,24 +376,6 @@ class Session(GroupOps, ReadOps, ProducerOps):
         if deleted:
             self._wrote_stream(key, stream)
         return deleted
-
-    def delete_each(self, key: bytes, ids: Sequence[StreamId]) -> list[bool]:
-        """XDELEX (KEEPREF): for each of ``ids`` in order, whether this call
-        deleted it (False: not in the stream, already deleted, or named
-        before in ``ids``). References in groups' pending lists stay."""
-        self.commit_deferred()
-        stream = self.broker.topics.get(key)
-        if stream is None:
-            return [False] * len(ids)
-        deleted = stream.delete_ids(ids)
-        if deleted:
-            self._wrote_stream(key, stream)
-        results = []
-        for stream_id in ids:
-            stream_id = StreamId(*stream_id)
-            results.append(stream_id in deleted)
-            deleted.discard(stream_id)
-        return results
 
     def set_id(self, key: bytes, last_id: StreamId, entries_added: int | None,
                max_deleted_entry_id: StreamId | None) -> bool:

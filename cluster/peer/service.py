@@ -25,7 +25,7 @@ from cluster.controller.metadata import Metadata
 from cluster.errors import BadRequest, ClusterError, NotController
 from cluster.runtime.controller_driver import NotReady
 from cluster.peer.messages import (Ack, AppendRequest, AppendResponse, BeatRequest, BeatResponse, EpochRequest,
-                                   EpochResponse, FetchRequest, FetchResponse, JoinRequest, MoveRequest,
+                                   FetchRequest, FetchResponse, JoinRequest, MoveRequest,
                                    PauseRequest, PauseResponse, ProposeRequest, RaftRequest, Request, Response)
 
 TOPICS_CHANGED = b"\x00partita:topics"  # signalled when a topic is created, altered or deleted here

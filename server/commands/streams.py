@@ -1,7 +1,9 @@
 """Redis stream commands on Partita's partition logs.
 
 Owns: XADD (with Redis 8.6's IDMP / IDMPAUTO), XCFGSET, XRANGE, XREVRANGE,
-XLEN, XDEL, XTRIM, XSETID, XREAD and XINFO STREAM / HELP: argument parsing with Redis's own error texts (order
+XLEN, XDEL, XDELEX, XTRIM, XSETID, XREAD and XINFO STREAM / HELP (with Redis
+8.2's reference policies on XDELEX, XADD and XTRIM, and 8.10's MAXCOUNT /
+MAXSIZE on XREAD): argument parsing with Redis's own error texts (order
 of checks as in redis ``t_stream.c``), one call of the client's broker
 session (``ctx.session``, cluster.broker: writes, reads, topic fan-out), and
 shaping replies. Entries are never decoded: XRANGE/XREAD reply with the
@@ -32,8 +34,10 @@ import time
 from dataclasses import dataclass
 
 from cluster.broker import AFTER_LAST, LAST_ENTRY, Idempotence, ReadPlan, Trim, XAddPlan
-from server.args import parse_int
+from cluster.broker.references import REF_POLICIES
+from server.args import parse_ids_block, parse_int, parse_positive
 from server.errors import (
+    MAXCOUNT_BELOW_COUNT,
     TIMEOUT_NEGATIVE,
     TIMEOUT_NOT_INTEGER,
     CommandError,
@@ -58,6 +62,9 @@ from storage.streams.ids import (
 from storage.streams.stream import ID_ZERO, IDMP_DURATION_MAX_S, IDMP_MAXSIZE_MAX, StreamError
 
 NO_SUCH_KEY = "no such key"
+
+# The reference policies of XDELEX and the trims of XADD / XTRIM (Redis 8.2).
+REF_POLICY_WORDS = tuple(p.encode() for p in REF_POLICIES)
 
 
 def _keyword(raw: bytes) -> bytes:
@@ -111,6 +118,7 @@ class _AddTrimArgs:
     seq_given: bool = True
     stream_id: StreamId = MIN_ID
     id_pos: int = 0
+    ref_policy: str = "KEEPREF"
     idmp: Idempotence | None = None  # IDMP / IDMPAUTO (Redis 8.6)
 
 
@@ -155,6 +163,8 @@ def _parse_add_or_trim(ctx, argv: list[bytes], xadd: bool) -> _AddTrimArgs:
             i += 1
         elif xadd and word == b"NOMKSTREAM":
             args.no_mkstream = True
+        elif word in REF_POLICY_WORDS:  # Redis 8.2; the last one given counts
+            args.ref_policy = word.decode()
         elif xadd and word == b"IDMPAUTO" and more:
             if args.idmp is not None:
                 raise err(_IDMP_TWICE)
@@ -201,17 +211,17 @@ def _parse_add_or_trim(ctx, argv: list[bytes], xadd: bool) -> _AddTrimArgs:
 def _trim_of(args: _AddTrimArgs) -> Trim | None:
     if args.strategy is None:
         return None
-    return Trim(args.strategy, args.approx, args.maxlen, tuple(args.minid), args.limit)
+    return Trim(args.strategy, args.approx, args.maxlen, tuple(args.minid), args.limit, args.ref_policy)
 
 
 @command(
     "xadd", arity=-5, flags="write denyoom fast", keys=(1, 1, 1), group="stream", since="5.0.0",
     summary="Appends a new message to a stream. Creates the key if it doesn't exist.",
-    syntax="XADD key [NOMKSTREAM] [IDMPAUTO producer-id | IDMP producer-id idempotent-id] [<MAXLEN | MINID> [= | ~] threshold [LIMIT count]] <* | id> field value [field value ...]",
+    syntax="XADD key [NOMKSTREAM] [KEEPREF | DELREF | ACKED] [IDMPAUTO producer-id | IDMP producer-id idempotent-id] [<MAXLEN | MINID> [= | ~] threshold [LIMIT count]] <* | id> field value [field value ...]",
     acl_categories=("write", "stream", "fast"),
 )
 def xadd(ctx, argv):
-    """XADD key [NOMKSTREAM] [IDMPAUTO producer-id | IDMP producer-id idempotent-id] [<MAXLEN | MINID> [= | ~] threshold [LIMIT count]] <* | id> field value [field value ...]
+    """XADD key [NOMKSTREAM] [KEEPREF | DELREF | ACKED] [IDMPAUTO producer-id | IDMP producer-id idempotent-id] [<MAXLEN | MINID> [= | ~] threshold [LIMIT count]] <* | id> field value [field value ...]
 
     Parsed here into an ``XAddPlan``; ``Session.append`` (cluster.broker)
     does the rest: partition (forwarded to its leader in a cluster), limits,
@@ -286,14 +296,17 @@ if _xaddrun is not None:
 @command(
     "xtrim", arity=-4, flags="write", keys=(1, 1, 1), group="stream", since="5.0.0",
     summary="Deletes messages from the beginning of a stream.",
-    syntax="XTRIM key <MAXLEN | MINID> [= | ~] threshold [LIMIT count]",
+    syntax="XTRIM key <MAXLEN | MINID> [= | ~] threshold [LIMIT count] [KEEPREF | DELREF | ACKED]",
     acl_categories=("write", "stream", "slow"),
 )
 def xtrim(ctx, argv):
-    """XTRIM key <MAXLEN | MINID> [= | ~] threshold [LIMIT count]
+    """XTRIM key <MAXLEN | MINID> [= | ~] threshold [LIMIT count] [KEEPREF | DELREF | ACKED]
 
     ``=`` keeps exactly the right entries (moving the log start offset);
-    ``~`` trims whole segments only (and at most LIMIT entries).
+    ``~`` trims whole segments only (and at most LIMIT entries). The
+    reference policy (Redis 8.2; XADD's trim takes it too) says what
+    becomes of the groups' references to the entries removed
+    (``cluster.broker.references``).
     """
     args = _parse_add_or_trim(ctx, argv, xadd=False)
     return ctx.session.trim(argv[1], _trim_of(args))
@@ -414,37 +427,6 @@ def xdel(ctx, argv):
     return ctx.session.delete(argv[1], ids)
 
 
-# XDELEX's policies for the references groups' pending lists hold (Redis 8.2).
-_DELEX_POLICIES = (b"KEEPREF", b"DELREF", b"ACKED")
-
-
-def _parse_ids_block(argv: list[bytes], start: int, policies: tuple[bytes, ...]) -> tuple[bytes, list[bytes]]:
-    """Redis 8.2's ``[<policy>] IDS numids id [id ...]`` at ``argv[start:]``
-    (the IDS block and the policy in either order): ``(policy, raw IDs)``,
-    KEEPREF when none was given."""
-    policy = None
-    raw_ids = None
-    i = start
-    while i < len(argv):
-        word = _keyword(argv[i])
-        if word in policies and policy is None:
-            policy = word
-            i += 1
-        elif word == b"IDS" and raw_ids is None and i + 1 < len(argv):
-            numids = parse_int(argv[i + 1], "Number of IDs must be a positive integer")
-            if numids <= 0:
-                raise err("Number of IDs must be a positive integer")
-            if numids > len(argv) - i - 2:
-                raise err("The `numids` parameter must match the number of arguments")
-            raw_ids = argv[i + 2:i + 2 + numids]
-            i += 2 + numids
-        else:
-            raise syntax_error()
-    if raw_ids is None:
-        raise syntax_error()
-    return policy or b"KEEPREF", raw_ids
-
-
 @command(
     "xdelex", arity=-5, flags="write fast", keys=(1, 1, 1), group="stream", since="8.2.0",
     summary="Deletes one or multiple entries from the stream.",
@@ -454,14 +436,14 @@ def _parse_ids_block(argv: list[bytes], start: int, policies: tuple[bytes, ...])
 def xdelex(ctx, argv):
     """XDELEX key [KEEPREF | DELREF | ACKED] IDS numids id [id ...]
 
-    Per ID: 1 deleted, -1 not in the stream. KEEPREF (the default): the
-    references groups' pending lists hold stay, as XDEL leaves them.
+    Per ID: 1 deleted, -1 not in the stream, 2 kept because a group still
+    needs it (ACKED). KEEPREF (the default) leaves the groups' references,
+    as XDEL does; DELREF removes them; ACKED deletes only what no group
+    needs (``cluster.broker.references``).
     """
-    policy, raw_ids = _parse_ids_block(argv, 2, _DELEX_POLICIES)
-    if policy != b"KEEPREF":
-        raise err(f"XDELEX {policy.decode()} is not supported yet; KEEPREF (the default) is")
+    policy, raw_ids = parse_ids_block(argv, 2, REF_POLICY_WORDS)
     ids = [parse_strict_id(raw) for raw in raw_ids]
-    return [1 if deleted else -1 for deleted in ctx.session.delete_each(argv[1], ids)]
+    return ctx.session.delete_each(argv[1], ids, (policy or b"KEEPREF").decode())
 
 
 @command(
@@ -509,9 +491,11 @@ def _xread_keys(argv: list[bytes]) -> list[int]:
 
 
 def _parse_xread(argv: list[bytes]) -> ReadPlan:
-    """Redis ``xreadCommand``'s parse, same checks, same order."""
+    """Redis ``xreadCommand``'s parse, same checks, same order (with Redis
+    8.10's MAXCOUNT / MAXSIZE)."""
     timeout_ms = None
     count = 0
+    max_count = max_size = 0
     streams_arg = 0
     argc = len(argv)
     i = 1
@@ -526,20 +510,31 @@ def _parse_xread(argv: list[bytes]) -> ReadPlan:
         elif word == b"COUNT" and more:
             i += 1
             count = max(parse_int(argv[i]), 0)
+        elif word == b"MAXCOUNT" and more:
+            i += 1
+            max_count = parse_positive(argv[i], "MAXCOUNT")
+        elif word == b"MAXSIZE" and more:
+            i += 1
+            max_size = parse_positive(argv[i], "MAXSIZE")
         elif word == b"STREAMS" and more:
             streams_arg = i + 1
             n = argc - streams_arg
             if n % 2:
                 raise err("Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.")
             break
+        elif (word == b"GROUP" and more >= 2) or (word == b"CLAIM" and more) or word == b"NOACK":
+            raise err(f"The {word.decode()} option is only supported by XREADGROUP. You called XREAD instead.")
         else:
             raise syntax_error()
         i += 1
     if streams_arg == 0:
         raise syntax_error()
+    if max_count and count and max_count < count:
+        raise err(MAXCOUNT_BELOW_COUNT)
     half = (argc - streams_arg) // 2
     after = [_read_position(raw) for raw in argv[streams_arg + half:]]
-    return ReadPlan(argv[streams_arg:streams_arg + half], after, count, timeout_ms)
+    return ReadPlan(argv[streams_arg:streams_arg + half], after, count, timeout_ms,
+                    max_count=max_count, max_size=max_size)
 
 
 def _read_position(raw: bytes):
@@ -565,19 +560,20 @@ def _read_reply(ctx, found: list):
     "xread", arity=-4, flags="readonly blocking movablekeys", keys=(0, 0, 0), group="stream",
     since="5.0.0",
     summary="Return never seen elements in multiple streams, with IDs greater than the ones reported by the caller for each stream. Can block.",
-    syntax="XREAD [COUNT count] [BLOCK milliseconds] STREAMS key [key ...] id [id ...]",
+    syntax="XREAD [COUNT count] [MAXCOUNT maxcount] [MAXSIZE maxsize] [BLOCK milliseconds] STREAMS key [key ...] id [id ...]",
     acl_categories=("read", "stream", "slow", "blocking"),
     key_finder=_xread_keys,
 )
 async def xread(ctx, argv):
-    """XREAD [COUNT count] [BLOCK milliseconds] STREAMS key [key ...] id [id ...]
+    """XREAD [COUNT count] [MAXCOUNT maxcount] [MAXSIZE maxsize] [BLOCK milliseconds] STREAMS key [key ...] id [id ...]
 
     Parsed here into a ``ReadPlan``; ``Session.read_after`` (cluster.broker)
     reads it, and with BLOCK ``Session.wait_for_entries`` waits until an
     entry arrives on any of its keys (``BLOCK 0``: forever; inside MULTI
     not at all) and reads again; the wait is cancelled with the client's
     task. A topic key of several partitions reads each partition, replied
-    under the partition keys.
+    under the partition keys. MAXCOUNT / MAXSIZE (Redis 8.10) cap the whole
+    reply over the keys in order (a topic's partitions in partition order).
     """
     plan = _parse_xread(argv)
     if plan.block_ms is None:

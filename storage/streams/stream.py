@@ -440,9 +440,11 @@ class Stream:
         """XDEL: mark the entries with these IDs deleted; returns how many were live."""
         return len(self.delete_ids(ids))
 
-    def delete_ids(self, ids: Iterable[StreamId]) -> set[StreamId]:
+    def delete_ids(self, ids: Iterable[StreamId], *, trimmed: bool = False) -> set[StreamId]:
         """Mark the entries with these IDs deleted; the IDs of those that
-        were live (each once)."""
+        were live (each once). ``trimmed``: a trim removes them (XTRIM's
+        ACKED policy deletes entries between ones it keeps), which, as in
+        Redis, leaves ``max-deleted-entry-id`` as it is."""
         log = self.log
         offsets: dict[int, StreamId] = {}
         for stream_id in ids:
@@ -460,7 +462,7 @@ class Stream:
         marked = log.delete_entries(sorted(offsets))
         assert marked == len(offsets), (marked, len(offsets))
         top = max(offsets.values())
-        if top > self.meta.max_deleted_entry_id:
+        if top > self.meta.max_deleted_entry_id and not trimmed:
             self.meta.max_deleted_entry_id = top
         self.meta.last_generated_id = max(self.meta.last_generated_id, last_before)
         self._save_meta()
@@ -571,6 +573,10 @@ class Stream:
         if bases[0] != start:
             bases[0] = start
         return list(zip(bases, bases[1:] + [end]))
+
+    def live_between(self, start: int, end: int) -> int:
+        """Live entries (neither trimmed nor deleted) at offsets ``[start, end)``."""
+        return self._live_between(max(start, self.log.log_start_offset), end)
 
     def _live_between(self, start: int, end: int) -> int:
         log = self.log

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from server.registry import command
-from tests.server.support import FakeLog
+from tests.server.support import FakeLog, IoWakes
 
 
 class TestCommands:
@@ -47,3 +47,16 @@ def test_commands():
         return b"woke:" + argv[1] if woke else None
 
     return made
+
+
+@pytest.fixture
+async def io_wakes():
+    """The readiness waits of connection tasks that ended (``IoWakes``)."""
+    import trio
+
+    instrument = IoWakes()
+    trio.lowlevel.add_instrument(instrument)
+    try:
+        yield instrument
+    finally:
+        trio.lowlevel.remove_instrument(instrument)

@@ -19,7 +19,7 @@ from server.config import Config
 from server.connection import Connection
 from server.registry import client_table
 from server.dispatch import Dispatcher
-from server.durability import Durability
+from cluster.broker.durability import Durability
 from server.resp import encode_command
 from server.state import ServerState
 
@@ -79,16 +79,52 @@ async def run_inline(fn, *args):
     return fn(*args)
 
 
-class RecordingSocket(socket.socket):
-    """A socket that records every ``send`` (to check one send per batch)."""
+class RoundGate:
+    """Group-commit rounds that wait for the test: a ``Durability`` runner
+    (its public ``run_in_thread``, which runs the rounds' syncs inline)
+    whose syncs start only while the gate is open. Made closed; ``close``
+    again for the next rounds. ``with gate:`` opens it on the way out: a
+    round waits shielded, so a failing test must not leave it waiting."""
 
-    def __init__(self, sends, **kwargs):
+    def __init__(self):
+        self._open = trio.Event()
+
+    async def __call__(self, fn, *args):
+        while not self._open.is_set():
+            await self._open.wait()
+        return await run_inline(fn, *args)
+
+    def open(self):
+        self._open.set()
+
+    def close(self):
+        if self._open.is_set():
+            self._open = trio.Event()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.open()
+
+
+class RecordingSocket(socket.socket):
+    """A socket that records every ``send`` (to check one send per batch)
+    and every receive (``recvs``: the bytes, None for one that found
+    nothing); ``on_send(n)``, if given, runs after the n-th send (a client
+    that answers before the server looks again)."""
+
+    def __init__(self, sends, recvs=None, on_send=None, **kwargs):
         super().__init__(**kwargs)
         self.sends = sends
+        self.recvs = recvs if recvs is not None else []
+        self.on_send = on_send
 
     def send(self, data, *args):
         n = super().send(data, *args)
         self.sends.append(bytes(data[:n]))
+        if self.on_send is not None:
+            self.on_send(len(self.sends))
         return n
 
     def sendmsg(self, buffers, *args):
@@ -96,32 +132,66 @@ class RecordingSocket(socket.socket):
         self.sends.append(b"".join(buffers)[:n])
         return n
 
+    def recv(self, n, *args):
+        try:
+            data = super().recv(n, *args)
+        except BlockingIOError:
+            if not args:
+                self.recvs.append(None)
+            raise
+        if not args:  # (not a MSG_PEEK)
+            self.recvs.append(data)
+        return data
+
+
+class IoWakes(trio.abc.Instrument):
+    """Counts the readiness waits of connection tasks that ended: the times
+    trio's I/O manager woke a task named ``*Connection.run`` (a task woken
+    by another task, or that found its input without waiting, is not
+    counted)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._in_io = False
+
+    def before_io_wait(self, timeout) -> None:
+        self._in_io = True
+
+    def after_io_wait(self, timeout) -> None:
+        self._in_io = False
+
+    def task_scheduled(self, task) -> None:
+        if self._in_io and task.name.endswith("Connection.run"):
+            self.count += 1
+
 
 class Harness:
-    """A server state, dispatcher and durability (rounds run inline) with no
-    listener: ``connect`` serves one end of a socketpair with a real
-    ``Connection``. ``peers``: the client ends as stdlib sockets, for what
-    must happen without a scheduler pass between (bytes and EOF in one
-    arrival)."""
+    """A server state, dispatcher and durability (rounds run inline, or
+    held by a ``RoundGate`` given as ``rounds``) with no listener:
+    ``connect`` serves one end of a socketpair with a real ``Connection``.
+    ``peers``: the client ends as stdlib sockets, for what must happen
+    without a scheduler pass between (bytes and EOF in one arrival).
+    ``sends`` / ``recvs``: what the server's ends sent and received."""
 
-    def __init__(self, fsync="everysec", commands=None, **config_values):
+    def __init__(self, fsync="everysec", commands=None, rounds=None, **config_values):
         """``commands``: a test's own commands (``command(..., table=...)``)
-        added to the dispatcher's table."""
+        added to the dispatcher's table; ``rounds``: a ``RoundGate``."""
         config = Config()
         config.fsync = fsync
         for k, v in config_values.items():
             setattr(config, k, v)
         self.state = ServerState(config)
-        self.state.durability = Durability(run_in_thread=run_inline)
+        self.state.durability = Durability(run_in_thread=rounds or run_inline)
         table = client_table()
         table.commands.update(commands or {})
         self.dispatcher = Dispatcher(self.state, table)
         self.sends: list[bytes] = []
+        self.recvs: list[bytes | None] = []
         self.peers: list[socket.socket] = []
 
-    def connect(self, nursery):
+    def connect(self, nursery, on_send=None):
         ours, theirs = socket.socketpair()
-        ours = RecordingSocket(self.sends, fileno=ours.detach())
+        ours = RecordingSocket(self.sends, self.recvs, on_send, fileno=ours.detach())
         ours.setblocking(False)
         client = self.state.new_client("test:1", "test:0", ours.fileno())
         conn = Connection(self.state, self.dispatcher, ours, client)
@@ -208,3 +278,33 @@ async def one_reply(sock, reader) -> bytes:
         reader.feed(chunk)
         if reader.gets() is not False:
             return raw
+
+
+def unread_bytes(sock) -> int:
+    """Bytes received on ``sock`` and not read yet (FIONREAD)."""
+    import array
+    import fcntl
+    import termios
+
+    buf = array.array("i", [0])
+    fcntl.ioctl(sock.fileno(), termios.FIONREAD, buf)
+    return buf[0]
+
+
+def scribble(log, old: bytes, new: bytes) -> int:
+    """Overwrite every ``old`` in ``log``'s active segment file with ``new``
+    (same length), in place, as a log cut back and rewritten would change
+    the bytes under a mapping; how many it changed."""
+    assert len(old) == len(new)
+    path = log.segments()[-1].path
+    data = open(path, "rb").read()
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        count, pos = 0, data.find(old)
+        while pos >= 0:
+            os.pwrite(fd, new, pos)
+            count += 1
+            pos = data.find(old, pos + 1)
+    finally:
+        os.close(fd)
+    return count

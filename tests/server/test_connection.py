@@ -6,7 +6,6 @@ driven by trio's own I/O waits.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 
@@ -14,12 +13,45 @@ import pytest
 import trio
 import trio.testing
 
-from server.connection import Connection
-from server.durability import Durability
+from server.connection import Receive, classify
+from cluster.broker.durability import Durability
 from server.registry import command
 from server.resp import encode_command
-from tests.server.support import (FakeLog, Harness, RecordingSocket, TopicsHarness, batch_counts, read_exactly,
-                                  read_replies, xadd_request)
+from tests.server.support import (FakeLog, Harness, RoundGate, TopicsHarness, batch_counts, read_exactly,
+                                  read_replies, scribble, unread_bytes, xadd_request)
+
+
+# -- what a receive is (server.connection.classify: pure, no sockets) --------
+
+_POLL = encode_command([b"XREAD", b"COUNT", b"10", b"STREAMS", b"s", b"0-0"])
+
+
+@pytest.mark.parametrize("data, at_boundary, kind", [
+    # The peer's EOF (or a failed receive), wherever the parser is.
+    (b"", True, Receive.EOF),
+    (b"", False, Receive.EOF),
+    # The rest of a command begun in an earlier receive: the parser's,
+    # whatever the bytes look like.
+    (b"$4\r\nECHO\r\n", False, Receive.PARTIAL),
+    (_POLL, False, Receive.PARTIAL),
+    (xadd_request() * 2, False, Receive.PARTIAL),
+    # One six-element array: maybe a consumer's poll (read_poll decides:
+    # two of them, or an XREAD with BLOCK, are declined there).
+    (_POLL, True, Receive.POLL),
+    (_POLL * 2, True, Receive.POLL),
+    (b"*6\r", True, Receive.POLL),
+    # Any other RESP array: runs of XADD key * ... are taken from its start
+    # (xadd_run decides: a PING is not one), the parser takes the rest.
+    (xadd_request() * 3, True, Receive.RUNS),
+    (xadd_request() + _POLL, True, Receive.RUNS),
+    (encode_command([b"PING"]), True, Receive.RUNS),
+    (b"*", True, Receive.RUNS),
+    # Inline commands.
+    (b"PING\r\n", True, Receive.COMMANDS),
+    (b"\r\n", True, Receive.COMMANDS),
+])
+def test_a_receive_is_classified_from_its_bytes_and_the_parsers_boundary(data, at_boundary, kind):
+    assert classify(data, at_boundary) is kind
 
 
 async def test_pipelined_replies_leave_in_one_send():
@@ -34,87 +66,44 @@ async def test_pipelined_replies_leave_in_one_send():
         nursery.cancel_scope.cancel()
 
 
-class CountingConnection(Connection):
-    """A Connection that counts its readiness waits and its reads that found nothing."""
-
-    waits = 0
-    empty_reads = 0
-
-    def _transport(self):
-        wait, recv, send = super()._transport()
-
-        async def counting_wait(sock):
-            self.waits += 1
-            await wait(sock)
-
-        def counting_recv(n):
-            try:
-                return recv(n)
-            except BlockingIOError:
-                self.empty_reads += 1
-                raise
-
-        return counting_wait, counting_recv, send
-
-
-def _counting_connection(h, nursery, on_send=None):
-    ours, theirs = socket.socketpair()
-    sends: list = []
-
-    class HookedSocket(RecordingSocket):
-        def send(self, data, *args):
-            n = super().send(data, *args)
-            if on_send is not None:
-                on_send(theirs, len(sends))
-            return n
-
-    ours = HookedSocket(sends, fileno=ours.detach())
-    ours.setblocking(False)
-    client = h.state.new_client("test:1", "test:0", ours.fileno())
-    conn = CountingConnection(h.state, h.dispatcher, ours, client)
-    nursery.start_soon(conn.run)
-    return theirs, conn
-
-
-async def test_a_request_already_there_after_a_reply_is_read_without_waiting_for_readiness():
+async def test_a_request_already_there_after_a_reply_is_read_without_waiting_for_readiness(io_wakes):
     """After a reply leaves, the loop lets the other connections run once and
     then tries the next request before registering for readiness: a client
     as quick as the loop skips trio's wait (epoll_ctl and wake-up)."""
     h = Harness()
 
-    def next_request(peer, replies_sent):  # the client answers at once, before the loop looks
-        if replies_sent == 1:
-            peer.send(b"ECHO quick\r\n")
+    def next_request(sends):  # the client answers at once, before the loop looks
+        if sends == 1:
+            h.peers[-1].send(b"ECHO quick\r\n")
 
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
-            theirs, conn = _counting_connection(h, nursery, next_request)
-            peer = trio.socket.from_stdlib_socket(theirs)
+            peer, _ = h.connect(nursery, on_send=next_request)
             await peer.send(b"PING\r\n")
             assert await read_exactly(peer, 18) == b"+PONG\r\n$5\r\nquick\r\n"
             await trio.testing.wait_all_tasks_blocked()
-            # One wait for the PING, none for the ECHO (found at the try), one
-            # after the try that found nothing.
-            assert (conn.waits, conn.empty_reads) == (2, 1)
+            # One wait for the PING; the ECHO found by the try, which found
+            # nothing the next time (the loop waits again).
+            assert io_wakes.count == 1
+            assert h.recvs == [b"PING\r\n", b"ECHO quick\r\n", None]
             nursery.cancel_scope.cancel()
 
 
-async def test_a_client_slower_than_the_loop_costs_few_early_tries():
+async def test_a_client_slower_than_the_loop_costs_few_early_tries(io_wakes):
     """Each try that finds nothing doubles the replies that skip it (up to
     63): a client that always answers later than the loop looks costs a
     handful of empty reads over 100 requests, not 100."""
     h = Harness()
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
-            theirs, conn = _counting_connection(h, nursery)
-            peer = trio.socket.from_stdlib_socket(theirs)
+            peer, _ = h.connect(nursery)
             for i in range(100):
                 await trio.testing.wait_all_tasks_blocked()  # the loop is waiting again
                 await peer.send(b"PING\r\n")
                 assert await read_exactly(peer, 7) == b"+PONG\r\n"
             await trio.testing.wait_all_tasks_blocked()
             # tries at replies 1, 3, 7, 15, 31, 63 (then one per 64)
-            assert conn.empty_reads == 6 and conn.waits == 100 + 1
+            assert h.recvs.count(None) == 6 and io_wakes.count == 100
             nursery.cancel_scope.cancel()
 
 
@@ -222,50 +211,6 @@ async def test_fsync_no_never_flushes(test_commands, autojump_clock):
         nursery.cancel_scope.cancel()
 
 
-@contextlib.contextmanager
-def gated_rounds(durability):
-    """Hold every group-commit round until the yielded event is set (set on
-    the way out too: a round waits shielded, so a failed test must not leave
-    it waiting forever)."""
-    gate = trio.Event()
-    if durability._chained:
-        # Rounds chained on the loop (the real thread): a round due before
-        # the gate opens is held by a placeholder with no job (which no
-        # poll ends, and which keeps writers from starting another); it
-        # starts when the gate opens, covering every write noted by then.
-        from server.durability import _Round
-
-        original_begin = durability._begin_round
-
-        async def start_later():
-            await gate.wait()
-            durability._round = None
-            durability._flushing = False
-            original_begin()
-
-        def gated_begin():
-            if gate.is_set():
-                original_begin()
-                return
-            durability._round = _Round(durability._noted_seq, [])
-            durability._flushing = True
-            trio.lowlevel.spawn_system_task(start_later)
-
-        durability._begin_round = gated_begin
-    else:
-        original = durability._flush_round_logs
-
-        async def gated(logs):
-            await gate.wait()
-            await original(logs)
-
-        durability._flush_round_logs = gated
-    try:
-        yield gate
-    finally:
-        gate.set()
-
-
 class UnsyncableLog(FakeLog):
     """A log whose flush fails: its ticket's descriptor is a pipe (EINVAL)."""
 
@@ -286,23 +231,23 @@ async def _connect_and_write(h, nursery, request=b"TEST-WRITE a\r\n"):
 
 
 async def test_handed_over_replies_wait_for_the_round_and_keep_their_order(test_commands):
-    h = Harness(commands=test_commands.commands, fsync="always")
-    with gated_rounds(h.state.durability) as gate, trio.fail_after(10):
+    with RoundGate() as gate, trio.fail_after(10):
+        h = Harness(commands=test_commands.commands, fsync="always", rounds=gate)
         async with trio.open_nursery() as nursery:
             sock, conn = await _connect_and_write(h, nursery)
-            assert conn.held is not None and h.sends == []
+            assert h.sends == []
             # A request that comes in meanwhile is answered after, not before.
             await sock.send(b"PING\r\n")
             await trio.testing.wait_all_tasks_blocked()
             assert h.sends == []
-            gate.set()
+            gate.open()
             assert await read_exactly(sock, 16) == b"$3\r\nw:a\r\n+PONG\r\n"
             nursery.cancel_scope.cancel()
         assert h.sends == [b"$3\r\nw:a\r\n", b"+PONG\r\n"]
 
 
 async def test_the_rounds_thread_sends_handed_over_replies(test_commands):
-    """With ``server._fsync``'s thread running the rounds, it sends a held
+    """With ``cluster.broker._fsync``'s thread running the rounds, it sends a held
     batch itself once the sync succeeded: the loop sends nothing, and input
     that came in meanwhile is answered after it."""
     h = Harness(commands=test_commands.commands, fsync="always")
@@ -325,22 +270,13 @@ async def test_the_rounds_thread_sends_handed_over_replies(test_commands):
         h.state.durability.close()
 
 
-async def test_held_replies_are_waited_for_not_the_socket(test_commands, monkeypatch):
+async def test_held_replies_are_waited_for_not_the_socket(test_commands, io_wakes):
     """While its replies wait for a round, a connection waits for the round,
     not for input (which only comes after them from a client waiting for
     its replies, and would wait for them anyway): no readiness wait per
     batch. Input that came meanwhile is read right after, in order."""
-    from server import _fsync
-    from server import connection as connection_module
+    from cluster.broker import _fsync
 
-    waits = []
-    real_wait = connection_module.wait_readable
-
-    async def counting_wait(sock):
-        waits.append(sock)
-        await real_wait(sock)
-
-    monkeypatch.setattr(connection_module, "wait_readable", counting_wait)
     h = Harness(commands=test_commands.commands, fsync="always")
     h.state.durability = Durability()  # the real thread
     try:
@@ -351,40 +287,24 @@ async def test_held_replies_are_waited_for_not_the_socket(test_commands, monkeyp
                     sock, conn = h.connect(nursery)
                     await sock.send(b"TEST-WRITE a\r\n")
                     await trio.testing.wait_all_tasks_blocked()
-                    assert conn.held is not None and not conn.held.done
                     await sock.send(b"PING\r\n")
                     await trio.testing.wait_all_tasks_blocked()
-                    assert len(waits) == 1  # the first request's only
+                    assert h.sends == [] and io_wakes.count == 1  # the first request's only
                 finally:
                     _fsync.hold_worker(False)
                 assert await read_exactly(sock, 16) == b"$3\r\nw:a\r\n+PONG\r\n"
+                await trio.testing.wait_all_tasks_blocked()
+                # The PING was read without a wait, right after the held replies left.
+                assert io_wakes.count == 1 and h.recvs[:2] == [b"TEST-WRITE a\r\n", b"PING\r\n"]
                 nursery.cancel_scope.cancel()
     finally:
         h.state.durability.close()
 
 
-async def test_held_replies_the_loop_sent_are_followed_by_a_wait_not_a_read(test_commands, monkeypatch):
+async def test_held_replies_the_loop_sent_are_followed_by_a_wait_not_a_read(test_commands, io_wakes):
     """Replies the loop itself sent on release (acks=all, a test's runner)
     have only just left: the connection waits for input instead of trying
     a read that would find nothing."""
-    from server import connection as connection_module
-
-    waits, misses = [], []
-    real_wait = connection_module.wait_readable
-
-    async def counting_wait(sock):
-        waits.append(sock)
-        await real_wait(sock)
-
-    def counting_recv(self, *args):
-        try:
-            return socket.socket.recv(self, *args)
-        except BlockingIOError:
-            misses.append(self)
-            raise
-
-    monkeypatch.setattr(connection_module, "wait_readable", counting_wait)
-    monkeypatch.setattr(RecordingSocket, "recv", counting_recv, raising=False)
     h = Harness(commands=test_commands.commands, fsync="always")  # the inline runner: the loop sends on release
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
@@ -392,7 +312,10 @@ async def test_held_replies_the_loop_sent_are_followed_by_a_wait_not_a_read(test
             await sock.send(b"TEST-WRITE a\r\n")
             assert await read_exactly(sock, 9) == b"$3\r\nw:a\r\n"
             await trio.testing.wait_all_tasks_blocked()
-            assert conn.held is None and misses == [] and len(waits) == 2
+            assert h.recvs == [b"TEST-WRITE a\r\n"] and io_wakes.count == 1  # and parked on the socket again
+            await sock.send(b"PING\r\n")
+            assert await read_exactly(sock, 7) == b"+PONG\r\n"
+            assert io_wakes.count == 2
             nursery.cancel_scope.cancel()
 
 
@@ -407,12 +330,40 @@ async def test_what_the_socket_does_not_take_from_the_thread_the_loop_sends(test
                 sock, conn = h.connect(nursery)
                 conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
                 await sock.send(b"".join(b"TEST-WRITE a\r\nECHO %d\r\n" % i for i in range(n)))
-                while not (conn.held is not None and conn.held.sending):
-                    await trio.sleep(0.01)  # the thread sent what the socket took; a task waits with the rest
-                assert h.sends == []
+                while h.state.durability.fsync_count < 1:  # the round is over: its thread sent what the socket took
+                    await trio.sleep(0.01)
+                await trio.testing.wait_all_tasks_blocked()
+                assert h.sends == []  # the rest waits for the reader
                 assert await read_exactly(sock, len(expected)) == expected
                 from_loop = b"".join(h.sends)
                 assert 0 < len(from_loop) < len(expected) and expected.endswith(from_loop)
+                nursery.cancel_scope.cancel()
+    finally:
+        h.state.durability.close()
+
+
+async def test_a_client_that_leaves_while_its_held_replies_are_sent_is_freed(test_commands):
+    """The round's thread sent what the socket took; the rest waits for a
+    reader that closes instead: the client is freed, and the other
+    clients go on."""
+    h = Harness(commands=test_commands.commands, fsync="always")
+    h.state.durability = Durability()
+    try:
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                sock, conn = h.connect(nursery)
+                conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+                await sock.send(b"TEST-WRITE a\r\n" * 2000)
+                while h.state.durability.fsync_count < 1:  # its thread sent what the socket took
+                    await trio.sleep(0.01)
+                await trio.testing.wait_all_tasks_blocked()
+                assert len(h.state.clients) == 1
+                sock.close()
+                while h.state.clients:
+                    await trio.sleep(0.01)
+                other, _ = h.connect(nursery)
+                await other.send(b"TEST-WRITE b\r\n")
+                assert await read_exactly(other, 9) == b"$3\r\nw:b\r\n"
                 nursery.cancel_scope.cancel()
     finally:
         h.state.durability.close()
@@ -435,26 +386,26 @@ async def test_a_reply_waiting_for_the_fsync_and_the_replicas_leaves_after_both(
         ctx.session.repl_pending = {argv[1]: None}
         return b"r:" + argv[1]
 
-    h = Harness(commands=commands, fsync="always")
-    h.state.replication = Replicas()
-    with gated_rounds(h.state.durability) as gate, trio.fail_after(10):
+    with RoundGate() as gate, trio.fail_after(10):
+        h = Harness(commands=commands, fsync="always", rounds=gate)
+        h.state.replication = Replicas()
         async with trio.open_nursery() as nursery:
             sock, _ = await _connect_and_write(h, nursery, b"TEST-REPL a\r\n")
             assert len(acked) == 1 and h.sends == []
-            gate.set()  # the fsync round ends; the replicas have not acknowledged
+            gate.open()  # the fsync round ends; the replicas have not acknowledged
             await trio.testing.wait_all_tasks_blocked()
             assert h.sends == [] and logs["a"].flushes == 1
             acked[0](None)
             assert await read_exactly(sock, 9) == b"$3\r\nr:a\r\n"
             # The other order: replicas first, then the round.
-            with gated_rounds(h.state.durability) as gate2:
-                await sock.send(b"TEST-REPL b\r\n")
-                await trio.testing.wait_all_tasks_blocked()
-                acked[1](None)
-                await trio.testing.wait_all_tasks_blocked()
-                assert h.sends == [b"$3\r\nr:a\r\n"]
-                gate2.set()
-                assert await read_exactly(sock, 9) == b"$3\r\nr:b\r\n"
+            gate.close()
+            await sock.send(b"TEST-REPL b\r\n")
+            await trio.testing.wait_all_tasks_blocked()
+            acked[1](None)
+            await trio.testing.wait_all_tasks_blocked()
+            assert h.sends == [b"$3\r\nr:a\r\n"]
+            gate.open()
+            assert await read_exactly(sock, 9) == b"$3\r\nr:b\r\n"
             nursery.cancel_scope.cancel()
 
 
@@ -490,12 +441,12 @@ async def test_handed_over_replies_bigger_than_the_socket_buffer_arrive_whole(te
 
 
 async def test_shutdown_sends_handed_over_replies_then_closes(test_commands):
-    h = Harness(commands=test_commands.commands, fsync="always")
-    with gated_rounds(h.state.durability) as gate, trio.fail_after(10):
+    with RoundGate() as gate, trio.fail_after(10):
+        h = Harness(commands=test_commands.commands, fsync="always", rounds=gate)
         async with trio.open_nursery() as nursery:
             sock, conn = await _connect_and_write(h, nursery)
             conn.stop()  # in flight: not closed before its replies
-            gate.set()
+            gate.open()
             assert await read_exactly(sock, 100) == b"$3\r\nw:a\r\n"
             # Replies already out: a shutdown closes at once.
             sock2, conn2 = h.connect(nursery)
@@ -505,9 +456,24 @@ async def test_shutdown_sends_handed_over_replies_then_closes(test_commands):
             assert await read_exactly(sock2, 100) == b""
 
 
+async def test_a_shutdown_while_a_batch_waits_closes_it_before_its_blocking_command(test_commands):
+    """A shutdown that comes while a batch's first replies wait for their
+    round, before a blocking command of the same batch: the replies leave,
+    then the client is closed instead of blocking (the server would wait
+    for it until shutdown-timeout)."""
+    with RoundGate() as gate, trio.fail_after(10):
+        h = Harness(commands=test_commands.commands, fsync="always", rounds=gate)
+        async with trio.open_nursery() as nursery:
+            sock, conn = await _connect_and_write(h, nursery, b"TEST-WRITE a\r\nTEST-BLOCK k\r\n")
+            conn.stop()  # in flight: its replies first
+            gate.open()
+            assert await read_exactly(sock, 100) == b"$3\r\nw:a\r\n"  # then closed
+            assert h.state.blocked_clients == 0 and h.state.clients == {}
+
+
 async def test_a_killed_client_does_not_hold_up_the_round(test_commands):
-    h = Harness(commands=test_commands.commands, fsync="always")
-    with gated_rounds(h.state.durability) as gate, trio.fail_after(10):
+    with RoundGate() as gate, trio.fail_after(10):
+        h = Harness(commands=test_commands.commands, fsync="always", rounds=gate)
         async with trio.open_nursery() as nursery:
             sock1, conn1 = h.connect(nursery)
             sock2, _ = h.connect(nursery)
@@ -516,7 +482,7 @@ async def test_a_killed_client_does_not_hold_up_the_round(test_commands):
             await trio.testing.wait_all_tasks_blocked()
             conn1.kill()
             await trio.testing.wait_all_tasks_blocked()
-            gate.set()
+            gate.open()
             assert await read_exactly(sock2, 9) == b"$3\r\nw:b\r\n"
             assert await read_exactly(sock1, 100) == b""
             nursery.cancel_scope.cancel()
@@ -527,27 +493,30 @@ async def test_a_closed_clients_waiting_reply_never_reaches_the_next_owner_of_it
     round's thread. A client closed meanwhile (CLIENT KILL) frees that
     number, and a client accepted next may get it: the round must send the
     old reply to nobody, not to the new client."""
+    from cluster.broker import _fsync
+
     h = Harness(commands=test_commands.commands, fsync="always")
     h.state.durability = Durability()  # the real thread, which sends held replies
     others = []
     try:
-        with gated_rounds(h.state.durability) as gate, trio.fail_after(10):
+        with trio.fail_after(10):
             async with trio.open_nursery() as nursery:
-                sock_b, _ = await _connect_and_write(h, nursery, b"TEST-WRITE b\r\n")  # a round, gated
-                sock_a, conn_a = await _connect_and_write(h, nursery)  # waits for the next round
-                assert conn_a.held is not None and not conn_a.held.done
-                number = conn_a.sock.fileno()
-                conn_a.kill()
-                await trio.testing.wait_all_tasks_blocked()
-                while True:  # take descriptor numbers until the closed socket's is reused
-                    c, d = socket.socketpair()
-                    others.append((c, d))
-                    if number in (c.fileno(), d.fileno()):
-                        break
-                gate.set()
+                _fsync.hold_worker(True)  # rounds start; their thread waits
+                try:
+                    sock_b, _ = await _connect_and_write(h, nursery, b"TEST-WRITE b\r\n")  # a round
+                    sock_a, conn_a = await _connect_and_write(h, nursery)  # waits for the next round
+                    number = conn_a.sock.fileno()
+                    conn_a.kill()
+                    await trio.testing.wait_all_tasks_blocked()
+                    while True:  # take descriptor numbers until the closed socket's is reused
+                        c, d = socket.socketpair()
+                        others.append((c, d))
+                        if number in (c.fileno(), d.fileno()):
+                            break
+                finally:
+                    _fsync.hold_worker(False)
                 assert await read_exactly(sock_b, 9) == b"$3\r\nw:b\r\n"
-                durability = h.state.durability
-                while durability._flushed_seq < durability._noted_seq:  # the round a's write joined
+                while h.state.durability.fsync_count < 2:  # the round a's write joined
                     await trio.sleep(0.01)
                 assert await read_exactly(sock_a, 100) == b""  # closed before its reply
                 for c, d in others:
@@ -593,7 +562,7 @@ async def test_failed_flush_is_never_acknowledged():
         def end_flush(self, ticket):
             raise AssertionError("not reached")
 
-    from server.durability import DurabilityError
+    from cluster.broker.durability import DurabilityError
 
     durability = Durability()
     seq = durability.note_write(BadLog(), "always")
@@ -930,7 +899,7 @@ async def test_xadds_of_connections_ready_in_the_same_tick_share_one_log_batch(t
 async def test_a_log_closed_before_its_flush_is_skipped(tmp_path):
     """A topic deleted between its write and the flush (DEL, or a replica's
     topic deleted by its leader) must not fail the flush of the others."""
-    from server.durability import flush_logs
+    from cluster.broker.durability import flush_logs
     from storage.log import LogConfig, PartitionLog
 
     gone = PartitionLog.open(tmp_path / "gone", LogConfig())
@@ -979,76 +948,75 @@ async def test_a_read_reply_leaves_from_the_log_files_mapping_and_whole_when_the
     h.state.topics.close()
 
 
-async def test_views_in_a_batch_are_copied_before_the_connection_waits(tmp_path, monkeypatch):
-    """A batch whose replies hold views and then waits (here: for the other
-    connections' XADDs of this tick) copies them first: a follower may cut
-    its log back meanwhile, and a view of a cut file must never be read."""
-    import sys
+class _ScribbleWhileWaiting(trio.abc.Instrument):
+    """Once the connection's task has read its request (its socket holds
+    no unread input) and before its reply left (the client has none), at
+    the next step of that task: overwrite the entries' values in the log
+    file, as a log cut back and rewritten would change them under a
+    mapping. Fires once; ``changed`` says how many it overwrote."""
 
-    from server import connection
+    def __init__(self, conn, peer, log):
+        self.conn, self.peer, self.log = conn, peer, log
+        self.changed = 0
 
-    seen = []
+    def before_task_step(self, task) -> None:
+        if (not self.changed and task.name.endswith("Connection.run")
+                and unread_bytes(self.conn.sock) == 0 and unread_bytes(self.peer) == 0):
+            self.changed = scribble(self.log, b"original", b"scribble")
 
-    async def checkpoint():
-        out = sys._getframe(1).f_locals["out"]  # the waiting batch's replies
-        seen.append({type(chunk) for chunk in out})
-        await trio.lowlevel.cancel_shielded_checkpoint()
 
-    monkeypatch.setattr(connection, "cancel_shielded_checkpoint", checkpoint)
+async def test_views_in_a_batch_are_copied_before_the_connection_waits(tmp_path):
+    """A batch whose replies hold views of the log file's mapping and then
+    waits (here: for the other connections' XADDs of this tick) copies
+    them first: a follower may cut its log back meanwhile, and the reply
+    must carry the entries as they were read."""
     h = TopicsHarness(tmp_path)
     async with trio.open_nursery() as nursery:
-        sock, _ = h.connect(nursery)
-        ids = await _fill(sock, 3, b"v")
-        seen.clear()
-        await sock.send(encode_command([b"XREAD", b"COUNT", b"5", b"STREAMS", b"s", b"0"]) + xadd_request())
-        read, new_id = await read_replies(sock, 2)
+        sock, conn = h.connect(nursery)
+        ids = await _fill(sock, 3, b"original")
+        await trio.testing.wait_all_tasks_blocked()
+        scribbler = _ScribbleWhileWaiting(conn, sock, h.state.topics.get(b"s").log)
+        trio.lowlevel.add_instrument(scribbler)
+        try:
+            await sock.send(encode_command([b"XREAD", b"COUNT", b"5", b"STREAMS", b"s", b"0"]) + xadd_request())
+            read, new_id = await read_replies(sock, 2)
+        finally:
+            trio.lowlevel.remove_instrument(scribbler)
         nursery.cancel_scope.cancel()
+    assert scribbler.changed == 3  # while the batch waited
     assert [e[0] for e in read[0][1]] == ids and new_id > ids[-1]
-    assert seen and all(memoryview not in kinds for kinds in seen)
+    assert [e[1] for e in read[0][1]] == [[b"f", b"original"]] * 3
     h.state.topics.close()
 
 
 async def test_views_are_copied_before_waiting_for_an_fsync(tmp_path):
-    import sys
-
-    seen = []
-    handed_over = []
-    h = TopicsHarness(tmp_path, fsync="always")
-    durability = h.state.durability
-    wait_for_flush = durability.wait_for_flush
-    when_durable = durability.when_durable
-
-    async def spy(seq):
-        caller = sys._getframe(1)
-        if caller.f_code.co_name == "_flush":  # not the group commit's own task
-            seen.append({type(chunk) for chunk in caller.f_locals["out"]})
-        await wait_for_flush(seq)
-
-    def spy_hand_over(seq, callback, send=None):
-        handed_over.append(type(callback.__self__.payload))  # Connection._hold's _Held
-        when_durable(seq, callback, send)
-
-    durability.wait_for_flush = spy
-    durability.when_durable = spy_hand_over
-    async with trio.open_nursery() as nursery:
-        sock, _ = h.connect(nursery)
-        ids = await _fill(sock, 3, b"v")
-        seen.clear()
-        handed_over.clear()
-        # XDEL writes at once (no deferred entry); the blocking XREAD after
-        # it makes the batch so far wait in _flush before it blocks.
-        await sock.send(encode_command([b"XREAD", b"COUNT", b"5", b"STREAMS", b"s", b"0"])
-                        + encode_command([b"XDEL", b"s", ids[0]])
-                        + encode_command([b"XREAD", b"BLOCK", b"1", b"STREAMS", b"s", b"$"]))
-        read, deleted, timed_out = await read_replies(sock, 3)
-        assert [e[0] for e in read[0][1]] == ids and deleted == 1 and timed_out is None
-        assert seen and all(memoryview not in kinds for kinds in seen)
-        assert handed_over == []
-        # Without the blocking command the batch is handed to the group commit.
-        await sock.send(encode_command([b"XREAD", b"COUNT", b"5", b"STREAMS", b"s", b"0"])
-                        + encode_command([b"XDEL", b"s", ids[1]]))
-        read, deleted = await read_replies(sock, 2)
-        nursery.cancel_scope.cancel()
-    assert [e[0] for e in read[0][1]] == ids[1:] and deleted == 1
-    assert handed_over == [bytes]
+    """As above, for a batch that waits for its fsync round: the replies
+    before a blocking command (flushed before it blocks), and a batch handed
+    over to the round."""
+    with RoundGate() as gate, trio.fail_after(10):
+        h = TopicsHarness(tmp_path, fsync="always", rounds=gate)
+        async with trio.open_nursery() as nursery:
+            sock, _ = h.connect(nursery)
+            gate.open()
+            ids = await _fill(sock, 3, b"original")
+            log = h.state.topics.get(b"s").log
+            read = encode_command([b"XREAD", b"COUNT", b"5", b"STREAMS", b"s", b"0"])
+            # XDEL writes at once (no deferred entry); the blocking XREAD
+            # after it makes the batch so far wait for the round first.
+            for request, replies, deleted in [
+                (read + encode_command([b"XDEL", b"s", ids[0]])
+                 + encode_command([b"XREAD", b"BLOCK", b"1", b"STREAMS", b"s", b"$"]), 3, ids[0]),
+                (read + encode_command([b"XDEL", b"s", ids[1]]), 2, ids[1]),
+            ]:
+                gate.close()
+                await sock.send(request)
+                await trio.testing.wait_all_tasks_blocked()  # the replies wait for the round
+                assert scribble(log, b"original", b"scribble") == 3
+                gate.open()
+                got = await read_replies(sock, replies)
+                entries = got[0][0][1]
+                assert [e[0] for e in entries] == ids[ids.index(deleted):] and got[1] == 1
+                assert [e[1] for e in entries] == [[b"f", b"original"]] * len(entries)
+                assert scribble(log, b"scribble", b"original") == 3
+            nursery.cancel_scope.cancel()
     h.state.topics.close()

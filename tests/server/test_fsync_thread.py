@@ -1,4 +1,4 @@
-"""server._fsync (a group commit's syncs on a thread without the GIL) and
+"""cluster.broker._fsync (a group commit's syncs on a thread without the GIL) and
 the group-commit rounds that use it, with real files and real failures."""
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import pytest
 import trio
 import trio.testing
 
-from server.durability import Durability, DurabilityError
+from cluster.broker.durability import Durability, DurabilityError
 from storage.log import PartitionLog
 from tests.storage.helpers import entries
 
 
 def _module():
-    from server import _fsync
+    from cluster.broker import _fsync
 
     return _fsync
 
@@ -28,7 +28,7 @@ def _module():
 def test_the_extension_is_built_and_used():
     """Every install with a C compiler builds it (pyproject ext-modules); a
     build that silently fell back to fsyncing on the event loop must fail CI."""
-    from server import durability
+    from cluster.broker import durability
 
     assert durability._fsync is _module()
 
@@ -927,7 +927,7 @@ async def test_a_failure_half_way_through_building_tickets_releases_them_and_kee
 
 
 class _CountingFsync:
-    """server._fsync, counting each job's descriptors, sends, and the
+    """cluster.broker._fsync, counting each job's descriptors, sends, and the
     descriptors pinned in ``cache`` when it starts."""
 
     def __init__(self, cache):
@@ -948,7 +948,7 @@ async def test_an_always_round_over_many_logs_syncs_in_bounded_chunks(tmp_path, 
     after the other on the thread, each within the bound (one ticket past
     it at most); the round's writers hear of it once, after its last chunk,
     which alone sends the replies handed over."""
-    import server.durability as durability_module
+    import cluster.broker.durability as durability_module
     from storage.handles import FileCache
 
     cache = FileCache(64)  # a ticket pins 8 at most

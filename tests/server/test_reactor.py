@@ -1,8 +1,10 @@
 """The server's own epoll set of client sockets (``server.reactor``) and what
-a plain connection does with it (``Connection._wait_input``,
-``_on_ready``, ``_answer_parked``): readiness reported once per arrival,
-a consumer's poll answered while the connection's task stays parked, and
-everything else handed to the task with nothing lost."""
+a plain connection does with it (server/connection.py: parked IDLE, OWNED):
+readiness reported once per arrival, a consumer's poll answered while the
+connection's task stays parked, a held connection's next XADDs taken
+without it, and everything else handed to the task with nothing lost.
+Observed from outside: replies, closes, INFO figures, the sockets' sends
+and receives, and the connection task's steps (a trio Instrument)."""
 
 from __future__ import annotations
 
@@ -279,17 +281,8 @@ async def test_other_input_while_parked_is_handed_to_the_task_unread_once(tmp_pa
     h = TopicsHarness(tmp_path)
     _fill(h)
     async with _serving(h) as (served, sock, conn):
-        recvs = []
-        real_recv = conn.sock.recv
-
-        def counting_recv(n, *args):
-            data = real_recv(n, *args)  # BlockingIOError passes through, not counted
-            recvs.append(data)
-            return data
-
-        conn.sock.recv = counting_recv
         await _park(sock)
-        recvs.clear()
+        h.recvs.clear()
         # Not a lone poll: two pipelined, a poll of a BLOCK form, a plain command.
         for request, expected in [
             (_poll() + _poll(b"1"), await _general_reply(h, _poll()) + await _general_reply(h, _poll(b"1"))),
@@ -306,8 +299,9 @@ async def test_other_input_while_parked_is_handed_to_the_task_unread_once(tmp_pa
             assert served.steps.count > steps  # the task answered it
         # Each request was received once, whole (in the reactor's step), and
         # the task did not receive it again.
-        assert recvs == [_poll() + _poll(b"1"), encode_command([b"XREAD", b"BLOCK", b"1", b"STREAMS", b"s", b"0"]),
-                         encode_command([b"ECHO", b"hi"])]
+        received = [data for data in h.recvs if data is not None]
+        assert received == [_poll() + _poll(b"1"), encode_command([b"XREAD", b"BLOCK", b"1", b"STREAMS", b"s", b"0"]),
+                            encode_command([b"ECHO", b"hi"])]
 
 
 async def test_a_reply_the_socket_does_not_take_is_finished_by_the_task(tmp_path):
@@ -387,9 +381,9 @@ async def test_a_fault_while_answering_a_parked_connection_closes_it(tmp_path, c
 # -- fsync always: a held connection's next XADDs taken in the reactor's step --
 
 def _always(tmp_path, **config_values):
-    """fsync always with the group commit's rounds on server._fsync's
+    """fsync always with the group commit's rounds on cluster.broker._fsync's
     thread, which sends the held replies itself (as the server runs it)."""
-    from server.durability import Durability
+    from cluster.broker.durability import Durability
 
     h = TopicsHarness(tmp_path, fsync="always", **config_values)
     h.state.durability = Durability()
@@ -538,10 +532,10 @@ async def test_a_fault_while_handing_taken_runs_over_closes_the_connection(tmp_p
     async with _serving(h) as (served, sock, conn):
         await _batch_answered(h, sock, 2)
 
-        def broken(out, send):
+        def broken(seq, callback, send=None):
             raise RuntimeError("boom")
 
-        conn._hold = broken  # (the fault: the reactor's hand-over fails)
+        h.state.durability.when_durable = broken  # (the fault: the hand-over to the round fails)
         with caplog.at_level(logging.ERROR, logger="partita.connection"):
             await sock.send(_batch(2, start=2))
             assert await _closed(sock) == b""  # closed, not left waiting

@@ -13,14 +13,14 @@ Must not know: sockets, RESP, commands, how a log lays out its files. It uses
 only the flush contract of ``storage.log.PartitionLog`` (docs/storage-api.md):
 ``ticket = log.begin_flush()`` on the trio thread, the ticket's syncs on
 another thread (``ticket.run()``, or ``ticket.sync_targets()`` synced by
-``server._fsync`` then ``ticket.finish()``), ``log.end_flush(ticket)`` back on
+``cluster.broker._fsync`` then ``ticket.finish()``), ``log.end_flush(ticket)`` back on
 the trio thread.
 
 Group commit: ``note_write`` returns a sequence number; a writer either
 awaits ``wait_for_flush(seq)`` or hands a callback to ``when_durable(seq,
 callback)`` and carries on (a connection hands over its held replies that
 way, so a round does not wake every writer). A round takes every log noted
-so far and fsyncs them on a thread of ``server._fsync`` that never takes the
+so far and fsyncs them on a thread of ``cluster.broker._fsync`` that never takes the
 GIL, while the loop serves other clients (their writes make the next round).
 That thread also sends the replies handed over with ``when_durable(...,
 send=...)`` as soon as the syncs succeed; then the loop wakes the waiters
@@ -65,7 +65,7 @@ from typing import Any
 import trio
 
 try:
-    from server import _fsync
+    from cluster.broker import _fsync
 except ImportError:  # built without a C compiler: the round fsyncs on the loop
     _fsync = None
 
@@ -103,7 +103,7 @@ class Durability:
     ``run_in_thread`` runs the ``everysec`` fsyncs off the trio thread. Tests
     pass an inline runner to stay deterministic under a virtual clock; a
     runner passed in also runs the ``always`` rounds' syncs, in place of
-    ``server._fsync``'s thread (whose real-time wait a virtual clock would
+    ``cluster.broker._fsync``'s thread (whose real-time wait a virtual clock would
     jump past).
 
     ``round_fds_max``: descriptors a chunk of a flush round holds at most
@@ -131,9 +131,9 @@ class Durability:
         # for the round's thread to send, sent what it took (None: not sent).
         self._pending: list[list[Any]] = []
         self._releasing = False  # the task running rounds for _pending is alive
-        # An eventfd server._fsync's thread signals when a round's syncs are done.
+        # An eventfd cluster.broker._fsync's thread signals when a round's syncs are done.
         self._wake_fd: int | None = None
-        # Whether the rounds run on server._fsync's thread, chained on the
+        # Whether the rounds run on cluster.broker._fsync's thread, chained on the
         # loop, and send held replies (not under a test's runner).
         self._chained = _fsync is not None and run_in_thread is None
         self._round: _Round | None = None  # the chained round in progress
@@ -178,7 +178,7 @@ class Durability:
         needs no task switch per writer).
 
         ``send``, ``(socket fd, payload)``: bytes to send as soon as the
-        round's syncs succeed. The thread of ``server._fsync`` that ran them
+        round's syncs succeed. The thread of ``cluster.broker._fsync`` that ran them
         sends them itself when the round takes this write (so neither the
         loop's wake-up nor its send delays the reply); ``sent`` is then the
         bytes the socket took (``-errno`` if it failed: the peer is gone),
@@ -317,7 +317,7 @@ class Durability:
                 self._everysec_dirty[id(lg)] = lg
 
     def _begin_round(self) -> None:
-        """Start a chained round (server._fsync's thread) for every write
+        """Start a chained round (cluster.broker._fsync's thread) for every write
         noted so far; the loop goes on at once."""
         queue = list(self._always_dirty.values())
         self._always_dirty.clear()
@@ -326,7 +326,7 @@ class Durability:
         self._run_chunks()
 
     def _run_chunks(self) -> None:
-        """Start the chained round's next chunk on server._fsync's thread
+        """Start the chained round's next chunk on cluster.broker._fsync's thread
         (the last one takes the held replies the round covers). A chunk with
         nothing to sync, or that could not start, ends here at once; the
         round ends here once no chunk is left, or one failed."""
@@ -514,7 +514,7 @@ class _Round:
         self.tickets: list[Any] = []
         self.last = False  # the chunk in progress is the round's last: it sends
         self.sends: list[list[Any]] = []  # when_durable entries the thread sends
-        self.job: Any = None  # server._fsync's job, None until started
+        self.job: Any = None  # cluster.broker._fsync's job, None until started
         self.error: BaseException | None = None  # a chunk failed, or could not start
 
 

@@ -1,5 +1,5 @@
 /*
- * server._fsync: fsync a group commit's files on a thread that never takes
+ * cluster.broker._fsync: fsync a group commit's files on a thread that never takes
  * the GIL, so the event loop keeps serving clients during the disk wait.
  *
  *   start(fds, wake_fd, sends=()) -> job
@@ -25,14 +25,14 @@
  *       the others if its thread has not finished sending (True); False:
  *       too late (or no descriptor to dup), the caller sends it. For a
  *       reply whose write the job's syncs cover but which was handed over
- *       after the job started (server/durability.py): a deferred commit's
+ *       after the job started (cluster/broker/durability.py): a deferred commit's
  *       writers hand over one by one, and a sync that ends before the last
  *       of them would otherwise leave their sends to the event loop.
  *
  *   done(job) -> bool
  *       Whether the thread has finished the job (its eventfd write may
  *       still be on its way): the loop ends a round as soon as it checks,
- *       without waiting for its poll to see wake_fd (server/durability.py).
+ *       without waiting for its poll to see wake_fd (cluster/broker/durability.py).
  *
  *   result(job) -> None | (fd, errno)
  *       After wake_fd was signalled: None if every sync succeeded, else the
@@ -64,7 +64,7 @@
  * returns, that thread must take the GIL back from a busy event loop, which
  * gives it up only every switch interval (5 ms), and each hand-over costs
  * both threads wake-ups. This thread needs no Python object: the loop waits
- * for wake_fd like for any socket (server/durability.py).
+ * for wake_fd like for any socket (cluster/broker/durability.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -77,7 +77,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define CAPSULE_NAME "server._fsync.job"
+#define CAPSULE_NAME "cluster.broker._fsync.job"
 
 #define NOT_TAKEN PY_SSIZE_T_MIN /* a send whose socket could not be dup'ed */
 
@@ -678,7 +678,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "server._fsync",
+    PyModuleDef_HEAD_INIT, "cluster.broker._fsync",
     "fsync a group commit's files on a thread that never takes the GIL.", -1, methods,
 };
 
