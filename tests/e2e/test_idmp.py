@@ -205,3 +205,13 @@ def test_dedup_and_xcfgset_survive_a_clean_restart_under_everysec(partita_factor
     assert r.xadd("s", {"f": "x"}, idmp=("p", b"old")) != first  # forgotten by XCFGSET before the restart
     info = r.xinfo_stream("s")
     assert (info["idmp-duration"], info["idmp-maxsize"], info["iids-added"], info["iids-duplicates"]) == (60, 10, 3, 2)
+
+
+def test_with_the_reference_policies_in_any_order(conn):
+    """Redis's "XADD IDMP with KEEPREF option" / "argument order variations"."""
+    first = conn.call("XADD", "s", "IDMP", "p1", "req-1", "KEEPREF", "MAXLEN", "~", "1000", "LIMIT", "10", "*",
+                      "field1", "value1", "field2", "value2")
+    assert conn.call("XADD", "s", "KEEPREF", "IDMP", "p1", "req-1", "*", "field3", "value3") == first
+    auto = conn.call("XADD", "s", "IDMPAUTO", "p1", "DELREF", "*", "f", "v")
+    assert conn.call("XADD", "s", "ACKED", "IDMPAUTO", "p1", "*", "f", "v") == auto
+    assert conn.call("XLEN", "s") == b":2\r\n"
