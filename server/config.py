@@ -297,6 +297,11 @@ OPTIONS: tuple[Option, ...] = (
            doc="accepted for Redis compatibility; no effect on Partita storage"),
     Option("stream-node-max-bytes", "size", 4096, minimum=0, maximum=I64,
            doc="accepted for Redis compatibility; no effect on Partita storage"),
+    # Redis 8.6's defaults of XADD IDMP's window, per stream unless XCFGSET sets one (docs/streams.md).
+    Option("stream-idmp-duration", "int", 100, minimum=1, maximum=86400,
+           doc="seconds an idempotent id of XADD IDMP is remembered (streams XCFGSET did not configure)"),
+    Option("stream-idmp-maxsize", "int", 100, minimum=1, maximum=10000,
+           doc="idempotent ids of XADD IDMP remembered per producer (streams XCFGSET did not configure)"),
     Option("appendonly", "bool", True, mutable=False,
            doc="always yes: every write goes to a partition log"),
     Option("save", "string", "", doc="accepted for Redis compatibility; Partita has no snapshots"),

@@ -96,7 +96,8 @@ class StreamInfo:
 
     __slots__ = ("length", "node_max_entries", "last_id", "max_deleted_entry_id", "entries_added",
                  "recorded_first_entry_id", "groups", "first_entry", "last_entry", "entries",
-                 "partitions", "log_start_offset", "log_end_offset", "segments", "bytes_on_disk")
+                 "partitions", "log_start_offset", "log_end_offset", "segments", "bytes_on_disk",
+                 "idmp")  # idmp: cluster.broker.producers.IdempotenceInfo
 
     def __init__(self, **fields: Any) -> None:
         for name in self.__slots__:
@@ -346,6 +347,7 @@ class ReadOps:
             log_end_offset=log.log_end_offset,
             segments=log.segment_count,
             bytes_on_disk=log.size_bytes,
+            idmp=self.idempotence_of(stream),
         )
         if full:
             info.entries = stream.range(MIN_ID, MAX_ID, count or None, view=True)

@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from cluster.broker.groups import GroupOps
+from cluster.broker.producers import ProducerOps
 from cluster.broker.reads import ReadOps
 from cluster.broker.references import KEEPREF, REF_POLICIES, ReferenceOps
 from cluster.errors import Moved
@@ -82,13 +83,14 @@ class XAddPlan:
     the append. ``entry_bytes``: the fields' total length, if the parser
     has it. ``options``: the words between the key and the fields as the
     client gave them, for a cluster node that forwards the append to the
-    partition's leader (which parses them again)."""
+    partition's leader (which parses them again). ``idmp``: IDMP / IDMPAUTO
+    (``cluster.broker.producers.Idempotence``; only with ``*``)."""
 
-    __slots__ = ("key", "fields", "id_ms", "id_seq", "nomkstream", "trim", "entry_bytes", "options")
+    __slots__ = ("key", "fields", "id_ms", "id_seq", "nomkstream", "trim", "entry_bytes", "options", "idmp")
 
     def __init__(self, key: bytes, fields: Sequence[bytes], id_ms: int | None = None,
                  id_seq: int | None = None, nomkstream: bool = False, trim: Trim | None = None,
-                 entry_bytes: int = -1, options: tuple[bytes, ...] = (b"*",)) -> None:
+                 entry_bytes: int = -1, options: tuple[bytes, ...] = (b"*",), idmp: Any = None) -> None:
         self.key = key
         self.fields = fields
         self.id_ms = id_ms
@@ -97,6 +99,7 @@ class XAddPlan:
         self.trim = trim
         self.entry_bytes = entry_bytes
         self.options = options
+        self.idmp = idmp
 
 
 class Receipt:
@@ -109,7 +112,7 @@ class Receipt:
         self.repl_pending = repl_pending
 
 
-class Session(GroupOps, ReadOps, ReferenceOps):
+class Session(GroupOps, ReadOps, ReferenceOps, ProducerOps):
     """One client's handle on a ``Broker`` (``Broker.session()``)."""
 
     __slots__ = ("broker", "client_id", "flush_seq", "repl_pending", "repl_writes", "may_defer", "may_block",
@@ -197,7 +200,7 @@ class Session(GroupOps, ReadOps, ReferenceOps):
         max_entry_bytes = topics.max_entry_bytes(topics.topic_of(key))
         if entry_bytes > max_entry_bytes:
             raise EntryTooLargeError(entry_bytes, max_entry_bytes)
-        deferrable = (self.may_defer and plan.id_ms is None and plan.trim is None
+        deferrable = (self.may_defer and plan.id_ms is None and plan.trim is None and plan.idmp is None
                       and entry_bytes < DEFER_MAX_BYTES)
         self.deferred = None
         if not deferrable:
@@ -208,11 +211,14 @@ class Session(GroupOps, ReadOps, ReferenceOps):
             # The topic key's slot is led here: pick the partition, and send
             # the append to its leader when that is another node.
             forwarder = replication.forwarder
-            target_key, leader = forwarder.choose(key, fields)
+            idmp = plan.idmp
+            target_key, leader = forwarder.choose(key, fields, idmp.producer_id if idmp is not None else None)
             if leader != forwarder.my_id:
                 if not self.may_block:
                     raise forwarder.in_transaction(key, target_key, leader)
                 return self._forward(plan, target_key, leader)
+        elif not deferrable and plan.idmp is not None and topics.is_multi(key):
+            target_key = self._idempotent_target(key, plan.idmp, fields)
         return self._append_to(plan, target_key, fields, deferrable)
 
     def _append_to(self, plan: XAddPlan, target_key: bytes, fields: Sequence[bytes],
@@ -242,7 +248,12 @@ class Session(GroupOps, ReadOps, ReferenceOps):
             else:
                 self.deferred = (stream, appends.round)
             return new_id
-        if plan.id_ms is None:
+        if plan.idmp is not None:
+            new_id, duplicate = self._append_idempotent(stream, plan)
+            if duplicate:
+                self.wrote_log(stream.log)  # the reply waits for the original's durability
+                return new_id
+        elif plan.id_ms is None:
             new_id = stream.add(fields)
         elif plan.id_seq is None:
             new_id = stream.add(fields, ms_given=plan.id_ms)

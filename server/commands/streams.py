@@ -1,8 +1,9 @@
 """Redis stream commands on Partita's partition logs.
 
-Owns: XADD, XRANGE, XREVRANGE, XLEN, XDEL, XDELEX, XTRIM, XSETID, XREAD and
-XINFO STREAM / HELP (with Redis 8.2's reference policies on XDELEX, XADD and
-XTRIM, and 8.10's MAXCOUNT / MAXSIZE on XREAD): argument parsing with Redis's own error texts (order
+Owns: XADD (with Redis 8.6's IDMP / IDMPAUTO), XCFGSET, XRANGE, XREVRANGE,
+XLEN, XDEL, XDELEX, XTRIM, XSETID, XREAD and XINFO STREAM / HELP (with Redis
+8.2's reference policies on XDELEX, XADD and XTRIM, and 8.10's MAXCOUNT /
+MAXSIZE on XREAD): argument parsing with Redis's own error texts (order
 of checks as in redis ``t_stream.c``), one call of the client's broker
 session (``ctx.session``, cluster.broker: writes, reads, topic fan-out), and
 shaping replies. Entries are never decoded: XRANGE/XREAD reply with the
@@ -32,7 +33,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from cluster.broker import AFTER_LAST, LAST_ENTRY, ReadPlan, Trim, XAddPlan
+from cluster.broker import AFTER_LAST, LAST_ENTRY, Idempotence, ReadPlan, Trim, XAddPlan
 from cluster.broker.references import REF_POLICIES
 from server.args import parse_ids_block, parse_int, parse_positive
 from server.errors import (
@@ -58,7 +59,7 @@ from storage.streams.ids import (
     parse_range_start,
     parse_strict_id,
 )
-from storage.streams.stream import ID_ZERO, StreamError
+from storage.streams.stream import ID_ZERO, IDMP_DURATION_MAX_S, IDMP_MAXSIZE_MAX, StreamError
 
 NO_SUCH_KEY = "no such key"
 
@@ -118,6 +119,10 @@ class _AddTrimArgs:
     stream_id: StreamId = MIN_ID
     id_pos: int = 0
     ref_policy: str = "KEEPREF"
+    idmp: Idempotence | None = None  # IDMP / IDMPAUTO (Redis 8.6)
+
+
+_IDMP_TWICE = "IDMP/IDMPAUTO specified multiple times"
 
 
 def _parse_add_or_trim(ctx, argv: list[bytes], xadd: bool) -> _AddTrimArgs:
@@ -160,6 +165,22 @@ def _parse_add_or_trim(ctx, argv: list[bytes], xadd: bool) -> _AddTrimArgs:
             args.no_mkstream = True
         elif word in REF_POLICY_WORDS:  # Redis 8.2; the last one given counts
             args.ref_policy = word.decode()
+        elif xadd and word == b"IDMPAUTO" and more:
+            if args.idmp is not None:
+                raise err(_IDMP_TWICE)
+            if not argv[i + 1]:
+                raise err("IDMPAUTO requires a non-empty producer ID")
+            args.idmp = Idempotence(argv[i + 1])
+            i += 1
+        elif xadd and word == b"IDMP" and more >= 2:
+            if args.idmp is not None:
+                raise err(_IDMP_TWICE)
+            if not argv[i + 1]:
+                raise err("IDMP requires a non-empty producer ID")
+            if not argv[i + 2]:
+                raise err("IDMP requires a non-empty idempotent ID")
+            args.idmp = Idempotence(argv[i + 1], argv[i + 2])
+            i += 2
         elif xadd:
             args.stream_id, args.seq_given = parse_id(opt, strict=True, allow_seq_star=True)
             args.id_given = True
@@ -182,6 +203,8 @@ def _parse_add_or_trim(ctx, argv: list[bytes], xadd: bool) -> _AddTrimArgs:
             args.limit = 10000
     else:
         args.limit = 0
+    if args.idmp is not None and args.id_given:
+        raise err("IDMP/IDMPAUTO can be used only with auto-generated IDs")
     return args
 
 
@@ -194,16 +217,18 @@ def _trim_of(args: _AddTrimArgs) -> Trim | None:
 @command(
     "xadd", arity=-5, flags="write denyoom fast", keys=(1, 1, 1), group="stream", since="5.0.0",
     summary="Appends a new message to a stream. Creates the key if it doesn't exist.",
-    syntax="XADD key [NOMKSTREAM] [KEEPREF | DELREF | ACKED] [<MAXLEN | MINID> [= | ~] threshold [LIMIT count]] <* | id> field value [field value ...]",
+    syntax="XADD key [NOMKSTREAM] [KEEPREF | DELREF | ACKED] [IDMPAUTO producer-id | IDMP producer-id idempotent-id] [<MAXLEN | MINID> [= | ~] threshold [LIMIT count]] <* | id> field value [field value ...]",
     acl_categories=("write", "stream", "fast"),
 )
 def xadd(ctx, argv):
-    """XADD key [NOMKSTREAM] [KEEPREF | DELREF | ACKED] [<MAXLEN | MINID> [= | ~] threshold [LIMIT count]] <* | id> field value [field value ...]
+    """XADD key [NOMKSTREAM] [KEEPREF | DELREF | ACKED] [IDMPAUTO producer-id | IDMP producer-id idempotent-id] [<MAXLEN | MINID> [= | ~] threshold [LIMIT count]] <* | id> field value [field value ...]
 
     Parsed here into an ``XAddPlan``; ``Session.append`` (cluster.broker)
     does the rest: partition (forwarded to its leader in a cluster), limits,
     ID, deferral or an immediate log batch, trim, wake-ups, and what the
-    reply waits for.
+    reply waits for. With IDMP / IDMPAUTO a retry of a recorded append
+    answers the original entry's ID and writes nothing
+    (cluster/broker/producers.py; docs/streams.md "Idempotent production").
     """
     if argv[2] == b"*" and len(argv) & 1:  # the hot form, no options: no parsing needed
         plan = XAddPlan(argv[1], argv[3:], options=(b"*",))
@@ -220,7 +245,7 @@ def xadd(ctx, argv):
             id_ms = args.stream_id.ms
             id_seq = args.stream_id.seq if args.seq_given else None
         plan = XAddPlan(argv[1], argv[field_pos:], id_ms, id_seq, args.no_mkstream, _trim_of(args),
-                        options=tuple(argv[2:field_pos]))
+                        options=tuple(argv[2:field_pos]), idmp=args.idmp)
     new_id = ctx.session.append(plan)
     if new_id.__class__ is StreamId:
         return b"%d-%d" % new_id
@@ -285,6 +310,42 @@ def xtrim(ctx, argv):
     """
     args = _parse_add_or_trim(ctx, argv, xadd=False)
     return ctx.session.trim(argv[1], _trim_of(args))
+
+
+@command(
+    "xcfgset", arity=-2, flags="write fast", keys=(1, 1, 1), group="stream", since="8.6.0",
+    summary="Sets the IDMP configuration parameters for a stream.",
+    syntax="XCFGSET key [IDMP-DURATION duration] [IDMP-MAXSIZE maxsize]",
+    acl_categories=("write", "stream", "fast"),
+)
+def xcfgset(ctx, argv):
+    """XCFGSET key [IDMP-DURATION duration] [IDMP-MAXSIZE maxsize]
+
+    How long (seconds) and how many (per producer) idempotent ids XADD IDMP
+    remembers; a changed value forgets the recorded ones (Redis 8.6). Every
+    partition of a topic key.
+    """
+    if len(argv) == 2:
+        raise err("At least one parameter must be specified")
+    duration = maxsize = None
+    i = 2
+    while i < len(argv):
+        word = _keyword(argv[i])
+        if i + 1 == len(argv) or word not in (b"IDMP-DURATION", b"IDMP-MAXSIZE"):
+            raise syntax_error()
+        value = parse_int(argv[i + 1])
+        if word == b"IDMP-DURATION":
+            if not 1 <= value <= IDMP_DURATION_MAX_S:
+                raise err(f"IDMP-DURATION must be between 1 and {IDMP_DURATION_MAX_S} seconds")
+            duration = value
+        else:
+            if not 1 <= value <= IDMP_MAXSIZE_MAX:
+                raise err(f"IDMP-MAXSIZE must be between 1 and {IDMP_MAXSIZE_MAX} entries")
+            maxsize = value
+        i += 2
+    if not ctx.session.configure_idempotence(argv[1], duration, maxsize):
+        raise err(NO_SUCH_KEY)
+    return OK
 
 
 # ------------------------------------------------------- XRANGE / XREVRANGE
@@ -666,6 +727,7 @@ def xinfo_stream(ctx, argv):
     info["max-deleted-entry-id"] = found.max_deleted_entry_id.encode()
     info["entries-added"] = found.entries_added
     info["recorded-first-entry-id"] = found.recorded_first_entry_id.encode()
+    _idempotence_fields(info, found.idmp)
     if full:
         info["entries"] = found.entries
         info["groups"] = groups_full_reply(ctx.session.groups_full(key, count))
@@ -679,3 +741,14 @@ def xinfo_stream(ctx, argv):
     info["segments"] = found.segments
     info["bytes-on-disk"] = found.bytes_on_disk
     return info
+
+
+def _idempotence_fields(info: Map, idmp) -> None:
+    """XINFO STREAM's (and FULL's) idempotence fields, Redis 8.6's, in its
+    order; they follow ``recorded-first-entry-id`` (cluster.broker.producers)."""
+    info["idmp-duration"] = idmp.duration_s
+    info["idmp-maxsize"] = idmp.maxsize
+    info["pids-tracked"] = idmp.pids_tracked
+    info["iids-tracked"] = idmp.iids_tracked
+    info["iids-added"] = idmp.iids_added
+    info["iids-duplicates"] = idmp.iids_duplicates

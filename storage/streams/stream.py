@@ -27,13 +27,19 @@ How Redis's counters map onto the log:
                            does not raise it on trims, nor do we)
 ``recorded-first-entry-id`` the first live entry's ID, ``0-0`` when empty
                            (what Redis's ``first_id`` always equals)
+``idmp-duration``,         persisted (XCFGSET), else the server's defaults
+``idmp-maxsize``           (``idmp_defaults``); with the offset at which
+                           XCFGSET last forgot the idempotent ids. The ids
+                           themselves are the log's producer-state table
+                           (``storage.producers``), written with the entries
 =========================  =================================================
 
 Metadata file format: ``stream.meta`` (JSON, written atomically: tmp, fsync,
 rename, fsync of the directory)::
 
     {"version": 1, "last_generated_id": [ms, seq],
-     "max_deleted_entry_id": [ms, seq], "entries_added_adjust": n}
+     "max_deleted_entry_id": [ms, seq], "entries_added_adjust": n,
+     "idmp": [duration_s, maxsize, cleared_at]}    (only once XCFGSET set it)
 
 Known difference from Redis: a deleted entry still occupies its ID in the
 log, so XSETID below the ID of a deleted top entry is refused
@@ -59,9 +65,16 @@ from typing import Callable, Iterable, Sequence
 from storage.checkpoint import read_file, write_atomic
 from storage.entry_codec import encode_entry, encode_pair, split_entries
 from storage.errors import Refusal
+from storage.records import ProducerRecord
 from storage.streams.ids import MAX_ID, MIN_ID, UINT64_MAX, StreamId
 
 META_FILE_NAME = "stream.meta"
+
+# XCFGSET's bounds and Redis 8.6's defaults (``stream-idmp-duration``,
+# ``stream-idmp-maxsize``).
+IDMP_DURATION_MAX_S = 86400
+IDMP_MAXSIZE_MAX = 10000
+IDMP_DEFAULTS = (100, 100)
 
 # Why an append or XSETID is refused (``StreamError.code``); the texts
 # clients see are the front-end's (Redis's t_stream.c ones: server/failures.py).
@@ -87,17 +100,23 @@ class StreamMeta:
     last_generated_id: StreamId = MIN_ID
     max_deleted_entry_id: StreamId = MIN_ID
     entries_added_adjust: int = 0
+    # XCFGSET (Redis 8.6): IDMP-DURATION and IDMP-MAXSIZE (None: the server's
+    # defaults) and the log offset at which the idempotent ids were last
+    # forgotten (records of batches below it do not count).
+    idmp_duration_s: int | None = None
+    idmp_maxsize: int | None = None
+    idmp_cleared_at: int = 0
 
     def to_bytes(self) -> bytes:
-        return json.dumps(
-            {
-                "version": 1,
-                "last_generated_id": list(self.last_generated_id),
-                "max_deleted_entry_id": list(self.max_deleted_entry_id),
-                "entries_added_adjust": self.entries_added_adjust,
-            },
-            sort_keys=True,
-        ).encode()
+        obj = {
+            "version": 1,
+            "last_generated_id": list(self.last_generated_id),
+            "max_deleted_entry_id": list(self.max_deleted_entry_id),
+            "entries_added_adjust": self.entries_added_adjust,
+        }
+        if self.idmp_duration_s is not None or self.idmp_maxsize is not None or self.idmp_cleared_at:
+            obj["idmp"] = [self.idmp_duration_s, self.idmp_maxsize, self.idmp_cleared_at]
+        return json.dumps(obj, sort_keys=True).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> StreamMeta:
@@ -108,11 +127,22 @@ class StreamMeta:
         adjust = obj["entries_added_adjust"]
         if type(adjust) is not int or not -(2**63) <= adjust < 2**63:
             raise ValueError(f"entries_added_adjust {adjust!r} out of range")
+        duration, maxsize, cleared_at = obj.get("idmp", (None, None, 0))
+        if not (_optional_in(duration, 1, IDMP_DURATION_MAX_S) and _optional_in(maxsize, 1, IDMP_MAXSIZE_MAX)
+                and type(cleared_at) is int and 0 <= cleared_at < 2**63):
+            raise ValueError(f"idmp {obj.get('idmp')!r} out of range")
         return cls(
             last_generated_id=_stored_id(obj["last_generated_id"]),
             max_deleted_entry_id=_stored_id(obj["max_deleted_entry_id"]),
             entries_added_adjust=adjust,
+            idmp_duration_s=duration,
+            idmp_maxsize=maxsize,
+            idmp_cleared_at=cleared_at,
         )
+
+
+def _optional_in(value, lo: int, hi: int) -> bool:
+    return value is None or (type(value) is int and lo <= value <= hi)
 
 
 def _stored_id(value) -> StreamId:
@@ -156,11 +186,13 @@ class Stream:
         *,
         clock_ms: Callable[[], int] = wall_clock_ms,
         node_max_entries: int = 100,
+        idmp_defaults: tuple[int, int] = IDMP_DEFAULTS,
     ) -> None:
         self.log = log
         self.meta_path = Path(meta_path)
         self.clock_ms = clock_ms
         self.node_max_entries = node_max_entries
+        self.idmp_defaults = idmp_defaults  # (duration s, maxsize) where XCFGSET set none
         self.meta = StreamMeta()
         stored = read_file(self.meta_path)
         if stored is not None:
@@ -180,6 +212,7 @@ class Stream:
                     "max-deleted-entry-id %s, entries-added %d)",
                     self.meta_path, exc, last, last, log.log_end_offset)
         self._stored_meta = StreamMeta(**vars(self.meta))
+        self.configure_producers()
         # Deferred appends (``add(..., defer=True)``): entries with IDs
         # assigned, not yet in the log; ``commit()`` writes them as one batch.
         self._pending: list[tuple[int, int, bytes]] = []
@@ -292,8 +325,12 @@ class Stream:
         ms_given: int | None = None,
         id_given: StreamId | None = None,
         defer: bool = False,
+        producer: ProducerRecord | None = None,
     ) -> StreamId:
         """XADD one entry; returns its ID. Raises StreamError.
+
+        ``producer``: the record of an idempotent append (XADD IDMP), written
+        in the entry's batch (never deferred).
 
         Without ``defer`` the entry is one log batch, written now (after any
         deferred entries). With ``defer`` the ID is assigned now and the
@@ -330,13 +367,39 @@ class Stream:
             return new
         if self._pending:
             self.commit()
-        self._append([(new[0], new[1], enc)])
+        self._append([(new[0], new[1], enc)], (producer,) if producer is not None else ())
         return new
 
-    def _append(self, batch: list[tuple[int, int, bytes]]) -> None:
+    def add_batch(self, entries: Sequence[Sequence[bytes]], producer: ProducerRecord | None = None) -> list[StreamId]:
+        """Several entries, IDs assigned as ``*`` does, in one log batch (a
+        Kafka producer's batch; ``producer`` its record, covering them all).
+        Returns their IDs. Raises StreamError."""
+        assert entries
+        if self._pending:
+            self.commit()
+        ms, seq = self.last_id
+        now_ms = self.clock_ms()
+        batch = []
+        for fields in entries:
+            if now_ms > ms:
+                ms, seq = now_ms, 0
+            elif seq != UINT64_MAX:
+                seq += 1
+            elif ms != UINT64_MAX:
+                ms, seq = ms + 1, 0
+            else:
+                raise StreamError(ID_EXHAUSTED)
+            batch.append((ms, seq, encode_entry((ms, seq), fields)))
+        self._append(batch, (producer,) if producer is not None else ())
+        return [StreamId(ms, seq) for ms, seq, _ in batch]
+
+    def _append(self, batch: list[tuple[int, int, bytes]], producers: tuple = ()) -> None:
         """One log batch (``add`` and ``commit``); see ``on_first_append_refused``."""
         try:
-            self.log.append(batch, self.leader_epoch)
+            if producers:
+                self.log.append(batch, self.leader_epoch, producers)
+            else:
+                self.log.append(batch, self.leader_epoch)
         except Exception:
             if self.on_first_append_refused is not None:
                 self.on_first_append_refused()
@@ -568,6 +631,43 @@ class Stream:
         """Entries with IDs greater than ``after`` (XREAD); ``view`` as for ``range``."""
         res = self.log.read_after_id(after[0], after[1], count, view)
         return Entries(res.count, res.chunks) if res.count else EMPTY
+
+    # ------------------------------------------------------------ idempotence
+
+    def idmp_config(self, meta: StreamMeta | None = None) -> tuple[int, int]:
+        """``(IDMP-DURATION s, IDMP-MAXSIZE)``: XCFGSET's (in ``meta``, by
+        default this stream's), else the defaults."""
+        meta = meta or self.meta
+        duration, maxsize = self.idmp_defaults
+        return (duration if meta.idmp_duration_s is None else meta.idmp_duration_s,
+                maxsize if meta.idmp_maxsize is None else meta.idmp_maxsize)
+
+    def configure_producers(self, meta: StreamMeta | None = None) -> None:
+        """Give the log's producer-state table the IDMP settings of ``meta``
+        (by default this stream's; a follower gives its leader's before it
+        appends the batches that came with them). No I/O: the table loads
+        when needed."""
+        meta = meta or self.meta
+        duration, maxsize = self.idmp_config(meta)
+        producers = self.log.producers
+        producers.configure(maxsize, duration * 1000)
+        producers.clear_ids(meta.idmp_cleared_at)
+
+    def set_idmp_config(self, duration_s: int | None, maxsize: int | None) -> bool:
+        """XCFGSET: the values not given stay. When either changes, every
+        idempotent id recorded so far is forgotten (Redis 8.6); returns
+        whether anything changed."""
+        old = self.idmp_config()
+        new = (old[0] if duration_s is None else duration_s, old[1] if maxsize is None else maxsize)
+        if new == old:
+            return False
+        if self._pending:
+            self.commit()
+        self.meta.idmp_duration_s, self.meta.idmp_maxsize = new
+        self.meta.idmp_cleared_at = self.log.log_end_offset
+        self._save_meta()
+        self.configure_producers()
+        return True
 
     # ------------------------------------------------------------- metadata
 

@@ -11,6 +11,10 @@ from __future__ import annotations
 import socket
 
 PARTITA_XINFO_FIELDS = (b"partitions", b"log-start-offset", b"log-end-offset", b"segments", b"bytes-on-disk")
+# Redis 8.6's idempotence fields (XADD IDMP), which the differential tests'
+# redis-server (7.0) does not have; tests/e2e/test_idmp.py checks them.
+IDEMPOTENCE_XINFO_FIELDS = (b"idmp-duration", b"idmp-maxsize", b"pids-tracked", b"iids-tracked", b"iids-added",
+                            b"iids-duplicates")
 
 
 def port_of(server) -> int:
@@ -125,4 +129,5 @@ def info_pairs(reply: bytes) -> list:
 
 
 def without_partita_fields(pairs: list) -> list:
-    return [(k, v) for k, v in pairs if k not in PARTITA_XINFO_FIELDS]
+    """XINFO STREAM's pairs without what Redis 7.0 does not show."""
+    return [(k, v) for k, v in pairs if k not in PARTITA_XINFO_FIELDS and k not in IDEMPOTENCE_XINFO_FIELDS]
