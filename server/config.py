@@ -312,6 +312,11 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 OPTIONS_BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
+# Values never shown by SLOWLOG or MONITOR (CONFIG SET's are redacted there,
+# as Redis redacts its SENSITIVE_CONFIG ones); names Partita does not have
+# yet are listed so that they stay hidden once it does.
+SENSITIVE = frozenset({"requirepass", "masterauth", "masteruser", "cluster-secret", "tls-key-file-pass",
+                       "tls-client-key-file-pass"})
 _ALIASES = {"fsync": "appendfsync", "appendfsync": "fsync"}
 
 
