@@ -131,7 +131,7 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
     durability.policy_of = getattr(topics, "fsync_policy_of", None)  # per-topic fsync
     state.durability = durability
     dispatcher = Dispatcher(state, registry.client_table())
-    bus_dispatcher = Dispatcher(state, bus.table())  # the cluster bus's table
+    bus_dispatcher = Dispatcher(state, bus.table(), observed=False)  # the cluster bus's table (not monitored)
     state.port = sockets[0].getsockname()[1]
     config.port = state.port
     connections: set = set()

@@ -32,6 +32,7 @@ import trio
 from cluster.broker import Broker
 from server.acl import AclRegistry
 from server.config import Config
+from server.diagnostics import Diagnostics
 
 REDIS_VERSION = "7.0.15"  # the Redis version whose behaviour Partita matches
 
@@ -120,7 +121,7 @@ class Client:
         "multi_queue", "multi_bytes", "multi_error", "watched", "watch_dirty", "lib_name", "lib_ver",
         "addr", "laddr", "fd", "created", "last_interaction", "last_command",
         "close_after_reply", "kill_requested", "no_evict", "no_touch", "blocked",
-        "_kill", "acl",
+        "_kill", "acl", "monitor", "_on_monitor",
     )
 
     def __init__(self, client_id: int, addr: str = "", laddr: str = "", fd: int = -1) -> None:
@@ -154,6 +155,17 @@ class Client:
         # The ACL user (server.acl.User) when it is restricted; None when it
         # may run everything (the dispatcher's whole ACL cost is this check).
         self.acl: Any = None
+        # In MONITOR mode: its ``server.diagnostics.MonitorFeed``; the
+        # connection's hook that serves it (set by the connection).
+        self.monitor: Any = None
+        self._on_monitor: Callable[[], None] | None = None
+
+    def begin_monitor(self, feed: Any) -> None:
+        """MONITOR: from now on this client is sent ``feed``'s lines (its
+        connection serves them: ``_on_monitor``)."""
+        self.monitor = feed
+        if self._on_monitor is not None:
+            self._on_monitor()
 
     def kill(self) -> None:
         """Close this client's connection (CLIENT KILL, SHUTDOWN)."""
@@ -164,7 +176,7 @@ class Client:
     def info_line(self) -> str:
         """One CLIENT LIST / CLIENT INFO line, fields as Redis 7.0 prints them."""
         now = time.time()
-        flags = ""
+        flags = "O" if self.monitor is not None else ""
         if self.in_multi:
             flags += "x"
         if self.blocked:
@@ -220,6 +232,8 @@ class ServerState:
         self.broker.keys.subscribe(self._watched_key_modified)
         self.clients: dict[int, Client] = {}
         self.stats = Stats()
+        # MONITOR, SLOWLOG and LATENCY (server/diagnostics.py).
+        self.diagnostics = Diagnostics(config)
         self.started = time.time()
         self.started_monotonic = time.monotonic()
         self.pid = os.getpid()
@@ -285,6 +299,9 @@ class ServerState:
         return client
 
     def remove_client(self, client: Client) -> None:
+        if client.monitor is not None:
+            self.diagnostics.detach_monitor(client.monitor)
+            client.monitor = None
         self.unwatch_all(client)
         self.clients.pop(client.id, None)
 

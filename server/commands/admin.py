@@ -168,6 +168,9 @@ def reset(ctx, argv):
     if client.in_multi:
         ctx.dispatcher.discard(ctx)
     ctx.server.unwatch_all(client)
+    if client.monitor is not None:  # a monitor stops monitoring (its connection notices)
+        ctx.server.diagnostics.detach_monitor(client.monitor)
+        client.monitor = None
     client.protocol = 2
     client.name = b""
     client.db = 0
