@@ -232,8 +232,10 @@ class ServerState:
         self.broker.keys.subscribe(self._watched_key_modified)
         self.clients: dict[int, Client] = {}
         self.stats = Stats()
-        # MONITOR, SLOWLOG and LATENCY (server/diagnostics.py).
+        # MONITOR, SLOWLOG and LATENCY (server/diagnostics.py); the latency
+        # sampler it hands to the broker and the group commit (None: off).
         self.diagnostics = Diagnostics(config)
+        self.diagnostics.hand_sampler(self._hand_latency)
         self.started = time.time()
         self.started_monotonic = time.monotonic()
         self.pid = os.getpid()
@@ -272,6 +274,15 @@ class ServerState:
     @durability.setter
     def durability(self, durability: Any) -> None:
         self.broker.durability = durability
+        if durability is not None:
+            durability.latency = self.broker.latency
+
+    def _hand_latency(self, sampler: Any) -> None:
+        """The latency monitor went on (``sampler(event, ms)``) or off (None):
+        the lower layers time their events only while it is on."""
+        self.broker.latency = sampler
+        if self.broker.durability is not None:
+            self.broker.durability.latency = sampler
 
     @property
     def replication(self) -> Any:

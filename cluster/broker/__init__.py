@@ -65,6 +65,10 @@ class Broker:
         # In a cluster (cluster.runtime.replication.Replication): routing,
         # leadership and in-sync checks, acks=all waits, forwarding; else None.
         self.replication: Any = None
+        # ``latency(event, ms)``: the front-end's latency monitor, set while
+        # it is on (None: nothing is timed). The commit of deferred appends
+        # reports its log writes as ``aof-write``.
+        self.latency: Callable[[str, int], None] | None = None
 
     def session(self, client_id: int = 0) -> Session:
         """A session for one client (``client_id`` spreads its forwarded

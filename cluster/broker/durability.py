@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any
 
 import trio
@@ -142,6 +143,11 @@ class Durability:
         # of this module's own writes on a worker thread (_write_checkpoints).
         self._checkpoints: list[Any] = []
         self._checkpointing = False
+        # ``latency(event, ms)``: the front-end's latency monitor while it is
+        # on (None: rounds are not timed). A round of group commit, from its
+        # start to its end (what its writers wait for), is an
+        # ``aof-fsync-always`` event, Redis's name for its always-fsync.
+        self.latency: Any = None
 
     def note_write(self, log_: Any, policy: str) -> int:
         """Record that ``log_`` was appended to; the seq to wait for, or 0."""
@@ -276,6 +282,7 @@ class Durability:
             target = self._noted_seq
             queue = list(self._always_dirty.values())
             self._always_dirty.clear()
+            started_ns = time.perf_counter_ns()
             with trio.CancelScope(shield=True):  # the round is every writer's, not its caller's
                 try:
                     await self._flush_round_logs(queue)
@@ -284,6 +291,8 @@ class Durability:
                     raise
             self._flushed_seq = target
             self.fsync_count += 1
+            if self.latency is not None:
+                self.latency("aof-fsync-always", (time.perf_counter_ns() - started_ns) // 1_000_000)
             self._eager = self._noted_seq > target
         except Exception as e:  # storage errors: refuse to acknowledge
             raise self._record_failure(target, e) from e
@@ -323,6 +332,8 @@ class Durability:
         self._always_dirty.clear()
         self._flushing = True
         self._round = _Round(self._noted_seq, queue)
+        if self.latency is not None:
+            self._round.started_ns = time.perf_counter_ns()
         self._run_chunks()
 
     def _run_chunks(self) -> None:
@@ -391,6 +402,8 @@ class Durability:
         if round_.error is None:
             self._flushed_seq = target
             self.fsync_count += 1
+            if round_.started_ns and self.latency is not None:
+                self.latency("aof-fsync-always", (time.perf_counter_ns() - round_.started_ns) // 1_000_000)
         else:  # storage errors: refuse to acknowledge
             self._keep_dirty(round_.queue)
             failure = self._record_failure(target, round_.error)
@@ -505,7 +518,7 @@ class _Round:
     """A chained round in progress (``Durability._begin_round``), synced a
     chunk of tickets at a time."""
 
-    __slots__ = ("target", "queue", "logs", "tickets", "last", "sends", "job", "error")
+    __slots__ = ("target", "queue", "logs", "tickets", "last", "sends", "job", "error", "started_ns")
 
     def __init__(self, target: int, queue: list[Any]) -> None:
         self.target = target  # every write noted up to here
@@ -516,6 +529,7 @@ class _Round:
         self.sends: list[list[Any]] = []  # when_durable entries the thread sends
         self.job: Any = None  # cluster.broker._fsync's job, None until started
         self.error: BaseException | None = None  # a chunk failed, or could not start
+        self.started_ns = 0  # when it began, while the latency monitor is on
 
 
 def _fail_tickets(tickets: list[Any], failures: list[tuple[int, int]], first: OSError) -> None:
