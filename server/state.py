@@ -24,6 +24,7 @@ The contract for command handlers:
 from __future__ import annotations
 
 import os
+import resource
 import time
 from typing import Any, Callable
 
@@ -105,6 +106,20 @@ class Stats:
         if t1 <= t0 or c1 < c0:
             return 0
         return int((c1 - c0) / (t1 - t0))
+
+
+def rss_bytes() -> int:
+    """The process's resident set size now (INFO memory, MEMORY STATS)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def peak_rss_bytes() -> int:
+    """The process's highest resident set size so far."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def valid_client_name(name: bytes) -> bool:
@@ -238,6 +253,7 @@ class ServerState:
         self.diagnostics.hand_sampler(self._hand_latency)
         self.started = time.time()
         self.started_monotonic = time.monotonic()
+        self.started_rss_bytes = rss_bytes()  # MEMORY STATS startup.allocated
         self.pid = os.getpid()
         self.run_id = os.urandom(20).hex()
         self.port = config.port  # the bound port (differs when config says 0)

@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from cluster.broker.groups import GroupOps
+from cluster.broker.memory import MemoryOps
 from cluster.broker.producers import ProducerOps
 from cluster.broker.reads import ReadOps
 from cluster.broker.references import KEEPREF, REF_POLICIES, ReferenceOps
@@ -112,7 +113,7 @@ class Receipt:
         self.repl_pending = repl_pending
 
 
-class Session(GroupOps, ReadOps, ReferenceOps, ProducerOps):
+class Session(GroupOps, ReadOps, ReferenceOps, ProducerOps, MemoryOps):
     """One client's handle on a ``Broker`` (``Broker.session()``)."""
 
     __slots__ = ("broker", "client_id", "flush_seq", "repl_pending", "repl_writes", "may_defer", "may_block",
