@@ -19,13 +19,23 @@ def test_info_sections_and_fields(partita_shared):
                   "connected_clients", "maxclients", "blocked_clients", "used_memory", "total_connections_received",
                   "total_commands_processed", "instantaneous_ops_per_sec", "role", "used_cpu_sys"):
         assert field in info, field
-    assert info["redis_version"] == "7.0.15" and info["role"] == "master"
+    assert info["redis_version"] == "8.10.0" and info["role"] == "master"
     assert info["tcp_port"] == partita_shared.port
     everything = r.info("everything")
     assert "cmdstat_info" in everything
     assert r.info("partita")["data_dir"] == str(partita_shared.data_dir)
     assert set(r.info("server", "clients")) >= {"redis_version", "connected_clients"}
     assert r.info("nosuchsection") == {}
+
+
+def test_hello_and_info_name_the_redis_release_matched(partita_shared):
+    """Clients gate Redis 8 stream features on the version: Redis 8.10's."""
+    r = partita_shared.client(protocol=3)
+    hello = r.execute_command("HELLO", "3")
+    assert hello[b"version"] == b"8.10.0" and hello[b"server"] == b"redis"
+    info = r.info("server")
+    assert info["redis_version"] == "8.10.0" and "partita_version" in info
+    r.close()
 
 
 def test_info_keyspace_counts_topics(partita_server):
