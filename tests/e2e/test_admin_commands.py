@@ -144,6 +144,23 @@ def test_config_get_set_several_and_globs(partita_shared):
         ask(conn, b"CONFIG", b"SET", b"fsync", b"everysec", b"loglevel", b"notice", b"stream-node-max-entries", b"100")
 
 
+def test_config_accepts_redis_names_for_compatibility(partita_server):
+    """Redis 8's redis.conf names: accepted, kept and shown, aliases together."""
+    r = partita_server.client()
+    assert r.config_set("maxmemory-policy", "noeviction") is True
+    assert r.config_set("latency-monitor-threshold", 10) is True
+    assert r.config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}
+    assert r.config_get("latency-monitor-threshold") == {"latency-monitor-threshold": "10"}
+    assert r.config_set("maxmemory-policy", "allkeys-lrm") is True  # Redis 8.6's policies
+    assert r.config_set("slave-read-only", "no") is True
+    assert r.config_get("replica-read-only") == {"replica-read-only": "no"}
+    assert r.config_get("cluster-slot-stats-enabled") == {"cluster-slot-stats-enabled": "no"}
+    with pytest.raises(redis.ResponseError, match="can't set immutable config"):
+        r.config_set("io-threads", 4)
+    assert len(r.config_get("*")) > 200
+    r.close()
+
+
 def test_config_set_proto_max_bulk_len_applies_to_connected_clients(partita_server):
     with RawConn(partita_server.port) as conn:
         assert conn.request(b"CONFIG SET proto-max-bulk-len 1mb\r\n") == b"+OK\r\n"
