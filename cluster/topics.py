@@ -509,16 +509,11 @@ class TopicRegistry:
         plog = self.log_manager.partition(topic, partition, cfg)
         if plog.config != cfg:
             plog.config = cfg
-        stream = Stream(plog, partition_dir(plog) / META_FILE_NAME,
-                        node_max_entries=self._node_max_entries())
+        stream = Stream(plog, partition_dir(plog) / META_FILE_NAME)
         if topic in self._unwritten:
             stream.on_first_append_refused = lambda: self._drop_if_unwritten(topic)
         self._streams[(topic, partition)] = stream
         return stream
-
-    def _node_max_entries(self) -> int:
-        value = getattr(self.config, "stream_node_max_entries", 100)
-        return int(value) if value is not None else 100
 
     def get(self, key: bytes) -> Stream | None:
         """The stream a key names, or None when its topic does not exist.

@@ -51,24 +51,28 @@ class EntryTooLargeError(Exception):
 class Trim:
     """A trim of a stream (XADD's MAXLEN/MINID, XTRIM): ``strategy`` is
     ``"MAXLEN"`` (keep ``maxlen`` entries) or ``"MINID"`` (drop entries below
-    ``minid``); ``approx`` trims whole segments only, at most ``limit``
-    entries (0: no limit)."""
+    ``minid``); ``approx`` trims whole nodes of ``node_entries`` entries only
+    (Redis's ``stream-node-max-entries`` when the command ran), at most
+    ``limit`` entries (0: no limit)."""
 
-    __slots__ = ("strategy", "approx", "maxlen", "minid", "limit")
+    __slots__ = ("strategy", "approx", "maxlen", "minid", "limit", "node_entries")
 
     def __init__(self, strategy: str, approx: bool = False, maxlen: int = 0,
-                 minid: tuple[int, int] = (0, 0), limit: int = 0) -> None:
+                 minid: tuple[int, int] = (0, 0), limit: int = 0, node_entries: int = 100) -> None:
         assert strategy in ("MAXLEN", "MINID")
         self.strategy = strategy
         self.approx = approx
         self.maxlen = maxlen
         self.minid = minid
         self.limit = limit
+        self.node_entries = node_entries
 
     def apply(self, stream: Any) -> int:
         if self.strategy == "MAXLEN":
-            return stream.trim_maxlen(self.maxlen, approx=self.approx, limit=self.limit)
-        return stream.trim_minid(StreamId(*self.minid), approx=self.approx, limit=self.limit)
+            return stream.trim_maxlen(self.maxlen, approx=self.approx, limit=self.limit,
+                                      node_entries=self.node_entries)
+        return stream.trim_minid(StreamId(*self.minid), approx=self.approx, limit=self.limit,
+                                 node_entries=self.node_entries)
 
 
 class XAddPlan:

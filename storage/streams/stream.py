@@ -9,7 +9,8 @@ Owns: what makes a ``PartitionLog`` behave as a Redis stream:
   backwards within the partition, and the "equal or smaller" checks on
   explicit IDs (redis ``t_stream.c::streamAppendItem``);
 - XDEL (the log's deletion markers), XTRIM / MAXLEN / MINID (moving the log
-  start offset; ``~`` only at segment boundaries), XSETID;
+  start offset; ``~`` at the boundaries of Redis's nodes of
+  ``stream-node-max-entries`` entries, ``_trim_nodes``), XSETID;
 - the stream metadata Redis exposes and the log does not know, kept in a
   small per-partition file (see ``StreamMeta``).
 
@@ -71,6 +72,11 @@ SEQ_EXHAUSTED = "seq-exhausted"  # ``<ms>-*`` after ``<ms>-<max seq>``
 ID_EXHAUSTED = "id-exhausted"  # the last ID was max-max
 SETID_BELOW_TOP = "setid-below-top"  # XSETID below the top entry's ID
 SETID_ENTRIES_ADDED_BELOW_LENGTH = "setid-entries-added-below-length"
+SETID_BELOW_MAX_DELETED = "setid-below-max-deleted"  # XSETID below the current max-deleted-entry-id (7.2+)
+
+# Redis's default ``stream-node-max-entries``: the node size of ``~`` trims
+# (``Stream._trim_nodes``) when none is given, and when it is 0.
+DEFAULT_NODE_ENTRIES = 100
 
 
 class StreamError(Refusal):
@@ -155,12 +161,10 @@ class Stream:
         meta_path: Path,
         *,
         clock_ms: Callable[[], int] = wall_clock_ms,
-        node_max_entries: int = 100,
     ) -> None:
         self.log = log
         self.meta_path = Path(meta_path)
         self.clock_ms = clock_ms
-        self.node_max_entries = node_max_entries
         self.meta = StreamMeta()
         stored = read_file(self.meta_path)
         if stored is not None:
@@ -434,15 +438,17 @@ class Stream:
 
     # ------------------------------------------------------------------ trim
 
-    def trim_maxlen(self, maxlen: int, *, approx: bool = False, limit: int = 0) -> int:
-        """Keep ``maxlen`` live entries (``~``: whole segments only, at most
-        ``limit`` entries removed when ``limit`` > 0). Returns entries removed."""
+    def trim_maxlen(self, maxlen: int, *, approx: bool = False, limit: int = 0,
+                    node_entries: int = DEFAULT_NODE_ENTRIES) -> int:
+        """Keep ``maxlen`` live entries; returns entries removed. ``approx``
+        (``~``): whole nodes of ``node_entries`` only, at most ``limit``
+        entries removed when ``limit`` > 0 (see ``_trim_nodes``)."""
         if self.length <= maxlen:
             return 0
-        if approx:
-            return self._trim_segments(maxlen=maxlen, limit=limit)
         log = self.log
         start, end = log.log_start_offset, log.log_end_offset
+        if approx:
+            return self._trim_nodes(lambda nb: self._live_between(nb, end) >= maxlen, limit, node_entries)
         if maxlen == 0:
             new_start = end
         elif log.live_count == end - start:
@@ -463,51 +469,79 @@ class Stream:
             new_start = res.entries[-1][0]
         return self._advance_to(new_start)
 
-    def trim_minid(self, minid: StreamId, *, approx: bool = False, limit: int = 0) -> int:
-        """Remove entries with IDs below ``minid`` (``~``: whole segments only)."""
+    def trim_minid(self, minid: StreamId, *, approx: bool = False, limit: int = 0,
+                   node_entries: int = DEFAULT_NODE_ENTRIES) -> int:
+        """Remove entries with IDs below ``minid`` (``~``: whole nodes only)."""
         log = self.log
         cut = log.find_offset(minid[0], minid[1], inclusive=True)
         if cut <= log.log_start_offset:
             return 0
         if approx:
-            return self._trim_segments(cut=cut, limit=limit)
+            return self._trim_nodes(lambda nb: nb <= cut, limit, node_entries)
         return self._advance_to(cut)
 
-    def _trim_segments(self, *, maxlen: int | None = None, cut: int | None = None,
-                       limit: int = 0) -> int:
-        """Redis's node loop in ``streamTrim`` with segments for nodes."""
-        log = self.log
-        new_start = log.log_start_offset
-        remaining = log.live_count
-        removed = 0
-        for base, next_base in self._segment_ranges():
-            if maxlen is not None and remaining <= maxlen:
-                break
-            live = self._live_between(base, next_base)
-            if limit and removed + live > limit:
-                break
-            if maxlen is not None:
-                remove = remaining - live >= maxlen
-            else:
-                remove = next_base <= cut
-            if not remove:
-                break
-            new_start = next_base
-            remaining -= live
-            removed += live
-        if new_start == log.log_start_offset:
-            return 0
-        return self._advance_to(new_start)
+    def _trim_nodes(self, removable: Callable[[int], bool], limit: int, node_entries: int) -> int:
+        """Redis's node loop in ``streamTrim`` for ``~``, on logical nodes.
 
-    def _segment_ranges(self) -> list[tuple[int, int]]:
-        """``[base, next_base)`` of each segment from the log start to the end."""
+        Redis keeps a stream in nodes of at most ``stream-node-max-entries``
+        entries, deleted ones included, and an approximate trim removes
+        whole nodes from the head while the next one may go (MAXLEN: the
+        entries after it are still enough; MINID: its last ID is below the
+        threshold) and ``limit`` live entries are not passed. Here node
+        ``k`` is the offsets ``[k * node_entries, (k + 1) * node_entries)``:
+        offsets count every entry ever appended, deleted ones included, as
+        Redis's nodes do, so the boundaries are where Redis's are for a
+        stream built under one node size. ``removable(nb)``: may the log
+        start move to node boundary ``nb`` (the entries before it gone).
+        It and the limit hold up to some boundary and not after it, so the
+        furthest boundary allowed is found by bisection (O(log nodes)
+        marker counts, no entry read). Whole segments still go only by
+        retention or once the log start passes their end
+        (``advance_log_start_offset``)."""
         log = self.log
         start, end = log.log_start_offset, log.log_end_offset
-        bases = sorted({max(_segment_base(info), start) for info in log.segments()})
-        bases = [b for b in bases if b < end] or [start]
-        if bases[0] != start:
-            bases[0] = start
-        return list(zip(bases, bases[1:] + [end]))
+        if start >= end:
+            return 0
+        size = node_entries if node_entries > 0 else DEFAULT_NODE_ENTRIES
+        first = (start // size + 1) * size  # the first node boundary after the log start
+        count = -(-(end - first) // size) + 1 if first < end else 1  # boundaries up to ``end``, inclusive
+
+        def boundary(i: int) -> int:
+            return min(first + i * size, end)
+
+        def allowed(nb: int) -> bool:
+            return removable(nb) and (not limit or self._live_between(start, nb) <= limit)
+
+        lo, hi = -1, count - 1  # the furthest allowed boundary's index (-1: none)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if allowed(boundary(mid)):
+                lo = mid
+            else:
+                hi = mid - 1
+        if lo < 0:
+            return 0
+        return self._advance_to(boundary(lo))
+
+    def node_count(self, node_entries: int = DEFAULT_NODE_ENTRIES) -> int:
+        """How many logical nodes (``_trim_nodes``) hold a live entry: XINFO
+        STREAM's ``radix-tree-keys`` (Redis frees a node whose entries are
+        all deleted)."""
+        log = self.log
+        start, end = log.log_start_offset, log.log_end_offset
+        if log.live_count == 0:
+            return 0
+        size = node_entries if node_entries > 0 else DEFAULT_NODE_ENTRIES
+        nodes = (end - 1) // size - start // size + 1
+        if log.live_count == end - start:
+            return nodes
+        deleted: dict[int, int] = {}
+        for offset in log.deleted_offsets():
+            deleted[offset // size] = deleted.get(offset // size, 0) + 1
+        for node, n in deleted.items():
+            if n == min((node + 1) * size, end) - max(node * size, start):
+                nodes -= 1
+        return nodes
 
     def _live_between(self, start: int, end: int) -> int:
         log = self.log
@@ -571,11 +605,3 @@ class Stream:
             return
         write_atomic(self.meta_path, self.meta.to_bytes())
         self._stored_meta = StreamMeta(**vars(self.meta))
-
-
-def _segment_base(info) -> int:
-    for name in ("base_offset", "base"):
-        value = getattr(info, name, None)
-        if value is not None:
-            return value
-    return info[0]

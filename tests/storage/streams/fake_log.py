@@ -65,6 +65,9 @@ class FakeLog:
                 n += 1
         return n
 
+    def deleted_offsets(self):
+        return sorted(o for o in self.deleted if o >= self.log_start_offset)
+
     def advance_log_start_offset(self, offset):
         self.log_start_offset = max(self.log_start_offset, min(offset, self.log_end_offset))
 
