@@ -309,7 +309,7 @@ class Session(GroupOps, ReadOps):
         if budget <= 0:
             return None
         max_entry_bytes = min(topics.max_entry_bytes(topics.topic_of(key)), DEFER_MAX_BYTES - 1)
-        last_ms, last_seq = stream.last_id
+        last_ms, last_seq = stream.id_floor
         end, entries, replies, last_ms, last_seq, used = scan(
             last_ms, last_seq, stream.clock_ms(), max_entry_bytes, budget)
         if not entries:

@@ -23,7 +23,9 @@ How Redis's counters map onto the log:
                            adjustment is 0 unless XSETID ENTRIESADDED set it)
 ``last-generated-id``      max(persisted value, ``log.last_id``): XADD needs
                            no metadata write; XSETID and XDEL of the top
-                           entry do
+                           entry do. After an XSETID below the log's last
+                           ID (its entries trimmed or deleted), the XSETID's
+                           value until the next append
 ``max-deleted-entry-id``   persisted; raised by XDEL, set by XSETID (Redis
                            does not raise it on trims, nor do we)
 ``recorded-first-entry-id`` the first live entry's ID, ``0-0`` when empty
@@ -34,12 +36,14 @@ Metadata file format: ``stream.meta`` (JSON, written atomically: tmp, fsync,
 rename, fsync of the directory)::
 
     {"version": 1, "last_generated_id": [ms, seq],
-     "max_deleted_entry_id": [ms, seq], "entries_added_adjust": n}
+     "max_deleted_entry_id": [ms, seq], "entries_added_adjust": n,
+     "set_below_log": [ms, seq]}         (the last key only after such an XSETID)
 
-Known difference from Redis: a deleted entry still occupies its ID in the
-log, so XSETID below the ID of a deleted top entry is refused
-(``SETID_BELOW_TOP``: Redis's "smaller than the target stream top item"
-error), where Redis accepts it.
+Known difference from Redis: trimmed and deleted entries keep their IDs in
+the log, whose IDs only increase, so after an XSETID below them (accepted
+as in Redis) an explicit XADD ID between the new last ID and the highest ID
+the log holds is refused with Redis's "equal or smaller" error
+(``id_floor``), where Redis accepts it.
 
 Thread contract: as ``PartitionLog``, one thread.
 
@@ -93,17 +97,21 @@ class StreamMeta:
     last_generated_id: StreamId = MIN_ID
     max_deleted_entry_id: StreamId = MIN_ID
     entries_added_adjust: int = 0
+    # The log's last ID when XSETID set ``last_generated_id`` below it (None
+    # otherwise): while the log's last ID is still that one, Redis's
+    # last-generated-id is ``last_generated_id`` (``Stream.last_id``).
+    set_below_log: StreamId | None = None
 
     def to_bytes(self) -> bytes:
-        return json.dumps(
-            {
-                "version": 1,
-                "last_generated_id": list(self.last_generated_id),
-                "max_deleted_entry_id": list(self.max_deleted_entry_id),
-                "entries_added_adjust": self.entries_added_adjust,
-            },
-            sort_keys=True,
-        ).encode()
+        obj = {
+            "version": 1,
+            "last_generated_id": list(self.last_generated_id),
+            "max_deleted_entry_id": list(self.max_deleted_entry_id),
+            "entries_added_adjust": self.entries_added_adjust,
+        }
+        if self.set_below_log is not None:
+            obj["set_below_log"] = list(self.set_below_log)
+        return json.dumps(obj, sort_keys=True).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> StreamMeta:
@@ -114,10 +122,12 @@ class StreamMeta:
         adjust = obj["entries_added_adjust"]
         if type(adjust) is not int or not -(2**63) <= adjust < 2**63:
             raise ValueError(f"entries_added_adjust {adjust!r} out of range")
+        below = obj.get("set_below_log")
         return cls(
             last_generated_id=_stored_id(obj["last_generated_id"]),
             max_deleted_entry_id=_stored_id(obj["max_deleted_entry_id"]),
             entries_added_adjust=adjust,
+            set_below_log=None if below is None else _stored_id(below),
         )
 
 
@@ -210,6 +220,19 @@ class Stream:
         """Redis's ``last-generated-id`` (counting deferred entries)."""
         if self._pending:
             return self._pending_last
+        meta = self.meta
+        log_last = self.log.last_id
+        if meta.set_below_log is not None and meta.set_below_log == tuple(log_last):
+            return meta.last_generated_id  # XSETID went below IDs the log still holds
+        return max(meta.last_generated_id, StreamId(*log_last))
+
+    @property
+    def id_floor(self) -> StreamId:
+        """What a new entry's ID must exceed: ``last_id``, or, after an XSETID
+        below IDs of entries trimmed or deleted but still in the log (they
+        keep their offsets), the log's last ID (IDs increase along a log)."""
+        if self._pending:
+            return self._pending_last
         return max(self.meta.last_generated_id, StreamId(*self.log.last_id))
 
     @property
@@ -266,10 +289,12 @@ class Stream:
         """The ID XADD would use (redis ``streamAppendItem``); raises StreamError.
 
         ``id_given`` is an explicit full ID; ``ms_given`` is the ``<ms>-*`` form;
-        neither means ``*``.
+        neither means ``*``. The ID is Redis's, from ``last_id``; one not above
+        ``id_floor`` is refused (``*``: the next ID above it).
         """
         last = self.last_id
-        if last == MAX_ID:
+        floor = self.id_floor
+        if floor == MAX_ID:
             raise StreamError(ID_EXHAUSTED)
         if id_given is not None:
             new = StreamId(*id_given)
@@ -284,8 +309,8 @@ class Stream:
                 new = StreamId(ms_given, 0)
         else:
             now_ms = self.clock_ms()
-            new = StreamId(now_ms, 0) if now_ms > last.ms else last.incr()
-        if new <= last:
+            new = StreamId(now_ms, 0) if now_ms > floor.ms else floor.incr()
+        if new <= floor:
             raise StreamError(ID_TOO_SMALL)
         return new
 
@@ -310,8 +335,7 @@ class Stream:
         """
         if ms_given is None and id_given is None:
             # ``*``: ``next_id`` inlined (the hot XADD path).
-            last = self._pending_last if self._pending else self.last_id
-            ms, seq = last
+            ms, seq = self.id_floor
             now_ms = self.clock_ms()
             if now_ms > ms:
                 new = _new_id(StreamId, (now_ms, 0))
@@ -356,7 +380,7 @@ class Stream:
         if not entries:
             return
         first = entries[0]
-        if (first[0], first[1]) <= self.last_id or (last[0], last[1]) != entries[-1][:2]:
+        if (first[0], first[1]) <= self.id_floor or (last[0], last[1]) != entries[-1][:2]:
             raise StreamError(ID_TOO_SMALL)
         self._pending += entries
         self._pending_last = _new_id(StreamId, (last[0], last[1]))
@@ -414,26 +438,28 @@ class Stream:
         entries_added: int | None = None,
         max_deleted_entry_id: StreamId | None = None,
     ) -> None:
-        """XSETID after argument checks (``max_deleted <= new_last`` checked by caller).
-
-        Redis 7.0 checks the new ID against the top live entry only (not
-        against the current max-deleted-entry-id); so do we, plus the log's
-        last ID (see the module docstring).
-        """
+        """XSETID after argument checks (``max_deleted <= new_last`` checked by
+        the caller), with Redis 7.2's checks in its order: not below the
+        current max-deleted-entry-id; with live entries, not below the top
+        live entry and ENTRIESADDED not below the length. Trimmed entries
+        do not count (XSETID on a stream trimmed empty may go below their
+        IDs: ``last_id``, ``id_floor``)."""
+        meta = self.meta
+        if new_last < meta.max_deleted_entry_id:
+            raise StreamError(SETID_BELOW_MAX_DELETED)
         if self.length > 0:
             top = self.last_live_id()
             if top is not None and new_last < top:
                 raise StreamError(SETID_BELOW_TOP)
             if entries_added is not None and self.length > entries_added:
                 raise StreamError(SETID_ENTRIES_ADDED_BELOW_LENGTH)
-        # Partita: the log keeps deleted entries' IDs; IDs must keep increasing.
-        if new_last < StreamId(*self.log.last_id):
-            raise StreamError(SETID_BELOW_TOP)
-        self.meta.last_generated_id = new_last
+        log_last = StreamId(*self.log.last_id)
+        meta.last_generated_id = new_last
+        meta.set_below_log = log_last if new_last < log_last else None
         if entries_added is not None:
-            self.meta.entries_added_adjust = entries_added - self.log.log_end_offset
+            meta.entries_added_adjust = entries_added - self.log.log_end_offset
         if max_deleted_entry_id is not None and max_deleted_entry_id != MIN_ID:
-            self.meta.max_deleted_entry_id = max_deleted_entry_id
+            meta.max_deleted_entry_id = max_deleted_entry_id
         self._save_meta()
 
     # ------------------------------------------------------------------ trim

@@ -34,7 +34,10 @@ CASES = [
     (StreamError(stream.ID_ZERO), "ERR The ID specified in XADD must be greater than 0-0"),
     (StreamError(stream.ID_TOO_SMALL),
      "ERR The ID specified in XADD is equal or smaller than the target stream top item"),
-    (StreamError(stream.SEQ_EXHAUSTED), "ERR Elements are too large to be stored"),
+    (StreamError(stream.SEQ_EXHAUSTED),  # Redis 7.2+'s text (7.0: "Elements are too large to be stored")
+     "ERR The ID specified in XADD is equal or smaller than the target stream top item"),
+    (StreamError(stream.SETID_BELOW_MAX_DELETED),
+     "ERR The ID specified in XSETID is smaller than current max_deleted_entry_id"),
     (StreamError(stream.ID_EXHAUSTED),
      "ERR The stream has exhausted the last possible ID, unable to add more items"),
     (StreamError(stream.SETID_BELOW_TOP),

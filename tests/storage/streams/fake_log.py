@@ -43,7 +43,7 @@ class FakeLog:
 
     @property
     def last_id(self):
-        return self.ids[-1] if self.ids and self.log_start_offset < len(self.ids) else (0, 0)
+        return self.ids[-1] if self.ids else (0, 0)  # kept when trimmed, as PartitionLog does
 
     @property
     def live_count(self) -> int:

@@ -18,6 +18,7 @@ from storage.streams.stream import (
     ID_TOO_SMALL,
     ID_ZERO,
     SEQ_EXHAUSTED,
+    SETID_BELOW_MAX_DELETED,
     SETID_BELOW_TOP,
     SETID_ENTRIES_ADDED_BELOW_LENGTH,
     Stream,
@@ -222,9 +223,9 @@ def test_setid_rules(make_stream):
     assert info.value.code == SETID_ENTRIES_ADDED_BELOW_LENGTH
     s.set_id(StreamId(5, 0), entries_added=10, max_deleted_entry_id=StreamId(4, 0))
     assert s.last_id == (5, 0) and s.entries_added == 10 and s.max_deleted_entry_id == (4, 0)
-    with pytest.raises(StreamError) as info:
-        s.set_id(StreamId(2, 5))
-    assert info.value.code == SETID_BELOW_TOP
+    with pytest.raises(StreamError) as info:  # Redis 7.2+: not below the max-deleted-entry-id
+        s.set_id(StreamId(3, 5))
+    assert info.value.code == SETID_BELOW_MAX_DELETED
     with pytest.raises(StreamError) as info:
         s.add([b"a", b"1"], id_given=StreamId(5, 0))
     assert info.value.code == ID_TOO_SMALL
@@ -234,18 +235,42 @@ def test_setid_rules(make_stream):
     assert again.last_id == (5, 1) and again.entries_added == 11 and again.max_deleted_entry_id == (4, 0)
 
 
-def test_setid_below_a_deleted_top_entry_is_refused(make_stream):
-    # Partita keeps deleted entries' IDs in the log, so IDs may not go below
-    # them (Redis would accept this XSETID: documented difference).
+def test_setid_on_a_stream_trimmed_empty_goes_below_the_trimmed_ids(make_stream):
+    # Redis checks the entries that exist: XADD MAXLEN 0 leaves none, so any
+    # ID not below max-deleted-entry-id is accepted.
+    s = make_stream()
+    s.add([b"a", b"b"], id_given=StreamId(1000, 0))
+    assert s.trim_maxlen(0) == 1
+    s.set_id(StreamId(200, 0))
+    assert s.last_id == (200, 0) and s.entries_added == 1
+    again = Stream(s.log, s.meta_path)  # persisted
+    assert again.last_id == (200, 0)
+    # The log keeps 1000-0 (trimmed): a new ID must exceed it (Partita's difference).
+    with pytest.raises(StreamError) as info:
+        s.add([b"a", b"1"], id_given=StreamId(300, 0))
+    assert info.value.code == ID_TOO_SMALL
+    assert s.add([b"a", b"1"]) > (1000, 0)  # ``*``
+    assert s.last_id > (1000, 0)
+
+
+def test_setid_below_a_deleted_top_entry(make_stream):
+    # XDEL raises max-deleted-entry-id, which XSETID may not go below (7.2+);
+    # once MAXDELETEDID lowered it, Redis accepts an ID below the deleted
+    # top entry, and so does Partita, whose log keeps that entry's ID.
     s = make_stream()
     s.add([b"a", b"1"], id_given=StreamId(1, 0))
     s.add([b"a", b"1"], id_given=StreamId(5, 0))
     s.delete([StreamId(5, 0)])
-    s.set_id(StreamId(5, 0), max_deleted_entry_id=StreamId(0, 1))  # lowers max-deleted
     with pytest.raises(StreamError) as info:
         s.set_id(StreamId(4, 0))
-    assert info.value.code == SETID_BELOW_TOP
-    assert s.last_id == (5, 0)
+    assert info.value.code == SETID_BELOW_MAX_DELETED
+    s.set_id(StreamId(5, 0), max_deleted_entry_id=StreamId(0, 1))  # lowers max-deleted
+    s.set_id(StreamId(4, 0))
+    assert s.last_id == (4, 0)
+    with pytest.raises(StreamError):
+        s.add([b"a", b"1"], id_given=StreamId(4, 5))
+    assert s.add([b"a", b"1"], id_given=StreamId(6, 0)) == (6, 0)
+    assert s.last_id == (6, 0)
 
 
 def test_exact_maxlen_after_random_deletions_matches_a_model(make_stream):
