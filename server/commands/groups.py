@@ -361,7 +361,7 @@ def _parse_xreadgroup(argv: list[bytes], view: bool) -> GroupRead:
         elif word == b"STREAMS" and more:
             streams_arg = i + 1
             if (argc - streams_arg) % 2:
-                raise err("Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.")  # 7.0's text, XREADGROUP too
+                raise err("Unbalanced 'xreadgroup' list of streams: for each stream key an ID or '>' must be specified.")
             break
         elif word == b"GROUP" and more >= 2:
             group, consumer = argv[i + 1], argv[i + 2]

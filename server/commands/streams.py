@@ -472,8 +472,12 @@ def _parse_xread(argv: list[bytes]) -> ReadPlan:
             streams_arg = i + 1
             n = argc - streams_arg
             if n % 2:
-                raise err("Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.")
+                raise err("Unbalanced 'xread' list of streams: for each stream key an ID, '+', or '$' must be specified.")
             break
+        elif word == b"GROUP" and more >= 2:
+            raise err("The GROUP option is only supported by XREADGROUP. You called XREAD instead.")
+        elif word == b"NOACK":
+            raise err("The NOACK option is only supported by XREADGROUP. You called XREAD instead.")
         else:
             raise syntax_error()
         i += 1

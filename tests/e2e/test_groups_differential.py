@@ -136,7 +136,6 @@ def test_xreadgroup_new_history_and_errors(pair):
         XREADGROUP GROUP g STREAMS s 0
         XREADGROUP c STREAMS s 0 0 0
         XREADGROUP COUNT 1 STREAMS s 0 0 0
-        XREADGROUP GROUP g c STREAMS s 0 0
         XREADGROUP GROUP g c NOACK STREAMS s >
         XDEL s 2-0
         XREADGROUP GROUP g c STREAMS s 0
