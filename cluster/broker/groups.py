@@ -52,11 +52,10 @@ from storage.streams.groups import (
     ConsumerGroup,
     GroupError,
     GroupStore,
-    advance_entries_read,
     check_dead_letter,
+    entries_read_after,
     group_lag,
     groups_of,
-    range_has_tombstones,
 )
 from storage.streams.ids import format_id
 
@@ -265,8 +264,23 @@ class _Counters:
     @property
     def first_id(self):
         if self._first is None:
-            self._first = tuple(self._stream.first_entry_id()) if self.length else ZERO_ID
+            stream = self._stream
+            log = stream.log
+            if not self.length:
+                self._first = ZERO_ID
+            elif log.live_count == log.log_end_offset - log.log_start_offset:  # no deleted entry: no read
+                self._first = tuple(log.entry_id(log.log_start_offset))
+            else:
+                self._first = tuple(stream.first_entry_id())
         return self._first
+
+
+def _at_most_added(entries_read: int | None, stream: Any) -> int | None:
+    """XGROUP CREATE / SETID's ENTRIESREAD, at most the stream's entries-added
+    (Redis 8.2.2, redis #14259: a larger one made the lag negative)."""
+    if entries_read is not None and entries_read > stream.entries_added:
+        return stream.entries_added
+    return entries_read
 
 
 def _entry(stream: Any, sid: StreamIdT) -> bytes | memoryview | None:
@@ -415,7 +429,7 @@ class GroupOps:
             self.wrote_log(stream.log)
             self.broker.keys.signal(key)
         store = groups_of(stream)
-        store.create_group(name, last_id, entries_read, max_deliveries=max_deliveries,
+        store.create_group(name, last_id, _at_most_added(entries_read, stream), max_deliveries=max_deliveries,
                            dead_letter_key=dead_letter_key)
         self.wrote_group(store)
 
@@ -438,7 +452,8 @@ class GroupOps:
             raise GroupOpError(NO_GROUP_FOR_KEY, key=key, group=name)
         if late is not None:
             raise late
-        store.set_id(name, tuple(stream.last_id) if last_id is None else tuple(last_id), entries_read)
+        store.set_id(name, tuple(stream.last_id) if last_id is None else tuple(last_id),
+                     _at_most_added(entries_read, stream))
         self.wrote_group(store)
 
     def group_destroy(self, key: bytes, name: bytes) -> int:
@@ -622,13 +637,7 @@ class GroupOps:
             return None
         self.broker.topics.note_entries_out(res.count)
         ids = [(ms, seq) for _, ms, seq in res.entries]
-        counters = _Counters(stream)
-        entries_read = group.entries_read
-        if entries_read is not None and not range_has_tombstones(counters, ids[0], None):
-            entries_read += len(ids)  # no tombstone after the first: none after any
-        else:
-            for sid in ids:
-                entries_read = advance_entries_read(counters, group, entries_read, sid)
+        entries_read = entries_read_after(_Counters(stream), last_id, group.entries_read, ids)
         store.deliver(group.name, consumer, ids, ids[-1], entries_read, now_ms, noack=noack)
         self.wrote_group(store)
         return Delivery(t.key, res.count, res.chunks, view)

@@ -4,7 +4,7 @@ Owns: ``ConsumerGroup`` (name, ``last_id`` = last-delivered-id, ``entries_read``
 the pending entries list, consumers, the dead-letter setting), ``Consumer``,
 ``PendingEntry``, ``PendingList`` (a PEL ordered by ID), and ``GroupStore``:
 every group of one partition, persisted in that partition's directory as a
-journal of mutations compacted by snapshots. Also Redis 7's rules for a
+journal of mutations compacted by snapshots. Also Redis 8's rules for a
 group's ``entries_read`` and lag (``t_stream.c::streamEstimateDistanceFromFirstEverEntry``,
 ``streamReplyWithCGLag``) as pure functions of a stream's counters.
 
@@ -375,7 +375,8 @@ class ConsumerGroup:
 
 
 # --------------------------------------------------------------------------
-# Redis 7 entries_read / lag rules
+# Redis 8 entries_read / lag rules (7.4 and 8.0's fixes: redis #13338,
+# #13473, #13958)
 # --------------------------------------------------------------------------
 
 
@@ -395,11 +396,11 @@ class StreamCounters(Protocol):
 
 
 def range_has_tombstones(s: StreamCounters, start: StreamIdT | None, end: StreamIdT | None = None) -> bool:
-    """Redis ``streamRangeHasTombstones``: may an XDEL hole lie in ``[start, end]``?"""
+    """Redis ``streamRangeHasTombstones``: may an XDEL hole lie in ``[start, end]``?
+    (Since 7.4 a hole before the first entry counts too: it may still be
+    after a group's last-delivered-id.)"""
     mdel = tuple(s.max_deleted_entry_id)
     if not s.length or mdel == ZERO_ID:
-        return False
-    if tuple(s.first_id) > mdel:
         return False
     lo = start if start is not None else ZERO_ID
     hi = end if end is not None else MAX_ID
@@ -431,8 +432,11 @@ def estimate_entries_read(s: StreamCounters, sid: StreamIdT) -> int | None:
 
 def group_lag(s: StreamCounters, group: ConsumerGroup) -> int | None:
     """Redis ``streamReplyWithCGLag``: entries not yet delivered, or None."""
-    if not s.entries_added:
-        return 0
+    if not s.entries_added or not s.length:
+        return 0  # a new stream, or every entry deleted or trimmed
+    first = tuple(s.first_id)
+    if group.last_id < first and tuple(s.max_deleted_entry_id) < first:
+        return s.length  # the group and every hole are before the first entry
     if group.entries_read is not None and not range_has_tombstones(s, group.last_id, None):
         return s.entries_added - group.entries_read
     entries_read = estimate_entries_read(s, group.last_id)
@@ -441,16 +445,20 @@ def group_lag(s: StreamCounters, group: ConsumerGroup) -> int | None:
     return s.entries_added - entries_read
 
 
-def advance_entries_read(s: StreamCounters, group: ConsumerGroup, entries_read: int | None, sid: StreamIdT) -> int | None:
-    """The group's ``entries_read`` after delivering ``sid`` (> last_id) with ``>``.
-
-    ``entries_read`` is the counter before this entry (the caller threads it
-    through a batch). Redis ``streamReplyWithRange``'s group branch.
-    """
-    if entries_read is not None and not range_has_tombstones(s, sid, None):
-        return entries_read + 1
-    if s.entries_added:
-        return estimate_entries_read(s, sid)
+def entries_read_after(s: StreamCounters, last_id: StreamIdT, entries_read: int | None,
+                       ids: Sequence[StreamIdT]) -> int | None:
+    """A group's ``entries_read`` after delivering ``ids`` (ascending, all
+    after ``last_id``, its last-delivered-id before) with ``>``: Redis
+    ``streamReplyWithRange``'s group branch for each. The counter counts on
+    while it is valid, the group is not behind the first entry and no hole
+    lies after its last-delivered-id; else it is estimated again."""
+    for i, sid in enumerate(ids):
+        if (entries_read is not None and last_id >= tuple(s.first_id)
+                and not range_has_tombstones(s, last_id, None)):
+            return entries_read + len(ids) - i  # holds for every later ID too
+        if s.entries_added:
+            entries_read = estimate_entries_read(s, sid)
+        last_id = sid
     return entries_read
 
 

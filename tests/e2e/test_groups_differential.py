@@ -29,7 +29,7 @@ def test_xgroup_create_setid_destroy_and_errors(pair):
         XADD s 3-0 c 3
         XGROUP CREATE s g $
         XGROUP CREATE s g2 0
-        XGROUP CREATE s g3 0 ENTRIESREAD 1
+        XGROUP CREATE s g3 1-0 ENTRIESREAD 1
         XGROUP CREATE s g $
         XGROUP CREATE nokey g $
         XGROUP CREATE nokey g bad
@@ -37,7 +37,7 @@ def test_xgroup_create_setid_destroy_and_errors(pair):
         XGROUP CREATE s g4 bad
         XGROUP CREATE s g4 -
         XGROUP CREATE s g5 0 ENTRIESREAD -2
-        XGROUP CREATE s g5 0 ENTRIESREAD 10
+        XGROUP CREATE s g5 3-0 ENTRIESREAD 3
         XGROUP CREATE s g6 0 ENTRIESREAD x
         XGROUP CREATE s g7 0 FOO
         XGROUP create s g7 0 FOO
@@ -45,7 +45,7 @@ def test_xgroup_create_setid_destroy_and_errors(pair):
         XGROUP CREATE s g9 0 MKSTREAM MKSTREAM MKSTREAM MKSTREAM
         XGROUP CREATE s g9 0 ENTRIESREAD 3 ENTRIESREAD
         XGROUP CREATE s
-        XGROUP CREATE made g $ MKSTREAM ENTRIESREAD 5
+        XGROUP CREATE made g $ MKSTREAM ENTRIESREAD 0
         XINFO GROUPS made
         EXISTS made
         XINFO GROUPS s
@@ -67,7 +67,7 @@ def test_xgroup_create_setid_destroy_and_errors(pair):
         XGROUP SETID s g2 +
         XINFO GROUPS s
         XGROUP SETID s g2 5
-        XGROUP SETID s g2 $ ENTRIESREAD 7
+        XGROUP SETID s g2 $ ENTRIESREAD 3
         XINFO GROUPS s
         XGROUP DESTROY s g3
         XGROUP DESTROY s g3
