@@ -112,8 +112,6 @@ REFUSALS = {
     group_ops.NO_GROUP_TO_READ: (
         "NOGROUP", lambda key, group: (f"No such key '{_c(key)}' or consumer group '{_c(group)}' "
                                        "in XREADGROUP with GROUP option")),
-    group_ops.GROUP_GONE: ("NOGROUP", "the consumer group this client was blocked on no longer exists"),
-    group_ops.KEY_GONE: ("UNBLOCKED", "the stream key no longer exists"),
     group_ops.DEAD_LETTER_IS_SOURCE: ("ERR", "the DEADLETTER key must differ from the stream key"),
     # The group store's own (BUSYGROUP and the dead-letter settings reach
     # clients through the operations above; the others should not escape):

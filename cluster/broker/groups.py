@@ -68,8 +68,6 @@ NO_SUCH_KEY = "group-info-no-key"  # key: XINFO GROUPS / CONSUMERS of a key that
 NO_KEY_OR_GROUP = "no-key-or-group"  # key, group: XPENDING, XCLAIM, XAUTOCLAIM
 NO_GROUP_FOR_KEY = "no-group-for-key"  # key, group: XGROUP, XINFO CONSUMERS, a topic's group views
 NO_GROUP_TO_READ = "no-group-to-read"  # key, group: XREADGROUP
-GROUP_GONE = "group-gone-while-blocked"  # a blocked XREADGROUP's group was destroyed
-KEY_GONE = "key-gone-while-blocked"  # a blocked XREADGROUP's key was deleted
 DEAD_LETTER_IS_SOURCE = "dead-letter-is-source"  # the dead-letter key is the group's own key
 
 # Fields appended to a dead-lettered entry after its own fields.
@@ -567,9 +565,10 @@ class GroupOps:
     async def read_group(self, read: GroupRead) -> list[Delivery]:
         """XREADGROUP: ``read_group_nowait``, then, when it should wait, wait
         for entries on the keys (and rebalances of a topic's group) until
-        ``read.block_ms`` passes (``[]``). Raises ``GroupOpError`` when a key
-        (``KEY_GONE``) or the group (``GROUP_GONE``) goes away meanwhile,
-        ``TooManyBlockedError`` when too many readers wait."""
+        ``read.block_ms`` passes (``[]``). Raises ``GroupOpError``
+        (``NO_GROUP_TO_READ``) when a key or the group goes away meanwhile
+        (``_check_still_there``), ``TooManyBlockedError`` when too many
+        readers wait."""
         self.commit_deferred()
         targets = self._read_targets(read)
         served = self._serve(targets, read, self.broker.clock_ms())
@@ -824,18 +823,19 @@ class GroupOps:
                     del blocked[reader]
 
     def _check_still_there(self, targets: list, name: bytes) -> None:
+        """A woken reader's keys looked up again, as Redis 7.2+ runs a woken
+        XREADGROUP again: a key deleted (DEL, FLUSHALL, RENAME away) or
+        whose group was destroyed refuses the read with the command's own
+        ``-NOGROUP``; a key now naming another stream that has the group
+        (RENAME onto it) is read from that stream."""
         topics = self.broker.topics
-        for t in targets:
+        for i, t in enumerate(targets):
             if t.__class__ is _TopicTarget:
-                if not topics.is_multi(t.key):
-                    raise GroupOpError(KEY_GONE, key=t.key)
-                if self._partition_group(t.key, 0, name)[2] is None:
-                    raise GroupOpError(GROUP_GONE, key=t.key, group=name)
-            else:
-                if topics.get(t.key) is not t.stream:
-                    raise GroupOpError(KEY_GONE, key=t.key)
-                if t.store.group(name) is not t.group:
-                    raise GroupOpError(GROUP_GONE, key=t.key, group=name)
+                if not topics.is_multi(t.key) or self._partition_group(t.key, 0, name)[2] is None:
+                    raise GroupOpError(NO_GROUP_TO_READ, key=t.key, group=name)
+            elif topics.get(t.key) is not t.stream or t.store.group(name) is not t.group:
+                stream, store, group = self._group_of(t.key, name, NO_GROUP_TO_READ)
+                targets[i] = _Target(t.key, stream, store, group, t.after)
 
     # -- XACK, XCLAIM, XAUTOCLAIM -------------------------------------------
 
