@@ -192,6 +192,7 @@ class ConsumerState:
 
     name: bytes
     seen_time_ms: int
+    active_time_ms: int  # -1: never read or claimed anything
     pel_count: int
     pending: list[tuple[StreamIdT, int, int]]
 
@@ -609,8 +610,7 @@ class GroupOps:
                 else:
                     self._serve_topic_history(t, read, now_ms, served)
             elif t.after is not None:
-                # Redis 7.0 looks the consumer up (creating it, refreshing its
-                # seen time) only for a key it serves now: history, or new entries.
+                # A history read: the consumer is looked up (created) and seen.
                 t.store.touch_consumer(t.group.name, consumer, now_ms)
                 self.wrote_group(t.store)
                 served.append(self._serve_history(t, consumer, read.count, now_ms))
@@ -618,6 +618,9 @@ class GroupOps:
                 delivery = self._serve_new(t, consumer, read.count, read.noack, now_ms, read.view)
                 if delivery is not None:
                     served.append(delivery)
+                elif t.store.see_consumer(t.group.name, consumer, now_ms):
+                    # Redis 7.2+: every attempt creates the consumer and sets its seen time.
+                    self.wrote_group(t.store)
         return served
 
     def _serve_new(self, t: _Target, consumer: bytes, count: int, noack: bool, now_ms: int,
@@ -1106,7 +1109,7 @@ class GroupOps:
         limit = count or None
         out = []
         for g in store.sorted_groups():
-            consumers = [ConsumerState(c.name, c.seen_time_ms, len(c.pending),
+            consumers = [ConsumerState(c.name, c.seen_time_ms, c.active_time_ms, len(c.pending),
                                        [(sid, pe.delivery_time_ms, pe.delivery_count)
                                         for sid, pe in c.pending.range(count=limit)])
                          for c in g.sorted_consumers()]

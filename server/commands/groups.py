@@ -1,7 +1,7 @@
 """Consumer group commands: XGROUP, XREADGROUP, XACK, XPENDING, XCLAIM,
 XAUTOCLAIM, XINFO GROUPS / CONSUMERS.
 
-Owns: argument parsing with Redis 7.0's texts and order of checks
+Owns: argument parsing with Redis 8's texts and order of checks
 (redis ``t_stream.c``), and shaping replies: each handler parses, makes one
 call of the client's broker session (``cluster.broker.groups.GroupOps``),
 and shapes what it returns. Where Redis checks an argument only after it
@@ -12,9 +12,7 @@ Delivered entries are the stored chunks the broker returns, framed as
 
 Must not know: sockets, RESP bytes, files, group state, topics.
 
-Known differences from Redis 7.0:
-- A woken ``XREADGROUP BLOCK`` serves every key that has new entries
-  (Redis 7.0 serves only the key that woke it).
+Known differences from Redis 8 (docs/groups.md):
 - XGROUP DESTROY also invalidates WATCH on the key (the server has one
   signal for "modified" and "wake blocked readers").
 - XAUTOCLAIM's "COUNT too high" allocation error is given for COUNT above
@@ -671,6 +669,6 @@ def xinfo_consumers(ctx, argv):
             info["member"] = 1 if c.member else 0
             info["partitions"] = c.partitions
         else:
-            info["inactive"] = c.inactive_ms  # Redis 7.2's field
+            info["inactive"] = c.inactive_ms  # Redis 7.2+
         out.append(info)
     return out

@@ -1032,6 +1032,22 @@ class GroupStore:
         self._maybe_compact()
         return c
 
+    def see_consumer(self, group: bytes, consumer: bytes, now_ms: int) -> bool:
+        """An XREADGROUP that served ``consumer`` nothing (Redis 7.2+ counts
+        the attempt): create the consumer (journalled, returns True) or set
+        its seen time in memory only (False). An empty poll changes nothing
+        else, and a soft timestamp is not worth a journal write (and an
+        fsync) per poll: a snapshot keeps the value, a restart before one
+        shows the seen time of the consumer's last journalled change."""
+        g = self._need(group)
+        c = g.consumers.get(consumer)
+        if c is None:
+            self.touch_consumer(group, consumer, now_ms)
+            return True
+        if now_ms > c.seen_time_ms:
+            c.seen_time_ms = now_ms
+        return False
+
     def deliver(
         self,
         group: bytes,

@@ -162,7 +162,6 @@ def test_xreadgroup_several_keys_noack_and_new_consumers(pair):
         XPENDING a g
         XPENDING b g
         XGROUP CREATE a empty $
-        XREADGROUP GROUP empty ghost STREAMS a >
         XINFO CONSUMERS a empty
     """)
 
@@ -386,6 +385,7 @@ def _strip_times(groups):
         for c in g[b"consumers"]:
             c = dict(c if isinstance(c, dict) else zip(c[::2], c[1::2]))
             c.pop(b"seen-time")
+            c.pop(b"active-time", None)  # Redis 7.2+ (test_streams_redis8_core.py)
             c[b"pending"] = [[row[0], row[2]] for row in c[b"pending"]]
             consumers.append(c)
         g[b"consumers"] = consumers
