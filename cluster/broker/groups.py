@@ -633,13 +633,17 @@ class GroupOps:
         last_id = group.last_id
         if tuple(log.last_id) <= last_id:  # cheap: no entry after last_id at all
             return None
-        start = max(log.find_offset(last_id[0], last_id[1], inclusive=False), log.log_start_offset)
+        after = log.find_offset(last_id[0], last_id[1], inclusive=False)
+        start = max(after, log.log_start_offset)
         res = log.read(start, log.log_end_offset, max_count=count or None, with_ids=True, view=view)
         if not res.count:
             return None
         self.broker.topics.note_entries_out(res.count)
         ids = [(ms, seq) for _, ms, seq in res.entries]
-        entries_read = entries_read_after(_Counters(stream), last_id, group.entries_read, ids)
+        behind = None  # is last_id below the first entry? Without deleted entries that is at the log start:
+        if log.live_count == log.log_end_offset - log.log_start_offset:
+            behind = after <= log.log_start_offset
+        entries_read = entries_read_after(_Counters(stream), last_id, group.entries_read, ids, behind)
         store.deliver(group.name, consumer, ids, ids[-1], entries_read, now_ms, noack=noack)
         self.wrote_group(store)
         return Delivery(t.key, res.count, res.chunks, view)

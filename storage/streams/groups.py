@@ -446,16 +446,19 @@ def group_lag(s: StreamCounters, group: ConsumerGroup) -> int | None:
 
 
 def entries_read_after(s: StreamCounters, last_id: StreamIdT, entries_read: int | None,
-                       ids: Sequence[StreamIdT]) -> int | None:
+                       ids: Sequence[StreamIdT], behind_first: bool | None = None) -> int | None:
     """A group's ``entries_read`` after delivering ``ids`` (ascending, all
     after ``last_id``, its last-delivered-id before) with ``>``: Redis
     ``streamReplyWithRange``'s group branch for each. The counter counts on
     while it is valid, the group is not behind the first entry and no hole
-    lies after its last-delivered-id; else it is estimated again."""
+    lies after its last-delivered-id; else it is estimated again.
+    ``behind_first``: whether ``last_id`` is below the first entry, when the
+    caller knows it without reading it (None: from ``s.first_id``); once an
+    entry is delivered the group is not behind (a delivered entry is live)."""
     for i, sid in enumerate(ids):
-        if (entries_read is not None and last_id >= tuple(s.first_id)
-                and not range_has_tombstones(s, last_id, None)):
-            return entries_read + len(ids) - i  # holds for every later ID too
+        if entries_read is not None and not range_has_tombstones(s, last_id, None):
+            if i or not (last_id < tuple(s.first_id) if behind_first is None else behind_first):
+                return entries_read + len(ids) - i  # holds for every later ID too
         if s.entries_added:
             entries_read = estimate_entries_read(s, sid)
         last_id = sid

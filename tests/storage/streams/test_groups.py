@@ -813,6 +813,10 @@ def test_lag_rules_of_redis_7_4_and_8():
     # XADD 1..5, read 1, XTRIM MAXLEN 1, read 5 -> entries-read 5, lag 0.
     after_trim = Counters(length=1, entries_added=5, first_id=(5, 0), last_id=(5, 0))
     assert entries_read_after(after_trim, (1, 0), 1, [(5, 0)]) == 5
+    # The caller may say whether the group is behind (the broker knows it from the read's start).
+    assert entries_read_after(after_trim, (1, 0), 1, [(5, 0)], behind_first=True) == 5
+    whole = Counters(length=3, entries_added=3, first_id=(1, 0), last_id=(3, 0))
+    assert entries_read_after(whole, (1, 0), 1, [(2, 0), (3, 0)], behind_first=False) == 3
 
 
 # ---------------------------------------------------------------- property
