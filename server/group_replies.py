@@ -43,6 +43,7 @@ def groups_full_reply(groups: list) -> list:
             ci = Map()
             ci["name"] = c.name
             ci["seen-time"] = c.seen_time_ms
+            ci["active-time"] = c.active_time_ms  # Redis 7.2+
             ci["pel-count"] = c.pel_count
             ci["pending"] = [[format_id(sid), time_ms, deliveries] for sid, time_ms, deliveries in c.pending]
             consumers.append(ci)

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from tests.e2e.streams_support import RespClient, info_pairs, port_of, without_partita_fields
+from tests.e2e.streams_support import RespClient, info_pairs, port_of
 
 pytestmark = pytest.mark.redis
 
@@ -114,7 +114,7 @@ def run_machine(partita_port: int, redis_port: int, protocol: int) -> None:
                 if theirs.startswith(b"-"):
                     assert mine == theirs
                 else:
-                    assert without_partita_fields(info_pairs(mine)) == info_pairs(theirs)
+                    assert info_pairs(mine) == info_pairs(theirs)
 
     StreamsMatchRedis.TestCase.settings = settings(
         max_examples=20, stateful_step_count=25, deadline=None,
