@@ -64,6 +64,13 @@ def _blocked_clients(port: int) -> int:
 # ------------------------------------------------------------------ XINFO
 
 
+# Redis 8.6's idempotence fields (XADD IDMP) with no IDMP used and no XCFGSET:
+# the defaults, nothing tracked. They follow recorded-first-entry-id in both
+# forms (tests/e2e/test_idmp.py checks their values).
+IDEMPOTENCE_DEFAULTS = (("idmp-duration", 100), ("idmp-maxsize", 100), ("pids-tracked", 0), ("iids-tracked", 0),
+                        ("iids-added", 0), ("iids-duplicates", 0))
+
+
 @PROTOCOLS
 def test_xinfo_stream_has_redis_8s_fields_in_its_order_and_nothing_else(client, protocol):
     c = client(protocol)
@@ -72,13 +79,14 @@ def test_xinfo_stream_has_redis_8s_fields_in_its_order_and_nothing_else(client, 
     assert c.call("XINFO", "STREAM", "s") == encode(Map([
         ("length", 2), ("radix-tree-keys", 1), ("radix-tree-nodes", 2),
         ("last-generated-id", "2-1"), ("max-deleted-entry-id", "0-0"), ("entries-added", 2),
-        ("recorded-first-entry-id", "1-1"), ("groups", 0),
+        ("recorded-first-entry-id", "1-1"), *IDEMPOTENCE_DEFAULTS, ("groups", 0),
         ("first-entry", ["1-1", ["a", "1"]]), ("last-entry", ["2-1", ["b", "2"]]),
     ]), protocol)
     assert c.call("XINFO", "STREAM", "s", "FULL", "COUNT", "1") == encode(Map([
         ("length", 2), ("radix-tree-keys", 1), ("radix-tree-nodes", 2),
         ("last-generated-id", "2-1"), ("max-deleted-entry-id", "0-0"), ("entries-added", 2),
-        ("recorded-first-entry-id", "1-1"), ("entries", [["1-1", ["a", "1"]]]), ("groups", []),
+        ("recorded-first-entry-id", "1-1"), *IDEMPOTENCE_DEFAULTS, ("entries", [["1-1", ["a", "1"]]]),
+        ("groups", []),
     ]), protocol)
 
 
@@ -127,8 +135,8 @@ def test_redis_py_xinfo_methods(partita_shared):
         r.xreadgroup("g", "c2", {"s": ">"}, count=1)  # nothing left: c2 is created all the same
         info = r.xinfo_stream("s")
         assert list(info) == ["length", "radix-tree-keys", "radix-tree-nodes", "last-generated-id",
-                              "max-deleted-entry-id", "entries-added", "recorded-first-entry-id", "groups",
-                              "first-entry", "last-entry"]
+                              "max-deleted-entry-id", "entries-added", "recorded-first-entry-id",
+                              *(name for name, _ in IDEMPOTENCE_DEFAULTS), "groups", "first-entry", "last-entry"]
         assert info["groups"] == 1 and info["first-entry"] == (b"1-1", {b"a": b"1"})
         consumers = r.xinfo_consumers("s", "g")
         assert [x["name"] for x in consumers] == [b"c1", b"c2"]
