@@ -401,13 +401,13 @@ class Stream:
         return new
 
     def add_batch(self, entries: Sequence[Sequence[bytes]], producer: ProducerRecord | None = None) -> list[StreamId]:
-        """Several entries, IDs assigned as ``*`` does, in one log batch (a
-        Kafka producer's batch; ``producer`` its record, covering them all).
-        Returns their IDs. Raises StreamError."""
+        """Several entries, IDs assigned as ``*`` does (above ``id_floor``),
+        in one log batch (a Kafka producer's batch; ``producer`` its record,
+        covering them all). Returns their IDs. Raises StreamError."""
         assert entries
         if self._pending:
             self.commit()
-        ms, seq = self.last_id
+        ms, seq = self.id_floor
         now_ms = self.clock_ms()
         batch = []
         for fields in entries:

@@ -253,6 +253,18 @@ def test_setid_on_a_stream_trimmed_empty_goes_below_the_trimmed_ids(make_stream)
     assert s.last_id > (1000, 0)
 
 
+def test_a_batch_after_setid_below_the_trimmed_ids_goes_above_them(make_stream):
+    # ``add_batch`` (a Kafka producer's batch) assigns IDs as ``*`` does:
+    # above ``id_floor``, the highest ID the log holds, not above XSETID's
+    # lower last-generated-id (IDs only increase along a log).
+    s = make_stream()
+    s.add([b"a", b"b"], id_given=StreamId(1000, 0))
+    s.trim_maxlen(0)
+    s.set_id(StreamId(200, 0))
+    assert s.add_batch([[b"k", b"1"], [b"k", b"2"]]) == [(1000, 1), (1000, 2)]
+    assert s.last_id == (1000, 2) and s.length == 2
+
+
 def test_setid_below_a_deleted_top_entry(make_stream):
     # XDEL raises max-deleted-entry-id, which XSETID may not go below (7.2+);
     # once MAXDELETEDID lowered it, Redis accepts an ID below the deleted
