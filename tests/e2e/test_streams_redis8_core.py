@@ -262,6 +262,25 @@ def test_xsetid_below_the_current_max_deleted_entry_id(client, protocol):
     assert c.call("XSETID", "s", "1-3") == encode(Simple("OK"), protocol)
 
 
+def test_every_append_path_continues_above_ids_trimmed_before_an_xsetid_below_them(client):
+    """After an XSETID below the IDs of trimmed entries (accepted, 7.2+) the
+    log still holds those IDs: XADD IDMP and a pipelined run of ``XADD key *``
+    (the C scanner's path) continue above them (``Stream.id_floor``), as a
+    plain ``*`` does, and an IDMP retry still answers the original ID."""
+    c = client(2)
+    top = 10**15  # beyond any wall clock: IDs continue from it
+    c.call("XADD", "s", f"{top}-0", "a", "b")
+    c.call("XTRIM", "s", "MAXLEN", "0")
+    assert c.call("XSETID", "s", "5-0") == b"+OK\r\n"
+    first = c.call("XADD", "s", "IDMP", "p", "i", "*", "f", "v")
+    assert first == encode(f"{top}-1")
+    for _ in range(3):
+        c.send("XADD", "s", "*", "f", "run")
+    assert [c.read_reply() for _ in range(3)] == [encode(f"{top}-{n}") for n in (2, 3, 4)]
+    assert c.call("XADD", "s", "IDMP", "p", "i", "*", "f", "v") == first
+    assert c.call("XLEN", "s") == b":4\r\n"
+
+
 # -------------------------------------------------------- XADD, XREAD texts
 
 
