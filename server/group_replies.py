@@ -36,6 +36,9 @@ def groups_full_reply(groups: list) -> list:
         info["entries-read"] = g.entries_read
         info["lag"] = g.lag
         info["pel-count"] = g.pel_count
+        # Redis 8.8's count of entries released by XNACK; redis.io does not
+        # say where it goes: after pel-count (docs/groups.md).
+        info["nacked-count"] = g.nacked_count
         info["pending"] = [[format_id(sid), owner if owner is not None else b"", time_ms, deliveries]
                            for sid, owner, time_ms, deliveries in g.pending]  # (no owner: released by XNACK)
         consumers = []

@@ -101,7 +101,8 @@ def test_xinfo_stream_full_consumers_have_seen_time_then_active_time(client, pro
     [group] = full[b"groups"]
     group = _fields(group)
     assert list(group) == [b"name", b"last-delivered-id", b"entries-read", b"lag", b"pel-count",
-                           b"pending", b"consumers"]
+                           b"nacked-count", b"pending", b"consumers"]
+    assert group[b"nacked-count"] == 0
     idler, reader = (_fields(x) for x in group[b"consumers"])
     assert list(reader) == [b"name", b"seen-time", b"active-time", b"pel-count", b"pending"]
     assert idler[b"name"] == b"idler" and idler[b"active-time"] == -1 and idler[b"pel-count"] == 0
