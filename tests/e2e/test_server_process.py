@@ -215,9 +215,12 @@ def test_config_rewrite_without_file(partita_shared):
         assert conn.request(b"CONFIG REWRITE\r\n") == b"-ERR The server is running without a config file\r\n"
 
 
-def test_console_script_help():
+def test_console_script_help_lists_every_option_with_its_default():
     result = subprocess.run(partita_command() + ["--help"], capture_output=True, text=True, timeout=30)
     assert result.returncode == 0 and "partita.conf" in result.stdout
+    assert "  --port [6379] (fixed)\n      TCP port to listen on" in result.stdout
+    assert "  --fsync [everysec]\n" in result.stdout
+    assert "maxmemory-policy" in result.stdout  # accepted for compatibility, listed once at the end
 
 
 def test_busy_port_exits_1_before_creating_the_data_dir(tmp_path):
