@@ -35,7 +35,7 @@ from server.acl import AclRegistry
 from server.config import Config
 from server.diagnostics import Diagnostics
 
-REDIS_VERSION = "7.0.15"  # the Redis version whose behaviour Partita matches
+REDIS_VERSION = "8.10.0"  # the Redis release whose stream semantics Partita matches (docs/streams.md)
 
 
 def partita_version() -> str:
