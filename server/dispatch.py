@@ -242,11 +242,14 @@ class Dispatcher:
     def call_as_monitor(self, ctx: Context, argv: list[bytes]) -> Any:
         """A command of a client in MONITOR mode: as ``call``, but one that
         reads or writes keys is refused with Redis's text (to Redis a
-        monitor is a replica, which may not touch the keyspace)."""
+        monitor is a replica, which may not touch the keyspace), and, as
+        any refused command, fails the transaction it was sent in."""
         client = ctx.client
         spec = self.lookup(argv)
         if (type(spec) is not CommandError and spec.flags & _KEYSPACE_FLAGS and client.authenticated
                 and (client.acl is None or acl_denied(ctx, spec, argv) is None)):
+            if client.in_multi:
+                client.multi_error = True
             self.stats.record_rejected(spec.name)
             self.stats.record_error("ERR")
             return REPLICA_KEYSPACE
