@@ -16,8 +16,13 @@ import re
 import socket
 import time
 
+import hiredis
+import pytest
+
 from server.resp import encode_command
-from tests.conftest import RawConn, wait_for
+from tests.conftest import RawConn, same_reply, wait_for
+
+QUIET_S = 0.3
 
 
 def cmd(*args: bytes | str) -> bytes:
@@ -201,3 +206,188 @@ def test_monitor_shows_a_blocking_read_once_when_called_as_redis_does(partita_se
         monitor.close()
         r.close()
     assert seen["partita"] == seen["redis"]
+
+
+# -- SLOWLOG -----------------------------------------------------------------------
+
+LOGGED = [
+    cmd("XADD", "sl", "1-1", "f", "v"),
+    cmd("XLEN", "sl"),
+    cmd("AUTH", "secret"),
+    cmd("AUTH", "someone", "secret"),
+    cmd("HELLO", "2", "AUTH", "default", "secret"),
+    cmd("CONFIG", "SET", "masterauth", "secret"),
+    cmd("CONFIG", "SET", "masterauth", "secret", "slowlog-max-len", "128"),
+    cmd("ACL", "SETUSER", "someone", ">secret", "on"),
+    cmd("ACL", "DELUSER", "someone"),
+    cmd("MULTI"), cmd("XLEN", "sl"), cmd("EXEC"),
+    cmd("XLEN", "k" * 200),
+    cmd("XDEL", "sl", *[f"9-{i}" for i in range(40)]),
+    cmd("NOSUCHCOMMAND"),
+    cmd("XLEN"),
+    cmd("CLIENT", "SETNAME", "slow"),
+    cmd("XRANGE", "sl", "-", "+"),
+]
+
+
+def slowlog_entries(conn: RawConn, addr: str) -> list:
+    """SLOWLOG GET -1 with each entry's id made relative to the oldest, its
+    time and duration checked and dropped, its address checked."""
+    reader = hiredis.Reader()
+    reader.feed(conn.request(cmd("SLOWLOG", "GET", "-1")))
+    entries = reader.gets()
+    first_id = entries[-1][0] if entries else 0
+    out = []
+    for entry_id, stamp, duration_us, args, entry_addr, name in entries:
+        assert abs(stamp - time.time()) < 30 and duration_us >= 0
+        assert entry_addr.decode() == addr
+        out.append((entry_id - first_id, args, name))
+    return out
+
+
+def test_slowlog_entries_match_redis(partita_server, redis_server):
+    """slowlog-log-slower-than 0 logs every command that ran (not the refused
+    ones, not EXEC), with Redis's truncation of long arguments and argument
+    lists and its redaction of passwords; -1 logs nothing, not even the
+    CONFIG SET that turned it off."""
+    seen = {}
+    for name, server in both(partita_server, redis_server):
+        with RawConn(server.port) as conn:
+            addr = client_addr(conn)
+            conn.request(cmd("CONFIG", "SET", "slowlog-log-slower-than", "0") + cmd("SLOWLOG", "RESET"), replies=2)
+            for payload in LOGGED:
+                conn.request(payload)
+            conn.request(cmd("CONFIG", "SET", "slowlog-log-slower-than", "-1") + cmd("XLEN", "sl"), replies=2)
+            seen[name] = slowlog_entries(conn, addr)
+            assert conn.request(cmd("CONFIG", "SET", "slowlog-log-slower-than", "10000")) == b"+OK\r\n"
+    assert seen["partita"] == seen["redis"]
+    logged = {tuple(args) for _, args, _ in seen["partita"]}
+    assert (b"AUTH", b"(redacted)", b"(redacted)") in logged
+    assert (b"ACL", b"SETUSER", b"(redacted)", b"(redacted)", b"(redacted)") in logged
+    assert (b"XLEN", b"k" * 128 + b"... (72 more bytes)") in logged
+
+
+def test_slowlog_max_len_len_reset_and_thresholds_match_redis(partita_server, redis_server):
+    payload = (cmd("CONFIG", "SET", "slowlog-log-slower-than", "0") + cmd("SLOWLOG", "RESET")
+               + cmd("CONFIG", "SET", "slowlog-max-len", "2")
+               + cmd("ECHO", "a") + cmd("ECHO", "b") + cmd("ECHO", "c") + cmd("SLOWLOG", "LEN")
+               + cmd("CONFIG", "SET", "slowlog-max-len", "0") + cmd("ECHO", "d") + cmd("SLOWLOG", "LEN")
+               + cmd("CONFIG", "SET", "slowlog-max-len", "128")
+               + cmd("CONFIG", "SET", "slowlog-log-slower-than", "100000000") + cmd("SLOWLOG", "RESET")
+               + cmd("ECHO", "e") + cmd("SLOWLOG", "LEN") + cmd("SLOWLOG", "GET", "0")
+               + cmd("CONFIG", "SET", "slowlog-log-slower-than", "10000"))
+    same_reply(partita_server, redis_server, payload, quiet_s=QUIET_S)
+
+
+def blocked_reads_logged(server, threshold: str) -> list:
+    """The slow log's XREADs after one blocked 200 ms and timed out."""
+    payload = (cmd("CONFIG", "SET", "slowlog-log-slower-than", threshold) + cmd("SLOWLOG", "RESET")
+               + cmd("XREAD", "BLOCK", "200", "STREAMS", "nothing-here", "$")
+               + cmd("CONFIG", "SET", "slowlog-log-slower-than", "-1"))
+    with RawConn(server.port) as conn:
+        addr = client_addr(conn)
+        try:
+            conn.request(payload, replies=4)
+            return [args for _, args, _ in slowlog_entries(conn, addr) if args[0] == b"XREAD"]
+        finally:
+            conn.request(cmd("CONFIG", "SET", "slowlog-log-slower-than", "10000"))
+
+
+def test_slowlog_counts_what_a_blocked_command_ran_not_its_wait(partita_server, redis_server):
+    """A read blocked 200 ms ran for far less: under a 100 ms threshold it is
+    not logged, as in Redis. Under 0 it is, once, when it times out: Redis
+    7.2+ counts a timed-out blocked command (blocked.c
+    replyToBlockedClientTimedOut calls updateStatsOnUnblock); 7.0 did not."""
+    assert blocked_reads_logged(partita_server, "100000") == blocked_reads_logged(redis_server, "100000") == []
+    assert blocked_reads_logged(partita_server, "0") == [[b"XREAD", b"BLOCK", b"200", b"STREAMS", b"nothing-here",
+                                                          b"$"]]
+
+
+SLOWLOG_ERRORS = [
+    cmd("SLOWLOG"), cmd("SLOWLOG", "GET", "-2"), cmd("SLOWLOG", "GET", "x"), cmd("SLOWLOG", "GET", "1", "2"),
+    cmd("SLOWLOG", "LEN", "x"), cmd("SLOWLOG", "RESET", "x"), cmd("SLOWLOG", "NOSUCH"), cmd("SLOWLOG", "HELP"),
+    cmd("SLOWLOG", "HELP", "x"),
+    cmd("CONFIG", "SET", "slowlog-log-slower-than", "-2"), cmd("CONFIG", "SET", "slowlog-max-len", "-1"),
+    cmd("CONFIG", "SET", "slowlog-max-len", "x"), cmd("CONFIG", "GET", "slowlog-max-len"),
+    cmd("CONFIG", "GET", "slowlog-log-slower-than"),
+]
+
+
+@pytest.mark.parametrize("payload", SLOWLOG_ERRORS, ids=lambda p: repr(p[:40]))
+def test_slowlog_replies_and_errors_match_redis(partita_shared, redis_server, payload):
+    same_reply(partita_shared, redis_server, payload, quiet_s=QUIET_S)
+
+
+# -- LATENCY -----------------------------------------------------------------------
+
+LATENCY_SAME = [
+    cmd("LATENCY"), cmd("LATENCY", "NOSUCH"), cmd("LATENCY", "LATEST", "x"), cmd("LATENCY", "HISTORY"),
+    cmd("LATENCY", "HISTORY", "a", "b"), cmd("LATENCY", "HISTORY", "nosuch"), cmd("LATENCY", "GRAPH"),
+    cmd("LATENCY", "GRAPH", "nosuch"), cmd("LATENCY", "RESET", "nosuch", "other"), cmd("LATENCY", "DOCTOR", "x"),
+    cmd("LATENCY", "HELP", "x"),
+    cmd("CONFIG", "SET", "latency-monitor-threshold", "-1"), cmd("CONFIG", "SET", "latency-monitor-threshold", "x"),
+    cmd("CONFIG", "GET", "latency-monitor-threshold"),
+]
+
+
+@pytest.mark.parametrize("payload", LATENCY_SAME, ids=lambda p: repr(p[:40]))
+def test_latency_errors_match_redis(partita_shared, redis_server, payload):
+    same_reply(partita_shared, redis_server, payload, quiet_s=QUIET_S)
+
+
+def test_latency_without_events_matches_redis(partita_server, redis_server):
+    """No events: LATEST empty, RESET 0, DOCTOR's two texts (off / on).
+    (Both processes without transparent huge pages, else each doctor adds
+    its advice about them: redis-server disables them for itself.)"""
+    with open(f"/proc/{partita_server.proc.pid}/smaps_rollup") as f:
+        if any(line.startswith("AnonHugePages:") and line.split()[1] != "0" for line in f):
+            pytest.skip("partita has transparent huge pages: LATENCY DOCTOR advises about them")
+    payload = (cmd("LATENCY", "LATEST") + cmd("LATENCY", "RESET") + cmd("LATENCY", "DOCTOR")
+               + cmd("CONFIG", "SET", "latency-monitor-threshold", "100000") + cmd("LATENCY", "DOCTOR")
+               + cmd("CONFIG", "SET", "latency-monitor-threshold", "0"))
+    same_reply(partita_server, redis_server, payload, quiet_s=QUIET_S)
+
+
+def test_latency_help_is_redis_without_histogram(partita_shared, redis_server):
+    """Partita keeps no per-command histograms: HELP leaves HISTOGRAM out,
+    and LATENCY HISTOGRAM is an unknown subcommand (docs/streams.md)."""
+    r, ref = partita_shared.client(), redis_server.client()
+    ours, theirs = r.execute_command("LATENCY", "HELP"), ref.execute_command("LATENCY", "HELP")
+    at = theirs.index(b"HISTOGRAM [COMMAND ...]")
+    assert ours == theirs[:at] + theirs[at + 3:]
+    with pytest.raises(Exception, match=r"unknown subcommand 'HISTOGRAM'. Try LATENCY HELP."):
+        r.execute_command("LATENCY", "HISTOGRAM")
+
+
+def test_latency_records_slow_commands(partita_server):
+    """A command of latency-monitor-threshold ms or more is an event, named
+    as Redis names it (XDEL is a fast command: ``fast-command``): LATEST,
+    HISTORY, GRAPH and DOCTOR show it, RESET forgets it."""
+    r = partita_server.client()
+    pipe = r.pipeline(transaction=False)
+    for i in range(5000):
+        pipe.xadd("big", {"field": "value", "n": i})
+    ids = pipe.execute()
+    r.config_set("latency-monitor-threshold", 1)
+    chunks = iter(range(0, len(ids), 500))
+
+    def event() -> bool:
+        """An XDEL of 500 entries (tens of ms here) until one is an event."""
+        start = next(chunks, None)
+        if start is not None:
+            r.xdel("big", *ids[start:start + 500])
+        return any(e[0] == b"fast-command" for e in r.execute_command("LATENCY", "LATEST"))
+
+    assert wait_for(event, timeout_s=60)
+    r.config_set("latency-monitor-threshold", 0)
+    (_, stamp, latest_ms, max_ms), = [e for e in r.execute_command("LATENCY", "LATEST") if e[0] == b"fast-command"]
+    assert abs(stamp - time.time()) < 60 and 1 <= latest_ms <= max_ms
+    history = r.execute_command("LATENCY", "HISTORY", "fast-command")
+    assert history and all(len(s) == 2 and s[1] >= 1 for s in history)
+    assert r.execute_command("LATENCY", "HISTORY", "FAST-COMMAND") == []  # names are exact, as in Redis
+    graph = r.execute_command("LATENCY", "GRAPH", "fast-command").decode()
+    assert graph.startswith("fast-command - high ") and "-" * 80 in graph
+    doctor = r.execute_command("LATENCY", "DOCTOR").decode()
+    assert doctor.startswith("Dave, I have observed latency spikes") and "1. fast-command: " in doctor
+    assert r.execute_command("LATENCY", "RESET", "FAST-COMMAND") == 1  # (any case, as in Redis)
+    assert r.execute_command("LATENCY", "HISTORY", "fast-command") == []
