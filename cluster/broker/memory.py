@@ -27,12 +27,15 @@ Must not know: sockets, protocols, reply shapes.
 from __future__ import annotations
 
 import sys
+from array import array
 from collections import deque
 from typing import Any, Iterable
 
 from cluster.topics import TopicError
 
-_LEAVES = (str, bytes, bytearray, memoryview, int, float, complex, type(None))
+# Objects whose ``sys.getsizeof`` is their whole cost (an array's items
+# included: the deletion markers are arrays of 8-byte offsets).
+_LEAVES = (str, bytes, bytearray, array, memoryview, int, float, complex, type(None))
 _SEQUENCES = (list, tuple, set, frozenset, deque)
 _SHARED_MODULES = ("storage.handles",)
 

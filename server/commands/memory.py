@@ -25,6 +25,10 @@ container("memory", group="server", since="4.0.0", summary="A container for memo
           acl_categories=("@slow",))
 
 DEFAULT_SAMPLES = 5
+# Below this, MEMORY DOCTOR finds the instance "empty or using very little
+# memory" (Redis's 5 MB of total allocation; here what the data added to the
+# resident set since start).
+LITTLE_MEMORY_BYTES = 5 * 1024 * 1024
 # MEMORY DOCTOR's texts (Redis's getMemoryDoctorReport).
 _EMPTY = ("Hi Sam, this instance is empty or is using very little memory, my issues detector can't be used in "
           "these conditions. Please, leave for your mission on Earth and fill it with some data. The new Sam and I "
@@ -74,7 +78,7 @@ def memory_stats(ctx, argv):
     server = ctx.server
     total, peak, startup = rss_bytes(), max(peak_rss_bytes(), rss_bytes()), server.started_rss_bytes
     keys = server.key_count()
-    dataset = max(0, total - startup)
+    dataset = _dataset_bytes(server)
     return Map([
         ("peak.allocated", peak),
         ("total.allocated", total),
@@ -94,13 +98,22 @@ def memory_stats(ctx, argv):
 def memory_doctor(ctx, argv):
     """MEMORY DOCTOR
 
-    Redis's texts: an instance without keys is "empty"; a peak resident set
-    over 150% of today's is reported; otherwise nothing to report."""
-    if ctx.server.key_count() == 0:
+    Redis's texts: an instance without keys, or whose data added less than
+    5 MB to the process, is "empty" (Redis: less than 5 MB allocated); a peak
+    resident set over 150% of today's is reported; otherwise nothing to
+    report."""
+    server = ctx.server
+    if server.key_count() == 0 or _dataset_bytes(server) < LITTLE_MEMORY_BYTES:
         return Verbatim(_EMPTY)
     if peak_rss_bytes() > 1.5 * rss_bytes():
         return Verbatim(_BIG_PEAK)
     return Verbatim(_FINE)
+
+
+def _dataset_bytes(server) -> int:
+    """What the process's resident set grew by since start (MEMORY STATS
+    dataset.bytes)."""
+    return max(0, rss_bytes() - server.started_rss_bytes)
 
 
 @command("memory|malloc-stats", arity=2, group="server", since="4.0.0", acl_categories=("@slow",),

@@ -391,3 +391,50 @@ def test_latency_records_slow_commands(partita_server):
     assert doctor.startswith("Dave, I have observed latency spikes") and "1. fast-command: " in doctor
     assert r.execute_command("LATENCY", "RESET", "FAST-COMMAND") == 1  # (any case, as in Redis)
     assert r.execute_command("LATENCY", "HISTORY", "fast-command") == []
+
+
+# -- MEMORY ------------------------------------------------------------------------
+
+MEMORY_SAME = [
+    cmd("MEMORY"), cmd("MEMORY", "NOSUCH"), cmd("MEMORY", "HELP"), cmd("MEMORY", "HELP", "x"),
+    cmd("MEMORY", "USAGE"), cmd("MEMORY", "USAGE", "nosuchkey"), cmd("MEMORY", "USAGE", "nosuchkey", "SAMPLES", "0"),
+    cmd("MEMORY", "USAGE", "k", "SAMPLES"), cmd("MEMORY", "USAGE", "k", "SAMPLES", "x"),
+    cmd("MEMORY", "USAGE", "k", "SAMPLES", "-1"), cmd("MEMORY", "USAGE", "k", "NOSUCH", "1"),
+    cmd("MEMORY", "STATS", "x"), cmd("MEMORY", "DOCTOR", "x"), cmd("MEMORY", "PURGE", "x"),
+    cmd("MEMORY", "MALLOC-STATS", "x"), cmd("MEMORY", "PURGE"),
+]
+
+
+@pytest.mark.parametrize("payload", MEMORY_SAME, ids=lambda p: repr(p[:40]))
+def test_memory_replies_and_errors_match_redis(partita_shared, redis_server, payload):
+    same_reply(partita_shared, redis_server, payload, quiet_s=QUIET_S)
+
+
+def test_memory_doctor_of_an_instance_with_little_data_matches_redis(partita_server, redis_server):
+    partita_server.client().xadd("few", {"f": "v"})
+    redis_server.client().xadd("few", {"f": "v"})
+    same_reply(partita_server, redis_server, cmd("MEMORY", "DOCTOR"), quiet_s=QUIET_S)
+
+
+def test_memory_usage_of_a_stream_is_its_in_memory_cost(partita_server):
+    """What the stream's open partitions hold in memory: it grows with what
+    is kept in memory per entry (deletion markers: 8 bytes each; pending
+    entries of a group), not with the entries' bytes on disk."""
+    r = partita_server.client()
+    ids = [r.xadd("mem", {"f": "v"}) for _ in range(500)]
+    base = r.memory_usage("mem")
+    assert isinstance(base, int) and base > 0
+    r.xdel("mem", *ids[:400])
+    after_deletes = r.memory_usage("mem", samples=0)
+    assert after_deletes >= base + 8 * 400
+    r.xgroup_create("mem", "g", "0")
+    r.xreadgroup("g", "c", {"mem": ">"})
+    assert r.memory_usage("mem", samples=0) > after_deletes + 100 * 50
+    assert r.memory_usage("nosuch") is None
+
+
+def test_memory_stats_fields(partita_shared):
+    stats = partita_shared.client().memory_stats()
+    for field in ("peak.allocated", "total.allocated", "startup.allocated", "keys.count", "dataset.bytes"):
+        assert isinstance(stats[field], int), field
+    assert stats["total.allocated"] > 0 and stats["peak.allocated"] >= stats["total.allocated"]
