@@ -296,7 +296,7 @@ OPTIONS: tuple[Option, ...] = (
            doc="when no in-sync replica of a shard lives, elect any live replica (may lose acknowledged entries)"),
     Option("leader-rebalance-delay-ms", "int", 5000, minimum=-1, maximum=I64,
            doc="a preferred leader back in sync this long takes its shard back (-1: never)"),
-    # What the server observes of commands (server/diagnostics.py; docs/security.md).
+    # What the server observes of commands (server/diagnostics.py; docs/diagnostics.md).
     Option("slowlog-log-slower-than", "int", 10000, minimum=-1, maximum=I64,
            doc="SLOWLOG logs commands that ran this many microseconds or more (0: every command; -1: none)"),
     Option("slowlog-max-len", "int", 128, minimum=0, maximum=I64, doc="SLOWLOG keeps this many entries at most"),

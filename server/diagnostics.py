@@ -132,7 +132,7 @@ class LatencySeries:
 
 class LatencyMonitor:
     """Events by name (``command``, ``fast-command``, ``aof-fsync-always``,
-    ``aof-write``: docs/security.md has what each measures)."""
+    ``aof-write``: docs/diagnostics.md has what each measures)."""
 
     def __init__(self, clock_s: Callable[[], float] = time.time) -> None:
         self.events: dict[str, LatencySeries] = {}

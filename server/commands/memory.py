@@ -4,7 +4,7 @@ Owns: these handlers and Redis 7.0's replies and error texts for them.
 MEMORY USAGE's figure is the broker's (``cluster.broker.memory``: what a
 key's open partitions hold in memory; its entries live on disk). The
 process-wide figures are the resident set size's: Partita runs on Python's
-allocator, which keeps no byte count of its own (docs/streams.md).
+allocator, which keeps no byte count of its own (docs/diagnostics.md).
 
 Must not know: sockets, storage.
 """
@@ -74,7 +74,7 @@ def memory_stats(ctx, argv):
     """MEMORY STATS
 
     Redis's fields that have a meaning here, from the process's resident
-    set size (docs/streams.md "MEMORY")."""
+    set size (docs/diagnostics.md "MEMORY")."""
     server = ctx.server
     total, peak, startup = rss_bytes(), max(peak_rss_bytes(), rss_bytes()), server.started_rss_bytes
     keys = server.key_count()
