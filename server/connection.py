@@ -731,9 +731,9 @@ class Connection:
             while True:  # its own commands: pipelined after MONITOR, or received since
                 try:
                     argv = get_command()
-                except ProtocolError as e:
-                    feed.insert_reply(len(feed.lines), e.reply_line())
+                except ProtocolError as e:  # the lines so far, then the error (as the loop's)
                     await self._send_feed(feed)
+                    await self._protocol_error(e, [])
                     return False
                 if argv is None:
                     break

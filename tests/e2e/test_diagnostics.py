@@ -150,6 +150,21 @@ def test_monitor_own_commands_and_their_order_match_redis(partita_server, redis_
     assert b"-EXECABORT" in seen["partita"]
 
 
+def test_monitor_protocol_error_matches_redis(partita_server, redis_server):
+    """A monitor that sends garbage gets the lines before it, then Redis's
+    protocol error, and is closed."""
+    seen = {}
+    for name, server in both(partita_server, redis_server):
+        monitor = Monitor(server.port)
+        monitor.sock.sendall(cmd("ECHO", "before") + b"*1\r\n$abc\r\n")
+        got = monitor.read_until(lambda b: b.endswith(b"\r\n") and b"Protocol error" in b)
+        monitor.sock.settimeout(5)
+        assert monitor.sock.recv(100) == b""  # closed
+        seen[name] = normalized(got, {monitor.addr: "monitor"})
+        monitor.close()
+    assert seen["partita"] == seen["redis"]
+
+
 def test_monitor_sees_each_pipelined_xadd_and_stops_with_its_client(partita_server):
     """While a monitor is attached the pipelined XADD path steps aside (each
     command is shown); once it leaves, the path is taken again and the
