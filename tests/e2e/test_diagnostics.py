@@ -150,6 +150,13 @@ def test_monitor_own_commands_and_their_order_match_redis(partita_server, redis_
     assert b"-EXECABORT" in seen["partita"]
 
 
+def test_monitor_reset_ends_monitoring_as_redis_does(partita_server, redis_server):
+    """RESET, even pipelined right after MONITOR, ends it: the client's next
+    commands are plain again (XLEN runs) and no longer show lines."""
+    payload = cmd("MONITOR") + cmd("RESET") + cmd("XLEN", "s") + cmd("PING")
+    same_reply(partita_server, redis_server, payload, quiet_s=QUIET_S)
+
+
 def test_monitor_protocol_error_matches_redis(partita_server, redis_server):
     """A monitor that sends garbage gets the lines before it, then Redis's
     protocol error, and is closed."""
