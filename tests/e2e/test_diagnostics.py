@@ -432,6 +432,21 @@ def test_memory_replies_and_errors_match_redis(partita_shared, redis_server, pay
     same_reply(partita_shared, redis_server, payload, quiet_s=QUIET_S)
 
 
+def test_resp3_replies_match_redis(partita_server, redis_server):
+    """In RESP3: the doctors' reports are verbatim strings, MEMORY USAGE of a
+    missing key is RESP3's null, the lists stay arrays."""
+    batch = [cmd("LATENCY", "DOCTOR"), cmd("MEMORY", "DOCTOR"), cmd("MEMORY", "USAGE", "nosuch"),
+             cmd("SLOWLOG", "GET", "0"), cmd("LATENCY", "LATEST"), cmd("LATENCY", "HISTORY", "command"),
+             cmd("MEMORY", "HELP"), cmd("SLOWLOG", "HELP")]
+    seen = {}
+    for name, server in both(partita_server, redis_server):
+        with RawConn(server.port) as conn:
+            conn.request(cmd("HELLO", "3"))
+            seen[name] = conn.request(b"".join(batch), replies=len(batch))
+    assert seen["partita"] == seen["redis"]
+    assert seen["partita"].startswith(b"=")
+
+
 def test_memory_doctor_of_an_instance_with_little_data_matches_redis(partita_server, redis_server):
     partita_server.client().xadd("few", {"f": "v"})
     redis_server.client().xadd("few", {"f": "v"})
