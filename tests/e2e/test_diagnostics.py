@@ -289,6 +289,19 @@ def test_slowlog_entries_match_redis(partita_server, redis_server):
     assert (b"XLEN", b"k" * 128 + b"... (72 more bytes)") in logged
 
 
+def test_slowlog_redacts_passwords_of_refused_auth_too(partita_server):
+    """Where Redis refuses AUTH / HELLO before it reads their passwords and
+    so shows them, Partita still redacts them (docs/diagnostics.md)."""
+    with RawConn(partita_server.port) as conn:
+        addr = client_addr(conn)
+        conn.request(cmd("CONFIG", "SET", "slowlog-log-slower-than", "0") + cmd("SLOWLOG", "RESET")
+                     + cmd("AUTH", "a", "secret", "c") + cmd("HELLO", "4", "AUTH", "default", "secret")
+                     + cmd("CONFIG", "SET", "slowlog-log-slower-than", "-1"), replies=5)
+        logged = [args for _, args, _ in slowlog_entries(conn, addr)]
+    assert [b"AUTH", b"(redacted)", b"(redacted)", b"(redacted)"] in logged
+    assert [b"HELLO", b"4", b"AUTH", b"(redacted)", b"(redacted)"] in logged
+
+
 def test_slowlog_max_len_len_reset_and_thresholds_match_redis(partita_server, redis_server):
     payload = (cmd("CONFIG", "SET", "slowlog-log-slower-than", "0") + cmd("SLOWLOG", "RESET")
                + cmd("CONFIG", "SET", "slowlog-max-len", "2")
