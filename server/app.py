@@ -36,6 +36,7 @@ from server.dispatch import Dispatcher
 from cluster.broker.durability import Durability
 from server.listener import accept_loop, bind_sockets
 from server.reactor import Reactor
+from cluster.nodes import parse_cluster_nodes
 from cluster.runtime import replication
 from server import bus, registry, tls
 from server.peer_resp import RespLink
@@ -107,6 +108,10 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
     try:
         data_dir = prepare_data_dir(config)
         log.info("Data directory: %s", data_dir)
+        if config.cluster_nodes:
+            log.info("Cluster node %d; peers: %s", config.node_id, ", ".join(
+                f"node {n.id} at {n.address} (bus {n.bus_port})"
+                for n in parse_cluster_nodes(config.cluster_nodes) if n.id != config.node_id) or "none")
         if topics is None:
             topics = open_topics(config)
     except BaseException:
