@@ -797,6 +797,14 @@ class ReplicaManager:
             view["high-watermark"] = ls.log.high_watermark
         return view
 
+    def replica_lags(self, topic: bytes, n: int) -> dict[int, int]:
+        """On the partition's leader: each follower's entries behind the log
+        end (its fetch offset is its ack); empty where this node does not lead."""
+        ls = self.leader_state(topic, n)
+        if ls is None:
+            return {}
+        return {rid: ls.lag(rid) for rid in ls.replicas if rid != self.my_id}
+
     # -- INFO ---------------------------------------------------------------------
 
     def follower_lines(self) -> list[str]:
