@@ -269,7 +269,7 @@ class Replication:
         targets = [(pkey, stream, stream.log.log_end_offset) for pkey, stream in pending.items()
                    if type(pkey) is not tuple]
         for pkey, stream, end in targets:
-            while stream.log.high_watermark < end:
+            while stream.log.high_watermark < end and not self._written_away(pkey, stream):
                 refused = self._acks_refused(pkey)
                 if refused is not None:
                     raise refused
@@ -311,7 +311,7 @@ class Replication:
         waiting = []
         for pkey, stream in pending.items():
             end = stream.log.log_end_offset
-            if stream.log.high_watermark < end:
+            if stream.log.high_watermark < end and not self._written_away(pkey, stream):
                 refused = self._acks_refused(pkey)
                 if refused is not None:
                     callback(refused)
@@ -338,6 +338,17 @@ class Replication:
         else:
             callback(None)
 
+    def _written_away(self, pkey: bytes, stream: Any = None) -> bool:
+        """The partition an acks=all write went to is no longer there as it
+        was written (its topic deleted or renamed since; ``stream``: the
+        one written, else any): nothing of it is left to replicate under
+        that name, and the command that removed it came after the write, so
+        the write's wait is over (it must not fail: the writer would lose
+        its connection for a key that a later command removed)."""
+        topic, n = split_partition_key(pkey)
+        current = self.topics.cached_stream(topic, n or 0)
+        return current is None or (stream is not None and current is not stream)
+
     def _acks_refused(self, pkey: bytes) -> "AcksFailed | None":
         """Why an acks=all write to ``pkey`` can no longer be acknowledged, or None."""
         topic, n = split_partition_key(pkey)
@@ -356,6 +367,11 @@ class Replication:
         for pkey, waiters in list(self._ack_waiters.items()):
             handed = [w for _, w in waiters if type(w) is _AcksWaiter and not w.done]
             if not handed:
+                continue
+            if self._written_away(pkey):
+                for waiter in handed:
+                    waiter.set()  # (this partition's part of its wait is over)
+                del self._ack_waiters[pkey]
                 continue
             refused = self._acks_refused(pkey)
             if refused is None:
@@ -385,6 +401,8 @@ class Replication:
     async def _wait_groups(self, topic: bytes, n: int, target: tuple[int, int]) -> None:
         name = self.manager.canonical_key(topic, n)
         while True:
+            if self.topics.cached_stream(topic, n) is None:
+                return  # the partition was deleted (or renamed) since: nothing left to replicate
             ls = self.manager.leader_state(topic, n)
             if ls is None:
                 raise AcksFailed(f"{name!r}: this node no longer leads it")
