@@ -516,17 +516,12 @@ class TopicRegistry:
             plog.config = cfg
         config = self.config
         stream = Stream(plog, partition_dir(plog) / META_FILE_NAME,
-                        node_max_entries=self._node_max_entries(),
                         idmp_defaults=(getattr(config, "stream_idmp_duration", None) or IDMP_DEFAULTS[0],
                                        getattr(config, "stream_idmp_maxsize", None) or IDMP_DEFAULTS[1]))
         if topic in self._unwritten:
             stream.on_first_append_refused = lambda: self._drop_if_unwritten(topic)
         self._streams[(topic, partition)] = stream
         return stream
-
-    def _node_max_entries(self) -> int:
-        value = getattr(self.config, "stream_node_max_entries", 100)
-        return int(value) if value is not None else 100
 
     def get(self, key: bytes) -> Stream | None:
         """The stream a key names, or None when its topic does not exist.

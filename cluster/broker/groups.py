@@ -60,12 +60,11 @@ from storage.streams.groups import (
     ConsumerGroup,
     GroupError,
     GroupStore,
-    advance_entries_read,
     check_dead_letter,
     count_after,
+    entries_read_after,
     group_lag,
     groups_of,
-    range_has_tombstones,
 )
 from storage.streams.ids import format_id
 
@@ -78,8 +77,6 @@ NO_SUCH_KEY = "group-info-no-key"  # key: XINFO GROUPS / CONSUMERS of a key that
 NO_KEY_OR_GROUP = "no-key-or-group"  # key, group: XPENDING, XCLAIM, XAUTOCLAIM
 NO_GROUP_FOR_KEY = "no-group-for-key"  # key, group: XGROUP, XINFO CONSUMERS, a topic's group views
 NO_GROUP_TO_READ = "no-group-to-read"  # key, group: XREADGROUP
-GROUP_GONE = "group-gone-while-blocked"  # a blocked XREADGROUP's group was destroyed
-KEY_GONE = "key-gone-while-blocked"  # a blocked XREADGROUP's key was deleted
 DEAD_LETTER_IS_SOURCE = "dead-letter-is-source"  # the dead-letter key is the group's own key
 
 # XNACK's modes (what becomes of a released entry's delivery count).
@@ -224,6 +221,7 @@ class ConsumerState:
 
     name: bytes
     seen_time_ms: int
+    active_time_ms: int  # -1: never read or claimed anything
     pel_count: int
     pending: list[tuple[StreamIdT, int, int]]
 
@@ -296,8 +294,23 @@ class _Counters:
     @property
     def first_id(self):
         if self._first is None:
-            self._first = tuple(self._stream.first_entry_id()) if self.length else ZERO_ID
+            stream = self._stream
+            log = stream.log
+            if not self.length:
+                self._first = ZERO_ID
+            elif log.live_count == log.log_end_offset - log.log_start_offset:  # no deleted entry: no read
+                self._first = tuple(log.entry_id(log.log_start_offset))
+            else:
+                self._first = tuple(stream.first_entry_id())
         return self._first
+
+
+def _at_most_added(entries_read: int | None, stream: Any) -> int | None:
+    """XGROUP CREATE / SETID's ENTRIESREAD, at most the stream's entries-added
+    (Redis 8.2.2, redis #14259: a larger one made the lag negative)."""
+    if entries_read is not None and entries_read > stream.entries_added:
+        return stream.entries_added
+    return entries_read
 
 
 def _entry(stream: Any, sid: StreamIdT) -> bytes | memoryview | None:
@@ -446,7 +459,7 @@ class GroupOps:
             self.wrote_log(stream.log)
             self.broker.keys.signal(key)
         store = groups_of(stream)
-        store.create_group(name, last_id, entries_read, max_deliveries=max_deliveries,
+        store.create_group(name, last_id, _at_most_added(entries_read, stream), max_deliveries=max_deliveries,
                            dead_letter_key=dead_letter_key)
         self.wrote_group(store)
 
@@ -469,7 +482,8 @@ class GroupOps:
             raise GroupOpError(NO_GROUP_FOR_KEY, key=key, group=name)
         if late is not None:
             raise late
-        store.set_id(name, tuple(stream.last_id) if last_id is None else tuple(last_id), entries_read)
+        store.set_id(name, tuple(stream.last_id) if last_id is None else tuple(last_id),
+                     _at_most_added(entries_read, stream))
         self.wrote_group(store)
 
     def group_destroy(self, key: bytes, name: bytes) -> int:
@@ -583,9 +597,10 @@ class GroupOps:
     async def read_group(self, read: GroupRead) -> list[Delivery]:
         """XREADGROUP: ``read_group_nowait``, then, when it should wait, wait
         for entries on the keys (and rebalances of a topic's group) until
-        ``read.block_ms`` passes (``[]``). Raises ``GroupOpError`` when a key
-        (``KEY_GONE``) or the group (``GROUP_GONE``) goes away meanwhile,
-        ``TooManyBlockedError`` when too many readers wait."""
+        ``read.block_ms`` passes (``[]``). Raises ``GroupOpError``
+        (``NO_GROUP_TO_READ``) when a key or the group goes away meanwhile
+        (``_check_still_there``), ``TooManyBlockedError`` when too many
+        readers wait."""
         self.commit_deferred()
         targets = self._read_targets(read)
         served = self._serve(targets, read, self.broker.clock_ms())
@@ -629,8 +644,7 @@ class GroupOps:
                 else:
                     self._serve_topic_history(t, read, now_ms, served, budget)
             elif t.after is not None:
-                # Redis 7.0 looks the consumer up (creating it, refreshing its
-                # seen time) only for a key it serves now: history, or new entries.
+                # A history read: the consumer is looked up (created) and seen.
                 t.store.touch_consumer(t.group.name, consumer, now_ms)
                 self.wrote_group(t.store)
                 served.append(self._serve_history(t, consumer, read.count, now_ms, budget))
@@ -638,6 +652,9 @@ class GroupOps:
                 delivery = self._serve_fresh(t, read, now_ms, budget)
                 if delivery is not None:
                     served.append(delivery)
+                elif t.store.see_consumer(t.group.name, consumer, now_ms):
+                    # Redis 7.2+: every attempt creates the consumer and sets its seen time.
+                    self.wrote_group(t.store)
         return served
 
     def _serve_fresh(self, t: _Target, read: GroupRead, now_ms: int, budget: ReadBudget,
@@ -688,7 +705,8 @@ class GroupOps:
         count = budget.count_for(count)
         if count < 0:
             return None
-        start = max(log.find_offset(last_id[0], last_id[1], inclusive=False), log.log_start_offset)
+        after = log.find_offset(last_id[0], last_id[1], inclusive=False)
+        start = max(after, log.log_start_offset)
         res = log.read(start, log.log_end_offset, max_count=count or None, with_ids=True, view=view)
         if not res.count:
             return None
@@ -704,13 +722,10 @@ class GroupOps:
             budget.took(t.key, n)
         self.broker.topics.note_entries_out(n)
         ids = [(ms, seq) for _, ms, seq in res.entries[:n]]
-        counters = _Counters(stream)
-        entries_read = group.entries_read
-        if entries_read is not None and not range_has_tombstones(counters, ids[0], None):
-            entries_read += len(ids)  # no tombstone after the first: none after any
-        else:
-            for sid in ids:
-                entries_read = advance_entries_read(counters, group, entries_read, sid)
+        behind = None  # is last_id below the first entry? Without deleted entries that is at the log start:
+        if log.live_count == log.log_end_offset - log.log_start_offset:
+            behind = after <= log.log_start_offset
+        entries_read = entries_read_after(_Counters(stream), last_id, group.entries_read, ids, behind)
         store.deliver(group.name, consumer, ids, ids[-1], entries_read, now_ms, noack=noack)
         self.wrote_group(store)
         return Delivery(t.key, n, chunks, view)
@@ -987,18 +1002,19 @@ class GroupOps:
         return max(oldest + read.claim_ms - self.broker.clock_ms(), 1) / 1000
 
     def _check_still_there(self, targets: list, name: bytes) -> None:
+        """A woken reader's keys looked up again, as Redis 7.2+ runs a woken
+        XREADGROUP again: a key deleted (DEL, FLUSHALL, RENAME away) or
+        whose group was destroyed refuses the read with the command's own
+        ``-NOGROUP``; a key now naming another stream that has the group
+        (RENAME onto it) is read from that stream."""
         topics = self.broker.topics
-        for t in targets:
+        for i, t in enumerate(targets):
             if t.__class__ is _TopicTarget:
-                if not topics.is_multi(t.key):
-                    raise GroupOpError(KEY_GONE, key=t.key)
-                if self._partition_group(t.key, 0, name)[2] is None:
-                    raise GroupOpError(GROUP_GONE, key=t.key, group=name)
-            else:
-                if topics.get(t.key) is not t.stream:
-                    raise GroupOpError(KEY_GONE, key=t.key)
-                if t.store.group(name) is not t.group:
-                    raise GroupOpError(GROUP_GONE, key=t.key, group=name)
+                if not topics.is_multi(t.key) or self._partition_group(t.key, 0, name)[2] is None:
+                    raise GroupOpError(NO_GROUP_TO_READ, key=t.key, group=name)
+            elif topics.get(t.key) is not t.stream or t.store.group(name) is not t.group:
+                stream, store, group = self._group_of(t.key, name, NO_GROUP_TO_READ)
+                targets[i] = _Target(t.key, stream, store, group, t.after)
 
     # -- XACK, XCLAIM, XAUTOCLAIM -------------------------------------------
 
@@ -1317,7 +1333,7 @@ class GroupOps:
         limit = count or None
         out = []
         for g in store.sorted_groups():
-            consumers = [ConsumerState(c.name, c.seen_time_ms, len(c.pending),
+            consumers = [ConsumerState(c.name, c.seen_time_ms, c.active_time_ms, len(c.pending),
                                        [(sid, pe.delivery_time_ms, pe.delivery_count)
                                         for sid, pe in c.pending.range(count=limit)])
                          for c in g.sorted_consumers()]

@@ -92,11 +92,12 @@ class ReadPlan:
 
 class StreamInfo:
     """What a stream (one partition) reports about itself (``stream_info``):
-    Redis's stream state, then the partition log's."""
+    Redis's stream state (``radix_tree_keys``: its logical nodes holding a
+    live entry, ``Stream.node_count``). The partition log's own state
+    (offsets, segments, bytes) is TOPIC DESCRIBE's (``describe_topic``)."""
 
-    __slots__ = ("length", "node_max_entries", "last_id", "max_deleted_entry_id", "entries_added",
+    __slots__ = ("length", "radix_tree_keys", "last_id", "max_deleted_entry_id", "entries_added",
                  "recorded_first_entry_id", "groups", "first_entry", "last_entry", "entries",
-                 "partitions", "log_start_offset", "log_end_offset", "segments", "bytes_on_disk",
                  "idmp")  # idmp: cluster.broker.producers.IdempotenceInfo
 
     def __init__(self, **fields: Any) -> None:
@@ -333,20 +334,15 @@ class ReadOps:
         stream = topics.get(key)
         if stream is None:
             return None
-        log = stream.log
+        node_entries = getattr(self.broker.config, "stream_node_max_entries", None)
         info = StreamInfo(
             length=stream.length,
-            node_max_entries=stream.node_max_entries,
+            radix_tree_keys=stream.node_count(100 if node_entries is None else int(node_entries)),
             last_id=stream.last_id,
             max_deleted_entry_id=stream.max_deleted_entry_id,
             entries_added=stream.entries_added,
             recorded_first_entry_id=stream.first_entry_id(),
             groups=len(groups_of(stream).groups),
-            partitions=topics.partition_count(key),
-            log_start_offset=log.log_start_offset,
-            log_end_offset=log.log_end_offset,
-            segments=log.segment_count,
-            bytes_on_disk=log.size_bytes,
             idmp=self.idempotence_of(stream),
         )
         if full:

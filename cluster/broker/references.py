@@ -11,7 +11,8 @@ partition:
 - ``ACKED``: an entry leaves only when no group still needs it: none has
   it pending, and none can still deliver it (its ID is not above any
   group's last-delivered-id). A trim skips the entries it must keep and
-  removes the deletable ones after them (exact trims); ``~`` stops at the
+  removes the deletable ones after them (exact trims); ``~`` removes whole
+  nodes of ``stream-node-max-entries`` entries up to the one holding the
   first entry it must keep, as Redis stops at the first radix node it
   cannot drop whole.
 
@@ -259,11 +260,13 @@ class ReferenceOps:
         if cut is None:
             return trim.apply(stream)
         log = stream.log
-        # The prefix: the same trim, told never to pass ``cut`` (MAXLEN keeps
-        # at least the live entries from ``cut`` on; MINID stops at its ID).
+        # The prefix: the same trim (``~``: by the same nodes), told never to
+        # pass ``cut`` (MAXLEN keeps at least the live entries from ``cut``
+        # on; MINID stops at its ID).
         prefix = trim.__class__(trim.strategy, trim.approx,
                                 maxlen=max(trim.maxlen, stream.live_between(cut, log.log_end_offset)),
-                                minid=min(tuple(trim.minid), tuple(log.entry_id(cut))), limit=trim.limit)
+                                minid=min(tuple(trim.minid), tuple(log.entry_id(cut))), limit=trim.limit,
+                                node_entries=trim.node_entries)
         removed = prefix.apply(stream)
         if trim.approx:
             return removed

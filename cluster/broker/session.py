@@ -65,27 +65,32 @@ class EntryTooLargeError(Exception):
 class Trim:
     """A trim of a stream (XADD's MAXLEN/MINID, XTRIM): ``strategy`` is
     ``"MAXLEN"`` (keep ``maxlen`` entries) or ``"MINID"`` (drop entries below
-    ``minid``); ``approx`` trims whole segments only, at most ``limit``
-    entries (0: no limit). ``policy``: what becomes of the consumer groups'
-    references to the entries it removes (Redis 8.2's ``KEEPREF``, ``DELREF``,
-    ``ACKED``: ``cluster.broker.references``)."""
+    ``minid``); ``approx`` trims whole nodes of ``node_entries`` entries only
+    (Redis's ``stream-node-max-entries`` when the command ran), at most
+    ``limit`` entries (0: no limit). ``policy``: what becomes of the consumer
+    groups' references to the entries it removes (Redis 8.2's ``KEEPREF``,
+    ``DELREF``, ``ACKED``: ``cluster.broker.references``)."""
 
-    __slots__ = ("strategy", "approx", "maxlen", "minid", "limit", "policy")
+    __slots__ = ("strategy", "approx", "maxlen", "minid", "limit", "node_entries", "policy")
 
     def __init__(self, strategy: str, approx: bool = False, maxlen: int = 0,
-                 minid: tuple[int, int] = (0, 0), limit: int = 0, policy: str = KEEPREF) -> None:
+                 minid: tuple[int, int] = (0, 0), limit: int = 0, node_entries: int = 100,
+                 policy: str = KEEPREF) -> None:
         assert strategy in ("MAXLEN", "MINID") and policy in REF_POLICIES
         self.strategy = strategy
         self.approx = approx
         self.maxlen = maxlen
         self.minid = minid
         self.limit = limit
+        self.node_entries = node_entries
         self.policy = policy
 
     def apply(self, stream: Any) -> int:
         if self.strategy == "MAXLEN":
-            return stream.trim_maxlen(self.maxlen, approx=self.approx, limit=self.limit)
-        return stream.trim_minid(StreamId(*self.minid), approx=self.approx, limit=self.limit)
+            return stream.trim_maxlen(self.maxlen, approx=self.approx, limit=self.limit,
+                                      node_entries=self.node_entries)
+        return stream.trim_minid(StreamId(*self.minid), approx=self.approx, limit=self.limit,
+                                 node_entries=self.node_entries)
 
 
 class XAddPlan:
@@ -354,7 +359,7 @@ class Session(GroupOps, ReadOps, ReferenceOps, ProducerOps):
         if budget <= 0:
             return None
         max_entry_bytes = min(topics.max_entry_bytes(topics.topic_of(key)), DEFER_MAX_BYTES - 1)
-        last_ms, last_seq = stream.last_id
+        last_ms, last_seq = stream.id_floor
         end, entries, replies, last_ms, last_seq, used = scan(
             last_ms, last_seq, stream.clock_ms(), max_entry_bytes, budget)
         if not entries:

@@ -2,7 +2,7 @@
 8.10's MAXCOUNT / MAXSIZE), XACK, XACKDEL (8.2), XNACK (8.8), XPENDING,
 XCLAIM, XAUTOCLAIM, XINFO GROUPS / CONSUMERS.
 
-Owns: argument parsing with Redis 7.0's texts and order of checks
+Owns: argument parsing with Redis 8's texts and order of checks
 (redis ``t_stream.c``), and shaping replies: each handler parses, makes one
 call of the client's broker session (``cluster.broker.groups.GroupOps``),
 and shapes what it returns. Where Redis checks an argument only after it
@@ -13,9 +13,7 @@ Delivered entries are the stored chunks the broker returns, framed as
 
 Must not know: sockets, RESP bytes, files, group state, topics.
 
-Known differences from Redis 7.0:
-- A woken ``XREADGROUP BLOCK`` serves every key that has new entries
-  (Redis 7.0 serves only the key that woke it).
+Known differences from Redis 8 (docs/groups.md):
 - XGROUP DESTROY also invalidates WATCH on the key (the server has one
   signal for "modified" and "wake blocked readers").
 - XAUTOCLAIM's "COUNT too high" allocation error is given for COUNT above
@@ -377,7 +375,7 @@ def _parse_xreadgroup(argv: list[bytes], view: bool) -> GroupRead:
         elif word == b"STREAMS" and more:
             streams_arg = i + 1
             if (argc - streams_arg) % 2:
-                raise err("Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.")  # 7.0's text, XREADGROUP too
+                raise err("Unbalanced 'xreadgroup' list of streams: for each stream key an ID or '>' must be specified.")
             break
         elif word == b"GROUP" and more >= 2:
             group, consumer = argv[i + 1], argv[i + 2]
@@ -790,6 +788,6 @@ def xinfo_consumers(ctx, argv):
             info["member"] = 1 if c.member else 0
             info["partitions"] = c.partitions
         else:
-            info["inactive"] = c.inactive_ms  # Redis 7.2's field
+            info["inactive"] = c.inactive_ms  # Redis 7.2+
         out.append(info)
     return out

@@ -17,19 +17,16 @@ broker's group operations (``server.group_replies`` shapes them).
 Must not know: sockets, RESP bytes, segment files, topics and partitions
 (the broker's).
 
-Known differences from Redis 7.0 (see docs and tests):
-- ``XREAD ... STREAMS key +`` reads the last entry (Redis 7.4 semantics).
-- A woken ``XREAD BLOCK`` re-runs the read and replies with every key that
-  has data (Redis 7.2+), not only the key that woke it (7.0).
-- ``radix-tree-keys`` / ``radix-tree-nodes`` are estimates (Partita has no
-  radix tree); they equal Redis's for streams of up to
-  ``stream-node-max-entries`` entries.
+Replies and texts are Redis 8.10's (server.state.REDIS_VERSION). Known
+differences (docs/streams.md has them all):
+- ``radix-tree-keys`` counts logical nodes of ``stream-node-max-entries``
+  entries (``Stream.node_count``); ``radix-tree-nodes`` is keys + 1 (Partita
+  has no radix tree).
 - In RESP3 an XREAD naming the same key twice replies with one map entry.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 
@@ -118,6 +115,7 @@ class _AddTrimArgs:
     seq_given: bool = True
     stream_id: StreamId = MIN_ID
     id_pos: int = 0
+    node_entries: int = 100
     ref_policy: str = "KEEPREF"
     idmp: Idempotence | None = None  # IDMP / IDMPAUTO (Redis 8.6)
 
@@ -198,20 +196,24 @@ def _parse_add_or_trim(ctx, argv: list[bytes], xadd: bool) -> _AddTrimArgs:
         if not args.approx:
             raise err("syntax error, LIMIT cannot be used without the special ~ option")
     elif args.approx:
-        args.limit = 100 * _node_max_entries(ctx)
-        if args.limit <= 0 or args.limit > 10000:
+        args.limit = 100 * _node_max_entries(ctx)  # at most 100 nodes
+        if args.limit <= 0:
             args.limit = 10000
+        if args.limit > 1000000:
+            args.limit = 1000000
     else:
         args.limit = 0
     if args.idmp is not None and args.id_given:
         raise err("IDMP/IDMPAUTO can be used only with auto-generated IDs")
+    args.node_entries = _node_max_entries(ctx)
     return args
 
 
 def _trim_of(args: _AddTrimArgs) -> Trim | None:
     if args.strategy is None:
         return None
-    return Trim(args.strategy, args.approx, args.maxlen, tuple(args.minid), args.limit, args.ref_policy)
+    return Trim(args.strategy, args.approx, args.maxlen, tuple(args.minid), args.limit,
+                node_entries=args.node_entries, policy=args.ref_policy)
 
 
 @command(
@@ -303,10 +305,10 @@ def xtrim(ctx, argv):
     """XTRIM key <MAXLEN | MINID> [= | ~] threshold [LIMIT count] [KEEPREF | DELREF | ACKED]
 
     ``=`` keeps exactly the right entries (moving the log start offset);
-    ``~`` trims whole segments only (and at most LIMIT entries). The
-    reference policy (Redis 8.2; XADD's trim takes it too) says what
-    becomes of the groups' references to the entries removed
-    (``cluster.broker.references``).
+    ``~`` removes whole nodes of ``stream-node-max-entries`` entries only, as
+    Redis (and at most LIMIT entries). The reference policy (Redis 8.2;
+    XADD's trim takes it too) says what becomes of the groups' references
+    to the entries removed (``cluster.broker.references``).
     """
     args = _parse_add_or_trim(ctx, argv, xadd=False)
     return ctx.session.trim(argv[1], _trim_of(args))
@@ -520,7 +522,7 @@ def _parse_xread(argv: list[bytes]) -> ReadPlan:
             streams_arg = i + 1
             n = argc - streams_arg
             if n % 2:
-                raise err("Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.")
+                raise err("Unbalanced 'xread' list of streams: for each stream key an ID, '+', or '$' must be specified.")
             break
         elif (word == b"GROUP" and more >= 2) or (word == b"CLAIM" and more) or word == b"NOACK":
             raise err(f"The {word.decode()} option is only supported by XREADGROUP. You called XREAD instead.")
@@ -698,8 +700,12 @@ def _entry_value(encoded: bytes | None):
 def xinfo_stream(ctx, argv):
     """XINFO STREAM key [FULL [COUNT count]]
 
-    Redis 7.0's fields in Redis's order, then Partita's own: partitions,
-    log-start-offset, log-end-offset, segments, bytes-on-disk.
+    Redis 8's fields in Redis's order (8.6's idempotence fields after
+    ``recorded-first-entry-id``), nothing else (a partition's offsets,
+    segments and bytes are TOPIC DESCRIBE's). ``radix-tree-keys`` counts the
+    stream's nodes of ``stream-node-max-entries`` entries (those ``~``
+    trims remove whole); ``radix-tree-nodes`` estimates the radix tree
+    Redis would build over them (one more: exact up to one key).
     """
     key = argv[2]
     if not ctx.session.exists(key):
@@ -718,11 +724,10 @@ def xinfo_stream(ctx, argv):
             if count < 0:
                 count = 10
     found = ctx.session.stream_info(key, full, count)
-    tree_keys = math.ceil(found.length / max(found.node_max_entries, 1))
     info = Map()
     info["length"] = found.length
-    info["radix-tree-keys"] = tree_keys
-    info["radix-tree-nodes"] = tree_keys + 1
+    info["radix-tree-keys"] = found.radix_tree_keys
+    info["radix-tree-nodes"] = found.radix_tree_keys + 1
     info["last-generated-id"] = found.last_id.encode()
     info["max-deleted-entry-id"] = found.max_deleted_entry_id.encode()
     info["entries-added"] = found.entries_added
@@ -735,11 +740,6 @@ def xinfo_stream(ctx, argv):
         info["groups"] = found.groups
         info["first-entry"] = _entry_value(found.first_entry)
         info["last-entry"] = _entry_value(found.last_entry)
-    info["partitions"] = found.partitions
-    info["log-start-offset"] = found.log_start_offset
-    info["log-end-offset"] = found.log_end_offset
-    info["segments"] = found.segments
-    info["bytes-on-disk"] = found.bytes_on_disk
     return info
 
 

@@ -5,7 +5,7 @@ the pending entries list, consumers, the dead-letter setting, the PEL's time
 order that XREADGROUP CLAIM takes), ``Consumer``, ``PendingEntry`` (released
 by XNACK: no owner, delivery time 0), ``PendingList`` (a PEL ordered by ID), and ``GroupStore``:
 every group of one partition, persisted in that partition's directory as a
-journal of mutations compacted by snapshots. Also Redis 7's rules for a
+journal of mutations compacted by snapshots. Also Redis 8's rules for a
 group's ``entries_read`` and lag (``t_stream.c::streamEstimateDistanceFromFirstEverEntry``,
 ``streamReplyWithCGLag``) as pure functions of a stream's counters.
 
@@ -472,7 +472,8 @@ class ConsumerGroup:
 
 
 # --------------------------------------------------------------------------
-# Redis 7 entries_read / lag rules
+# Redis 8 entries_read / lag rules (7.4 and 8.0's fixes: redis #13338,
+# #13473, #13958)
 # --------------------------------------------------------------------------
 
 
@@ -492,11 +493,11 @@ class StreamCounters(Protocol):
 
 
 def range_has_tombstones(s: StreamCounters, start: StreamIdT | None, end: StreamIdT | None = None) -> bool:
-    """Redis ``streamRangeHasTombstones``: may an XDEL hole lie in ``[start, end]``?"""
+    """Redis ``streamRangeHasTombstones``: may an XDEL hole lie in ``[start, end]``?
+    (Since 7.4 a hole before the first entry counts too: it may still be
+    after a group's last-delivered-id.)"""
     mdel = tuple(s.max_deleted_entry_id)
     if not s.length or mdel == ZERO_ID:
-        return False
-    if tuple(s.first_id) > mdel:
         return False
     lo = start if start is not None else ZERO_ID
     hi = end if end is not None else MAX_ID
@@ -528,8 +529,11 @@ def estimate_entries_read(s: StreamCounters, sid: StreamIdT) -> int | None:
 
 def group_lag(s: StreamCounters, group: ConsumerGroup) -> int | None:
     """Redis ``streamReplyWithCGLag``: entries not yet delivered, or None."""
-    if not s.entries_added:
-        return 0
+    if not s.entries_added or not s.length:
+        return 0  # a new stream, or every entry deleted or trimmed
+    first = tuple(s.first_id)
+    if group.last_id < first and tuple(s.max_deleted_entry_id) < first:
+        return s.length  # the group and every hole are before the first entry
     if group.entries_read is not None and not range_has_tombstones(s, group.last_id, None):
         return s.entries_added - group.entries_read
     entries_read = estimate_entries_read(s, group.last_id)
@@ -538,16 +542,23 @@ def group_lag(s: StreamCounters, group: ConsumerGroup) -> int | None:
     return s.entries_added - entries_read
 
 
-def advance_entries_read(s: StreamCounters, group: ConsumerGroup, entries_read: int | None, sid: StreamIdT) -> int | None:
-    """The group's ``entries_read`` after delivering ``sid`` (> last_id) with ``>``.
-
-    ``entries_read`` is the counter before this entry (the caller threads it
-    through a batch). Redis ``streamReplyWithRange``'s group branch.
-    """
-    if entries_read is not None and not range_has_tombstones(s, sid, None):
-        return entries_read + 1
-    if s.entries_added:
-        return estimate_entries_read(s, sid)
+def entries_read_after(s: StreamCounters, last_id: StreamIdT, entries_read: int | None,
+                       ids: Sequence[StreamIdT], behind_first: bool | None = None) -> int | None:
+    """A group's ``entries_read`` after delivering ``ids`` (ascending, all
+    after ``last_id``, its last-delivered-id before) with ``>``: Redis
+    ``streamReplyWithRange``'s group branch for each. The counter counts on
+    while it is valid, the group is not behind the first entry and no hole
+    lies after its last-delivered-id; else it is estimated again.
+    ``behind_first``: whether ``last_id`` is below the first entry, when the
+    caller knows it without reading it (None: from ``s.first_id``); once an
+    entry is delivered the group is not behind (a delivered entry is live)."""
+    for i, sid in enumerate(ids):
+        if entries_read is not None and not range_has_tombstones(s, last_id, None):
+            if i or not (last_id < tuple(s.first_id) if behind_first is None else behind_first):
+                return entries_read + len(ids) - i  # holds for every later ID too
+        if s.entries_added:
+            entries_read = estimate_entries_read(s, sid)
+        last_id = sid
     return entries_read
 
 
@@ -1136,6 +1147,22 @@ class GroupStore:
         c = self._apply_touch(group, consumer, now_ms)
         self._maybe_compact()
         return c
+
+    def see_consumer(self, group: bytes, consumer: bytes, now_ms: int) -> bool:
+        """An XREADGROUP that served ``consumer`` nothing (Redis 7.2+ counts
+        the attempt): create the consumer (journalled, returns True) or set
+        its seen time in memory only (False). An empty poll changes nothing
+        else, and a soft timestamp is not worth a journal write (and an
+        fsync) per poll: a snapshot keeps the value, a restart before one
+        shows the seen time of the consumer's last journalled change."""
+        g = self._need(group)
+        c = g.consumers.get(consumer)
+        if c is None:
+            self.touch_consumer(group, consumer, now_ms)
+            return True
+        if now_ms > c.seen_time_ms:
+            c.seen_time_ms = now_ms
+        return False
 
     def deliver(
         self,

@@ -95,6 +95,27 @@ def test_xtrim_approximate_acked_stops_at_the_first_needed_entry(partita_shared)
     assert r.call("XTRIM", "approx", "MAXLEN", "~", "0", "ACKED") == b":5\r\n"
 
 
+def test_approximate_acked_trims_by_nodes_of_stream_node_max_entries(partita_shared):
+    """``~`` with ACKED removes whole nodes of ``stream-node-max-entries``
+    entries, as every ``~`` trim does: with nodes of 2 and a group that read
+    and acknowledged 1-0 .. 5-0 of ten entries, the nodes [1-0, 2-0] and
+    [3-0, 4-0] go; [5-0, 6-0] holds 6-0, which the group still needs."""
+    r = Resp(partita_shared.port)
+    assert r.call("CONFIG", "SET", "stream-node-max-entries", "2") == b"+OK\r\n"
+    try:
+        for ms in range(1, 11):
+            r.call("XADD", "nodes", f"{ms}-0", "f", "v")
+        r.call("XGROUP", "CREATE", "nodes", "g", "0")
+        r.call("XREADGROUP", "GROUP", "g", "c", "COUNT", "5", "STREAMS", "nodes", ">")
+        assert r.call("XACK", "nodes", "g", "1-0", "2-0", "3-0", "4-0", "5-0") == b":5\r\n"
+        assert r.call("XTRIM", "nodes", "MAXLEN", "~", "0", "ACKED") == b":4\r\n"
+        assert _ids(r.call("XRANGE", "nodes", "-", "+", "COUNT", "1")) == [b"5-0"]
+        assert r.call("XADD", "nodes", "ACKED", "MINID", "~", "11", "11-0", "f", "v") == b"$4\r\n11-0\r\n"
+        assert r.call("XLEN", "nodes") == b":7\r\n"  # 5-0's node holds 6-0
+    finally:
+        r.call("CONFIG", "SET", "stream-node-max-entries", "100")
+
+
 def test_xtrim_acked_without_groups_is_a_plain_trim(partita_shared):
     r = Resp(partita_shared.port)
     for ms in range(1, 4):

@@ -194,6 +194,18 @@ def test_produce_accepts_in_sequence_and_answers_a_retry_with_the_original_offse
     assert session.length(b"t") == 6
 
 
+def test_produce_after_xsetid_below_trimmed_entries_appends_above_them(make_broker):
+    # XSETID may go below entries trimmed away (Redis 7.2); the log still
+    # holds their IDs, so a produced batch's IDs must exceed them, as XADD *'s do.
+    session = make_broker(clock_ms=Clock()).session()
+    future_ms = 10**15  # beyond any wall clock: IDs continue from it
+    session.append(XAddPlan(b"t", [b"f", b"v"], id_ms=future_ms, id_seq=0, trim=Trim("MAXLEN", maxlen=0)))
+    assert session.set_id(b"t", StreamId(5, 0), None, None)
+    produced = session.produce(b"t", batch(2), 7, 0, 0)
+    assert (produced.outcome, produced.first_id) == (ACCEPTED, (future_ms, 1))
+    assert session.append(XAddPlan(b"t", [b"f", b"v"])) == (future_ms, 3)
+
+
 def test_produce_refuses_gaps_old_epochs_and_a_new_epoch_not_at_zero(make_broker):
     session = make_broker(clock_ms=Clock()).session()
     session.append(XAddPlan(b"t", [b"f", b"v"]))

@@ -45,7 +45,7 @@ class FakeLog:
 
     @property
     def last_id(self):
-        return self.ids[-1] if self.ids and self.log_start_offset < len(self.ids) else (0, 0)
+        return self.ids[-1] if self.ids else (0, 0)  # kept when trimmed, as PartitionLog does
 
     @property
     def live_count(self) -> int:
@@ -78,6 +78,9 @@ class FakeLog:
                 self.deleted.add(o)
                 n += 1
         return n
+
+    def deleted_offsets(self):
+        return sorted(o for o in self.deleted if o >= self.log_start_offset)
 
     def advance_log_start_offset(self, offset):
         self.log_start_offset = max(self.log_start_offset, min(offset, self.log_end_offset))

@@ -27,7 +27,7 @@ from storage.streams.groups import (
     GroupStore,
     PendingList,
     PendingEntry,
-    advance_entries_read,
+    entries_read_after,
     estimate_entries_read,
     group_lag,
     range_has_tombstones,
@@ -800,8 +800,30 @@ def test_lag_rules_follow_redis():
     assert estimate_entries_read(holed, (1, 0)) is None
     assert estimate_entries_read(s, (1, 0)) == 1
     assert estimate_entries_read(s, (4, 0)) is None
-    assert advance_entries_read(s, g, 1, (2, 0)) == 2
-    assert advance_entries_read(holed, g, 0, (1, 0)) is None
+    assert entries_read_after(s, (1, 0), 1, [(2, 0), (3, 0)]) == 3
+    assert entries_read_after(holed, (0, 0), 0, [(1, 0)]) is None
+
+
+def test_lag_rules_of_redis_7_4_and_8():
+    from storage.streams.groups import ConsumerGroup
+
+    # Every entry deleted or trimmed: lag 0 (whatever the counter says).
+    empty = Counters(length=0, entries_added=5, first_id=(0, 0), last_id=(5, 0), max_deleted_entry_id=(5, 0))
+    assert group_lag(empty, ConsumerGroup(b"g", (2, 0), 2)) == 0
+    # The group and every hole before the first entry: the lag is the length
+    # (redis #13337 case 2, #13473).
+    trimmed = Counters(length=2, entries_added=4, first_id=(3, 0), last_id=(4, 0), max_deleted_entry_id=(2, 0))
+    assert group_lag(trimmed, ConsumerGroup(b"g", (1, 0), 1)) == 2
+    # A hole before the first entry but after the group's last ID counts (#13338).
+    assert range_has_tombstones(trimmed, (1, 0))
+    # Delivering while behind the first entry estimates the counter again (#13958):
+    # XADD 1..5, read 1, XTRIM MAXLEN 1, read 5 -> entries-read 5, lag 0.
+    after_trim = Counters(length=1, entries_added=5, first_id=(5, 0), last_id=(5, 0))
+    assert entries_read_after(after_trim, (1, 0), 1, [(5, 0)]) == 5
+    # The caller may say whether the group is behind (the broker knows it from the read's start).
+    assert entries_read_after(after_trim, (1, 0), 1, [(5, 0)], behind_first=True) == 5
+    whole = Counters(length=3, entries_added=3, first_id=(1, 0), last_id=(3, 0))
+    assert entries_read_after(whole, (1, 0), 1, [(2, 0), (3, 0)], behind_first=False) == 3
 
 
 # ------------------------------------------------------------------ XNACK
