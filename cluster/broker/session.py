@@ -4,11 +4,13 @@ Owns: every operation a front-end asks of the broker on behalf of one client
 (one ``Session`` per connection), and the receipt those operations collect:
 the fsync-always group-commit sequence the writes need (``flush_seq``) and,
 in a cluster, the acks=all writes whose replies wait for the in-sync replicas
-(``repl_pending``: partition key -> stream, or ``("groups", topic, n)`` ->
-group store). A front-end never notes a write itself: it calls an operation,
-shapes the reply, and before it sends the replies produced so far takes the
-receipt (``take_receipt``) and waits for it (``Durability.when_durable`` /
-``wait_for_flush``, ``Replication.when_acked`` / ``wait_acks``). Once it is
+(``repl_pending``: partition key -> stream, ``("groups", topic, n)`` ->
+group store, or ``("topics", record)`` -> a RENAME's topic record that the
+controller must commit). A front-end never notes a write itself: it calls
+an operation, shapes the reply, and before it sends the replies produced so
+far takes the receipt (``take_receipt``) and waits for it
+(``Durability.when_durable`` / ``wait_for_flush``, ``Replication.when_acked``
+/ ``wait_acks``). Once it is
 settled every write it covers is durable by its topic's fsync policy and, on
 acks=all topics, on the in-sync replicas.
 

@@ -13,6 +13,7 @@ cluster clients, redis-py's RedisCluster and coredis's.
 from __future__ import annotations
 
 import anyio
+import coredis
 import pytest
 import redis
 from redis.cluster import ClusterNode, RedisCluster
@@ -99,6 +100,12 @@ def test_redis_py_cluster_sees_every_node_as_a_primary_and_fans_out(cluster, key
         assert set(rc.scan_iter(match="topo-*")) == keys
         for key in keys:
             assert rc.xlen(key) == 1
+        written = [f"py-{i}" for i in range(30)]
+        for key in written:  # routed to each key's leader
+            rc.xadd(key, {"f": key})
+        assert [rc.xrange(key)[0][1] for key in written] == [{b"f": key.encode()} for key in written]
+        rc.xadd("{py}a", {"f": "v"})
+        assert rc.rename("{py}a", "{py}b") is True and rc.xlen("{py}b") == 1 and rc.exists("{py}a") == 0
         assert rc.flushall() == {f"127.0.0.1:{port}": True for port in cluster.ports}  # one FLUSHALL per node
         for node in cluster.nodes:
             assert node.client().dbsize() == 0
@@ -107,22 +114,38 @@ def test_redis_py_cluster_sees_every_node_as_a_primary_and_fans_out(cluster, key
 
 
 def test_coredis_cluster_sees_every_node_as_a_primary_and_fans_out(cluster, keys):
-    coredis = pytest.importorskip("coredis")
+    written = [f"core-{i}".encode() for i in range(30)]
 
     async def run() -> None:
         client = coredis.RedisCluster("127.0.0.1", cluster.ports[2], decode_responses=False)
         async with client:
             assert sorted(p.connection_pool.location.port for p in client.primaries) == sorted(cluster.ports)
             assert list(client.replicas) == []
+            for key in written:  # routed to each key's leader (else -MOVED, which coredis follows)
+                await client.xadd(key, {"f": key})
             found = set()
             async for key in client.scan_iter(match="topo-*"):
                 found.add(key)
             assert found == keys
+            assert await client.keys("core-*") == set(written)
+            for key in written:
+                assert [dict(e.field_values) for e in await client.xrange(key)] == [{b"f": key}]
             for key in sorted(keys)[:10]:
                 assert await client.xlen(key) == 1
-            assert await client.flushall() is True
 
     anyio.run(run, backend="asyncio")
+    for node in cluster.nodes:  # each key written on its leader: KEYS of a node lists what it leads
+        assert set(node.client().keys("core-*")) == {k for k in written if cluster.leader_of(k) is node}
+
+    async def rename_and_flush() -> None:
+        client = coredis.RedisCluster("127.0.0.1", cluster.ports[0], decode_responses=False)
+        async with client:
+            await client.xadd("{core}a", {"f": "v"})
+            assert await client.rename("{core}a", "{core}b") is True
+            assert await client.xlen("{core}b") == 1 and await client.exists(["{core}a"]) == 0
+            assert await client.flushall() is True
+
+    anyio.run(rename_and_flush, backend="asyncio")
     for node in cluster.nodes:
         assert node.client().dbsize() == 0
 
