@@ -76,6 +76,22 @@ def test_rename_follows_redis_clusters_slot_rules(cluster):
     assert moved == Error(f"MOVED {slot} 127.0.0.1:{leader.port}")
 
 
+
+def test_a_rename_pipelined_after_the_clients_own_writes(cluster):
+    """The rename runs after the client's acks=all XADD before it is
+    acknowledged (its own writes, as any command on the key); INFO and the
+    reads after it see the new name; inside MULTI too."""
+    leader = cluster.leader_of(b"{p}a")
+    with RespClient(leader.port) as c:
+        for argv in (("XADD", "{p}a", "1-0", "f", "v"), ("RENAME", "{p}a", "{p}b"), ("INFO", "replication"),
+                     ("XLEN", "{p}b"), ("EXISTS", "{p}a"), ("MULTI",), ("RENAMENX", "{p}b", "{p}c"),
+                     ("XLEN", "{p}c"), ("EXEC",)):
+            c.send(*argv)
+        replies = [parse(c.read_reply()) for _ in range(9)]
+    assert replies[0] == b"1-0" and replies[1] == b"OK" and b"# Replication" in replies[2]
+    assert replies[3:] == [1, 0, b"OK", b"QUEUED", b"QUEUED", [1, 1]]
+
+
 def test_a_rename_on_the_leader_is_applied_by_every_follower(cluster):
     leader = cluster.leader_of(b"{t}a")
     client = leader.client()
