@@ -38,6 +38,7 @@ import json
 import logging
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
@@ -367,9 +368,9 @@ class TopicRegistry:
             meta.partitions = max(on_disk) + 1 if on_disk else 1
             aside = keep_aside(path)
             lm.write_topic_meta(topic, meta.to_bytes())
-            log.warning("%s: topic '%s' claims %r partitions, not a count between 1 and the limit of %d; "
+            log.warning("%s: topic '%s' claims %s partitions, not a count between 1 and the limit of %d; "
                         "repaired to the %d partition(s) found on disk (the file as it was is kept as %s)",
-                        path, _text(topic), exc.claimed, MAX_PARTITIONS, meta.partitions, aside)
+                        path, _text(topic), json.dumps(exc.claimed), MAX_PARTITIONS, meta.partitions, aside)
         except (ValueError, TypeError, AttributeError) as exc:
             raise TopicMetaError(f"unreadable topic metadata {path}: {exc}; refusing to start "
                              f"(partitions on disk: {on_disk}); restore or remove the file") from None
@@ -379,8 +380,8 @@ class TopicRegistry:
             except TopicError:
                 fits = False
             if not fits:
-                log.warning("%s: topic '%s' has %s %r, a value TOPIC ALTER refuses: ignored, the "
-                            "server's value applies", path, _text(topic), name, value)
+                log.warning("%s: topic '%s' has %s %s, a value TOPIC ALTER refuses: ignored, the "
+                            "server's value applies", path, _text(topic), name, json.dumps(value))
                 del meta.config[name]
         if on_disk and max(on_disk) >= meta.partitions:
             log.warning("%s says %d partition(s) but partition %d exists on disk: using %d",
@@ -397,9 +398,14 @@ class TopicRegistry:
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         extra = {} if clock_ms is None else {"clock_ms": clock_ms}
+        started = time.monotonic()
         manager = LogManager(data_dir, default_config=log_config_from(config),
                              max_open_files=getattr(config, "max_open_files", 1000), **extra)
-        return cls(manager, config)
+        registry = cls(manager, config)
+        log.info("Loaded %d topic(s), %d partition(s) in %.3fs; each partition's log opens on first use "
+                 "(and then checks what was written after its last flush)", len(registry._meta),
+                 sum(meta.partitions for meta in registry._meta.values()), time.monotonic() - started)
+        return registry
 
     def close(self) -> None:
         for stream in self._streams.values():

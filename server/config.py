@@ -19,6 +19,7 @@ import fnmatch
 import os
 import re
 import shlex
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -221,6 +222,9 @@ OPTIONS: tuple[Option, ...] = (
            doc="ACL users file for ACL SAVE / ACL LOAD; empty: users live in memory only"),
     Option("tls-port", "int", 0, mutable=False, minimum=0, maximum=65535,
            doc="TLS port on the `bind` addresses (0: no TLS listener)"),
+    # The HTTP listener: /metrics and the web console (docs/metrics.md).
+    Option("http-port", "int", 0, mutable=False, minimum=0, maximum=65535,
+           doc="HTTP port on the `bind` addresses for Prometheus metrics and the web console (0: off)"),
     Option("tls-cert-file", "string", "", mutable=False, doc="server certificate (PEM) for the TLS port"),
     Option("tls-key-file", "string", "", mutable=False, doc="private key (PEM) of `tls-cert-file`"),
     Option("tls-ca-cert-file", "string", "", mutable=False,
@@ -541,6 +545,29 @@ for _name, _other in _COMPAT_ALIASES.items():
     _ALIASES[_other] = _ALIASES.get(_other, ()) + (_name,)
 
 
+USAGE = "Usage: partita [/path/to/partita.conf] [--name value ...]"
+
+
+def help_text() -> str:
+    """``partita --help``: every option of the table, its default and its one
+    line, then the names accepted only for compatibility with Redis."""
+    own = [o for o in OPTIONS if o.doc != COMPATIBLE]
+    lines = [USAGE, "",
+             "Every option can be given in the file (`name value`) or on the command line",
+             "(`--name value`), and read or changed at run time with CONFIG GET / CONFIG SET",
+             "unless marked (fixed).", "", "Options (default in brackets):"]
+    for option in own:
+        default = option.format_for_file(option.default) if option.default is not None else ""
+        fixed = " (fixed)" if not option.mutable else ""
+        lines.append(f"  --{option.name} [{default}]{fixed}")
+        lines.append(f"      {option.doc.replace('`', '')}")
+    compatible = sorted(o.name for o in OPTIONS if o.doc == COMPATIBLE)
+    lines += ["", f"Also {COMPATIBLE}:",
+              *textwrap.wrap(", ".join(compatible), 79, initial_indent="  ", subsequent_indent="  ",
+                             break_on_hyphens=False)]
+    return "\n".join(lines) + "\n"
+
+
 class Config:
     """Current values, as attributes with Python names (``config.fsync``)."""
 
@@ -739,7 +766,7 @@ def parse_command_line(argv: list[str]) -> tuple[Path | None, list[tuple[str, st
         if not arg.startswith("--") or len(arg) == 2:
             raise ConfigError(
                 f"*** FATAL CONFIG ERROR ***\nUnexpected command line argument '{arg}'\n"
-                "Usage: partita [/path/to/partita.conf] [--name value ...]"
+                + USAGE
             )
         name = arg[2:]
         if "=" in name:

@@ -217,8 +217,10 @@ class Dispatcher:
         entry = stats.commands.get("xadd")
         if entry is None:
             entry = stats.commands["xadd"] = [0, 0, 0, 0]
+        usec = (_perf_ns() - started) // 1000
         entry[0] += count
-        entry[1] += (_perf_ns() - started) // 1000
+        entry[1] += usec
+        stats.latency["xadd"].observe_us(usec, count)  # the run's mean, once per run
         client.last_command = "xadd"
         return taken
 
@@ -391,6 +393,9 @@ class Dispatcher:
             entry = stats.commands[name] = [0, 0, 0, 0]
         entry[0] += 1
         entry[1] += usec
+        hist = stats.latency.get(name)
+        if hist is not None:
+            hist.observe_us(usec)
         if reply.__class__ is CommandError:
             entry[3] += 1
             stats.record_error(reply.code)
@@ -423,7 +428,7 @@ class Dispatcher:
             reply = reply_for(e) or self._internal_error(spec, e)
         finally:
             ctx.client.blocked = False
-        return self._counted(spec, ctx, started, reply)
+        return self._counted(spec, ctx, started, reply, waited=True)
 
     def _check_route(self, spec: CommandSpec, argv: list[bytes]) -> None:
         """Raise the cluster's refusal of ``argv`` (-MOVED, paused, ...), if any."""
@@ -432,14 +437,19 @@ class Dispatcher:
             if refused is not None:
                 raise refused
 
-    def _counted(self, spec: CommandSpec, ctx: Context, started: int, reply: Any) -> Any:
-        """``reply``, once the call is counted in the statistics."""
+    def _counted(self, spec: CommandSpec, ctx: Context, started: int, reply: Any, waited: bool = False) -> Any:
+        """``reply``, once the call is counted in the statistics (``waited``:
+        it ran on the blocking path, whose time is mostly the wait: not in
+        the latency histograms)."""
         failed = reply.__class__ is CommandError
         stats = self.stats
         if failed:
             stats.record_error(reply.code)
         stats.total_commands_processed += 1
-        stats.record_command(spec.name, (_perf_ns() - started) // 1000, failed)
+        usec = (_perf_ns() - started) // 1000
+        stats.record_command(spec.name, usec, failed)
+        if not waited:
+            stats.record_latency(spec.name, usec)
         ctx.client.last_command = spec.name
         return reply
 

@@ -30,8 +30,13 @@ from typing import Any, Callable
 import trio
 
 from cluster.broker import Broker
+from cluster.histogram import Histogram
 from server.acl import AclRegistry
 from server.config import Config
+
+# Commands whose run times go to a histogram as well (``Stats.latency``,
+# the HTTP front-end's ``partita_command_duration_seconds``): XADD and the reads.
+LATENCY_COMMANDS = ("xadd", "xread", "xreadgroup", "xrange", "xrevrange")
 
 REDIS_VERSION = "8.10.0"  # the Redis release whose stream semantics Partita matches (docs/streams.md)
 
@@ -66,6 +71,9 @@ class Stats:
         self.commands: dict[str, list[int]] = {}
         # error code -> count (INFO errorstats)
         self.errors: dict[str, int] = {}
+        # LATENCY_COMMANDS -> the run times of their calls answered at once
+        # (a read that waited in BLOCK is counted above, not here).
+        self.latency: dict[str, Histogram] = {name: Histogram() for name in LATENCY_COMMANDS}
         self._ops_samples: list[tuple[float, int]] = []
 
     def record_command(self, name: str, usec: int, failed: bool) -> None:
@@ -76,6 +84,13 @@ class Stats:
         entry[1] += usec
         if failed:
             entry[3] += 1
+
+    def record_latency(self, name: str, usec: int) -> None:
+        """A call of ``name`` answered at once took ``usec`` (its histogram,
+        if it has one)."""
+        hist = self.latency.get(name)
+        if hist is not None:
+            hist.observe_us(usec)
 
     def record_rejected(self, name: str | None) -> None:
         if name:

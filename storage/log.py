@@ -479,6 +479,7 @@ class PartitionLog:
         Everything below ``rp`` was fsynced: a cut below it, zeros there, or
         a log that ends before it is lost data (or a damaged checkpoint),
         and the WARNING says which offsets of which file."""
+        started = time.monotonic()
         segs = self._segs
         k = max(bisect.bisect_right([s.base_offset for s in segs], rp) - 1, 0)
         seg = segs[k]
@@ -541,6 +542,9 @@ class PartitionLog:
                 "%s: %s (%d) is past the log end %d: offsets %d..%d below it are missing after %s "
                 "(flushed data lost, or the checkpoint is damaged); the recovery point is now %d",
                 self.directory, RECOVERY_POINT_FILE, rp, expected, expected, rp - 1, segs[-1].log_path, expected)
+        if expected > rp:  # batches written after the last flush: the work a restart did
+            self.logger.info("%s: recovery checked offsets %d..%d (written after the last flush) in %.3fs",
+                             self.directory, rp, expected - 1, time.monotonic() - started)
         for s in segs[k:-1]:
             s.persist_index()
             s.seal()

@@ -65,7 +65,7 @@ def section_server(server) -> list[str]:
         f"uptime_in_days:{uptime // 86400}",
         "hz:10",
         "configured_hz:10",
-        f"executable:{sys.argv[0] if sys.argv else ''}",
+        f"executable:{os.path.abspath(sys.argv[0]) if sys.argv else ''}",
         f"config_file:{config.path.resolve() if config.path else ''}",
         "io_threads_active:0",
     ]
@@ -86,7 +86,7 @@ def section_clients(server) -> list[str]:
 
 def section_memory(server) -> list[str]:
     rss = _rss_bytes()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = max(rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)  # two clocks: never below
     return [
         f"used_memory:{rss}",
         f"used_memory_human:{_human(rss)}",
@@ -141,9 +141,15 @@ def section_stats(server) -> list[str]:
 
 
 def section_replication(server) -> list[str]:
+    """Redis's fields as its tools read them: every node is the master of
+    the partitions it leads, and the nodes following any of them are its
+    ``slaveN`` (docs/replication.md); Partita's own lines follow."""
+    repl = getattr(server, "replication", None)
+    followers = repl.manager.follower_lines() if repl is not None else []
     return [
         "role:master",
-        "connected_slaves:0",
+        f"connected_slaves:{len(followers)}",
+        *followers,
         "master_failover_state:no-failover",
         f"master_replid:{server.run_id}",
         "master_replid2:0000000000000000000000000000000000000000",
