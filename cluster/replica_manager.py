@@ -816,7 +816,7 @@ class ReplicaManager:
         send_bulk (catching up)."""
         now_ms = self.clock_ms()
         followers: dict[int, list[tuple[rp.LeaderState, rp.FollowerProgress]]] = {}
-        for (topic, n), ls in self.leaders.items():
+        for (topic, n), ls in list(self.leaders.items()):  # (leader_state drops deleted partitions)
             if self.leader_state(topic, n) is ls:
                 for rid, progress in ls.progress.items():
                     followers.setdefault(rid, []).append((ls, progress))
