@@ -190,10 +190,11 @@ class ReplicaManager:
 
     def leader_state(self, topic: bytes, n: int) -> rp.LeaderState | None:
         """This node's leader state of the partition (made on first use at the
-        shard's current epoch), or None when it does not lead it."""
+        shard's current epoch), or None when it does not lead it, or the
+        partition no longer exists (its topic deleted or renamed since)."""
         shard = self.shard_of(topic, n)
         leader, epoch = self.state.shards[shard]
-        if leader != self.my_id:
+        if leader != self.my_id or key_gone(self.registry, topic, n):
             self.leaders.pop((topic, n), None)
             return None
         stream = self.registry.stream_of(topic, n)
@@ -815,7 +816,7 @@ class ReplicaManager:
         send_bulk (catching up)."""
         now_ms = self.clock_ms()
         followers: dict[int, list[tuple[rp.LeaderState, rp.FollowerProgress]]] = {}
-        for (topic, n), ls in self.leaders.items():
+        for (topic, n), ls in list(self.leaders.items()):  # (leader_state drops deleted partitions)
             if self.leader_state(topic, n) is ls:
                 for rid, progress in ls.progress.items():
                     followers.setdefault(rid, []).append((ls, progress))

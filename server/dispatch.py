@@ -166,7 +166,13 @@ class Dispatcher:
         return spec
 
     def call(self, ctx: Context, argv: list[bytes]) -> Any:
-        """Run one command; a reply value, or a coroutine for a blocking one."""
+        """Run one command; a reply value, or a coroutine for a blocking one
+        (or one that waits for this client's acks=all writes first:
+        ``_behind_own_writes``)."""
+        if ctx.session.repl_pending is not None:  # (a cluster: acks=all writes not yet acknowledged)
+            behind = self._behind_own_writes(ctx, argv)
+            if behind is not None:
+                return behind
         client = ctx.client
         spec = self._plain.get(argv[0])
         if spec is not None and client.authenticated and not client.in_multi and client.acl is None:
@@ -250,6 +256,62 @@ class Dispatcher:
         self._counted(spec, ctx, started, reply)
         return True
 
+    def _behind_own_writes(self, ctx: Context, argv: list[bytes]) -> Any:
+        """A command on a stream this client appended to with acks=all
+        earlier in the batch, whose receipt has not settled
+        (``Session.awaits_own_writes``): the coroutine that runs it once it
+        has, which the connection awaits after the replies before it are
+        out (their receipt settled: the appends are on the in-sync replicas
+        and below the high watermark). So a read in a pipeline sees the
+        client's own writes before it, as on Redis, instead of stopping at
+        the high watermark as it stood. None (run it now) for XADD (it
+        appends; a trim of its waits for itself), commands without keys,
+        and commands queued inside MULTI; EXEC waits for the keys of the
+        commands it runs. (Inside the transaction, a read after an append
+        of the same transaction still stops at the high watermark.)"""
+        spec = self.lookup(argv)
+        if type(spec) is CommandError or spec.name == "xadd":
+            return None
+        client = ctx.client
+        if client.in_multi:
+            if spec.name != "exec":
+                return None
+            commands = client.multi_queue
+        else:
+            commands = ((spec, argv),)
+        keys: list[bytes] = []
+        for each, each_argv in commands:
+            if each.first_key > 0 or each.key_finder is not None:
+                try:
+                    keys.extend(each_argv[i] for i in each.key_indexes(each_argv))
+                except Exception:  # noqa: BLE001 - malformed: the handler answers it
+                    continue
+        if not keys or not ctx.session.awaits_own_writes(keys):
+            return None
+        return self._after_receipt(ctx, argv)
+
+    async def _after_receipt(self, ctx: Context, argv: list[bytes]) -> Any:
+        reply = self._call_checked(ctx, argv)
+        if type(reply) is COROUTINE:
+            reply = await reply
+        return reply
+
+    async def _awaited(self, spec: CommandSpec, reply: Any) -> Any:
+        """A plain handler's reply that the broker must wait for (a trim
+        waiting for the replicas): its value, or its failure as an error
+        reply (counted, as ``_call_sync`` counts one)."""
+        try:
+            return await reply
+        except CommandError as e:
+            failed = e
+        except Exception as e:  # noqa: BLE001 - a lower layer's refusal, or a bug
+            failed = reply_for(e) or self._internal_error(spec, e)
+        entry = self.stats.commands.get(spec.name)
+        if entry is not None:
+            entry[3] += 1
+        self.stats.record_error(failed.code)
+        return failed
+
     def _call_checked(self, ctx: Context, argv: list[bytes]) -> Any:
         client = ctx.client
         spec = self.lookup(argv)
@@ -317,6 +379,8 @@ class Dispatcher:
                 if refused is not None:
                     raise refused
             reply = spec.handler(ctx, argv)
+            if type(reply) is COROUTINE:  # the broker waits (XTRIM for the replicas)
+                reply = self._awaited(spec, reply)
         except CommandError as e:
             reply = e
         except Exception as e:  # a lower layer's refusal, or a bug: an error reply either way

@@ -65,7 +65,8 @@ from storage.checkpoint import (
     CorruptCheckpointError, encode_rows, read_rows, remove_stale_tmp,
     write_atomic, write_rows,
 )
-from storage.errors import InvalidBatchError, OffsetOutOfRangeError, StorageError, raise_storage_error
+from storage.errors import (BeyondHighWatermarkError, InvalidBatchError, OffsetOutOfRangeError, StorageError,
+                            raise_storage_error)
 from storage.files import (
     ID_INDEX_SUFFIX, INDEX_SUFFIX, LEADER_EPOCH_FILE, LOG_START_FILE, LOG_SUFFIX,
     MARKERS_SUFFIX, RECOVERY_POINT_FILE, parse_base_offset, segment_path,
@@ -808,7 +809,7 @@ class PartitionLog:
         if offset <= self.log_start_offset:
             return
         if offset > self.high_watermark:
-            raise OffsetOutOfRangeError(
+            raise BeyondHighWatermarkError(
                 f"log start {offset} beyond the high watermark {self.high_watermark}")
         self._deleted_live -= self.markers.count_in(self.log_start_offset, offset)
         self.log_start_offset = offset
