@@ -232,6 +232,7 @@ class ClusterState:
         self.shards: list[tuple[int, int]] = [
             (placement.preferred_leader(s), 1) for s in range(placement.shard_count)]
         self.version = 0  # bumped on every leader change (watchers re-read)
+        self.leader_changes = 0  # shard leaders (or epochs) this node moved to since it started
         # From the controller's committed metadata (cluster/controller): each
         # shard's ISR, and the nodes fenced for not heartbeating.
         self.isr: list[set[int]] = [set(placement.replicas(s)) for s in range(placement.shard_count)]
@@ -280,6 +281,7 @@ class ClusterState:
     def _move(self, shard: int, leader: int, epoch: int) -> None:
         self.shards[shard] = (leader, epoch)
         self.version += 1
+        self.leader_changes += 1
         self._save()
         log.info("shard %d (slots %d-%d): leader is now node %d at epoch %d",
                  shard, *self.placement.slot_range(shard), leader, epoch)

@@ -190,10 +190,11 @@ class ReplicaManager:
 
     def leader_state(self, topic: bytes, n: int) -> rp.LeaderState | None:
         """This node's leader state of the partition (made on first use at the
-        shard's current epoch), or None when it does not lead it."""
+        shard's current epoch), or None when it does not lead it, or the
+        partition no longer exists (its topic deleted or renamed since)."""
         shard = self.shard_of(topic, n)
         leader, epoch = self.state.shards[shard]
-        if leader != self.my_id:
+        if leader != self.my_id or key_gone(self.registry, topic, n):
             self.leaders.pop((topic, n), None)
             return None
         stream = self.registry.stream_of(topic, n)
@@ -782,7 +783,8 @@ class ReplicaManager:
                     write_atomic(ls.log.directory / HW_CHECKPOINT, b"%d" % hw, sync=False)
                     self._hw_saved[key] = hw
                 except (OSError, StorageError) as e:  # only shortens what a restart shows at once
-                    log.warning("high watermark checkpoint of %s failed: %s", key, e)
+                    log.warning("high watermark checkpoint of %s failed: %s",
+                                self.canonical_key(*key).decode("utf-8", "replace"), e)
 
     def partition_view(self, topic: bytes, n: int) -> dict[str, Any]:
         """Where a partition lives, for TOPIC DESCRIBE: its leader, replicas,
@@ -796,7 +798,39 @@ class ReplicaManager:
             view["high-watermark"] = ls.log.high_watermark
         return view
 
+    def replica_lags(self, topic: bytes, n: int) -> dict[int, int]:
+        """On the partition's leader: each follower's entries behind the log
+        end (its fetch offset is its ack); empty where this node does not lead."""
+        ls = self.leader_state(topic, n)
+        if ls is None:
+            return {}
+        return {rid: ls.lag(rid) for rid in ls.replicas if rid != self.my_id}
+
     # -- INFO ---------------------------------------------------------------------
+
+    def follower_lines(self) -> list[str]:
+        """Redis's ``slaveN:`` lines of INFO replication, one per node that
+        follows a partition this node leads: ``offset`` is the sum of the
+        offsets it has of them, ``lag`` the seconds since its last fetch,
+        ``state`` online when it is in every such partition's ISR, else
+        send_bulk (catching up)."""
+        now_ms = self.clock_ms()
+        followers: dict[int, list[tuple[rp.LeaderState, rp.FollowerProgress]]] = {}
+        for (topic, n), ls in list(self.leaders.items()):  # (leader_state drops deleted partitions)
+            if self.leader_state(topic, n) is ls:
+                for rid, progress in ls.progress.items():
+                    followers.setdefault(rid, []).append((ls, progress))
+        lines = []
+        for i, (rid, led) in enumerate(sorted(followers.items())):
+            node = self.placement.by_id.get(rid)
+            if node is None:
+                continue
+            fetched_ms = max(p.last_fetch_ms for _, p in led)
+            lag_s = (now_ms - fetched_ms) // 1000 if fetched_ms >= 0 else -1
+            state = "online" if all(rid in ls.isr for ls, _ in led) else "send_bulk"
+            lines.append(f"slave{i}:ip={node.host},port={node.port},state={state},"
+                         f"offset={sum(p.match_offset for _, p in led)},lag={lag_s}")
+        return lines
 
     def info_lines(self) -> list[str]:
         lines = [f"cluster_node_id:{self.my_id}", f"cluster_nodes:{len(self.placement.nodes)}",

@@ -222,6 +222,9 @@ OPTIONS: tuple[Option, ...] = (
            doc="ACL users file for ACL SAVE / ACL LOAD; empty: users live in memory only"),
     Option("tls-port", "int", 0, mutable=False, minimum=0, maximum=65535,
            doc="TLS port on the `bind` addresses (0: no TLS listener)"),
+    # The HTTP listener: /metrics and the web console (docs/metrics.md).
+    Option("http-port", "int", 0, mutable=False, minimum=0, maximum=65535,
+           doc="HTTP port on the `bind` addresses for Prometheus metrics and the web console (0: off)"),
     Option("tls-cert-file", "string", "", mutable=False, doc="server certificate (PEM) for the TLS port"),
     Option("tls-key-file", "string", "", mutable=False, doc="private key (PEM) of `tls-cert-file`"),
     Option("tls-ca-cert-file", "string", "", mutable=False,

@@ -223,7 +223,13 @@ class Dispatcher:
         return spec
 
     def call(self, ctx: Context, argv: list[bytes]) -> Any:
-        """Run one command; a reply value, or a coroutine for a blocking one."""
+        """Run one command; a reply value, or a coroutine for a blocking one
+        (or one that waits for this client's acks=all writes first:
+        ``_behind_own_writes``)."""
+        if ctx.session.repl_pending is not None:  # (a cluster: acks=all writes not yet acknowledged)
+            behind = self._behind_own_writes(ctx, argv)
+            if behind is not None:
+                return behind
         client = ctx.client
         spec = self._plain.get(argv[0])
         if spec is not None and client.authenticated and not client.in_multi and client.acl is None:
@@ -286,9 +292,10 @@ class Dispatcher:
         entry = stats.commands.get("xadd")
         if entry is None:
             entry = stats.commands["xadd"] = [0, 0, 0, 0]
-        entry[0] += count
         usec = (_perf_ns() - started) // 1000
+        entry[0] += count
         entry[1] += usec
+        stats.latency["xadd"].observe_us(usec, count)  # the run's mean, once per run
         client.last_command = "xadd"
         if usec >= self._observe_us and usec // count >= self._observe_us:
             # As slow as a threshold per command: each is logged with the
@@ -333,6 +340,62 @@ class Dispatcher:
         if usec >= self._observe_us:
             self._observe(spec, ctx, commands_in(data)[0], usec)
         return True
+
+    def _behind_own_writes(self, ctx: Context, argv: list[bytes]) -> Any:
+        """A command on a stream this client appended to with acks=all
+        earlier in the batch, whose receipt has not settled
+        (``Session.awaits_own_writes``): the coroutine that runs it once it
+        has, which the connection awaits after the replies before it are
+        out (their receipt settled: the appends are on the in-sync replicas
+        and below the high watermark). So a read in a pipeline sees the
+        client's own writes before it, as on Redis, instead of stopping at
+        the high watermark as it stood. None (run it now) for XADD (it
+        appends; a trim of its waits for itself), commands without keys,
+        and commands queued inside MULTI; EXEC waits for the keys of the
+        commands it runs. (Inside the transaction, a read after an append
+        of the same transaction still stops at the high watermark.)"""
+        spec = self.lookup(argv)
+        if type(spec) is CommandError or spec.name == "xadd":
+            return None
+        client = ctx.client
+        if client.in_multi:
+            if spec.name != "exec":
+                return None
+            commands = client.multi_queue
+        else:
+            commands = ((spec, argv),)
+        keys: list[bytes] = []
+        for each, each_argv in commands:
+            if each.first_key > 0 or each.key_finder is not None:
+                try:
+                    keys.extend(each_argv[i] for i in each.key_indexes(each_argv))
+                except Exception:  # noqa: BLE001 - malformed: the handler answers it
+                    continue
+        if not keys or not ctx.session.awaits_own_writes(keys):
+            return None
+        return self._after_receipt(ctx, argv)
+
+    async def _after_receipt(self, ctx: Context, argv: list[bytes]) -> Any:
+        reply = self._call_checked(ctx, argv)
+        if type(reply) is COROUTINE:
+            reply = await reply
+        return reply
+
+    async def _awaited(self, spec: CommandSpec, reply: Any) -> Any:
+        """A plain handler's reply that the broker must wait for (a trim
+        waiting for the replicas): its value, or its failure as an error
+        reply (counted, as ``_call_sync`` counts one)."""
+        try:
+            return await reply
+        except CommandError as e:
+            failed = e
+        except Exception as e:  # noqa: BLE001 - a lower layer's refusal, or a bug
+            failed = reply_for(e) or self._internal_error(spec, e)
+        entry = self.stats.commands.get(spec.name)
+        if entry is not None:
+            entry[3] += 1
+        self.stats.record_error(failed.code)
+        return failed
 
     def _call_checked(self, ctx: Context, argv: list[bytes]) -> Any:
         client = ctx.client
@@ -401,6 +464,8 @@ class Dispatcher:
                 if refused is not None:
                     raise refused
             reply = spec.handler(ctx, argv)
+            if type(reply) is COROUTINE:  # the broker waits (XTRIM for the replicas)
+                reply = self._awaited(spec, reply)
         except CommandError as e:
             reply = e
         except Exception as e:  # a lower layer's refusal, or a bug: an error reply either way
@@ -413,6 +478,9 @@ class Dispatcher:
             entry = stats.commands[name] = [0, 0, 0, 0]
         entry[0] += 1
         entry[1] += usec
+        hist = stats.latency.get(name)
+        if hist is not None:
+            hist.observe_us(usec)
         if reply.__class__ is CommandError:
             entry[3] += 1
             stats.record_error(reply.code)
@@ -449,7 +517,7 @@ class Dispatcher:
             reply = reply_for(e) or self._internal_error(spec, e)
         finally:
             ctx.client.blocked = False
-        return self._counted(spec, ctx, argv, ran_ns[0] // 1000, reply, fed=True)
+        return self._counted(spec, ctx, argv, ran_ns[0] // 1000, reply, blocking=True)
 
     def _check_route(self, spec: CommandSpec, argv: list[bytes]) -> None:
         """Raise the cluster's refusal of ``argv`` (-MOVED, paused, ...), if any."""
@@ -459,21 +527,25 @@ class Dispatcher:
                 raise refused
 
     def _counted(self, spec: CommandSpec, ctx: Context, argv: list[bytes], usec: int, reply: Any,
-                 fed: bool = False) -> Any:
+                 blocking: bool = False) -> Any:
         """``reply``, once the call of ``usec`` µs is counted in the
-        statistics and observed (``fed``: the monitors saw it already)."""
-        self._count(spec, ctx, usec, reply)
+        statistics and observed (``blocking``: it ran on the blocking path,
+        shown to the monitors when it began, and not in the latency
+        histograms, whose readers expect answers given at once)."""
+        self._count(spec, ctx, usec, reply, blocking)
         if usec >= self._observe_us:
-            self._observe(spec, ctx, argv, usec, not fed)
+            self._observe(spec, ctx, argv, usec, not blocking)
         return reply
 
-    def _count(self, spec: CommandSpec, ctx: Context, usec: int, reply: Any) -> None:
+    def _count(self, spec: CommandSpec, ctx: Context, usec: int, reply: Any, blocking: bool = False) -> None:
         failed = reply.__class__ is CommandError
         stats = self.stats
         if failed:
             stats.record_error(reply.code)
         stats.total_commands_processed += 1
         stats.record_command(spec.name, usec, failed)
+        if not blocking:
+            stats.record_latency(spec.name, usec)
         ctx.client.last_command = spec.name
 
     def failed_append(self, exc: BaseException) -> CommandError:

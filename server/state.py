@@ -31,9 +31,14 @@ from typing import Any, Callable
 import trio
 
 from cluster.broker import Broker
+from cluster.histogram import Histogram
 from server.acl import AclRegistry
 from server.config import Config
 from server.diagnostics import Diagnostics
+
+# Commands whose run times go to a histogram as well (``Stats.latency``,
+# the HTTP front-end's ``partita_command_duration_seconds``): XADD and the reads.
+LATENCY_COMMANDS = ("xadd", "xread", "xreadgroup", "xrange", "xrevrange")
 
 REDIS_VERSION = "8.10.0"  # the Redis release whose stream semantics Partita matches (docs/streams.md)
 
@@ -68,6 +73,9 @@ class Stats:
         self.commands: dict[str, list[int]] = {}
         # error code -> count (INFO errorstats)
         self.errors: dict[str, int] = {}
+        # LATENCY_COMMANDS -> the run times of their calls answered at once
+        # (a read that waited in BLOCK is counted above, not here).
+        self.latency: dict[str, Histogram] = {name: Histogram() for name in LATENCY_COMMANDS}
         self._ops_samples: list[tuple[float, int]] = []
 
     def record_command(self, name: str, usec: int, failed: bool) -> None:
@@ -78,6 +86,13 @@ class Stats:
         entry[1] += usec
         if failed:
             entry[3] += 1
+
+    def record_latency(self, name: str, usec: int) -> None:
+        """A call of ``name`` answered at once took ``usec`` (its histogram,
+        if it has one)."""
+        hist = self.latency.get(name)
+        if hist is not None:
+            hist.observe_us(usec)
 
     def record_rejected(self, name: str | None) -> None:
         if name:
@@ -117,9 +132,13 @@ def rss_bytes() -> int:
         return 0
 
 
-def peak_rss_bytes() -> int:
-    """The process's highest resident set size so far."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+def peak_rss_bytes(rss: int | None = None) -> int:
+    """The process's highest resident set size so far, never below ``rss``
+    (the size now, read by default): the kernel's two counts are not taken
+    at the same moment."""
+    if rss is None:
+        rss = rss_bytes()
+    return max(rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 
 
 def valid_client_name(name: bytes) -> bool:

@@ -77,6 +77,12 @@ class OffsetOutOfRangeError(Exception):
     """A read or lookup asked for an offset outside [log_start_offset, log_end_offset]."""
 
 
+class BeyondHighWatermarkError(OffsetOutOfRangeError):
+    """A trim would move the log start past the high watermark (entries the
+    in-sync replicas may not hold yet); nothing was changed. The caller may
+    try again once the high watermark has moved."""
+
+
 class InvalidBatchError(ValueError):
     """Bytes given to ``append_raw`` are not well-formed stored batches (bad CRC,
     bad length, wrong base offset, IDs not increasing)."""

@@ -65,7 +65,8 @@ from storage.checkpoint import (
     CorruptCheckpointError, encode_rows, read_rows, remove_stale_tmp,
     write_atomic, write_rows,
 )
-from storage.errors import InvalidBatchError, OffsetOutOfRangeError, StorageError, raise_storage_error
+from storage.errors import (BeyondHighWatermarkError, InvalidBatchError, OffsetOutOfRangeError, StorageError,
+                            raise_storage_error)
 from storage.files import (
     ID_INDEX_SUFFIX, INDEX_SUFFIX, LEADER_EPOCH_FILE, LOG_START_FILE, LOG_SUFFIX,
     MARKERS_SUFFIX, RECOVERY_POINT_FILE, parse_base_offset, segment_path,
@@ -478,6 +479,7 @@ class PartitionLog:
         Everything below ``rp`` was fsynced: a cut below it, zeros there, or
         a log that ends before it is lost data (or a damaged checkpoint),
         and the WARNING says which offsets of which file."""
+        started = time.monotonic()
         segs = self._segs
         k = max(bisect.bisect_right([s.base_offset for s in segs], rp) - 1, 0)
         seg = segs[k]
@@ -540,6 +542,9 @@ class PartitionLog:
                 "%s: %s (%d) is past the log end %d: offsets %d..%d below it are missing after %s "
                 "(flushed data lost, or the checkpoint is damaged); the recovery point is now %d",
                 self.directory, RECOVERY_POINT_FILE, rp, expected, expected, rp - 1, segs[-1].log_path, expected)
+        if expected > rp:  # batches written after the last flush: the work a restart did
+            self.logger.info("%s: recovery checked offsets %d..%d (written after the last flush) in %.3fs",
+                             self.directory, rp, expected - 1, time.monotonic() - started)
         for s in segs[k:-1]:
             s.persist_index()
             s.seal()
@@ -804,7 +809,7 @@ class PartitionLog:
         if offset <= self.log_start_offset:
             return
         if offset > self.high_watermark:
-            raise OffsetOutOfRangeError(
+            raise BeyondHighWatermarkError(
                 f"log start {offset} beyond the high watermark {self.high_watermark}")
         self._deleted_live -= self.markers.count_in(self.log_start_offset, offset)
         self.log_start_offset = offset

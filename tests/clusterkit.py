@@ -101,12 +101,13 @@ def listen_ports(n: int) -> list[int]:
 class Cluster:
     """``n`` nodes, each with a client port (``node.port``) and a cluster bus
     port (``node.bus_port``, named in ``cluster-nodes``: ``id@host:port@bus``);
+    ``node_extra(i)``: more arguments for node ``i`` (0-based) alone;
     with ``proxied``, every node reaches every other's bus through its own
     proxy (tests/netproxy.py), so ``isolate(node)`` can cut a node off its
     peers while it keeps running and clients still reach it."""
 
     def __init__(self, tmp_path, n: int = 3, extra: list[str] | None = None, *, proxied: bool = False,
-                 launcher: list[str] | None = None) -> None:
+                 launcher: list[str] | None = None, node_extra=None) -> None:
         self.mesh = None
         ports = listen_ports(2 * n)
         self.ports, self.bus_ports = ports[:n], ports[n:]
@@ -125,7 +126,7 @@ class Cluster:
             node = PartitaProcess(tmp_path / f"node{i + 1}", [
                 "--node-id", str(i + 1), "--cluster-nodes", specs[i],
                 "--replica-lag-time-max-ms", str(LAG_MS), "--replica-fetch-wait-max-ms", "100",
-                *(extra or [])], launcher=launcher)
+                *(extra or []), *(node_extra(i) if node_extra else [])], launcher=launcher)
             node.port = port
             node.bus_port = self.bus_ports[i]
             self.nodes.append(node)

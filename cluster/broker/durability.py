@@ -65,6 +65,8 @@ from typing import Any
 
 import trio
 
+from cluster.histogram import Histogram
+
 try:
     from cluster.broker import _fsync
 except ImportError:  # built without a C compiler: the round fsyncs on the loop
@@ -126,6 +128,9 @@ class Durability:
         self._failure: BaseException | None = None
         self._failed_seq = 0
         self.fsync_count = 0  # rounds of group commit done (INFO persistence)
+        # Flush rounds that succeeded, by policy: how long each took, from its
+        # start to the loop taking its end (what its writers waited).
+        self.round_durations = {"always": Histogram(), "everysec": Histogram()}
         self.last_flush_error: str | None = None
         self.policy_of: Any = None  # log -> the topic's fsync override, or None
         # [seq, callback, send, sent] of when_durable: send is (fd, payload)
@@ -144,9 +149,9 @@ class Durability:
         self._checkpoints: list[Any] = []
         self._checkpointing = False
         # ``latency(event, ms)``: the front-end's latency monitor while it is
-        # on (None: rounds are not timed). A round of group commit, from its
-        # start to its end (what its writers wait for), is an
-        # ``aof-fsync-always`` event, Redis's name for its always-fsync.
+        # on, else None. A round of group commit, from its start to its end
+        # (what its writers wait for), is an ``aof-fsync-always`` event,
+        # Redis's name for its always-fsync (_round_took).
         self.latency: Any = None
 
     def note_write(self, log_: Any, policy: str) -> int:
@@ -291,8 +296,7 @@ class Durability:
                     raise
             self._flushed_seq = target
             self.fsync_count += 1
-            if self.latency is not None:
-                self.latency("aof-fsync-always", (time.perf_counter_ns() - started_ns) // 1_000_000)
+            self._round_took((time.perf_counter_ns() - started_ns) // 1000)
             self._eager = self._noted_seq > target
         except Exception as e:  # storage errors: refuse to acknowledge
             raise self._record_failure(target, e) from e
@@ -300,6 +304,13 @@ class Durability:
             self._flushing = False
             done, self._round_done = self._round_done, trio.Event()
             done.set()
+
+    def _round_took(self, duration_us: int) -> None:
+        """An ``always`` round ended: its duration goes to the histogram and,
+        while the latency monitor is on, to it as ``aof-fsync-always``."""
+        self.round_durations["always"].observe_us(duration_us)
+        if self.latency is not None:
+            self.latency("aof-fsync-always", duration_us // 1000)
 
     async def _flush_round_logs(self, queue: list[Any]) -> None:
         """An awaited round's syncs: on the test's runner, or on the loop
@@ -332,8 +343,6 @@ class Durability:
         self._always_dirty.clear()
         self._flushing = True
         self._round = _Round(self._noted_seq, queue)
-        if self.latency is not None:
-            self._round.started_ns = time.perf_counter_ns()
         self._run_chunks()
 
     def _run_chunks(self) -> None:
@@ -402,8 +411,7 @@ class Durability:
         if round_.error is None:
             self._flushed_seq = target
             self.fsync_count += 1
-            if round_.started_ns and self.latency is not None:
-                self.latency("aof-fsync-always", (time.perf_counter_ns() - round_.started_ns) // 1_000_000)
+            self._round_took((time.perf_counter_ns() - round_.started_ns) // 1000)
         else:  # storage errors: refuse to acknowledge
             self._keep_dirty(round_.queue)
             failure = self._record_failure(target, round_.error)
@@ -493,6 +501,7 @@ class Durability:
         # always the round still asks it, so its writers get no reply.)
         queue = [lg for lg in self._everysec_dirty.values() if getattr(lg, "sync_failure", None) is None]
         self._everysec_dirty.clear()
+        started_ns = time.perf_counter_ns()
         try:
             with trio.CancelScope(shield=True):
                 await flush_logs(queue, self._run_in_thread, self.round_fds_max)
@@ -500,6 +509,8 @@ class Durability:
             self._keep_dirty(queue)
             log.error("background fsync failed: %s", e or repr(e))
             self.last_flush_error = str(e)
+        else:
+            self.round_durations["everysec"].observe_us((time.perf_counter_ns() - started_ns) // 1000)
 
     async def run_everysec(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Background task: flush ``everysec`` logs once a second, forever."""
@@ -521,6 +532,7 @@ class _Round:
     __slots__ = ("target", "queue", "logs", "tickets", "last", "sends", "job", "error", "started_ns")
 
     def __init__(self, target: int, queue: list[Any]) -> None:
+        self.started_ns = time.perf_counter_ns()
         self.target = target  # every write noted up to here
         self.queue = queue  # logs left to flush, taken from the end
         self.logs: list[Any] = []  # the chunk in progress
@@ -529,7 +541,6 @@ class _Round:
         self.sends: list[list[Any]] = []  # when_durable entries the thread sends
         self.job: Any = None  # cluster.broker._fsync's job, None until started
         self.error: BaseException | None = None  # a chunk failed, or could not start
-        self.started_ns = 0  # when it began, while the latency monitor is on
 
 
 def _fail_tickets(tickets: list[Any], failures: list[tuple[int, int]], first: OSError) -> None:

@@ -12,6 +12,7 @@ Must not know: sockets, storage files (keyspace counts come from
 
 from __future__ import annotations
 
+import os
 import platform
 import resource
 import sys
@@ -56,7 +57,7 @@ def section_server(server) -> list[str]:
         f"uptime_in_days:{uptime // 86400}",
         "hz:10",
         "configured_hz:10",
-        f"executable:{sys.argv[0] if sys.argv else ''}",
+        f"executable:{os.path.abspath(sys.argv[0]) if sys.argv else ''}",
         f"config_file:{config.path.resolve() if config.path else ''}",
         "io_threads_active:0",
     ]
@@ -77,7 +78,7 @@ def section_clients(server) -> list[str]:
 
 def section_memory(server) -> list[str]:
     rss = rss_bytes()
-    peak = peak_rss_bytes()
+    peak = peak_rss_bytes(rss)
     return [
         f"used_memory:{rss}",
         f"used_memory_human:{_human(rss)}",
@@ -132,9 +133,15 @@ def section_stats(server) -> list[str]:
 
 
 def section_replication(server) -> list[str]:
+    """Redis's fields as its tools read them: every node is the master of
+    the partitions it leads, and the nodes following any of them are its
+    ``slaveN`` (docs/replication.md); Partita's own lines follow."""
+    repl = getattr(server, "replication", None)
+    followers = repl.manager.follower_lines() if repl is not None else []
     return [
         "role:master",
-        "connected_slaves:0",
+        f"connected_slaves:{len(followers)}",
+        *followers,
         "master_failover_state:no-failover",
         f"master_replid:{server.run_id}",
         "master_replid2:0000000000000000000000000000000000000000",

@@ -76,7 +76,8 @@ def memory_stats(ctx, argv):
     Redis's fields that have a meaning here, from the process's resident
     set size (docs/diagnostics.md "MEMORY")."""
     server = ctx.server
-    total, peak, startup = rss_bytes(), max(peak_rss_bytes(), rss_bytes()), server.started_rss_bytes
+    total = rss_bytes()
+    peak, startup = peak_rss_bytes(total), server.started_rss_bytes
     keys = server.key_count()
     dataset = _dataset_bytes(server)
     return Map([
@@ -105,7 +106,8 @@ def memory_doctor(ctx, argv):
     server = ctx.server
     if server.key_count() == 0 or _dataset_bytes(server) < LITTLE_MEMORY_BYTES:
         return Verbatim(_EMPTY)
-    if peak_rss_bytes() > 1.5 * rss_bytes():
+    rss = rss_bytes()
+    if peak_rss_bytes(rss) > 1.5 * rss:
         return Verbatim(_BIG_PEAK)
     return Verbatim(_FINE)
 

@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import redis
 
-from tests.conftest import RawConn
+from tests.conftest import REPO, PartitaProcess, RawConn, partita_command
+
+
+def test_info_executable_is_absolute_when_started_by_a_relative_path(tmp_path):
+    script = Path(partita_command()[0])
+    if script.name != "partita":
+        pytest.skip("no console script installed")
+    server = PartitaProcess(tmp_path / "data", launcher=[os.path.relpath(script, REPO)]).start()
+    try:
+        assert server.client().info("server")["executable"] == str(script)
+    finally:
+        server.stop()
 
 
 def test_info_sections_and_fields(partita_shared):
@@ -22,6 +35,8 @@ def test_info_sections_and_fields(partita_shared):
         assert field in info, field
     assert info["redis_version"] == "8.10.0" and info["role"] == "master"
     assert info["tcp_port"] == partita_shared.port
+    assert info["used_memory_peak"] >= info["used_memory"]
+    assert info["connected_slaves"] == 0  # one node: nothing follows it
     everything = r.info("everything")
     assert "cmdstat_info" in everything
     assert r.info("partita")["data_dir"] == str(partita_shared.data_dir)

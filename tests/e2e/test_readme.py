@@ -8,6 +8,9 @@ be the lines the README shows under it. Entry IDs differ from run to run: a
 README ID stands for whatever ID the run gave at the same place, the same one
 every time it appears. A line ``...`` in the README skips lines of the output
 (up to the next line shown, or to the end); an ``idle`` time may be any number.
+
+The commands of "A replicated cluster" are replayed too: its nodes started
+with the README's options (on free ports), its redis-cli lines, the kill -9.
 """
 
 from __future__ import annotations
@@ -119,3 +122,73 @@ def test_the_short_session_and_the_topics_example_work_as_shown(tmp_path):
                 "\nthe server answered:\n" + "\n".join(got)
     finally:
         server.stop()
+
+
+def cluster_lines() -> list[str]:
+    """The commands of "A replicated cluster", continuation lines joined and
+    comments removed."""
+    text = "\n".join(code_blocks("A replicated cluster")[0]).replace("\\\n", " ")
+    lines = [re.sub(r"\s+#.*$", "", line).strip() for line in text.splitlines()]
+    return [re.sub(r"\s+", " ", line) for line in lines if line]
+
+
+def test_the_cluster_commands_start_a_cluster_that_keeps_serving_after_a_kill(tmp_path):
+    """The README's cluster, node for node, on free ports (client port 700N
+    and bus port of node N become two free ports, named in every
+    cluster-nodes entry); each redis-cli line runs as typed, retried while
+    the cluster answers that it is still starting."""
+    from tests.clusterkit import listen_ports
+
+    lines = cluster_lines()
+    readme_ports = sorted({int(p) for p in re.findall(r"\b(700\d)\b", " ".join(lines))})
+    free = listen_ports(2 * len(readme_ports))
+    client = dict(zip(readme_ports, free))
+    bus = dict(zip(readme_ports, free[len(readme_ports):]))
+
+    def local(line: str) -> list[str]:
+        line = re.sub(r"(\d+)@127\.0\.0\.1:(700\d)(@\d+)?",
+                      lambda m: f"{m.group(1)}@127.0.0.1:{client[int(m.group(2))]}@{bus[int(m.group(2))]}", line)
+        return [str(client[int(t)]) if t.isdigit() and int(t) in client else t for t in shlex.split(line)]
+
+    nodes: dict[int, PartitaProcess] = {}
+    try:
+        for line in lines:
+            args = local(line.rstrip("& "))
+            if args[0] == ".venv/bin/partita":
+                assert line.endswith("&"), line  # in the background, as the README says
+                port, data = args[args.index("--port") + 1], args[args.index("--dir") + 1]
+                rest = [a for i, a in enumerate(args[1:], 1)
+                        if a not in ("--port", "--dir") and args[i - 1] not in ("--port", "--dir")]
+                node = PartitaProcess(tmp_path / data, rest)
+                node.port = int(port)
+                nodes[int(args[args.index("--node-id") + 1])] = node.start()
+            elif args[0] == "redis-cli":
+                out = _until_served(args)
+                assert "ERR" not in out and "Could not connect" not in out, (line, out)
+                if "INFO" in args:
+                    assert "cluster_enabled:1" in out
+            else:
+                assert args[:2] == ["kill", "-9"], line
+                nodes[2].kill9()
+        # After the kill: every key is written again, through any live node.
+        for i in range(20):
+            out = _until_served(["redis-cli", "-c", "-p", str(nodes[1].port), "XADD", f"key{i}", "*", "a", "1"])
+            assert ENTRY_ID.fullmatch(out.strip()), out
+    finally:
+        for node in nodes.values():
+            node.stop()
+
+
+def _until_served(args: list[str], timeout_s: float = 60.0) -> str:
+    """redis-cli's output, once the cluster no longer answers that it is
+    starting or electing (TRYAGAIN, CLUSTERDOWN, a refused connection)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = subprocess.run(args, capture_output=True, text=True, timeout=30)
+        out = result.stdout + result.stderr
+        transient = any(word in out for word in ("TRYAGAIN", "CLUSTERDOWN", "Could not connect"))
+        if not transient or time.monotonic() > deadline:
+            return out
+        time.sleep(0.1)

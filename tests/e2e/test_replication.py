@@ -43,6 +43,19 @@ def test_redis_cluster_client_finds_every_leader(cluster):
     rc.close()
 
 
+def test_info_replication_lists_the_followers_of_what_a_node_leads_as_redis_tools_read_them(cluster):
+    key = b"followed"
+    leader = cluster.leader_of(key)
+    for i in range(5):
+        leader.client().xadd(key, {"i": i})  # acks=all: every follower has fetched them
+    info = leader.client().info("replication")  # redis-py's own parser of slaveN lines
+    assert info["role"] == "master" and info["connected_slaves"] == 2
+    followers = sorted((info[f"slave{i}"] for i in range(2)), key=lambda f: f["port"])
+    assert [f["port"] for f in followers] == sorted(n.port for n in cluster.followers_of(key))
+    for f in followers:
+        assert f["ip"] == "127.0.0.1" and f["state"] == "online" and f["offset"] >= 5 and f["lag"] >= 0
+
+
 def test_acks_all_entries_are_on_every_isr_replica_when_acknowledged(cluster):
     key = b"acked"
     leader = cluster.leader_of(key)
