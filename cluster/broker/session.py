@@ -27,6 +27,7 @@ from typing import Any, Sequence
 
 from cluster.broker.groups import GroupOps
 from cluster.broker.reads import ReadOps
+from cluster.broker.records import RecordOps
 from cluster.errors import Moved
 from cluster.peer.messages import AppendRequest
 from cluster.replica_manager import NotEnoughReplicasError, NotLeaderError
@@ -105,7 +106,7 @@ class Receipt:
         self.repl_pending = repl_pending
 
 
-class Session(GroupOps, ReadOps):
+class Session(GroupOps, ReadOps, RecordOps):
     """One client's handle on a ``Broker`` (``Broker.session()``)."""
 
     __slots__ = ("broker", "client_id", "flush_seq", "repl_pending", "repl_writes", "may_defer", "may_block",
