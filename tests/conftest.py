@@ -9,6 +9,10 @@
   free port; skipped with a visible reason when the binary is missing.
 - ``raw_exchange(port, payload)``: send bytes, read until the server closes
   or goes quiet; ``same_reply(partita, redis, payload)`` compares both.
+- ``kafka_partita``: ``kafka_partita(extra_args)`` starts a partita with its
+  Kafka port on (``.kafka_port``, ``.bootstrap``); ``kafka_shared``: one per
+  module. ``KafkaRaw``: a socket that sends Kafka requests and reads their
+  responses with the codec (``server.kafka.framing``).
 """
 
 from __future__ import annotations
@@ -152,6 +156,84 @@ def partita_shared(tmp_path_factory):
     server = PartitaProcess(tmp_path_factory.mktemp("partita") / "data").start()
     yield server
     server.stop()
+
+
+def with_kafka(server: PartitaProcess, port: int) -> PartitaProcess:
+    server.kafka_port = port
+    server.bootstrap = f"127.0.0.1:{port}"
+    return server
+
+
+@pytest.fixture
+def kafka_partita(partita_factory):
+    """Start partitas with a Kafka port: ``kafka_partita(["--fsync", "always"])``."""
+
+    def make(extra_args: list[str] | None = None):
+        port = free_port()
+        return with_kafka(partita_factory(["--kafka-port", str(port), *(extra_args or [])]), port)
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def kafka_shared(tmp_path_factory):
+    """One partita with a Kafka port for a whole test module."""
+    port = free_port()
+    server = PartitaProcess(tmp_path_factory.mktemp("partita") / "data", ["--kafka-port", str(port)]).start()
+    yield with_kafka(server, port)
+    server.stop()
+
+
+class KafkaRaw:
+    """A Kafka client socket for raw requests: ``call(body, version)`` sends
+    one request and returns the decoded response; ``send`` / ``read_frame``
+    for anything else."""
+
+    def __init__(self, port: int, timeout_s: float = 10.0) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
+        self.correlation = 0
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def read_frame(self) -> bytes | None:
+        """The next response frame (without its size), None once the server closed."""
+        head = self._read(4)
+        if head is None:
+            return None
+        return self._read(int.from_bytes(head, "big", signed=True))
+
+    def _read(self, n: int) -> bytes | None:
+        buf = b""
+        while len(buf) < n:
+            try:
+                data = self.sock.recv(n - len(buf))
+            except ConnectionResetError:
+                return None
+            if not data:
+                return None
+            buf += data
+        return buf
+
+    def call(self, body, version: int):
+        from server.kafka import framing
+
+        self.correlation += 1
+        self.send(framing.encode_request(body.API_KEY, version, self.correlation, "test", body))
+        frame = self.read_frame()
+        assert frame is not None, "the server closed the connection"
+        correlation, response = framing.decode_response(body.API_KEY, version, frame)
+        assert correlation == self.correlation
+        return response
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 def free_port() -> int:
