@@ -29,9 +29,10 @@ module does the same way (Kafka's ``SocketServer.parseRequestHeader``,
   client never meets this.
 - A frame whose size is negative or above the limit (a stray HTTP or TLS
   client's first bytes read as a size are far above it), a header or body
-  that does not decode, trailing bytes after the body: Kafka closes the
-  connection (``InvalidReceiveException``, ``InvalidRequestException``); so
-  does this, via ``ProtocolViolation``. The size is checked as soon as its 4
+  that does not decode: Kafka closes the connection
+  (``InvalidReceiveException``, ``InvalidRequestException``); so does this,
+  via ``ProtocolViolation``. Bytes after a body that decodes are ignored, as
+  Kafka's readers ignore them (librdkafka 2.16 sends some). The size is checked as soon as its 4
   bytes arrive, before anything of the frame is kept.
 """
 
@@ -237,10 +238,9 @@ class RequestReader:
             raise ProtocolViolation(
                 f"Error getting request for apiKey: {api_key}, apiVersion: {api_version}, "
                 f"correlationId: {correlation_id}: {e}") from None
-        if pos != len(frame):
-            raise ProtocolViolation(
-                f"Request apiKey: {api_key}, apiVersion: {api_version}, correlationId: "
-                f"{correlation_id} has {len(frame) - pos} bytes after its body")
+        # Bytes after the body are not looked at, as Kafka's generated readers
+        # do not: librdkafka 2.16 sends three after its Metadata v13 for every
+        # topic, and Kafka serves it.
         return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame))
 
 
