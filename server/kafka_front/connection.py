@@ -108,8 +108,12 @@ class KafkaConnection:
                     with trio.move_on_after(HANDSHAKE_TIMEOUT_S):
                         await self.stream.do_handshake()
                 await self._serve()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, _Close):
-            pass
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError, _Close):
+            pass  # the client left, or what it sent closes the connection (logged where seen)
+        except* Exception as group:  # a bug: this connection closes, the server goes on
+            for exc in group.exceptions:
+                log.error("Kafka client %s: closing the connection after an unexpected error",
+                          self.client.addr, exc_info=exc)
         finally:
             with trio.CancelScope(shield=True):
                 with trio.move_on_after(1):
