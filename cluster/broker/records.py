@@ -8,14 +8,14 @@ offset needs beside the Redis ones (the Kafka front-end, server/kafka_front/):
   and each partition's leader, leader epoch, replicas and in-sync replicas
   from the committed cluster metadata), the nodes (``record_nodes``) and the
   controller (``controller_id``);
-- ``append_records``: a run of entries, already encoded up to their IDs by
-  the front-end (``storage.entry_codec.encode_body``), appended to one
-  partition as ONE log batch (more only past ``RECORD_BATCH_MAX_BYTES``):
-  IDs assigned as ``XADD *`` does (the wall clock's ms, or the last ID's ms
-  with the next sequence numbers), leadership and the ISR checked in a
-  cluster, the topic's ``max-entry-bytes``, the write noted for the receipt
-  (fsync; acks=all for the topic's ``acks all`` or when the front-end asks
-  for it, ``acks_all``), readers woken;
+- ``append_records``: a run of entries appended to one partition as ONE log
+  batch (more only past ``RECORD_BATCH_MAX_BYTES``): IDs assigned as ``XADD
+  *`` does (the wall clock's ms, or the last ID's ms with the next sequence
+  numbers), the entries encoded once by the front-end with those IDs (its
+  ``make_entries``, as ``append_run``'s scanner), leadership and the ISR
+  checked in a cluster, the topic's ``max-entry-bytes``, the write noted
+  for the receipt (fsync; acks=all for the topic's ``acks all`` or when the
+  front-end asks for it, ``acks_all``), readers woken;
 - ``read_records``: the entries of a partition from an offset up to its
   high watermark, within a byte budget, with each entry's offset and ID
   (``wait_for_records``: the long poll, woken by the appends' key events);
@@ -39,7 +39,7 @@ API versions), reply shapes, error texts.
 from __future__ import annotations
 
 import time
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 from cluster.errors import NotEnoughReplicas, TryAgain
 from cluster.topics import (
@@ -56,7 +56,6 @@ from cluster.topics import (
     TopicRegistry,
     partition_key,
 )
-from storage.entry_codec import with_body
 from storage.streams.ids import UINT64_MAX
 
 # A produced run is split into log batches of about this many bytes: a read
@@ -192,21 +191,26 @@ class RecordOps:
 
     # -- writes ----------------------------------------------------------------------
 
-    def append_records(self, topic: bytes, n: int, bodies: Sequence[bytes], largest_bytes: int,
-                       acks_all: bool = False) -> Appended:
-        """Append one entry per body (``entry_codec.encode_body``) to
-        partition ``n`` of ``topic``, in order, as one log batch per
-        ``RECORD_BATCH_MAX_BYTES``. ``largest_bytes``: the field and value
-        bytes of the largest entry (checked against ``max-entry-bytes``).
-        ``acks_all``: the receipt waits for the in-sync replicas (and
-        min-insync-replicas must be in sync) even on an ``acks 1`` topic.
+    def append_records(self, topic: bytes, n: int, count: int, largest_bytes: int,
+                       make_entries: Callable[[int, int], tuple[list, int]], acks_all: bool = False) -> Appended:
+        """Append ``count`` entries to partition ``n`` of ``topic``, in order,
+        as one log batch per ``RECORD_BATCH_MAX_BYTES``. The front-end
+        encodes them once, with the IDs it is given, as ``append_run``'s
+        scanner does: ``make_entries(ms, seq)`` returns ``(entries,
+        total_bytes)``, the ``count`` stored entries ``(ms, seq + i,
+        encoding)`` (``storage.entry_codec.with_body``) and their bytes.
+        ``largest_bytes``: the field and value bytes of the largest entry
+        (checked against ``max-entry-bytes`` first). ``acks_all``: the
+        receipt waits for the in-sync replicas (and min-insync-replicas must
+        be in sync) even on an ``acks 1`` topic.
 
         Raises TopicError, EntryTooLargeError, Moved / TryAgain / Paused,
-        NotEnoughReplicas (nothing written), StorageError (the append
-        failed: nothing of the failed batch was written)."""
+        NotEnoughReplicas (nothing written), StorageError (the append of a
+        log batch failed: nothing of it was written, the batches before it
+        were)."""
         from cluster.broker.session import EntryTooLargeError
 
-        assert bodies
+        assert count > 0
         self.commit_deferred()
         broker = self.broker
         topics = broker.topics
@@ -232,34 +236,25 @@ class RecordOps:
         now_ms = stream.clock_ms()
         if now_ms > last_ms:
             ms, seq = now_ms, 0
-        elif last_seq <= UINT64_MAX - len(bodies):
+        elif last_seq <= UINT64_MAX - count:
             ms, seq = last_ms, last_seq + 1
         else:
             ms, seq = last_ms + 1, 0
-        first_ms = ms
-        batch: list = []
-        batch_bytes = 0
-        for body in bodies:
-            batch.append((ms, seq, with_body((ms, seq), body)))
-            batch_bytes += len(body) + 40
-            seq += 1
-            if batch_bytes >= RECORD_BATCH_MAX_BYTES:
-                self._write_run(stream, batch, batch_bytes)
-                batch = []
-                batch_bytes = 0
-        if batch:
-            self._write_run(stream, batch, batch_bytes)
+        entries, total_bytes = make_entries(ms, seq)
+        assert len(entries) == count and (entries[0][0], entries[0][1]) == (ms, seq)
+        batches = max(1, min(count, -(-total_bytes // RECORD_BATCH_MAX_BYTES)))
+        step = -(-count // batches)
+        for start in range(0, count, step):
+            run = entries[start:start + step]
+            last = run[-1]
+            stream.defer_encoded(run, (last[0], last[1]), total_bytes // batches)
+            stream.commit()  # one log batch: nothing else is deferred on it (committed above)
+            self.wrote_log(log)
         signal = broker.keys.signal
         signal(pkey)
         signal(topic)
-        topics.note_entries_in(len(bodies))
-        return Appended(base, first_ms, log.log_start_offset)
-
-    def _write_run(self, stream: Any, batch: list, batch_bytes: int) -> None:
-        last = batch[-1]
-        stream.defer_encoded(batch, (last[0], last[1]), batch_bytes)
-        stream.commit()  # one log batch: nothing else is deferred on it (committed above)
-        self.wrote_log(stream.log)
+        topics.note_entries_in(count)
+        return Appended(base, ms, log.log_start_offset)
 
     # -- reads -----------------------------------------------------------------------
 

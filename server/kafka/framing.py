@@ -172,8 +172,9 @@ class FrameReader:
         buf = self._buf
         if len(buf) < end:
             return None
-        frame = bytes(buf[4:end])
-        del buf[:end]
+        with memoryview(buf) as view:
+            frame = bytes(view[4:end])  # one copy (a slice of the bytearray would be a second)
+        del buf[:end]  # (cheap: a bytearray drops its head by moving its start)
         self._size = -1
         self._check_size()
         return frame

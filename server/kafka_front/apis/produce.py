@@ -89,10 +89,11 @@ async def handle(ctx, req):
                 resp.error_code = E.UNKNOWN_TOPIC_ID
                 continue
             try:
-                batches = records.read_batches(part.records or b"", max_uncompressed_bytes=max_bytes)
+                batches = mapping.read(part.records or b"", max_bytes)
                 _check(batches, version)
-                bodies, largest = mapping.bodies_of(batches)
-                done = session.append_records(name, part.index, bodies, largest, acks_all=acks == -1)
+                produced = mapping.Produced(batches)
+                done = session.append_records(name, part.index, produced.count, produced.largest,
+                                              produced.make_entries, acks_all=acks == -1)
             except Exception as exc:  # noqa: BLE001 - every refusal is the partition's error
                 resp.error_code, message = refused(exc)
                 if version >= 8:
