@@ -77,10 +77,11 @@ class KafkaConnection:
         self._handling: trio.CancelScope | None = None  # a request's handler (a fetch's long poll)
         self._stopping = False
         session = self.server.broker.session(client.id)
-        try:
-            local_host = sock.getsockname()[0]
+        try:  # the address the client reached: the host Metadata names this node by
+            name = sock.getsockname()
         except OSError:
-            local_host = "127.0.0.1"
+            name = None
+        local_host = name[0] if isinstance(name, tuple) else "127.0.0.1"
         self.ctx = KafkaContext(front, session, client, self.tls, local_host)
         client.lib_name = b"kafka"
         client._kill = self.kill

@@ -357,3 +357,47 @@ def test_maxclients_counts_kafka_clients(kafka_partita):
             second.send(b"\x00")
             assert second.read_frame() is None  # closed without a word
         assert first.call(C.ApiVersionsRequest(), 3).error_code == E.NONE
+
+
+def _peak_rss_bytes(server) -> int:
+    with open(f"/proc/{server.proc.pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_a_client_that_does_not_read_its_responses_costs_bounded_memory(kafka_partita):
+    """Pipelined fetches of 1 MiB each, never read: the server stops reading once 16 MiB of
+    responses wait (QUEUE_MAX_BYTES), and the client's sends block; memory stays bounded."""
+    import select
+    import socket
+
+    from server.kafka import framing
+
+    server = kafka_partita()
+    r = server.client()
+    for _ in range(300):
+        r.execute_command("XADD", "big", "*", "value", "x" * 4096)
+    base = _peak_rss_bytes(server)
+    F = C.FetchRequest
+    body = F(max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, session_epoch=-1, topics=[F.FetchTopic(
+        topic="big", partitions=[F.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])])
+    request = framing.encode_request(1, 12, 1, "t", body)
+    sock = socket.create_connection(("127.0.0.1", server.kafka_port))
+    sock.setblocking(False)
+    pending = request * 1000
+    sent_requests = 0
+    while True:  # until the server stops reading: our sends block
+        if not select.select([], [sock], [], 3)[1]:
+            break
+        try:
+            n = sock.send(pending)
+        except BlockingIOError:
+            continue
+        sent_requests += n // len(request)
+        pending = pending[n % len(request):] + request * (n // len(request))
+        assert sent_requests < 100_000, "the server never stopped reading"
+    assert _peak_rss_bytes(server) - base < 100 * 1024 * 1024, (sent_requests, _peak_rss_bytes(server) - base)
+    sock.close()
+    assert r.ping()
