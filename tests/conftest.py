@@ -236,10 +236,44 @@ class KafkaRaw:
         self.close()
 
 
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run([shutil.which("openssl"), *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory) -> Path:
+    """TLS test certificates made with the ``openssl`` command line, in a directory: ``ca.crt``
+    (and key), ``server.crt`` / ``server.key`` for 127.0.0.1, ``client.crt`` / ``client.key``;
+    skips the test without ``openssl``."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command line makes the test certificates")
+    d = tmp_path_factory.mktemp("certs")
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=Partita Test CA",
+             "-keyout", "ca.key", "-out", "ca.crt", cwd=d)
+    (d / "server.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for name, ext in (("server", ["-extfile", "server.ext"]), ("client", [])):
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout", f"{name}.key",
+                 "-out", f"{name}.csr", cwd=d)
+        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+                 "-days", "2", "-out", f"{name}.crt", *ext, cwd=d)
+    return d
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    """Everything the peer sends until it closes (a reset counts as closing)."""
+    data = b""
+    try:
+        while chunk := sock.recv(4096):
+            data += chunk
+    except ConnectionResetError:
+        pass
+    return data
 
 
 class RedisProcess:

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import socket
 import subprocess
 import uuid
 
 import pytest
 
-from tests.conftest import RawConn
+from tests.conftest import RawConn, free_port, read_until_closed
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 VALUE = b"a compressible value " * 8
@@ -271,3 +272,31 @@ def consume_one(consumer, timeout_s: float = 20.0):
             assert msg.error() is None, msg.error()
             return msg
     raise AssertionError(f"no message in {timeout_s}s")
+
+
+def test_kafka_over_tls(partita_factory, certs):
+    """kafka-tls-port: librdkafka over TLS produces and consumes; Metadata names the TLS port;
+    plain text on it fails the handshake and is closed."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    port = free_port()
+    server = partita_factory(["--kafka-tls-port", str(port), "--tls-cert-file", str(certs / "server.crt"),
+                              "--tls-key-file", str(certs / "server.key"), "--tls-auth-clients", "no"])
+    assert f"Kafka protocol listening (TLS) on 127.0.0.1:{port}, kafka-tls-port={port}" in server.log()
+    tls = {"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "ssl",
+           "ssl.ca.location": str(certs / "ca.crt")}
+    producer = confluent_kafka.Producer(tls)
+    producer.produce("secure", key=b"k", value=b"v")
+    assert producer.flush(30) == 0
+    assert [f for _, f in entries(server, "secure")] == [[b"key", b"k", b"value", b"v"]]
+    consumer = confluent_kafka.Consumer({**tls, "group.id": "g", "enable.auto.commit": False})
+    consumer.assign([confluent_kafka.TopicPartition("secure", 0, 0)])
+    assert consume_one(consumer).value() == b"v"
+    assert [(b.id, b.port) for b in consumer.list_topics(timeout=10).brokers.values()] == [(0, port)]
+    consumer.close()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as plain:
+        plain.sendall(b"\x00\x00\x00\x10" + b"x" * 16)  # a Kafka frame, not a ClientHello
+        data = read_until_closed(plain)
+    assert data[:1] in (b"", b"\x15")  # closed, at most after a TLS alert: never a Kafka response
+    producer.produce("secure", value=b"after")
+    assert producer.flush(30) == 0
+    assert server.proc.poll() is None
