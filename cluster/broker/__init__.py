@@ -20,6 +20,15 @@ from typing import Any, Callable
 
 from cluster.broker.appends import DeferredAppends
 from cluster.broker.keys import KeyEvents, TooManyBlockedError
+from cluster.broker.producers import (
+    ACCEPTED,
+    DUPLICATE,
+    FENCED,
+    OUT_OF_ORDER,
+    Idempotence,
+    IdempotenceInfo,
+    Produced,
+)
 from cluster.broker.reads import AFTER_LAST, LAST_ENTRY, ReadPlan, StreamInfo
 from cluster.broker.session import (
     DEFER_MAX_BYTES,
@@ -33,6 +42,7 @@ from cluster.broker.session import (
 __all__ = [
     "Broker", "Session", "Receipt", "Trim", "XAddPlan", "EntryTooLargeError", "TooManyBlockedError",
     "DEFER_MAX_BYTES", "ReadPlan", "StreamInfo", "AFTER_LAST", "LAST_ENTRY",
+    "Idempotence", "IdempotenceInfo", "Produced", "ACCEPTED", "DUPLICATE", "OUT_OF_ORDER", "FENCED",
 ]
 
 

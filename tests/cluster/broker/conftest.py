@@ -14,7 +14,8 @@ from cluster.topics import TopicRegistry
 def make_broker(tmp_path):
     """``make_broker(clock_ms=None, **config)``: a ``Broker`` over a new
     topic registry in ``tmp_path`` (closed after the test); ``config``
-    overrides the few settings the broker and the registry read."""
+    overrides the few settings the broker and the registry read;
+    ``clock_ms`` is the broker's clock and its partition logs'."""
     registries = []
 
     def make(clock_ms=None, **config_values) -> Broker:
@@ -22,7 +23,7 @@ def make_broker(tmp_path):
                                        max_blocked_clients=0, default_partitions=1,
                                        group_session_timeout_ms=10_000)
         vars(config).update(config_values)
-        registry = TopicRegistry.open(tmp_path / f"data{len(registries)}", config)
+        registry = TopicRegistry.open(tmp_path / f"data{len(registries)}", config, clock_ms=clock_ms)
         registries.append(registry)
         return Broker(registry, config) if clock_ms is None else Broker(registry, config, clock_ms=clock_ms)
 
