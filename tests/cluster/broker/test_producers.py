@@ -193,13 +193,14 @@ def refusal(session, *args, **kw) -> str:
     return refused.value.outcome
 
 
-def restartable(tmp_path, node_id: int = 0):
+def restartable(tmp_path, node_id: int = 0, clock_ms=None):
     """A broker over ``tmp_path / "data"``, made again by each call (a restart)."""
     config = types.SimpleNamespace(segment_bytes=1 << 20, stream_node_max_entries=100, fsync="everysec",
                                    max_blocked_clients=0, default_partitions=1, group_session_timeout_ms=10_000,
                                    node_id=node_id)
     registry = TopicRegistry.open(tmp_path / "data", config)
-    return registry, Broker(registry, config).session()
+    broker = Broker(registry, config) if clock_ms is None else Broker(registry, config, clock_ms=clock_ms)
+    return registry, broker.session()
 
 
 def test_produce_accepts_in_sequence_and_answers_a_retry_with_the_original_offsets(make_broker):
@@ -330,4 +331,19 @@ def test_producer_ids_never_repeat_across_restarts(tmp_path):
     registry.close()
     registry, other = restartable(tmp_path / "other", node_id=6)
     assert other.new_producer_id() >> 43 == 6
+    registry.close()
+
+
+def test_a_damaged_producer_ids_file_falls_back_on_the_clock(tmp_path, caplog):
+    clock = Clock(1_800_000_000_000)
+    registry, session = restartable(tmp_path, clock_ms=clock)
+    first = []
+    for _ in range(3):  # one a millisecond: the clock's floor stays above them
+        first.append(session.new_producer_id())
+        clock.now_ms += 1
+    registry.close()
+    (tmp_path / "data" / "producer-ids").write_bytes(b"garbage")
+    registry, session = restartable(tmp_path, clock_ms=clock)
+    assert session.new_producer_id() > max(first)
+    assert "producer ids continue from the clock" in caplog.text
     registry.close()
