@@ -30,10 +30,12 @@ from server.kafka_front.apis import (
     list_offsets,
     metadata,
     produce,
+    sasl_authenticate,
+    sasl_handshake,
 )
 
 MODULES = (produce, fetch, list_offsets, metadata, api_versions, create_topics, delete_topics,
-           describe_configs, alter_configs, create_partitions, describe_cluster)
+           describe_configs, alter_configs, create_partitions, describe_cluster, sasl_handshake, sasl_authenticate)
 
 HANDLERS = {m.API_KEY: m.handle for m in MODULES}
 SERVED = {m.API_KEY: m.VERSIONS for m in sorted(MODULES, key=lambda m: m.API_KEY)}

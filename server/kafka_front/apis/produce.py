@@ -29,7 +29,8 @@ record the mapping cannot keep (INVALID_RECORD), zstd before v7 or an
 unknown codec (UNSUPPORTED_COMPRESSION_TYPE), batches of an idempotent
 producer (UNKNOWN_PRODUCER_ID: InitProducerId is not served yet) or
 transactional ones (INVALID_TXN_STATE), an empty records field
-(INVALID_RECORD).
+(INVALID_RECORD), a partition the user may not write
+(TOPIC_AUTHORIZATION_FAILED: ``access``).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from server.kafka import codec
 from server.kafka import errors as E
 from server.kafka import records
 from server.kafka.records import CorruptRecordError
-from server.kafka_front import mapping
+from server.kafka_front import access, mapping
 from server.kafka_front.context import Pending
 from server.kafka_front.errors import refused
 
@@ -89,6 +90,7 @@ async def handle(ctx, req):
                 resp.error_code = E.UNKNOWN_TOPIC_ID
                 continue
             try:
+                access.require(ctx, access.WRITE, name, part.index)
                 batches = mapping.read(part.records or b"", max_bytes)
                 _check(batches, version)
                 produced = mapping.Produced(batches)
