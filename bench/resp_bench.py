@@ -84,7 +84,7 @@ def main() -> None:
     bench("parse 1000 XADD streamed in 16 KiB receives", parse_chunks(RequestParser(), chunks), 1000, s)
     entry = b"*2\r\n$15\r\n1700000000000-0\r\n*4\r\n$4\r\nitem\r\n$4\r\nbook\r\n$3\r\nqty\r\n$1\r\n1\r\n"
     raw100 = Raw(100, [entry * 100])
-    hello = Map([("server", "redis"), ("version", "7.0.15"), ("proto", 3), ("id", 7), ("mode", "standalone")])
+    hello = Map([("server", "redis"), ("version", "8.10.0"), ("proto", 3), ("id", 7), ("mode", "standalone")])
     for protocol in (2, 3):
         bench(f"encode bulk ID reply RESP{protocol}", lambda: encode(b"1700000000000-0", protocol), 1, s)
         bench(f"encode HELLO map RESP{protocol}", lambda: encode(hello, protocol), 1, s)

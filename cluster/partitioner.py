@@ -8,6 +8,9 @@ Owns: the choice of a partition for one entry of a multi-partition topic:
   (``Utils.toPositive(Utils.murmur2(keyBytes)) % numPartitions``), so the
   same key lands on the same partition in Partita and in Kafka, and stays
   there for as long as the partition count does not change;
+- otherwise, for an idempotent producer's entry (XADD IDMP / IDMPAUTO),
+  the same hash of its producer-id, so that a retry reaches the partition
+  that recorded the first attempt;
 - otherwise round-robin over the partitions, one counter per topic (soft
   state: it restarts at 0 with the server). The counter moves on per entry
   for XADDs taken one by one (``choose``) and per run for a pipelined run
@@ -74,13 +77,18 @@ class Partitioner:
         self._next: dict[bytes, int] = {}
 
     def choose(self, topic: bytes, partitions: int, fields: Sequence[bytes],
-               key_field: bytes | None) -> int:
-        """The partition for an entry with ``fields`` of ``topic``."""
+               key_field: bytes | None, sticky: bytes | None = None) -> int:
+        """The partition for an entry with ``fields`` of ``topic``. An entry
+        without a key field value goes by ``sticky``'s hash when given (an
+        idempotent producer's id: its retries must reach the partition that
+        recorded them), else round-robin."""
         assert partitions > 0
         if key_field:
             value = field_value(fields, key_field)
             if value is not None:
                 return partition_for_key(value, partitions)
+        if sticky is not None:
+            return partition_for_key(sticky, partitions)
         n = self.peek(topic, partitions)
         self.advance(topic)
         return n

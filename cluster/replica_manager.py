@@ -45,8 +45,8 @@ from storage.checkpoint import read_file, write_atomic
 from storage.errors import StorageError
 from storage.log_manager import decode_topic
 from storage.streams.groups import GroupStateError, groups_of
-from storage.streams.replica_state import (apply_group_changes, apply_state, encode_state, group_changes,
-                                           state_version)
+from storage.streams.replica_state import (apply_group_changes, apply_producer_config, apply_state, encode_state,
+                                           group_changes, state_version)
 
 log = logging.getLogger("partita.replication")
 
@@ -635,6 +635,8 @@ class ReplicaManager:
             before = stream.log.log_end_offset
             try:
                 stream.commit()
+                if state is not None:  # XCFGSET's IDMP settings reach the producer state before the batches
+                    apply_producer_config(stream, state)
                 rp.apply_fetched(stream.log, res.batches, res.high_watermark, res.log_start)
             except StorageError as e:
                 # This replica's disk refused (full, or the log is offline

@@ -46,7 +46,7 @@ from cluster.partitioner import Partitioner
 from storage.errors import Refusal, StorageError
 from storage.log import PartitionLog
 from storage.salvage import keep_aside
-from storage.streams.stream import META_FILE_NAME, Stream
+from storage.streams.stream import IDMP_DEFAULTS, META_FILE_NAME, Stream
 
 if TYPE_CHECKING:
     from storage.log import LogConfig
@@ -270,6 +270,8 @@ class TopicStats:
         self.entries_out = 0
         self.retention_segments_deleted = 0
         self.retention_bytes_deleted = 0
+        self.idempotent_appends = 0  # appends of an idempotent producer (XADD IDMP, Kafka)
+        self.idempotent_duplicates = 0  # their retries answered from the producer state, nothing written
         self.in_per_sec = 0.0
         self.out_per_sec = 0.0
         self._last: tuple[float, int, int] | None = None
@@ -386,13 +388,16 @@ class TopicRegistry:
         return meta
 
     @classmethod
-    def open(cls, data_dir: Path, config: Any = None) -> TopicRegistry:
+    def open(cls, data_dir: Path, config: Any = None, clock_ms: Any = None) -> TopicRegistry:
+        """``clock_ms``: the partition logs' clock (batch times, retention,
+        idempotent ids' expiry); the wall clock by default (tests pass a fake)."""
         from storage.log_manager import LogManager
 
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
+        extra = {} if clock_ms is None else {"clock_ms": clock_ms}
         manager = LogManager(data_dir, default_config=log_config_from(config),
-                             max_open_files=getattr(config, "max_open_files", 1000))
+                             max_open_files=getattr(config, "max_open_files", 1000), **extra)
         return cls(manager, config)
 
     def close(self) -> None:
@@ -509,16 +514,14 @@ class TopicRegistry:
         plog = self.log_manager.partition(topic, partition, cfg)
         if plog.config != cfg:
             plog.config = cfg
+        config = self.config
         stream = Stream(plog, partition_dir(plog) / META_FILE_NAME,
-                        node_max_entries=self._node_max_entries())
+                        idmp_defaults=(getattr(config, "stream_idmp_duration", None) or IDMP_DEFAULTS[0],
+                                       getattr(config, "stream_idmp_maxsize", None) or IDMP_DEFAULTS[1]))
         if topic in self._unwritten:
             stream.on_first_append_refused = lambda: self._drop_if_unwritten(topic)
         self._streams[(topic, partition)] = stream
         return stream
-
-    def _node_max_entries(self) -> int:
-        value = getattr(self.config, "stream_node_max_entries", 100)
-        return int(value) if value is not None else 100
 
     def get(self, key: bytes) -> Stream | None:
         """The stream a key names, or None when its topic does not exist.
@@ -650,15 +653,21 @@ class TopicRegistry:
             if meta.partitions == 1:
                 partition = 0
             else:
-                field = self.config_value(topic, "partition-key-field")
-                partition = self.partitioner.choose(
-                    topic, meta.partitions, fields, field.encode() if field else None)
+                partition = self.choose_partition(topic, fields)
                 return self._stream_to_write(topic, partition), partition_key(topic, partition)
         stream, pkey = self._stream_to_write(topic, partition), partition_key(topic, partition)
         if len(self._append_cache) >= _SPLIT_CACHE_MAX:
             self._append_cache.clear()
         self._append_cache[key] = (stream, pkey, self._siblings(key, pkey))
         return stream, pkey
+
+    def choose_partition(self, topic: bytes, fields: Sequence[bytes], sticky: bytes | None = None) -> int:
+        """The partition of existing multi-partition ``topic`` an entry of
+        ``fields`` goes to (``cluster.partitioner``; ``sticky``: an
+        idempotent producer's id)."""
+        field = self.config_value(topic, "partition-key-field")
+        return self.partitioner.choose(topic, self._meta[topic].partitions, fields,
+                                       field.encode() if field else None, sticky)
 
     def _stream_to_write(self, topic: bytes, partition: int) -> Stream:
         """``_stream_for`` for an XADD: a partition of a topic the XADD just
@@ -891,6 +900,7 @@ class TopicRegistry:
                 "segments": plog.segment_count,
                 "bytes": plog.size_bytes,
                 "last-generated-id": stream.last_id,
+                "producers": plog.producers.producer_count(),
             })
             groups.update(groups_of(stream).groups)
         return {"partitions": parts, "config": self.topic_config(topic), "groups": sorted(groups)}

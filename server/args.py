@@ -35,6 +35,43 @@ def parse_int(raw: bytes, message: str = NOT_INTEGER) -> int:
     return value
 
 
+def parse_positive(raw: bytes, name: str) -> int:
+    """A value that must be a positive integer (XREAD's MAXCOUNT, MAXSIZE):
+    ``<name> must be a positive integer`` otherwise."""
+    message = f"{name} must be a positive integer"
+    value = parse_int(raw, message)
+    if value <= 0:
+        raise CommandError("ERR", message)
+    return value
+
+
+def parse_ids_block(argv: list[bytes], start: int, words: tuple[bytes, ...]) -> tuple[bytes | None, list[bytes]]:
+    """Redis 8.2's ``[<word>] IDS numids id [id ...]`` at ``argv[start:]``
+    (XDELEX, XACKDEL: the IDS block and one of ``words`` in either order,
+    each at most once): ``(the word upper-cased or None, the raw IDs)``."""
+    word = None
+    raw_ids = None
+    i = start
+    while i < len(argv):
+        upper = argv[i].upper()
+        if upper in words and word is None:
+            word = upper
+            i += 1
+        elif upper == b"IDS" and raw_ids is None and i + 1 < len(argv):
+            numids = parse_int(argv[i + 1], "Number of IDs must be a positive integer")
+            if numids <= 0:
+                raise CommandError("ERR", "Number of IDs must be a positive integer")
+            if numids > len(argv) - i - 2:
+                raise CommandError("ERR", "The `numids` parameter must match the number of arguments")
+            raw_ids = argv[i + 2:i + 2 + numids]
+            i += 2 + numids
+        else:
+            raise syntax_error()
+    if raw_ids is None:
+        raise syntax_error()
+    return word, raw_ids
+
+
 class ArgCursor:
     """Walks ``argv`` from ``start``; every ``next_*`` consumes one argument."""
 

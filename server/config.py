@@ -14,9 +14,11 @@ calls ``Config.set_many`` and then the hooks registered with ``on_change``.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import os
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -193,6 +195,7 @@ def quote(text: str) -> str:
 
 U32 = 2**32 - 1
 I64 = 2**63 - 1
+COMPATIBLE = "accepted for compatibility with Redis; changes nothing in Partita"
 
 OPTIONS: tuple[Option, ...] = (
     Option("port", "int", 6379, mutable=False, doc="TCP port to listen on (0: pick a free one)",
@@ -301,22 +304,250 @@ OPTIONS: tuple[Option, ...] = (
            doc="when no in-sync replica of a shard lives, elect any live replica (may lose acknowledged entries)"),
     Option("leader-rebalance-delay-ms", "int", 5000, minimum=-1, maximum=I64,
            doc="a preferred leader back in sync this long takes its shard back (-1: never)"),
-    # Accepted for Redis compatibility; they do not change Partita's storage.
+    # Redis's names with a meaning of their own here, or none.
     Option("stream-node-max-entries", "int", 100, minimum=0, maximum=I64,
-           doc="accepted for Redis compatibility; no effect on Partita storage"),
-    Option("stream-node-max-bytes", "size", 4096, minimum=0, maximum=I64,
-           doc="accepted for Redis compatibility; no effect on Partita storage"),
+           doc="entries of a stream node, as Redis's: what `~` trims remove whole (0: 100)"),
+    Option("stream-node-max-bytes", "size", 4096, minimum=0, maximum=I64, doc=COMPATIBLE),
+    # Redis 8.6's defaults of XADD IDMP's window, per stream unless XCFGSET sets one (docs/streams.md).
+    Option("stream-idmp-duration", "int", 100, minimum=1, maximum=86400,
+           doc="seconds an idempotent id of XADD IDMP is remembered (streams XCFGSET did not configure)"),
+    Option("stream-idmp-maxsize", "int", 100, minimum=1, maximum=10000,
+           doc="idempotent ids of XADD IDMP remembered per producer (streams XCFGSET did not configure)"),
     Option("appendonly", "bool", True, mutable=False,
            doc="always yes: every write goes to a partition log"),
-    Option("save", "string", "", doc="accepted for Redis compatibility; Partita has no snapshots"),
+    Option("save", "string", "", doc="accepted for compatibility; Partita has no snapshots"),
     Option("databases", "int", 1, mutable=False, minimum=1, maximum=1, doc="only db 0 exists"),
     Option("daemonize", "bool", False, mutable=False, doc="accepted; Partita stays in the foreground"),
     Option("maxmemory", "size", 0, minimum=0, maximum=I64,
-           doc="accepted for Redis compatibility; data lives on disk"),
+           doc="accepted for compatibility; data lives on disk"),
 )
 
+# Every other name of Redis 8's redis.conf (the server's; not the modules'
+# search-*, ts-*, bf-*, cf-* of redis-full.conf), accepted for compatibility:
+# the config file, CONFIG GET and CONFIG SET take it as Redis does (the
+# value's kind checked with Redis's texts, Redis's immutable and protected
+# ones refused by CONFIG SET), the value is kept and shown, and nothing in
+# Partita changes. One per line: name, kind (bool, int, size, string, or the
+# choices a|b|c), Redis's default ("" empty), then ``immutable`` or
+# ``protected`` as in Redis; ``name =other``: Redis's alias of ``other``
+# (both show the value, setting either sets both). The names and defaults
+# are Redis 7.0.15's CONFIG GET *, plus those Redis 7.2 to 8.6 added
+# (locale-collate ... cluster-slot-stats-enabled) and 8.6's two eviction
+# policies.
+_COMPATIBLE_NAMES = """
+acl-pubsub-default allchannels|resetchannels resetchannels
+acllog-max-len int 128
+active-defrag-cycle-max int 25
+active-defrag-cycle-min int 1
+active-defrag-ignore-bytes size 104857600
+active-defrag-max-scan-fields int 1000
+active-defrag-threshold-lower int 10
+active-defrag-threshold-upper int 100
+active-expire-effort int 1
+activedefrag bool no
+activerehashing bool yes
+always-show-logo bool no immutable
+aof-disable-auto-gc bool no
+aof-load-truncated bool yes
+aof-rewrite-cpulist string "" immutable
+aof-rewrite-incremental-fsync bool yes
+aof-timestamp-enabled bool no
+aof-use-rdb-preamble bool yes
+aof_rewrite_cpulist =aof-rewrite-cpulist
+appenddirname string appendonlydir immutable
+appendfilename string appendonly.aof immutable
+auto-aof-rewrite-min-size size 67108864
+auto-aof-rewrite-percentage int 100
+bgsave-cpulist string "" immutable
+bgsave_cpulist =bgsave-cpulist
+bind-source-addr string ""
+bio-cpulist string "" immutable
+bio_cpulist =bio-cpulist
+busy-reply-threshold int 5000
+cluster-allow-pubsubshard-when-down bool yes
+cluster-allow-reads-when-down bool no
+cluster-allow-replica-migration bool yes
+cluster-announce-bus-port int 0
+cluster-announce-hostname string ""
+cluster-announce-human-nodename string ""
+cluster-announce-ip string ""
+cluster-announce-port int 0
+cluster-announce-tls-port int 0
+cluster-compatibility-sample-ratio int 0
+cluster-config-file string nodes.conf immutable
+cluster-enabled bool no immutable
+cluster-link-sendbuf-limit size 0
+cluster-migration-barrier int 1
+cluster-node-timeout int 15000
+cluster-preferred-endpoint-type ip|hostname|unknown-endpoint ip
+cluster-replica-no-failover bool no
+cluster-replica-validity-factor int 10
+cluster-require-full-coverage bool yes
+cluster-slave-no-failover =cluster-replica-no-failover
+cluster-slave-validity-factor =cluster-replica-validity-factor
+cluster-slot-stats-enabled bool no
+crash-log-enabled bool yes
+crash-memcheck-enabled bool yes
+dbfilename string dump.rdb protected
+disable-thp bool yes immutable
+dynamic-hz bool yes
+enable-debug-command no|yes|local no immutable
+enable-module-command no|yes|local no immutable
+enable-protected-configs no|yes|local no immutable
+hash-max-listpack-entries int 512
+hash-max-listpack-value size 64
+hash-max-ziplist-entries =hash-max-listpack-entries
+hash-max-ziplist-value =hash-max-listpack-value
+hide-user-data-from-log bool no
+hll-sparse-max-bytes size 3000
+hz int 10
+ignore-warnings string ""
+io-threads int 1 immutable
+io-threads-do-reads bool no immutable
+jemalloc-bg-thread bool yes
+latency-monitor-threshold int 0
+latency-tracking bool yes
+latency-tracking-info-percentiles string '50 99 99.9'
+lazyfree-lazy-eviction bool no
+lazyfree-lazy-expire bool no
+lazyfree-lazy-server-del bool no
+lazyfree-lazy-user-del bool no
+lazyfree-lazy-user-flush bool no
+lfu-decay-time int 1
+lfu-log-factor int 10
+list-compress-depth int 0
+list-max-listpack-size int -2
+list-max-ziplist-size =list-max-listpack-size
+locale-collate string ""
+lua-time-limit =busy-reply-threshold
+masterauth string ""
+masteruser string ""
+max-new-connections-per-cycle int 10
+max-new-tls-connections-per-cycle int 1
+maxmemory-clients string 0
+maxmemory-eviction-tenacity int 10
+maxmemory-policy volatile-lru|volatile-lfu|volatile-random|volatile-ttl|allkeys-lru|allkeys-lfu|allkeys-random|noeviction|volatile-lrm|allkeys-lrm noeviction
+maxmemory-samples int 5
+min-replicas-max-lag int 10
+min-replicas-to-write int 0
+min-slaves-max-lag =min-replicas-max-lag
+min-slaves-to-write =min-replicas-to-write
+no-appendfsync-on-rewrite bool no
+notify-keyspace-events string ""
+oom-score-adj no|yes|relative|absolute no
+oom-score-adj-values string '0 200 800'
+pidfile string "" immutable
+proc-title-template string '{title} {listen-addr} {server-mode}'
+propagation-error-behavior ignore|panic|panic-on-replicas ignore
+protected-mode bool yes
+rdb-del-sync-files bool no
+rdb-save-incremental-fsync bool yes
+rdbchecksum bool yes immutable
+rdbcompression bool yes
+repl-backlog-size size 1048576
+repl-backlog-ttl int 3600
+repl-disable-tcp-nodelay bool no
+repl-diskless-load disabled|on-empty-db|swapdb disabled
+repl-diskless-sync bool yes
+repl-diskless-sync-delay int 5
+repl-diskless-sync-max-replicas int 0
+repl-ping-replica-period int 10
+repl-ping-slave-period =repl-ping-replica-period
+repl-timeout int 60
+replica-announce-ip string ""
+replica-announce-port int 0
+replica-announced bool yes
+replica-full-sync-buffer-limit size 0
+replica-ignore-disk-write-errors bool no
+replica-ignore-maxmemory bool yes
+replica-lazy-flush bool no
+replica-priority int 100
+replica-read-only bool yes
+replica-serve-stale-data bool yes
+replicaof string "" immutable
+sanitize-dump-payload bool no
+server-cpulist string "" immutable
+server_cpulist =server-cpulist
+set-max-intset-entries int 512
+set-max-listpack-entries int 128
+set-max-listpack-value size 64
+set-proc-title bool yes immutable
+shutdown-on-sigint string default
+shutdown-on-sigterm string default
+slave-announce-ip =replica-announce-ip
+slave-announce-port =replica-announce-port
+slave-ignore-maxmemory =replica-ignore-maxmemory
+slave-lazy-flush =replica-lazy-flush
+slave-priority =replica-priority
+slave-read-only =replica-read-only
+slave-serve-stale-data =replica-serve-stale-data
+slaveof =replicaof
+slowlog-log-slower-than int 10000
+slowlog-max-len int 128
+socket-mark-id int 0 immutable
+stop-writes-on-bgsave-error bool yes
+supervised no|upstart|systemd|auto no immutable
+syslog-enabled bool no immutable
+syslog-facility string local0 immutable
+syslog-ident string redis immutable
+tcp-backlog int 511 immutable
+tcp-keepalive int 300
+tls-ca-cert-dir string ""
+tls-ciphers string ""
+tls-ciphersuites string ""
+tls-client-cert-file string ""
+tls-client-key-file string ""
+tls-client-key-file-pass string ""
+tls-cluster bool no
+tls-dh-params-file string ""
+tls-key-file-pass string ""
+tls-prefer-server-ciphers bool no
+tls-protocols string ""
+tls-replication bool no
+tls-session-cache-size int 20480
+tls-session-cache-timeout int 300
+tls-session-caching bool yes
+tracking-table-max-keys int 1000000
+unixsocket string "" immutable
+unixsocketperm string 0 immutable
+zset-max-listpack-entries int 128
+zset-max-listpack-value size 64
+zset-max-ziplist-entries =zset-max-listpack-entries
+zset-max-ziplist-value =zset-max-listpack-value
+"""
+
+
+def _compatible_options() -> tuple[tuple[Option, ...], dict[str, str]]:
+    """``_COMPATIBLE_NAMES`` as options, and its aliases (name -> other)."""
+    rows = [shlex.split(line) for line in _COMPATIBLE_NAMES.strip().splitlines()]
+    kinds = {row[0]: row for row in rows if not row[1].startswith("=")}
+    options = []
+    aliases = {}
+    for row in rows:
+        name = row[0]
+        if row[1].startswith("="):
+            aliases[name] = row[1][1:]
+            row = kinds[row[1][1:]]
+        kind, text = row[1], row[2]
+        flags = row[3:]
+        choices: tuple[str, ...] = ()
+        if "|" in kind:
+            kind, choices = "enum", tuple(kind.split("|"))
+        option = Option(name, kind, None, mutable="immutable" not in flags, doc=COMPATIBLE,
+                        choices=choices, protected="protected" in flags)
+        options.append(dataclasses.replace(option, default=option.parse(text)))
+    return tuple(options), aliases
+
+
+_COMPAT_OPTIONS, _COMPAT_ALIASES = _compatible_options()
+OPTIONS = OPTIONS + _COMPAT_OPTIONS
 OPTIONS_BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
-_ALIASES = {"fsync": "appendfsync", "appendfsync": "fsync"}
+assert len(OPTIONS_BY_NAME) == len(OPTIONS), "a name twice"
+# name -> the names a value set under it also sets (Redis's aliases)
+_ALIASES = {"fsync": ("appendfsync",), "appendfsync": ("fsync",)}
+for _name, _other in _COMPAT_ALIASES.items():
+    _ALIASES[_name] = (_other,)
+    _ALIASES[_other] = _ALIASES.get(_other, ()) + (_name,)
 
 
 class Config:
@@ -363,8 +594,7 @@ class Config:
         if option.kind == "obuf":  # as Redis: only the classes given change
             value = {**getattr(self, option.attr), **value}
         setattr(self, option.attr, value)
-        alias = _ALIASES.get(option.name)
-        if alias:
+        for alias in _ALIASES.get(option.name, ()):
             setattr(self, OPTIONS_BY_NAME[alias].attr, value)
 
     # -- CONFIG GET / SET --------------------------------------------------
@@ -463,7 +693,7 @@ class Config:
             written.add(option.name)
             out.append(f"{option.name} {option.format_for_file(self.get(option.name))}")
         for option in OPTIONS:
-            if option.name in written or option.name in _ALIASES and _ALIASES[option.name] in written:
+            if option.name in written or any(alias in written for alias in _ALIASES.get(option.name, ())):
                 continue
             value = self.get(option.name)
             if value != option.default:

@@ -55,6 +55,8 @@ NOT_INTEGER = "value is not an integer or out of range"
 INVALID_STREAM_ID = "Invalid stream ID specified as stream command argument"
 TIMEOUT_NOT_INTEGER = "timeout is not an integer or out of range"
 TIMEOUT_NEGATIVE = "timeout is negative"
+# XREAD / XREADGROUP (Redis 8.10: MAXCOUNT is a cap over all keys, COUNT per key).
+MAXCOUNT_BELOW_COUNT = "MAXCOUNT must be greater than or equal to COUNT"
 WRONGTYPE = "Operation against a key holding the wrong kind of value"
 
 

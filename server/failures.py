@@ -59,6 +59,7 @@ DISK_ERRORS = (StorageError, OSError, GroupStateError)
 log = logging.getLogger("partita.storage")
 
 TOO_LARGE = "Elements are too large to be stored"
+XADD_ID_TOO_SMALL = "The ID specified in XADD is equal or smaller than the target stream top item"
 
 
 KEY_MUST_EXIST = (
@@ -93,11 +94,11 @@ REFUSALS = {
     ids.INVALID_START: ("ERR", "invalid start ID for the interval"),
     ids.INVALID_END: ("ERR", "invalid end ID for the interval"),
     stream.ID_ZERO: ("ERR", "The ID specified in XADD must be greater than 0-0"),
-    stream.ID_TOO_SMALL: ("ERR", "The ID specified in XADD is equal or smaller than the target stream top item"),
-    # Redis 7.0 answers ``<ms>-*`` after ``<ms>-<max>`` with this (t_stream.c
-    # leaves errno unset on that path, so xaddCommand picks its "too large" branch).
-    stream.SEQ_EXHAUSTED: ("ERR", TOO_LARGE),
+    stream.ID_TOO_SMALL: ("ERR", XADD_ID_TOO_SMALL),
+    # ``<ms>-*`` after ``<ms>-<max>``: Redis 7.2+ (7.0 answered TOO_LARGE).
+    stream.SEQ_EXHAUSTED: ("ERR", XADD_ID_TOO_SMALL),
     stream.ID_EXHAUSTED: ("ERR", "The stream has exhausted the last possible ID, unable to add more items"),
+    stream.SETID_BELOW_MAX_DELETED: ("ERR", "The ID specified in XSETID is smaller than current max_deleted_entry_id"),
     stream.SETID_BELOW_TOP: ("ERR", "The ID specified in XSETID is smaller than the target stream top item"),
     stream.SETID_ENTRIES_ADDED_BELOW_LENGTH: (
         "ERR", "The entries_added specified in XSETID is smaller than the target stream length"),
@@ -111,8 +112,6 @@ REFUSALS = {
     group_ops.NO_GROUP_TO_READ: (
         "NOGROUP", lambda key, group: (f"No such key '{_c(key)}' or consumer group '{_c(group)}' "
                                        "in XREADGROUP with GROUP option")),
-    group_ops.GROUP_GONE: ("NOGROUP", "the consumer group this client was blocked on no longer exists"),
-    group_ops.KEY_GONE: ("UNBLOCKED", "the stream key no longer exists"),
     group_ops.DEAD_LETTER_IS_SOURCE: ("ERR", "the DEADLETTER key must differ from the stream key"),
     # The group store's own (BUSYGROUP and the dead-letter settings reach
     # clients through the operations above; the others should not escape):

@@ -36,13 +36,17 @@ def groups_full_reply(groups: list) -> list:
         info["entries-read"] = g.entries_read
         info["lag"] = g.lag
         info["pel-count"] = g.pel_count
-        info["pending"] = [[format_id(sid), owner, time_ms, deliveries]
-                           for sid, owner, time_ms, deliveries in g.pending]
+        # Redis 8.8's count of entries released by XNACK; redis.io does not
+        # say where it goes: after pel-count (docs/groups.md).
+        info["nacked-count"] = g.nacked_count
+        info["pending"] = [[format_id(sid), owner if owner is not None else b"", time_ms, deliveries]
+                           for sid, owner, time_ms, deliveries in g.pending]  # (no owner: released by XNACK)
         consumers = []
         for c in g.consumers:
             ci = Map()
             ci["name"] = c.name
             ci["seen-time"] = c.seen_time_ms
+            ci["active-time"] = c.active_time_ms  # Redis 7.2+
             ci["pel-count"] = c.pel_count
             ci["pending"] = [[format_id(sid), time_ms, deliveries] for sid, time_ms, deliveries in c.pending]
             consumers.append(ci)

@@ -33,7 +33,7 @@ from cluster.broker import Broker
 from server.acl import AclRegistry
 from server.config import Config
 
-REDIS_VERSION = "7.0.15"  # the Redis version whose behaviour Partita matches
+REDIS_VERSION = "8.10.0"  # the Redis release whose stream semantics Partita matches (docs/streams.md)
 
 
 def partita_version() -> str:

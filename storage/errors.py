@@ -77,6 +77,10 @@ class OffsetOutOfRangeError(Exception):
     """A read or lookup asked for an offset outside [log_start_offset, log_end_offset]."""
 
 
+class BatchTooLargeError(ValueError):
+    """An append of one batch over the log's ``max_batch_bytes``: nothing written."""
+
+
 class InvalidBatchError(ValueError):
     """Bytes given to ``append_raw`` are not well-formed stored batches (bad CRC,
     bad length, wrong base offset, IDs not increasing)."""

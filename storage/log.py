@@ -65,13 +65,15 @@ from storage.checkpoint import (
     CorruptCheckpointError, encode_rows, read_rows, remove_stale_tmp,
     write_atomic, write_rows,
 )
-from storage.errors import InvalidBatchError, OffsetOutOfRangeError, StorageError, raise_storage_error
+from storage.errors import BatchTooLargeError, InvalidBatchError, OffsetOutOfRangeError, StorageError, raise_storage_error
 from storage.files import (
     ID_INDEX_SUFFIX, INDEX_SUFFIX, LEADER_EPOCH_FILE, LOG_START_FILE, LOG_SUFFIX,
     MARKERS_SUFFIX, RECOVERY_POINT_FILE, parse_base_offset, segment_path,
 )
 from storage.handles import FileCache
 from storage.markers import DeletionMarkers
+from storage.producers import SNAPSHOT_SUFFIX as PRODUCER_SNAPSHOT_SUFFIX
+from storage.producers import ProducerState, ReplayedBatch
 from storage.segment import ZERO_TAIL, ReadAccumulator, Segment
 
 MiB = 1024 * 1024
@@ -294,11 +296,16 @@ class PartitionLog:
         remove_stale_tmp(d)
         logs: dict[int, int] = {}
         others: dict[str, dict[int, int]] = {INDEX_SUFFIX: {}, ID_INDEX_SUFFIX: {}, MARKERS_SUFFIX: {}}
+        producer_snapshots = []
         try:
             for entry in os.scandir(d):
                 base = parse_base_offset(entry.name, LOG_SUFFIX)
                 if base is not None:
                     logs[base] = entry.stat().st_size
+                    continue
+                base = parse_base_offset(entry.name, PRODUCER_SNAPSHOT_SUFFIX)
+                if base is not None:
+                    producer_snapshots.append(base)
                     continue
                 for suffix, table in others.items():
                     base = parse_base_offset(entry.name, suffix)
@@ -373,6 +380,10 @@ class PartitionLog:
         if start_past_end:
             self._write_at_open(LOG_START_FILE, [(self.log_start_offset, *self.last_id)])
         self._hw = end if self.hw_follows_end else min(self.recovery_point, end)
+        # The producer-state table: loaded when first needed (storage.producers).
+        self.producers = ProducerState(d, self._clock_ms, lambda: self.log_end_offset, self._producer_batches,
+                                       producer_snapshots, self.logger)
+        self.producers.drop_above(end)  # snapshots of a tail the log lost
 
     def _read_checkpoint(self, name: str, limits: tuple[int, ...], single: bool = True):
         """The rows of a checkpoint (the one row when ``single``), each value
@@ -582,18 +593,23 @@ class PartitionLog:
 
     # -- writes --------------------------------------------------------------
 
-    def append(self, entries: Sequence[tuple[int, int, bytes]], leader_epoch: int = 0) -> int:
-        """Append one batch; return its base offset. See the API doc."""
+    def append(self, entries: Sequence[tuple[int, int, bytes]], leader_epoch: int = 0,
+               producers: Sequence[records.ProducerRecord] = ()) -> int:
+        """Append one batch; return its base offset. See the API doc.
+        ``producers``: the producer records of an idempotent append, written
+        in the batch (its trailer) and applied to ``self.producers``."""
         if self.sync_failure is not None:
             self._refuse("append to")
         assert self._check_ids(entries), "IDs must increase and exceed last_id"
         assert leader_epoch >= self.latest_epoch, "leader epochs never go back"
         now = self._clock_ms()
         base = self.log_end_offset
-        head, body = records.encode_batch(base, entries, leader_epoch, now)
+        if producers:
+            self.producers.before_records(base)
+        head, body = records.encode_batch(base, entries, leader_epoch, now, producers=producers)
         total = len(head) + len(body)
         if total > self.config.max_batch_bytes:
-            raise ValueError(f"batch of {total} bytes exceeds max_batch_bytes {self.config.max_batch_bytes}")
+            raise BatchTooLargeError(f"batch of {total} bytes exceeds max_batch_bytes {self.config.max_batch_bytes}")
         self._maybe_roll_for(total, len(entries), now)
         seg = self._segs[-1]
         first, last = entries[0], entries[-1]
@@ -609,6 +625,9 @@ class PartitionLog:
         self.last_id = (last[0], last[1])
         if self.hw_follows_end:
             self._hw = seg.end_offset
+        if producers:
+            self.producers.applied(base, now, producers, [entries[r.index][:2] for r in producers])
+            self.producers.maybe_snapshot(seg.end_offset)
         return base
 
     def _check_ids(self, entries) -> bool:
@@ -636,6 +655,7 @@ class PartitionLog:
         pos = 0
         last_id = self.last_id
         epoch = self.latest_epoch
+        with_producers = []
         while pos < len(buf):
             why = records.check_batch(buf, pos, len(buf) - pos, expected, self.config.max_batch_bytes) \
                 or records.check_tables(buf, pos)
@@ -649,10 +669,14 @@ class PartitionLog:
             epoch = h[records.H_EPOCH]
             last_id = (h[records.H_LAST_MS], h[records.H_LAST_SEQ])
             parsed.append((pos, h))
+            if h[records.H_PRODUCERS]:
+                with_producers.append((pos, h))
             expected += h[records.H_COUNT]
             pos += h[records.H_LENGTH]
         if not parsed:
             return base
+        if with_producers:
+            self.producers.before_records(base)
         first_h = parsed[0][1]
         self._maybe_roll_for(len(buf), expected - base, first_h[records.H_MAX_TS])
         seg = self._segs[-1]
@@ -671,7 +695,39 @@ class PartitionLog:
         self.last_id = last_id
         if self.hw_follows_end:
             self._hw = seg.end_offset
+        if with_producers:
+            state = self.producers
+            for pos, h in with_producers:
+                recs = records.producer_records(buf, pos, h)
+                ids = records.id_table(buf, pos, h[records.H_COUNT])
+                state.applied(h[records.H_BASE], h[records.H_MAX_TS], recs,
+                              [(ids[2 * r.index], ids[2 * r.index + 1]) for r in recs])
+            state.maybe_snapshot(seg.end_offset)
         return base
+
+    def _producer_batches(self, start: int):
+        """The batches at or after ``start`` that carry producer records, as
+        ``ReplayedBatch`` (what the producer-state table replays)."""
+        segs = self._segs
+        i = self._segment_for(start)
+        while i < len(segs):
+            seg = segs[i]
+            i += 1
+            if seg.end_offset <= start or seg.size == 0:
+                continue
+            pos = 0
+            if start > seg.base_offset:
+                pos = seg.position_of(start)
+                if pos is None:  # not a batch boundary (a snapshot is always one): from the batch holding it
+                    pos = seg.locate(start)[0]
+            for bpos, h in seg._headers(pos, seg.size):
+                if h[records.H_PRODUCERS]:
+                    raw = seg.pread(bpos, h[records.H_LENGTH])
+                    recs = records.producer_records(raw, 0, h)
+                    ids = records.id_table(raw, 0, h[records.H_COUNT])
+                    batch: ReplayedBatch = (h[records.H_BASE], h[records.H_MAX_TS], recs,
+                                            [(ids[2 * r.index], ids[2 * r.index + 1]) for r in recs])
+                    yield batch
 
     def _maybe_roll_for(self, nbytes: int, count: int, now_ms: int) -> None:
         """Before an append of ``nbytes``: roll if it does not belong in the
@@ -699,6 +755,7 @@ class PartitionLog:
         self._segs.append(seg)
         self._bases.append(seg.base_offset)
         self._dir_seq += 1
+        self.producers.on_roll(seg.base_offset)
 
     def maybe_roll(self, now_ms: int) -> bool:
         """Roll if the active segment is older than ``segment_ms``."""
@@ -785,6 +842,9 @@ class PartitionLog:
                 # next open would report them as lost flushed data).
                 write_atomic(self.directory / RECOVERY_POINT_FILE, encode_rows([(offset,)]))
                 self._persisted_rp = offset
+        # Snapshots above the cut go before anything is cut; the table is
+        # reloaded from one below it when next needed.
+        self.producers.drop_above(offset)
         if offset <= self.log_start_offset:
             self._empty_at(offset)
         else:
@@ -806,8 +866,9 @@ class PartitionLog:
                 raw = seg.pread(pos, h[records.H_LENGTH])
                 keep = records.entries_of(raw, 0)[: offset - b_base]
                 seg.truncate_at(pos, b_base)
-                head, body = records.encode_batch(b_base, keep, h[records.H_EPOCH], h[records.H_MAX_TS],
-                                                  h[records.H_ENTRY_FORMAT])
+                head, body = records.encode_batch(
+                    b_base, keep, h[records.H_EPOCH], h[records.H_MAX_TS], h[records.H_ENTRY_FORMAT],
+                    records.records_within(records.producer_records(raw, 0, h), 0, len(keep)))
                 seg.append(head, body, b_base, len(keep), keep[0][0], keep[0][1],
                            keep[-1][0], keep[-1][1], h[records.H_MAX_TS])
             self.markers.truncate_from(offset)
@@ -832,6 +893,7 @@ class PartitionLog:
         self.last_id = (0, 0)
         self._deleted_live = 0
         self._write_log_start()
+        self.producers.forget_all()
 
     def restart_at(self, offset: int) -> None:
         """Drop every entry and continue the log at ``offset`` (a follower
@@ -965,9 +1027,11 @@ class PartitionLog:
             pos, h = seg.locate(cur)
             if h[records.H_BASE] != cur:
                 raw = seg.pread(pos, h[records.H_LENGTH])
-                keep = records.entries_of(raw, 0)[cur - h[records.H_BASE]:]
-                head, body = records.encode_batch(cur, keep, h[records.H_EPOCH], h[records.H_MAX_TS],
-                                                  h[records.H_ENTRY_FORMAT])
+                skip = cur - h[records.H_BASE]
+                keep = records.entries_of(raw, 0)[skip:]
+                head, body = records.encode_batch(
+                    cur, keep, h[records.H_EPOCH], h[records.H_MAX_TS], h[records.H_ENTRY_FORMAT],
+                    records.records_within(records.producer_records(raw, 0, h), skip, h[records.H_COUNT]))
                 out.append(head + body)
                 size += len(out[-1])
                 cur = h[records.H_BASE] + h[records.H_COUNT]
@@ -1218,6 +1282,11 @@ class PartitionLog:
                 self.cache.close_all()
             return
         self.flush()
+        try:
+            self.producers.on_close(self.log_end_offset)
+        except StorageError as exc:
+            self.logger.warning("%s: producer snapshot not written at close (%s); "
+                                "the next open replays from an older one", self.directory, exc)
         try:
             # The active index goes with a checkpoint, and this one (below)
             # is written whether or not the flush wrote it.

@@ -2,11 +2,15 @@
 
 Owns: what XGROUP (CREATE with MKSTREAM / ENTRIESREAD and Partita's
 MAXDELIVERIES / DEADLETTER, SETID, DESTROY, CREATECONSUMER, DELCONSUMER,
-CONFIG), XREADGROUP, XACK, XCLAIM, XAUTOCLAIM, XPENDING and the group parts
-of XINFO do to the group state, whoever parsed them:
+CONFIG), XREADGROUP, XACK, XNACK, XCLAIM, XAUTOCLAIM, XPENDING and the group
+parts of XINFO do to the group state, whoever parsed them (XACKDEL and the
+deletions that mind the groups are ``cluster.broker.references``'):
 
 - delivery (``read_group`` / ``read_group_nowait``): new entries after the
-  group's last-delivered-id (into the consumer's PEL unless NOACK), the
+  group's last-delivered-id (into the consumer's PEL unless NOACK), with
+  CLAIM (Redis 8.4) the group's idle pending entries first, longest idle
+  first (``ConsumerGroup.idle_pending``), within MAXCOUNT / MAXSIZE over the
+  keys (Redis 8.10, ``cluster.broker.budget``), the
   history of a consumer's own PEL, dead-lettering past MAXDELIVERIES, and on
   a multi-partition topic key the membership: the reader joins (or
   heartbeats), gets the partitions assigned to it, and first the entries
@@ -15,7 +19,9 @@ of XINFO do to the group state, whoever parsed them:
   applies. A read that finds nothing and may wait waits for its keys and
   serves again, readers of one partition's group in arrival order (the
   longest-waiting one gets new entries first, as in Redis);
-- the claim / dead-letter policy (XCLAIM, XAUTOCLAIM, history reads);
+- the claim / dead-letter policy (XCLAIM, XAUTOCLAIM, history reads, CLAIM);
+- XNACK (Redis 8.8): pending entries released, with no owner and delivery
+  time 0, so that any claim takes them, and first;
 - a group command on a topic key: the same command on every partition.
 
 Every group write is noted here (``wrote_group`` / ``wrote_log``, and the
@@ -42,21 +48,23 @@ from typing import Any, Callable, Sequence
 
 import trio
 
+from cluster.broker.budget import ReadBudget
 from cluster.topics import partition_key
-from storage.entry_codec import decode_entry
+from storage.entry_codec import decode_entry, split_entries
 from storage.errors import Refusal
 from storage.streams.groups import (
     GROUP_EXISTS,
+    LLONG_MAX,
     MAX_ID,
     ZERO_ID,
     ConsumerGroup,
     GroupError,
     GroupStore,
-    advance_entries_read,
     check_dead_letter,
+    count_after,
+    entries_read_after,
     group_lag,
     groups_of,
-    range_has_tombstones,
 )
 from storage.streams.ids import format_id
 
@@ -69,9 +77,13 @@ NO_SUCH_KEY = "group-info-no-key"  # key: XINFO GROUPS / CONSUMERS of a key that
 NO_KEY_OR_GROUP = "no-key-or-group"  # key, group: XPENDING, XCLAIM, XAUTOCLAIM
 NO_GROUP_FOR_KEY = "no-group-for-key"  # key, group: XGROUP, XINFO CONSUMERS, a topic's group views
 NO_GROUP_TO_READ = "no-group-to-read"  # key, group: XREADGROUP
-GROUP_GONE = "group-gone-while-blocked"  # a blocked XREADGROUP's group was destroyed
-KEY_GONE = "key-gone-while-blocked"  # a blocked XREADGROUP's key was deleted
 DEAD_LETTER_IS_SOURCE = "dead-letter-is-source"  # the dead-letter key is the group's own key
+
+# XNACK's modes (what becomes of a released entry's delivery count).
+NACK_SILENT = "SILENT"  # one less (the delivery did not count), never below 0
+NACK_FAIL = "FAIL"  # kept
+NACK_FATAL = "FATAL"  # LLONG_MAX: never to be tried again
+NACK_MODES = (NACK_SILENT, NACK_FAIL, NACK_FATAL)
 
 # Fields appended to a dead-lettered entry after its own fields.
 DL_SOURCE_KEY = b"dl-source-key"
@@ -95,12 +107,18 @@ class GroupRead:
     refusal of that key's ID, raised once the key's group is found (Redis
     checks in that order). ``count`` 0: no limit; ``block_ms`` None: never
     wait (0: wait forever); ``view``: entries read from the log may be views
-    of its mapping (``Delivery.views`` then says which)."""
+    of its mapping (``Delivery.views`` then says which). ``claim_ms``
+    (Redis 8.4's CLAIM): a ``>`` key first serves the group's pending
+    entries idle that long (``Delivery.claims``); ``max_count`` /
+    ``max_size`` (Redis 8.10's MAXCOUNT / MAXSIZE, 0: none) cap the whole
+    reply over the keys in order (``cluster.broker.budget``)."""
 
-    __slots__ = ("group", "consumer", "keys", "starts", "count", "noack", "block_ms", "view")
+    __slots__ = ("group", "consumer", "keys", "starts", "count", "noack", "block_ms", "view", "claim_ms",
+                 "max_count", "max_size")
 
     def __init__(self, group: bytes, consumer: bytes, keys: Sequence[bytes], starts: Sequence[Any],
-                 count: int = 0, noack: bool = False, block_ms: int | None = None, view: bool = False) -> None:
+                 count: int = 0, noack: bool = False, block_ms: int | None = None, view: bool = False,
+                 claim_ms: int | None = None, max_count: int = 0, max_size: int = 0) -> None:
         assert len(keys) == len(starts)
         self.group = group
         self.consumer = consumer
@@ -110,6 +128,9 @@ class GroupRead:
         self.noack = noack
         self.block_ms = block_ms
         self.view = view
+        self.claim_ms = claim_ms
+        self.max_count = max_count
+        self.max_size = max_size
 
 
 class Delivery:
@@ -117,16 +138,21 @@ class Delivery:
     entries whose stored chunks, concatenated, are ``chunks``. ``views``:
     some chunks are views of a log's mapping (send them before anything
     awaits, or copy them). ``gone``: some chunks are ``(ms, seq)`` tuples,
-    pending entries no longer in the stream (Redis replies ``[id, nil]``)."""
+    pending entries no longer in the stream (Redis replies ``[id, nil]``).
+    ``claims``: for a read with CLAIM, one chunk per entry and, per entry,
+    ``(ms idle, times delivered before)`` (-1 idle: released by XNACK; new
+    entries ``(0, 0)``), which Redis appends to each entry of such a read."""
 
-    __slots__ = ("key", "count", "chunks", "views", "gone")
+    __slots__ = ("key", "count", "chunks", "views", "gone", "claims")
 
-    def __init__(self, key: bytes, count: int, chunks: list, views: bool = False, gone: bool = False) -> None:
+    def __init__(self, key: bytes, count: int, chunks: list, views: bool = False, gone: bool = False,
+                 claims: list[tuple[int, int]] | None = None) -> None:
         self.key = key
         self.count = count
         self.chunks = chunks
         self.views = views
         self.gone = gone
+        self.claims = claims
 
 
 @dataclass(slots=True)
@@ -195,13 +221,15 @@ class ConsumerState:
 
     name: bytes
     seen_time_ms: int
+    active_time_ms: int  # -1: never read or claimed anything
     pel_count: int
     pending: list[tuple[StreamIdT, int, int]]
 
 
 @dataclass(slots=True)
 class GroupState:
-    """A group in XINFO STREAM FULL: ``pending`` is ``(id, consumer, delivery time ms, count)``."""
+    """A group in XINFO STREAM FULL: ``pending`` is ``(id, consumer, delivery time ms, count)``
+    (consumer None, time 0: released by XNACK; ``nacked_count`` of them)."""
 
     name: bytes
     last_id: StreamIdT
@@ -213,6 +241,7 @@ class GroupState:
     max_deliveries: int
     dead_letter_key: bytes | None
     dead_lettered: int
+    nacked_count: int = 0
 
 
 @dataclass(slots=True)
@@ -265,8 +294,23 @@ class _Counters:
     @property
     def first_id(self):
         if self._first is None:
-            self._first = tuple(self._stream.first_entry_id()) if self.length else ZERO_ID
+            stream = self._stream
+            log = stream.log
+            if not self.length:
+                self._first = ZERO_ID
+            elif log.live_count == log.log_end_offset - log.log_start_offset:  # no deleted entry: no read
+                self._first = tuple(log.entry_id(log.log_start_offset))
+            else:
+                self._first = tuple(stream.first_entry_id())
         return self._first
+
+
+def _at_most_added(entries_read: int | None, stream: Any) -> int | None:
+    """XGROUP CREATE / SETID's ENTRIESREAD, at most the stream's entries-added
+    (Redis 8.2.2, redis #14259: a larger one made the lag negative)."""
+    if entries_read is not None and entries_read > stream.entries_added:
+        return stream.entries_added
+    return entries_read
 
 
 def _entry(stream: Any, sid: StreamIdT) -> bytes | memoryview | None:
@@ -415,7 +459,7 @@ class GroupOps:
             self.wrote_log(stream.log)
             self.broker.keys.signal(key)
         store = groups_of(stream)
-        store.create_group(name, last_id, entries_read, max_deliveries=max_deliveries,
+        store.create_group(name, last_id, _at_most_added(entries_read, stream), max_deliveries=max_deliveries,
                            dead_letter_key=dead_letter_key)
         self.wrote_group(store)
 
@@ -438,7 +482,8 @@ class GroupOps:
             raise GroupOpError(NO_GROUP_FOR_KEY, key=key, group=name)
         if late is not None:
             raise late
-        store.set_id(name, tuple(stream.last_id) if last_id is None else tuple(last_id), entries_read)
+        store.set_id(name, tuple(stream.last_id) if last_id is None else tuple(last_id),
+                     _at_most_added(entries_read, stream))
         self.wrote_group(store)
 
     def group_destroy(self, key: bytes, name: bytes) -> int:
@@ -552,9 +597,10 @@ class GroupOps:
     async def read_group(self, read: GroupRead) -> list[Delivery]:
         """XREADGROUP: ``read_group_nowait``, then, when it should wait, wait
         for entries on the keys (and rebalances of a topic's group) until
-        ``read.block_ms`` passes (``[]``). Raises ``GroupOpError`` when a key
-        (``KEY_GONE``) or the group (``GROUP_GONE``) goes away meanwhile,
-        ``TooManyBlockedError`` when too many readers wait."""
+        ``read.block_ms`` passes (``[]``). Raises ``GroupOpError``
+        (``NO_GROUP_TO_READ``) when a key or the group goes away meanwhile
+        (``_check_still_there``), ``TooManyBlockedError`` when too many
+        readers wait."""
         self.commit_deferred()
         targets = self._read_targets(read)
         served = self._serve(targets, read, self.broker.clock_ms())
@@ -588,26 +634,66 @@ class GroupOps:
     def _serve(self, targets: list, read: GroupRead, now_ms: int) -> list[Delivery]:
         served: list[Delivery] = []
         consumer = read.consumer
+        budget = ReadBudget(read.max_count, read.max_size)
         for t in targets:
+            if budget.spent:
+                break  # MAXCOUNT / MAXSIZE reached: the keys after are not served
             if t.__class__ is _TopicTarget:
                 if t.after is None:
-                    self._serve_topic_new(t, read, now_ms, served)
+                    self._serve_topic_new(t, read, now_ms, served, budget)
                 else:
-                    self._serve_topic_history(t, read, now_ms, served)
+                    self._serve_topic_history(t, read, now_ms, served, budget)
             elif t.after is not None:
-                # Redis 7.0 looks the consumer up (creating it, refreshing its
-                # seen time) only for a key it serves now: history, or new entries.
+                # A history read: the consumer is looked up (created) and seen.
                 t.store.touch_consumer(t.group.name, consumer, now_ms)
                 self.wrote_group(t.store)
-                served.append(self._serve_history(t, consumer, read.count, now_ms))
+                served.append(self._serve_history(t, consumer, read.count, now_ms, budget))
             else:
-                delivery = self._serve_new(t, consumer, read.count, read.noack, now_ms, read.view)
+                delivery = self._serve_fresh(t, read, now_ms, budget)
                 if delivery is not None:
                     served.append(delivery)
+                elif t.store.see_consumer(t.group.name, consumer, now_ms):
+                    # Redis 7.2+: every attempt creates the consumer and sets its seen time.
+                    self.wrote_group(t.store)
         return served
 
+    def _serve_fresh(self, t: _Target, read: GroupRead, now_ms: int, budget: ReadBudget,
+                     head: Delivery | None = None) -> Delivery | None:
+        """``>`` on one partition: with CLAIM the idle pending entries first,
+        then new ones, COUNT over both; ``head``: what a topic's partition
+        served before them (entries handed over to the reader)."""
+        count = read.count
+        if read.claim_ms is None:
+            handed = head.count if head is not None else 0
+            new = None
+            if not count or count > handed:
+                new = self._serve_new(t, read.consumer, count - handed if count else 0, read.noack, now_ms,
+                                      read.view, budget)
+            if head is None:
+                return new
+            if new is not None:
+                # new.count, not its chunks: a log read returns a run of
+                # contiguous entries as ONE chunk.
+                head.chunks.extend(new.chunks)
+                head.count += new.count
+                head.views = new.views
+            return head if head.count else None
+        out = head if head is not None else Delivery(t.key, 0, [], claims=[])
+        if not count or out.count < count:
+            self._serve_claimed(t, read.consumer, count - out.count if count else 0, read.claim_ms, now_ms,
+                                budget, out)
+        if not count or out.count < count:
+            new = self._serve_new(t, read.consumer, count - out.count if count else 0, read.noack, now_ms,
+                                  False, budget)
+            if new is not None:
+                parts = split_entries(new.chunks)
+                out.chunks.extend(parts)
+                out.claims.extend([(0, 0)] * len(parts))  # new entries: never delivered
+                out.count += len(parts)
+        return out if out.count else None
+
     def _serve_new(self, t: _Target, consumer: bytes, count: int, noack: bool, now_ms: int,
-                   view: bool) -> Delivery | None:
+                   view: bool, budget: ReadBudget) -> Delivery | None:
         """Deliver entries after the group's last_id (None: none)."""
         stream, group, store = t.stream, t.group, t.store
         if not stream.length:
@@ -616,24 +702,84 @@ class GroupOps:
         last_id = group.last_id
         if tuple(log.last_id) <= last_id:  # cheap: no entry after last_id at all
             return None
-        start = max(log.find_offset(last_id[0], last_id[1], inclusive=False), log.log_start_offset)
+        count = budget.count_for(count)
+        if count < 0:
+            return None
+        after = log.find_offset(last_id[0], last_id[1], inclusive=False)
+        start = max(after, log.log_start_offset)
         res = log.read(start, log.log_end_offset, max_count=count or None, with_ids=True, view=view)
         if not res.count:
             return None
-        self.broker.topics.note_entries_out(res.count)
-        ids = [(ms, seq) for _, ms, seq in res.entries]
-        counters = _Counters(stream)
-        entries_read = group.entries_read
-        if entries_read is not None and not range_has_tombstones(counters, ids[0], None):
-            entries_read += len(ids)  # no tombstone after the first: none after any
+        n, chunks = res.count, res.chunks
+        if budget.sized:
+            chunks = split_entries(chunks)
+            n = budget.take(t.key, [len(c) for c in chunks])
+            if not n:
+                return None
+            chunks = chunks[:n]
+            view = False
         else:
-            for sid in ids:
-                entries_read = advance_entries_read(counters, group, entries_read, sid)
+            budget.took(t.key, n)
+        self.broker.topics.note_entries_out(n)
+        ids = [(ms, seq) for _, ms, seq in res.entries[:n]]
+        behind = None  # is last_id below the first entry? Without deleted entries that is at the log start:
+        if log.live_count == log.log_end_offset - log.log_start_offset:
+            behind = after <= log.log_start_offset
+        entries_read = entries_read_after(_Counters(stream), last_id, group.entries_read, ids, behind)
         store.deliver(group.name, consumer, ids, ids[-1], entries_read, now_ms, noack=noack)
         self.wrote_group(store)
-        return Delivery(t.key, res.count, res.chunks, view)
+        return Delivery(t.key, n, chunks, view)
 
-    def _serve_history(self, t: _Target, consumer: bytes, count: int, now_ms: int) -> Delivery:
+    def _serve_claimed(self, t: _Target, consumer: bytes, count: int, min_idle_ms: int, now_ms: int,
+                       budget: ReadBudget, out: Delivery) -> None:
+        """XREADGROUP CLAIM (Redis 8.4): pending entries of the group idle at
+        least ``min_idle_ms``, longest idle first (released ones first), go
+        to ``consumer`` (delivery count + 1, delivery time now; NOACK does
+        not apply to them), appended to ``out`` with ``(idle ms, deliveries
+        before)`` each (idle -1 for a released one, as XPENDING shows it).
+        Pending entries no longer in the stream leave the PEL (as XAUTOCLAIM
+        drops them); past MAXDELIVERIES they are dead-lettered."""
+        stream, group, store = t.stream, t.group, t.store
+        limit = budget.count_for(count)
+        if limit < 0 or not group.pel:
+            return
+        claims: list = []
+        gone: list = []
+        dead: list = []
+        picked: list = []  # (id, stored entry, idle, deliveries before)
+        with group.idle_pending(now_ms, min_idle_ms) as idle:
+            for sid, pe in idle:
+                if limit and len(picked) >= limit:
+                    break
+                encoded = _entry(stream, sid)
+                if encoded is None:
+                    gone.append(sid)
+                    continue
+                if group.max_deliveries and pe.delivery_count + 1 > group.max_deliveries:
+                    dead.append((sid, bytes(encoded), pe.consumer or b""))
+                    continue
+                if budget.sized and not budget.take(t.key, [len(encoded)]):
+                    break
+                picked.append((sid, bytes(encoded), now_ms - pe.delivery_time_ms if pe.delivery_time_ms else -1,
+                               pe.delivery_count))
+        if not budget.sized:
+            budget.took(t.key, len(picked))
+        if gone:
+            store.drop_pending(group.name, gone)
+        self._dead_letter(t.key, store, group, dead)
+        for sid, encoded, idle_ms, deliveries in picked:
+            claims.append((sid, now_ms, count_after(deliveries)))
+            out.chunks.append(encoded)
+            out.claims.append((idle_ms, deliveries))
+        out.count += len(picked)
+        if claims:
+            store.claim(group.name, consumer, claims, now_ms)
+            self.broker.topics.note_entries_out(len(claims))
+        if claims or gone:
+            self.wrote_group(store)
+
+    def _serve_history(self, t: _Target, consumer: bytes, count: int, now_ms: int,
+                       budget: ReadBudget) -> Delivery:
         """The consumer's own pending entries after ``t.after``; one whose
         delivery would pass the group's MAXDELIVERIES is dead-lettered."""
         stream, group, store = t.stream, t.group, t.store
@@ -646,27 +792,35 @@ class GroupOps:
             start = t.after.incr()
         except OverflowError:
             start = MAX_ID
-        if c is not None:
+        count = budget.count_for(count)
+        if c is not None and count >= 0:
             for sid, pe in c.pending.range(tuple(start), MAX_ID):
                 if count and len(chunks) >= count:
                     break
                 encoded = _entry(stream, sid)
                 if encoded is None:
+                    if budget.sized and not budget.take(t.key, [len(format_id(sid)) + 16]):
+                        break
                     chunks.append(tuple(sid))
                     gone = True
                     continue
                 if group.max_deliveries and pe.delivery_count + 1 > group.max_deliveries:
                     dead.append((sid, bytes(encoded), consumer))
                     continue
+                if budget.sized and not budget.take(t.key, [len(encoded)]):
+                    break
                 chunks.append(encoded)
                 redelivered.append(sid)
+        if not budget.sized:
+            budget.took(t.key, len(chunks))
         if redelivered:
             store.redeliver(group.name, consumer, redelivered, now_ms)
             self.wrote_group(store)
         self._dead_letter(t.key, store, group, dead)
         return Delivery(t.key, len(chunks), chunks, False, gone)
 
-    def _serve_topic_new(self, t: _TopicTarget, read: GroupRead, now_ms: int, served: list) -> None:
+    def _serve_topic_new(self, t: _TopicTarget, read: GroupRead, now_ms: int, served: list,
+                         budget: ReadBudget) -> None:
         m = t.membership
         stores = m.heartbeat(read.consumer, now_ms)
         for store in stores:
@@ -674,54 +828,63 @@ class GroupOps:
         if stores:
             self.broker.keys.signal(m.topic)  # other blocked members re-check
         for p in m.assigned(read.consumer):
-            delivery = self._serve_partition(m, p, read, now_ms)
+            if budget.spent:
+                break
+            delivery = self._serve_partition(m, p, read, now_ms, budget)
             if delivery is not None:
                 served.append(delivery)
 
-    def _serve_partition(self, m: Any, p: int, read: GroupRead, now_ms: int) -> Delivery | None:
-        """A member's partition: entries handed over to it first (delivery count +1), then new ones."""
+    def _serve_partition(self, m: Any, p: int, read: GroupRead, now_ms: int,
+                         budget: ReadBudget) -> Delivery | None:
+        """A member's partition: entries handed over to it first (delivery
+        count +1), then (CLAIM) idle pending ones, then new ones."""
         stream, store, group = self._partition_group(m.topic, p, m.group)
         if group is None:
             return None
         pkey = partition_key(m.topic, p)
-        consumer, count = read.consumer, read.count
-        chunks: list = []
-        ids = m.take_redeliveries(p, consumer, count)
+        consumer = read.consumer
+        head = Delivery(pkey, 0, [], claims=[] if read.claim_ms is not None else None)
+        limit = budget.count_for(read.count)
+        ids = m.take_redeliveries(p, consumer, limit) if limit >= 0 else []
         if ids:
-            live, gone = [], []
+            live, gone, before = [], [], []
             for sid in ids:
                 encoded = _entry(stream, sid)
                 if encoded is None:
                     gone.append(sid)
-                else:
-                    live.append(sid)
-                    chunks.append(encoded)
+                    continue
+                live.append(sid)
+                head.chunks.append(encoded)
+                pe = group.pel.get(sid)
+                before.append((now_ms - pe.delivery_time_ms if pe and pe.delivery_time_ms else -1,
+                               pe.delivery_count if pe else 0))
+            if budget.sized:
+                budget.take(pkey, [0] * len(live))  # handed over whole: they are this member's already
+            else:
+                budget.took(pkey, len(live))
             if gone:
                 store.drop_pending(m.group, gone)
             if live:
                 store.redeliver(m.group, consumer, live, now_ms)
                 self.broker.topics.note_entries_out(len(live))
+                head.count = len(live)
+                if head.claims is not None:
+                    head.claims.extend(before)
             self.wrote_group(store)
-        handed = len(chunks)
-        if not count or count > handed:
-            new = self._serve_new(_Target(pkey, stream, store, group, None), consumer,
-                                  count - handed if count else 0, read.noack, now_ms, read.view)
-            if new is not None:
-                # new.count, not its chunks: a log read returns a run of
-                # contiguous entries as ONE chunk.
-                chunks.extend(new.chunks)
-                return Delivery(pkey, handed + new.count, chunks, new.views)
-        return Delivery(pkey, handed, chunks) if chunks else None
+        return self._serve_fresh(_Target(pkey, stream, store, group, None), read, now_ms, budget, head)
 
-    def _serve_topic_history(self, t: _TopicTarget, read: GroupRead, now_ms: int, served: list) -> None:
+    def _serve_topic_history(self, t: _TopicTarget, read: GroupRead, now_ms: int, served: list,
+                             budget: ReadBudget) -> None:
         m = t.membership
         found = False
         for p in range(self.broker.topics.partition_count(m.topic)):
+            if budget.spent:
+                break
             stream, store, group = self._partition_group(m.topic, p, m.group)
             if group is None or group.consumer(read.consumer) is None:
                 continue
             target = _Target(partition_key(m.topic, p), stream, store, group, t.after)
-            delivery = self._serve_history(target, read.consumer, read.count, now_ms)
+            delivery = self._serve_history(target, read.consumer, read.count, now_ms, budget)
             if delivery.count:
                 served.append(delivery)
                 found = True
@@ -789,13 +952,17 @@ class GroupOps:
                 slice_s = None
                 if memberships:
                     slice_s = min(m.coordinator.session_timeout_ms for m in memberships) / 2000
+                # CLAIM: also wake when a pending entry becomes idle enough.
+                claim_s = self._claimable_in_s(targets, read) if read.claim_ms is not None else None
+                if claim_s is not None:
+                    slice_s = claim_s if slice_s is None else min(slice_s, claim_s)
                 if deadline is not None:
                     remaining_s = deadline - trio.current_time()
                     if remaining_s <= 0:
                         return []
                     slice_s = remaining_s if slice_s is None else min(slice_s, remaining_s)
                 woken = await broker.keys.wait_for_keys(wait_keys, slice_s)
-                if not woken and not memberships:
+                if not woken and not memberships and claim_s is None:
                     return []
                 if queues:
                     ahead = max(queue.index(token) for _, queue in queues)
@@ -814,19 +981,40 @@ class GroupOps:
                 if not queue and blocked.get(reader) is queue:
                     del blocked[reader]
 
-    def _check_still_there(self, targets: list, name: bytes) -> None:
-        topics = self.broker.topics
+    def _claimable_in_s(self, targets: list, read: GroupRead) -> float | None:
+        """Seconds until the first pending entry of the read's ``>`` keys is
+        idle ``read.claim_ms`` (None: none is pending)."""
+        oldest = None
         for t in targets:
+            if t.after is not None:
+                continue
             if t.__class__ is _TopicTarget:
-                if not topics.is_multi(t.key):
-                    raise GroupOpError(KEY_GONE, key=t.key)
-                if self._partition_group(t.key, 0, name)[2] is None:
-                    raise GroupOpError(GROUP_GONE, key=t.key, group=name)
+                m = t.membership
+                groups = [self._partition_group(m.topic, p, m.group)[2] for p in m.assigned(read.consumer)]
             else:
-                if topics.get(t.key) is not t.stream:
-                    raise GroupOpError(KEY_GONE, key=t.key)
-                if t.store.group(name) is not t.group:
-                    raise GroupOpError(GROUP_GONE, key=t.key, group=name)
+                groups = [t.group]
+            for group in groups:
+                t0 = group.oldest_delivery_ms() if group is not None else None
+                if t0 is not None and (oldest is None or t0 < oldest):
+                    oldest = t0
+        if oldest is None:
+            return None
+        return max(oldest + read.claim_ms - self.broker.clock_ms(), 1) / 1000
+
+    def _check_still_there(self, targets: list, name: bytes) -> None:
+        """A woken reader's keys looked up again, as Redis 7.2+ runs a woken
+        XREADGROUP again: a key deleted (DEL, FLUSHALL, RENAME away) or
+        whose group was destroyed refuses the read with the command's own
+        ``-NOGROUP``; a key now naming another stream that has the group
+        (RENAME onto it) is read from that stream."""
+        topics = self.broker.topics
+        for i, t in enumerate(targets):
+            if t.__class__ is _TopicTarget:
+                if not topics.is_multi(t.key) or self._partition_group(t.key, 0, name)[2] is None:
+                    raise GroupOpError(NO_GROUP_TO_READ, key=t.key, group=name)
+            elif topics.get(t.key) is not t.stream or t.store.group(name) is not t.group:
+                stream, store, group = self._group_of(t.key, name, NO_GROUP_TO_READ)
+                targets[i] = _Target(t.key, stream, store, group, t.after)
 
     # -- XACK, XCLAIM, XAUTOCLAIM -------------------------------------------
 
@@ -846,6 +1034,51 @@ class GroupOps:
         if acked:
             self.wrote_group(store)
         return acked
+
+    def nack(self, key: bytes, name: bytes, mode: str, ids: Sequence[StreamIdT], retry_count: int | None = None,
+             force: bool = False) -> int:
+        """XNACK (Redis 8.8): release pending ``ids`` back to the group:
+        no owner, delivery time 0 (any claim takes them, before other idle
+        entries: XREADGROUP CLAIM, XCLAIM, XAUTOCLAIM), the delivery count
+        by ``mode`` (``NACK_SILENT`` one less, never below 0;
+        ``NACK_FAIL`` kept; ``NACK_FATAL`` ``LLONG_MAX``) or ``retry_count``
+        when given. ``force`` makes an ID that is not pending pending (count
+        0, or ``retry_count``, or FATAL's) if its entry is in the stream.
+        IDs in order, a repeated one released again; returns how many were
+        released. Readers blocked on the key with CLAIM wake."""
+        self.commit_deferred()
+        stream, store, group = self._group_of(key, name, NO_KEY_OR_GROUP)
+        counts: dict = {}  # this call's view of each ID's count
+        released: list = []
+        for sid in ids:
+            sid = tuple(sid)
+            if sid in counts:
+                current = counts[sid]
+            else:
+                pe = group.pel.get(sid)
+                if pe is not None:
+                    current = pe.delivery_count
+                elif force and _entry(stream, sid) is not None:
+                    current = None  # created here
+                else:
+                    continue
+            if retry_count is not None:
+                new = retry_count
+            elif mode == NACK_FATAL:
+                new = LLONG_MAX
+            elif current is None:
+                new = 0
+            elif mode == NACK_SILENT:
+                new = max(current - 1, 0)
+            else:
+                new = current
+            counts[sid] = new
+            released.append((sid, new))
+        if released:
+            store.nack(name, released)
+            self.wrote_group(store)
+            self.broker.keys.signal(key)
+        return len(released)
 
     def claim(self, key: bytes, name: bytes, consumer: bytes, ids: Sequence[StreamIdT], *, min_idle_ms: int = 0,
               idle_ms: int | None = None, time_ms: int | None = None, retry_count: int = -1,
@@ -894,7 +1127,8 @@ class GroupOps:
                     gone.add(sid)
                     touched.pop(sid, None)
                 continue
-            if state is None:
+            forced = state is None
+            if forced:
                 if not force:
                     continue
                 state = [None, now, 1]  # created by FORCE: no owner, so no idle check
@@ -903,12 +1137,12 @@ class GroupOps:
             if retry_count >= 0:
                 new_count = retry_count
             elif not justid:
-                new_count = state[2] + 1
+                new_count = count_after(state[2])
             else:
                 new_count = state[2]
-            if (group.max_deliveries and retry_count < 0 and not justid and state[0] is not None
+            if (group.max_deliveries and retry_count < 0 and not justid and not forced
                     and sid not in touched and new_count > group.max_deliveries):
-                dead.append((sid, bytes(encoded), state[0]))
+                dead.append((sid, bytes(encoded), state[0] or b""))  # (b"": released by XNACK)
                 gone.add(sid)
                 continue
             touched[sid] = [consumer, delivery_time, new_count]
@@ -956,9 +1190,9 @@ class GroupOps:
                 continue
             if min_idle_ms and now - pe.delivery_time_ms < min_idle_ms:
                 continue
-            new_count = pe.delivery_count if justid else pe.delivery_count + 1
+            new_count = pe.delivery_count if justid else count_after(pe.delivery_count)
             if group.max_deliveries and not justid and new_count > group.max_deliveries:
-                dead.append((sid, bytes(encoded), pe.consumer))
+                dead.append((sid, bytes(encoded), pe.consumer or b""))  # (b"": released by XNACK)
                 count -= 1
                 continue
             claims.append((sid, now, new_count))
@@ -986,10 +1220,11 @@ class GroupOps:
         return PendingSummary(len(pel), pel.first(), pel.last(), consumers)
 
     def pending(self, key: bytes, name: bytes, start: StreamIdT, end: StreamIdT, count: int,
-                consumer: bytes | None = None, min_idle_ms: int = 0) -> list[tuple[StreamIdT, bytes, int, int]]:
+                consumer: bytes | None = None, min_idle_ms: int = 0) -> list[tuple[StreamIdT, bytes | None, int, int]]:
         """XPENDING's extended form: up to ``count`` ``(id, consumer, idle ms,
         delivery count)`` in ``[start, end]`` (of ``consumer`` only, if given),
-        idle at least ``min_idle_ms``."""
+        idle at least ``min_idle_ms``. An entry released by XNACK has no
+        consumer (None) and idle -1."""
         self.commit_deferred()
         _, _, group = self._group_of(key, name, NO_KEY_OR_GROUP)
         if consumer is not None:
@@ -1008,7 +1243,8 @@ class GroupOps:
             idle = now - pe.delivery_time_ms
             if min_idle_ms and idle < min_idle_ms:
                 continue
-            out.append((sid, pe.consumer, max(idle, 0), pe.delivery_count))
+            # Released by XNACK: no owner (None), delivery time 0, shown idle -1 (Redis 8.8).
+            out.append((sid, pe.consumer, max(idle, 0) if pe.delivery_time_ms else -1, pe.delivery_count))
             if len(out) >= count:
                 break
         return out
@@ -1097,14 +1333,14 @@ class GroupOps:
         limit = count or None
         out = []
         for g in store.sorted_groups():
-            consumers = [ConsumerState(c.name, c.seen_time_ms, len(c.pending),
+            consumers = [ConsumerState(c.name, c.seen_time_ms, c.active_time_ms, len(c.pending),
                                        [(sid, pe.delivery_time_ms, pe.delivery_count)
                                         for sid, pe in c.pending.range(count=limit)])
                          for c in g.sorted_consumers()]
             out.append(GroupState(
                 g.name, g.last_id, g.entries_read, group_lag(counters, g), len(g.pel),
                 [(sid, pe.consumer, pe.delivery_time_ms, pe.delivery_count) for sid, pe in g.pel.range(count=limit)],
-                consumers, g.max_deliveries, g.dead_letter_key, g.dead_lettered_total))
+                consumers, g.max_deliveries, g.dead_letter_key, g.dead_lettered_total, g.nacked_count()))
         return out
 
     def topic_groups(self, topic: bytes, only: bytes | None = None) -> list[TopicGroupView]:

@@ -41,6 +41,7 @@ from typing import Any, Sequence
 
 import trio
 
+from cluster.broker.budget import ReadBudget
 from cluster.topics import (
     REPLICATION_FACTOR_FIXED,
     TOPIC_DELETE_NEEDS_TOPIC,
@@ -66,31 +67,38 @@ class ReadPlan:
     ``after``: an ID ``(ms, seq)``, ``AFTER_LAST`` or ``LAST_ENTRY``;
     ``count``: at most this many entries per key (0: no limit);
     ``block_ms``: how long ``wait_for_entries`` waits for entries when there
-    are none (None: it does not; 0: no limit).
+    are none (None: it does not; 0: no limit); ``max_count`` /
+    ``max_size``: caps on the whole reply over the keys in order (Redis
+    8.10's MAXCOUNT / MAXSIZE: ``cluster.broker.budget``; 0: none).
 
     ``one_partition``: the plan of a front-end's fast parser (one key): it
     is taken only when its key names one existing partition; for anything
     else ``read_after`` returns None having done nothing, and the front-end
     takes its general path, which gives every error."""
 
-    __slots__ = ("keys", "after", "count", "block_ms", "one_partition")
+    __slots__ = ("keys", "after", "count", "block_ms", "one_partition", "max_count", "max_size")
 
     def __init__(self, keys: Sequence[bytes], after: Sequence[Any], count: int = 0,
-                 block_ms: int | None = None, one_partition: bool = False) -> None:
+                 block_ms: int | None = None, one_partition: bool = False, max_count: int = 0,
+                 max_size: int = 0) -> None:
         self.keys = keys
         self.after = after
         self.count = count
         self.block_ms = block_ms
         self.one_partition = one_partition
+        self.max_count = max_count
+        self.max_size = max_size
 
 
 class StreamInfo:
     """What a stream (one partition) reports about itself (``stream_info``):
-    Redis's stream state, then the partition log's."""
+    Redis's stream state (``radix_tree_keys``: its logical nodes holding a
+    live entry, ``Stream.node_count``). The partition log's own state
+    (offsets, segments, bytes) is TOPIC DESCRIBE's (``describe_topic``)."""
 
-    __slots__ = ("length", "node_max_entries", "last_id", "max_deleted_entry_id", "entries_added",
+    __slots__ = ("length", "radix_tree_keys", "last_id", "max_deleted_entry_id", "entries_added",
                  "recorded_first_entry_id", "groups", "first_entry", "last_entry", "entries",
-                 "partitions", "log_start_offset", "log_end_offset", "segments", "bytes_on_disk")
+                 "idmp")  # idmp: cluster.broker.producers.IdempotenceInfo
 
     def __init__(self, **fields: Any) -> None:
         for name in self.__slots__:
@@ -209,6 +217,7 @@ class ReadOps:
         plan whose key is not one existing partition (nothing was done)."""
         self.commit_deferred()
         assert len(plan.keys) == len(plan.after) and (len(plan.keys) == 1 or not plan.one_partition)
+        assert not (plan.one_partition and (plan.max_count or plan.max_size))
         if plan.one_partition:  # (a consumer's poll: the hot path, inline)
             key = plan.keys[0]
             topics = self.broker.topics
@@ -221,7 +230,7 @@ class ReadOps:
             topics.note_entries_out(entries.count)
             return [(key, entries)]
         keys, positions = self._positions(plan)
-        return self._read_positions(keys, positions, True)
+        return self._read_positions(keys, positions, True, plan)
 
     async def wait_for_entries(self, plan: ReadPlan) -> list[tuple[bytes, Entries]]:
         """``read_after``, and when it finds nothing and the plan says
@@ -238,7 +247,7 @@ class ReadOps:
         command that may block), and a log may be cut back meanwhile."""
         self.commit_deferred()
         keys, positions = self._positions(plan)
-        found = self._read_positions(keys, positions, False)
+        found = self._read_positions(keys, positions, False, plan)
         if found or plan.block_ms is None or not self.may_block:
             return found
         deadline = None if plan.block_ms == 0 else trio.current_time() + plan.block_ms / 1000
@@ -254,7 +263,7 @@ class ReadOps:
                 return []
             # Woken by a commit: what it wrote is in the log (entries
             # deferred since are another tick's, committed by their own).
-            found = self._read_positions(keys, positions, False)
+            found = self._read_positions(keys, positions, False, plan)
             if found:
                 return found
 
@@ -276,28 +285,43 @@ class ReadOps:
                 positions.append(_position(stream, after, count))
         return keys, positions
 
-    def _read_positions(self, keys: list[bytes], positions: list[tuple[Any, int]], view: bool) -> list:
+    def _read_positions(self, keys: list[bytes], positions: list[tuple[Any, int]], view: bool,
+                        plan: ReadPlan) -> list:
         topics = self.broker.topics
         found: list = []
+        budget = ReadBudget(plan.max_count, plan.max_size)
         for key, (after, count) in zip(keys, positions):
             if topics.is_multi(key):  # got more partitions while the reader waited
                 for pkey, stream in self._partitions(key):
-                    self._read_into(found, pkey, stream, after, count, view)
+                    self._read_into(found, pkey, stream, after, count, view, budget)
                 continue
             stream = topics.get(key)
             if stream is not None:
-                self._read_into(found, key, stream, after, count, view)
+                self._read_into(found, key, stream, after, count, view, budget)
         return found
 
-    def _read_into(self, found: list, key: bytes, stream: Any, after: Any, count: int, view: bool) -> None:
+    def _read_into(self, found: list, key: bytes, stream: Any, after: Any, count: int, view: bool,
+                   budget: ReadBudget) -> None:
         """Append ``(key, entries after `after`)`` to ``found`` when there are
-        any (``view``: as views of the log's mappings)."""
+        any (``view``: as views of the log's mappings), within ``budget``."""
         if not stream.length:
             return
-        entries = stream.read_after(after, count or None, view=view)
-        if entries.count:
-            self.broker.topics.note_entries_out(entries.count)
-            found.append((key, entries))
+        limit = budget.count_for(count)
+        if limit < 0:
+            return
+        entries = stream.read_after(after, limit or None, view=view)
+        if not entries.count:
+            return
+        if budget.sized:
+            parts = split_entries(entries.chunks)
+            taken = budget.take(key, [len(part) for part in parts])
+            if not taken:
+                return
+            entries = Entries(taken, parts[:taken])
+        else:
+            budget.took(key, entries.count)
+        self.broker.topics.note_entries_out(entries.count)
+        found.append((key, entries))
 
     # -- a stream's description ---------------------------------------------
 
@@ -310,20 +334,16 @@ class ReadOps:
         stream = topics.get(key)
         if stream is None:
             return None
-        log = stream.log
+        node_entries = getattr(self.broker.config, "stream_node_max_entries", None)
         info = StreamInfo(
             length=stream.length,
-            node_max_entries=stream.node_max_entries,
+            radix_tree_keys=stream.node_count(100 if node_entries is None else int(node_entries)),
             last_id=stream.last_id,
             max_deleted_entry_id=stream.max_deleted_entry_id,
             entries_added=stream.entries_added,
             recorded_first_entry_id=stream.first_entry_id(),
             groups=len(groups_of(stream).groups),
-            partitions=topics.partition_count(key),
-            log_start_offset=log.log_start_offset,
-            log_end_offset=log.log_end_offset,
-            segments=log.segment_count,
-            bytes_on_disk=log.size_bytes,
+            idmp=self.idempotence_of(stream),
         )
         if full:
             info.entries = stream.range(MIN_ID, MAX_ID, count or None, view=True)

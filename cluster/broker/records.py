@@ -10,12 +10,15 @@ offset needs beside the Redis ones (the Kafka front-end, server/kafka_front/):
   controller (``controller_id``);
 - ``append_records``: a run of entries appended to one partition as ONE log
   batch (more only past ``RECORD_BATCH_MAX_BYTES``): IDs assigned as ``XADD
-  *`` does (the wall clock's ms, or the last ID's ms with the next sequence
-  numbers), the entries encoded once by the front-end with those IDs (its
-  ``make_entries``, as ``append_run``'s scanner), leadership and the ISR
-  checked in a cluster, the topic's ``max-entry-bytes``, the write noted
-  for the receipt (fsync; acks=all for the topic's ``acks all`` or when the
-  front-end asks for it, ``acks_all``), readers woken;
+  *`` does (the wall clock's ms, or the ms of the highest ID the log holds
+  with the next sequence numbers), the entries encoded once by the
+  front-end with those IDs (its ``make_entries``, as ``append_run``'s
+  scanner), leadership and the ISR checked in a cluster, the topic's
+  ``max-entry-bytes``, the write noted for the receipt (fsync; acks=all for
+  the topic's ``acks all`` or when the front-end asks for it,
+  ``acks_all``), readers woken; an idempotent producer's batch
+  (``producer``) deduplicated by the partition's producer state, the one
+  XADD IDMP uses (cluster/broker/producers.py);
 - ``read_records``: the entries of a partition from an offset up to its
   high watermark, within a byte budget, with each entry's offset and ID
   (``wait_for_records``: the long poll, woken by the appends' key events);
@@ -41,6 +44,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, NamedTuple, Sequence
 
+from cluster.broker.producers import ProducerBatch
 from cluster.errors import NotEnoughReplicas, TryAgain
 from cluster.topics import (
     BAD_PARTITION_COUNT,
@@ -80,11 +84,14 @@ class TopicLayout(NamedTuple):
 
 class Appended(NamedTuple):
     """Where ``append_records`` put a run: the first entry's offset, the
-    ms of its ID (the append time), and the partition's log start offset."""
+    ms of its ID (the append time), and the partition's log start offset;
+    ``duplicate``: the run was a retry of an idempotent producer's batch,
+    nothing was written, and the offset and time are the original's."""
 
     base_offset: int
     timestamp_ms: int
     log_start_offset: int
+    duplicate: bool = False
 
 
 class PartitionRead(NamedTuple):
@@ -192,7 +199,8 @@ class RecordOps:
     # -- writes ----------------------------------------------------------------------
 
     def append_records(self, topic: bytes, n: int, count: int, largest_bytes: int,
-                       make_entries: Callable[[int, int], tuple[list, int]], acks_all: bool = False) -> Appended:
+                       make_entries: Callable[[int, int], tuple[list, int]], acks_all: bool = False,
+                       producer: ProducerBatch | None = None) -> Appended:
         """Append ``count`` entries to partition ``n`` of ``topic``, in order,
         as one log batch per ``RECORD_BATCH_MAX_BYTES``. The front-end
         encodes them once, with the IDs it is given, as ``append_run``'s
@@ -204,10 +212,18 @@ class RecordOps:
         receipt waits for the in-sync replicas (and min-insync-replicas must
         be in sync) even on an ``acks 1`` topic.
 
+        ``producer``: the entries are an idempotent producer's batch. A retry
+        of one of its last batches writes nothing and answers the original's
+        offset and time (``duplicate``), once what the original waits for
+        holds (the receipt notes the log as an append's does); a new one is
+        ONE log batch whatever its size, carrying its producer record
+        (cluster/broker/producers.py).
+
         Raises TopicError, EntryTooLargeError, Moved / TryAgain / Paused,
-        NotEnoughReplicas (nothing written), StorageError (the append of a
-        log batch failed: nothing of it was written, the batches before it
-        were)."""
+        NotEnoughReplicas, ProducerRefused, BatchTooLargeError (an
+        idempotent batch over the log's batch limit; nothing written), StorageError
+        (the append of a log batch failed: nothing of it was written, the
+        batches before it were)."""
         from cluster.broker.session import EntryTooLargeError
 
         assert count > 0
@@ -231,8 +247,14 @@ class RecordOps:
                     self.repl_pending = {}
                 self.repl_pending[pkey] = stream
         log = stream.log
+        record = None
+        if producer is not None:
+            record, original = self._sequence_check(stream, pkey, producer, count)
+            if original is not None:
+                self.wrote_log(log)  # the answer waits for what the original's waits for
+                return Appended(original.offset, original.first_id[0], log.log_start_offset, True)
         base = log.log_end_offset
-        last_ms, last_seq = stream.last_id
+        last_ms, last_seq = stream.id_floor
         now_ms = stream.clock_ms()
         if now_ms > last_ms:
             ms, seq = now_ms, 0
@@ -242,14 +264,16 @@ class RecordOps:
             ms, seq = last_ms + 1, 0
         entries, total_bytes = make_entries(ms, seq)
         assert len(entries) == count and (entries[0][0], entries[0][1]) == (ms, seq)
-        batches = max(1, min(count, -(-total_bytes // RECORD_BATCH_MAX_BYTES)))
-        step = -(-count // batches)
-        for start in range(0, count, step):
-            run = entries[start:start + step]
-            last = run[-1]
-            stream.defer_encoded(run, (last[0], last[1]), total_bytes // batches)
-            stream.commit()  # one log batch: nothing else is deferred on it (committed above)
+        if record is not None:
+            stream.append_encoded(entries, record)
             self.wrote_log(log)
+            topics.stats.idempotent_appends += 1
+        else:
+            batches = max(1, min(count, -(-total_bytes // RECORD_BATCH_MAX_BYTES)))
+            step = -(-count // batches)
+            for start in range(0, count, step):
+                stream.append_encoded(entries[start:start + step])
+                self.wrote_log(log)
         signal = broker.keys.signal
         signal(pkey)
         signal(topic)

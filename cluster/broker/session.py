@@ -26,8 +26,10 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from cluster.broker.groups import GroupOps
+from cluster.broker.producers import ProducerOps
 from cluster.broker.reads import ReadOps
 from cluster.broker.records import RecordOps
+from cluster.broker.references import KEEPREF, REF_POLICIES, ReferenceOps
 from cluster.errors import Moved
 from cluster.peer.messages import AppendRequest
 from cluster.replica_manager import NotEnoughReplicasError, NotLeaderError
@@ -52,24 +54,32 @@ class EntryTooLargeError(Exception):
 class Trim:
     """A trim of a stream (XADD's MAXLEN/MINID, XTRIM): ``strategy`` is
     ``"MAXLEN"`` (keep ``maxlen`` entries) or ``"MINID"`` (drop entries below
-    ``minid``); ``approx`` trims whole segments only, at most ``limit``
-    entries (0: no limit)."""
+    ``minid``); ``approx`` trims whole nodes of ``node_entries`` entries only
+    (Redis's ``stream-node-max-entries`` when the command ran), at most
+    ``limit`` entries (0: no limit). ``policy``: what becomes of the consumer
+    groups' references to the entries it removes (Redis 8.2's ``KEEPREF``,
+    ``DELREF``, ``ACKED``: ``cluster.broker.references``)."""
 
-    __slots__ = ("strategy", "approx", "maxlen", "minid", "limit")
+    __slots__ = ("strategy", "approx", "maxlen", "minid", "limit", "node_entries", "policy")
 
     def __init__(self, strategy: str, approx: bool = False, maxlen: int = 0,
-                 minid: tuple[int, int] = (0, 0), limit: int = 0) -> None:
-        assert strategy in ("MAXLEN", "MINID")
+                 minid: tuple[int, int] = (0, 0), limit: int = 0, node_entries: int = 100,
+                 policy: str = KEEPREF) -> None:
+        assert strategy in ("MAXLEN", "MINID") and policy in REF_POLICIES
         self.strategy = strategy
         self.approx = approx
         self.maxlen = maxlen
         self.minid = minid
         self.limit = limit
+        self.node_entries = node_entries
+        self.policy = policy
 
     def apply(self, stream: Any) -> int:
         if self.strategy == "MAXLEN":
-            return stream.trim_maxlen(self.maxlen, approx=self.approx, limit=self.limit)
-        return stream.trim_minid(StreamId(*self.minid), approx=self.approx, limit=self.limit)
+            return stream.trim_maxlen(self.maxlen, approx=self.approx, limit=self.limit,
+                                      node_entries=self.node_entries)
+        return stream.trim_minid(StreamId(*self.minid), approx=self.approx, limit=self.limit,
+                                 node_entries=self.node_entries)
 
 
 class XAddPlan:
@@ -79,13 +89,14 @@ class XAddPlan:
     the append. ``entry_bytes``: the fields' total length, if the parser
     has it. ``options``: the words between the key and the fields as the
     client gave them, for a cluster node that forwards the append to the
-    partition's leader (which parses them again)."""
+    partition's leader (which parses them again). ``idmp``: IDMP / IDMPAUTO
+    (``cluster.broker.producers.Idempotence``; only with ``*``)."""
 
-    __slots__ = ("key", "fields", "id_ms", "id_seq", "nomkstream", "trim", "entry_bytes", "options")
+    __slots__ = ("key", "fields", "id_ms", "id_seq", "nomkstream", "trim", "entry_bytes", "options", "idmp")
 
     def __init__(self, key: bytes, fields: Sequence[bytes], id_ms: int | None = None,
                  id_seq: int | None = None, nomkstream: bool = False, trim: Trim | None = None,
-                 entry_bytes: int = -1, options: tuple[bytes, ...] = (b"*",)) -> None:
+                 entry_bytes: int = -1, options: tuple[bytes, ...] = (b"*",), idmp: Any = None) -> None:
         self.key = key
         self.fields = fields
         self.id_ms = id_ms
@@ -94,6 +105,7 @@ class XAddPlan:
         self.trim = trim
         self.entry_bytes = entry_bytes
         self.options = options
+        self.idmp = idmp
 
 
 class Receipt:
@@ -106,7 +118,7 @@ class Receipt:
         self.repl_pending = repl_pending
 
 
-class Session(GroupOps, ReadOps, RecordOps):
+class Session(GroupOps, ReadOps, ReferenceOps, ProducerOps, RecordOps):
     """One client's handle on a ``Broker`` (``Broker.session()``)."""
 
     __slots__ = ("broker", "client_id", "flush_seq", "repl_pending", "repl_writes", "may_defer", "may_block",
@@ -194,7 +206,7 @@ class Session(GroupOps, ReadOps, RecordOps):
         max_entry_bytes = topics.max_entry_bytes(topics.topic_of(key))
         if entry_bytes > max_entry_bytes:
             raise EntryTooLargeError(entry_bytes, max_entry_bytes)
-        deferrable = (self.may_defer and plan.id_ms is None and plan.trim is None
+        deferrable = (self.may_defer and plan.id_ms is None and plan.trim is None and plan.idmp is None
                       and entry_bytes < DEFER_MAX_BYTES)
         self.deferred = None
         if not deferrable:
@@ -205,11 +217,14 @@ class Session(GroupOps, ReadOps, RecordOps):
             # The topic key's slot is led here: pick the partition, and send
             # the append to its leader when that is another node.
             forwarder = replication.forwarder
-            target_key, leader = forwarder.choose(key, fields)
+            idmp = plan.idmp
+            target_key, leader = forwarder.choose(key, fields, idmp.producer_id if idmp is not None else None)
             if leader != forwarder.my_id:
                 if not self.may_block:
                     raise forwarder.in_transaction(key, target_key, leader)
                 return self._forward(plan, target_key, leader)
+        elif not deferrable and plan.idmp is not None and topics.is_multi(key):
+            target_key = self._idempotent_target(key, plan.idmp, fields)
         return self._append_to(plan, target_key, fields, deferrable)
 
     def _append_to(self, plan: XAddPlan, target_key: bytes, fields: Sequence[bytes],
@@ -239,14 +254,19 @@ class Session(GroupOps, ReadOps, RecordOps):
             else:
                 self.deferred = (stream, appends.round)
             return new_id
-        if plan.id_ms is None:
+        if plan.idmp is not None:
+            new_id, duplicate = self._append_idempotent(stream, plan)
+            if duplicate:
+                self.wrote_log(stream.log)  # the reply waits for the original's durability
+                return new_id
+        elif plan.id_ms is None:
             new_id = stream.add(fields)
         elif plan.id_seq is None:
             new_id = stream.add(fields, ms_given=plan.id_ms)
         else:
             new_id = stream.add(fields, id_given=StreamId(plan.id_ms, plan.id_seq))
         if plan.trim is not None:
-            plan.trim.apply(stream)
+            self.apply_trim(key, stream, plan.trim)
         self.wrote_log(stream.log)
         signal = broker.keys.signal
         signal(key)
@@ -306,7 +326,7 @@ class Session(GroupOps, ReadOps, RecordOps):
         if budget <= 0:
             return None
         max_entry_bytes = min(topics.max_entry_bytes(topics.topic_of(key)), DEFER_MAX_BYTES - 1)
-        last_ms, last_seq = stream.last_id
+        last_ms, last_seq = stream.id_floor
         end, entries, replies, last_ms, last_seq, used = scan(
             last_ms, last_seq, stream.clock_ms(), max_entry_bytes, budget)
         if not entries:
@@ -340,12 +360,13 @@ class Session(GroupOps, ReadOps, RecordOps):
             pending[pkey] = stream
 
     def trim(self, key: bytes, trim: Trim) -> int:
-        """XTRIM: entries removed (0 when the key does not exist)."""
+        """XTRIM: entries removed (0 when the key does not exist), with the
+        trim's reference policy (``apply_trim``)."""
         self.commit_deferred()
         stream = self.broker.topics.get(key)
         if stream is None:
             return 0
-        removed = trim.apply(stream)
+        removed = self.apply_trim(key, stream, trim)
         if removed:
             self._wrote_stream(key, stream)
         return removed
@@ -361,24 +382,6 @@ class Session(GroupOps, ReadOps, RecordOps):
         if deleted:
             self._wrote_stream(key, stream)
         return deleted
-
-    def delete_each(self, key: bytes, ids: Sequence[StreamId]) -> list[bool]:
-        """XDELEX (KEEPREF): for each of ``ids`` in order, whether this call
-        deleted it (False: not in the stream, already deleted, or named
-        before in ``ids``). References in groups' pending lists stay."""
-        self.commit_deferred()
-        stream = self.broker.topics.get(key)
-        if stream is None:
-            return [False] * len(ids)
-        deleted = stream.delete_ids(ids)
-        if deleted:
-            self._wrote_stream(key, stream)
-        results = []
-        for stream_id in ids:
-            stream_id = StreamId(*stream_id)
-            results.append(stream_id in deleted)
-            deleted.discard(stream_id)
-        return results
 
     def set_id(self, key: bytes, last_id: StreamId, entries_added: int | None,
                max_deleted_entry_id: StreamId | None) -> bool:

@@ -75,13 +75,11 @@ class Forwarder:
     def my_id(self) -> int:
         return self.replication.manager.my_id
 
-    def choose(self, topic: bytes, fields: Any) -> tuple[bytes, int]:
-        """The partition key an entry of ``fields`` goes to, and its leader."""
-        topics = self.replication.topics
+    def choose(self, topic: bytes, fields: Any, sticky: bytes | None = None) -> tuple[bytes, int]:
+        """The partition key an entry of ``fields`` goes to, and its leader
+        (``sticky``: an idempotent producer's id, ``Partitioner.choose``)."""
         manager = self.replication.manager
-        field = topics.config_value(topic, "partition-key-field")
-        n = topics.partitioner.choose(topic, topics.partitions_of(topic), fields,
-                                      field.encode() if field else None)
+        n = self.replication.topics.choose_partition(topic, fields, sticky)
         return partition_key(topic, n), manager.state.leader(manager.shard_of(topic, n))
 
     def in_transaction(self, topic: bytes, pkey: bytes, leader: int) -> ClusterError:

@@ -1,6 +1,6 @@
 """CONFIG GET / SET / RESETSTAT / REWRITE / HELP.
 
-Owns: these handlers and Redis 7.0's replies and error texts for them. The
+Owns: these handlers and Redis's replies and error texts for them. The
 names, types and validation are ``server.config``'s.
 
 Must not know: sockets, storage; how a changed value reaches running

@@ -1,7 +1,8 @@
-"""Consumer group commands: XGROUP, XREADGROUP, XACK, XPENDING, XCLAIM,
-XAUTOCLAIM, XINFO GROUPS / CONSUMERS.
+"""Consumer group commands: XGROUP, XREADGROUP (with Redis 8.4's CLAIM and
+8.10's MAXCOUNT / MAXSIZE), XACK, XACKDEL (8.2), XNACK (8.8), XPENDING,
+XCLAIM, XAUTOCLAIM, XINFO GROUPS / CONSUMERS.
 
-Owns: argument parsing with Redis 7.0's texts and order of checks
+Owns: argument parsing with Redis 8's texts and order of checks
 (redis ``t_stream.c``), and shaping replies: each handler parses, makes one
 call of the client's broker session (``cluster.broker.groups.GroupOps``),
 and shapes what it returns. Where Redis checks an argument only after it
@@ -12,9 +13,7 @@ Delivered entries are the stored chunks the broker returns, framed as
 
 Must not know: sockets, RESP bytes, files, group state, topics.
 
-Known differences from Redis 7.0:
-- A woken ``XREADGROUP BLOCK`` serves every key that has new entries
-  (Redis 7.0 serves only the key that woke it).
+Known differences from Redis 8 (docs/groups.md):
 - XGROUP DESTROY also invalidates WATCH on the key (the server has one
   signal for "modified" and "wake blocked readers").
 - XAUTOCLAIM's "COUNT too high" allocation error is given for COUNT above
@@ -25,10 +24,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster.broker.groups import GroupRead, TopicConsumerInfo, TopicGroupInfo
+from cluster.broker.groups import NACK_MODES, GroupRead, TopicConsumerInfo, TopicGroupInfo
+from cluster.broker.references import REF_POLICIES
 from server.acl import require_key
-from server.args import parse_int
+from server.args import parse_ids_block, parse_int, parse_positive
 from server.errors import (
+    MAXCOUNT_BELOW_COUNT,
     TIMEOUT_NEGATIVE,
     TIMEOUT_NOT_INTEGER,
     CommandError,
@@ -343,6 +344,8 @@ def _parse_xreadgroup(argv: list[bytes], view: bool) -> GroupRead:
     argc = len(argv)
     block_ms: int | None = None
     count = 0
+    max_count = max_size = 0
+    claim_ms: int | None = None
     noack = False
     group = consumer = None
     streams_arg = 0
@@ -358,10 +361,21 @@ def _parse_xreadgroup(argv: list[bytes], view: bool) -> GroupRead:
         elif word == b"COUNT" and more:
             i += 1
             count = max(parse_int(argv[i]), 0)
+        elif word == b"MAXCOUNT" and more:  # Redis 8.10
+            i += 1
+            max_count = parse_positive(argv[i], "MAXCOUNT")
+        elif word == b"MAXSIZE" and more:  # Redis 8.10
+            i += 1
+            max_size = parse_positive(argv[i], "MAXSIZE")
+        elif word == b"CLAIM" and more:  # Redis 8.4; the last one given counts
+            i += 1
+            claim_ms = parse_int(argv[i], "min-idle-time is not an integer")
+            if claim_ms < 0:
+                raise err("min-idle-time must be a positive integer")
         elif word == b"STREAMS" and more:
             streams_arg = i + 1
             if (argc - streams_arg) % 2:
-                raise err("Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.")  # 7.0's text, XREADGROUP too
+                raise err("Unbalanced 'xreadgroup' list of streams: for each stream key an ID or '>' must be specified.")
             break
         elif word == b"GROUP" and more >= 2:
             group, consumer = argv[i + 1], argv[i + 2]
@@ -375,6 +389,8 @@ def _parse_xreadgroup(argv: list[bytes], view: bool) -> GroupRead:
         raise syntax_error()
     if group is None:
         raise err("Missing GROUP option for XREADGROUP")
+    if max_count and count and max_count < count:
+        raise err(MAXCOUNT_BELOW_COUNT)
     half = (argc - streams_arg) // 2
     starts: list = []
     for raw in argv[streams_arg + half:]:  # each refused only once its key's group is found
@@ -387,7 +403,16 @@ def _parse_xreadgroup(argv: list[bytes], view: bool) -> GroupRead:
                 starts.append(parse_strict_id(raw))
             except StreamIdError as e:
                 starts.append(e)
-    return GroupRead(group, consumer, argv[streams_arg:streams_arg + half], starts, count, noack, block_ms, view)
+    return GroupRead(group, consumer, argv[streams_arg:streams_arg + half], starts, count, noack, block_ms, view,
+                     claim_ms, max_count, max_size)
+
+
+def _claimed_entry(encoded, idle_ms: int, deliveries: int) -> bytes:
+    """An entry of a read with CLAIM (Redis 8.4): ``[id, fields, ms idle,
+    times delivered before]``, from the stored ``[id, fields]``."""
+    data = bytes(encoded)
+    assert data.startswith(b"*2\r\n")
+    return b"*4\r\n%s:%d\r\n:%d\r\n" % (data[4:], idle_ms, deliveries)
 
 
 def _read_reply(ctx, served: list) -> Any:
@@ -402,6 +427,8 @@ def _read_reply(ctx, served: list) -> Any:
         chunks = d.chunks
         if d.gone:
             chunks = [_nil_entry(c, protocol) if isinstance(c, tuple) else c for c in chunks]
+        if d.claims is not None:
+            chunks = [_claimed_entry(c, idle, n) for c, (idle, n) in zip(chunks, d.claims)]
         pairs.append((d.key, Raw(d.count, chunks)))
     if protocol == 3:
         return Map(pairs)
@@ -412,17 +439,22 @@ def _read_reply(ctx, served: list) -> Any:
     "xreadgroup", arity=-7, flags="write blocking movablekeys", keys=(0, 0, 0), group="stream",
     since="5.0.0",
     summary="Return new entries from a stream using a consumer group, or access the history of the pending entries for a given consumer. Can block.",
-    syntax="XREADGROUP GROUP group consumer [COUNT count] [BLOCK milliseconds] [NOACK] STREAMS key [key ...] id [id ...]",
+    syntax="XREADGROUP GROUP group consumer [COUNT count] [MAXCOUNT maxcount] [MAXSIZE maxsize] [BLOCK milliseconds] [CLAIM min-idle-time] [NOACK] STREAMS key [key ...] id [id ...]",
     acl_categories=("write", "stream", "slow", "blocking"),
     key_finder=_xreadgroup_keys,
 )
 async def xreadgroup(ctx, argv):
-    """XREADGROUP GROUP group consumer [COUNT count] [BLOCK milliseconds] [NOACK] STREAMS key [key ...] id [id ...]
+    """XREADGROUP GROUP group consumer [COUNT count] [MAXCOUNT maxcount] [MAXSIZE maxsize] [BLOCK milliseconds] [CLAIM min-idle-time] [NOACK] STREAMS key [key ...] id [id ...]
 
     ``>`` delivers entries after the group's last-delivered-id (into the
     consumer's PEL unless NOACK); an explicit ID re-reads the consumer's own
     pending entries after it (deleted ones come back as ``[id, nil]``).
     BLOCK waits only when every key asked for ``>`` and none had entries.
+    CLAIM (Redis 8.4): a ``>`` key first takes the group's entries pending
+    at least that long, longest idle first, and every entry of the reply
+    gets its idle time and earlier deliveries (new ones 0 and 0); a wait
+    also ends when a pending entry becomes idle enough. MAXCOUNT / MAXSIZE
+    (Redis 8.10) cap the whole reply over the keys in order.
     On a multi-partition topic key the consumer is a member of the group
     and reads its assigned partitions, under their partition keys.
     """
@@ -464,6 +496,89 @@ def xack(ctx, argv):
     return ctx.session.ack(argv[1], argv[2], ids, late)
 
 
+# --------------------------------------------------------------- XACKDEL
+
+_REF_POLICY_WORDS = tuple(p.encode() for p in REF_POLICIES)
+
+
+@command(
+    "xackdel", arity=-6, flags="write fast", keys=(1, 1, 1), group="stream", since="8.2.0",
+    summary="Acknowledges and conditionally deletes one or multiple entries for a stream consumer group.",
+    syntax="XACKDEL key group [KEEPREF | DELREF | ACKED] IDS numids id [id ...]",
+    acl_categories=("write", "stream", "fast"),
+)
+def xackdel(ctx, argv):
+    """XACKDEL key group [KEEPREF | DELREF | ACKED] IDS numids id [id ...]
+
+    Per ID: -1 not pending in the group (or no such key or group), else
+    acknowledged and then deleted by the policy: 1 (deleted, or gone
+    already), 2 kept because another group still needs it (ACKED).
+    KEEPREF (the default) leaves the other groups' references, DELREF
+    removes them (``cluster.broker.references``).
+    """
+    policy, raw_ids = parse_ids_block(argv, 3, _REF_POLICY_WORDS)
+    ids = [tuple(parse_strict_id(raw)) for raw in raw_ids]
+    return ctx.session.ack_delete(argv[1], argv[2], ids, (policy or b"KEEPREF").decode())
+
+
+# ----------------------------------------------------------------- XNACK
+
+
+def _parse_xnack(argv: list[bytes]) -> tuple[str, list, int | None, bool]:
+    """XNACK's mode, IDs, RETRYCOUNT and FORCE, in Redis 8.8's checks: the
+    mode first, then the options in any order around the IDS block."""
+    mode = argv[3].upper().decode("latin-1")
+    if mode not in NACK_MODES:
+        raise err("mode must be SILENT, FAIL, or FATAL")
+    argc = len(argv)
+    retry_count: int | None = None
+    force = False
+    raw_ids = None
+    i = 4
+    while i < argc:
+        word = _word(argv[i])
+        if word == b"IDS" and raw_ids is None and i + 1 < argc:
+            numids = parse_int(argv[i + 1], "numids must be a positive integer")
+            if numids <= 0:
+                raise err("numids must be a positive integer")
+            if numids > argc - i - 2:
+                raise err("number of IDs doesn't match numids")
+            raw_ids = argv[i + 2:i + 2 + numids]
+            i += 2 + numids
+        elif word == b"RETRYCOUNT" and i + 1 < argc:
+            retry_count = parse_int(argv[i + 1])
+            if retry_count < 0:
+                raise err("Invalid RETRYCOUNT value, must be >= 0")
+            i += 2
+        elif word == b"FORCE":
+            force = True
+            i += 1
+        else:
+            raise err(f"Unrecognized XNACK option '{_c(argv[i])}'")
+    if raw_ids is None:
+        raise err("syntax error, expected IDS keyword")
+    return mode, [tuple(parse_strict_id(raw)) for raw in raw_ids], retry_count, force
+
+
+@command(
+    "xnack", arity=-7, flags="write fast", keys=(1, 1, 1), group="stream", since="8.8.0",
+    summary="Releases pending messages back to the group's PEL without acknowledging them, making them available for re-delivery.",
+    syntax="XNACK key group <SILENT | FAIL | FATAL> IDS numids id [id ...] [RETRYCOUNT count] [FORCE]",
+    acl_categories=("write", "stream", "fast"),
+)
+def xnack(ctx, argv):
+    """XNACK key group <SILENT | FAIL | FATAL> IDS numids id [id ...] [RETRYCOUNT count] [FORCE]
+
+    Releases pending entries: no owner, claimable at once (first) by
+    XREADGROUP CLAIM, XCLAIM and XAUTOCLAIM; the delivery count one less
+    (SILENT), kept (FAIL), LLONG_MAX (FATAL), or RETRYCOUNT's. FORCE makes
+    an ID in the stream but not pending pending so. Replies how many were
+    released (IDs not pending are skipped).
+    """
+    mode, ids, retry_count, force = _parse_xnack(argv)
+    return ctx.session.nack(argv[1], argv[2], mode, ids, retry_count, force)
+
+
 # -------------------------------------------------------------- XPENDING
 
 
@@ -498,7 +613,9 @@ def xpending(ctx, argv):
     if start_idx + 3 < argc:
         consumer = argv[start_idx + 3]
     rows = ctx.session.pending(argv[1], argv[2], start, end, count, consumer, min_idle)
-    return [[format_id(sid), owner, idle_ms, deliveries] for sid, owner, idle_ms, deliveries in rows]
+    # An entry released by XNACK has no owner: Redis 8.8 shows "" (and idle -1).
+    return [[format_id(sid), owner if owner is not None else b"", idle_ms, deliveries]
+            for sid, owner, idle_ms, deliveries in rows]
 
 
 # ---------------------------------------------------------------- XCLAIM
@@ -671,6 +788,6 @@ def xinfo_consumers(ctx, argv):
             info["member"] = 1 if c.member else 0
             info["partitions"] = c.partitions
         else:
-            info["inactive"] = c.inactive_ms  # Redis 7.2's field
+            info["inactive"] = c.inactive_ms  # Redis 7.2+
         out.append(info)
     return out

@@ -213,6 +213,8 @@ def section_topics(server) -> list[str]:
         f"entries_out_per_sec:{stats.out_per_sec:.2f}",
         f"retention_segments_deleted:{stats.retention_segments_deleted}",
         f"retention_bytes_deleted:{stats.retention_bytes_deleted}",
+        f"idempotent_appends_total:{stats.idempotent_appends}",
+        f"idempotent_duplicates_total:{stats.idempotent_duplicates}",
         f"group_memberships:{len(memberships)}",
         f"group_members:{sum(m.member_count() for m in memberships)}",
     ]

@@ -1,7 +1,9 @@
 """Redis stream commands on Partita's partition logs.
 
-Owns: XADD, XRANGE, XREVRANGE, XLEN, XDEL, XTRIM, XSETID, XREAD and
-XINFO STREAM / HELP: argument parsing with Redis's own error texts (order
+Owns: XADD (with Redis 8.6's IDMP / IDMPAUTO), XCFGSET, XRANGE, XREVRANGE,
+XLEN, XDEL, XDELEX, XTRIM, XSETID, XREAD and XINFO STREAM / HELP (with Redis
+8.2's reference policies on XDELEX, XADD and XTRIM, and 8.10's MAXCOUNT /
+MAXSIZE on XREAD): argument parsing with Redis's own error texts (order
 of checks as in redis ``t_stream.c``), one call of the client's broker
 session (``ctx.session``, cluster.broker: writes, reads, topic fan-out), and
 shaping replies. Entries are never decoded: XRANGE/XREAD reply with the
@@ -15,25 +17,24 @@ broker's group operations (``server.group_replies`` shapes them).
 Must not know: sockets, RESP bytes, segment files, topics and partitions
 (the broker's).
 
-Known differences from Redis 7.0 (see docs and tests):
-- ``XREAD ... STREAMS key +`` reads the last entry (Redis 7.4 semantics).
-- A woken ``XREAD BLOCK`` re-runs the read and replies with every key that
-  has data (Redis 7.2+), not only the key that woke it (7.0).
-- ``radix-tree-keys`` / ``radix-tree-nodes`` are estimates (Partita has no
-  radix tree); they equal Redis's for streams of up to
-  ``stream-node-max-entries`` entries.
+Replies and texts are Redis 8.10's (server.state.REDIS_VERSION). Known
+differences (docs/streams.md has them all):
+- ``radix-tree-keys`` counts logical nodes of ``stream-node-max-entries``
+  entries (``Stream.node_count``); ``radix-tree-nodes`` is keys + 1 (Partita
+  has no radix tree).
 - In RESP3 an XREAD naming the same key twice replies with one map entry.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 
-from cluster.broker import AFTER_LAST, LAST_ENTRY, ReadPlan, Trim, XAddPlan
-from server.args import parse_int
+from cluster.broker import AFTER_LAST, LAST_ENTRY, Idempotence, ReadPlan, Trim, XAddPlan
+from cluster.broker.references import REF_POLICIES
+from server.args import parse_ids_block, parse_int, parse_positive
 from server.errors import (
+    MAXCOUNT_BELOW_COUNT,
     TIMEOUT_NEGATIVE,
     TIMEOUT_NOT_INTEGER,
     CommandError,
@@ -55,9 +56,12 @@ from storage.streams.ids import (
     parse_range_start,
     parse_strict_id,
 )
-from storage.streams.stream import ID_ZERO, StreamError
+from storage.streams.stream import ID_ZERO, IDMP_DURATION_MAX_S, IDMP_MAXSIZE_MAX, StreamError
 
 NO_SUCH_KEY = "no such key"
+
+# The reference policies of XDELEX and the trims of XADD / XTRIM (Redis 8.2).
+REF_POLICY_WORDS = tuple(p.encode() for p in REF_POLICIES)
 
 
 def _keyword(raw: bytes) -> bytes:
@@ -111,6 +115,12 @@ class _AddTrimArgs:
     seq_given: bool = True
     stream_id: StreamId = MIN_ID
     id_pos: int = 0
+    node_entries: int = 100
+    ref_policy: str = "KEEPREF"
+    idmp: Idempotence | None = None  # IDMP / IDMPAUTO (Redis 8.6)
+
+
+_IDMP_TWICE = "IDMP/IDMPAUTO specified multiple times"
 
 
 def _parse_add_or_trim(ctx, argv: list[bytes], xadd: bool) -> _AddTrimArgs:
@@ -151,6 +161,24 @@ def _parse_add_or_trim(ctx, argv: list[bytes], xadd: bool) -> _AddTrimArgs:
             i += 1
         elif xadd and word == b"NOMKSTREAM":
             args.no_mkstream = True
+        elif word in REF_POLICY_WORDS:  # Redis 8.2; the last one given counts
+            args.ref_policy = word.decode()
+        elif xadd and word == b"IDMPAUTO" and more:
+            if args.idmp is not None:
+                raise err(_IDMP_TWICE)
+            if not argv[i + 1]:
+                raise err("IDMPAUTO requires a non-empty producer ID")
+            args.idmp = Idempotence(argv[i + 1])
+            i += 1
+        elif xadd and word == b"IDMP" and more >= 2:
+            if args.idmp is not None:
+                raise err(_IDMP_TWICE)
+            if not argv[i + 1]:
+                raise err("IDMP requires a non-empty producer ID")
+            if not argv[i + 2]:
+                raise err("IDMP requires a non-empty idempotent ID")
+            args.idmp = Idempotence(argv[i + 1], argv[i + 2])
+            i += 2
         elif xadd:
             args.stream_id, args.seq_given = parse_id(opt, strict=True, allow_seq_star=True)
             args.id_given = True
@@ -168,33 +196,41 @@ def _parse_add_or_trim(ctx, argv: list[bytes], xadd: bool) -> _AddTrimArgs:
         if not args.approx:
             raise err("syntax error, LIMIT cannot be used without the special ~ option")
     elif args.approx:
-        args.limit = 100 * _node_max_entries(ctx)
-        if args.limit <= 0 or args.limit > 10000:
+        args.limit = 100 * _node_max_entries(ctx)  # at most 100 nodes
+        if args.limit <= 0:
             args.limit = 10000
+        if args.limit > 1000000:
+            args.limit = 1000000
     else:
         args.limit = 0
+    if args.idmp is not None and args.id_given:
+        raise err("IDMP/IDMPAUTO can be used only with auto-generated IDs")
+    args.node_entries = _node_max_entries(ctx)
     return args
 
 
 def _trim_of(args: _AddTrimArgs) -> Trim | None:
     if args.strategy is None:
         return None
-    return Trim(args.strategy, args.approx, args.maxlen, tuple(args.minid), args.limit)
+    return Trim(args.strategy, args.approx, args.maxlen, tuple(args.minid), args.limit,
+                node_entries=args.node_entries, policy=args.ref_policy)
 
 
 @command(
     "xadd", arity=-5, flags="write denyoom fast", keys=(1, 1, 1), group="stream", since="5.0.0",
     summary="Appends a new message to a stream. Creates the key if it doesn't exist.",
-    syntax="XADD key [NOMKSTREAM] [<MAXLEN | MINID> [= | ~] threshold [LIMIT count]] <* | id> field value [field value ...]",
+    syntax="XADD key [NOMKSTREAM] [KEEPREF | DELREF | ACKED] [IDMPAUTO producer-id | IDMP producer-id idempotent-id] [<MAXLEN | MINID> [= | ~] threshold [LIMIT count]] <* | id> field value [field value ...]",
     acl_categories=("write", "stream", "fast"),
 )
 def xadd(ctx, argv):
-    """XADD key [NOMKSTREAM] [<MAXLEN | MINID> [= | ~] threshold [LIMIT count]] <* | id> field value [field value ...]
+    """XADD key [NOMKSTREAM] [KEEPREF | DELREF | ACKED] [IDMPAUTO producer-id | IDMP producer-id idempotent-id] [<MAXLEN | MINID> [= | ~] threshold [LIMIT count]] <* | id> field value [field value ...]
 
     Parsed here into an ``XAddPlan``; ``Session.append`` (cluster.broker)
     does the rest: partition (forwarded to its leader in a cluster), limits,
     ID, deferral or an immediate log batch, trim, wake-ups, and what the
-    reply waits for.
+    reply waits for. With IDMP / IDMPAUTO a retry of a recorded append
+    answers the original entry's ID and writes nothing
+    (cluster/broker/producers.py; docs/streams.md "Idempotent production").
     """
     if argv[2] == b"*" and len(argv) & 1:  # the hot form, no options: no parsing needed
         plan = XAddPlan(argv[1], argv[3:], options=(b"*",))
@@ -211,7 +247,7 @@ def xadd(ctx, argv):
             id_ms = args.stream_id.ms
             id_seq = args.stream_id.seq if args.seq_given else None
         plan = XAddPlan(argv[1], argv[field_pos:], id_ms, id_seq, args.no_mkstream, _trim_of(args),
-                        options=tuple(argv[2:field_pos]))
+                        options=tuple(argv[2:field_pos]), idmp=args.idmp)
     new_id = ctx.session.append(plan)
     if new_id.__class__ is StreamId:
         return b"%d-%d" % new_id
@@ -262,17 +298,56 @@ if _xaddrun is not None:
 @command(
     "xtrim", arity=-4, flags="write", keys=(1, 1, 1), group="stream", since="5.0.0",
     summary="Deletes messages from the beginning of a stream.",
-    syntax="XTRIM key <MAXLEN | MINID> [= | ~] threshold [LIMIT count]",
+    syntax="XTRIM key <MAXLEN | MINID> [= | ~] threshold [LIMIT count] [KEEPREF | DELREF | ACKED]",
     acl_categories=("write", "stream", "slow"),
 )
 def xtrim(ctx, argv):
-    """XTRIM key <MAXLEN | MINID> [= | ~] threshold [LIMIT count]
+    """XTRIM key <MAXLEN | MINID> [= | ~] threshold [LIMIT count] [KEEPREF | DELREF | ACKED]
 
     ``=`` keeps exactly the right entries (moving the log start offset);
-    ``~`` trims whole segments only (and at most LIMIT entries).
+    ``~`` removes whole nodes of ``stream-node-max-entries`` entries only, as
+    Redis (and at most LIMIT entries). The reference policy (Redis 8.2;
+    XADD's trim takes it too) says what becomes of the groups' references
+    to the entries removed (``cluster.broker.references``).
     """
     args = _parse_add_or_trim(ctx, argv, xadd=False)
     return ctx.session.trim(argv[1], _trim_of(args))
+
+
+@command(
+    "xcfgset", arity=-2, flags="write fast", keys=(1, 1, 1), group="stream", since="8.6.0",
+    summary="Sets the IDMP configuration parameters for a stream.",
+    syntax="XCFGSET key [IDMP-DURATION duration] [IDMP-MAXSIZE maxsize]",
+    acl_categories=("write", "stream", "fast"),
+)
+def xcfgset(ctx, argv):
+    """XCFGSET key [IDMP-DURATION duration] [IDMP-MAXSIZE maxsize]
+
+    How long (seconds) and how many (per producer) idempotent ids XADD IDMP
+    remembers; a changed value forgets the recorded ones (Redis 8.6). Every
+    partition of a topic key.
+    """
+    if len(argv) == 2:
+        raise err("At least one parameter must be specified")
+    duration = maxsize = None
+    i = 2
+    while i < len(argv):
+        word = _keyword(argv[i])
+        if i + 1 == len(argv) or word not in (b"IDMP-DURATION", b"IDMP-MAXSIZE"):
+            raise syntax_error()
+        value = parse_int(argv[i + 1])
+        if word == b"IDMP-DURATION":
+            if not 1 <= value <= IDMP_DURATION_MAX_S:
+                raise err(f"IDMP-DURATION must be between 1 and {IDMP_DURATION_MAX_S} seconds")
+            duration = value
+        else:
+            if not 1 <= value <= IDMP_MAXSIZE_MAX:
+                raise err(f"IDMP-MAXSIZE must be between 1 and {IDMP_MAXSIZE_MAX} entries")
+            maxsize = value
+        i += 2
+    if not ctx.session.configure_idempotence(argv[1], duration, maxsize):
+        raise err(NO_SUCH_KEY)
+    return OK
 
 
 # ------------------------------------------------------- XRANGE / XREVRANGE
@@ -354,37 +429,6 @@ def xdel(ctx, argv):
     return ctx.session.delete(argv[1], ids)
 
 
-# XDELEX's policies for the references groups' pending lists hold (Redis 8.2).
-_DELEX_POLICIES = (b"KEEPREF", b"DELREF", b"ACKED")
-
-
-def _parse_ids_block(argv: list[bytes], start: int, policies: tuple[bytes, ...]) -> tuple[bytes, list[bytes]]:
-    """Redis 8.2's ``[<policy>] IDS numids id [id ...]`` at ``argv[start:]``
-    (the IDS block and the policy in either order): ``(policy, raw IDs)``,
-    KEEPREF when none was given."""
-    policy = None
-    raw_ids = None
-    i = start
-    while i < len(argv):
-        word = _keyword(argv[i])
-        if word in policies and policy is None:
-            policy = word
-            i += 1
-        elif word == b"IDS" and raw_ids is None and i + 1 < len(argv):
-            numids = parse_int(argv[i + 1], "Number of IDs must be a positive integer")
-            if numids <= 0:
-                raise err("Number of IDs must be a positive integer")
-            if numids > len(argv) - i - 2:
-                raise err("The `numids` parameter must match the number of arguments")
-            raw_ids = argv[i + 2:i + 2 + numids]
-            i += 2 + numids
-        else:
-            raise syntax_error()
-    if raw_ids is None:
-        raise syntax_error()
-    return policy or b"KEEPREF", raw_ids
-
-
 @command(
     "xdelex", arity=-5, flags="write fast", keys=(1, 1, 1), group="stream", since="8.2.0",
     summary="Deletes one or multiple entries from the stream.",
@@ -394,14 +438,14 @@ def _parse_ids_block(argv: list[bytes], start: int, policies: tuple[bytes, ...])
 def xdelex(ctx, argv):
     """XDELEX key [KEEPREF | DELREF | ACKED] IDS numids id [id ...]
 
-    Per ID: 1 deleted, -1 not in the stream. KEEPREF (the default): the
-    references groups' pending lists hold stay, as XDEL leaves them.
+    Per ID: 1 deleted, -1 not in the stream, 2 kept because a group still
+    needs it (ACKED). KEEPREF (the default) leaves the groups' references,
+    as XDEL does; DELREF removes them; ACKED deletes only what no group
+    needs (``cluster.broker.references``).
     """
-    policy, raw_ids = _parse_ids_block(argv, 2, _DELEX_POLICIES)
-    if policy != b"KEEPREF":
-        raise err(f"XDELEX {policy.decode()} is not supported yet; KEEPREF (the default) is")
+    policy, raw_ids = parse_ids_block(argv, 2, REF_POLICY_WORDS)
     ids = [parse_strict_id(raw) for raw in raw_ids]
-    return [1 if deleted else -1 for deleted in ctx.session.delete_each(argv[1], ids)]
+    return ctx.session.delete_each(argv[1], ids, (policy or b"KEEPREF").decode())
 
 
 @command(
@@ -449,9 +493,11 @@ def _xread_keys(argv: list[bytes]) -> list[int]:
 
 
 def _parse_xread(argv: list[bytes]) -> ReadPlan:
-    """Redis ``xreadCommand``'s parse, same checks, same order."""
+    """Redis ``xreadCommand``'s parse, same checks, same order (with Redis
+    8.10's MAXCOUNT / MAXSIZE)."""
     timeout_ms = None
     count = 0
+    max_count = max_size = 0
     streams_arg = 0
     argc = len(argv)
     i = 1
@@ -466,20 +512,31 @@ def _parse_xread(argv: list[bytes]) -> ReadPlan:
         elif word == b"COUNT" and more:
             i += 1
             count = max(parse_int(argv[i]), 0)
+        elif word == b"MAXCOUNT" and more:
+            i += 1
+            max_count = parse_positive(argv[i], "MAXCOUNT")
+        elif word == b"MAXSIZE" and more:
+            i += 1
+            max_size = parse_positive(argv[i], "MAXSIZE")
         elif word == b"STREAMS" and more:
             streams_arg = i + 1
             n = argc - streams_arg
             if n % 2:
-                raise err("Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.")
+                raise err("Unbalanced 'xread' list of streams: for each stream key an ID, '+', or '$' must be specified.")
             break
+        elif (word == b"GROUP" and more >= 2) or (word == b"CLAIM" and more) or word == b"NOACK":
+            raise err(f"The {word.decode()} option is only supported by XREADGROUP. You called XREAD instead.")
         else:
             raise syntax_error()
         i += 1
     if streams_arg == 0:
         raise syntax_error()
+    if max_count and count and max_count < count:
+        raise err(MAXCOUNT_BELOW_COUNT)
     half = (argc - streams_arg) // 2
     after = [_read_position(raw) for raw in argv[streams_arg + half:]]
-    return ReadPlan(argv[streams_arg:streams_arg + half], after, count, timeout_ms)
+    return ReadPlan(argv[streams_arg:streams_arg + half], after, count, timeout_ms,
+                    max_count=max_count, max_size=max_size)
 
 
 def _read_position(raw: bytes):
@@ -505,19 +562,20 @@ def _read_reply(ctx, found: list):
     "xread", arity=-4, flags="readonly blocking movablekeys", keys=(0, 0, 0), group="stream",
     since="5.0.0",
     summary="Return never seen elements in multiple streams, with IDs greater than the ones reported by the caller for each stream. Can block.",
-    syntax="XREAD [COUNT count] [BLOCK milliseconds] STREAMS key [key ...] id [id ...]",
+    syntax="XREAD [COUNT count] [MAXCOUNT maxcount] [MAXSIZE maxsize] [BLOCK milliseconds] STREAMS key [key ...] id [id ...]",
     acl_categories=("read", "stream", "slow", "blocking"),
     key_finder=_xread_keys,
 )
 async def xread(ctx, argv):
-    """XREAD [COUNT count] [BLOCK milliseconds] STREAMS key [key ...] id [id ...]
+    """XREAD [COUNT count] [MAXCOUNT maxcount] [MAXSIZE maxsize] [BLOCK milliseconds] STREAMS key [key ...] id [id ...]
 
     Parsed here into a ``ReadPlan``; ``Session.read_after`` (cluster.broker)
     reads it, and with BLOCK ``Session.wait_for_entries`` waits until an
     entry arrives on any of its keys (``BLOCK 0``: forever; inside MULTI
     not at all) and reads again; the wait is cancelled with the client's
     task. A topic key of several partitions reads each partition, replied
-    under the partition keys.
+    under the partition keys. MAXCOUNT / MAXSIZE (Redis 8.10) cap the whole
+    reply over the keys in order (a topic's partitions in partition order).
     """
     plan = _parse_xread(argv)
     if plan.block_ms is None:
@@ -642,8 +700,12 @@ def _entry_value(encoded: bytes | None):
 def xinfo_stream(ctx, argv):
     """XINFO STREAM key [FULL [COUNT count]]
 
-    Redis 7.0's fields in Redis's order, then Partita's own: partitions,
-    log-start-offset, log-end-offset, segments, bytes-on-disk.
+    Redis 8's fields in Redis's order (8.6's idempotence fields after
+    ``recorded-first-entry-id``), nothing else (a partition's offsets,
+    segments and bytes are TOPIC DESCRIBE's). ``radix-tree-keys`` counts the
+    stream's nodes of ``stream-node-max-entries`` entries (those ``~``
+    trims remove whole); ``radix-tree-nodes`` estimates the radix tree
+    Redis would build over them (one more: exact up to one key).
     """
     key = argv[2]
     if not ctx.session.exists(key):
@@ -662,15 +724,15 @@ def xinfo_stream(ctx, argv):
             if count < 0:
                 count = 10
     found = ctx.session.stream_info(key, full, count)
-    tree_keys = math.ceil(found.length / max(found.node_max_entries, 1))
     info = Map()
     info["length"] = found.length
-    info["radix-tree-keys"] = tree_keys
-    info["radix-tree-nodes"] = tree_keys + 1
+    info["radix-tree-keys"] = found.radix_tree_keys
+    info["radix-tree-nodes"] = found.radix_tree_keys + 1
     info["last-generated-id"] = found.last_id.encode()
     info["max-deleted-entry-id"] = found.max_deleted_entry_id.encode()
     info["entries-added"] = found.entries_added
     info["recorded-first-entry-id"] = found.recorded_first_entry_id.encode()
+    _idempotence_fields(info, found.idmp)
     if full:
         info["entries"] = found.entries
         info["groups"] = groups_full_reply(ctx.session.groups_full(key, count))
@@ -678,9 +740,15 @@ def xinfo_stream(ctx, argv):
         info["groups"] = found.groups
         info["first-entry"] = _entry_value(found.first_entry)
         info["last-entry"] = _entry_value(found.last_entry)
-    info["partitions"] = found.partitions
-    info["log-start-offset"] = found.log_start_offset
-    info["log-end-offset"] = found.log_end_offset
-    info["segments"] = found.segments
-    info["bytes-on-disk"] = found.bytes_on_disk
     return info
+
+
+def _idempotence_fields(info: Map, idmp) -> None:
+    """XINFO STREAM's (and FULL's) idempotence fields, Redis 8.6's, in its
+    order; they follow ``recorded-first-entry-id`` (cluster.broker.producers)."""
+    info["idmp-duration"] = idmp.duration_s
+    info["idmp-maxsize"] = idmp.maxsize
+    info["pids-tracked"] = idmp.pids_tracked
+    info["iids-tracked"] = idmp.iids_tracked
+    info["iids-added"] = idmp.iids_added
+    info["iids-duplicates"] = idmp.iids_duplicates

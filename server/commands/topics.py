@@ -174,7 +174,7 @@ def topic_describe(ctx, argv):
     ``partitions`` (count), ``entries`` (sum), ``bytes`` (sum), ``config``
     (name -> effective value; ``overrides`` lists the names the topic sets),
     ``partition-info`` (per partition: key, length, offsets, segments,
-    bytes, last-generated-id), ``groups`` (as TOPIC GROUPS).
+    bytes, last-generated-id, producers), ``groups`` (as TOPIC GROUPS).
     """
     topic = argv[2]
     desc = ctx.session.describe_topic(topic)
@@ -199,6 +199,7 @@ def topic_describe(ctx, argv):
         m["segments"] = p["segments"]
         m["bytes"] = p["bytes"]
         m["last-generated-id"] = p["last-generated-id"].encode()
+        m["producers"] = p["producers"]  # idempotent producers (XADD IDMP, Kafka) with live records
         for name, value in p.get("replication", {}).items():  # in a cluster: where it lives (docs/replication.md)
             m[name] = value
         parts.append(m)

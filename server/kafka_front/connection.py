@@ -242,7 +242,7 @@ class KafkaConnection:
         stats = self.server.stats
         async with receive:
             async for item, nbytes in receive:
-                if isinstance(item, bytes):
+                if isinstance(item, (bytes, bytearray)):
                     data = item
                 else:
                     data = await self._response(*item)

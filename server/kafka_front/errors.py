@@ -12,13 +12,13 @@ Must not know: which API asked, sockets.
 from __future__ import annotations
 
 from cluster import topics
-from cluster.broker import EntryTooLargeError
+from cluster.broker import FENCED, EntryTooLargeError, ProducerRefused
 from cluster.errors import ClusterError, Moved, NotEnoughReplicas, TryAgain
 from server.failures import reply_for
 from server.kafka import errors as E
 from server.kafka.records import CorruptRecordError
 from server.kafka_front.access import AuthorizationFailed
-from storage.errors import OffsetOutOfRangeError, Refusal, StorageError
+from storage.errors import BatchTooLargeError, OffsetOutOfRangeError, Refusal, StorageError
 
 _TOPIC_CODES = {
     topics.UNKNOWN_TOPIC: E.UNKNOWN_TOPIC_OR_PARTITION,
@@ -46,6 +46,10 @@ def code_for(exc: BaseException) -> int:
         return exc.code
     if isinstance(exc, EntryTooLargeError):
         return E.MESSAGE_TOO_LARGE
+    if isinstance(exc, BatchTooLargeError):  # an idempotent batch is one log batch
+        return E.RECORD_LIST_TOO_LARGE
+    if isinstance(exc, ProducerRefused):
+        return E.INVALID_PRODUCER_EPOCH if exc.outcome == FENCED else E.OUT_OF_ORDER_SEQUENCE_NUMBER
     if isinstance(exc, NotEnoughReplicas):
         return E.NOT_ENOUGH_REPLICAS
     if isinstance(exc, (Moved, TryAgain)):  # TryAgain: a failover pauses the partition, or the lease lapsed

@@ -1,10 +1,11 @@
 """Consumer groups of one partition: the in-memory model and its durable state.
 
 Owns: ``ConsumerGroup`` (name, ``last_id`` = last-delivered-id, ``entries_read``,
-the pending entries list, consumers, the dead-letter setting), ``Consumer``,
-``PendingEntry``, ``PendingList`` (a PEL ordered by ID), and ``GroupStore``:
+the pending entries list, consumers, the dead-letter setting, the PEL's time
+order that XREADGROUP CLAIM takes), ``Consumer``, ``PendingEntry`` (released
+by XNACK: no owner, delivery time 0), ``PendingList`` (a PEL ordered by ID), and ``GroupStore``:
 every group of one partition, persisted in that partition's directory as a
-journal of mutations compacted by snapshots. Also Redis 7's rules for a
+journal of mutations compacted by snapshots. Also Redis 8's rules for a
 group's ``entries_read`` and lag (``t_stream.c::streamEstimateDistanceFromFirstEverEntry``,
 ``streamReplyWithCGLag``) as pure functions of a stream's counters.
 
@@ -43,10 +44,13 @@ and continue with records::
 
 Fields: ``str`` = u32 length + bytes; ``id`` = u64 ms + u64 seq; ``i64`` for
 ``entries_read`` (-1 unknown) and times; ``u32`` counts. The ops and their
-fields are the ``_OP_*`` constants below (``_encode_*`` functions).
+fields are the ``_OP_*`` constants below (``_encode_*`` functions); delivery
+counts are u32 in the older ops and u64 in the ``*64`` ones, written when a
+count needs it (they never pass LLONG_MAX: ``count_after``).
 
-A snapshot holds ``CREATE`` (with the dead-letter setting), ``SNAP_CONSUMER``
-and ``SNAP_PENDING`` records and ends with an ``END`` record carrying the
+A snapshot holds ``CREATE`` (with the dead-letter setting), ``SNAP_CONSUMER``,
+``SNAP_PENDING`` and ``SNAP_NACKED`` (released entries, in their claim order)
+records and ends with an ``END`` record carrying the
 record count; a snapshot without it is corrupt (it was renamed only after
 fsync, so that means the disk lost data) and ``open`` raises.
 
@@ -103,9 +107,11 @@ Concurrency: not thread-safe. Call everything from one thread, except
 from __future__ import annotations
 
 import bisect
+import heapq
 import logging
 import os
 import struct
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Protocol, Sequence
@@ -137,6 +143,8 @@ _U32 = struct.Struct("<I")
 _I64 = struct.Struct("<q")
 _ID = struct.Struct("<QQ")
 _CLAIM = struct.Struct("<QQqI")  # id ms, id seq, delivery_time_ms, delivery_count
+_CLAIM64 = struct.Struct("<QQqQ")  # the same with a u64 delivery_count (XNACK FATAL's, and past it)
+_NACKED = struct.Struct("<QQQ")  # id ms, id seq, delivery_count (released: no owner, delivery time 0)
 
 # Journal ops.
 _OP_CREATE = 1  # group, last_id, entries_read, max_deliveries, dead_letter_key (-1 len = none)
@@ -152,11 +160,24 @@ _OP_CLAIM = 10  # group, consumer, now_ms, has_last u8, last_id, n, (id, time, c
 _OP_DROP = 11  # group, n, ids   (entries gone from the stream: XCLAIM/XAUTOCLAIM cleanup)
 _OP_DEADLETTER = 12  # group, n, ids
 _OP_CONFIG = 13  # group, max_deliveries, dead_letter_key
+_OP_NACK = 14  # group, n, (id, count u64)*   (XNACK: released, in this order, to the NACK zone's tail)
+_OP_CLAIM64 = 15  # as CLAIM, counts u64 (written only when a count does not fit a u32)
 _OP_SNAP_CONSUMER = 20  # group, consumer, seen_time_ms, active_time_ms
 _OP_SNAP_PENDING = 21  # group, consumer, n, (id, time, count)*
 _OP_SNAP_GROUPSTAT = 22  # group, dead_lettered_total
+_OP_SNAP_PENDING64 = 23  # as SNAP_PENDING, counts u64
+_OP_SNAP_NACKED = 24  # group, n, (id, count u64)*   (the NACK zone, in its order)
 _OP_END = 30  # record count before it
-_JOURNAL_OPS = frozenset(range(_OP_CREATE, _OP_CONFIG + 1))
+_JOURNAL_OPS = frozenset(range(_OP_CREATE, _OP_CLAIM64 + 1))
+_U32_MAX = 0xFFFFFFFF
+LLONG_MAX = 2**63 - 1  # XNACK FATAL's delivery count (Redis's LLONG_MAX); counts never pass it
+
+
+def count_after(deliveries: int) -> int:
+    """A delivery count after one more delivery: + 1, saturating at
+    ``LLONG_MAX`` (a FATAL entry claimed again stays FATAL, and replies,
+    which carry signed 64-bit integers, can show it)."""
+    return deliveries + 1 if deliveries < LLONG_MAX else LLONG_MAX
 
 
 class GroupStateError(Exception):
@@ -200,14 +221,19 @@ class PendingEntry:
     """One delivered, not yet acknowledged entry (Redis's ``streamNACK``).
 
     The same object sits in the group's PEL and in its consumer's PEL.
+    ``consumer`` None: released by XNACK (Redis 8.8): no owner, so in the
+    group's PEL only, with delivery time 0 (idle since forever: any claim
+    takes it). ``tick``: when its delivery time last changed, in its group's
+    order of such changes (the time order's tie-break, ``ConsumerGroup``).
     """
 
-    __slots__ = ("consumer", "delivery_time_ms", "delivery_count")
+    __slots__ = ("consumer", "delivery_time_ms", "delivery_count", "tick")
 
-    def __init__(self, consumer: bytes, delivery_time_ms: int, delivery_count: int) -> None:
+    def __init__(self, consumer: bytes | None, delivery_time_ms: int, delivery_count: int) -> None:
         self.consumer = consumer
         self.delivery_time_ms = delivery_time_ms
         self.delivery_count = delivery_count
+        self.tick = 0
 
     def __repr__(self) -> str:
         return f"PendingEntry({self.consumer!r}, {self.delivery_time_ms}, {self.delivery_count})"
@@ -339,11 +365,18 @@ class ConsumerGroup:
     an entry whose delivery count would exceed ``max_deliveries`` leaves the
     PEL and is appended to the dead-letter stream (done by the command layer,
     recorded here with ``GroupStore.dead_letter``).
+
+    The PEL in time order (Redis 8.4's ``pel_time_head`` list: what XREADGROUP
+    CLAIM takes first): by delivery time, then by when that time was set
+    (``PendingEntry.tick``, given by ``retimed``); released entries (time 0,
+    XNACK) come first, in the order they were released. Kept as a heap built
+    at the first use (``idle_pending``) and fed by ``retimed`` from then on;
+    entries acknowledged or retimed since leave stale items that are skipped.
     """
 
     __slots__ = (
         "name", "last_id", "entries_read", "pel", "consumers",
-        "max_deliveries", "dead_letter_key", "dead_lettered_total",
+        "max_deliveries", "dead_letter_key", "dead_lettered_total", "_ticks", "_by_time",
     )
 
     def __init__(
@@ -362,9 +395,73 @@ class ConsumerGroup:
         self.max_deliveries = max_deliveries
         self.dead_letter_key = dead_letter_key
         self.dead_lettered_total = 0
+        self._ticks = 0
+        self._by_time: list[tuple[int, int, StreamIdT]] | None = None
 
     def consumer(self, name: bytes) -> Consumer | None:
         return self.consumers.get(name)
+
+    def nacked_count(self) -> int:
+        """Pending entries with no owner (released by XNACK): Redis's ``nacked-count``."""
+        return sum(1 for pe in self.pel._map.values() if pe.consumer is None)
+
+    def retimed(self, sid: StreamIdT, pe: PendingEntry) -> None:
+        """``pe`` (pending as ``sid``) is new or got a new delivery time: it
+        goes after every entry of the same time in the time order."""
+        self._ticks += 1
+        pe.tick = self._ticks
+        heap = self._by_time
+        if heap is not None:
+            heapq.heappush(heap, (pe.delivery_time_ms, pe.tick, sid))
+            if len(heap) > 2 * len(self.pel) + 64:
+                self._by_time = None  # mostly stale: rebuilt at the next use
+
+    def _time_heap(self) -> list[tuple[int, int, StreamIdT]]:
+        heap = self._by_time
+        if heap is None:
+            heap = [(pe.delivery_time_ms, pe.tick, sid) for sid, pe in self.pel._map.items()]
+            heapq.heapify(heap)
+            self._by_time = heap
+        return heap
+
+    def _time_head(self, heap: list) -> tuple[int, int, StreamIdT] | None:
+        """The heap's first item that is not stale (stale ones are dropped)."""
+        pel = self.pel._map
+        while heap:
+            item = heap[0]
+            pe = pel.get(item[2])
+            if pe is not None and pe.tick == item[1]:
+                return item
+            heapq.heappop(heap)
+        return None
+
+    def oldest_delivery_ms(self) -> int | None:
+        """The earliest delivery time of a pending entry (0: one was released); None when none is pending."""
+        head = self._time_head(self._time_heap())
+        return None if head is None else head[0]
+
+    @contextmanager
+    def idle_pending(self, now_ms: int, min_idle_ms: int) -> Iterator[Iterator[tuple[StreamIdT, PendingEntry]]]:
+        """For a ``with`` block: an iterator of the ``(id, entry)`` pending at
+        least ``min_idle_ms`` at ``now_ms``, in the time order (longest idle
+        first). Nothing may change the group inside the block (collect, then
+        change it)."""
+        heap = self._time_heap()
+        taken: list = []
+
+        def walk() -> Iterator[tuple[StreamIdT, PendingEntry]]:
+            while True:
+                head = self._time_head(heap)
+                if head is None or now_ms - head[0] < min_idle_ms:
+                    return
+                taken.append(heapq.heappop(heap))
+                yield head[2], self.pel._map[head[2]]
+
+        try:
+            yield walk()
+        finally:
+            for item in taken:
+                heapq.heappush(heap, item)
 
     def sorted_consumers(self) -> list[Consumer]:
         """Consumers in Redis's order (the rax: bytewise by name)."""
@@ -375,7 +472,8 @@ class ConsumerGroup:
 
 
 # --------------------------------------------------------------------------
-# Redis 7 entries_read / lag rules
+# Redis 8 entries_read / lag rules (7.4 and 8.0's fixes: redis #13338,
+# #13473, #13958)
 # --------------------------------------------------------------------------
 
 
@@ -395,11 +493,11 @@ class StreamCounters(Protocol):
 
 
 def range_has_tombstones(s: StreamCounters, start: StreamIdT | None, end: StreamIdT | None = None) -> bool:
-    """Redis ``streamRangeHasTombstones``: may an XDEL hole lie in ``[start, end]``?"""
+    """Redis ``streamRangeHasTombstones``: may an XDEL hole lie in ``[start, end]``?
+    (Since 7.4 a hole before the first entry counts too: it may still be
+    after a group's last-delivered-id.)"""
     mdel = tuple(s.max_deleted_entry_id)
     if not s.length or mdel == ZERO_ID:
-        return False
-    if tuple(s.first_id) > mdel:
         return False
     lo = start if start is not None else ZERO_ID
     hi = end if end is not None else MAX_ID
@@ -431,8 +529,11 @@ def estimate_entries_read(s: StreamCounters, sid: StreamIdT) -> int | None:
 
 def group_lag(s: StreamCounters, group: ConsumerGroup) -> int | None:
     """Redis ``streamReplyWithCGLag``: entries not yet delivered, or None."""
-    if not s.entries_added:
-        return 0
+    if not s.entries_added or not s.length:
+        return 0  # a new stream, or every entry deleted or trimmed
+    first = tuple(s.first_id)
+    if group.last_id < first and tuple(s.max_deleted_entry_id) < first:
+        return s.length  # the group and every hole are before the first entry
     if group.entries_read is not None and not range_has_tombstones(s, group.last_id, None):
         return s.entries_added - group.entries_read
     entries_read = estimate_entries_read(s, group.last_id)
@@ -441,16 +542,23 @@ def group_lag(s: StreamCounters, group: ConsumerGroup) -> int | None:
     return s.entries_added - entries_read
 
 
-def advance_entries_read(s: StreamCounters, group: ConsumerGroup, entries_read: int | None, sid: StreamIdT) -> int | None:
-    """The group's ``entries_read`` after delivering ``sid`` (> last_id) with ``>``.
-
-    ``entries_read`` is the counter before this entry (the caller threads it
-    through a batch). Redis ``streamReplyWithRange``'s group branch.
-    """
-    if entries_read is not None and not range_has_tombstones(s, sid, None):
-        return entries_read + 1
-    if s.entries_added:
-        return estimate_entries_read(s, sid)
+def entries_read_after(s: StreamCounters, last_id: StreamIdT, entries_read: int | None,
+                       ids: Sequence[StreamIdT], behind_first: bool | None = None) -> int | None:
+    """A group's ``entries_read`` after delivering ``ids`` (ascending, all
+    after ``last_id``, its last-delivered-id before) with ``>``: Redis
+    ``streamReplyWithRange``'s group branch for each. The counter counts on
+    while it is valid, the group is not behind the first entry and no hole
+    lies after its last-delivered-id; else it is estimated again.
+    ``behind_first``: whether ``last_id`` is below the first entry, when the
+    caller knows it without reading it (None: from ``s.first_id``); once an
+    entry is delivered the group is not behind (a delivered entry is live)."""
+    for i, sid in enumerate(ids):
+        if entries_read is not None and not range_has_tombstones(s, last_id, None):
+            if i or not (last_id < tuple(s.first_id) if behind_first is None else behind_first):
+                return entries_read + len(ids) - i  # holds for every later ID too
+        if s.entries_added:
+            entries_read = estimate_entries_read(s, sid)
+        last_id = sid
     return entries_read
 
 
@@ -475,10 +583,20 @@ def _ids(ids: Sequence[StreamIdT]) -> bytes:
     return _U32.pack(len(ids)) + b"".join([_ID.pack(ms, seq) for ms, seq in ids])
 
 
-def _claims(claims: Sequence[tuple[StreamIdT, int, int]]) -> bytes:
+def _claims(claims: Sequence[tuple[StreamIdT, int, int]], wide: bool = False) -> bytes:
+    """``wide``: counts as u64 (the ``*64`` ops), else u32."""
+    fmt = _CLAIM64 if wide else _CLAIM
     return _U32.pack(len(claims)) + b"".join(
-        [_CLAIM.pack(sid[0], sid[1], t, c) for sid, t, c in claims]
+        [fmt.pack(sid[0], sid[1], t, c) for sid, t, c in claims]
     )
+
+
+def _wide(counts: Iterable[int]) -> bool:
+    return any(c > _U32_MAX for c in counts)
+
+
+def _nacked(entries: Sequence[tuple[StreamIdT, int]]) -> bytes:
+    return _U32.pack(len(entries)) + b"".join([_NACKED.pack(sid[0], sid[1], c) for sid, c in entries])
 
 
 class _Reader:
@@ -526,10 +644,16 @@ class _Reader:
         raw = self._take(16 * n)
         return [tuple(x) for x in _ID.iter_unpack(raw)]  # type: ignore[misc]
 
-    def claims(self) -> list[tuple[StreamIdT, int, int]]:
+    def claims(self, wide: bool = False) -> list[tuple[StreamIdT, int, int]]:
+        fmt = _CLAIM64 if wide else _CLAIM
         n = self.u32()
-        raw = self._take(_CLAIM.size * n)
-        return [((ms, seq), t, c) for ms, seq, t, c in _CLAIM.iter_unpack(raw)]
+        raw = self._take(fmt.size * n)
+        return [((ms, seq), t, c) for ms, seq, t, c in fmt.iter_unpack(raw)]
+
+    def nacked(self) -> list[tuple[StreamIdT, int]]:
+        n = self.u32()
+        raw = self._take(_NACKED.size * n)
+        return [((ms, seq), c) for ms, seq, c in _NACKED.iter_unpack(raw)]
 
     def done(self) -> None:
         if self.pos != len(self.buf):
@@ -1024,6 +1148,22 @@ class GroupStore:
         self._maybe_compact()
         return c
 
+    def see_consumer(self, group: bytes, consumer: bytes, now_ms: int) -> bool:
+        """An XREADGROUP that served ``consumer`` nothing (Redis 7.2+ counts
+        the attempt): create the consumer (journalled, returns True) or set
+        its seen time in memory only (False). An empty poll changes nothing
+        else, and a soft timestamp is not worth a journal write (and an
+        fsync) per poll: a snapshot keeps the value, a restart before one
+        shows the seen time of the consumer's last journalled change."""
+        g = self._need(group)
+        c = g.consumers.get(consumer)
+        if c is None:
+            self.touch_consumer(group, consumer, now_ms)
+            return True
+        if now_ms > c.seen_time_ms:
+            c.seen_time_ms = now_ms
+        return False
+
     def deliver(
         self,
         group: bytes,
@@ -1091,11 +1231,26 @@ class GroupStore:
         group's last_id forward if greater. The consumer is created/touched."""
         self._need(group)
         has_last = last_id is not None
+        wide = _wide(n for _, _, n in claims)
         self._write(
-            _U8.pack(_OP_CLAIM) + _s(group) + _s(consumer) + _I64.pack(now_ms)
-            + _U8.pack(1 if has_last else 0) + _ID.pack(*(last_id or ZERO_ID)) + _claims(claims)
+            _U8.pack(_OP_CLAIM64 if wide else _OP_CLAIM) + _s(group) + _s(consumer) + _I64.pack(now_ms)
+            + _U8.pack(1 if has_last else 0) + _ID.pack(*(last_id or ZERO_ID)) + _claims(claims, wide)
         )
         self._apply_claim(group, consumer, now_ms, last_id, claims)
+        self._maybe_compact()
+
+    def nack(self, group: bytes, entries: Sequence[tuple[StreamIdT, int]]) -> None:
+        """XNACK: each ``(id, delivery_count)``, in order, is released: no
+        owner (it leaves its consumer's PEL), delivery time 0, that count,
+        at the tail of the group's NACK zone (the head of the time order).
+        An ID not pending is made pending so (the caller decided FORCE may);
+        an ID may come more than once."""
+        self._need(group)
+        if not entries:
+            return
+        assert all(0 <= c < 2**64 for _, c in entries)
+        self._write(_U8.pack(_OP_NACK) + _s(group) + _nacked(entries))
+        self._apply_nack(group, entries)
         self._maybe_compact()
 
     # ----- apply (shared by mutations and replay) -----
@@ -1179,13 +1334,18 @@ class GroupStore:
                     raise ValueError("removed ID not pending, or named twice")
                 ids = [sid for sid in dict.fromkeys(ids) if sid in pel]
             self._apply_remove(op, group, ids)
-        elif op == _OP_CLAIM:
+        elif op == _OP_CLAIM or op == _OP_CLAIM64:
             group, consumer, now, has_last, last_id, claims = (
-                r.s(), r.s(), r.i64(), r.u8(), r.sid(), r.claims()
+                r.s(), r.s(), r.i64(), r.u8(), r.sid(), r.claims(op == _OP_CLAIM64)
             )
             r.done()
             self._replay_group(group, lenient)
             self._apply_claim(group, consumer, now, last_id if has_last else None, claims)
+        elif op == _OP_NACK:
+            group, entries = r.s(), r.nacked()
+            r.done()
+            self._replay_group(group, lenient)
+            self._apply_nack(group, entries)
         elif op == _OP_SNAP_CONSUMER:
             group, consumer, seen, active = r.s(), r.s(), r.i64(), r.i64()
             r.done()
@@ -1193,8 +1353,8 @@ class GroupStore:
             if consumer in g.consumers:
                 raise ValueError("consumer exists")
             g.consumers[consumer] = Consumer(consumer, seen, active)
-        elif op == _OP_SNAP_PENDING:
-            group, consumer, claims = r.s(), r.s(), r.claims()
+        elif op == _OP_SNAP_PENDING or op == _OP_SNAP_PENDING64:
+            group, consumer, claims = r.s(), r.s(), r.claims(op == _OP_SNAP_PENDING64)
             r.done()
             g = self._need(group)
             c = g.consumers[consumer]
@@ -1204,6 +1364,17 @@ class GroupStore:
                 pe = PendingEntry(consumer, t, count)
                 g.pel.add(sid, pe)
                 c.pending.add(sid, pe)
+                g.retimed(sid, pe)
+        elif op == _OP_SNAP_NACKED:
+            group, entries = r.s(), r.nacked()
+            r.done()
+            g = self._need(group)
+            for sid, count in entries:
+                if sid in g.pel:
+                    raise ValueError("pending entry twice in snapshot")
+                pe = PendingEntry(None, 0, count)
+                g.pel.add(sid, pe)
+                g.retimed(sid, pe)
         elif op == _OP_SNAP_GROUPSTAT:
             group, total = r.s(), r.i64()
             r.done()
@@ -1258,17 +1429,19 @@ class GroupStore:
                 old = g.pel.get(sid)
                 if old is not None:
                     # Pending already (SETID moved back): reassign, count 1.
-                    prev = g.consumers.get(old.consumer)
+                    prev = g.consumers.get(old.consumer) if old.consumer is not None else None
                     if prev is not None:
                         prev.pending.remove(sid)
                     old.consumer = consumer
                     old.delivery_time_ms = now_ms
                     old.delivery_count = 1
                     c.pending.add(sid, old)
+                    g.retimed(sid, old)
                 else:
                     pe = PendingEntry(consumer, now_ms, 1)
                     g.pel.add(sid, pe)
                     c.pending.add(sid, pe)
+                    g.retimed(sid, pe)
         g.last_id = tuple(last_id)
         g.entries_read = entries_read
 
@@ -1280,7 +1453,8 @@ class GroupStore:
         for sid in ids:
             pe = c.pending.get(sid)
             pe.delivery_time_ms = now_ms
-            pe.delivery_count += 1
+            pe.delivery_count = count_after(pe.delivery_count)
+            g.retimed(sid, pe)
 
     def _remove_op(self, op: int, group: bytes, ids: Iterable[StreamIdT]) -> int:
         g = self._need(group)
@@ -1306,7 +1480,7 @@ class GroupStore:
             else:
                 owned.append(sid)
         for name, owned in owners.items():
-            c = g.consumers.get(name)
+            c = g.consumers.get(name) if name is not None else None
             if c is not None:
                 c.pending.remove_many(owned)
         if op == _OP_DEADLETTER:
@@ -1323,7 +1497,7 @@ class GroupStore:
                 pe = PendingEntry(consumer, t, count)
                 g.pel.add(sid, pe)
             else:
-                if pe.consumer != consumer:
+                if pe.consumer != consumer and pe.consumer is not None:
                     prev = g.consumers.get(pe.consumer)
                     if prev is not None:
                         prev.pending.remove(sid)
@@ -1331,8 +1505,26 @@ class GroupStore:
                 pe.delivery_time_ms = t
                 pe.delivery_count = count
             c.pending.add(sid, pe)
+            g.retimed(sid, pe)
         if last_id is not None and tuple(last_id) > g.last_id:
             g.last_id = tuple(last_id)
+
+    def _apply_nack(self, group, entries) -> None:
+        g = self.groups[group]
+        for sid, count in entries:
+            pe = g.pel.get(sid)
+            if pe is None:
+                pe = PendingEntry(None, 0, count)
+                g.pel.add(sid, pe)
+            else:
+                if pe.consumer is not None:
+                    c = g.consumers.get(pe.consumer)
+                    if c is not None:
+                        c.pending.remove(sid)
+                pe.consumer = None
+                pe.delivery_time_ms = 0
+                pe.delivery_count = count
+            g.retimed(sid, pe)
 
     # ----- helpers -----
 
@@ -1423,12 +1615,19 @@ class GroupStore:
                 count += 1
                 items = c.pending.items()
                 for i in range(0, len(items), _SNAP_PENDING_CHUNK):
-                    chunk = items[i:i + _SNAP_PENDING_CHUNK]
+                    chunk = [(sid, pe.delivery_time_ms, pe.delivery_count) for sid, pe in items[i:i + _SNAP_PENDING_CHUNK]]
+                    wide = _wide(n for _, _, n in chunk)
                     yield _frame(
-                        _U8.pack(_OP_SNAP_PENDING) + _s(g.name) + _s(c.name)
-                        + _claims([(sid, pe.delivery_time_ms, pe.delivery_count) for sid, pe in chunk])
+                        _U8.pack(_OP_SNAP_PENDING64 if wide else _OP_SNAP_PENDING) + _s(g.name) + _s(c.name)
+                        + _claims(chunk, wide)
                     )
                     count += 1
+            released = sorted((pe.tick, sid, pe.delivery_count) for sid, pe in g.pel._map.items()
+                              if pe.consumer is None)  # the NACK zone, in its order
+            for i in range(0, len(released), _SNAP_PENDING_CHUNK):
+                chunk = [(sid, n) for _, sid, n in released[i:i + _SNAP_PENDING_CHUNK]]
+                yield _frame(_U8.pack(_OP_SNAP_NACKED) + _s(g.name) + _nacked(chunk))
+                count += 1
         yield _frame(_U8.pack(_OP_END) + _U32.pack(count))
 
     # ----- replication: the journal is fetched like a log -----

@@ -4,8 +4,11 @@ Owns: what a replication leader sends a follower besides batches, and
 applying it on the follower, so that after a leader change the new leader
 answers XINFO / XPENDING / XREADGROUP as the old one did:
 
-- the stream's metadata (``stream.meta``) and deletion markers (XDEL), as one
-  small blob sent whenever they changed (``Stream.changes`` moved). This is
+- the stream's metadata (``stream.meta``, with XCFGSET's IDMP settings) and
+  deletion markers (XDEL), as one small blob sent whenever they changed
+  (``Stream.changes`` moved); the IDMP settings reach the follower's
+  producer-state table before the fetch's batches (``apply_producer_config``;
+  the idempotent ids themselves come with the batches). This is
   the interim form of docs/replication.md's control records; XDELs are rare
   and the blob holds one u64 per deleted entry;
 - consumer groups, fetched like a log: the follower stands at a position
@@ -100,4 +103,19 @@ def apply_state(stream, blob: bytes) -> bool:
         stream.meta = meta
         write_atomic(stream.meta_path, meta.to_bytes())
         stream._stored_meta = StreamMeta(**vars(meta))
+        stream.configure_producers()
     return complete
+
+
+def apply_producer_config(stream, blob: bytes) -> None:
+    """Before the batches of the fetch that brought ``encode_state``'s
+    ``blob``: the leader's IDMP settings (XCFGSET) for the follower's
+    producer-state table, so that the batches appended after an XCFGSET are
+    windowed, and those before it forgotten, as on the leader. Nothing is
+    written (``apply_state`` does, after the batches). Raises ValueError on
+    a malformed blob."""
+    if len(blob) < 4:
+        raise ValueError("truncated replica state")
+    meta_len = _U32.unpack_from(blob, 0)[0]
+    meta = StreamMeta.from_bytes(bytes(blob[4:4 + meta_len]))
+    stream.configure_producers(meta)

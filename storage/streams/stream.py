@@ -9,7 +9,8 @@ Owns: what makes a ``PartitionLog`` behave as a Redis stream:
   backwards within the partition, and the "equal or smaller" checks on
   explicit IDs (redis ``t_stream.c::streamAppendItem``);
 - XDEL (the log's deletion markers), XTRIM / MAXLEN / MINID (moving the log
-  start offset; ``~`` only at segment boundaries), XSETID;
+  start offset; ``~`` at the boundaries of Redis's nodes of
+  ``stream-node-max-entries`` entries, ``_trim_nodes``), XSETID;
 - the stream metadata Redis exposes and the log does not know, kept in a
   small per-partition file (see ``StreamMeta``).
 
@@ -22,23 +23,33 @@ How Redis's counters map onto the log:
                            adjustment is 0 unless XSETID ENTRIESADDED set it)
 ``last-generated-id``      max(persisted value, ``log.last_id``): XADD needs
                            no metadata write; XSETID and XDEL of the top
-                           entry do
+                           entry do. After an XSETID below the log's last
+                           ID (its entries trimmed or deleted), the XSETID's
+                           value until the next append
 ``max-deleted-entry-id``   persisted; raised by XDEL, set by XSETID (Redis
                            does not raise it on trims, nor do we)
 ``recorded-first-entry-id`` the first live entry's ID, ``0-0`` when empty
                            (what Redis's ``first_id`` always equals)
+``idmp-duration``,         persisted (XCFGSET), else the server's defaults
+``idmp-maxsize``           (``idmp_defaults``); with the offset at which
+                           XCFGSET last forgot the idempotent ids. The ids
+                           themselves are the log's producer-state table
+                           (``storage.producers``), written with the entries
 =========================  =================================================
 
 Metadata file format: ``stream.meta`` (JSON, written atomically: tmp, fsync,
 rename, fsync of the directory)::
 
     {"version": 1, "last_generated_id": [ms, seq],
-     "max_deleted_entry_id": [ms, seq], "entries_added_adjust": n}
+     "max_deleted_entry_id": [ms, seq], "entries_added_adjust": n,
+     "idmp": [duration_s, maxsize, cleared_at],    (only once XCFGSET set it)
+     "set_below_log": [ms, seq]}         (only after an XSETID below the log's last ID)
 
-Known difference from Redis: a deleted entry still occupies its ID in the
-log, so XSETID below the ID of a deleted top entry is refused
-(``SETID_BELOW_TOP``: Redis's "smaller than the target stream top item"
-error), where Redis accepts it.
+Known difference from Redis: trimmed and deleted entries keep their IDs in
+the log, whose IDs only increase, so after an XSETID below them (accepted
+as in Redis) an explicit XADD ID between the new last ID and the highest ID
+the log holds is refused with Redis's "equal or smaller" error
+(``id_floor``), where Redis accepts it.
 
 Thread contract: as ``PartitionLog``, one thread.
 
@@ -59,9 +70,16 @@ from typing import Callable, Iterable, Sequence
 from storage.checkpoint import read_file, write_atomic
 from storage.entry_codec import encode_entry, encode_pair, split_entries
 from storage.errors import Refusal
+from storage.records import ProducerRecord
 from storage.streams.ids import MAX_ID, MIN_ID, UINT64_MAX, StreamId
 
 META_FILE_NAME = "stream.meta"
+
+# XCFGSET's bounds and Redis 8.6's defaults (``stream-idmp-duration``,
+# ``stream-idmp-maxsize``).
+IDMP_DURATION_MAX_S = 86400
+IDMP_MAXSIZE_MAX = 10000
+IDMP_DEFAULTS = (100, 100)
 
 # Why an append or XSETID is refused (``StreamError.code``); the texts
 # clients see are the front-end's (Redis's t_stream.c ones: server/failures.py).
@@ -71,6 +89,11 @@ SEQ_EXHAUSTED = "seq-exhausted"  # ``<ms>-*`` after ``<ms>-<max seq>``
 ID_EXHAUSTED = "id-exhausted"  # the last ID was max-max
 SETID_BELOW_TOP = "setid-below-top"  # XSETID below the top entry's ID
 SETID_ENTRIES_ADDED_BELOW_LENGTH = "setid-entries-added-below-length"
+SETID_BELOW_MAX_DELETED = "setid-below-max-deleted"  # XSETID below the current max-deleted-entry-id (7.2+)
+
+# Redis's default ``stream-node-max-entries``: the node size of ``~`` trims
+# (``Stream._trim_nodes``) when none is given, and when it is 0.
+DEFAULT_NODE_ENTRIES = 100
 
 
 class StreamError(Refusal):
@@ -87,17 +110,29 @@ class StreamMeta:
     last_generated_id: StreamId = MIN_ID
     max_deleted_entry_id: StreamId = MIN_ID
     entries_added_adjust: int = 0
+    # XCFGSET (Redis 8.6): IDMP-DURATION and IDMP-MAXSIZE (None: the server's
+    # defaults) and the log offset at which the idempotent ids were last
+    # forgotten (records of batches below it do not count).
+    idmp_duration_s: int | None = None
+    idmp_maxsize: int | None = None
+    idmp_cleared_at: int = 0
+    # The log's last ID when XSETID set ``last_generated_id`` below it (None
+    # otherwise): while the log's last ID is still that one, Redis's
+    # last-generated-id is ``last_generated_id`` (``Stream.last_id``).
+    set_below_log: StreamId | None = None
 
     def to_bytes(self) -> bytes:
-        return json.dumps(
-            {
-                "version": 1,
-                "last_generated_id": list(self.last_generated_id),
-                "max_deleted_entry_id": list(self.max_deleted_entry_id),
-                "entries_added_adjust": self.entries_added_adjust,
-            },
-            sort_keys=True,
-        ).encode()
+        obj = {
+            "version": 1,
+            "last_generated_id": list(self.last_generated_id),
+            "max_deleted_entry_id": list(self.max_deleted_entry_id),
+            "entries_added_adjust": self.entries_added_adjust,
+        }
+        if self.idmp_duration_s is not None or self.idmp_maxsize is not None or self.idmp_cleared_at:
+            obj["idmp"] = [self.idmp_duration_s, self.idmp_maxsize, self.idmp_cleared_at]
+        if self.set_below_log is not None:
+            obj["set_below_log"] = list(self.set_below_log)
+        return json.dumps(obj, sort_keys=True).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> StreamMeta:
@@ -108,11 +143,24 @@ class StreamMeta:
         adjust = obj["entries_added_adjust"]
         if type(adjust) is not int or not -(2**63) <= adjust < 2**63:
             raise ValueError(f"entries_added_adjust {adjust!r} out of range")
+        duration, maxsize, cleared_at = obj.get("idmp", (None, None, 0))
+        if not (_optional_in(duration, 1, IDMP_DURATION_MAX_S) and _optional_in(maxsize, 1, IDMP_MAXSIZE_MAX)
+                and type(cleared_at) is int and 0 <= cleared_at < 2**63):
+            raise ValueError(f"idmp {obj.get('idmp')!r} out of range")
+        below = obj.get("set_below_log")
         return cls(
             last_generated_id=_stored_id(obj["last_generated_id"]),
             max_deleted_entry_id=_stored_id(obj["max_deleted_entry_id"]),
             entries_added_adjust=adjust,
+            idmp_duration_s=duration,
+            idmp_maxsize=maxsize,
+            idmp_cleared_at=cleared_at,
+            set_below_log=None if below is None else _stored_id(below),
         )
+
+
+def _optional_in(value, lo: int, hi: int) -> bool:
+    return value is None or (type(value) is int and lo <= value <= hi)
 
 
 def _stored_id(value) -> StreamId:
@@ -155,12 +203,12 @@ class Stream:
         meta_path: Path,
         *,
         clock_ms: Callable[[], int] = wall_clock_ms,
-        node_max_entries: int = 100,
+        idmp_defaults: tuple[int, int] = IDMP_DEFAULTS,
     ) -> None:
         self.log = log
         self.meta_path = Path(meta_path)
         self.clock_ms = clock_ms
-        self.node_max_entries = node_max_entries
+        self.idmp_defaults = idmp_defaults  # (duration s, maxsize) where XCFGSET set none
         self.meta = StreamMeta()
         stored = read_file(self.meta_path)
         if stored is not None:
@@ -180,6 +228,7 @@ class Stream:
                     "max-deleted-entry-id %s, entries-added %d)",
                     self.meta_path, exc, last, last, log.log_end_offset)
         self._stored_meta = StreamMeta(**vars(self.meta))
+        self.configure_producers()
         # Deferred appends (``add(..., defer=True)``): entries with IDs
         # assigned, not yet in the log; ``commit()`` writes them as one batch.
         self._pending: list[tuple[int, int, bytes]] = []
@@ -204,6 +253,19 @@ class Stream:
     @property
     def last_id(self) -> StreamId:
         """Redis's ``last-generated-id`` (counting deferred entries)."""
+        if self._pending:
+            return self._pending_last
+        meta = self.meta
+        log_last = self.log.last_id
+        if meta.set_below_log is not None and meta.set_below_log == tuple(log_last):
+            return meta.last_generated_id  # XSETID went below IDs the log still holds
+        return max(meta.last_generated_id, StreamId(*log_last))
+
+    @property
+    def id_floor(self) -> StreamId:
+        """What a new entry's ID must exceed: ``last_id``, or, after an XSETID
+        below IDs of entries trimmed or deleted but still in the log (they
+        keep their offsets), the log's last ID (IDs increase along a log)."""
         if self._pending:
             return self._pending_last
         return max(self.meta.last_generated_id, StreamId(*self.log.last_id))
@@ -262,10 +324,12 @@ class Stream:
         """The ID XADD would use (redis ``streamAppendItem``); raises StreamError.
 
         ``id_given`` is an explicit full ID; ``ms_given`` is the ``<ms>-*`` form;
-        neither means ``*``.
+        neither means ``*``. The ID is Redis's, from ``last_id``; one not above
+        ``id_floor`` is refused (``*``: the next ID above it).
         """
         last = self.last_id
-        if last == MAX_ID:
+        floor = self.id_floor
+        if floor == MAX_ID:
             raise StreamError(ID_EXHAUSTED)
         if id_given is not None:
             new = StreamId(*id_given)
@@ -280,8 +344,8 @@ class Stream:
                 new = StreamId(ms_given, 0)
         else:
             now_ms = self.clock_ms()
-            new = StreamId(now_ms, 0) if now_ms > last.ms else last.incr()
-        if new <= last:
+            new = StreamId(now_ms, 0) if now_ms > floor.ms else floor.incr()
+        if new <= floor:
             raise StreamError(ID_TOO_SMALL)
         return new
 
@@ -292,8 +356,12 @@ class Stream:
         ms_given: int | None = None,
         id_given: StreamId | None = None,
         defer: bool = False,
+        producer: ProducerRecord | None = None,
     ) -> StreamId:
         """XADD one entry; returns its ID. Raises StreamError.
+
+        ``producer``: the record of an idempotent append (XADD IDMP), written
+        in the entry's batch (never deferred).
 
         Without ``defer`` the entry is one log batch, written now (after any
         deferred entries). With ``defer`` the ID is assigned now and the
@@ -306,8 +374,7 @@ class Stream:
         """
         if ms_given is None and id_given is None:
             # ``*``: ``next_id`` inlined (the hot XADD path).
-            last = self._pending_last if self._pending else self.last_id
-            ms, seq = last
+            ms, seq = self.id_floor
             now_ms = self.clock_ms()
             if now_ms > ms:
                 new = _new_id(StreamId, (now_ms, 0))
@@ -330,13 +397,30 @@ class Stream:
             return new
         if self._pending:
             self.commit()
-        self._append([(new[0], new[1], enc)])
+        self._append([(new[0], new[1], enc)], (producer,) if producer is not None else ())
         return new
 
-    def _append(self, batch: list[tuple[int, int, bytes]]) -> None:
+    def append_encoded(self, entries: list[tuple[int, int, bytes]], producer: ProducerRecord | None = None) -> None:
+        """Entries encoded elsewhere (the Kafka front-end's records), appended
+        now as one log batch after any deferred ones: ``(ms, seq, encoding)``
+        with increasing IDs above ``id_floor``; ``producer``: the record of
+        an idempotent producer's batch, covering them all. Raises StreamError
+        (ID_TOO_SMALL) when the first ID is not above ``id_floor``."""
+        assert entries
+        if self._pending:
+            self.commit()
+        first = entries[0]
+        if (first[0], first[1]) <= self.id_floor:
+            raise StreamError(ID_TOO_SMALL)
+        self._append(entries, (producer,) if producer is not None else ())
+
+    def _append(self, batch: list[tuple[int, int, bytes]], producers: tuple = ()) -> None:
         """One log batch (``add`` and ``commit``); see ``on_first_append_refused``."""
         try:
-            self.log.append(batch, self.leader_epoch)
+            if producers:
+                self.log.append(batch, self.leader_epoch, producers)
+            else:
+                self.log.append(batch, self.leader_epoch)
         except Exception:
             if self.on_first_append_refused is not None:
                 self.on_first_append_refused()
@@ -352,7 +436,7 @@ class Stream:
         if not entries:
             return
         first = entries[0]
-        if (first[0], first[1]) <= self.last_id or (last[0], last[1]) != entries[-1][:2]:
+        if (first[0], first[1]) <= self.id_floor or (last[0], last[1]) != entries[-1][:2]:
             raise StreamError(ID_TOO_SMALL)
         self._pending += entries
         self._pending_last = _new_id(StreamId, (last[0], last[1]))
@@ -377,9 +461,11 @@ class Stream:
         """XDEL: mark the entries with these IDs deleted; returns how many were live."""
         return len(self.delete_ids(ids))
 
-    def delete_ids(self, ids: Iterable[StreamId]) -> set[StreamId]:
+    def delete_ids(self, ids: Iterable[StreamId], *, trimmed: bool = False) -> set[StreamId]:
         """Mark the entries with these IDs deleted; the IDs of those that
-        were live (each once)."""
+        were live (each once). ``trimmed``: a trim removes them (XTRIM's
+        ACKED policy deletes entries between ones it keeps), which, as in
+        Redis, leaves ``max-deleted-entry-id`` as it is."""
         log = self.log
         offsets: dict[int, StreamId] = {}
         for stream_id in ids:
@@ -397,7 +483,7 @@ class Stream:
         marked = log.delete_entries(sorted(offsets))
         assert marked == len(offsets), (marked, len(offsets))
         top = max(offsets.values())
-        if top > self.meta.max_deleted_entry_id:
+        if top > self.meta.max_deleted_entry_id and not trimmed:
             self.meta.max_deleted_entry_id = top
         self.meta.last_generated_id = max(self.meta.last_generated_id, last_before)
         self._save_meta()
@@ -410,39 +496,43 @@ class Stream:
         entries_added: int | None = None,
         max_deleted_entry_id: StreamId | None = None,
     ) -> None:
-        """XSETID after argument checks (``max_deleted <= new_last`` checked by caller).
-
-        Redis 7.0 checks the new ID against the top live entry only (not
-        against the current max-deleted-entry-id); so do we, plus the log's
-        last ID (see the module docstring).
-        """
+        """XSETID after argument checks (``max_deleted <= new_last`` checked by
+        the caller), with Redis 7.2's checks in its order: not below the
+        current max-deleted-entry-id; with live entries, not below the top
+        live entry and ENTRIESADDED not below the length. Trimmed entries
+        do not count (XSETID on a stream trimmed empty may go below their
+        IDs: ``last_id``, ``id_floor``)."""
+        meta = self.meta
+        if new_last < meta.max_deleted_entry_id:
+            raise StreamError(SETID_BELOW_MAX_DELETED)
         if self.length > 0:
             top = self.last_live_id()
             if top is not None and new_last < top:
                 raise StreamError(SETID_BELOW_TOP)
             if entries_added is not None and self.length > entries_added:
                 raise StreamError(SETID_ENTRIES_ADDED_BELOW_LENGTH)
-        # Partita: the log keeps deleted entries' IDs; IDs must keep increasing.
-        if new_last < StreamId(*self.log.last_id):
-            raise StreamError(SETID_BELOW_TOP)
-        self.meta.last_generated_id = new_last
+        log_last = StreamId(*self.log.last_id)
+        meta.last_generated_id = new_last
+        meta.set_below_log = log_last if new_last < log_last else None
         if entries_added is not None:
-            self.meta.entries_added_adjust = entries_added - self.log.log_end_offset
+            meta.entries_added_adjust = entries_added - self.log.log_end_offset
         if max_deleted_entry_id is not None and max_deleted_entry_id != MIN_ID:
-            self.meta.max_deleted_entry_id = max_deleted_entry_id
+            meta.max_deleted_entry_id = max_deleted_entry_id
         self._save_meta()
 
     # ------------------------------------------------------------------ trim
 
-    def trim_maxlen(self, maxlen: int, *, approx: bool = False, limit: int = 0) -> int:
-        """Keep ``maxlen`` live entries (``~``: whole segments only, at most
-        ``limit`` entries removed when ``limit`` > 0). Returns entries removed."""
+    def trim_maxlen(self, maxlen: int, *, approx: bool = False, limit: int = 0,
+                    node_entries: int = DEFAULT_NODE_ENTRIES) -> int:
+        """Keep ``maxlen`` live entries; returns entries removed. ``approx``
+        (``~``): whole nodes of ``node_entries`` only, at most ``limit``
+        entries removed when ``limit`` > 0 (see ``_trim_nodes``)."""
         if self.length <= maxlen:
             return 0
-        if approx:
-            return self._trim_segments(maxlen=maxlen, limit=limit)
         log = self.log
         start, end = log.log_start_offset, log.log_end_offset
+        if approx:
+            return self._trim_nodes(lambda nb: self._live_between(nb, end) >= maxlen, limit, node_entries)
         if maxlen == 0:
             new_start = end
         elif log.live_count == end - start:
@@ -463,51 +553,83 @@ class Stream:
             new_start = res.entries[-1][0]
         return self._advance_to(new_start)
 
-    def trim_minid(self, minid: StreamId, *, approx: bool = False, limit: int = 0) -> int:
-        """Remove entries with IDs below ``minid`` (``~``: whole segments only)."""
+    def trim_minid(self, minid: StreamId, *, approx: bool = False, limit: int = 0,
+                   node_entries: int = DEFAULT_NODE_ENTRIES) -> int:
+        """Remove entries with IDs below ``minid`` (``~``: whole nodes only)."""
         log = self.log
         cut = log.find_offset(minid[0], minid[1], inclusive=True)
         if cut <= log.log_start_offset:
             return 0
         if approx:
-            return self._trim_segments(cut=cut, limit=limit)
+            return self._trim_nodes(lambda nb: nb <= cut, limit, node_entries)
         return self._advance_to(cut)
 
-    def _trim_segments(self, *, maxlen: int | None = None, cut: int | None = None,
-                       limit: int = 0) -> int:
-        """Redis's node loop in ``streamTrim`` with segments for nodes."""
-        log = self.log
-        new_start = log.log_start_offset
-        remaining = log.live_count
-        removed = 0
-        for base, next_base in self._segment_ranges():
-            if maxlen is not None and remaining <= maxlen:
-                break
-            live = self._live_between(base, next_base)
-            if limit and removed + live > limit:
-                break
-            if maxlen is not None:
-                remove = remaining - live >= maxlen
-            else:
-                remove = next_base <= cut
-            if not remove:
-                break
-            new_start = next_base
-            remaining -= live
-            removed += live
-        if new_start == log.log_start_offset:
-            return 0
-        return self._advance_to(new_start)
+    def _trim_nodes(self, removable: Callable[[int], bool], limit: int, node_entries: int) -> int:
+        """Redis's node loop in ``streamTrim`` for ``~``, on logical nodes.
 
-    def _segment_ranges(self) -> list[tuple[int, int]]:
-        """``[base, next_base)`` of each segment from the log start to the end."""
+        Redis keeps a stream in nodes of at most ``stream-node-max-entries``
+        entries, deleted ones included, and an approximate trim removes
+        whole nodes from the head while the next one may go (MAXLEN: the
+        entries after it are still enough; MINID: its last ID is below the
+        threshold) and ``limit`` live entries are not passed. Here node
+        ``k`` is the offsets ``[k * node_entries, (k + 1) * node_entries)``:
+        offsets count every entry ever appended, deleted ones included, as
+        Redis's nodes do, so the boundaries are where Redis's are for a
+        stream built under one node size. ``removable(nb)``: may the log
+        start move to node boundary ``nb`` (the entries before it gone).
+        It and the limit hold up to some boundary and not after it, so the
+        furthest boundary allowed is found by bisection (O(log nodes)
+        marker counts, no entry read). Whole segments still go only by
+        retention or once the log start passes their end
+        (``advance_log_start_offset``)."""
         log = self.log
         start, end = log.log_start_offset, log.log_end_offset
-        bases = sorted({max(_segment_base(info), start) for info in log.segments()})
-        bases = [b for b in bases if b < end] or [start]
-        if bases[0] != start:
-            bases[0] = start
-        return list(zip(bases, bases[1:] + [end]))
+        if start >= end:
+            return 0
+        size = node_entries if node_entries > 0 else DEFAULT_NODE_ENTRIES
+        first = (start // size + 1) * size  # the first node boundary after the log start
+        count = -(-(end - first) // size) + 1 if first < end else 1  # boundaries up to ``end``, inclusive
+
+        def boundary(i: int) -> int:
+            return min(first + i * size, end)
+
+        def allowed(nb: int) -> bool:
+            return removable(nb) and (not limit or self._live_between(start, nb) <= limit)
+
+        lo, hi = -1, count - 1  # the furthest allowed boundary's index (-1: none)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if allowed(boundary(mid)):
+                lo = mid
+            else:
+                hi = mid - 1
+        if lo < 0:
+            return 0
+        return self._advance_to(boundary(lo))
+
+    def node_count(self, node_entries: int = DEFAULT_NODE_ENTRIES) -> int:
+        """How many logical nodes (``_trim_nodes``) hold a live entry: XINFO
+        STREAM's ``radix-tree-keys`` (Redis frees a node whose entries are
+        all deleted)."""
+        log = self.log
+        start, end = log.log_start_offset, log.log_end_offset
+        if log.live_count == 0:
+            return 0
+        size = node_entries if node_entries > 0 else DEFAULT_NODE_ENTRIES
+        nodes = (end - 1) // size - start // size + 1
+        if log.live_count == end - start:
+            return nodes
+        deleted: dict[int, int] = {}
+        for offset in log.deleted_offsets():
+            deleted[offset // size] = deleted.get(offset // size, 0) + 1
+        for node, n in deleted.items():
+            if n == min((node + 1) * size, end) - max(node * size, start):
+                nodes -= 1
+        return nodes
+
+    def live_between(self, start: int, end: int) -> int:
+        """Live entries (neither trimmed nor deleted) at offsets ``[start, end)``."""
+        return self._live_between(max(start, self.log.log_start_offset), end)
 
     def _live_between(self, start: int, end: int) -> int:
         log = self.log
@@ -563,6 +685,43 @@ class Stream:
         res = self.log.read_after_id(after[0], after[1], count, view)
         return Entries(res.count, res.chunks) if res.count else EMPTY
 
+    # ------------------------------------------------------------ idempotence
+
+    def idmp_config(self, meta: StreamMeta | None = None) -> tuple[int, int]:
+        """``(IDMP-DURATION s, IDMP-MAXSIZE)``: XCFGSET's (in ``meta``, by
+        default this stream's), else the defaults."""
+        meta = meta or self.meta
+        duration, maxsize = self.idmp_defaults
+        return (duration if meta.idmp_duration_s is None else meta.idmp_duration_s,
+                maxsize if meta.idmp_maxsize is None else meta.idmp_maxsize)
+
+    def configure_producers(self, meta: StreamMeta | None = None) -> None:
+        """Give the log's producer-state table the IDMP settings of ``meta``
+        (by default this stream's; a follower gives its leader's before it
+        appends the batches that came with them). No I/O: the table loads
+        when needed."""
+        meta = meta or self.meta
+        duration, maxsize = self.idmp_config(meta)
+        producers = self.log.producers
+        producers.configure(maxsize, duration * 1000)
+        producers.clear_ids(meta.idmp_cleared_at)
+
+    def set_idmp_config(self, duration_s: int | None, maxsize: int | None) -> bool:
+        """XCFGSET: the values not given stay. When either changes, every
+        idempotent id recorded so far is forgotten (Redis 8.6); returns
+        whether anything changed."""
+        old = self.idmp_config()
+        new = (old[0] if duration_s is None else duration_s, old[1] if maxsize is None else maxsize)
+        if new == old:
+            return False
+        if self._pending:
+            self.commit()
+        self.meta.idmp_duration_s, self.meta.idmp_maxsize = new
+        self.meta.idmp_cleared_at = self.log.log_end_offset
+        self._save_meta()
+        self.configure_producers()
+        return True
+
     # ------------------------------------------------------------- metadata
 
     def _save_meta(self) -> None:
@@ -571,11 +730,3 @@ class Stream:
             return
         write_atomic(self.meta_path, self.meta.to_bytes())
         self._stored_meta = StreamMeta(**vars(self.meta))
-
-
-def _segment_base(info) -> int:
-    for name in ("base_offset", "base"):
-        value = getattr(info, name, None)
-        if value is not None:
-            return value
-    return info[0]

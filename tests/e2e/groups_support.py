@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 import shlex
 import socket
+import threading
+import time
 
 import hiredis
 
@@ -53,6 +55,36 @@ def parse(raw: bytes):
     reader = hiredis.Reader()
     reader.feed(raw)
     return reader.gets()
+
+
+def while_blocked(port: int, argv: tuple, action, timeout_s: float = 15.0) -> bytes:
+    """Send ``argv`` (a blocking read) on a connection of its own, wait until
+    the server counts a blocked client, run ``action()`` (on another
+    connection), and return the blocked read's reply."""
+    got: list = []
+    watcher = Resp(port)
+    thread = threading.Thread(target=lambda: got.append(Resp(port).call(*argv)))
+    thread.start()
+    try:
+        deadline = time.monotonic() + timeout_s
+        while b"blocked_clients:1\r\n" not in watcher.call("INFO", "clients"):
+            assert time.monotonic() < deadline, f"{argv!r} never blocked"
+            time.sleep(0.01)
+        action()
+    finally:
+        thread.join(timeout_s)
+        watcher.close()
+    assert got, f"{argv!r} got no reply"
+    return got[0]
+
+
+def topic_with_one_pending(r: Resp, topic: str, group: str, partition: int) -> None:
+    """Topic ``topic`` of 2 partitions with ``group`` on both, entry 1-0 on
+    ``partition`` delivered to consumer ``c`` and pending."""
+    assert r.call("TOPIC", "CREATE", topic, "PARTITIONS", "2") == b"+OK\r\n"
+    r.call("XADD", f"{topic}#{partition}", "1-0", "f", "v")
+    r.call("XGROUP", "CREATE", topic, group, "0")
+    r.call("XREADGROUP", "GROUP", group, "c", "STREAMS", f"{topic}#{partition}", ">")
 
 
 class Pair:

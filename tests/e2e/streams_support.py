@@ -3,14 +3,17 @@
 ``RespClient`` is a tiny blocking RESP client that returns each reply's exact
 bytes, so differential tests compare Partita and the real redis-server byte
 for byte, in RESP2 or RESP3. ``parse`` turns reply bytes into Python values
-where a test must look inside (XINFO's extra Partita fields, KEYS order).
+where a test must look inside (XINFO fields, KEYS order).
 """
 
 from __future__ import annotations
 
 import socket
 
-PARTITA_XINFO_FIELDS = (b"partitions", b"log-start-offset", b"log-end-offset", b"segments", b"bytes-on-disk")
+# Redis 8.6's idempotence fields (XADD IDMP), which the differential tests'
+# redis-server (7.0) does not have; tests/e2e/test_idmp.py checks them.
+IDEMPOTENCE_XINFO_FIELDS = (b"idmp-duration", b"idmp-maxsize", b"pids-tracked", b"iids-tracked", b"iids-added",
+                            b"iids-duplicates")
 
 
 def port_of(server) -> int:
@@ -124,5 +127,49 @@ def info_pairs(reply: bytes) -> list:
     return list(zip(value[0::2], value[1::2]))
 
 
-def without_partita_fields(pairs: list) -> list:
-    return [(k, v) for k, v in pairs if k not in PARTITA_XINFO_FIELDS]
+def without_idempotence_fields(pairs: list) -> list:
+    """XINFO STREAM's pairs without Redis 8.6's idempotence fields, which the
+    reference redis-server (7.0) does not show."""
+    return [(k, v) for k, v in pairs if k not in IDEMPOTENCE_XINFO_FIELDS]
+
+
+class Map(list):
+    """A map reply to ``encode``: a list of (key, value) pairs, in order."""
+
+
+class Simple(str):
+    """A simple-string reply to ``encode`` (``+OK``)."""
+
+
+class Null:
+    """A null reply to ``encode``: ``$-1`` in RESP2 (``*-1`` when ``array``), ``_`` in RESP3."""
+
+    def __init__(self, array: bool = False) -> None:
+        self.array = array
+
+
+def encode(value, protocol: int = 2) -> bytes:
+    """The exact bytes Redis sends for ``value`` (a specification's expected
+    reply): str/bytes bulk strings, ints, lists, ``Map``, ``Simple``,
+    ``Error`` (``-...``), ``Null``."""
+    if isinstance(value, Error):
+        return b"-%s\r\n" % value.encode()
+    if isinstance(value, Simple):
+        return b"+%s\r\n" % value.encode()
+    if isinstance(value, Null):
+        return b"_\r\n" if protocol == 3 else (b"*-1\r\n" if value.array else b"$-1\r\n")
+    if isinstance(value, bool):
+        raise TypeError("no booleans in these replies")
+    if isinstance(value, int):
+        return b":%d\r\n" % value
+    if isinstance(value, str):
+        value = value.encode()
+    if isinstance(value, bytes):
+        return b"$%d\r\n%s\r\n" % (len(value), value)
+    if isinstance(value, Map):
+        if protocol == 3:
+            return b"%%%d\r\n" % len(value) + b"".join(encode(k, 3) + encode(v, 3) for k, v in value)
+        return b"*%d\r\n" % (2 * len(value)) + b"".join(encode(k, 2) + encode(v, 2) for k, v in value)
+    if isinstance(value, list):
+        return b"*%d\r\n" % len(value) + b"".join(encode(v, protocol) for v in value)
+    raise TypeError(f"cannot encode {value!r}")

@@ -19,13 +19,23 @@ def test_info_sections_and_fields(partita_shared):
                   "connected_clients", "maxclients", "blocked_clients", "used_memory", "total_connections_received",
                   "total_commands_processed", "instantaneous_ops_per_sec", "role", "used_cpu_sys"):
         assert field in info, field
-    assert info["redis_version"] == "7.0.15" and info["role"] == "master"
+    assert info["redis_version"] == "8.10.0" and info["role"] == "master"
     assert info["tcp_port"] == partita_shared.port
     everything = r.info("everything")
     assert "cmdstat_info" in everything
     assert r.info("partita")["data_dir"] == str(partita_shared.data_dir)
     assert set(r.info("server", "clients")) >= {"redis_version", "connected_clients"}
     assert r.info("nosuchsection") == {}
+
+
+def test_hello_and_info_name_the_redis_release_matched(partita_shared):
+    """Clients gate Redis 8 stream features on the version: Redis 8.10's."""
+    r = partita_shared.client(protocol=3)
+    hello = r.execute_command("HELLO", "3")
+    assert hello[b"version"] == b"8.10.0" and hello[b"server"] == b"redis"
+    info = r.info("server")
+    assert info["redis_version"] == "8.10.0" and "partita_version" in info
+    r.close()
 
 
 def test_info_keyspace_counts_topics(partita_server):
@@ -132,6 +142,23 @@ def test_config_get_set_several_and_globs(partita_shared):
         assert ask(conn, b"CONFIG", b"SET", b"fsync", b"always", b"loglevel", b"warning") == b"OK"
         assert ask(conn, b"CONFIG", b"GET", b"appendfsync") == [b"appendfsync", b"always"]
         ask(conn, b"CONFIG", b"SET", b"fsync", b"everysec", b"loglevel", b"notice", b"stream-node-max-entries", b"100")
+
+
+def test_config_accepts_redis_names_for_compatibility(partita_server):
+    """Redis 8's redis.conf names: accepted, kept and shown, aliases together."""
+    r = partita_server.client()
+    assert r.config_set("maxmemory-policy", "noeviction") is True
+    assert r.config_set("latency-monitor-threshold", 10) is True
+    assert r.config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}
+    assert r.config_get("latency-monitor-threshold") == {"latency-monitor-threshold": "10"}
+    assert r.config_set("maxmemory-policy", "allkeys-lrm") is True  # Redis 8.6's policies
+    assert r.config_set("slave-read-only", "no") is True
+    assert r.config_get("replica-read-only") == {"replica-read-only": "no"}
+    assert r.config_get("cluster-slot-stats-enabled") == {"cluster-slot-stats-enabled": "no"}
+    with pytest.raises(redis.ResponseError, match="can't set immutable config"):
+        r.config_set("io-threads", 4)
+    assert len(r.config_get("*")) > 200
+    r.close()
 
 
 def test_config_set_proto_max_bulk_len_applies_to_connected_clients(partita_server):

@@ -267,3 +267,22 @@ def test_unreachable_leader_gives_a_clear_error_and_other_partitions_work(tmp_pa
     finally:
         cluster.stop()
     assert not cluster.unexpected_log_lines(), cluster.unexpected_log_lines()[:5]
+
+
+def test_an_idempotent_xadd_on_a_topic_key_is_deduplicated_on_its_producers_partition(cluster):
+    """XADD IDMP picks the partition by the producer-id (round-robin would
+    send a retry elsewhere), forwarded to its leader like any XADD, which
+    drops the retry."""
+    topic = b"payments"
+    _create(cluster, topic)
+    owner = cluster.leader_of(topic).client()
+    producers = [f"svc-{i}" for i in range(8)]
+    ids = {pid: owner.xadd(topic, {"n": pid}, idmp=(pid, b"req-1")) for pid in producers}
+    for pid in producers:
+        assert owner.xadd(topic, {"n": "retry"}, idmp=(pid, b"req-1")) == ids[pid]
+    entries = _entries(cluster, topic)
+    assert sum(len(found) for found in entries.values()) == len(producers)
+    placed = {pid: partition_for_key(pid.encode(), PARTITIONS) for pid in producers}
+    assert len({_leaders(cluster, topic)[n].port for n in placed.values()}) > 1  # some were forwarded
+    for pid, n in placed.items():
+        assert ids[pid] in [entry_id for entry_id, _ in entries[n]]

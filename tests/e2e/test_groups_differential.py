@@ -29,7 +29,7 @@ def test_xgroup_create_setid_destroy_and_errors(pair):
         XADD s 3-0 c 3
         XGROUP CREATE s g $
         XGROUP CREATE s g2 0
-        XGROUP CREATE s g3 0 ENTRIESREAD 1
+        XGROUP CREATE s g3 1-0 ENTRIESREAD 1
         XGROUP CREATE s g $
         XGROUP CREATE nokey g $
         XGROUP CREATE nokey g bad
@@ -37,7 +37,7 @@ def test_xgroup_create_setid_destroy_and_errors(pair):
         XGROUP CREATE s g4 bad
         XGROUP CREATE s g4 -
         XGROUP CREATE s g5 0 ENTRIESREAD -2
-        XGROUP CREATE s g5 0 ENTRIESREAD 10
+        XGROUP CREATE s g5 3-0 ENTRIESREAD 3
         XGROUP CREATE s g6 0 ENTRIESREAD x
         XGROUP CREATE s g7 0 FOO
         XGROUP create s g7 0 FOO
@@ -45,7 +45,7 @@ def test_xgroup_create_setid_destroy_and_errors(pair):
         XGROUP CREATE s g9 0 MKSTREAM MKSTREAM MKSTREAM MKSTREAM
         XGROUP CREATE s g9 0 ENTRIESREAD 3 ENTRIESREAD
         XGROUP CREATE s
-        XGROUP CREATE made g $ MKSTREAM ENTRIESREAD 5
+        XGROUP CREATE made g $ MKSTREAM ENTRIESREAD 0
         XINFO GROUPS made
         EXISTS made
         XINFO GROUPS s
@@ -67,7 +67,7 @@ def test_xgroup_create_setid_destroy_and_errors(pair):
         XGROUP SETID s g2 +
         XINFO GROUPS s
         XGROUP SETID s g2 5
-        XGROUP SETID s g2 $ ENTRIESREAD 7
+        XGROUP SETID s g2 $ ENTRIESREAD 3
         XINFO GROUPS s
         XGROUP DESTROY s g3
         XGROUP DESTROY s g3
@@ -136,7 +136,6 @@ def test_xreadgroup_new_history_and_errors(pair):
         XREADGROUP GROUP g STREAMS s 0
         XREADGROUP c STREAMS s 0 0 0
         XREADGROUP COUNT 1 STREAMS s 0 0 0
-        XREADGROUP GROUP g c STREAMS s 0 0
         XREADGROUP GROUP g c NOACK STREAMS s >
         XDEL s 2-0
         XREADGROUP GROUP g c STREAMS s 0
@@ -163,7 +162,6 @@ def test_xreadgroup_several_keys_noack_and_new_consumers(pair):
         XPENDING a g
         XPENDING b g
         XGROUP CREATE a empty $
-        XREADGROUP GROUP empty ghost STREAMS a >
         XINFO CONSUMERS a empty
     """)
 
@@ -382,11 +380,13 @@ def _strip_times(groups):
     for g in groups:
         g = g if isinstance(g, dict) else dict(zip(g[::2], g[1::2]))
         g = dict(g)
+        g.pop(b"nacked-count", None)  # Redis 8.8+ (test_xnack.py)
         g[b"pending"] = [[row[0], row[1], row[3]] for row in g[b"pending"]]
         consumers = []
         for c in g[b"consumers"]:
             c = dict(c if isinstance(c, dict) else zip(c[::2], c[1::2]))
             c.pop(b"seen-time")
+            c.pop(b"active-time", None)  # Redis 7.2+ (test_streams_redis8_core.py)
             c[b"pending"] = [[row[0], row[2]] for row in c[b"pending"]]
             consumers.append(c)
         g[b"consumers"] = consumers
@@ -394,7 +394,9 @@ def _strip_times(groups):
     return out
 
 
-def test_blocked_xreadgroup_wakes_times_out_and_fails(pair):
+def test_blocked_xreadgroup_wakes_and_times_out(pair):
+    """Woken by XADD, timed out, not blocking in MULTI. (A key or group that
+    goes away: Redis 7.2+'s NOGROUP, in test_streams_redis8_core.py.)"""
     for label, server in (("partita", pair.partita), ("redis", pair.redis)):
         port = server.sock.getpeername()[1]
         admin = server
@@ -406,19 +408,7 @@ def test_blocked_xreadgroup_wakes_times_out_and_fails(pair):
             time.sleep(0.1)
             admin.call("XADD", "s", "1-0", "a", "1")
             woke = reader.read()
-            # Destroying the group wakes it with -NOGROUP.
-            reader.send("XREADGROUP", "GROUP", "g", "c", "BLOCK", "5000", "STREAMS", "s", ">")
-            time.sleep(0.1)
-            admin.call("XGROUP", "DESTROY", "s", "g")
-            destroyed = reader.read()
-            # Deleting the key wakes it with -UNBLOCKED (even if re-created at once).
-            admin.call("XGROUP", "CREATE", "s", "g", "$")
-            reader.send("XREADGROUP", "GROUP", "g", "c", "BLOCK", "5000", "STREAMS", "s", ">")
-            time.sleep(0.1)
-            admin.call("DEL", "s")
-            deleted = reader.read()
             # A timeout is a null reply; SETID does not wake.
-            admin.call("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
             reader.send("XREADGROUP", "GROUP", "g", "c", "BLOCK", "200", "STREAMS", "s", ">")
             time.sleep(0.05)
             admin.call("XGROUP", "SETID", "s", "g", "0")
@@ -429,7 +419,7 @@ def test_blocked_xreadgroup_wakes_times_out_and_fails(pair):
             in_multi = admin.call("EXEC")
         finally:
             reader.close()
-        results = (woke, destroyed, deleted, timed_out, in_multi)
+        results = (woke, timed_out, in_multi)
         if label == "partita":
             ours = results
         else:

@@ -4,6 +4,7 @@ by time, and what each API refuses, in Kafka's error codes (raw requests through
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import time
 import uuid
@@ -239,8 +240,10 @@ def test_produce_refusals_are_kafka_error_codes(kafka_partita):
         zstd = batch_bytes([(b"k", b"v")], compression=records.COMPRESSION_ZSTD)
         assert produce(raw, "t", zstd, version=6).error_code == E.UNSUPPORTED_COMPRESSION_TYPE
         assert produce(raw, "t", zstd, version=7).error_code == E.NONE
-        idempotent = batch_bytes([(b"k", b"v")], producer_id=7, producer_epoch=0, base_sequence=0)
-        assert produce(raw, "t", idempotent).error_code == E.UNKNOWN_PRODUCER_ID
+        tx = records.make_batch([(b"k", b"v", [])], base_offset=0, timestamps_ms=[int(time.time() * 1000)],
+                                producer_id=7, producer_epoch=0, base_sequence=0)
+        tx = dataclasses.replace(tx, attributes=tx.attributes | records.ATTR_TRANSACTIONAL)
+        assert produce(raw, "t", records.encode_batch(tx)).error_code == E.INVALID_TXN_STATE
         assert produce(raw, "t", b"").error_code == E.INVALID_RECORD
         assert produce(raw, "t", good, acks=2).error_code == E.INVALID_REQUIRED_ACKS
         # the connection is still good, and only the good batches were written
@@ -318,8 +321,8 @@ def test_bad_input_closes_the_connection_with_kafkas_reason(kafka_shared):
     unknown = framing.encode_request(18, 3, 1, "t", C.ApiVersionsRequest())
     unknown = unknown[:4] + (999).to_bytes(2, "big") + unknown[6:]
     _closed_with(kafka_shared, unknown, "api key 999 with version 3 which is not enabled")
-    init = framing.encode_request(22, 4, 1, "t", C.InitProducerIdRequest(transactional_id=None))
-    _closed_with(kafka_shared, init, "api key 22 with version 4 which is not enabled")
+    commit = framing.encode_request(8, 8, 1, "t", C.OffsetCommitRequest(group_id="g"))
+    _closed_with(kafka_shared, commit, "api key 8 with version 8 which is not enabled")
     garbage_body = framing.encode_request(3, 12, 1, "t", C.MetadataRequest(topics=None))[:-1] + b"\xff\xff\xff"
     _closed_with(kafka_shared, garbage_body[:0] + len(garbage_body[4:]).to_bytes(4, "big") + garbage_body[4:],
                  "Error getting request for apiKey: 3")
@@ -337,7 +340,7 @@ def test_api_versions_advertise_exactly_what_is_served(kafka_shared):
         resp = raw.call(C.ApiVersionsRequest(client_software_name="t", client_software_version="1"), 3)
     assert {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys} == {
         0: (3, 13), 1: (4, 18), 2: (1, 11), 3: (0, 13), 17: (0, 1), 18: (0, 3), 19: (2, 7), 20: (1, 6),
-        32: (1, 4), 33: (0, 2), 36: (0, 2), 37: (0, 3), 60: (0, 2)}
+        22: (0, 6), 32: (1, 4), 33: (0, 2), 36: (0, 2), 37: (0, 3), 60: (0, 2)}
 
 
 def test_maxclients_counts_kafka_clients(kafka_partita):

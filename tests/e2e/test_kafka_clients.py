@@ -70,8 +70,7 @@ def test_kafka_python_produces_and_xreadgroup_reads(kafka_shared):
     from kafka import KafkaProducer
 
     topic = fresh_topic()
-    producer = KafkaProducer(bootstrap_servers=kafka_shared.bootstrap, compression_type="lz4",
-                             enable_idempotence=False)  # kafka-python 3 asks for it; not served yet
+    producer = KafkaProducer(bootstrap_servers=kafka_shared.bootstrap, compression_type="lz4")  # idempotent
     futures = [producer.send(topic, key=b"k%d" % i, value=VALUE, headers=[("trace", b"%d" % i)]) for i in range(20)]
     producer.flush(20)
     assert [f.get(10).offset for f in futures] == list(range(20))

@@ -1,7 +1,8 @@
 """Kafka clients against a 3-node cluster (tests/clusterkit.py, every node with a Kafka port):
 Metadata names every node and each partition's leader; a node that does not lead a partition
 answers NOT_LEADER_OR_FOLLOWER and clients find the leader through Metadata; acks=-1 with the
-leader killed during produce loses nothing acknowledged."""
+leader killed during produce loses nothing acknowledged, and an idempotent producer's retries
+across the failover duplicate nothing."""
 
 from __future__ import annotations
 
@@ -81,9 +82,12 @@ def test_a_node_that_does_not_lead_answers_not_leader_and_clients_find_the_leade
     assert got == [b"m%d" % i for i in range(20)]
 
 
-def test_acks_all_loses_nothing_acknowledged_when_the_leader_is_killed(cluster):
+@pytest.mark.parametrize("idempotence", [False, True])
+def test_acks_all_loses_nothing_acknowledged_when_the_leader_is_killed(cluster, idempotence):
     """A librdkafka producer with acks=-1 writes while the partition's leader is killed (kill -9):
-    every record it had acknowledged is on the new leader."""
+    every record it had acknowledged is on the new leader. With ``enable.idempotence`` its retries
+    across the failover are stored once, in order: the new leader deduplicates by the producer
+    state it replicated."""
     confluent_kafka = pytest.importorskip("confluent_kafka")
     leader = cluster.leader_of(b"orders")
     leased(lambda: leader.client().execute_command("TOPIC", "CREATE", "orders"))
@@ -95,7 +99,8 @@ def test_acks_all_loses_nothing_acknowledged_when_the_leader_is_killed(cluster):
 
     producer = confluent_kafka.Producer({
         "bootstrap.servers": cluster.bootstrap(), "acks": "all", "linger.ms": 5,
-        "message.timeout.ms": 60_000, "retry.backoff.ms": 100, "topic.metadata.refresh.interval.ms": 1000})
+        "message.timeout.ms": 60_000, "retry.backoff.ms": 100, "topic.metadata.refresh.interval.ms": 1000,
+        "enable.idempotence": idempotence})
     stop = threading.Event()
     sent = [0]
 
@@ -125,9 +130,43 @@ def test_acks_all_loses_nothing_acknowledged_when_the_leader_is_killed(cluster):
     assert not failed, failed[:3]
     new_leader = eventually(lambda: cluster.leader_of(b"orders") is not leader and cluster.leader_of(b"orders"),
                             what="a new leader")
-    stored = set()
-    for _id, fields in new_leader.client().xrange("orders"):
-        stored.add(fields[b"value"])
-    lost = [v for v in acked if v not in stored]
+    stored = [fields[b"value"] for _id, fields in new_leader.client().xrange("orders")]
+    lost = [v for v in acked if v not in set(stored)]
     assert not lost, f"{len(lost)} acknowledged records lost of {len(acked)}: {lost[:5]}"
     assert len(acked) == sent[0]  # with retries, every record sent was acknowledged in the end
+    if idempotence:  # nothing twice, nothing out of order
+        assert stored == [b"m%06d" % i for i in range(sent[0])]
+
+
+def test_an_idempotent_producers_retry_on_the_new_leader_is_dropped(cluster):
+    """A batch acknowledged with acks=-1 (so on the in-sync replicas) whose response the producer
+    never saw, retried on the leader elected after the old one is killed: answered with the
+    original's offset, nothing appended (the follower rebuilt the producer state from the
+    replicated batches)."""
+    leader = cluster.leader_of(b"orders")
+    leased(lambda: leader.client().execute_command("TOPIC", "CREATE", "orders"))
+
+    def batch(values: list[bytes], sequence: int) -> bytes:
+        return records.encode_batch(records.make_batch(
+            [(None, v, []) for v in values], base_offset=0, timestamps_ms=[0] * len(values),
+            producer_id=pid, producer_epoch=0, base_sequence=sequence))
+
+    def produce(raw: KafkaRaw, data: bytes):
+        P = C.ProduceRequest
+        body = P(acks=-1, timeout_ms=5000, topic_data=[P.TopicProduceData(name="orders", partition_data=[
+            P.PartitionProduceData(index=0, records=data)])])
+        part = raw.call(body, 9).responses[0].partition_responses[0]
+        return part if part.error_code == E.NONE else None
+
+    with KafkaRaw(leader.kafka_port) as raw:
+        pid = raw.call(C.InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1), 4).producer_id
+        assert eventually(lambda: produce(raw, batch([b"a", b"b"], 0)), what="a produce").base_offset == 0
+        last = batch([b"c"], 2)
+        assert produce(raw, last).base_offset == 2
+    leader.kill9()
+    new_leader = eventually(lambda: cluster.leader_of(b"orders") is not leader and cluster.leader_of(b"orders"),
+                            what="a new leader")
+    with KafkaRaw(new_leader.kafka_port) as raw:
+        retry = eventually(lambda: produce(raw, last), timeout_s=30, what="the retry answered")
+    assert retry.base_offset == 2
+    assert [f[b"value"] for _, f in new_leader.client().xrange("orders")] == [b"a", b"b", b"c"]

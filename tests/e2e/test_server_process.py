@@ -16,7 +16,7 @@ from tests.conftest import RawConn, partita_command, raw_exchange
 
 def test_start_up_log_names_version_pid_port_dir(partita_server):
     log = partita_server.log()
-    assert "Partita" in log and "Redis 7.0.15" in log
+    assert "Partita" in log and "Redis 8.10.0" in log
     assert f"pid={partita_server.proc.pid}" in log
     assert f"port={partita_server.port}" in log
     assert str(partita_server.data_dir) in log
@@ -35,7 +35,7 @@ def test_redis_py_resp2(partita_shared):
     assert r.client_id() > 0
     assert r.client_setname("me") is True and r.client_getname() in ("me", b"me")
     assert r.config_get("port") == {"port": str(partita_shared.port)}
-    assert r.info("server")["redis_version"] == "7.0.15"
+    assert r.info("server")["redis_version"] == "8.10.0"
     assert r.client_info()["resp"] == "2"
     r.close()
 
@@ -45,7 +45,7 @@ def test_redis_py_resp3(partita_shared):
     assert r.ping() is True
     assert r.config_get("maxclients") == {b"maxclients": b"10000"} or r.config_get("maxclients") == {"maxclients": "10000"}
     info = r.info()
-    assert info["redis_version"] == "7.0.15" and info["role"] == "master"
+    assert info["redis_version"] == "8.10.0" and info["role"] == "master"
     assert isinstance(r.execute_command("HELLO", "3"), dict)
     assert r.client_info()["resp"] == "3"
     r.close()

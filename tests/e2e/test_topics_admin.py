@@ -176,7 +176,7 @@ def test_partition_keys_work_with_stream_commands(partita_server):
     assert r.xtrim("t#2", maxlen=0) == 1
     assert r.xlen("t") == 1
     info = r.xinfo_stream("t#1")
-    assert info["length"] == 1 and info["partitions"] == 3
+    assert info["length"] == 1 and "partitions" not in info  # XINFO is Redis's; TOPIC DESCRIBE has the rest
     with pytest.raises(redis.ResponseError, match="partition 3 out of range"):
         r.xadd("t#3", {"a": 1})
     with pytest.raises(redis.ResponseError, match=r"needs a partition key \('t#0' .. 't#2'\)"):

@@ -27,13 +27,17 @@ class LogMachine(RuleBasedStateMachine):
         self.saved = segment._REMAP_BYTES
         segment._REMAP_BYTES = 200
         self.dir = Path(tempfile.mkdtemp(prefix="logsm"))
-        self.log = PartitionLog.open(self.dir, self.config)
-        self.log.cache.mappings.max_mapped = 2
+        self.log = self._open()
         self.ids: dict[int, tuple[int, int, bytes]] = {}
         self.deleted: set[int] = set()
         self.start = 0
         self.end = 0
         self.last_id = (0, 0)
+
+    def _open(self):
+        log = PartitionLog.open(self.dir, self.config)
+        log.cache.mappings.max_mapped = 2  # every log's own cache (reopened: a new one)
+        return log
 
     def teardown(self):
         if hasattr(self, "log"):
@@ -109,7 +113,7 @@ class LogMachine(RuleBasedStateMachine):
             self.log.close()
         else:
             self.log.abandon()
-        self.log = PartitionLog.open(self.dir, self.config)
+        self.log = self._open()
 
     # -- reads ----------------------------------------------------------------
 

@@ -26,15 +26,28 @@ Refused per partition: an unknown topic or partition
 ``node_endpoints`` from v10), a record over ``max-entry-bytes``
 (MESSAGE_TOO_LARGE), a damaged batch (CORRUPT_MESSAGE), magic 0/1 or a
 record the mapping cannot keep (INVALID_RECORD), zstd before v7 or an
-unknown codec (UNSUPPORTED_COMPRESSION_TYPE), batches of an idempotent
-producer (UNKNOWN_PRODUCER_ID: InitProducerId is not served yet) or
-transactional ones (INVALID_TXN_STATE), an empty records field
-(INVALID_RECORD), a partition the user may not write
-(TOPIC_AUTHORIZATION_FAILED: ``access``).
+unknown codec (UNSUPPORTED_COMPRESSION_TYPE), transactional batches
+(INVALID_TXN_STATE), an empty records field (INVALID_RECORD), a partition
+the user may not write (TOPIC_AUTHORIZATION_FAILED: ``access``).
+
+An idempotent producer's batch (a producer id from InitProducerId, its
+epoch and base sequence in the batch header) is deduplicated by the
+partition's producer state, the one XADD IDMP uses (``append_records``
+with a ``ProducerBatch``; cluster/broker/producers.py): a retry of one of
+the producer's last 5 batches is answered with the original's base offset
+and writes nothing; a sequence that does not follow the producer's last
+batch is refused OUT_OF_ORDER_SEQUENCE_NUMBER, an epoch older than the
+producer's INVALID_PRODUCER_EPOCH. It must be the only batch of its
+partition in the request, as Kafka requires of every Produce v3+ (others
+may send several batches: they are appended together), with an epoch and a
+sequence (INVALID_RECORD otherwise); it is stored as one log batch, so
+one over the log's batch limit (64 MiB stored) is refused
+RECORD_LIST_TOO_LARGE.
 """
 
 from __future__ import annotations
 
+from cluster.broker import ProducerBatch
 from cluster.broker.durability import DurabilityError
 from server.kafka import codec
 from server.kafka import errors as E
@@ -52,7 +65,8 @@ R = codec.ProduceResponse
 ZSTD_MIN_VERSION = 7  # Kafka refuses zstd batches on older Produce versions (KIP-110)
 
 
-def _check(batches: list, version: int) -> None:
+def _check(batches: list, version: int) -> ProducerBatch | None:
+    """Refuse what no partition takes; the idempotent producer's batch, if it is one."""
     if not batches:
         raise CorruptRecordError(E.INVALID_RECORD, "the records field holds no record batch")
     for batch in batches:
@@ -61,9 +75,16 @@ def _check(batches: list, version: int) -> None:
                                      f"zstd batches need Produce v{ZSTD_MIN_VERSION} or later")
         if batch.is_transactional or batch.is_control:
             raise CorruptRecordError(E.INVALID_TXN_STATE, "transactions are not supported")
-        if batch.producer_id != records.NO_PRODUCER_ID:
-            raise CorruptRecordError(E.UNKNOWN_PRODUCER_ID,
-                                     "idempotent producers are not supported yet (InitProducerId is not served)")
+    first = batches[0]
+    if all(batch.producer_id == records.NO_PRODUCER_ID for batch in batches):
+        return None
+    if len(batches) > 1:
+        raise CorruptRecordError(E.INVALID_RECORD, f"Produce requests with version {version} are only allowed "
+                                                   "to contain exactly one record batch per partition")
+    if first.producer_id < 0 or first.producer_epoch < 0 or first.base_sequence < 0:
+        raise CorruptRecordError(E.INVALID_RECORD, "an idempotent producer's batch needs a producer id, "
+                                                   "an epoch and a base sequence")
+    return ProducerBatch(first.producer_id, first.producer_epoch, first.base_sequence)
 
 
 async def handle(ctx, req):
@@ -92,10 +113,10 @@ async def handle(ctx, req):
             try:
                 access.require(ctx, access.WRITE, name, part.index)
                 batches = mapping.read(part.records or b"", max_bytes)
-                _check(batches, version)
+                producer = _check(batches, version)
                 produced = mapping.Produced(batches)
                 done = session.append_records(name, part.index, produced.count, produced.largest,
-                                              produced.make_entries, acks_all=acks == -1)
+                                              produced.make_entries, acks_all=acks == -1, producer=producer)
             except Exception as exc:  # noqa: BLE001 - every refusal is the partition's error
                 resp.error_code, message = refused(exc)
                 if version >= 8:

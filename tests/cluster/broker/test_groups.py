@@ -98,10 +98,11 @@ def test_nothing_to_serve_waits_unless_it_may_not(broker):
     session.group_create(b"s", b"g", None)  # $: nothing new for the group
     session.take_receipt()
     assert session.read_group_nowait(read()) == []  # no BLOCK: the null reply
+    assert session.take_receipt() is not None  # it created its consumer (Redis 7.2+), journalled
     assert session.read_group_nowait(read(block_ms=100)) is None  # would wait: left to read_group
     session.may_block = False  # inside a transaction
     assert session.read_group_nowait(read(block_ms=100)) == []
-    assert session.take_receipt() is None  # a read that served nothing wrote nothing
+    assert session.take_receipt() is None  # reads that served an existing consumer nothing wrote nothing
 
 
 def test_history_gives_entries_gone_from_the_stream_as_ids(broker):
@@ -215,7 +216,7 @@ async def test_a_blocked_read_times_out_or_is_refused_when_its_group_goes(broker
         nursery.start_soon(destroy_soon)
         with pytest.raises(GroupOpError) as refused:
             await session.read_group(read(block_ms=0))
-    assert refused.value.code == ops.GROUP_GONE
+    assert refused.value.code == ops.NO_GROUP_TO_READ  # Redis 7.2+: the command's own NOGROUP
 
 
 def test_refusals_come_in_redis_order(broker):
@@ -255,3 +256,93 @@ def test_a_group_command_on_a_topic_runs_on_every_partition(broker):
     assert [(i.name, i.consumers, i.partitions) for i in infos] == [(b"g", 1, 3)]
     assert session.group_destroy(b"t", b"g") == 1
     assert session.group_infos(b"t") == []
+
+
+# ----------------------------------------------------- Redis 8: XNACK, CLAIM
+
+
+def _pending_rows(session, key=b"s", group=b"g") -> list:
+    return session.pending(key, group, (0, 0), (2**64 - 1, 2**64 - 1), 100)
+
+
+def test_nack_releases_by_mode_and_wakes_the_key(broker):
+    session = broker.session()
+    signalled = []
+    broker.keys.subscribe(signalled.append)
+    ids = [add(session, b"s", b"f", b"%d" % n) for n in range(3)]
+    session.group_create(b"s", b"g", (0, 0))
+    session.read_group_nowait(read(count=2))
+    session.take_receipt()
+    signalled.clear()
+    released = session.nack(b"s", b"g", ops.NACK_SILENT, [ids[0], ids[0], ids[1], ids[2]])
+    assert released == 3  # ids[0] twice (1 -> 0 -> 0), ids[1]; ids[2] was never delivered
+    assert session.take_receipt().flush_seq > 0 and signalled == [b"s"]
+    assert [(owner, idle, n) for _, owner, idle, n in _pending_rows(session)] == [(None, -1, 0), (None, -1, 0)]
+    assert session.nack(b"s", b"g", ops.NACK_FATAL, [ids[2]], force=True) == 1
+    assert session.nack(b"s", b"g", ops.NACK_FAIL, [ids[1]], retry_count=9) == 1
+    assert session.nack(b"s", b"g", ops.NACK_FAIL, [(99, 0)], force=True) == 0  # not in the stream
+    assert [n for *_, n in _pending_rows(session)] == [0, 9, 2**63 - 1]
+    assert session.groups_full(b"s", 0)[0].nacked_count == 3
+    with pytest.raises(GroupOpError) as refused:
+        session.nack(b"s", b"nope", ops.NACK_FAIL, [ids[0]])
+    assert refused.value.code == ops.NO_KEY_OR_GROUP
+
+
+def test_a_claim_read_serves_idle_entries_first_with_what_they_had(broker):
+    session = broker.session()
+    clock = broker.clock_ms
+    ids = [add(session, b"s", b"f", b"%d" % n) for n in range(5)]
+    session.group_create(b"s", b"g", (0, 0), max_deliveries=2, dead_letter_key=b"dl")
+    session.read_group_nowait(read(consumer=b"a", count=3))
+    clock.now_ms += 100
+    session.claim(b"s", b"g", b"a", [ids[0]], justid=True, idle_ms=5000)  # idle 5100 from now
+    session.claim(b"s", b"g", b"a", [ids[1]], retry_count=2)  # its next delivery passes MAXDELIVERIES 2
+    session.nack(b"s", b"g", ops.NACK_FAIL, [ids[2]])
+    clock.now_ms += 50
+    (got,) = session.read_group_nowait(read(consumer=b"b", count=4, claim_ms=1000))
+    assert [e[:2] for e in got.claims] == [(-1, 1), (5050, 1), (0, 0), (0, 0)]
+    assert [fields_of_one(c) for c in got.chunks] == [[b"f", b"2"], [b"f", b"0"], [b"f", b"3"], [b"f", b"4"]]
+    assert broker.topics.get(b"dl") is None  # ids[1] is not idle 1000 yet
+    clock.now_ms += 1000
+    assert session.read_group_nowait(read(consumer=b"b", claim_ms=1040)) == []  # ids[1] dead-lettered
+    assert broker.topics.get(b"dl").length == 1
+    assert [(sid, owner, n) for sid, owner, _, n in _pending_rows(session)] == [
+        (tuple(ids[0]), b"b", 2), (tuple(ids[2]), b"b", 2), (tuple(ids[3]), b"b", 1), (tuple(ids[4]), b"b", 1)]
+
+
+def fields_of_one(chunk) -> list:
+    return decode_entry(bytes(chunk))[1]
+
+
+async def test_a_blocked_claim_read_wakes_when_an_entry_gets_idle_enough(broker, autojump_clock):
+    session = broker.session()
+    clock = broker.clock_ms
+    add(session, b"s", b"f", b"0")
+    session.group_create(b"s", b"g", (0, 0))
+    session.read_group_nowait(read(consumer=b"a"))
+    got: list = []
+
+    async def reader() -> None:
+        got.append(await broker.session().read_group(read(consumer=b"b", block_ms=0, claim_ms=3000)))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reader)
+        await trio.sleep(1)
+        assert not got
+        clock.now_ms += 3000  # the wall clock catches up with the read's own timer
+    ((delivery,),) = got
+    assert delivery.claims == [(3000, 1)]
+    assert trio.current_time() >= 3  # it slept until the entry was due, not in a busy loop
+
+
+def test_max_count_and_max_size_cap_a_group_read_over_its_keys(broker):
+    session = broker.session()
+    for key in (b"a", b"b"):
+        for n in range(3):
+            add(session, key, b"f", b"x" * 50)
+        session.group_create(key, b"g", (0, 0))
+    got = session.read_group_nowait(read(keys=[b"a", b"b"], starts=[None, None], count=2, max_count=3))
+    assert [(d.key, d.count) for d in got] == [(b"a", 2), (b"b", 1)]
+    got = session.read_group_nowait(read(keys=[b"a", b"b"], starts=[None, None], max_size=1))
+    assert [(d.key, d.count) for d in got] == [(b"a", 1)]  # the first entry, whatever its size
+    assert [n for *_, n in _pending_rows(session, b"b")] == [1]  # only what was served was delivered

@@ -101,6 +101,23 @@ def test_a_read_after_an_id_fans_a_topic_key_out_under_its_partition_keys(broker
         (b"t#0", [(4, 0)]), (b"t#1", [(4, 0)]), (b"t#2", [(3, 0)])]
 
 
+def test_max_count_and_max_size_cap_the_whole_read_over_its_keys_in_order(broker, topic):
+    """Redis 8.10's MAXCOUNT / MAXSIZE (``cluster.broker.budget``): COUNT
+    per key, these over the keys (a topic's partitions in partition order);
+    the first entry is served whatever its size."""
+    zero = StreamId(0, 0)
+    found = topic.read_after(ReadPlan([b"t", b"t#1"], [zero, zero], count=1, max_count=4))
+    assert [(key, ids(entries)) for key, entries in found] == [
+        (b"t#0", [(1, 0)]), (b"t#1", [(2, 0)]), (b"t#2", [(3, 0)]), (b"t#1", [(2, 0)])]
+    found = topic.read_after(ReadPlan([b"t"], [zero], max_count=3))
+    assert [(key, ids(entries)) for key, entries in found] == [(b"t#0", [(1, 0), (4, 0)]), (b"t#1", [(2, 0)])]
+    found = topic.read_after(ReadPlan([b"t"], [zero], max_size=1))
+    assert [(key, ids(entries)) for key, entries in found] == [(b"t#0", [(1, 0)])]
+    one = len(split_entries(topic.read_after(ReadPlan([b"t#0"], [zero], count=1))[0][1].chunks)[0])
+    found = topic.read_after(ReadPlan([b"t"], [zero], max_size=3 * one + 2 * (16 + 3)))
+    assert [(key, ids(entries)) for key, entries in found] == [(b"t#0", [(1, 0), (4, 0)]), (b"t#1", [(2, 0)])]
+
+
 def test_a_one_partition_plan_is_declined_unless_its_key_is_one_existing_partition(broker, topic):
     add(topic, b"s", 7)
     for key in (b"t", b"missing", b"t#9", b"bad#01"):
@@ -184,7 +201,7 @@ async def test_a_key_that_became_a_topic_of_several_partitions_while_waiting_is_
 
 def test_stream_info_is_data_of_one_partition(broker, topic):
     info = topic.stream_info(b"t#1")
-    assert (info.length, info.last_id, info.entries_added, info.partitions) == (2, StreamId(4, 0), 2, 3)
+    assert (info.length, info.last_id, info.entries_added, info.radix_tree_keys) == (2, StreamId(4, 0), 2, 1)
     assert decode_entry(info.first_entry)[0] == StreamId(2, 0) and decode_entry(info.last_entry)[0] == (4, 0)
     assert info.groups == 0 and info.entries is None
     full = topic.stream_info(b"t#1", full=True, count=1)

@@ -8,26 +8,12 @@ import pytest
 import trio
 import trio.testing
 
-from cluster.broker import EntryTooLargeError, XAddPlan
+from cluster.broker import EntryTooLargeError, Trim, XAddPlan
 from cluster.topics import PARTITION_OUT_OF_RANGE, UNKNOWN_TOPIC, TopicError
-from storage.entry_codec import decode_entry, encode_body, with_body
+from storage.entry_codec import decode_entry
 from storage.errors import OffsetOutOfRangeError
-
-
-def maker(values: list[bytes]):
-    """A ``make_entries`` for entries of one field ``v`` each, and their count and largest."""
-    bodies = [encode_body([b"v", v]) for v in values]
-
-    def make_entries(ms: int, seq: int):
-        entries = [(ms, seq + i, with_body((ms, seq + i), b)) for i, b in enumerate(bodies)]
-        return entries, sum(len(e) for _, _, e in entries)
-
-    return len(values), max(1 + len(v) for v in values), make_entries
-
-
-def append(session, topic: bytes, n: int, values: list[bytes], **kw):
-    count, largest, make = maker(values)
-    return session.append_records(topic, n, count, largest, make, **kw)
+from storage.streams import StreamId
+from tests.cluster.broker.conftest import append
 
 
 def test_an_append_is_one_log_batch_with_ids_from_the_clock(make_broker):
@@ -49,6 +35,18 @@ def test_an_append_is_one_log_batch_with_ids_from_the_clock(make_broker):
     assert offset == 3 and (ms, seq) > (done.timestamp_ms, 2) and ms == again.timestamp_ms
     data = b"".join(bytes(c) for c in read.chunks)
     assert decode_entry(data) == ((ms, seq), [b"v", b"d"])
+
+
+def test_an_append_after_xsetid_below_trimmed_entries_goes_above_them(make_broker):
+    # XSETID may go below entries trimmed away (Redis 7.2); the log still
+    # holds their IDs, so the records' IDs must exceed them, as XADD *'s do.
+    session = make_broker().session()
+    future_ms = 10**15  # beyond any wall clock: IDs continue from it
+    session.append(XAddPlan(b"t", [b"f", b"v"], id_ms=future_ms, id_seq=0, trim=Trim("MAXLEN", maxlen=0)))
+    assert session.set_id(b"t", StreamId(5, 0), None, None)
+    done = append(session, b"t", 0, [b"a", b"b"])
+    assert (done.base_offset, done.timestamp_ms) == (1, future_ms)
+    assert session.append(XAddPlan(b"t", [b"f", b"v"])) == (future_ms, 3)
 
 
 def test_reads_stop_at_the_end_and_refuse_past_it(make_broker):

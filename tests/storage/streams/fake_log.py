@@ -10,6 +10,8 @@ import bisect
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from storage.producers import ProducerState
+
 
 @dataclass
 class FakeReadResult:
@@ -43,18 +45,30 @@ class FakeLog:
 
     @property
     def last_id(self):
-        return self.ids[-1] if self.ids and self.log_start_offset < len(self.ids) else (0, 0)
+        return self.ids[-1] if self.ids else (0, 0)  # kept when trimmed, as PartitionLog does
 
     @property
     def live_count(self) -> int:
         return sum(1 for o in range(self.log_start_offset, self.log_end_offset) if o not in self.deleted)
 
-    def append(self, entries, leader_epoch=0):
+    def __post_init__(self) -> None:
+        # The contract's producer-state table, kept in memory: the fake keeps
+        # no snapshots, and replays what it was given.
+        self.producer_batches: list = []
+        self.producers = ProducerState(self.dir, lambda: 0, lambda: self.log_end_offset,
+                                       lambda start: iter([b for b in self.producer_batches if b[0] >= start]))
+
+    def append(self, entries, leader_epoch=0, producers=()):
         base = self.log_end_offset
         for ms, seq, enc in entries:
             assert (ms, seq) > (self.ids[-1] if self.ids else (0, 0))
             self.ids.append((ms, seq))
             self.data.append(enc)
+        if producers:
+            first_ids = [entries[r.index][:2] for r in producers]
+            self.producer_batches.append((base, 0, list(producers), first_ids))
+            self.producers.ensure_loaded()
+            self.producers.applied(base, 0, producers, first_ids)
         return base
 
     def delete_entries(self, offsets):
@@ -64,6 +78,9 @@ class FakeLog:
                 self.deleted.add(o)
                 n += 1
         return n
+
+    def deleted_offsets(self):
+        return sorted(o for o in self.deleted if o >= self.log_start_offset)
 
     def advance_log_start_offset(self, offset):
         self.log_start_offset = max(self.log_start_offset, min(offset, self.log_end_offset))

@@ -27,7 +27,7 @@ from storage.streams.groups import (
     GroupStore,
     PendingList,
     PendingEntry,
-    advance_entries_read,
+    entries_read_after,
     estimate_entries_read,
     group_lag,
     range_has_tombstones,
@@ -49,13 +49,20 @@ def dump(store: GroupStore) -> dict:
                 union[sid] = pe
             consumers[c.name] = (c.seen_time_ms, c.active_time_ms, pel)
         group_pel = [(sid, pe.consumer, pe.delivery_time_ms, pe.delivery_count) for sid, pe in g.pel.items()]
-        assert sorted(union) == [sid for sid, *_ in group_pel]
+        released = [(pe.tick, sid) for sid, pe in g.pel.items() if pe.consumer is None]
+        assert all(pe.delivery_time_ms == 0 for sid, pe in g.pel.items() if pe.consumer is None)
+        assert sorted(union) == [sid for sid, consumer, *_ in group_pel if consumer is not None]
         assert [sid for sid, *_ in group_pel] == sorted(sid for sid, *_ in group_pel)
         out[g.name] = (
             g.last_id, g.entries_read, g.max_deliveries, g.dead_letter_key, g.dead_lettered_total,
-            consumers, group_pel,
+            consumers, group_pel, [sid for _, sid in sorted(released)],  # the NACK zone, in its order
         )
     return out
+
+
+def claim_order(g, now_ms: int = 10**9, min_idle_ms: int = 0) -> list:
+    with g.idle_pending(now_ms, min_idle_ms) as idle:
+        return [sid for sid, _ in idle]
 
 
 def reopen(store: GroupStore, **kw) -> GroupStore:
@@ -793,8 +800,85 @@ def test_lag_rules_follow_redis():
     assert estimate_entries_read(holed, (1, 0)) is None
     assert estimate_entries_read(s, (1, 0)) == 1
     assert estimate_entries_read(s, (4, 0)) is None
-    assert advance_entries_read(s, g, 1, (2, 0)) == 2
-    assert advance_entries_read(holed, g, 0, (1, 0)) is None
+    assert entries_read_after(s, (1, 0), 1, [(2, 0), (3, 0)]) == 3
+    assert entries_read_after(holed, (0, 0), 0, [(1, 0)]) is None
+
+
+def test_lag_rules_of_redis_7_4_and_8():
+    from storage.streams.groups import ConsumerGroup
+
+    # Every entry deleted or trimmed: lag 0 (whatever the counter says).
+    empty = Counters(length=0, entries_added=5, first_id=(0, 0), last_id=(5, 0), max_deleted_entry_id=(5, 0))
+    assert group_lag(empty, ConsumerGroup(b"g", (2, 0), 2)) == 0
+    # The group and every hole before the first entry: the lag is the length
+    # (redis #13337 case 2, #13473).
+    trimmed = Counters(length=2, entries_added=4, first_id=(3, 0), last_id=(4, 0), max_deleted_entry_id=(2, 0))
+    assert group_lag(trimmed, ConsumerGroup(b"g", (1, 0), 1)) == 2
+    # A hole before the first entry but after the group's last ID counts (#13338).
+    assert range_has_tombstones(trimmed, (1, 0))
+    # Delivering while behind the first entry estimates the counter again (#13958):
+    # XADD 1..5, read 1, XTRIM MAXLEN 1, read 5 -> entries-read 5, lag 0.
+    after_trim = Counters(length=1, entries_added=5, first_id=(5, 0), last_id=(5, 0))
+    assert entries_read_after(after_trim, (1, 0), 1, [(5, 0)]) == 5
+    # The caller may say whether the group is behind (the broker knows it from the read's start).
+    assert entries_read_after(after_trim, (1, 0), 1, [(5, 0)], behind_first=True) == 5
+    whole = Counters(length=3, entries_added=3, first_id=(1, 0), last_id=(3, 0))
+    assert entries_read_after(whole, (1, 0), 1, [(2, 0), (3, 0)], behind_first=False) == 3
+
+
+# ------------------------------------------------------------------ XNACK
+
+
+def test_nack_releases_entries_to_the_head_of_the_claim_order_and_survives_reopen(tmp_path):
+    """XNACK (Redis 8.8): released entries leave their consumer's PEL, get
+    delivery time 0 and the given count, and lead the claim order in the
+    order they were released (a second release moves one to the tail);
+    journal replay and a snapshot both keep all of it, counts past a u32
+    (FATAL's LLONG_MAX) included."""
+    store = GroupStore.open(tmp_path)
+    store.create_group(b"g", (0, 0), 0)
+    store.deliver(b"g", b"a", [(1, 0), (2, 0), (3, 0), (4, 0)], (4, 0), 4, now_ms=1000)
+    store.claim(b"g", b"b", [((4, 0), 500, 3)], now_ms=1100)  # idle longest of the owned ones
+    store.nack(b"g", [((3, 0), 1), ((1, 0), 2**63 - 1)])
+    store.nack(b"g", [((3, 0), 0), ((9, 0), 7)])  # 3-0 again: to the tail; 9-0 made pending (FORCE)
+    g = store.group(b"g")
+    assert [sid for sid, _ in g.consumer(b"a").pending.items()] == [(2, 0)]
+    assert [(sid, pe.consumer, pe.delivery_time_ms, pe.delivery_count) for sid, pe in g.pel.items()] == [
+        ((1, 0), None, 0, 2**63 - 1), ((2, 0), b"a", 1000, 1), ((3, 0), None, 0, 0), ((4, 0), b"b", 500, 3),
+        ((9, 0), None, 0, 7)]
+    assert g.nacked_count() == 3
+    assert claim_order(g) == [(1, 0), (3, 0), (9, 0), (4, 0), (2, 0)]
+    assert claim_order(g, now_ms=1200, min_idle_ms=300) == [(1, 0), (3, 0), (9, 0), (4, 0)]
+    store.claim(b"g", b"c", [((1, 0), 1300, 2**63)], now_ms=1300)  # past LLONG_MAX: a u64 in the journal
+    assert claim_order(g) == [(3, 0), (9, 0), (4, 0), (2, 0), (1, 0)]
+    want = dump(store)
+    store = reopen(store)  # journal replay
+    assert dump(store) == want
+    assert claim_order(store.group(b"g"))[:2] == [(3, 0), (9, 0)]
+    store.compact()
+    store = reopen(store)  # from the snapshot
+    assert dump(store) == want
+    assert claim_order(store.group(b"g"))[:2] == [(3, 0), (9, 0)]
+    store.close()
+
+
+def test_claim_order_skips_entries_acknowledged_or_retimed(tmp_path):
+    store = GroupStore.open(tmp_path)
+    store.create_group(b"g", (0, 0), 0)
+    store.deliver(b"g", b"a", [(1, 0), (2, 0), (3, 0)], (3, 0), 3, now_ms=100)
+    g = store.group(b"g")
+    assert claim_order(g) == [(1, 0), (2, 0), (3, 0)]  # equal times: in the order they were set
+    assert g.oldest_delivery_ms() == 100
+    store.ack(b"g", [(1, 0)])
+    store.redeliver(b"g", b"a", [(2, 0)], now_ms=200)
+    assert claim_order(g) == [(3, 0), (2, 0)]
+    assert claim_order(g, now_ms=250, min_idle_ms=100) == [(3, 0)]
+    with g.idle_pending(1000, 0) as idle:
+        assert next(idle)[0] == (3, 0)  # a walk left early leaves the order as it was
+    assert claim_order(g) == [(3, 0), (2, 0)]
+    store.ack(b"g", [(2, 0), (3, 0)])
+    assert claim_order(g) == [] and g.oldest_delivery_ms() is None
+    store.close()
 
 
 # ---------------------------------------------------------------- property
@@ -820,6 +904,8 @@ ops = st.lists(
         st.tuples(st.just("claim"), st.sampled_from(GROUPS), st.sampled_from(CONSUMERS),
                   st.lists(st.integers(0, 30), max_size=3), st.integers(0, 9), st.booleans()),
         st.tuples(st.just("config"), st.sampled_from(GROUPS), st.integers(0, 4)),
+        st.tuples(st.just("nack"), st.sampled_from(GROUPS), st.lists(st.integers(0, 30), max_size=3),
+                  st.sampled_from([0, 1, 5, 2**32, 2**63 - 1]), st.booleans()),
         st.tuples(st.just("reopen"),),
         st.tuples(st.just("compact"),),
     ),
@@ -873,6 +959,11 @@ def _run(store: GroupStore, op: tuple, now: int) -> GroupStore:
         store.claim(op[1], op[2], claims, now, last_id=(op[4] * 3, 0) if op[5] else None)
     elif kind == "config":
         store.configure_dead_letter(op[1], op[2], b"dl%d" % op[2] if op[2] else None)
+    elif kind == "nack":
+        entries = [((i, 0), op[3]) for i in op[2]]
+        if not op[4]:  # without FORCE only pending IDs are released
+            entries = [e for e in entries if e[0] in g.pel]
+        store.nack(op[1], entries)
     return store
 
 
@@ -888,5 +979,9 @@ def test_replayed_state_equals_memory_state(op_list, compact_min_bytes):
         store.flush()
         replayed = GroupStore.open(Path(d), compact_min_bytes=compact_min_bytes)
         assert dump(replayed) == expected
+        for name in GROUPS:  # the NACK zone leads the claim order, in its order, after a reopen too
+            g = replayed.group(name)
+            if g is not None:
+                assert claim_order(g)[:len(expected[name][-1])] == expected[name][-1]
         replayed.close()
         store.close()

@@ -18,6 +18,7 @@ from storage.streams.stream import (
     ID_TOO_SMALL,
     ID_ZERO,
     SEQ_EXHAUSTED,
+    SETID_BELOW_MAX_DELETED,
     SETID_BELOW_TOP,
     SETID_ENTRIES_ADDED_BELOW_LENGTH,
     Stream,
@@ -176,22 +177,38 @@ def test_trim_minid_exact(make_stream):
     assert s.max_deleted_entry_id == MIN_ID  # Redis does not count trims as deletions
 
 
-def test_trim_approx_only_whole_segments(make_stream):
-    s = make_stream(segment_entries=10)
+def test_trim_approx_removes_whole_nodes(make_stream):
+    # Nodes of 10 entries from offset 0 (Redis's stream-node-max-entries),
+    # whatever the segments: [1..10] [11..20] [21..30] [31..35].
+    s = make_stream(segment_entries=7)
     for i in range(1, 36):
         s.add([b"n", b"%d" % i], id_given=StreamId(i, 0))
-    bases = [getattr(i, "base_offset", None) for i in s.log.segments()]
-    assert len(bases) >= 3
-    removed = s.trim_maxlen(12, approx=True)
-    # Only whole segments go; at least 12 remain and fewer than one segment more.
-    assert s.length >= 12
-    assert s.log.log_start_offset in bases
-    assert removed == 35 - s.length
-    # LIMIT smaller than one segment: nothing is removed.
-    assert s.trim_maxlen(0, approx=True, limit=1) == 0
-    before = s.length
-    assert s.trim_minid(StreamId(1000, 0), approx=True) == before  # every segment is below
-    assert s.length == 0
+    assert s.node_count(10) == 4
+    assert s.trim_maxlen(12, approx=True, node_entries=10) == 20  # the third node would leave 5
+    assert s.first_entry_id() == (21, 0) and s.length == 15
+    assert s.trim_maxlen(0, approx=True, limit=9, node_entries=10) == 0  # a node of 10 passes LIMIT 9
+    assert s.trim_maxlen(0, approx=True, limit=10, node_entries=10) == 10
+    assert s.trim_minid(StreamId(35, 0), approx=True, node_entries=10) == 0  # 35 is in the last node
+    assert s.trim_minid(StreamId(1000, 0), approx=True, node_entries=10) == 5
+    assert s.length == 0 and s.node_count(10) == 0
+
+
+def test_trim_approx_nodes_keep_their_place_after_exact_trims_and_deletions(make_stream):
+    # As Redis: nodes of 4 ([1..4] [5..8] [9, 10]); an exact trim and an XDEL
+    # mark entries inside nodes, which stay where they were and go whole.
+    s = make_stream()
+    for i in range(1, 11):
+        s.add([b"n", b"%d" % i], id_given=StreamId(i, 0))
+    assert s.trim_maxlen(9) == 1
+    s.delete([StreamId(6, 0)])
+    assert s.node_count(4) == 3
+    assert s.trim_maxlen(5, approx=True, node_entries=4) == 3  # [2..4] goes; [5, 7, 8] would leave 2
+    assert ids_of(s.range(MIN_ID, MAX_ID)) == [(5, 0), (7, 0), (8, 0), (9, 0), (10, 0)]
+    assert s.trim_maxlen(2, approx=True, node_entries=4) == 3
+    s.delete([StreamId(9, 0)])
+    assert s.node_count(4) == 1
+    s.delete([StreamId(10, 0)])
+    assert s.node_count(4) == 0 and s.length == 0
 
 
 def test_setid_rules(make_stream):
@@ -206,9 +223,9 @@ def test_setid_rules(make_stream):
     assert info.value.code == SETID_ENTRIES_ADDED_BELOW_LENGTH
     s.set_id(StreamId(5, 0), entries_added=10, max_deleted_entry_id=StreamId(4, 0))
     assert s.last_id == (5, 0) and s.entries_added == 10 and s.max_deleted_entry_id == (4, 0)
-    with pytest.raises(StreamError) as info:
-        s.set_id(StreamId(2, 5))
-    assert info.value.code == SETID_BELOW_TOP
+    with pytest.raises(StreamError) as info:  # Redis 7.2+: not below the max-deleted-entry-id
+        s.set_id(StreamId(3, 5))
+    assert info.value.code == SETID_BELOW_MAX_DELETED
     with pytest.raises(StreamError) as info:
         s.add([b"a", b"1"], id_given=StreamId(5, 0))
     assert info.value.code == ID_TOO_SMALL
@@ -218,18 +235,58 @@ def test_setid_rules(make_stream):
     assert again.last_id == (5, 1) and again.entries_added == 11 and again.max_deleted_entry_id == (4, 0)
 
 
-def test_setid_below_a_deleted_top_entry_is_refused(make_stream):
-    # Partita keeps deleted entries' IDs in the log, so IDs may not go below
-    # them (Redis would accept this XSETID: documented difference).
+def test_setid_on_a_stream_trimmed_empty_goes_below_the_trimmed_ids(make_stream):
+    # Redis checks the entries that exist: XADD MAXLEN 0 leaves none, so any
+    # ID not below max-deleted-entry-id is accepted.
+    s = make_stream()
+    s.add([b"a", b"b"], id_given=StreamId(1000, 0))
+    assert s.trim_maxlen(0) == 1
+    s.set_id(StreamId(200, 0))
+    assert s.last_id == (200, 0) and s.entries_added == 1
+    again = Stream(s.log, s.meta_path)  # persisted
+    assert again.last_id == (200, 0)
+    # The log keeps 1000-0 (trimmed): a new ID must exceed it (Partita's difference).
+    with pytest.raises(StreamError) as info:
+        s.add([b"a", b"1"], id_given=StreamId(300, 0))
+    assert info.value.code == ID_TOO_SMALL
+    assert s.add([b"a", b"1"]) > (1000, 0)  # ``*``
+    assert s.last_id > (1000, 0)
+
+
+def test_encoded_entries_after_setid_below_the_trimmed_ids_must_go_above_them(make_stream):
+    # ``append_encoded`` (a Kafka producer's batch) takes IDs above
+    # ``id_floor``, the highest ID the log holds, not above XSETID's lower
+    # last-generated-id (IDs only increase along a log).
+    s = make_stream()
+    s.add([b"a", b"b"], id_given=StreamId(1000, 0))
+    s.trim_maxlen(0)
+    s.set_id(StreamId(200, 0))
+    assert s.id_floor == (1000, 0)
+    with pytest.raises(StreamError) as info:
+        s.append_encoded([(300, 0, encode_entry((300, 0), [b"k", b"1"]))])
+    assert info.value.code == ID_TOO_SMALL
+    s.append_encoded([(1000, 1 + i, encode_entry((1000, 1 + i), [b"k", b"%d" % i])) for i in range(2)])
+    assert s.last_id == (1000, 2) and s.length == 2
+
+
+def test_setid_below_a_deleted_top_entry(make_stream):
+    # XDEL raises max-deleted-entry-id, which XSETID may not go below (7.2+);
+    # once MAXDELETEDID lowered it, Redis accepts an ID below the deleted
+    # top entry, and so does Partita, whose log keeps that entry's ID.
     s = make_stream()
     s.add([b"a", b"1"], id_given=StreamId(1, 0))
     s.add([b"a", b"1"], id_given=StreamId(5, 0))
     s.delete([StreamId(5, 0)])
-    s.set_id(StreamId(5, 0), max_deleted_entry_id=StreamId(0, 1))  # lowers max-deleted
     with pytest.raises(StreamError) as info:
         s.set_id(StreamId(4, 0))
-    assert info.value.code == SETID_BELOW_TOP
-    assert s.last_id == (5, 0)
+    assert info.value.code == SETID_BELOW_MAX_DELETED
+    s.set_id(StreamId(5, 0), max_deleted_entry_id=StreamId(0, 1))  # lowers max-deleted
+    s.set_id(StreamId(4, 0))
+    assert s.last_id == (4, 0)
+    with pytest.raises(StreamError):
+        s.add([b"a", b"1"], id_given=StreamId(4, 5))
+    assert s.add([b"a", b"1"], id_given=StreamId(6, 0)) == (6, 0)
+    assert s.last_id == (6, 0)
 
 
 def test_exact_maxlen_after_random_deletions_matches_a_model(make_stream):
