@@ -18,6 +18,7 @@ bits it reports (``topic_operations``). docs/kafka.md "Authorization".
 | DESCRIBE_CONFIGS (DescribeConfigs of a topic) | TOPIC DESCRIBE | ``t`` |
 | DESCRIBE (Metadata) | any of the above | any of the above |
 | DESCRIBE_CONFIGS of the broker | CONFIG GET | (none) |
+| IDEMPOTENT_WRITE (InitProducerId) | XADD | (none: Produce checks the keys) |
 
 The topic key covers every partition, as ``XADD t`` / ``XREAD ... t``
 reach them all; a partition key covers that partition. DESCRIBE follows

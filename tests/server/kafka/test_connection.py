@@ -326,3 +326,17 @@ async def test_a_users_acl_rules_govern_its_kafka_requests(tmp_path):
         assert (await admin.call(DT(topic_names=["theirs"]), 5)).responses[0].error_code == E.NONE
         await app.stream.aclose()
         await admin.stream.aclose()
+
+
+async def test_init_producer_id_needs_the_right_to_write(tmp_path):
+    """Kafka asks for IDEMPOTENT_WRITE on the cluster (or WRITE on some topic): here XADD."""
+    h = TopicsHarness(tmp_path, requirepass="pw")
+    h.state.acl.setuser("reader", ["on", ">pw", "~*", "-@all", "+@read"])
+    h.state.acl.setuser("writer", ["on", ">pw", "~w*", "-@all", "+xadd"])
+    async with trio.open_nursery() as nursery:
+        for user, code in ((b"reader", E.CLUSTER_AUTHORIZATION_FAILED), (b"writer", E.NONE)):
+            peer = Peer(serve(h, nursery))
+            await peer.login(user, b"pw")
+            resp = await peer.call(C.InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1), 4)
+            assert resp.error_code == code, user
+            await peer.stream.aclose()
