@@ -76,7 +76,7 @@ def test_kafka_python_authenticates_produces_and_consumes(sasl_server, mechanism
     auth = dict(bootstrap_servers=sasl_server.bootstrap, security_protocol="SASL_PLAINTEXT",
                 sasl_mechanism=mechanism, sasl_plain_username="alice", sasl_plain_password="alice-pw")
     topic = fresh_topic()
-    producer = KafkaProducer(enable_idempotence=False, **auth)
+    producer = KafkaProducer(**auth)  # (idempotent, kafka-python 3's default: InitProducerId as alice)
     assert producer.send(topic, key=b"k", value=b"v").get(20).offset == 0
     producer.close(5)
     consumer = KafkaConsumer(enable_auto_commit=False, consumer_timeout_ms=10_000, **auth)
