@@ -56,8 +56,12 @@ def test_a_node_that_does_not_lead_answers_not_leader_and_clients_find_the_leade
     P = C.ProduceRequest
     body = P(acks=-1, timeout_ms=5000, topic_data=[P.TopicProduceData(name="orders", partition_data=[
         P.PartitionProduceData(index=0, records=batch)])])
+    def answer():  # once the other node applied the topic's metadata (until then: UNKNOWN_TOPIC_OR_PARTITION)
+        resp = raw.call(body, 10)
+        return resp if resp.responses[0].partition_responses[0].error_code != E.UNKNOWN_TOPIC_OR_PARTITION else None
+
     with KafkaRaw(other.kafka_port) as raw:
-        resp = eventually(lambda: raw.call(body, 10), what="a produce answer")
+        resp = eventually(answer, what="the other node's answer naming the topic")
     part = resp.responses[0].partition_responses[0]
     assert part.error_code == E.NOT_LEADER_OR_FOLLOWER
     leader_id = cluster.nodes.index(leader) + 1
