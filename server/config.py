@@ -263,8 +263,8 @@ OPTIONS: tuple[Option, ...] = (
            doc="how often background retention runs over every partition"),
     # The Kafka protocol (docs/kafka.md).
     Option("kafka-port", "int", 0, mutable=False, minimum=0, maximum=65535,
-           doc="Kafka wire protocol port on the `bind` addresses (0: none; no SASL yet, so it refuses "
-               "clients while the default user needs a password)"),
+           doc="Kafka wire protocol port on the `bind` addresses (0: none; clients authenticate with SASL "
+               "as ACL users while the default user needs a password)"),
     Option("kafka-tls-port", "int", 0, mutable=False, minimum=0, maximum=65535,
            doc="Kafka wire protocol over TLS on the `bind` addresses, with the tls-* files (0: none)"),
     Option("auto-create-topics", "bool", True,

@@ -166,7 +166,15 @@ class FrameReader:
         self._size = size
 
     def next_frame(self) -> bytes | None:
-        """The next whole frame's bytes (without the size prefix), or None: need more data."""
+        """The next whole frame's bytes (without the size prefix), or None: need more data.
+
+        The size of the frame after it is checked at the next call (or
+        ``feed``), against ``max_frame_bytes`` as it is then: a reader may
+        change the limit between frames (Kafka's smaller one before a client
+        has authenticated).
+        """
+        if self._size < 0:
+            self._check_size()
         size = self._size
         if size < 0:
             return None
@@ -178,7 +186,6 @@ class FrameReader:
             frame = bytes(view[4:end])  # one copy (a slice of the bytearray would be a second)
         del buf[:end]  # (cheap: a bytearray drops its head by moving its start)
         self._size = -1
-        self._check_size()
         return frame
 
     def at_boundary(self) -> bool:

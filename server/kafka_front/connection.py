@@ -20,6 +20,12 @@ shutdown protocol (``run`` / ``stop`` / ``kill``):
   ``QUEUE_MAX_BYTES`` of them (beyond the one being sent), wait for a slow
   client before the reader stops reading: memory stays bounded.
 
+Who the client is: ``sasl.Authenticator`` (``ctx.sasl``) says which
+requests a connection that has not authenticated may send (the others
+close it, logged), whether the next frame is a bare SASL token (after a v0
+SaslHandshake), how large a frame it may send, and when a response (a
+failed authentication) is the last.
+
 What a Kafka broker closes the connection for (a frame over the size
 limit, an API or version not served, a header or body that does not
 decode, trailing bytes) closes it here too, after the responses already
@@ -43,7 +49,7 @@ import trio
 from cluster.broker.durability import DurabilityError
 from cluster.runtime.replication import AcksFailed
 from server.kafka import framing
-from server.kafka_front import apis
+from server.kafka_front import apis, sasl
 from server.kafka_front.context import KafkaContext, KafkaFront, Pending
 
 log = logging.getLogger("partita.kafka")
@@ -83,6 +89,7 @@ class KafkaConnection:
             name = None
         local_host = name[0] if isinstance(name, tuple) else "127.0.0.1"
         self.ctx = KafkaContext(front, session, client, self.tls, local_host)
+        self.ctx.sasl = sasl.Authenticator(self.server.acl, client)
         client.lib_name = b"kafka"
         client._kill = self.kill
 
@@ -103,8 +110,6 @@ class KafkaConnection:
     async def run(self) -> None:
         try:
             with self.cancel_scope:
-                if not self._admitted():
-                    return
                 if self.tls:
                     with trio.move_on_after(HANDSHAKE_TIMEOUT_S):
                         await self.stream.do_handshake()
@@ -124,22 +129,12 @@ class KafkaConnection:
                         pass
             self.server.remove_client(self.client)
 
-    def _admitted(self) -> bool:
-        """The Kafka port has no SASL yet: while the default user needs a
-        password (``requirepass``, ACL) or is restricted, nobody may use it."""
-        acl = self.server.acl
-        if acl.default_authenticated() and acl.default.unrestricted:
-            return True
-        log.warning("Kafka client %s refused: the default user needs a password or is restricted "
-                    "(requirepass / ACL), and the Kafka port has no SASL authentication yet", self.client.addr)
-        return False
-
     # -- the loop ----------------------------------------------------------------------
 
     async def _serve(self) -> None:
         config = self.server.config
         max_frame = min(framing.REQUEST_MAX_BYTES_DEFAULT, config.client_query_buffer_limit)
-        reader = framing.RequestReader(self.front.served, max_frame_bytes=max_frame)
+        reader = framing.RequestReader(self.front.served, max_frame_bytes=self.ctx.sasl.frame_limit(max_frame))
         send, receive = trio.open_memory_channel(QUEUE_MAX)
         self._queued_bytes = 0
         self._drained = trio.Event()
@@ -147,12 +142,13 @@ class KafkaConnection:
             nursery.start_soon(self._respond, receive)
             async with send:
                 try:
-                    await self._read(reader, send)
+                    await self._read(reader, send, max_frame)
                 except framing.ProtocolViolation as e:
                     log.info("Kafka client %s: %s: closing the connection", self.client.addr, e.reason)
 
-    async def _read(self, reader: framing.RequestReader, send: Any) -> None:
+    async def _read(self, reader: framing.RequestReader, send: Any, max_frame: int) -> None:
         stats = self.server.stats
+        auth = self.ctx.sasl
         timeout_s = self.server.config.timeout or None
         while not self._stopping:
             with trio.CancelScope() as scope:
@@ -169,11 +165,20 @@ class KafkaConnection:
                 return
             stats.total_net_input_bytes += len(data)
             reader.receive_data(data)
-            while (event := reader.next_event()) is not None:
+            while (event := self._next_event(reader)) is not None:
                 self.client.last_interaction = time.time()
                 if isinstance(event, framing.Answer):
                     await self._queue(send, event.data, len(event.data))
                     continue
+                if isinstance(event, sasl.RawToken):  # (after a v0 SaslHandshake)
+                    data = auth.raw_token(event)
+                    await self._queue(send, data, len(data))
+                    if await self._sasl_closes(reader, max_frame):
+                        return
+                    continue
+                if (refusal := auth.refusal(event.api_key, apis.NAMES[event.api_key])) is not None:
+                    log.info("Kafka client %s: %s: closing the connection", self.client.addr, refusal)
+                    return
                 with trio.CancelScope() as scope:
                     self._handling = scope
                     result = await self._handle(event)
@@ -185,6 +190,29 @@ class KafkaConnection:
                 elif result is not None:
                     data = framing.encode_response(event.api_key, event.api_version, event.correlation_id, result)
                     await self._queue(send, data, len(data))
+                if await self._sasl_closes(reader, max_frame):
+                    return
+
+    def _next_event(self, reader: framing.RequestReader) -> Any:
+        """The next request (or framing answer), or a bare SASL token after
+        a v0 SaslHandshake; None: need more data."""
+        if not self.ctx.sasl.raw_tokens:
+            return reader.next_event()
+        frame = reader.frames.next_frame()
+        return None if frame is None else sasl.RawToken(frame)
+
+    async def _sasl_closes(self, reader: framing.RequestReader, max_frame: int) -> bool:
+        """After a request: True when its response is the last (a failed
+        authentication: the connection closes ``sasl.FAILED_CLOSE_DELAY_S``
+        after it, as Kafka's ``failed.authentication.delay.ms``); else the
+        frame size limit now in force is set."""
+        auth = self.ctx.sasl
+        if auth.closing is not None:
+            log.info("Kafka client %s: %s: closing the connection", self.client.addr, auth.closing)
+            await trio.sleep(sasl.FAILED_CLOSE_DELAY_S)
+            return True
+        reader.frames.max_frame_bytes = auth.frame_limit(max_frame)
+        return False
 
     async def _handle(self, request: framing.Request) -> Any:
         """The handler's result (a response body, None, or a ``Pending``)."""

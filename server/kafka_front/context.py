@@ -4,7 +4,8 @@ Owns: ``KafkaFront`` (one per server: the API table served, the listeners'
 ports, the endpoints every node is reached on, topic IDs as Kafka UUIDs and
 back, the cluster id) and ``KafkaContext`` (one per connection: its broker
 session, client record, the listener it came through and the address the
-client reached, which Metadata names this node by), and ``Pending``: a
+client reached, which Metadata names this node by, its SASL
+authenticator), and ``Pending``: a
 response that waits for its writes' receipt before the connection sends it.
 
 Topic IDs: the broker names each topic with a random hex ID made at its
@@ -126,7 +127,7 @@ class KafkaFront:
 class KafkaContext:
     """One Kafka connection's handle for its API handlers."""
 
-    __slots__ = ("front", "server", "session", "client", "tls", "local_host")
+    __slots__ = ("front", "server", "session", "client", "tls", "local_host", "sasl")
 
     def __init__(self, front: KafkaFront, session: Any, client: Any, tls: bool, local_host: str) -> None:
         self.front = front
@@ -135,6 +136,7 @@ class KafkaContext:
         self.client = client
         self.tls = tls
         self.local_host = local_host
+        self.sasl: Any = None  # the connection's ``sasl.Authenticator``
 
     @property
     def config(self) -> Any:

@@ -17,6 +17,7 @@ from cluster.errors import ClusterError, Moved, NotEnoughReplicas, TryAgain
 from server.failures import reply_for
 from server.kafka import errors as E
 from server.kafka.records import CorruptRecordError
+from server.kafka_front.access import AuthorizationFailed
 from storage.errors import BatchTooLargeError, OffsetOutOfRangeError, Refusal, StorageError
 
 _TOPIC_CODES = {
@@ -41,7 +42,7 @@ def code_for(exc: BaseException) -> int:
     """Kafka's error code for ``exc`` (UNKNOWN_SERVER_ERROR for what is not a refusal)."""
     if isinstance(exc, Refusal):
         return _TOPIC_CODES.get(exc.code, E.UNKNOWN_SERVER_ERROR)
-    if isinstance(exc, CorruptRecordError):
+    if isinstance(exc, (CorruptRecordError, AuthorizationFailed)):
         return exc.code
     if isinstance(exc, EntryTooLargeError):
         return E.MESSAGE_TOO_LARGE

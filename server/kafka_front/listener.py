@@ -7,12 +7,13 @@ Kafka clients too; one past it is closed without a word, which a Kafka
 client reads as a broker to retry), and what the start-up log says: the
 ports, a cluster node whose ``kafka-port`` is not the one its
 ``cluster-nodes`` entry names (the others tell clients the entry's), and
-that the port refuses clients while the default user needs a password (no
-SASL yet).
+whether clients must authenticate (SASL: ``sasl``).
 
-Both are off by default (0): the Kafka port has no authentication until
-SASL is served, and two servers on one machine (tests, a cluster's nodes)
-would otherwise fight over 9092. ``--kafka-port 9092`` turns it on.
+Both are off by default (0): two servers on one machine (tests, a
+cluster's nodes) would otherwise fight over 9092, and a server opens a
+second protocol to the network only when asked. ``--kafka-port 9092``
+turns it on; its clients are the RESP port's ACL users (SASL PLAIN and
+SCRAM-SHA-256), so it opens no access the RESP port does not.
 
 Must not know: what the APIs do, the frames.
 """
@@ -29,6 +30,7 @@ from server import tls
 from server.kafka_front.apis import SERVED
 from server.kafka_front.connection import KafkaConnection
 from server.kafka_front.context import KafkaFront
+from server.kafka_front.sasl import MECHANISMS
 from server.listener import accept_loop, bind_sockets
 
 log = logging.getLogger("partita.kafka")
@@ -86,7 +88,6 @@ def log_ports(state: Any, front: KafkaFront, plain: list[socket.socket], secure:
             log.warning("kafka-port is %d but this node's cluster-nodes entry names Kafka port %d, which "
                         "every node tells Kafka clients: make sure it reaches this node", front.ports[False],
                         mine.kafka_port)
-    acl = state.acl
-    if not (acl.default_authenticated() and acl.default.unrestricted):
-        log.warning("The default user needs a password or is restricted (requirepass / ACL): the Kafka port "
-                    "refuses every client until SASL authentication is served")
+    if not state.acl.default_authenticated():
+        log.info("The default user needs a password (requirepass / ACL): Kafka clients must authenticate with "
+                 "SASL (%s) as an ACL user", ", ".join(MECHANISMS))

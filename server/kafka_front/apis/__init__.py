@@ -9,8 +9,8 @@ receipt). A handler parses the decoded request, makes its session calls and
 shapes the response; every refusal of the broker becomes an error code in
 the response (``server.kafka_front.errors``), as a Kafka broker answers.
 
-Not served (every other key: the consumer group APIs come next, SASL is
-coming, transactions are not planned; docs/kafka.md): the framing answers as
+Not served (every other key: the consumer group APIs come next,
+transactions are not planned; docs/kafka.md): the framing answers as
 a Kafka broker does (the request is refused and the connection closed with
 the reason logged; ApiVersions at an unknown version gets
 UNSUPPORTED_VERSION).
@@ -31,10 +31,13 @@ from server.kafka_front.apis import (
     list_offsets,
     metadata,
     produce,
+    sasl_authenticate,
+    sasl_handshake,
 )
 
 MODULES = (produce, fetch, list_offsets, metadata, api_versions, create_topics, delete_topics,
-           describe_configs, alter_configs, create_partitions, describe_cluster, init_producer_id)
+           describe_configs, alter_configs, create_partitions, describe_cluster, init_producer_id, sasl_handshake,
+           sasl_authenticate)
 
 HANDLERS = {m.API_KEY: m.handle for m in MODULES}
 SERVED = {m.API_KEY: m.VERSIONS for m in sorted(MODULES, key=lambda m: m.API_KEY)}

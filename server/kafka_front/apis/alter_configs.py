@@ -5,13 +5,15 @@ other override is dropped (the server's default applies again), as Kafka's
 (non-incremental) AlterConfigs does; names and values by ``topic_configs``
 (INVALID_CONFIG for others). ``validate_only`` checks and changes nothing.
 Broker resources are refused (INVALID_REQUEST: server settings change with
-CONFIG SET); an unknown topic is UNKNOWN_TOPIC_OR_PARTITION.
+CONFIG SET); an unknown topic is UNKNOWN_TOPIC_OR_PARTITION, one the user may not
+TOPIC ALTER TOPIC_AUTHORIZATION_FAILED (``access``).
 """
 
 from __future__ import annotations
 
 from server.kafka import codec
 from server.kafka import errors as E
+from server.kafka_front import access
 from server.kafka_front import topic_configs as tc
 from server.kafka_front.errors import refused
 
@@ -37,6 +39,7 @@ async def handle(ctx, req):
             continue
         name = res.resource_name.encode()
         try:
+            access.require(ctx, access.ALTER_CONFIGS, name)
             given = tc.partita_pairs([(c.name, c.value) for c in res.configs])
             named = {n for n, _ in given}
             pairs = given + [(c.partita.encode(), b"default") for c in tc.MAPPED + tc.OWN

@@ -4,7 +4,9 @@ Versions 0-3. The topic grows to ``count`` partitions (the new ones
 empty, every consumer group of the topic on them from their start);
 fewer than it has: INVALID_PARTITIONS, the same count: INVALID_PARTITIONS
 (as Kafka answers); manual ``assignments``: INVALID_REPLICA_ASSIGNMENT;
-``validate_only`` checks and changes nothing. Keys hashed to a partition
+``validate_only`` checks and changes nothing; a topic the user may not
+TOPIC ALTER: TOPIC_AUTHORIZATION_FAILED (``access``), before it is even
+looked up. Keys hashed to a partition
 (``partition-key-field``, a Kafka client's partitioner) move with the
 count, as in Kafka.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 from server.kafka import codec
 from server.kafka import errors as E
+from server.kafka_front import access
 from server.kafka_front.errors import refused
 
 API_KEY = 37
@@ -33,6 +36,11 @@ async def handle(ctx, req):
         if topic.assignments is not None:
             out.error_code = E.INVALID_REPLICA_ASSIGNMENT
             out.error_message = "replicas are placed by hash slot; manual assignments are not possible"
+            continue
+        try:
+            access.require(ctx, access.ALTER, name)
+        except access.AuthorizationFailed as exc:
+            out.error_code, out.error_message = refused(exc)
             continue
         layout = session.record_topics([name])[name]
         if layout is None:

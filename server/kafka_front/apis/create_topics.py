@@ -8,7 +8,8 @@ docs/replication.md); manual ``assignments`` are refused
 (``topic_configs``: INVALID_CONFIG for others). ``validate_only`` checks
 everything and creates nothing. Errors: TOPIC_ALREADY_EXISTS,
 INVALID_TOPIC_EXCEPTION (an empty name, a '#', more than 249 bytes),
-INVALID_PARTITIONS. From v5 the answer carries the partition count,
+INVALID_PARTITIONS, TOPIC_AUTHORIZATION_FAILED (the user may not run
+TOPIC CREATE on it: ``access``). From v5 the answer carries the partition count,
 replication factor and the topic's configs. In a cluster the topic is
 created on the node that receives the request and reaches every node
 through the controller's metadata log, as a TOPIC CREATE does.
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from server.kafka import codec
 from server.kafka import errors as E
-from server.kafka_front import topic_configs
+from server.kafka_front import access, topic_configs
 from server.kafka_front.apis.describe_configs import topic_entries
 from server.kafka_front.apis.metadata import MAX_TOPIC_NAME_BYTES
 from server.kafka_front.errors import refused
@@ -54,6 +55,7 @@ async def handle(ctx, req):
         partitions = None if topic.num_partitions == -1 else topic.num_partitions
         factors = [] if topic.replication_factor == -1 else [topic.replication_factor]
         try:
+            access.require(ctx, access.CREATE, name)
             pairs = topic_configs.partita_pairs([(c.name, c.value) for c in topic.configs])
             pairs = [p for p in pairs if p[1] != b"default"]
             session.check_new_topic(name, partitions, pairs, factors)

@@ -2,13 +2,15 @@
 
 Versions 1-6 (v6 names topics by name or by ID). The topic goes with its
 partitions and consumer groups, as TOPIC DELETE / DEL do. Errors:
-UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID.
+UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID, TOPIC_AUTHORIZATION_FAILED
+(the user may not run TOPIC DELETE on it: ``access``).
 """
 
 from __future__ import annotations
 
 from server.kafka import codec
 from server.kafka import errors as E
+from server.kafka_front import access
 from server.kafka_front.context import ZERO_UUID
 from server.kafka_front.errors import refused
 
@@ -42,6 +44,7 @@ async def handle(ctx, req):
         if version >= 6 and out.topic_id == ZERO_UUID:
             out.topic_id = ctx.front.topic_uuid(session, key)
         try:
+            access.require(ctx, access.DELETE, key)
             session.delete_topic(key)
         except Exception as exc:  # noqa: BLE001 - every refusal is the topic's error
             out.error_code, message = refused(exc)

@@ -7,7 +7,10 @@ server's value applies), read-only for the fixed ones, the type (v3+) and
 documentation when asked for. A BROKER resource (this node's id, or "" for
 the cluster default) lists the server-wide defaults topics inherit under
 Kafka's broker names (``BROKER_CONFIGS``), read-only. Any other resource
-type: INVALID_REQUEST; an unknown topic UNKNOWN_TOPIC_OR_PARTITION.
+type: INVALID_REQUEST; an unknown topic UNKNOWN_TOPIC_OR_PARTITION. A
+topic needs the user's right to TOPIC DESCRIBE it, the broker's configs
+its right to CONFIG GET (TOPIC_ / CLUSTER_AUTHORIZATION_FAILED:
+``access``).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import NamedTuple
 
 from server.kafka import codec
 from server.kafka import errors as E
+from server.kafka_front import access
 from server.kafka_front import topic_configs as tc
 from server.kafka_front.errors import refused
 
@@ -85,9 +89,11 @@ async def handle(ctx, req):
         keys = None if res.configuration_keys is None else set(res.configuration_keys)
         try:
             if res.resource_type == TOPIC:
+                access.require(ctx, access.DESCRIBE_CONFIGS, res.resource_name.encode())
                 entries = topic_entries(ctx, res.resource_name.encode(), keys, version, body.include_synonyms,
                                         version >= 3 and body.include_documentation)
             elif res.resource_type == BROKER and res.resource_name in ("", str(ctx.session.node_id())):
+                access.require_cluster(ctx, "config|get")
                 entries = _broker_entries(ctx, keys)
             else:
                 out.error_code = E.INVALID_REQUEST

@@ -15,7 +15,8 @@ Per partition: high watermark, last stable offset (the high watermark: no
 transactions), log start offset; UNKNOWN_TOPIC_OR_PARTITION /
 UNKNOWN_TOPIC_ID, NOT_LEADER_OR_FOLLOWER (not led here: consumers read from
 leaders only; v12+ names the leader), OFFSET_OUT_OF_RANGE (below the log
-start or past the log end).
+start or past the log end), TOPIC_AUTHORIZATION_FAILED (the user may not
+read it: ``access``).
 
 Fetch sessions (KIP-227) are not kept: a request for a new session (id 0,
 epoch 0) or a sessionless one (epoch -1) is answered in full with session
@@ -31,7 +32,7 @@ import trio
 
 from server.kafka import codec
 from server.kafka import errors as E
-from server.kafka_front import mapping
+from server.kafka_front import access, mapping
 from server.kafka_front.errors import refused
 
 API_KEY = 1
@@ -86,6 +87,7 @@ def _read(ctx, wanted: list, max_bytes: int, version: int) -> tuple:
                 failed = True
                 continue
             try:
+                access.require(ctx, access.READ, name, p.partition)
                 if left > 0:
                     read = session.read_records(name, p.partition, p.fetch_offset, min(p.partition_max_bytes, left))
                     hw, start = read.high_watermark, read.log_start_offset

@@ -8,6 +8,10 @@ transaction coordinator hands a non-transactional producer a new id every
 time. Any node answers; the partitions deduplicate the producer's batches
 by that id (Produce; cluster/broker/producers.py).
 
+A user that may not run XADD is answered CLUSTER_AUTHORIZATION_FAILED
+(``access``: Kafka asks for IDEMPOTENT_WRITE on the cluster, or WRITE on
+some topic; Produce then checks each partition's key).
+
 Transactions are not served: a request with a transactional id is answered
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED, the error Kafka gives a producer not
 allowed to use its transactional id (fatal for the client). A client gets
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 from server.kafka import codec
 from server.kafka import errors as E
+from server.kafka_front import access
 from server.kafka_front.errors import refused
 
 API_KEY = 22
@@ -32,6 +37,7 @@ async def handle(ctx, req):
     if body.transactional_id is not None:
         return R(error_code=E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     try:
+        access.require_cluster(ctx, access.WRITE.command)
         producer_id = ctx.session.new_producer_id()
     except Exception as exc:  # noqa: BLE001 - a refusal (the disk) is the answer's error
         return R(error_code=refused(exc)[0])

@@ -15,12 +15,14 @@ Versions 1-11. A partition's answer by ``timestamp``:
 
 The timestamp of the earliest and latest answers is -1. Errors:
 UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER (offsets are the
-leader's).
+leader's), TOPIC_AUTHORIZATION_FAILED (the user may not read it:
+``access``).
 """
 
 from __future__ import annotations
 
 from server.kafka import codec
+from server.kafka_front import access
 from server.kafka_front.errors import refused
 
 API_KEY = 2
@@ -47,6 +49,7 @@ async def handle(ctx, req):
             out = R.ListOffsetsPartitionResponse(partition_index=p.partition_index)
             parts.append(out)
             try:
+                access.require(ctx, access.READ, name, p.partition_index)
                 out.offset, out.timestamp = _offset(session, name, p.partition_index, p.timestamp)
             except Exception as exc:  # noqa: BLE001 - every refusal is the partition's error
                 out.error_code, _ = refused(exc)

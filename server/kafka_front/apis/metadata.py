@@ -8,14 +8,18 @@ with ``default-partitions`` when ``auto-create-topics`` is yes and the
 request allows it (v4+; before v4 requests always do), as Kafka's
 ``auto.create.topics.enable``; else UNKNOWN_TOPIC_OR_PARTITION. Topics are
 named, or (v10+) identified by their topic IDs (UNKNOWN_TOPIC_ID). No topic
-is internal. Authorized operations, when asked for (v8+), are every
-operation: there are no Kafka ACLs.
+is internal. A user sees the topics it may do anything on (``access``:
+its ACL rules); asked for by name, another is TOPIC_AUTHORIZATION_FAILED,
+and so is a missing one that would be auto-created for a user who may not
+TOPIC CREATE it, as Kafka answers. Authorized operations, when asked for
+(v8+), are the user's on each topic (every one for an unrestricted user).
 """
 
 from __future__ import annotations
 
 from server.kafka import codec
 from server.kafka import errors as E
+from server.kafka_front import access
 from server.kafka_front.errors import code_for, handled
 
 API_KEY = 3
@@ -23,10 +27,8 @@ NAME = "Metadata"
 VERSIONS = (0, 13)
 
 R = codec.MetadataResponse
-# Kafka's AclOperation codes a topic allows (READ, WRITE, CREATE, DELETE, ALTER,
-# DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS) and the cluster (ALTER, DESCRIBE,
-# CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, CREATE, IDEMPOTENT_WRITE ...).
-TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
+# Kafka's AclOperation codes the cluster allows (ALTER, DESCRIBE, CLUSTER_ACTION,
+# DESCRIBE_CONFIGS, ALTER_CONFIGS, CREATE, IDEMPOTENT_WRITE ...); a topic's: ``access``.
 CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 MAX_TOPIC_NAME_BYTES = 249  # Kafka's limit
 
@@ -39,7 +41,8 @@ def topic_entry(ctx, name: bytes, layout, with_operations: bool):
         for n, p in enumerate(layout.partitions)]
     return R.MetadataResponseTopic(
         name=name.decode("utf-8", "replace"), topic_id=ctx.front.uuid_of(name, layout.topic_id),
-        partitions=parts, topic_authorized_operations=TOPIC_OPERATIONS if with_operations else -2147483648)
+        partitions=parts,
+        topic_authorized_operations=access.operation_bits(ctx, name, len(parts)) if with_operations else -2147483648)
 
 
 async def handle(ctx, req):
@@ -49,7 +52,8 @@ async def handle(ctx, req):
     topics = []
     if body.topics is None or (version == 0 and not body.topics):  # v0: an empty list means all
         for name, layout in session.record_topics().items():
-            topics.append(topic_entry(ctx, name, layout, operations))
+            if access.may_describe(ctx, name, len(layout.partitions)):
+                topics.append(topic_entry(ctx, name, layout, operations))
     else:
         auto = ctx.config.auto_create_topics and (version < 4 or body.allow_auto_topic_creation)
         for wanted in body.topics:
@@ -75,6 +79,9 @@ def _named(ctx, name: bytes, auto: bool, operations: bool):
     if not name or b"#" in name or len(name) > MAX_TOPIC_NAME_BYTES:
         return R.MetadataResponseTopic(error_code=E.INVALID_TOPIC_EXCEPTION, name=shown)
     layout = session.record_topics([name])[name]
+    if not access.may_describe(ctx, name, len(layout.partitions) if layout is not None else 0) or (
+            layout is None and auto and not access.allowed(ctx, access.CREATE, name)):
+        return R.MetadataResponseTopic(error_code=E.TOPIC_AUTHORIZATION_FAILED, name=shown)
     if layout is None and auto:
         try:
             session.create_topic(name)

@@ -27,7 +27,8 @@ Refused per partition: an unknown topic or partition
 (MESSAGE_TOO_LARGE), a damaged batch (CORRUPT_MESSAGE), magic 0/1 or a
 record the mapping cannot keep (INVALID_RECORD), zstd before v7 or an
 unknown codec (UNSUPPORTED_COMPRESSION_TYPE), transactional batches
-(INVALID_TXN_STATE), an empty records field (INVALID_RECORD).
+(INVALID_TXN_STATE), an empty records field (INVALID_RECORD), a partition
+the user may not write (TOPIC_AUTHORIZATION_FAILED: ``access``).
 
 An idempotent producer's batch (a producer id from InitProducerId, its
 epoch and base sequence in the batch header) is deduplicated by the
@@ -52,7 +53,7 @@ from server.kafka import codec
 from server.kafka import errors as E
 from server.kafka import records
 from server.kafka.records import CorruptRecordError
-from server.kafka_front import mapping
+from server.kafka_front import access, mapping
 from server.kafka_front.context import Pending
 from server.kafka_front.errors import refused
 
@@ -110,6 +111,7 @@ async def handle(ctx, req):
                 resp.error_code = E.UNKNOWN_TOPIC_ID
                 continue
             try:
+                access.require(ctx, access.WRITE, name, part.index)
                 batches = mapping.read(part.records or b"", max_bytes)
                 producer = _check(batches, version)
                 produced = mapping.Produced(batches)
