@@ -39,6 +39,7 @@ from server.reactor import Reactor
 from cluster.nodes import parse_cluster_nodes
 from cluster.runtime import replication
 from server import bus, registry, tls, web
+from server.kafka_front import listener as kafka_listener
 from server.peer_resp import RespLink
 from server.acl import warn_if_unprotected
 from server.state import REDIS_VERSION, ServerState, open_topics, partita_version
@@ -110,7 +111,13 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
         for sock in sockets + tls_sockets + bus_sockets:
             sock.close()
         raise
-    sockets_to_close = sockets + tls_sockets + bus_sockets + http_sockets
+    try:  # the Kafka ports (server/kafka_front/listener.py), likewise
+        kafka_sockets, kafka_tls_sockets, kafka_tls_context = kafka_listener.bind(config)
+    except BaseException:
+        for sock in sockets + tls_sockets + bus_sockets + http_sockets:
+            sock.close()
+        raise
+    sockets_to_close = sockets + tls_sockets + bus_sockets + http_sockets + kafka_sockets + kafka_tls_sockets
     try:
         data_dir = prepare_data_dir(config)
         log.info("Data directory: %s", data_dir)
@@ -142,6 +149,7 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
     durability.policy_of = getattr(topics, "fsync_policy_of", None)  # per-topic fsync
     state.durability = durability
     dispatcher = Dispatcher(state, registry.client_table())
+    kafka_front = kafka_listener.make_front(state, kafka_sockets, kafka_tls_sockets)
     bus_dispatcher = Dispatcher(state, bus.table(), observed=False)  # the cluster bus's table (not monitored)
     state.port = sockets[0].getsockname()[1]
     config.port = state.port
@@ -198,6 +206,9 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
                                                                      context=tls_context))
                             for sock in http_sockets:  # read-only: /metrics and the console
                                 accepts.start_soon(web.serve, state, sock)
+                            kafka_listener.start_accepting(accepts, state, kafka_front, kafka_sockets,
+                                                           kafka_tls_sockets, kafka_tls_context, conn_nursery,
+                                                           connections)
                             task_status.started()
 
                 await conn_nursery.start(listen_all)
@@ -213,8 +224,10 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
                 if http_sockets:
                     log.info("HTTP listening on %s (metrics: /metrics, console: /), http-port=%d",
                              ", ".join(_sock_text(s) for s in http_sockets), http_sockets[0].getsockname()[1])
+                kafka_listener.log_ports(state, kafka_front, kafka_sockets, kafka_tls_sockets, _sock_text)
                 # Safe defaults (server/acl.py): say so when exposed without a password.
-                warn_if_unprotected(state.acl, [s.getsockname()[0] for s in sockets + tls_sockets], log)
+                warn_if_unprotected(state.acl, [s.getsockname()[0] for s in sockets + tls_sockets
+                                                + kafka_sockets + kafka_tls_sockets], log)
                 log.info("Ready to accept connections")
                 # Everything allocated so far lives as long as the server:
                 # keep it out of the collector's generations (cheaper GC
@@ -225,7 +238,7 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
                 await state.shutdown_requested.wait()
                 log.info("Shutdown requested: no new connections, finishing in-flight commands")
                 listen_scope.cancel()
-                for sock in sockets + bus_sockets + http_sockets:
+                for sock in sockets + bus_sockets + http_sockets + kafka_sockets + kafka_tls_sockets:
                     sock.close()
                 for conn in list(connections):
                     conn.stop()

@@ -261,6 +261,15 @@ OPTIONS: tuple[Option, ...] = (
            doc="XADD <topic> hashes this field's value to pick a partition (empty: round-robin)"),
     Option("retention-check-interval-ms", "int", 5000, minimum=10, maximum=I64,
            doc="how often background retention runs over every partition"),
+    # The Kafka protocol (docs/kafka.md).
+    Option("kafka-port", "int", 0, mutable=False, minimum=0, maximum=65535,
+           doc="Kafka wire protocol port on the `bind` addresses (0: none; clients authenticate with SASL "
+               "as ACL users while the default user needs a password)"),
+    Option("kafka-tls-port", "int", 0, mutable=False, minimum=0, maximum=65535,
+           doc="Kafka wire protocol over TLS on the `bind` addresses, with the tls-* files (0: none)"),
+    Option("auto-create-topics", "bool", True,
+           doc="a Kafka Metadata request naming a missing topic creates it with default-partitions "
+               "(Kafka's auto.create.topics.enable)"),
     # Replication (docs/replication.md). No cluster-nodes: a single node.
     Option("node-id", "int", 0, mutable=False, minimum=0, maximum=2**31 - 1,
            doc="this node's id in cluster-nodes (0: not in a cluster)"),

@@ -83,6 +83,10 @@ class BeyondHighWatermarkError(OffsetOutOfRangeError):
     try again once the high watermark has moved."""
 
 
+class BatchTooLargeError(ValueError):
+    """An append of one batch over the log's ``max_batch_bytes``: nothing written."""
+
+
 class InvalidBatchError(ValueError):
     """Bytes given to ``append_raw`` are not well-formed stored batches (bad CRC,
     bad length, wrong base offset, IDs not increasing)."""

@@ -65,8 +65,8 @@ from storage.checkpoint import (
     CorruptCheckpointError, encode_rows, read_rows, remove_stale_tmp,
     write_atomic, write_rows,
 )
-from storage.errors import (BeyondHighWatermarkError, InvalidBatchError, OffsetOutOfRangeError, StorageError,
-                            raise_storage_error)
+from storage.errors import (BatchTooLargeError, BeyondHighWatermarkError, InvalidBatchError, OffsetOutOfRangeError,
+                            StorageError, raise_storage_error)
 from storage.files import (
     ID_INDEX_SUFFIX, INDEX_SUFFIX, LEADER_EPOCH_FILE, LOG_START_FILE, LOG_SUFFIX,
     MARKERS_SUFFIX, RECOVERY_POINT_FILE, parse_base_offset, segment_path,
@@ -614,7 +614,7 @@ class PartitionLog:
         head, body = records.encode_batch(base, entries, leader_epoch, now, producers=producers)
         total = len(head) + len(body)
         if total > self.config.max_batch_bytes:
-            raise ValueError(f"batch of {total} bytes exceeds max_batch_bytes {self.config.max_batch_bytes}")
+            raise BatchTooLargeError(f"batch of {total} bytes exceeds max_batch_bytes {self.config.max_batch_bytes}")
         self._maybe_roll_for(total, len(entries), now)
         seg = self._segs[-1]
         first, last = entries[0], entries[-1]

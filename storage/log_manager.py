@@ -9,6 +9,7 @@ Owns: the directory layout and the topic-name encoding
     <data_dir>/topics/<topic dir>/partition-<n>/  one PartitionLog each
     <data_dir>/trash/                           topics being deleted (emptied at start)
     <data_dir>/rename.intent                    a topic rename in progress (finished at start)
+    <data_dir>/producer-ids                     Kafka producer ids reserved (storage.producers)
 
 Escaping keeps ``[a-z0-9_-]`` and writes every other byte as ``%XX``
 (upper-case hex), so names are reversible, binary-safe and never collide on
@@ -53,6 +54,7 @@ from storage.salvage import keep_aside
 
 TOPICS_DIR = "topics"
 TRASH_DIR = "trash"
+PRODUCER_IDS_FILE = "producer-ids"
 META_FILE = "topic.meta"
 KEY_FILE = "topic.key"
 PARTITION_PREFIX = "partition-"
@@ -131,6 +133,11 @@ class LogManager:
             raise_storage_error(f"prepare {self.data_dir}", exc)
 
     # -- topics --------------------------------------------------------------
+
+    @property
+    def producer_ids_path(self) -> Path:
+        """Where the Kafka producer ids this node reserved are recorded."""
+        return self.data_dir / PRODUCER_IDS_FILE
 
     def topic_dir(self, topic: bytes) -> Path:
         return self._topics_dir / encode_topic(topic)

@@ -106,13 +106,22 @@ class Cluster:
     proxy (tests/netproxy.py), so ``isolate(node)`` can cut a node off its
     peers while it keeps running and clients still reach it."""
 
+    def bootstrap(self) -> str:
+        """Every node's Kafka listener, as a Kafka client's bootstrap list (``kafka=True``)."""
+        return ",".join(f"127.0.0.1:{p}" for p in self.kafka_ports)
+
     def __init__(self, tmp_path, n: int = 3, extra: list[str] | None = None, *, proxied: bool = False,
-                 launcher: list[str] | None = None, node_extra=None) -> None:
+                 launcher: list[str] | None = None, node_extra=None, kafka: bool = False) -> None:
         self.mesh = None
-        ports = listen_ports(2 * n)
-        self.ports, self.bus_ports = ports[:n], ports[n:]
+        ports = listen_ports(3 * n if kafka else 2 * n)
+        self.ports, self.bus_ports = ports[:n], ports[n:2 * n]
+        # With ``kafka``, every node's Kafka port (``node.kafka_port``), named in
+        # its entry: ``id@host:port@bus@kafka``.
+        self.kafka_ports = ports[2 * n:]
         self._owner = {p: i for i, p in enumerate(self.ports)}
-        specs = [",".join(f"{i + 1}@127.0.0.1:{p}@{b}"
+        self._owner.update({p: i for i, p in enumerate(self.kafka_ports)})
+        named = [f"@{k}" for k in self.kafka_ports] if kafka else [""] * n
+        specs = [",".join(f"{i + 1}@127.0.0.1:{p}@{b}{named[i]}"
                           for i, (p, b) in enumerate(zip(self.ports, self.bus_ports)))] * n
         if proxied:
             pairs = [(i, j) for i in range(n) for j in range(n) if i != j]
@@ -126,9 +135,12 @@ class Cluster:
             node = PartitaProcess(tmp_path / f"node{i + 1}", [
                 "--node-id", str(i + 1), "--cluster-nodes", specs[i],
                 "--replica-lag-time-max-ms", str(LAG_MS), "--replica-fetch-wait-max-ms", "100",
+                *(["--kafka-port", str(self.kafka_ports[i])] if kafka else []),
                 *(extra or []), *(node_extra(i) if node_extra else [])], launcher=launcher)
             node.port = port
             node.bus_port = self.bus_ports[i]
+            if kafka:
+                node.kafka_port = self.kafka_ports[i]
             self.nodes.append(node)
         try:
             for node in self.nodes:

@@ -707,6 +707,13 @@ api(16, "ListGroups", "0-5", "3+", request=[
     )),
 ])
 
+api(17, "SaslHandshake", "0-1", "none", request=[
+    f("mechanism", STRING),
+], response=[
+    f("error_code", INT16),
+    f("mechanisms", array(STRING)),
+])
+
 api(18, "ApiVersions", "0-3", "3+", request=[
     f("client_software_name", STRING, "3+"),
     f("client_software_version", STRING, "3+"),
@@ -852,6 +859,15 @@ api(33, "AlterConfigs", "0-2", "2+", request=[
         f("resource_type", INT8),
         f("resource_name", STRING),
     )),
+])
+
+api(36, "SaslAuthenticate", "0-2", "2+", request=[
+    f("auth_bytes", BYTES),
+], response=[
+    f("error_code", INT16),
+    f("error_message", STRING, nullable="0+", default=None),
+    f("auth_bytes", BYTES),
+    f("session_lifetime_ms", INT64, "1+"),
 ])
 
 api(37, "CreatePartitions", "0-3", "2+", request=[

@@ -45,7 +45,9 @@ def test_placement_spreads_leaders_and_replicas():
 
 @pytest.mark.parametrize("text, why", [
     ("1@h", "not <node-id>@<host>:<port>"),
-    ("1@h:1@", "not <node-id>@<host>:<port>\\[@<bus-port>\\]"),
+    ("1@h:1@", "not <node-id>@<host>:<port>\\[@<bus-port>\\[@<kafka-port>\\]\\]"),
+    ("1@h:1@2@", "not <node-id>@<host>:<port>"),
+    ("1@h:1@2@70000", "not <node-id>@<host>:<port>"),
     ("1@h:1@x", "not <node-id>@<host>:<port>"),
     ("1@h:1,1@h:2", "twice"),
     ("0@h:1", "start at 1"),
@@ -107,6 +109,12 @@ def test_cluster_nodes_name_the_bus_port_or_imply_port_plus_10000():
     with pytest.raises(ClusterConfigError, match="bus port would be port \\+ 10000 = 70001; name one"):
         parse_cluster_nodes("1@h:60001")
     assert parse_cluster_nodes("1@h:60001@7000")[0].bus_port == 7000
+
+
+def test_cluster_nodes_may_name_the_kafka_port():
+    nodes = parse_cluster_nodes("1@127.0.0.1:7001@17101@9101,2@127.0.0.1:7002@0@9102,3@127.0.0.1:7003")
+    assert [(n.bus_port, n.kafka_port) for n in nodes] == [(17101, 9101), (17002, 9102), (17003, 0)]
+    assert nodes[0].entry == "127.0.0.1:7001@17101"  # what CLUSTER NODES shows: Redis's form
 
 
 def test_a_cluster_state_that_cannot_be_saved_still_changes_in_memory(tmp_path, monkeypatch, caplog):
