@@ -43,6 +43,7 @@ _SHARED_MODULES = ("storage.handles",)
 class MemoryOps:
     """MEMORY USAGE and MEMORY STATS' figures of the broker's own."""
 
+    __slots__ = ()  # (Session's attributes are its slots: a base without them would give it a dict)
     broker: Any
 
     def memory_usage(self, key: bytes, samples: int = 5) -> int | None:
