@@ -627,6 +627,17 @@ class TopicRegistry:
     def cached_stream(self, topic: bytes, partition: int) -> Stream | None:
         return self._streams.get((topic, partition))
 
+    def open_streams_of(self, key: bytes) -> list[Stream] | None:
+        """The partitions of the key's topic (all for ``<topic>``) that are
+        open, opening none (MEMORY USAGE: what is in memory); None when
+        the topic does not exist."""
+        topic, partition = self._resolve(key)
+        meta = self._meta.get(topic)
+        if meta is None:
+            return None
+        numbers = range(meta.partitions) if partition is None else (partition,)
+        return [s for s in (self._streams.get((topic, n)) for n in numbers) if s is not None]
+
     def offline_partitions(self) -> list[tuple[bytes, int]]:
         """The open partitions whose logs are offline for writes (a failed
         fsync; until they are reopened, i.e. the process restarts)."""

@@ -150,7 +150,7 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
     state.durability = durability
     dispatcher = Dispatcher(state, registry.client_table())
     kafka_front = kafka_listener.make_front(state, kafka_sockets, kafka_tls_sockets)
-    bus_dispatcher = Dispatcher(state, bus.table())  # the cluster bus's table
+    bus_dispatcher = Dispatcher(state, bus.table(), observed=False)  # the cluster bus's table (not monitored)
     state.port = sockets[0].getsockname()[1]
     config.port = state.port
     connections: set = set()

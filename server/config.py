@@ -308,6 +308,12 @@ OPTIONS: tuple[Option, ...] = (
            doc="when no in-sync replica of a shard lives, elect any live replica (may lose acknowledged entries)"),
     Option("leader-rebalance-delay-ms", "int", 5000, minimum=-1, maximum=I64,
            doc="a preferred leader back in sync this long takes its shard back (-1: never)"),
+    # What the server observes of commands (server/diagnostics.py; docs/diagnostics.md).
+    Option("slowlog-log-slower-than", "int", 10000, minimum=-1, maximum=I64,
+           doc="SLOWLOG logs commands that ran this many microseconds or more (0: every command; -1: none)"),
+    Option("slowlog-max-len", "int", 128, minimum=0, maximum=I64, doc="SLOWLOG keeps this many entries at most"),
+    Option("latency-monitor-threshold", "int", 0, minimum=0, maximum=I64,
+           doc="LATENCY records events of this many milliseconds or more (0: off)"),
     # Redis's names with a meaning of their own here, or none.
     Option("stream-node-max-entries", "int", 100, minimum=0, maximum=I64,
            doc="entries of a stream node, as Redis's: what `~` trims remove whole (0: 100)"),
@@ -409,7 +415,6 @@ ignore-warnings string ""
 io-threads int 1 immutable
 io-threads-do-reads bool no immutable
 jemalloc-bg-thread bool yes
-latency-monitor-threshold int 0
 latency-tracking bool yes
 latency-tracking-info-percentiles string '50 99 99.9'
 lazyfree-lazy-eviction bool no
@@ -486,8 +491,6 @@ slave-priority =replica-priority
 slave-read-only =replica-read-only
 slave-serve-stale-data =replica-serve-stale-data
 slaveof =replicaof
-slowlog-log-slower-than int 10000
-slowlog-max-len int 128
 socket-mark-id int 0 immutable
 stop-writes-on-bgsave-error bool yes
 supervised no|upstart|systemd|auto no immutable
@@ -547,6 +550,11 @@ _COMPAT_OPTIONS, _COMPAT_ALIASES = _compatible_options()
 OPTIONS = OPTIONS + _COMPAT_OPTIONS
 OPTIONS_BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
 assert len(OPTIONS_BY_NAME) == len(OPTIONS), "a name twice"
+# Values never shown by SLOWLOG or MONITOR (CONFIG SET's are redacted there,
+# as Redis redacts its SENSITIVE_CONFIG ones, and Partita's cluster-secret).
+SENSITIVE = frozenset({"requirepass", "masterauth", "masteruser", "cluster-secret", "tls-key-file-pass",
+                       "tls-client-key-file-pass"})
+assert SENSITIVE <= OPTIONS_BY_NAME.keys()
 # name -> the names a value set under it also sets (Redis's aliases)
 _ALIASES = {"fsync": ("appendfsync",), "appendfsync": ("fsync",)}
 for _name, _other in _COMPAT_ALIASES.items():

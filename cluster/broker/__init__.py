@@ -66,6 +66,10 @@ class Broker:
         # In a cluster (cluster.runtime.replication.Replication): routing,
         # leadership and in-sync checks, acks=all waits, forwarding; else None.
         self.replication: Any = None
+        # ``latency(event, ms)``: the front-end's latency monitor, set while
+        # it is on (None: nothing is timed). The commit of deferred appends
+        # reports its log writes as ``aof-write``.
+        self.latency: Callable[[str, int], None] | None = None
         # The Kafka producer ids this node hands out (producers.ProducerIds), made at the first InitProducerId.
         self.producer_ids: Any = None
 

@@ -148,6 +148,11 @@ class Durability:
         # of this module's own writes on a worker thread (_write_checkpoints).
         self._checkpoints: list[Any] = []
         self._checkpointing = False
+        # ``latency(event, ms)``: the front-end's latency monitor while it is
+        # on, else None. A round of group commit, from its start to its end
+        # (what its writers wait for), is an ``aof-fsync-always`` event,
+        # Redis's name for its always-fsync (_round_took).
+        self.latency: Any = None
 
     def note_write(self, log_: Any, policy: str) -> int:
         """Record that ``log_`` was appended to; the seq to wait for, or 0."""
@@ -291,7 +296,7 @@ class Durability:
                     raise
             self._flushed_seq = target
             self.fsync_count += 1
-            self.round_durations["always"].observe_us((time.perf_counter_ns() - started_ns) // 1000)
+            self._round_took((time.perf_counter_ns() - started_ns) // 1000)
             self._eager = self._noted_seq > target
         except Exception as e:  # storage errors: refuse to acknowledge
             raise self._record_failure(target, e) from e
@@ -299,6 +304,13 @@ class Durability:
             self._flushing = False
             done, self._round_done = self._round_done, trio.Event()
             done.set()
+
+    def _round_took(self, duration_us: int) -> None:
+        """An ``always`` round ended: its duration goes to the histogram and,
+        while the latency monitor is on, to it as ``aof-fsync-always``."""
+        self.round_durations["always"].observe_us(duration_us)
+        if self.latency is not None:
+            self.latency("aof-fsync-always", duration_us // 1000)
 
     async def _flush_round_logs(self, queue: list[Any]) -> None:
         """An awaited round's syncs: on the test's runner, or on the loop
@@ -399,7 +411,7 @@ class Durability:
         if round_.error is None:
             self._flushed_seq = target
             self.fsync_count += 1
-            self.round_durations["always"].observe_us((time.perf_counter_ns() - round_.started_ns) // 1000)
+            self._round_took((time.perf_counter_ns() - round_.started_ns) // 1000)
         else:  # storage errors: refuse to acknowledge
             self._keep_dirty(round_.queue)
             failure = self._record_failure(target, round_.error)

@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from cluster.broker.groups import GroupOps
+from cluster.broker.memory import MemoryOps
 from cluster.broker.producers import ProducerOps
 from cluster.broker.reads import ReadOps
 from cluster.broker.records import RecordOps
@@ -132,7 +133,7 @@ class Receipt:
         self.repl_pending = repl_pending
 
 
-class Session(GroupOps, ReadOps, ReferenceOps, ProducerOps, RecordOps):
+class Session(GroupOps, ReadOps, ReferenceOps, ProducerOps, RecordOps, MemoryOps):
     """One client's handle on a ``Broker`` (``Broker.session()``)."""
 
     __slots__ = ("broker", "client_id", "flush_seq", "repl_pending", "repl_writes", "may_defer", "may_block",

@@ -20,7 +20,7 @@ import time
 
 from server.registry import command
 from server.reply import Verbatim
-from server.state import REDIS_VERSION, partita_version
+from server.state import REDIS_VERSION, partita_version, peak_rss_bytes, rss_bytes
 
 DEFAULT_SECTIONS = ("server", "clients", "memory", "persistence", "stats", "replication", "cpu",
                     "errorstats", "keyspace", "topics", "partita")
@@ -32,14 +32,6 @@ def _human(n: int) -> str:
         if n >= factor:
             return f"{n / factor:.2f}{unit}"
     return f"{n}B"
-
-
-def _rss_bytes() -> int:
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 def section_server(server) -> list[str]:
@@ -85,8 +77,8 @@ def section_clients(server) -> list[str]:
 
 
 def section_memory(server) -> list[str]:
-    rss = _rss_bytes()
-    peak = max(rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)  # two clocks: never below
+    rss = rss_bytes()
+    peak = peak_rss_bytes(rss)
     return [
         f"used_memory:{rss}",
         f"used_memory_human:{_human(rss)}",

@@ -213,3 +213,22 @@ def test_tls_output_buffer_hard_limit_closes_a_client_that_never_reads(partita_f
         _wait_until(lambda: "overcoming of output buffer limits" in server.log())
         _wait_until(lambda: len(r.client_list()) == 1)  # only r is left
     assert r.ping()
+
+
+def test_monitor_over_tls(partita_factory, certs):
+    """A monitor on the TLS port waits for its input and for lines at once
+    (the wait for input is cancelled whenever lines come) and still reads
+    its own commands: each reply before its own line."""
+    server = partita_factory(_tls_args(certs))
+    plain = server.client()
+    plain.ping()  # (its handshake before the monitor)
+    r = _tls_client(server, certs)
+    with r.monitor() as m:
+        for i in range(3):
+            plain.xadd("t", {"f": "v"}, id=f"1-{i + 1}")
+            assert m.next_command()["command"] == f"XADD t 1-{i + 1} f v"
+        m.connection.send_command("PING")
+        assert m.connection.read_response() in (b"PONG", "PONG")
+        assert m.next_command()["command"] == "PING"
+        plain.xlen("t")
+        assert m.next_command()["command"] == "XLEN t"
