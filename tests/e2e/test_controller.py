@@ -208,7 +208,7 @@ def test_a_topic_a_node_cannot_create_does_not_stop_the_metadata_after_it(tmp_pa
                                                                        for n in cluster.nodes),
                     what="the victim's metadata caught up")
         assert not (topics / encode_topic(refused) / "topic.meta").exists()
-        _eventually(lambda: "applying topic b'refused-here' from the metadata log failed" in victim.log()
+        _eventually(lambda: "applying topic 'refused-here' from the metadata log failed" in victim.log()
                     and "refused-here: fetched topic not applied" in victim.log(), what="both refusals logged")
         time.sleep(1.5)
         assert victim.log().count("Input/output error") <= 16, victim.log()[-3000:]  # retried once a second
