@@ -1,20 +1,22 @@
-"""redis-py's own stream tests, from the sdist of the installed redis-py, against a fresh partita.
+"""redis-py's own stream tests, from the sdist of the installed redis-py, against a fresh partita and cluster.
 
 redis-py's tests are third-party code: they are never committed here but fetched
 by ``.ci/fetch_redis_py_tests.py`` (``.ci/run`` calls it) into
-``.ci/cache/redis-py-<version>/``. Each case starts its own partita (the suite
-FLUSHDBs between its tests) and runs, in a subprocess with the suite's own
+``.ci/cache/redis-py-<version>/``. Each case starts its own partita or cluster
+(the suite FLUSHDBs between its tests) and runs, in a subprocess with the suite's own
 pytest configuration, every test of ``tests/test_commands.py`` and
 ``tests/test_asyncio/test_commands.py`` whose name names a stream command,
 with the server URLs those tests use (``--redis-url``, ``--redis-mod-url``)
-pointing at that partita, and nothing that would point them elsewhere in the
+pointing at it, and nothing that would point them elsewhere in the
 environment. Partita reports ``redis_version:8.10.0``, so the suite's
 version-gated tests all run; a test skipped because the server looks too old
 fails this test.
 
 The cases cover redis-py 8's client configurations: RESP3 (its default) and
 RESP2, each with the legacy response shapes (its default) and with the unified
-ones (``legacy_responses=False``, its newest).
+ones (``legacy_responses=False``, its newest); and its RedisCluster against a
+fresh 3-node cluster with replication (there every group command once waited
+out the followers' 500 ms long poll).
 
 Without the fetched suite the test skips, saying how to fetch it, except where
 the environment variable CI is set: there it fails, so CI never skips it quietly.
@@ -31,6 +33,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from tests.clusterkit import Cluster
 from tests.conftest import REPO
 
 VERSION = importlib.metadata.version("redis")
@@ -53,10 +56,26 @@ STREAM_COMMANDS = ("xadd", "xread", "xreadgroup", "xack", "xackdel", "xdelex", "
 # FLUSHDB), so the list is empty and every selected test must pass.
 DESELECTED: dict[str, str] = {}
 
-# Skips the suite may make on its own: tests of the behaviour of servers older
-# than Partita's redis_version (e.g. lag before Redis 8.2.2). A skip for any
-# other reason (a server too old, a missing module) means a test did not run.
-ALLOWED_SKIP_PREFIX = "Redis version required < "
+# On a cluster, left out as well: these tests read two streams of different
+# hash slots in one XREADGROUP, which redis-py's RedisCluster refuses before
+# sending anything ("all keys must map to the same key slot"); their
+# ``..._multiple_streams_same_slots`` twins run the same checks on a cluster.
+DESELECTED_ON_A_CLUSTER: dict[str, str] = {
+    **DESELECTED,
+    "tests/test_commands.py::TestRedisCommands::test_xreadgroup_with_claim_min_idle_time_multiple_streams":
+        "two keys of different slots in one XREADGROUP: refused by RedisCluster itself",
+    "tests/test_asyncio/test_commands.py::TestRedisCommands::test_xreadgroup_with_claim_min_idle_time_multiple_streams":
+        "two keys of different slots in one XREADGROUP: refused by RedisCluster itself",
+}
+
+# Skips the suite may make on its own (prefixes of the reason): tests of the
+# behaviour of servers older than Partita's redis_version (e.g. lag before
+# Redis 8.2.2); on a cluster, also the single-connection variant of its asyncio
+# tests (their ``[single]`` client), which it runs against standalone servers
+# only. A skip for any other reason (a server too old, a missing module) means
+# a test did not run.
+OLDER_SERVERS_ONLY = "Redis version required < "
+ASYNC_SUITE_STANDALONE_ONLY = "cluster mode enabled"
 
 # Commands the selected tests send; the run must have reached this partita
 # with each of them (INFO commandstats), or it tested some other server.
@@ -109,27 +128,21 @@ def _results(junit_xml) -> tuple[list[str], list[str], list[tuple[str, str]]]:
     return passed, failed, skipped
 
 
-def _commandstats(server) -> dict[str, int]:
-    with server.client(decode_responses=True) as r:
-        stats = r.info("commandstats")
-    return {name.removeprefix("cmdstat_"): fields["calls"] for name, fields in stats.items()}
-
-
-@pytest.mark.parametrize("config", list(CLIENT_CONFIGS))
-def test_redis_py_stream_tests_pass(redis_py_suite, partita_server, tmp_path, config):
-    url = f"redis://{partita_server.host}:{partita_server.port}"
+def _run_suite(suite, url: str, options: list[str], deselected: dict[str, str], allowed_skips: tuple[str, ...],
+               tmp_path) -> list[str]:
+    """Run the stream tests against ``url``; assert they all passed (or were
+    skipped for an allowed reason); the tests that passed."""
     junit_xml = tmp_path / "redis-py.xml"
     args = [sys.executable, "-m", "pytest", *SUITE_FILES,
             "-k", " or ".join(STREAM_COMMANDS),
-            *(f"--deselect={node}" for node in DESELECTED),
-            # Every server the suite's conftest reads: this partita only.
-            f"--redis-url={url}", f"--redis-mod-url={url}",
-            *CLIENT_CONFIGS[config],
+            *(f"--deselect={node}" for node in deselected),
+            # The servers the selected tests use: the partita under test only.
+            f"--redis-url={url}", f"--redis-mod-url={url}", *options,
             f"--junitxml={junit_xml}", "-q", "-rfEs", "-p", "no:cacheprovider",
             # The suite's filterwarnings names coverage's warning class; coverage is not installed.
             "-o", "filterwarnings=default"]
     try:
-        run = subprocess.run(args, cwd=redis_py_suite, env=_suite_env(), stdin=subprocess.DEVNULL,
+        run = subprocess.run(args, cwd=suite, env=_suite_env(), stdin=subprocess.DEVNULL,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=RUN_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"redis-py's suite did not finish in {RUN_TIMEOUT_S}s:\n"
@@ -140,12 +153,45 @@ def test_redis_py_stream_tests_pass(redis_py_suite, partita_server, tmp_path, co
 
     assert not failed, "redis-py stream tests failed:\n" + "\n".join(failed) + f"\n\n{output[-5000:]}"
     assert run.returncode == 0, output[-5000:]
-    unexpected_skips = [f"{name}: {why}" for name, why in skipped if not why.startswith(ALLOWED_SKIP_PREFIX)]
-    assert not unexpected_skips, "skipped, so not run at redis_version 8.10:\n" + "\n".join(unexpected_skips)
-    for node in DESELECTED:  # a stale entry (a test renamed or removed) hides nothing: drop it
+    unexpected_skips = [f"{name}: {why}" for name, why in skipped if not why.startswith(allowed_skips)]
+    assert not unexpected_skips, "skipped, so not run:\n" + "\n".join(unexpected_skips)
+    for node in deselected:  # a stale entry (a test renamed or removed) hides nothing: drop it
         path, *_, name = node.split("::")
-        assert f"def {name.split('[')[0]}(" in (redis_py_suite / path).read_text(), f"stale: {node}"
+        assert f"def {name.split('[')[0]}(" in (suite / path).read_text(), f"stale: {node}"
+    assert passed, output[-5000:]
+    return passed
 
-    calls = _commandstats(partita_server)
+
+def _assert_reached(servers, passed: list[str]) -> None:
+    """The selected tests sent every stream command to these servers (and
+    not to some other server)."""
+    calls: dict[str, int] = {}
+    for server in servers:
+        with server.client(decode_responses=True) as r:
+            for name, fields in r.info("commandstats").items():
+                calls[name.removeprefix("cmdstat_")] = calls.get(name.removeprefix("cmdstat_"), 0) + fields["calls"]
     missing = [cmd for cmd in EXPECTED_COMMANDS if not calls.get(cmd)]
-    assert not missing, f"the suite never sent {missing} to this partita ({len(passed)} passed)"
+    assert not missing, f"the suite never sent {missing} to the partita under test ({len(passed)} passed)"
+
+
+@pytest.mark.parametrize("config", list(CLIENT_CONFIGS))
+def test_redis_py_stream_tests_pass(redis_py_suite, partita_server, tmp_path, config):
+    url = f"redis://{partita_server.host}:{partita_server.port}"
+    passed = _run_suite(redis_py_suite, url, CLIENT_CONFIGS[config], DESELECTED, (OLDER_SERVERS_ONLY,), tmp_path)
+    _assert_reached([partita_server], passed)
+
+
+def test_redis_py_stream_tests_pass_on_a_cluster(redis_py_suite, tmp_path):
+    """The same tests through redis-py's RedisCluster (its conftest switches
+    to it when INFO says ``cluster_enabled:1``) against a 3-node cluster,
+    with replication as users run it (acks=all, the default 500 ms long poll
+    of the followers' fetches), RESP3."""
+    cluster = Cluster(tmp_path, extra=["--replica-fetch-wait-max-ms", "500"])
+    try:
+        url = f"redis://127.0.0.1:{cluster.ports[0]}"
+        passed = _run_suite(redis_py_suite, url, [f"--redis-cluster-nodes={len(cluster.nodes)}"],
+                            DESELECTED_ON_A_CLUSTER, (OLDER_SERVERS_ONLY, ASYNC_SUITE_STANDALONE_ONLY), tmp_path)
+        _assert_reached(cluster.nodes, passed)
+    finally:
+        cluster.stop()
+    assert not cluster.unexpected_log_lines(), cluster.unexpected_log_lines()[:5]
