@@ -38,7 +38,7 @@ from cluster.errors import ClusterDown, ClusterError, CrossSlot, Moved, NotEnoug
 from cluster.nodes import ClusterState, Node, Placement, parse_cluster_nodes
 from cluster.peer.link import Links, PeerLink
 from cluster.peer.messages import PauseRequest, PauseResponse
-from cluster.peer.service import TOPICS_CHANGED, PeerService
+from cluster.peer.service import TOPICS_CHANGED, PeerService, groups_changed
 from cluster.replica_manager import ReplicaManager, Settings
 from cluster.runtime.controller_driver import Controller, NotReady
 from cluster.runtime.forwarding import Forwarder
@@ -457,13 +457,18 @@ class Replication:
                 del self._ack_waiters[pkey]
 
     def note_group_write(self, ctx: Any, store: Any) -> None:
-        """A command changed a consumer group of a partition led here: on an
-        acks=all topic its reply waits until every in-sync replica has
+        """A command changed a consumer group of a partition led here: the
+        followers' held fetches wake to carry the journal's new records; on
+        an acks=all topic its reply waits until every in-sync replica has
         applied the group journal this far (``wait_acks``), so an
         acknowledged XACK, XCLAIM or XGROUP survives a leader change as an
         acknowledged XADD does."""
         found = self.manager.partition_at(store.directory)
-        if found is None or not self.manager.acks_all(found[0]) or self.manager.leader_state(*found) is None:
+        if found is None or self.manager.leader_state(*found) is None:
+            return
+        if self.host is not None:  # now, not after replica-fetch-wait-max-ms
+            self.host.signal_key_modified(groups_changed(*found))
+        if not self.manager.acks_all(found[0]):
             return
         pending = ctx.repl_pending
         if pending is None:
