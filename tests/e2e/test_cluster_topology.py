@@ -18,7 +18,7 @@ import pytest
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 
-from tests.clusterkit import Cluster
+from tests.clusterkit import Cluster, leased
 from tests.e2e.streams_support import RespClient, parse
 
 KEYS = [f"topo-{i}".encode() for i in range(60)]
@@ -36,7 +36,7 @@ def cluster(tmp_path_factory):
 def keys(cluster):
     """Streams whose slots every node leads some of, written on their leaders."""
     for key in KEYS:
-        cluster.leader_of(key).client().xadd(key, {"f": "v"})
+        leased(lambda: cluster.leader_of(key).client().xadd(key, {"f": "v"}))
     assert {cluster.leader_of(key).port for key in KEYS} == set(cluster.ports)
     return set(KEYS)
 

@@ -423,7 +423,8 @@ def test_latency_records_slow_commands(partita_server):
     graph = r.execute_command("LATENCY", "GRAPH", "fast-command").decode()
     assert graph.startswith("fast-command - high ") and "-" * 80 in graph
     doctor = r.execute_command("LATENCY", "DOCTOR").decode()
-    assert doctor.startswith("Dave, I have observed latency spikes") and "1. fast-command: " in doctor
+    # Other events may come first (any command of 1 ms or more on a loaded machine).
+    assert doctor.startswith("Dave, I have observed latency spikes") and re.search(r"\n\d+\. fast-command: ", doctor)
     assert r.execute_command("LATENCY", "RESET", "FAST-COMMAND") == 1  # (any case, as in Redis)
     assert r.execute_command("LATENCY", "HISTORY", "fast-command") == []
 
