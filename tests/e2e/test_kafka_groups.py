@@ -66,12 +66,22 @@ def test_librdkafka_two_then_three_members_share_the_partitions(kafka_shared, as
     topic = make_topic(kafka_shared)
     group = fresh("g")
     members = [consumer(kafka_shared, group, **{"partition.assignment.strategy": assignor}) for _ in range(3)]
+    revoked: list[set[int]] = [set() for _ in members]
+
+    def on_revoke(i):
+        return lambda c, partitions: revoked[i].update(tp.partition for tp in partitions)
+
     try:
-        for c in members[:2]:
-            c.subscribe([topic])
-        settle(members[:2], [3, 3])
+        for i, c in enumerate(members[:2]):
+            c.subscribe([topic], on_revoke=on_revoke(i))
+        before = settle(members[:2], [3, 3])
+        for r in revoked:
+            r.clear()
         members[2].subscribe([topic])
-        settle(members, [2, 2, 2])
+        after = settle(members, [2, 2, 2])
+        if assignor == "cooperative-sticky":  # incremental: only the partitions that moved were revoked
+            assert [revoked[i] for i in range(2)] == [set(before[i]) - set(after[i]) for i in range(2)]
+            assert all(len(revoked[i]) == 1 for i in range(2))
         members[2].close()  # a clean leave: the two others take its partitions at once
         settle(members[:2], [3, 3], timeout_s=SESSION_MS / 1000 - 1)
     finally:
@@ -229,3 +239,55 @@ def test_find_coordinator_refuses_transactions_and_names_this_node_for_groups(ka
                                                 name="range", metadata=b"")]), 5)
         assert r.error_code == E.MEMBER_ID_REQUIRED and r.member_id
 
+
+
+def test_admin_client_lists_describes_and_deletes_groups(kafka_shared):
+    from confluent_kafka.admin import AdminClient
+
+    topic = make_topic(kafka_shared, records_each=1)
+    group = fresh("g")
+    admin = AdminClient({"bootstrap.servers": kafka_shared.bootstrap})
+    c = consumer(kafka_shared, group, **{"client.id": "describe-me"})
+    try:
+        c.subscribe([topic])
+        settle([c], [PARTITIONS])
+        c.commit(offsets=[confluent_kafka.TopicPartition(topic, p, 1) for p in range(PARTITIONS)],
+                 asynchronous=False)
+        listed = admin.list_consumer_groups().result(30)
+        assert group in [g.group_id for g in listed.valid]
+        described = admin.describe_consumer_groups([group])[group].result(30)
+        assert str(described.state).endswith("STABLE")
+        [member] = described.members
+        assert member.client_id == "describe-me"
+        assert sorted(tp.partition for tp in member.assignment.topic_partitions) == list(range(PARTITIONS))
+        with pytest.raises(confluent_kafka.KafkaException, match="NON_EMPTY_GROUP|not empty"):
+            admin.delete_consumer_groups([group])[group].result(30)
+    finally:
+        c.close()  # LeaveGroup: the group is Empty
+    offsets = admin.list_consumer_group_offsets(
+        [confluent_kafka.ConsumerGroupTopicPartitions(group)])[group].result(30)
+    assert sorted((tp.partition, tp.offset) for tp in offsets.topic_partitions) == [(p, 1) for p in range(PARTITIONS)]
+    admin.delete_consumer_groups([group])[group].result(30)
+    assert group not in [g.group_id for g in admin.list_consumer_groups().result(30).valid]
+
+
+def test_a_static_member_restarting_gets_its_partitions_back_without_a_rebalance(kafka_shared):
+    topic = make_topic(kafka_shared)
+    group = fresh("g")
+    revoked: list[int] = []
+    leader = consumer(kafka_shared, group, **{"group.instance.id": "a"})
+    leader.subscribe([topic], on_revoke=lambda c, parts: revoked.extend(tp.partition for tp in parts))
+    settle([leader], [PARTITIONS])  # alone first: the leader
+    follower = consumer(kafka_shared, group, **{"group.instance.id": "b"})
+    follower.subscribe([topic])
+    before = settle([leader, follower], [3, 3])
+    try:
+        follower.close()  # a static member does not leave (KIP-345): its partitions wait for it
+        revoked.clear()
+        again = consumer(kafka_shared, group, **{"group.instance.id": "b"})
+        again.subscribe([topic])
+        after = settle([leader, again], [3, 3], timeout_s=SESSION_MS / 1000 - 1)
+        assert after == before and revoked == []  # the leader kept its partitions throughout
+        again.close()
+    finally:
+        leader.close()
