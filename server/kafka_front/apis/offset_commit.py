@@ -52,6 +52,8 @@ async def handle(ctx, req):
     body = req.body
     by_id = req.api_version >= 10
     group_error = refusal(ctx, body.group_id)
+    if group_error is None and ctx.front.groups.store is None:  # no data directory to keep them in
+        group_error = E.COORDINATOR_NOT_AVAILABLE
     if group_error is None:
         group_error = ctx.front.groups.check_commit(body.group_id, body.generation_id_or_member_epoch,
                                                     body.member_id, body.group_instance_id)

@@ -28,6 +28,8 @@ async def handle(ctx, req):
     body = req.body
     coordinator = ctx.front.groups
     error = refusal(ctx, body.group_id, access.GROUP_DELETE)
+    if error is None and coordinator.store is None:
+        error = E.COORDINATOR_NOT_AVAILABLE
     if error is None and coordinator.state_of(body.group_id) == DEAD:
         error = E.GROUP_ID_NOT_FOUND
     g = coordinator.groups.get(body.group_id)
