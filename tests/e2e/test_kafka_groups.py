@@ -89,20 +89,22 @@ def test_librdkafka_two_then_three_members_share_the_partitions(kafka_shared, as
             c.close()
 
 
-def test_kafka_python_members_share_the_partitions(kafka_shared):
+@pytest.mark.parametrize("count", [2, 3])
+def test_kafka_python_members_share_the_partitions(kafka_shared, count):
     kafka = pytest.importorskip("kafka")
     topic = make_topic(kafka_shared)
     group = fresh("g")
     members = [kafka.KafkaConsumer(topic, bootstrap_servers=kafka_shared.bootstrap, group_id=group,
                                    session_timeout_ms=SESSION_MS, heartbeat_interval_ms=500,
-                                   auto_offset_reset="earliest") for _ in range(2)]
+                                   auto_offset_reset="earliest") for _ in range(count)]
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             for c in members:
                 c.poll(timeout_ms=50)
             got = [sorted(tp.partition for tp in c.assignment()) for c in members]
-            if sorted(p for g in got for p in g) == list(range(PARTITIONS)) and all(got):
+            if sorted(p for g in got for p in g) == list(range(PARTITIONS)) and \
+                    [len(g) for g in got] == [PARTITIONS // count] * count:
                 break
         else:
             raise AssertionError(f"kafka-python's group did not settle: {got}")
