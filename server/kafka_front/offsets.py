@@ -1,115 +1,55 @@
-"""Kafka groups' committed offsets, durable on this node: Partita's ``__consumer_offsets``.
+"""Kafka groups' committed offsets for the front-end: the journal (``storage.group_offsets``) on trio.
 
-Owns: ``OffsetStore``, the committed offset (and leader epoch, metadata,
-commit time) of every (group, topic, partition) this node coordinates, kept
-in a journal in the data directory (``<dir>/kafka-offsets.jsonl``), one JSON
-object a line:
+Owns: ``OffsetStore``, which opens the node's ``OffsetJournal`` on first use
+(a server with the Kafka port off never touches the file), answers reads
+from memory and makes commits and deletions durable off the event loop
+(``trio.to_thread``), one at a time (a lock keeps the journal's lines in
+the order the requests were answered). docs/kafka.md "Committed offsets".
 
-- ``{"g": group, "t": topic, "p": partition, "o": offset, "e": epoch, "m": metadata, "ts": ms}``: a commit;
-- ``{"g": group, "t": topic, "p": partition, "o": null}``: OffsetDelete of it;
-- ``{"g": group, "del": true}``: DeleteGroups of the group.
-
-A commit's lines are appended and fsynced (off the event loop) before
-OffsetCommit answers: a committed offset survives kill -9. Loading replays
-the journal (a torn last line, from a crash mid-write, is ignored) and, like
-Kafka's log cleaner compacting ``__consumer_offsets``, the journal is
-rewritten with only the live offsets (a temporary file renamed over it)
-once it holds more than twice as many lines as live offsets (and at least
-``COMPACT_MIN_LINES``).
-
-Must not know: the group protocol (``groups``), the wire format.
+Must not know: the group protocol (``groups``), the wire format, the file format.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import os
 import time
-from pathlib import Path
-from typing import NamedTuple
 
 import trio
 
-log = logging.getLogger("partita.kafka")
+from storage.group_offsets import FILE_NAME, Committed, OffsetJournal
 
-FILE_NAME = "kafka-offsets.jsonl"
-COMPACT_MIN_LINES = 10000
-
-
-class Committed(NamedTuple):
-    offset: int
-    leader_epoch: int
-    metadata: str
-    commit_ms: int
+__all__ = ["OffsetStore", "Committed", "FILE_NAME"]
 
 
 class OffsetStore:
-    """The committed offsets (module docstring); ``load`` before use."""
+    """The committed offsets of the groups this node coordinates."""
 
     def __init__(self, directory: str | os.PathLike) -> None:
-        self.path = Path(directory) / FILE_NAME
-        self.offsets: dict[str, dict[tuple[str, int], Committed]] = {}
-        self._lines = 0
-        self._loaded = False
+        self.directory = directory
+        self._journal: OffsetJournal | None = None
         self._lock = trio.Lock()
+
+    @property
+    def journal(self) -> OffsetJournal:
+        if self._journal is None:
+            self._journal = OffsetJournal(self.directory)
+        return self._journal
 
     # -- reading --------------------------------------------------------------------
 
-    def load(self) -> None:
-        if self._loaded:
-            return
-        self._loaded = True
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return
-        for line in data.splitlines():
-            try:
-                self._apply(json.loads(line))
-            except (ValueError, KeyError, TypeError):
-                log.warning("%s: skipping an unreadable line (a write cut short by a crash)", self.path)
-                continue
-            self._lines += 1
-        if self._lines > COMPACT_MIN_LINES and self._lines > 2 * self._live():
-            self._compact()
-
-    def _apply(self, rec: dict) -> None:
-        group = rec["g"]
-        if rec.get("del"):
-            self.offsets.pop(group, None)
-            return
-        key = (rec["t"], int(rec["p"]))
-        if rec["o"] is None:
-            mine = self.offsets.get(group)
-            if mine is not None:
-                mine.pop(key, None)
-                if not mine:
-                    del self.offsets[group]
-            return
-        self.offsets.setdefault(group, {})[key] = Committed(int(rec["o"]), int(rec.get("e", -1)),
-                                                           rec.get("m") or "", int(rec.get("ts", 0)))
-
-    def _live(self) -> int:
-        return sum(len(v) for v in self.offsets.values())
-
     def has_group(self, group: str) -> bool:
-        self.load()
-        return group in self.offsets
+        return group in self.journal.offsets
 
     def group_ids(self) -> list[str]:
-        self.load()
-        return list(self.offsets)
+        return list(self.journal.offsets)
 
     def of_group(self, group: str) -> dict[tuple[str, int], Committed]:
-        self.load()
-        return dict(self.offsets.get(group, {}))
+        return dict(self.journal.offsets.get(group, {}))
 
     def get(self, group: str, topic: str, partition: int) -> Committed | None:
-        self.load()
-        return self.offsets.get(group, {}).get((topic, partition))
+        return self.journal.offsets.get(group, {}).get((topic, partition))
 
-    # -- writing ------------------------------------------------------------------------
+    # -- writing (durable when they return) ------------------------------------------------
 
     async def commit(self, group: str, offsets: list[tuple[str, int, int, int, str]]) -> None:
         """Make ``(topic, partition, offset, leader epoch, metadata)`` durable for ``group``."""
@@ -124,46 +64,11 @@ class OffsetStore:
         await self._write([{"g": group, "del": True}])
 
     async def _write(self, records: list[dict]) -> None:
-        self.load()
         if not records:
             return
-        data = b"".join(json.dumps(r, separators=(",", ":")).encode() + b"\n" for r in records)
+        journal = self.journal
         async with self._lock:
-            await trio.to_thread.run_sync(self._append, data)
-            for r in records:
-                self._apply(r)
-            self._lines += len(records)
-            if self._lines > COMPACT_MIN_LINES and self._lines > 2 * self._live():
-                await trio.to_thread.run_sync(self._compact)
-
-    def _append(self, data: bytes) -> None:
-        new = not self.path.exists()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if new:
-            _fsync_dir(self.path.parent)
-
-    def _compact(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        lines = [json.dumps({"g": g, "t": t, "p": p, "o": c.offset, "e": c.leader_epoch, "m": c.metadata,
-                             "ts": c.commit_ms}, separators=(",", ":"))
-                 for g, parts in self.offsets.items() for (t, p), c in parts.items()]
-        with open(tmp, "wb") as f:
-            f.write("".join(line + "\n" for line in lines).encode())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        _fsync_dir(self.path.parent)
-        self._lines = len(lines)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+            await trio.to_thread.run_sync(journal.write, records)
+            journal.apply(records)
+            if journal.compaction_due():
+                await trio.to_thread.run_sync(journal.compact)

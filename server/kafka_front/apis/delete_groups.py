@@ -11,6 +11,7 @@ from server.kafka import codec
 from server.kafka import errors as E
 from server.kafka_front import access
 from server.kafka_front.group_checks import refusal
+from storage.errors import StorageError
 
 API_KEY = 42
 NAME = "DeleteGroups"
@@ -29,7 +30,7 @@ async def handle(ctx, req):
         if error == E.NONE and coordinator.store is not None:
             try:
                 await coordinator.store.delete_group(gid)
-            except OSError:
+            except StorageError:
                 error = E.COORDINATOR_NOT_AVAILABLE
         out.append(R.DeletableGroupResult(group_id=gid, error_code=error))
     return R(results=out)

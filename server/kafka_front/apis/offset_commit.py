@@ -24,6 +24,7 @@ from server.kafka import codec
 from server.kafka import errors as E
 from server.kafka_front import access
 from server.kafka_front.group_checks import refusal
+from storage.errors import StorageError
 
 log = logging.getLogger("partita.kafka")
 
@@ -74,7 +75,7 @@ async def handle(ctx, req):
     if todo:
         try:
             await ctx.front.groups.store.commit(body.group_id, todo)
-        except OSError as exc:
+        except StorageError as exc:
             log.error("Kafka group %r: committing offsets failed: %s", body.group_id, exc)
             for t in topics:
                 for p in t.partitions:

@@ -16,6 +16,7 @@ from server.kafka_front import access
 from server.kafka_front.apis.offset_commit import partition_error
 from server.kafka_front.groups import DEAD
 from server.kafka_front.group_checks import refusal
+from storage.errors import StorageError
 
 API_KEY = 47
 NAME = "OffsetDelete"
@@ -50,6 +51,6 @@ async def handle(ctx, req):
         topics.append(R.OffsetDeleteResponseTopic(name=t.name, partitions=parts))
     try:
         await coordinator.store.delete_offsets(body.group_id, todo)
-    except OSError:
+    except StorageError:
         return R(error_code=E.COORDINATOR_NOT_AVAILABLE)
     return R(error_code=E.NONE, topics=topics)

@@ -206,9 +206,9 @@ async def test_committed_offsets_survive_a_reload_and_deletes(tmp_path, autojump
 
 
 async def test_the_journal_is_compacted(tmp_path, autojump_clock, monkeypatch):
-    from server.kafka_front import offsets
+    from storage import group_offsets
 
-    monkeypatch.setattr(offsets, "COMPACT_MIN_LINES", 10)
+    monkeypatch.setattr(group_offsets, "COMPACT_MIN_LINES", 10)
     store = OffsetStore(tmp_path)
     for i in range(30):
         await store.commit("g", [("t", 0, i, 0, "")])
