@@ -19,6 +19,8 @@ classic ``GroupCoordinator`` does:
   without a heartbeat (and that has no JoinGroup or SyncGroup waiting) is
   removed, and the group rebalances;
 - LeaveGroup removes members at once and rebalances;
+- a group left with no members is forgotten (its committed offsets stay:
+  it is then an Empty group of the offset store);
 - static membership (``group.instance.id``, KIP-345): a known instance
   joining with no member id gets a new member id, fencing the old one
   (FENCED_INSTANCE_ID); a follower rejoining a Stable group keeps the
@@ -205,6 +207,8 @@ class Coordinator:
                 self._prepare(g)
             if g.state == PREPARING and (g.rebalance_deadline_s <= now_s or g.all_joined()):
                 self._complete_join(g)
+            if g.state == EMPTY and not g.members and not g.pending:
+                del self.groups[g.group_id]  # nothing left but its committed offsets (the store's), as Kafka
 
     # -- JoinGroup -----------------------------------------------------------------
 

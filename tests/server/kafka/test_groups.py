@@ -215,3 +215,12 @@ async def test_the_journal_is_compacted(tmp_path, autojump_clock, monkeypatch):
     lines = (tmp_path / FILE_NAME).read_bytes().splitlines()
     assert len(lines) <= 11
     assert OffsetStore(tmp_path).get("g", "t", 0).offset == 29
+
+
+async def test_a_group_with_no_members_left_is_forgotten(nursery, autojump_clock):
+    c = await start(nursery)
+    r = await join(c, group="once")
+    c.leave("once", [(r.member_id, None)])
+    await trio.sleep(0.1)  # the timer task runs
+    assert c.group_ids() == []
+    assert c.heartbeat("once", 1, r.member_id, None) == E.UNKNOWN_MEMBER_ID
