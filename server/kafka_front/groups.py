@@ -243,7 +243,7 @@ class Coordinator:
         member.seen_s = trio.current_time()
         if g.state in (STABLE, COMPLETING) and not changed and member.member_id in g.members \
                 and member.member_id != g.leader and g.generation > 0 \
-                and (g.state == STABLE or member.sync is None):
+                and (g.state == STABLE or (member.sync is None and member_id == member.member_id)):
             # a follower rejoining without change (a static member restarted): the current generation
             return self._current(g, member)
         waiter = Waiter()
