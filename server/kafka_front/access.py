@@ -19,7 +19,7 @@ bits it reports (``topic_operations``). docs/kafka.md "Authorization".
 | DESCRIBE (Metadata) | any of the above | any of the above |
 | DESCRIBE_CONFIGS of the broker | CONFIG GET | (none) |
 | IDEMPOTENT_WRITE (InitProducerId) | XADD | (none: Produce checks the keys) |
-| READ of a group (FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch) | XREADGROUP | (none), and READ of each topic committed or fetched |
+| READ of a group (FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch) | XREAD | (none), and READ of each topic committed or fetched |
 | DESCRIBE of a group (DescribeGroups, ListGroups) | XINFO GROUPS | (none) |
 | DELETE of a group (DeleteGroups, OffsetDelete) | XGROUP DESTROY | (none) |
 
@@ -107,7 +107,7 @@ def require_cluster(ctx: Any, command: str) -> None:
             f"{command.replace('|', ' ').upper()})")
 
 
-GROUP_READ = "xreadgroup"  # JoinGroup ... OffsetCommit / OffsetFetch, FindCoordinator
+GROUP_READ = "xread"  # JoinGroup ... OffsetCommit / OffsetFetch, FindCoordinator: a consumer's right
 GROUP_DESCRIBE = "xinfo|groups"  # DescribeGroups, ListGroups
 GROUP_DELETE = "xgroup|destroy"  # DeleteGroups, OffsetDelete
 

@@ -5,7 +5,7 @@ Versions 0-6 (v4+: several keys in one request, KIP-699). A group (key type
 node: this node; ``KafkaFront.coordinator_of``), so every node gives the
 same answer from the committed cluster metadata; a slot with no leader now
 is COORDINATOR_NOT_AVAILABLE (the client retries). A user that may not run
-XREADGROUP is answered GROUP_AUTHORIZATION_FAILED.
+XREAD is answered GROUP_AUTHORIZATION_FAILED.
 
 Transactions are not served: key type 1 (a transactional id) is answered
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as InitProducerId answers a

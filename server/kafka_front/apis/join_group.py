@@ -10,7 +10,7 @@ no member id: MEMBER_ID_REQUIRED with the member id to join with
 assignor for classic groups). The request waits (the connection handles
 nothing else meanwhile, as a Kafka broker's) until the join completes.
 
-Errors: NOT_COORDINATOR, GROUP_AUTHORIZATION_FAILED (no XREADGROUP right),
+Errors: NOT_COORDINATOR, GROUP_AUTHORIZATION_FAILED (no XREAD right),
 INVALID_GROUP_ID, INVALID_SESSION_TIMEOUT (outside 6 s - 30 min),
 INCONSISTENT_GROUP_PROTOCOL, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID,
 MEMBER_ID_REQUIRED, COORDINATOR_NOT_AVAILABLE.

@@ -8,7 +8,7 @@ Empty group, as a simple consumer or an admin tool commits); the offsets are
 "Committed offsets"). The retention time (v2-4) is ignored: offsets live
 until the group is deleted (DeleteGroups, OffsetDelete).
 
-Per partition: NOT_COORDINATOR, GROUP_AUTHORIZATION_FAILED (no XREADGROUP
+Per partition: NOT_COORDINATOR, GROUP_AUTHORIZATION_FAILED (no XREAD
 right), TOPIC_AUTHORIZATION_FAILED (may not read the topic),
 UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID by ID),
 OFFSET_METADATA_TOO_LARGE (over 4096 bytes), UNKNOWN_MEMBER_ID,
