@@ -181,6 +181,7 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
             state.reactor = Reactor()
             root.start_soon(state.reactor.run)
             root.start_soon(_sample_ops, state)
+            root.start_soon(kafka_front.groups.run)  # Kafka groups' session and rebalance timeouts
             if hasattr(topics, "retention_targets"):
                 root.start_soon(_maintain_topics, state)
             if state.replication is not None:

@@ -164,6 +164,17 @@ class RecordOps:
         return replication.manager.my_id if replication is not None else int(
             getattr(self.broker.config, "node_id", 0) or 0)
 
+    def key_leader(self, key: bytes) -> int:
+        """The node leading the hash slot of ``key`` (this node on a single node; -1: none): where
+        a Kafka group named ``key`` is coordinated."""
+        replication = self.broker.replication
+        if replication is None:
+            return self.node_id()
+        manager = replication.manager
+        _, shard = manager.key_shard(key)
+        leader = manager.state.leader(shard)
+        return leader if leader is not None else -1
+
     def record_nodes(self) -> list[Any]:
         """Every node of the cluster (``cluster.nodes.Node``), [] on a single node."""
         replication = self.broker.replication

@@ -889,6 +889,36 @@ api(37, "CreatePartitions", "0-3", "2+", request=[
     )),
 ])
 
+api(42, "DeleteGroups", "0-2", "2+", request=[
+    f("groups_names", array(STRING)),
+], response=[
+    f("throttle_time_ms", INT32),
+    f("results", array("DeletableGroupResult",
+        f("group_id", STRING),
+        f("error_code", INT16),
+    )),
+])
+
+api(47, "OffsetDelete", "0", "none", request=[
+    f("group_id", STRING),
+    f("topics", array("OffsetDeleteRequestTopic",
+        f("name", STRING),
+        f("partitions", array("OffsetDeleteRequestPartition",
+            f("partition_index", INT32),
+        )),
+    )),
+], response=[
+    f("error_code", INT16),
+    f("throttle_time_ms", INT32),
+    f("topics", array("OffsetDeleteResponseTopic",
+        f("name", STRING),
+        f("partitions", array("OffsetDeleteResponsePartition",
+            f("partition_index", INT32),
+            f("error_code", INT16),
+        )),
+    )),
+])
+
 api(60, "DescribeCluster", "0-2", "0+", request=[
     f("include_cluster_authorized_operations", BOOL),
     f("endpoint_type", INT8, "1+", default=1),

@@ -19,6 +19,9 @@ bits it reports (``topic_operations``). docs/kafka.md "Authorization".
 | DESCRIBE (Metadata) | any of the above | any of the above |
 | DESCRIBE_CONFIGS of the broker | CONFIG GET | (none) |
 | IDEMPOTENT_WRITE (InitProducerId) | XADD | (none: Produce checks the keys) |
+| READ of a group (FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch) | XREAD | (none), and READ of each topic committed or fetched |
+| DESCRIBE of a group (DescribeGroups, ListGroups) | XINFO GROUPS | (none) |
+| DELETE of a group (DeleteGroups, OffsetDelete) | XGROUP DESTROY | (none) |
 
 The topic key covers every partition, as ``XADD t`` / ``XREAD ... t``
 reach them all; a partition key covers that partition. DESCRIBE follows
@@ -102,6 +105,18 @@ def require_cluster(ctx: Any, command: str) -> None:
             E.CLUSTER_AUTHORIZATION_FAILED,
             f"Cluster authorization failed (user '{ctx.client.user}' may not run "
             f"{command.replace('|', ' ').upper()})")
+
+
+GROUP_READ = "xread"  # JoinGroup ... OffsetCommit / OffsetFetch, FindCoordinator: a consumer's right
+GROUP_DESCRIBE = "xinfo|groups"  # DescribeGroups, ListGroups
+GROUP_DELETE = "xgroup|destroy"  # DeleteGroups, OffsetDelete
+
+
+def group_allowed(ctx: Any, command: str) -> bool:
+    """Whether the user may run ``command``, the right a group operation needs (a Kafka group is
+    no key: ``GROUP_READ`` and the others above)."""
+    user = ctx.client.acl
+    return user is None or command in user.allowed
 
 
 def topic_operations(ctx: Any, topic: bytes, partition_count: int) -> list[Operation]:

@@ -34,6 +34,8 @@ from typing import Any, Callable, NamedTuple
 
 from server.kafka.errors import NONE as NO_ERROR
 from server.kafka.records import UNCOMPRESSED_MAX_BYTES_DEFAULT
+from server.kafka_front.groups import Coordinator
+from server.kafka_front.offsets import OffsetStore
 
 ZERO_UUID = uuid.UUID(int=0)
 
@@ -72,6 +74,10 @@ class KafkaFront:
         self._ids_generation = -1
         self._uuids: dict[bytes, uuid.UUID] = {}
         self._names: dict[uuid.UUID, bytes] = {}
+        directory = getattr(getattr(server, "config", None), "dir", None)
+        self.groups = Coordinator(OffsetStore(directory) if directory else None)
+        if server is not None:
+            server.kafka_groups = self.groups  # TOPIC GROUPS shows them beside Redis groups
 
     @property
     def config(self) -> Any:
@@ -122,6 +128,15 @@ class KafkaFront:
 
     def endpoint_of(self, ctx: "KafkaContext", node_id: int) -> Endpoint | None:
         return next((e for e in self.endpoints(ctx) if e.node_id == node_id), None)
+
+    def coordinator_of(self, ctx: "KafkaContext", group_id: str) -> Endpoint | None:
+        """The node coordinating ``group_id``: the leader of its hash slot (None: no leader now)."""
+        node = ctx.session.key_leader(group_id.encode())
+        return self.endpoint_of(ctx, node) if node >= 0 else None
+
+    def coordinates(self, ctx: "KafkaContext", group_id: str) -> bool:
+        """Whether this node coordinates ``group_id`` (else the APIs answer NOT_COORDINATOR)."""
+        return ctx.session.key_leader(group_id.encode()) == ctx.session.node_id()
 
 
 class KafkaContext:

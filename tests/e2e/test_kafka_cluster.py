@@ -174,3 +174,38 @@ def test_an_idempotent_producers_retry_on_the_new_leader_is_dropped(cluster):
         retry = eventually(lambda: produce(raw, last), timeout_s=30, what="the retry answered")
     assert retry.base_offset == 2
     assert [f[b"value"] for _, f in new_leader.client().xrange("orders")] == [b"a", b"b", b"c"]
+
+
+def test_a_groups_coordinator_is_its_slots_leader_and_a_librdkafka_group_works(cluster):
+    """Every node names the leader of the group id's slot in FindCoordinator; the others answer
+    group requests NOT_COORDINATOR; a librdkafka group consumer bootstrapped from a non-coordinator
+    joins, consumes and commits on the coordinator (docs/kafka.md, "In a cluster")."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    group = "billing"
+    coordinator = cluster.leader_of(group.encode())
+    coordinator_id = cluster.nodes.index(coordinator) + 1
+    for node in cluster.nodes:
+        with KafkaRaw(node.kafka_port) as raw:
+            found = raw.call(C.FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), 4).coordinators[0]
+            assert (found.error_code, found.node_id, found.port) == (E.NONE, coordinator_id, coordinator.kafka_port)
+            beat = raw.call(C.HeartbeatRequest(group_id=group, generation_id=1, member_id="m"), 4)
+            assert beat.error_code == (E.UNKNOWN_MEMBER_ID if node is coordinator else E.NOT_COORDINATOR)
+    leased(lambda: cluster.leader_of(b"orders").client().execute_command("TOPIC", "CREATE", "orders"))
+    leader = cluster.leader_of(b"orders")
+    assert leader.client().xadd("orders", {"value": "x"})
+    other = next(n for n in cluster.nodes if n is not coordinator)
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": f"127.0.0.1:{other.kafka_port}", "group.id": group,
+                                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                                         "session.timeout.ms": 6000})
+    try:
+        consumer.subscribe(["orders"])
+        deadline = time.monotonic() + 60
+        msg = None
+        while msg is None or msg.error():
+            assert time.monotonic() < deadline, "nothing consumed in the group"
+            msg = consumer.poll(0.1)
+        consumer.commit(message=msg, asynchronous=False)
+        committed = consumer.committed([confluent_kafka.TopicPartition("orders", 0)], 30)
+        assert committed[0].offset == 1
+    finally:
+        consumer.close()

@@ -14,8 +14,8 @@ some topic; Produce then checks each partition's key).
 
 Transactions are not served: a request with a transactional id is answered
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED, the error Kafka gives a producer not
-allowed to use its transactional id (fatal for the client). A client gets
-there only by skipping FindCoordinator, which is not served.
+allowed to use its transactional id (fatal for the client), as
+FindCoordinator answers a transactional id's coordinator.
 """
 
 from __future__ import annotations

@@ -340,3 +340,44 @@ async def test_init_producer_id_needs_the_right_to_write(tmp_path):
             resp = await peer.call(C.InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1), 4)
             assert resp.error_code == code, user
             await peer.stream.aclose()
+
+
+async def test_group_operations_need_the_rights_of_the_redis_group_commands(tmp_path):
+    """XREAD for the group protocol and offsets (and on each topic committed), XINFO
+    GROUPS to list or describe groups, XGROUP DESTROY to delete them (docs/kafka.md)."""
+    h = TopicsHarness(tmp_path, requirepass="pw")
+    session = h.state.broker.session()
+    for name in (b"mine", b"theirs"):
+        session.create_topic(name)
+    h.state.acl.setuser("member", ["on", ">pw", "~mine", "-@all", "+@read"])
+    h.state.acl.setuser("writer", ["on", ">pw", "~*", "-@all", "+xadd"])
+    OC = C.OffsetCommitRequest
+
+    def commit(*topics):
+        return OC(group_id="g", generation_id_or_member_epoch=-1, member_id="", topics=[
+            OC.OffsetCommitRequestTopic(name=t, partitions=[OC.OffsetCommitRequestPartition(
+                partition_index=0, committed_offset=1, committed_metadata="")]) for t in topics])
+
+    async with trio.open_nursery() as nursery:
+        reader = Peer(serve(h, nursery))
+        await reader.login(b"writer", b"pw")  # a producer only
+        assert (await reader.call(C.FindCoordinatorRequest(key="g"), 3)).error_code == E.GROUP_AUTHORIZATION_FAILED
+        joined = await reader.call(C.JoinGroupRequest(
+            group_id="g", session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="", protocol_type="consumer",
+            protocols=[C.JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]), 5)
+        assert joined.error_code == E.GROUP_AUTHORIZATION_FAILED
+        fetched = await reader.call(C.OffsetFetchRequest(group_id="g", topics=None), 7)
+        assert fetched.error_code == E.GROUP_AUTHORIZATION_FAILED
+
+        member = Peer(serve(h, nursery))
+        await member.login(b"member", b"pw")
+        assert (await member.call(C.FindCoordinatorRequest(key="g"), 3)).error_code == E.NONE
+        committed = await member.call(commit("mine", "theirs"), 8)
+        assert [t.partitions[0].error_code for t in committed.topics] == [E.NONE, E.TOPIC_AUTHORIZATION_FAILED]
+        fetched = await member.call(C.OffsetFetchRequest(group_id="g", topics=None), 7)
+        assert [(t.name, t.partitions[0].committed_offset) for t in fetched.topics] == [("mine", 1)]
+        assert [g.group_id for g in (await member.call(C.ListGroupsRequest(), 4)).groups] == ["g"]  # XINFO: @read
+        deleted = await member.call(C.DeleteGroupsRequest(groups_names=["g"]), 2)
+        assert deleted.results[0].error_code == E.GROUP_AUTHORIZATION_FAILED  # no XGROUP DESTROY
+        await reader.stream.aclose()
+        await member.stream.aclose()

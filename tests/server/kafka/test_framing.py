@@ -186,7 +186,7 @@ def test_kafka_python_negotiates_down_from_api_versions_v4():
     assert framing.decode_response(18, 0, frames.next_frame())[1].api_keys[0].max_version == 3
 
 
-@pytest.mark.parametrize("api_key,version", [(42, 0), (999, 1), (-1, 0), (0, 2), (0, 14), (1, 3), (7, 0)])
+@pytest.mark.parametrize("api_key,version", [(43, 0), (999, 1), (-1, 0), (0, 2), (0, 14), (1, 3), (7, 0)])
 def test_unserved_api_keys_and_versions_close_with_kafkas_reason(api_key, version):
     reader = framing.RequestReader()
     reader.receive_data(raw_frame(api_key, version, 5))
