@@ -139,6 +139,33 @@ def test_approximate_acked_keeps_its_limit(partita_shared):
         r.call("CONFIG", "SET", "stream-node-max-entries", "100")
 
 
+def test_approximate_delref_trims_entry_by_entry_within_its_limit(partita_shared):
+    """Redis 8.6's ``streamTrim`` keeps ``~``'s whole-node trimming for
+    KEEPREF only: with DELREF (or ACKED on a stream without groups) every
+    entry the trim reaches goes, one by one, and only its LIMIT counts by
+    nodes. Nodes of 2, five entries read by g: MAXLEN ~ 2 removes 3 (KEEPREF
+    would remove the first node only), MINID ~ 4 removes 1-0 .. 3-0."""
+    r = Resp(partita_shared.port)
+    assert r.call("CONFIG", "SET", "stream-node-max-entries", "2") == b"+OK\r\n"
+    try:
+        _five_read_by_g(r, "dm")
+        assert r.call("XTRIM", "dm", "MAXLEN", "~", "2", "DELREF") == b":3\r\n"
+        assert _pending_ids(r, "dm") == [b"4-0", b"5-0"]
+        _five_read_by_g(r, "dmin")
+        assert r.call("XTRIM", "dmin", "MINID", "~", "4", "DELREF") == b":3\r\n"
+        assert _ids(r.call("XRANGE", "dmin", "-", "+")) == [b"4-0", b"5-0"]
+        _five_read_by_g(r, "dlim")
+        assert r.call("XTRIM", "dlim", "MAXLEN", "~", "0", "LIMIT", "3", "DELREF") == b":2\r\n"
+        assert _pending_ids(r, "dlim") == [b"3-0", b"4-0", b"5-0"]
+        for ms in range(1, 6):
+            r.call("XADD", "nog", f"{ms}-0", "f", "v")
+        assert r.call("XTRIM", "nog", "MAXLEN", "~", "2", "ACKED") == b":3\r\n"
+        # KEEPREF's ~ by whole nodes: [3-0 (deleted), 4-0] goes, [5-0] stays.
+        assert r.call("XTRIM", "nog", "MAXLEN", "~", "1", "KEEPREF") == b":1\r\n"
+    finally:
+        r.call("CONFIG", "SET", "stream-node-max-entries", "100")
+
+
 def test_xtrim_acked_without_groups_is_a_plain_trim(partita_shared):
     r = Resp(partita_shared.port)
     for ms in range(1, 4):
