@@ -35,9 +35,16 @@ fi
 
 SOURCES=/etc/apt/sources.list.d/partita-redis-src.sources
 if ! apt-cache showsrc redis 2>/dev/null | grep -q "^Version: $DEBIAN_VERSION\$"; then
+    # The machine's own Debian archive (the first URIs of its deb822 list,
+    # the main archive; not the security one), for source packages.
+    ARCHIVE="$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)"
+    if [ -z "$ARCHIVE" ]; then
+        ARCHIVE="$(awk '/^deb / {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)"
+    fi
+    [ -n "$ARCHIVE" ] || { echo "no Debian archive configured in apt's sources" >&2; exit 1; }
     cat > "$SOURCES" <<SRC
 Types: deb-src
-URIs: http://deb.debian.org/debian
+URIs: $ARCHIVE
 Suites: $DEBIAN_SUITE
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
