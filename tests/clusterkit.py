@@ -11,6 +11,8 @@ import time
 
 import redis
 
+from cluster.topics import split_partition_key
+from storage.log_manager import encode_topic
 from tests.conftest import PartitaProcess, RawConn, free_port, wait_for
 from tests.netproxy import ProxyMesh
 
@@ -74,6 +76,21 @@ def partition_lines(server: PartitaProcess) -> dict[str, dict[str, str]]:
     return out
 
 
+def partition_dir(key: bytes) -> str:
+    """Where the log of ``key`` lives under a node's ``topics/``: ``t.orders/partition-3`` for
+    ``orders#3`` (partition 3 of the topic ``orders``), ``t.orders/partition-0`` for ``orders``."""
+    topic, partition = split_partition_key(key)
+    return f"{encode_topic(topic)}/partition-{partition or 0}"
+
+
+def placing_key(key: bytes) -> bytes:
+    """The key whose slot places ``key``'s partition, and that INFO
+    replication names it by: the topic for partition 0 (``orders#0`` is
+    placed by ``orders``), else the key itself."""
+    topic, partition = split_partition_key(key)
+    return topic if partition == 0 else key
+
+
 def listen_ports(n: int) -> list[int]:
     """``n`` free ports below the ephemeral range: nodes connect to each
     other while the cluster starts, and an outgoing connection's ephemeral
@@ -128,7 +145,7 @@ class Cluster:
             proxy_ports = dict(zip(pairs, listen_ports(len(pairs) + 2 * n)[2 * n:]))
             self.mesh = ProxyMesh(self.bus_ports, proxy_ports)
             specs = [",".join(f"{j + 1}@127.0.0.1:{self.ports[j]}@"
-                              f"{self.bus_ports[j] if j == i else proxy_ports[(i, j)]}"
+                              f"{self.bus_ports[j] if j == i else proxy_ports[(i, j)]}{named[j]}"
                               for j in range(n)) for i in range(n)]
         self.nodes: list[PartitaProcess] = []
         for i, port in enumerate(self.ports):
@@ -244,7 +261,7 @@ class Cluster:
     def leader_of(self, key: bytes) -> PartitaProcess:
         """The leader of ``key``'s slot in the view of a live node."""
         asked = self.alive().client()
-        slot = asked.execute_command("CLUSTER", "KEYSLOT", key)
+        slot = asked.execute_command("CLUSTER", "KEYSLOT", placing_key(key))
         for first, last, leader, *_ in asked.execute_command("CLUSTER", "SLOTS"):
             if first <= slot <= last:
                 return self.node_at(leader[1])
@@ -260,6 +277,7 @@ class Cluster:
 
     def wait_converged_on(self, nodes: list, key: str, timeout_s: float = 20.0) -> None:
         """``wait_converged`` over the replicas ``nodes`` only."""
+        key = placing_key(key.encode()).decode()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             lines = [partition_lines(n).get(key) for n in nodes]
@@ -272,7 +290,9 @@ class Cluster:
         raise AssertionError(f"replicas did not converge: {[partition_lines(n).get(key) for n in nodes]}")
 
     def log_bytes(self, node: PartitaProcess, topic: str) -> bytes:
-        files = sorted((node.data_dir / "topics").glob(f"*{topic}*/partition-0/*.log"))
+        """The log of ``topic`` (a partition key ``t#n`` names partition n of ``t``) on ``node``."""
+        name, partition = split_partition_key(topic.encode())
+        files = sorted((node.data_dir / "topics").glob(f"*{name.decode()}*/partition-{partition or 0}/*.log"))
         assert files, f"no log of {topic} on {node.data_dir}"
         # A batch never ends with a zero byte; zeros after the last one are
         # preallocation (fsync always), as many as each node happened to write.

@@ -321,25 +321,51 @@ class Replication:
         writes[pkey] = stream
         return cached[2]
 
-    async def wait_acks(self, client: Any, pending: dict) -> None:
+    def ack_marks(self, pending: dict) -> dict:
+        """What an acks=all wait for ``pending`` must see, taken right after
+        its writes: each partition's end offset and the leader epoch it was
+        written at (-1: not led here). A wait that starts later (a Kafka
+        response queued behind others) takes these, not the log as it is
+        then: by then this node may have lost the partition, truncated the
+        writes away and copied the new leader's log past their end."""
+        marks = {}
+        for pkey, stream in pending.items():
+            if type(pkey) is not tuple:
+                topic, n = split_partition_key(pkey)
+                ls = self.manager.leader_state(topic, n or 0)
+                marks[pkey] = (stream.log.log_end_offset, ls.epoch if ls is not None else -1)
+        return marks
+
+    async def wait_acks(self, client: Any, pending: dict, marks: dict | None = None) -> None:
         """Wait until every partition in ``pending`` (``partition key ->
         stream`` of the batch's acks=all writes) has its high watermark at its
-        end offset as of now, every in-sync replica has applied the group
-        journal of each ``("groups", topic, n) -> group store`` as of now, and
-        the controller has committed each ``("topics", record) -> record``
-        (a RENAME's topic changes, ``rename``).
+        end offset as of now (``marks``: as of ``ack_marks`` then), this node
+        leading it still at the epoch it was written at, every in-sync
+        replica has applied the group journal of each ``("groups", topic,
+        n) -> group store`` as of now, and the controller has committed each
+        ``("topics", record) -> record`` (a RENAME's topic changes,
+        ``rename``).
 
-        Raises AcksFailed when the ISR fell below min-insync-replicas or this
-        node stopped leading the partition before that happened, or lost
-        contact with the controller before it committed a topic record.
+        Raises AcksFailed when the ISR fell below min-insync-replicas before
+        that happened, or this node stopped leading the partition (or leads
+        it at another epoch: the high watermark is then another leader's log,
+        which the writes may not be in), or lost contact with the controller
+        before it committed a topic record.
         """
         groups = [(key, store, store.journal_position()) for key, store in pending.items()
                   if type(key) is tuple and key[0] == "groups"]
         records = [record for key, record in pending.items() if type(key) is tuple and key[0] == "topics"]
-        targets = [(pkey, stream, stream.log.log_end_offset) for pkey, stream in pending.items()
-                   if type(pkey) is not tuple]
-        for pkey, stream, end in targets:
-            while stream.log.high_watermark < end and not self._written_away(pkey, stream):
+        if marks is None:
+            marks = self.ack_marks(pending)
+        targets = [(pkey, stream, *marks[pkey]) for pkey, stream in pending.items() if type(pkey) is not tuple]
+        for pkey, stream, end, epoch in targets:
+            while not self._written_away(pkey, stream):
+                topic, n = split_partition_key(pkey)
+                ls = self.manager.leader_state(topic, n or 0)
+                if ls is None or ls.epoch != epoch:
+                    raise AcksFailed(f"{pkey!r}: this node no longer leads it as when it was written")
+                if stream.log.high_watermark >= end:
+                    break
                 refused = self._acks_refused(pkey)
                 if refused is not None:
                     raise refused

@@ -186,6 +186,8 @@ class KafkaConnection:
                 if scope.cancelled_caught:  # stopped (shutdown): no more requests
                     return
                 if isinstance(result, Pending):
+                    if result.receipt.repl_pending:  # the writes' end offsets and epochs, before anything else runs
+                        result.marks = self.server.replication.ack_marks(result.receipt.repl_pending)
                     await self._queue(send, (event, result), 0)
                 elif result is not None:
                     data = framing.encode_response(event.api_key, event.api_version, event.correlation_id, result)
@@ -278,7 +280,7 @@ class KafkaConnection:
         if receipt.repl_pending:
             with trio.move_on_after(max(0, pending.timeout_ms) / 1000) as scope:
                 try:
-                    await self.server.replication.wait_acks(self.ctx.session, receipt.repl_pending)
+                    await self.server.replication.wait_acks(self.ctx.session, receipt.repl_pending, pending.marks)
                 except AcksFailed as e:
                     return e
             if scope.cancelled_caught:

@@ -51,9 +51,11 @@ class Pending:
     the connection settles ``receipt`` (at most ``timeout_ms`` for the
     replicas), then sends ``finish(error)``'s body (``error``: the failure,
     or None); ``close_on_error``: no response at all (acks=0), and a
-    failure closes the connection, as Kafka does."""
+    failure closes the connection, as Kafka does. ``marks``: what the wait
+    for the in-sync replicas must see, taken as the handler returns (the
+    wait starts once the responses before it are sent: ``Replication.ack_marks``)."""
 
-    __slots__ = ("receipt", "timeout_ms", "finish", "silent")
+    __slots__ = ("receipt", "timeout_ms", "finish", "silent", "marks")
 
     def __init__(self, receipt: Any, timeout_ms: int, finish: Callable[[BaseException | None], Any],
                  silent: bool = False) -> None:
@@ -61,6 +63,7 @@ class Pending:
         self.timeout_ms = timeout_ms
         self.finish = finish
         self.silent = silent
+        self.marks: dict | None = None
 
 
 class KafkaFront:

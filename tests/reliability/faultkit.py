@@ -1,12 +1,15 @@
 """What the cluster fault tests share: the ledger of acknowledged writes, an
-acks=all producer thread, and the check of one key on its final leader."""
+acks=all producer thread (XADD, or librdkafka with acks=-1), and the check of
+one key on its final leader."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 import redis
@@ -57,23 +60,115 @@ def produce(cluster: Cluster, key: bytes, ledger: Ledger, stop: threading.Event)
         i += 1
 
 
+def final_entries(cluster: Cluster, key: bytes) -> list[tuple[bytes, dict]]:
+    """The entries of ``key`` on its final leader, once every replica has
+    them all, and every replica's log byte-identical."""
+    cluster.wait_converged(key.decode(), timeout_s=30)
+    # The last fault may have restarted the controller's leader: a lease
+    # lapsing meanwhile refuses the read with -TRYAGAIN, retried.
+    stored = leased(lambda: cluster.leader_of(key).client().xrange(key))
+    logs = {cluster.log_bytes(n, key.decode()) for n in cluster.nodes}
+    assert len(logs) == 1, f"{key!r}: replicas differ"
+    return stored
+
+
 def check_key(cluster: Cluster, key: bytes, acked: list[bytes]) -> list[bytes]:
     """Every acknowledged entry of ``key`` on its final leader once and in
     acknowledgement order, and every replica's log byte-identical; returns
     the IDs stored."""
-    cluster.wait_converged(key.decode(), timeout_s=30)
-    # The last fault may have restarted the controller's leader: a lease
-    # lapsing meanwhile refuses the read with -TRYAGAIN, retried.
-    stored = [entry_id for entry_id, _ in leased(lambda: cluster.leader_of(key).client().xrange(key))]
+    stored = [entry_id for entry_id, _ in final_entries(cluster, key)]
     assert len(stored) == len(set(stored)), f"{key!r}: duplicate IDs"
     position = {entry_id: i for i, entry_id in enumerate(stored)}
     missing = [a for a in acked if a not in position]
     assert not missing, f"{key!r}: {len(missing)} acknowledged entries lost, first {missing[:3]}"
     order = [position[a] for a in acked]
     assert order == sorted(order), f"{key!r}: acknowledged entries out of order"
-    logs = {cluster.log_bytes(n, key.decode()) for n in cluster.nodes}
-    assert len(logs) == 1, f"{key!r}: replicas differ"
     return stored
+
+
+@dataclass
+class KafkaLedger(Ledger):
+    """A Kafka producer's ledger: ``keys`` are its topic's partition keys
+    (partition n is ``keys[n]``), ``acked[key]`` the values its delivery
+    reports acknowledged, in their order, and ``offsets[key]`` the offset
+    each was acknowledged at (-1: the report named none, as librdkafka's
+    does when the broker answered no base offset); ``retries`` librdkafka's
+    own resends (its statistics' ``txretries``); ``failed_writes`` records
+    whose delivery report was an error."""
+    tag: bytes = b""  # the start of every value this producer sends
+    idempotent: bool = False
+    offsets: dict[bytes, list[int]] = field(default_factory=dict)
+    retries: int = 0
+    request_errors: int = 0  # requests that failed or timed out (statistics' txerrs + req_timeouts)
+    unflushed: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.offsets = {k: [] for k in self.keys}
+
+
+def produce_kafka(cluster: Cluster, topic: str, ledger: KafkaLedger, stop: threading.Event) -> None:
+    """One librdkafka producer with acks=all (-1), idempotent or not, sending
+    to each partition in turn until ``stop``, then flushing. Only a
+    successful delivery report counts as acknowledged, at the partition and
+    offset it names; librdkafka retries failed requests by itself."""
+    import confluent_kafka
+
+    def delivered(err, msg) -> None:
+        if err is not None:
+            ledger.failed_writes += 1
+            return
+        key = ledger.keys[msg.partition()]
+        ledger.acked[key].append(msg.value())
+        offset = msg.offset()
+        ledger.offsets[key].append(-1 if offset is None else offset)
+
+    def statistics(text: str) -> None:
+        brokers = json.loads(text)["brokers"].values()
+        ledger.retries = max(ledger.retries, sum(b.get("txretries", 0) for b in brokers))
+        ledger.request_errors = max(ledger.request_errors, sum(b.get("txerrs", 0) + b.get("req_timeouts", 0)
+                                                               for b in brokers))
+
+    producer = confluent_kafka.Producer({
+        "bootstrap.servers": cluster.bootstrap(), "acks": "all", "enable.idempotence": ledger.idempotent,
+        "linger.ms": 5, "message.timeout.ms": 60_000, "retry.backoff.ms": 100,
+        "topic.metadata.refresh.interval.ms": 1000, "statistics.interval.ms": 500, "stats_cb": statistics})
+    i = 0
+    while not stop.is_set():
+        try:
+            producer.produce(topic, value=b"%s%08d" % (ledger.tag, i), partition=i % len(ledger.keys),
+                             on_delivery=delivered)
+            i += 1
+        except BufferError:  # the queue is full while no leader answers: wait for reports
+            pass
+        producer.poll(0.005)  # paced as the XADD producers are, not at librdkafka's full speed
+    ledger.unflushed = producer.flush(90)
+    producer.poll(0)
+
+
+def check_kafka(ledger: KafkaLedger, stored: dict[bytes, list[tuple[bytes, dict]]]) -> tuple[int, int]:
+    """Every record ``ledger`` acknowledged is in ``stored`` (each partition
+    key's entries on its final leader, ``final_entries``) at its acknowledged
+    offset; an idempotent producer's records are there once, another's at
+    least once. Returns (records checked, duplicates stored)."""
+    assert not ledger.unflushed, f"{ledger.unflushed} records never got a delivery report"
+    checked = duplicates = 0
+    for key in ledger.keys:
+        values = [fields.get(b"value") for _, fields in stored[key]]
+        counts = Counter(v for v in values if v is not None and v.startswith(ledger.tag))
+        lost = [(offset, value, values[offset] if 0 <= offset < len(values) else None)
+                for value, offset in zip(ledger.acked[key], ledger.offsets[key])
+                if not (counts[value] if offset < 0 else offset < len(values) and values[offset] == value)]
+        assert not lost, (f"{key!r}: {len(lost)} of {len(ledger.acked[key])} acknowledged records not at their "
+                          f"offset, first (offset, acknowledged, stored) {lost[:3]}")
+        twice = sum(c - 1 for c in counts.values())
+        if ledger.idempotent and twice:
+            again = [v for v, c in counts.items() if c > 1][:3]
+            raise AssertionError(f"{key!r}: {twice} idempotent records stored twice, first (value, offsets) "
+                                 f"{[(v, [i for i, w in enumerate(values) if w == v]) for v in again]}")
+        checked += len(ledger.acked[key])
+        duplicates += twice
+    return checked, duplicates
 
 
 def fault_seed() -> int:
