@@ -60,6 +60,10 @@ NOT_LEADER_RETRY_S = 0.1
 # would answer at once, and a refusing disk would turn the fetcher into a
 # busy loop.
 APPLY_RETRY_MS = 1000
+# A high-watermark checkpoint that failed is tried again by the ticks only
+# this much later (a failing disk: one "disk error" line per partition per
+# period, not one per tick).
+HW_RETRY_MS = 10_000
 
 
 @dataclass
@@ -120,6 +124,7 @@ class ReplicaManager:
         self.last_fetch_ms: dict[int, int] = {}  # follower node -> when it last fetched here
         self._led_since: dict[int, tuple[int, int]] = {}  # shard -> (epoch, ms) this leadership was first seen
         self._hw_saved: dict[tuple[bytes, int], int] = {}
+        self._hw_failed: dict[tuple[bytes, int], tuple[str, int]] = {}  # key -> (error, retry at ms)
         self._follow_stamp: dict[int, tuple[int, int]] = {}
         self.paused: dict[int, tuple[int, int]] = {}  # shard -> (epoch, until ms)
         self._fetch_errors: dict[int, str] = {}  # leader -> the last fetch failure logged
@@ -290,6 +295,7 @@ class ReplicaManager:
                 del self.leaders[(topic, n)]
                 self.by_directory.pop(str(ls.log.directory), None)
                 self._hw_saved.pop((topic, n), None)
+                self._hw_failed.pop((topic, n), None)
 
     def tick(self) -> None:
         """Periodic: ISR shrink by lag, HW checkpoints."""
@@ -316,7 +322,7 @@ class ReplicaManager:
                             sorted(before), sorted(ls.isr))
             if ls.log.high_watermark != hw:
                 self.on_hw_advance(topic, n)
-        self.save_hw_checkpoints(prune=False)  # pruned above
+        self.save_hw_checkpoints(prune=False, now_ms=now)  # pruned above
 
     def partition_at(self, directory: Any) -> tuple[bytes, int] | None:
         """``(topic, n)`` of a partition directory (``topics/<topic>/partition-<n>``)."""
@@ -581,6 +587,8 @@ class ReplicaManager:
             plog = self.registry.stream_of(f.topic, f.n).log
             if plog.sync_failure is not None:
                 continue  # offline after a failed fsync: it takes no part until reopened (fetch_request)
+            if (f.topic, f.n) in self._apply_backoff:
+                continue  # this disk refused its last cut: not yet (fetch_request ends the wait)
             if plog.latest_epoch < 0:
                 f.epoch_truncated = epoch
                 continue
@@ -605,7 +613,14 @@ class ReplicaManager:
                 log.warning("%s: truncating from %d to %d (leader's end of epoch %s)",
                             self.canonical_key(f.topic, f.n).decode("utf-8", "replace"),
                             plog.log_end_offset, target, answer.epoch)
-                plog.truncate_to(target)
+                try:
+                    plog.truncate_to(target)
+                except StorageError as e:
+                    # This disk refused the cut (full, or a failed fsync took
+                    # the log offline): this partition only; asked again later.
+                    self._apply_failed(f.topic, f.n, "truncation", e)
+                    continue
+                self._apply_ok(f.topic, f.n, "truncation")
                 self.fetch_counts["truncations"] += 1
             f.epoch_truncated = self.state.epoch(self.shard_of(f.topic, f.n))
 
@@ -719,7 +734,10 @@ class ReplicaManager:
             if plog.log_end_offset < lso:
                 log.warning("%s: end offset %d is below the leader's log start %d: restarting the replica there",
                             name, plog.log_end_offset, lso)
-                plog.restart_at(lso)
+                try:
+                    plog.restart_at(lso)
+                except StorageError as e:  # as a truncation's: this partition only
+                    self._apply_failed(f.topic, f.n, "restart", e)
             elif plog.log_end_offset > leo:
                 f.epoch_truncated = -1  # truncate by epoch again before fetching
         elif error == rp.TOPIC_ID_MISMATCH:
@@ -773,18 +791,28 @@ class ReplicaManager:
         except ValueError:
             return None
 
-    def save_hw_checkpoints(self, *, prune: bool = True) -> None:
+    def save_hw_checkpoints(self, *, prune: bool = True, now_ms: int | None = None) -> None:
+        """Write the high watermarks that moved. Best effort: the file only
+        shortens what a restart shows at once (docs/guarantees.md). With
+        ``now_ms`` (the ticks) one that failed waits ``HW_RETRY_MS``."""
         if prune:
             self._prune()
         for key, ls in self.leaders.items():
             hw = ls.log.high_watermark
-            if self._hw_saved.get(key) != hw:
-                try:
-                    write_atomic(ls.log.directory / HW_CHECKPOINT, b"%d" % hw, sync=False)
-                    self._hw_saved[key] = hw
-                except (OSError, StorageError) as e:  # only shortens what a restart shows at once
-                    log.warning("high watermark checkpoint of %s failed: %s",
-                                self.canonical_key(*key).decode("utf-8", "replace"), e)
+            if self._hw_saved.get(key) == hw:
+                continue
+            failed = self._hw_failed.get(key)
+            if failed is not None and now_ms is not None and now_ms < failed[1]:
+                continue
+            try:
+                write_atomic(ls.log.directory / HW_CHECKPOINT, b"%d" % hw, sync=False)
+                self._hw_saved[key] = hw
+                self._hw_failed.pop(key, None)
+            except (OSError, StorageError) as e:
+                if failed is None or failed[0] != str(e):  # warned about once per new reason
+                    log.warning("high watermark checkpoint of %s failed (retried every %ds): %s",
+                                self.canonical_key(*key).decode("utf-8", "replace"), HW_RETRY_MS // 1000, e)
+                self._hw_failed[key] = (str(e), self.clock_ms() + HW_RETRY_MS)
 
     def partition_view(self, topic: bytes, n: int) -> dict[str, Any]:
         """Where a partition lives, for TOPIC DESCRIBE: its leader, replicas,
