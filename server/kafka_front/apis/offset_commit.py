@@ -76,7 +76,7 @@ async def handle(ctx, req):
         try:
             await ctx.front.groups.store.commit(body.group_id, todo)
         except StorageError as exc:
-            log.error("Kafka group %r: committing offsets failed: %s", body.group_id, exc)
+            log.error("Kafka group '%s': committing offsets failed: %s", body.group_id, exc)
             for t in topics:
                 for p in t.partitions:
                     if p.error_code == E.NONE:
