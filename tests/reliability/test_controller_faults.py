@@ -12,7 +12,9 @@ preferred leaders their shards back.
 At the end, every acknowledged XADD must be on its partition's final leader
 exactly once and in acknowledgement order, every acknowledged Kafka record
 at the partition and offset its delivery report named (the idempotent
-producer's records once, the other's at least once: its duplicates are
+producer's records once within one producer epoch — copies librdkafka
+re-sent after bumping its epoch are counted apart, see
+faultkit.check_kafka —, the other's at least once: its duplicates are
 counted), every replica's log byte-identical, and the consumer groups must
 have gone on from where their acknowledged progress was: no acknowledged XACK undone (its entry is not
 pending again) and every entry consumed and acknowledged once the faults
@@ -39,7 +41,7 @@ import redis
 
 from tests.clusterkit import Cluster, leased, partition_dir, partition_lines
 from tests.reliability.faultkit import (KafkaLedger, Ledger, check_kafka, check_key, fault_seed, final_entries,
-                                        no_retry_client, produce, produce_kafka, soak_seconds)
+                                        kafka_producers, no_retry_client, produce, produce_kafka, soak_seconds)
 
 CI_SECONDS = 30.0
 KEYS = [b"c0", b"c1", b"c2", b"c3"]
@@ -228,14 +230,18 @@ def _check(cluster: Cluster, ledger: GroupLedger) -> tuple[int, int]:
     return checked, xacks
 
 
-def _kafka_partitions(cluster: Cluster) -> dict[bytes, list[tuple[bytes, dict]]]:
-    """Each partition's entries on its final leader, position n holding offset n."""
-    stored = {}
+def _kafka_partitions(cluster: Cluster) -> tuple[dict[bytes, list[tuple[bytes, dict]]],
+                                                  dict[bytes, dict[int, tuple[int, int]]]]:
+    """Each partition's entries on its final leader, position n holding
+    offset n, and the (producer id, epoch) of each idempotent producer's
+    entry there (``kafka_producers``; every replica's log is the same)."""
+    stored, producers = {}, {}
     for key in KAFKA_KEYS:
         stored[key] = final_entries(cluster, key)
         added = leased(lambda: cluster.leader_of(key).client().xinfo_stream(key))["entries-added"]  # noqa: B023
         assert added == len(stored[key]), f"{key!r}: offsets with no entry: {added} added, {len(stored[key])} stored"
-    return stored
+        producers[key] = kafka_producers(cluster.log_bytes(cluster.nodes[0], key.decode()))
+    return stored, producers
 
 
 def partition_lines_for(node, key: bytes) -> dict:
@@ -297,8 +303,8 @@ def _run(tmp_path, seconds: float, seed: int) -> str:
         _wait_preferred_leaders(cluster)
         leader_changes = _epochs(cluster) - epochs_before
         checked, xacks = _check(cluster, ledger)
-        kafka_stored = _kafka_partitions(cluster)
-        kafka_checked = [check_kafka(k, kafka_stored) for k in kafka]
+        kafka_stored, kafka_producers_of = _kafka_partitions(cluster)
+        kafka_checked = [check_kafka(k, kafka_stored, kafka_producers_of) for k in kafka]
     finally:
         stop_producers.set()
         stop_consumers.set()
@@ -316,9 +322,11 @@ def _run(tmp_path, seconds: float, seed: int) -> str:
             + "; ".join(f"Kafka acks=-1 {'idempotent' if k.idempotent else 'non-idempotent'}: "
                         f"{sum(map(len, k.acked.values()))} acknowledged, {checked_k} checked at their offsets "
                         f"({sum(o.count(-1) for o in k.offsets.values())} reported with no offset: found by value), "
-                        f"{dups} duplicates, {k.failed_writes} failed deliveries, "
+                        f"{dups} duplicates"
+                        + (f" ({across} re-sent under a new producer epoch)" if k.idempotent else "")
+                        + f", {k.failed_writes} failed deliveries, "
                         f"{k.request_errors} failed requests and {k.retries} retried (librdkafka statistics)"
-                        for k, (checked_k, dups) in zip(kafka, kafka_checked)))
+                        for k, (checked_k, dups, across) in zip(kafka, kafka_checked)))
     print(line)
     RESULTS.append(line)
     assert acked > 100 and leader_changes > 0
