@@ -12,6 +12,7 @@ import time
 import redis
 
 from cluster.topics import split_partition_key
+from storage import records
 from storage.log_manager import encode_topic
 from tests.conftest import PartitaProcess, RawConn, free_port, wait_for
 from tests.netproxy import ProxyMesh
@@ -294,6 +295,19 @@ class Cluster:
         name, partition = split_partition_key(topic.encode())
         files = sorted((node.data_dir / "topics").glob(f"*{name.decode()}*/partition-{partition or 0}/*.log"))
         assert files, f"no log of {topic} on {node.data_dir}"
-        # A batch never ends with a zero byte; zeros after the last one are
-        # preallocation (fsync always), as many as each node happened to write.
-        return b"".join(f.read_bytes().rstrip(b"\0") for f in files)
+        # Zeros after the last batch are preallocation (fsync always), as
+        # many as each node happened to write: each file up to its batches' end.
+        return b"".join(_batches(f.read_bytes()) for f in files)
+
+
+def _batches(data: bytes) -> bytes:
+    """The batches at the start of a segment file's bytes (a batch may end
+    with zero bytes, so the preallocated zeros after them are found by
+    walking the batches' lengths, not by stripping zeros)."""
+    pos = 0
+    while pos + records.HEADER_BYTES <= len(data):
+        length = records.unpack_header(data, pos)[records.H_LENGTH]
+        if length == 0:
+            break
+        pos += length
+    return data[:pos]

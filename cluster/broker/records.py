@@ -249,8 +249,8 @@ class RecordOps:
         replication = broker.replication
         if replication is not None:
             self._before_replicated_append(pkey, stream)
-            if acks_all and replication.manager.is_replicated() and pkey not in (self.repl_pending or {}):
-                ls = replication.manager.leader_state(topic, n)
+            if acks_all and replication.manager.is_replicated():
+                ls = replication.manager.leader_state(topic, n)  # checked for every batch, as Kafka does
                 if not ls.accepts_acks_all():
                     raise NotEnoughReplicas(len(ls.isr), replication.manager.canonical_key(topic, n),
                                             ls.min_insync)

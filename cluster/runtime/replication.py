@@ -126,8 +126,9 @@ class Replication:
         manager.on_group_progress = self._on_group_progress
         manager.on_applied = self._note_follower_write
         self._writes: dict[bytes, tuple] = {}  # partition key -> (stamp, leader state, acks=all, shard)
-        # acks=all replies waiting: partition key -> [(end offset, event or _AcksWaiter)]
-        self._ack_waiters: dict[bytes, list[tuple[int, Any]]] = {}
+        # acks=all replies waiting: partition key -> [(end offset, leader
+        # epoch written at, event or _AcksWaiter)]
+        self._ack_waiters: dict[bytes, list[tuple[int, int, Any]]] = {}
         self._config_generation = 0
 
         def config_changed(name: str, value: Any) -> None:
@@ -363,7 +364,7 @@ class Replication:
                 topic, n = split_partition_key(pkey)
                 ls = self.manager.leader_state(topic, n or 0)
                 if ls is None or ls.epoch != epoch:
-                    raise AcksFailed(f"{pkey!r}: this node no longer leads it as when it was written")
+                    raise self._moved(pkey)
                 if stream.log.high_watermark >= end:
                     break
                 refused = self._acks_refused(pkey)
@@ -377,7 +378,7 @@ class Replication:
                 waiters = self._ack_waiters.get(pkey)
                 if waiters is None:
                     waiters = self._ack_waiters[pkey] = []
-                entry = (end, event)
+                entry = (end, epoch, event)
                 waiters.append(entry)
                 try:
                     with trio.move_on_after(TICK_S):
@@ -414,16 +415,16 @@ class Replication:
                 if refused is not None:
                     callback(refused)
                     return
-                waiting.append((pkey, end))
+                waiting.append((pkey, end, self._epoch_led(pkey)))
         if not waiting:
             callback(None)
             return
         waiter = _AcksWaiter(callback, len(waiting))
-        for pkey, end in waiting:
+        for pkey, end, epoch in waiting:
             waiters = self._ack_waiters.get(pkey)
             if waiters is None:
                 waiters = self._ack_waiters[pkey] = []
-            waiters.append((end, waiter))
+            waiters.append((end, epoch, waiter))
 
     async def _acked_then(self, client: Any, pending: dict, callback: Any) -> None:
         try:
@@ -447,6 +448,16 @@ class Replication:
         current = self.topics.cached_stream(topic, n or 0)
         return current is None or (stream is not None and current is not stream)
 
+    def _epoch_led(self, pkey: bytes) -> int:
+        """The leader epoch at which this node leads ``pkey``; -1: not led here."""
+        topic, n = split_partition_key(pkey)
+        ls = self.manager.leader_state(topic, n or 0)
+        return ls.epoch if ls is not None else -1
+
+    @staticmethod
+    def _moved(pkey: bytes) -> AcksFailed:
+        return AcksFailed(f"{pkey!r}: this node no longer leads it as when it was written")
+
     def _acks_refused(self, pkey: bytes) -> "AcksFailed | None":
         """Why an acks=all write to ``pkey`` can no longer be acknowledged, or None."""
         topic, n = split_partition_key(pkey)
@@ -460,23 +471,25 @@ class Replication:
 
     def _recheck_ack_waiters(self) -> None:
         """The tick: fail handed-over acks=all waits (``when_acked``) whose
-        partition lost its ISR or its leader here; awaiting ones re-check
-        themselves."""
+        partition lost its ISR or its leader here, or is led here at another
+        epoch than when it was written; awaiting ones re-check themselves."""
         for pkey, waiters in list(self._ack_waiters.items()):
-            handed = [w for _, w in waiters if type(w) is _AcksWaiter and not w.done]
+            handed = [(epoch, w) for _, epoch, w in waiters if type(w) is _AcksWaiter and not w.done]
             if not handed:
                 continue
             if self._written_away(pkey):
-                for waiter in handed:
+                for _, waiter in handed:
                     waiter.set()  # (this partition's part of its wait is over)
                 del self._ack_waiters[pkey]
                 continue
             refused = self._acks_refused(pkey)
-            if refused is None:
-                continue
-            for waiter in handed:
-                waiter.fail(refused)
-            keep = [(end, w) for end, w in waiters if not (type(w) is _AcksWaiter and w.done)]
+            current = self._epoch_led(pkey)
+            for epoch, waiter in handed:
+                if refused is not None:
+                    waiter.fail(refused)
+                elif epoch != current:
+                    waiter.fail(self._moved(pkey))
+            keep = [entry for entry in waiters if not (type(entry[2]) is _AcksWaiter and entry[2].done)]
             if keep:
                 self._ack_waiters[pkey] = keep
             else:
@@ -542,12 +555,17 @@ class Replication:
         stream = self.topics.cached_stream(topic, n) if waiters else None
         if stream is not None:
             hw = stream.log.high_watermark
+            current = self._epoch_led(pkey)
             keep = []
-            for end, waiter in waiters:
-                if end <= hw:
-                    waiter.set()
-                elif not waiter.is_set():
-                    keep.append((end, waiter))
+            for entry in waiters:
+                end, epoch, waiter = entry
+                if end > hw:
+                    if not waiter.is_set():
+                        keep.append(entry)
+                elif epoch == current or type(waiter) is not _AcksWaiter:
+                    waiter.set()  # (an awaiting writer checks the epoch itself)
+                else:  # this high watermark is of a log the write may not be in
+                    waiter.fail(self._moved(pkey))
             if keep:
                 self._ack_waiters[pkey] = keep
             else:

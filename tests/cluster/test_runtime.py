@@ -94,7 +94,23 @@ async def test_an_acks_all_write_waits_for_the_followers_over_memory_links(clust
         assert copy is not None and copy.log.log_end_offset == 1
 
 
-async def test_an_acks_all_wait_fails_when_leadership_moved_even_once_the_high_watermark_passes_it(cluster):
+async def _awaiting(node, client, pending) -> None:
+    await node.wait_acks(client, pending)
+
+
+async def _handed_over(node, client, pending) -> None:
+    """``when_acked``, the way a connection hands its held replies over."""
+    done = trio.Event()
+    outcome = []
+    node.when_acked(client, pending, lambda error: (outcome.append(error), done.set()))
+    await done.wait()
+    if outcome[0] is not None:
+        raise outcome[0]
+
+
+@pytest.mark.parametrize("wait_for_acks", [_awaiting, _handed_over], ids=["wait_acks", "when_acked"])
+async def test_an_acks_all_wait_fails_when_leadership_moved_even_once_the_high_watermark_passes_it(
+        cluster, wait_for_acks):
     """A leader cut off from its peers appends a write and waits for its
     followers; meanwhile another node is elected and writes further. Healed,
     the old leader truncates its write away and, as a follower, copies the new
@@ -126,7 +142,7 @@ async def test_an_acks_all_wait_fails_when_leadership_moved_even_once_the_high_w
 
     async def wait() -> None:
         try:
-            await old.wait_acks(client, pending)
+            await wait_for_acks(old, client, pending)
         except replication.AcksFailed as e:
             outcome.append(e)
         else:

@@ -159,10 +159,6 @@ def kafka_producers(log: bytes) -> dict[int, tuple[int, int]]:
     pos = 0
     while pos < len(log):
         header = unpack_header(log, pos)
-        # ``log_bytes`` strips the zeros after the last batch, and with them
-        # the zero padding that ends its last producer record's token.
-        if pos + header[H_LENGTH] > len(log):
-            log += bytes(pos + header[H_LENGTH] - len(log))
         for rec in producer_records(log, pos, header):
             if rec.kind == KIND_SEQUENCE:
                 producer_id = struct.unpack_from("<q", rec.producer)[0]

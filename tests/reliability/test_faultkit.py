@@ -19,7 +19,8 @@ PID = 8888569518781
 def _log(batches: list[tuple[bytes, tuple[int, int] | None]]) -> tuple[list[tuple[bytes, dict]], bytes]:
     """One batch of one entry per (value, (epoch, base sequence) or None for
     a non-idempotent append): the entries as XRANGE returns them, and the
-    log's bytes as ``Cluster.log_bytes`` reads them (trailing zeros stripped)."""
+    log's bytes as ``Cluster.log_bytes`` reads them (its batches, without the
+    preallocated zeros after them)."""
     entries, log = [], b""
     for offset, (value, producer) in enumerate(batches):
         recs = () if producer is None else (ProducerRecord(KIND_SEQUENCE, producer[0], 0, 1, sequence_producer(PID),
@@ -28,7 +29,7 @@ def _log(batches: list[tuple[bytes, tuple[int, int] | None]]) -> tuple[list[tupl
                                   producers=recs)
         log += head + body
         entries.append((b"1-%d" % offset, {b"value": value}))
-    return entries, log.rstrip(b"\0")
+    return entries, log
 
 
 def _check(batches) -> tuple[int, int, int]:

@@ -4,11 +4,14 @@ offset up to the high watermark, offsets by time through the ID index, layouts, 
 
 from __future__ import annotations
 
+import types
+
 import pytest
 import trio
 import trio.testing
 
 from cluster.broker import EntryTooLargeError, Trim, XAddPlan
+from cluster.errors import NotEnoughReplicas
 from cluster.topics import PARTITION_OUT_OF_RANGE, UNKNOWN_TOPIC, TopicError
 from storage.entry_codec import decode_entry
 from storage.errors import OffsetOutOfRangeError
@@ -141,3 +144,49 @@ async def test_a_waiting_fetch_is_woken_by_an_append(make_broker):
         append(broker.session(), b"t", 0, [b"x"])
     assert woken == [True]
     assert await session.wait_for_records([(b"t", 0)], 0.01) is False
+
+
+class OneLeaderReplication:
+    """A cluster node that leads every partition of an acks 1 topic, with
+    ``in_sync`` of its 3 replicas in sync (min-insync-replicas 2)."""
+
+    controller = None
+
+    def __init__(self) -> None:
+        self.in_sync = 3
+        self.manager = self
+
+    def is_replicated(self) -> bool:
+        return True
+
+    def canonical_key(self, topic: bytes, n: int) -> bytes:
+        return b"%s#%d" % (topic, n)
+
+    def check_key(self, key: bytes) -> None:
+        pass  # led here
+
+    def before_append(self, session, pkey: bytes, stream) -> bool:
+        return False  # the topic is acks 1
+
+    def leader_state(self, topic: bytes, n: int):
+        in_sync = self.in_sync
+        return types.SimpleNamespace(isr=list(range(in_sync)), min_insync=2,
+                                     accepts_acks_all=lambda: in_sync >= 2)
+
+
+def test_every_acks_all_batch_checks_the_in_sync_replicas(make_broker):
+    """A Kafka producer with acks=all on an acks 1 topic: once too few
+    replicas are in sync, each batch is refused before anything is written,
+    also a second batch to a partition whose first still waits for its
+    replicas in the same round (Kafka checks every produce request)."""
+    broker = make_broker()
+    session = broker.session()
+    session.create_topic(b"t", 2)
+    broker.replication = OneLeaderReplication()
+    append(session, b"t", 0, [b"a"], acks_all=True)
+    broker.replication.in_sync = 1
+    for n in (0, 1):
+        with pytest.raises(NotEnoughReplicas):
+            append(session, b"t", n, [b"b"], acks_all=True)
+    broker.replication = None
+    assert [len(session.read_records(b"t", n, 0, 1 << 20).entries) for n in (0, 1)] == [1, 0]  # the first only
