@@ -294,6 +294,9 @@ OPTIONS: tuple[Option, ...] = (
            doc="how long a leader holds a follower's fetch when there is nothing new"),
     Option("replica-fetch-max-bytes", "size", 1024**2, minimum=1024, maximum=I64,
            doc="bytes of batches per partition in one fetch response"),
+    Option("forward-timeout-ms", "int", 5000, minimum=10, maximum=3600000,
+           doc="a topic-key XADD forwarded to its partition's leader gets -TRYAGAIN after this long "
+               "without the leader's answer (keep it below the clients' own timeout)"),
     # The controller quorum (docs/controller.md).
     Option("cluster-join", "bool", False, mutable=False,
            doc="this node joins a running cluster (its cluster-nodes also lists the running nodes; "

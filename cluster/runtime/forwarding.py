@@ -19,21 +19,34 @@ avoid it.
 - The round-robin counter is per node (each node forwarding for a topic
   keeps its own); keyed choices (``partition-key-field``) are the same on
   every node.
-- A leader that answers ``MOVED`` (its leadership just moved) is asked
-  once more at the node it names (or this node appends, if it names this
-  node); a second ``MOVED`` becomes ``TryAgain ... leadership of <key> is
-  moving``: the client did not send ``orders#n``, so a redirect for it
-  must not reach the client.
+- One deadline per forward: ``forward-timeout-ms`` (5 s by default) from
+  the moment the broker hands it over, covering the call, a wait for the
+  pooled link, and the resend below. When it runs out the forward is
+  cancelled (the link drops its connection, so a late answer is never read
+  as another's) and the client gets ``TryAgain partition orders#n leader
+  node N unreachable: no reply within forward-timeout-ms (<ms> ms); it may
+  or may not have been written``. A Redis server cannot know a client's own
+  timeout: this bound is the documented stand-in, to keep below it. A
+  forward is thus never sent again once its client has its answer: before
+  this deadline a paused leader kept the forward waiting up to twice
+  ``replica-lag-time-max-ms`` plus 2 s, and its late ``MOVED`` sent the
+  entry to the new leader seconds after the client gave up, behind the
+  same producer's later, acknowledged writes.
+- A leader that answers ``MOVED`` (its leadership just moved; it refused
+  before appending) is asked once more at the node it names (or this node
+  appends, if it names this node), within the same deadline; a second
+  ``MOVED`` becomes ``TryAgain ... leadership of <key> is moving``: the
+  client did not send ``orders#n``, so a redirect for it must not reach the
+  client. The resend is the same request: the client's options, with its
+  ``IDMP`` / ``IDMPAUTO`` producer and idempotent id when it gave them, so
+  the leader deduplicates it as it would the client's own retry.
 - A leader that cannot be reached: ``TryAgain partition orders#n leader
   node N unreachable: <reason>; nothing was written`` when the request never
   left this node (``Unreachable.sent`` False: connect or AUTH failed, or the
   kept link was already closed by the peer), and ``...; it may or may not
-  have been written`` when the link failed after sending it (no reply within
-  the timeout, connection dropped): the leader may have appended it, and a
-  retry may then write it twice. The timeout is twice
-  ``replica-lag-time-max-ms`` plus 2 s, the longest a healthy acks=all
-  leader holds a reply being about one lag period (a stalled follower leaves
-  the ISR after it).
+  have been written`` when the link failed after sending it (connection
+  dropped) or the deadline ran out: the leader may have appended it, and a
+  retry may then write it twice (not one with ``IDMP``).
 - Inside MULTI / EXEC a forward cannot wait: an XADD whose partition is led
   elsewhere is refused there (``in_transaction``; use partition keys).
 
@@ -51,6 +64,8 @@ rules (cluster/replication.py).
 from __future__ import annotations
 
 from typing import Any
+
+import trio
 
 from cluster.errors import ClusterError, Moved, Refused, TryAgain
 from cluster.peer.link import Unreachable
@@ -93,9 +108,6 @@ class Forwarder:
         return TryAgain(f"leadership of partition {_text(pkey)} is moving "
                         f"(this node sees node {moved.leader.id} leading it); nothing was written")
 
-    def _timeout_s(self) -> float:
-        return 2 * self.replication.config.replica_lag_time_max_ms / 1000 + 2.0
-
     def _node_named(self, moved: str) -> int | None:
         """The node id of ``MOVED <slot> <host>:<port>``'s address, if known."""
         address = moved.rsplit(" ", 1)[-1]
@@ -108,28 +120,35 @@ class Forwarder:
         """Send ``request`` to ``leader``; the new entry's ID as the leader
         sent it, or None when the leadership has moved to this node (the
         caller appends ``request.key`` here). Raises ``Refused`` (the
-        leader's error, to relay as it is) or ``TryAgain``."""
+        leader's error, to relay as it is) or ``TryAgain``; both, as the ID,
+        come within ``forward-timeout-ms``, and nothing is sent after."""
         manager = self.replication.manager
         pkey = request.key
+        timeout_ms = self.replication.config.forward_timeout_ms  # (CONFIG SET applies to the next)
         moved, moved_by = "", leader
-        for _ in range(2):  # the leader, then once more where a MOVED points
-            if leader == manager.my_id:  # leadership moved here since the choice
-                return None
-            link = self.replication.link(leader, f"{PURPOSE}{client_id % FORWARD_LINKS}")
-            link.reply_timeout_s = self._timeout_s()
-            try:
-                return (await link.call(request)).id
-            except Unreachable as e:
-                outcome = "it may or may not have been written" if e.sent else "nothing was written"
-                raise TryAgain(f"partition {_text(pkey)} leader node {leader} unreachable: {e}; {outcome}") from None
-            except Refused as e:
-                if e.code != "MOVED":
-                    raise
-                moved, moved_by = e.text, leader
-                named = self._node_named(e.text)
-                if named is None:
-                    topic, n = split_partition_key(pkey)
-                    named = manager.state.leader(manager.shard_of(topic, n))
-                leader = named
+        with trio.move_on_after(timeout_ms / 1000) as deadline:
+            for _ in range(2):  # the leader, then once more where a MOVED points
+                if leader == manager.my_id:  # leadership moved here since the choice
+                    return None
+                link = self.replication.link(leader, f"{PURPOSE}{client_id % FORWARD_LINKS}")
+                link.reply_timeout_s = timeout_ms / 1000  # (the deadline, started first, ends first)
+                try:
+                    return (await link.call(request)).id
+                except Unreachable as e:
+                    outcome = "it may or may not have been written" if e.sent else "nothing was written"
+                    raise TryAgain(f"partition {_text(pkey)} leader node {leader} unreachable: {e}; "
+                                   f"{outcome}") from None
+                except Refused as e:
+                    if e.code != "MOVED":
+                        raise
+                    moved, moved_by = e.text, leader
+                    named = self._node_named(e.text)
+                    if named is None:
+                        topic, n = split_partition_key(pkey)
+                        named = manager.state.leader(manager.shard_of(topic, n))
+                    leader = named
+        if deadline.cancelled_caught:
+            raise TryAgain(f"partition {_text(pkey)} leader node {leader} unreachable: no reply within "
+                           f"forward-timeout-ms ({timeout_ms} ms); it may or may not have been written")
         raise TryAgain(f"leadership of partition {_text(pkey)} is moving (node {moved_by} answered {moved}); "
                        "nothing was written")

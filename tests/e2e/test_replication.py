@@ -11,7 +11,7 @@ import time
 import pytest
 import redis
 
-from tests.clusterkit import LAG_MS, Cluster, leased as _leased, partition_lines as _partition_lines, running
+from tests.clusterkit import LAG_MS, Cluster, eventually, leased as _leased, partition_lines as _partition_lines, running
 from tests.conftest import RawConn
 
 @pytest.fixture
@@ -387,6 +387,42 @@ def test_group_writes_wake_the_followers_fetches_instead_of_waiting_out_their_lo
             assert write() == expected, name
             took_s = time.monotonic() - started
             assert took_s < long_poll_s / 2, f"{name} took {took_s:.1f}s: it waited out a follower's long poll"
+    finally:
+        c.stop()
+    assert not c.unexpected_log_lines(), c.unexpected_log_lines()[:5]
+
+
+def test_a_consumer_reads_and_acks_six_partitions_at_the_speed_of_appends(tmp_path):
+    """Issue 31: on a 3-node cluster (replication factor 3, acks=all) a
+    consumer's XREADGROUP and XACK (and XAUTOCLAIM, XGROUP SETID / DESTROY)
+    of every partition of a 6-partition topic answer after the followers' next round trip, not after a long poll:
+    with replica-fetch-wait-max-ms at 30 s, a group write that does not wake
+    the followers' held fetches blocks its client far past the bound here."""
+    long_poll_s = 30
+    c = Cluster(tmp_path, extra=["--replica-fetch-wait-max-ms", str(long_poll_s * 1000)])
+    try:
+        topic, partitions = b"jobs", 6
+        owner = c.leader_of(topic)
+        assert owner.client().execute_command("TOPIC", "CREATE", topic, "PARTITIONS", partitions) == b"OK"
+        keys = [b"%s#%d" % (topic, n) for n in range(partitions)]  # (jobs#0 is placed by jobs)
+        leaders = [c.leader_of(key) for key in keys]
+        assert len({leader.port for leader in leaders}) == 3, "the test needs partitions on every node"
+        bound_s = 5.0  # far below the long poll; far above a loaded machine's round trips
+        for key, leader in zip(keys, leaders):
+            client = leader.client(socket_timeout=bound_s)
+            # The metadata log brings the topic to each leader in the background.
+            eventually(lambda k=key, cl=client: cl.exists(k), what=f"{key!r} on its leader")
+            entry = client.xadd(key, {"k": key})  # entries wake the fetches: quick
+            client.xgroup_create(key, "g", id="0")
+            # A bounded wait: a client blocked behind a long poll times out here.
+            assert client.xreadgroup("g", "c1", {key: ">"}) == [[key, [(entry, {b"k": key})]]], key
+            assert client.xack(key, "g", entry) == 1, key
+            assert client.xpending(key, "g")["pending"] == 0, key
+            second = client.xadd(key, {"k": key})
+            assert client.xreadgroup("g", "c1", {key: ">"})[0][1][0][0] == second, key
+            assert client.xautoclaim(key, "g", "c2", 0, justid=True) == [second], key
+            assert client.xgroup_setid(key, "g", id="0") is True, key
+            assert client.xgroup_destroy(key, "g") == 1, key
     finally:
         c.stop()
     assert not c.unexpected_log_lines(), c.unexpected_log_lines()[:5]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+import trio
 
 import server.commands  # noqa: F401  (registers XADD)
 from cluster.broker import XAddPlan
@@ -101,7 +102,7 @@ async def test_a_partition_led_here_is_appended_here_and_others_are_forwarded_un
     assert state.topics.get(b"t#0").length == 1 and first.endswith(b"-0")
     assert await _xadd(dispatcher, ctx) == b"7-1"
     assert link.calls == [AppendRequest(b"t#1", (b"MAXLEN", b"10", b"*"), (b"f", b"v"))]
-    assert link.reply_timeout_s == 2 * 1.0 + 2.0
+    assert link.reply_timeout_s == 5.0  # forward-timeout-ms
     assert state.topics.get(b"t#1").length == 0
 
 
@@ -156,3 +157,56 @@ async def test_an_unreachable_leader_says_whether_the_entry_may_have_been_writte
     assert encode(reply, 2) == (b"-TRYAGAIN partition t#0 leader node 2 unreachable: "
                                 b"link to 127.0.0.1:7002: boom; it may or may not have been written\r\n")
     assert state.stats.commands["xadd"][3] == 1
+
+
+class PausedLink:
+    """A leader stopped (SIGSTOP) while holding the forward: it answers
+    nothing until ``answer_after_s``, then (a failover moved its shard
+    meanwhile) ``MOVED`` to node 3. Honours ``reply_timeout_s`` as the
+    RESP link does."""
+
+    def __init__(self, answer_after_s: float) -> None:
+        self.answer_after_s = answer_after_s
+        self.calls: list[AppendRequest] = []
+        self.reply_timeout_s = 30.0
+
+    async def call(self, request: AppendRequest):
+        self.calls.append(request)
+        try:
+            with trio.fail_after(self.reply_timeout_s):
+                await trio.sleep(self.answer_after_s)
+        except trio.TooSlowError:
+            raise Unreachable(f"link to 127.0.0.1:7002: no reply within {self.reply_timeout_s:g} s",
+                              sent=True) from None
+        raise Refused("MOVED 5 127.0.0.1:7003")
+
+
+async def test_a_forward_to_a_paused_leader_ends_at_its_deadline_and_is_never_sent_again(node, autojump_clock):
+    """Issue 31: a forward waited for a paused leader up to twice
+    replica-lag-time-max-ms + 2 s (62 s by default); when the leader came
+    back with MOVED, the entry went to the new leader long after the client
+    had given up, behind its later acknowledged writes. The forward ends at
+    forward-timeout-ms (5 s by default) with -TRYAGAIN, and a MOVED the
+    paused leader would send later never makes it send the entry again."""
+    paused, new_leader = PausedLink(answer_after_s=20.0), FakeLink([b"9-0"])
+    state, dispatcher, ctx = node({0: 2}, {2: paused, 3: new_leader})
+    state.config.replica_lag_time_max_ms = 30000
+    started = trio.current_time()
+    reply = await _xadd(dispatcher, ctx)
+    assert trio.current_time() - started == pytest.approx(5.0)
+    assert encode(reply, 2) == (b"-TRYAGAIN partition t#0 leader node 2 unreachable: no reply within "
+                                b"forward-timeout-ms (5000 ms); it may or may not have been written\r\n")
+    await trio.sleep(120)  # long past the paused leader's MOVED
+    assert len(paused.calls) == 1 and new_leader.calls == []
+
+
+async def test_a_forward_resent_after_moved_keeps_the_clients_idempotence_key(node, autojump_clock):
+    """The resend to the node a MOVED names is the client's request as it
+    was, IDMP / IDMPAUTO included: the new leader drops it if it is a
+    retry of what it already has."""
+    for options in ([b"IDMP", b"svc-1", b"req-7"], [b"IDMPAUTO", b"svc-1"]):
+        two, three = FakeLink([Refused("MOVED 5 127.0.0.1:7003")]), FakeLink([b"9-0"])
+        _, dispatcher, ctx = node({n: 2 for n in range(6)}, {2: two, 3: three})
+        assert await _xadd(dispatcher, ctx, [b"XADD", b"t", *options, b"*", b"f", b"v"]) == b"9-0"
+        assert three.calls == two.calls
+        assert three.calls[0].options == (*options, b"*")
