@@ -826,6 +826,18 @@ class ReplicaManager:
             view["high-watermark"] = ls.log.high_watermark
         return view
 
+    def committed_view(self, topic: bytes, n: int) -> dict[str, Any]:
+        """Where a partition lives by the controller's committed metadata,
+        the same on every node (TOPIC DESCRIBE in a cluster): leader, leader
+        epoch, replicas (preferred leader first), ISR; and ``local-replica``:
+        this node's part in it (leader / follower / none)."""
+        shard = self.shard_of(topic, n)
+        leader = self.state.leader(shard)
+        replicas = list(self.placement.replicas(shard))
+        local = "leader" if leader == self.my_id else "follower" if self.my_id in replicas else "none"
+        return {"leader": leader, "leader-epoch": self.state.epoch(shard), "replicas": replicas,
+                "isr": sorted(self.state.isr[shard]), "local-replica": local}
+
     def replica_lags(self, topic: bytes, n: int) -> dict[int, int]:
         """On the partition's leader: each follower's entries behind the log
         end (its fetch offset is its ack); empty where this node does not lead."""

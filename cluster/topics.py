@@ -419,17 +419,21 @@ class TopicRegistry:
 
     def config_value(self, topic: bytes, name: str) -> Any:
         """The effective value of topic config ``name``: override, else server default."""
-        meta = self._meta.get(topic)
+        return self._effective(self._meta.get(topic), name)
+
+    def _effective(self, meta: TopicMeta | None, name: str) -> Any:
         if meta is not None and name in meta.config:
             return meta.config[name]
         option = TOPIC_OPTIONS_BY_NAME[name]
         value = getattr(self.config, option.attr, None)
         return option.default if value is None else value
 
-    def topic_config(self, topic: bytes) -> dict[str, tuple[Any, bool]]:
-        """name -> (effective value, overridden by the topic?) for every topic option."""
-        meta = self._meta[topic]
-        return {o.name: (self.config_value(topic, o.name), o.name in meta.config) for o in TOPIC_OPTIONS}
+    def topic_config(self, topic: bytes, meta: TopicMeta | None = None) -> dict[str, tuple[Any, bool]]:
+        """name -> (effective value, overridden by the topic?) for every topic
+        option; ``meta``: the topic's metadata as given (in a cluster: the
+        controller's committed copy) rather than this node's."""
+        meta = meta or self._meta[topic]
+        return {o.name: (self._effective(meta, o.name), o.name in meta.config) for o in TOPIC_OPTIONS}
 
     def log_config_for(self, topic: bytes) -> LogConfig:
         return log_config_from(self.config, self._meta[topic].config)
@@ -910,28 +914,27 @@ class TopicRegistry:
         return dict(config)
 
     def describe(self, topic: bytes) -> dict[str, Any]:
-        """Partitions (offsets, sizes, entries), effective config, group names."""
+        """Partitions (offsets, sizes, entries) and the effective config."""
         meta = self._need(topic)
-        from storage.streams.groups import groups_of
+        return {"partitions": [self.describe_partition(topic, n) for n in range(meta.partitions)],
+                "config": self.topic_config(topic)}
 
-        parts = []
-        groups: set[bytes] = set()
-        for n in range(meta.partitions):
-            stream = self._stream_for(topic, n)
-            plog = stream.log
-            parts.append({
-                "partition": n,
-                "key": partition_key(topic, n),
-                "length": stream.length,
-                "log-start-offset": plog.log_start_offset,
-                "log-end-offset": plog.log_end_offset,
-                "segments": plog.segment_count,
-                "bytes": plog.size_bytes,
-                "last-generated-id": stream.last_id,
-                "producers": plog.producers.producer_count(),
-            })
-            groups.update(groups_of(stream).groups)
-        return {"partitions": parts, "config": self.topic_config(topic), "groups": sorted(groups)}
+    def describe_partition(self, topic: bytes, n: int) -> dict[str, Any]:
+        """This node's copy of partition ``n`` of ``topic`` (which exists):
+        key, length, offsets, segments, bytes, last ID, idempotent producers."""
+        stream = self._stream_for(topic, n)
+        plog = stream.log
+        return {
+            "partition": n,
+            "key": partition_key(topic, n),
+            "length": stream.length,
+            "log-start-offset": plog.log_start_offset,
+            "log-end-offset": plog.log_end_offset,
+            "segments": plog.segment_count,
+            "bytes": plog.size_bytes,
+            "last-generated-id": stream.last_id,
+            "producers": plog.producers.producer_count(),
+        }
 
     # ------------------------------------------------------------ membership
 

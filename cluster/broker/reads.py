@@ -524,27 +524,29 @@ class ReadOps:
     def describe_topic(self, topic: bytes) -> dict[str, Any]:
         """TOPIC DESCRIBE's data: ``partitions`` (per partition: partition,
         key, length, log-start-offset, log-end-offset, segments, bytes,
-        last-generated-id, and in a cluster ``replication``: where it lives,
-        leader, replicas ...), ``config`` (name -> (effective value,
-        overridden)), ``groups`` (names) and in a cluster
-        ``replication-factor``. TopicError for a partition key or an unknown
-        topic."""
+        last-generated-id, producers, and in a cluster ``replication``:
+        where it lives, leader, replicas ...), ``config`` (name ->
+        (effective value, overridden)) and in a cluster
+        ``replication-factor``. In a cluster it covers the whole cluster on
+        any node (``Replication.describe_topic``: the committed metadata;
+        the figures of a partition this node holds no copy of are None).
+        TopicError for a partition key or an unknown topic."""
         self.commit_deferred()
         topics = self.broker.topics
         if topics.topic_of(topic) != topic:
             raise TopicError(TOPIC_DESCRIBE_NEEDS_TOPIC, key=topic)
-        desc = topics.describe(topic)
         replication = self.broker.replication
         if replication is not None:
-            manager = replication.manager
-            for part in desc["partitions"]:
-                part["replication"] = manager.partition_view(topic, part["partition"])
-            desc["replication-factor"] = manager.placement.replication_factor
-        return desc
+            return replication.describe_topic(topic)
+        return topics.describe(topic)
 
     def topic_names(self) -> list[bytes]:
-        """TOPIC LIST: every topic name, sorted."""
+        """TOPIC LIST: every topic name, sorted; in a cluster every topic of
+        the cluster, the same on every node (``Replication.topic_names``)."""
         self.commit_deferred()
+        replication = self.broker.replication
+        if replication is not None:
+            return replication.topic_names()
         return sorted(self.broker.topics.keys())
 
     def alter_topic_partitions(self, topic: bytes, partitions: int) -> None:

@@ -109,6 +109,21 @@ class Metadata:
         return _dump({"t": "shard", "s": shard, "expect": expect, "leader": leader, "epoch": epoch,
                       "isr": sorted(isr), **moved})
 
+    def takeover_record(self, shard: int, node: int) -> bytes:
+        """``node`` leads ``shard`` at the next epoch (a coordinated move,
+        CLUSTER FAILOVER's and a preferred leader's taking back) and becomes
+        its preferred replica, first in the replica set, in the same record:
+        as in Redis, a node that took over with CLUSTER FAILOVER stays the
+        leader; the controller's preferred-leader rebalance does not hand the
+        shard back to the node it replaced. Only a later failover or
+        CLUSTER REASSIGN moves it. (For the preferred leader taking its shard
+        back, and a reassignment's move to its first target replica, the
+        order is already so.)"""
+        cur = self.shards[shard]
+        replicas = [node] + [r for r in cur.replicas if r != node]
+        moved = {"replicas": replicas} if replicas != cur.replicas else {}
+        return self.shard_record(shard, cur.version, node, cur.epoch + 1, set(cur.isr) | {node}, **moved)
+
     def reassign_record(self, shard: int, target: list[int]) -> bytes:
         """Start moving ``shard`` to the replicas ``target`` (preferred leader
         first): until they are all in sync, the shard has the old and the new

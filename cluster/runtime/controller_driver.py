@@ -550,8 +550,9 @@ class Controller:
             pass  # proposed again after ISR_RETRY_MS
 
     async def elect(self, shard: int, epoch: int, timeout_s: float) -> None:
-        """Make this node the leader of ``shard`` (now at ``epoch``) through the
-        controller and wait until the change is applied here. Raises
+        """Make this node the leader of ``shard`` (now at ``epoch``) and its
+        preferred replica through the controller and wait until the change
+        is applied here. Raises
         NotReady (no controller) or RuntimeError (leadership moved otherwise)."""
         with trio.move_on_after(timeout_s):
             while not self.meta.initialized:  # a cluster just started: its first controller is being elected
@@ -562,8 +563,9 @@ class Controller:
             # The record is conditional on the shard's version: when another
             # change (an ISR update) commits first, decide again.
             while (sm := self.meta.shards[shard]).epoch == epoch:
-                record = Metadata.shard_record(shard, sm.version, self.my_id, epoch + 1,
-                                               set(sm.isr) | {self.my_id})
+                # (and this node becomes the shard's preferred replica: a
+                # manual failover sticks, Metadata.takeover_record)
+                record = self.meta.takeover_record(shard, self.my_id)
                 try:
                     await self.propose(record)
                 except NotReady:  # no controller elected yet: wait for one

@@ -11,7 +11,9 @@ elsewhere, ``TryAgain`` once the controller lease lapsed; the front-end
 calls it in cluster mode only), the acks=all wait a connection does before
 sending an XADD's or a group write's reply, ``WAIT``'s count, waking blocked
 readers when a high watermark moves, handing topic changes to the
-controller, the forwarded XADD (``forwarder``,
+controller, the cluster-wide topic catalogue (``topic_names``,
+``describe_topic``: TOPIC LIST and DESCRIBE from the controller's
+committed metadata), the forwarded XADD (``forwarder``,
 cluster/runtime/forwarding.py), and the coordinated leadership move
 (``take_shard``: CLUSTER FAILOVER, preferred leaders, reassignment).
 
@@ -42,7 +44,7 @@ from cluster.peer.service import TOPICS_CHANGED, PeerService, groups_changed
 from cluster.replica_manager import ReplicaManager, Settings
 from cluster.runtime.controller_driver import Controller, NotReady
 from cluster.runtime.forwarding import Forwarder
-from cluster.topics import partition_key, split_partition_key
+from cluster.topics import UNKNOWN_TOPIC, TopicError, TopicMeta, partition_key, split_partition_key
 
 log = logging.getLogger("partita.replication")
 TICK_S = 0.1
@@ -52,6 +54,13 @@ PAUSE_MS = 15000
 # every multi-key command (-CROSSSLOT): they change their keys together, on
 # one node. Others run when every key is led here.
 ONE_SLOT = frozenset({"rename", "renamenx"})
+# Commands with keys that every node answers from the committed metadata
+# (``describe_topic``): not routed (no -MOVED, no lease).
+ANY_NODE = frozenset({"topic|describe"})
+# What TOPIC DESCRIBE shows of a partition's log (TopicRegistry.describe_partition)
+# only where this node holds a copy.
+PARTITION_FIGURES = ("length", "log-start-offset", "log-end-offset", "segments", "bytes",
+                     "last-generated-id", "producers")
 
 
 class FailoverError(Exception):
@@ -169,6 +178,8 @@ class Replication:
         except XADD's: it runs where the topic key's slot is led, which
         forwards it to the chosen partition's leader (cluster/runtime/forwarding.py).
         ``spec`` is the command's (``name``, ``flags``, ``key_indexes``)."""
+        if spec.name in ANY_NODE:
+            return None
         try:
             indexes = spec.key_indexes(argv)
         except Exception:  # noqa: BLE001 - malformed: the handler answers it
@@ -598,6 +609,64 @@ class Replication:
         return self.replicas_acknowledging(client)
 
     # -- topic metadata ---------------------------------------------------------
+
+    def topic_names(self) -> list[bytes]:
+        """TOPIC LIST in a cluster: every topic of the cluster, sorted, from
+        the controller's committed metadata, which every node applies — so
+        every node answers alike, also one that leads nothing. For the topics
+        whose name's slot this node leads, its own registry counts instead:
+        their changes are made here first and committed after (in the
+        background), so what a client just created, altered or deleted here
+        shows here at once, and elsewhere once committed."""
+        led = set(self.topics.keys())  # (those whose name's slot is led here: ``_leads_key``)
+        return sorted(led | {t for t in self.controller.meta.topics if not self._leads_key(t)})
+
+    def topic_meta(self, topic: bytes) -> TopicMeta | None:
+        """``topic``'s partitions and config as the cluster has them (as
+        ``topic_names`` decides whose copy counts); None: no such topic."""
+        if self._leads_key(topic):
+            blob = self.topics.topic_meta_blob(topic)
+        else:
+            known = self.controller.meta.topics.get(topic)
+            blob = known[0] if known is not None else None
+        return TopicMeta.from_bytes(blob) if blob is not None else None
+
+    def describe_topic(self, topic: bytes) -> dict[str, Any]:
+        """TOPIC DESCRIBE in a cluster, on any node: the partition count and
+        config (``topic_meta``), and per partition where it lives by the
+        committed metadata (leader, leader epoch, replicas preferred first,
+        ISR), the same on every node. The figures only a copy of the log has
+        (length, offsets, segments, bytes, last ID, producers, high
+        watermark) are this node's copy's, said by ``local-replica``: exact
+        on the leader, a fetch round behind at most on a follower, None where
+        this node holds no copy. ``groups-here``: whether this node leads the
+        topic name's slot, where TOPIC GROUPS runs (consumer group state is
+        the partition leaders'; a follower's copy must not be synced).
+        TopicError for an unknown topic."""
+        manager = self.manager
+        if manager.placement.shard_count == 0:
+            raise ClusterDown("this node is joining the cluster and holds no slots yet")
+        meta = self.topic_meta(topic)
+        if meta is None:
+            raise TopicError(UNKNOWN_TOPIC, topic=topic)
+        topics = self.topics
+        # This node's copy, when it is of the same topic (a follower takes a
+        # re-created topic from its leader a fetch round later).
+        held = topics.partitions_of(topic) if topics.topic_id(topic) == meta.topic_id else 0
+        parts = []
+        for n in range(meta.partitions):
+            view = manager.committed_view(topic, n)
+            if view["local-replica"] != "none" and n < held:
+                part = topics.describe_partition(topic, n)
+                view["high-watermark"] = topics.stream_of(topic, n).log.high_watermark
+            else:
+                part = {"partition": n, "key": partition_key(topic, n), **dict.fromkeys(PARTITION_FIGURES)}
+                view["local-replica"] = "none"
+                view["high-watermark"] = None
+            part["replication"] = view
+            parts.append(part)
+        return {"partitions": parts, "config": topics.topic_config(topic, meta),
+                "replication-factor": manager.placement.replication_factor, "groups-here": self._leads_key(topic)}
 
     def broadcast_topic(self, topic: bytes) -> None:
         """A topic was created, altered or deleted here: commit the change to

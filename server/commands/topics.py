@@ -176,14 +176,23 @@ def topic_describe(ctx, argv):
     (name -> effective value; ``overrides`` lists the names the topic sets),
     ``partition-info`` (per partition: key, length, offsets, segments,
     bytes, last-generated-id, producers), ``groups`` (as TOPIC GROUPS).
+
+    In a cluster any node answers for the whole cluster (no -MOVED): per
+    partition also where it lives by the controller's committed metadata
+    (leader, leader-epoch, replicas, isr: the same on every node), and
+    ``local-replica`` (leader / follower / none) says whose figures the
+    length, offsets, sizes and ``high-watermark`` are: this node's copy's,
+    nil where it holds none (``entries`` and ``bytes`` sum those shown).
+    ``groups`` is nil except on the leader of the topic name's slot, where
+    TOPIC GROUPS runs (docs/topics.md).
     """
     topic = argv[2]
     desc = ctx.session.describe_topic(topic)
     info = Map()
     info["name"] = topic
     info["partitions"] = len(desc["partitions"])
-    info["entries"] = sum(p["length"] for p in desc["partitions"])
-    info["bytes"] = sum(p["bytes"] for p in desc["partitions"])
+    info["entries"] = sum(p["length"] for p in desc["partitions"] if p["length"] is not None)
+    info["bytes"] = sum(p["bytes"] for p in desc["partitions"] if p["bytes"] is not None)
     config = Map()
     for name, (value, _) in desc["config"].items():
         config[name] = _format_value(value)
@@ -199,7 +208,8 @@ def topic_describe(ctx, argv):
         m["log-end-offset"] = p["log-end-offset"]
         m["segments"] = p["segments"]
         m["bytes"] = p["bytes"]
-        m["last-generated-id"] = p["last-generated-id"].encode()
+        last_id = p["last-generated-id"]
+        m["last-generated-id"] = last_id.encode() if last_id is not None else None
         m["producers"] = p["producers"]  # idempotent producers (XADD IDMP, Kafka) with live records
         for name, value in p.get("replication", {}).items():  # in a cluster: where it lives (docs/replication.md)
             m[name] = value
@@ -207,8 +217,11 @@ def topic_describe(ctx, argv):
     info["partition-info"] = parts
     if "replication-factor" in desc:
         info["replication-factor"] = desc["replication-factor"]
-    info["groups"] = topic_groups_reply(ctx.session.topic_groups(topic)) + kafka_view.topic_groups_reply(
-        getattr(ctx.server, "kafka_groups", None), ctx.session, topic, len(desc["partitions"]), None)
+    if desc.get("groups-here", True):
+        info["groups"] = topic_groups_reply(ctx.session.topic_groups(topic)) + kafka_view.topic_groups_reply(
+            getattr(ctx.server, "kafka_groups", None), ctx.session, topic, len(desc["partitions"]), None)
+    else:
+        info["groups"] = None  # (TOPIC GROUPS on the topic name's slot leader has them)
     return info
 
 

@@ -216,6 +216,21 @@ def test_the_preferred_leader_is_asked_back_after_the_delay():
     assert run(logic, 20000) == []
 
 
+def test_a_takeover_makes_the_new_leader_the_preferred_replica_so_no_move_undoes_it():
+    meta = fresh()
+    assert meta.apply(meta.takeover_record(0, 2)) == [("shard", 0)]  # CLUSTER FAILOVER on node 2
+    shard = meta.shards[0]
+    assert (shard.leader, shard.epoch, shard.replicas, shard.isr) == (2, 2, [2, 1, 3], [1, 2, 3])
+    logic = controller(meta)
+    for t in (100, 5200, 20000):  # node 1 back in the ISR, far past the delay: no move
+        beat_all(logic, t)
+        assert run(logic, t) == []
+    # The preferred leader taking its shard back changes no order.
+    meta.apply(Metadata.shard_record(1, 0, 3, 2, {1, 2, 3}))
+    assert meta.apply(meta.takeover_record(1, 2)) == [("shard", 1)]
+    assert (meta.shards[1].leader, meta.shards[1].epoch, meta.shards[1].replicas) == (2, 3, [2, 3, 1])
+
+
 def test_no_preferred_leader_move_when_the_delay_is_minus_one():
     meta = fresh()
     meta.apply(Metadata.shard_record(0, 0, 2, 2, {1, 2, 3}))

@@ -163,16 +163,18 @@ def test_a_leader_whose_disk_fails_its_leader_epoch_checkpoint_hands_its_shard_o
     cluster = _failing_disk_cluster(tmp_path)
     try:
         failing = cluster.nodes[1]
-        key = _key_led_by(cluster, failing)  # its preferred leader: the rebalance gives it back
+        key = _key_led_by(cluster, failing)  # its preferred leader
         acked = [failing.client().xadd(key, {"n": i}) for i in range(20)]
         cluster.wait_converged(key.decode())
         trigger = failing.data_dir.with_name(failing.data_dir.name + ".fail-fsync")
         trigger.write_text(f"/{partition_dir(key)}/leader-epoch.checkpoint")
-        # Leadership away and (the preferred leader) back: a new epoch on the failing disk.
+        # Leadership away and back (manual failovers stick, so a second one
+        # brings it back): a new epoch on the failing disk.
         other = next(n for n in cluster.nodes if n is not failing)
         other.client(socket_timeout=20).execute_command("CLUSTER", "FAILOVER")
         _eventually(lambda: cluster.leader_of(key) is other, what="the failover")
-        _eventually(lambda: cluster.leader_of(key) is failing, timeout_s=30, what="the preferred leader back")
+        failing.client(socket_timeout=20).execute_command("CLUSTER", "FAILOVER")
+        _eventually(lambda: cluster.leader_of(key) is failing, timeout_s=30, what="the failover back")
 
         def moved():
             leader = cluster.leader_of(key)
@@ -433,3 +435,57 @@ def test_the_metadata_log_is_compacted_and_a_node_behind_it_catches_up_from_a_sn
     finally:
         cluster.stop()
     assert not cluster.unexpected_log_lines(), cluster.unexpected_log_lines()[:5]
+
+
+def _shard_of(node, key: bytes) -> dict:
+    """The controller's committed record of ``key``'s shard, as ``node``
+    applied it (INFO replication's ``controller_shardN``)."""
+    client = node.client(socket_timeout=5)
+    slot = client.execute_command("CLUSTER", "KEYSLOT", key)
+    info = client.execute_command("INFO", "replication")
+    for name, value in info.items():
+        if name.startswith("shard") and name[5:].isdigit():
+            first, last = (int(x) for x in str(value["slots"]).split("-"))
+            if first <= slot <= last:
+                return {k: str(v) for k, v in info[f"controller_{name}"].items()}
+    raise AssertionError(slot)
+
+
+def _stays_leader(cluster: Cluster, key: bytes, node, window_s: float) -> None:
+    """``node`` leads ``key``'s shard at every poll for ``window_s`` (a few
+    times leader-rebalance-delay-ms: a preferred leader would have taken it
+    back by then)."""
+    deadline = time.monotonic() + window_s
+    while time.monotonic() < deadline:
+        assert cluster.leader_of(key) is node, "the shard went back to its old leader"
+        time.sleep(0.1)
+
+
+def test_a_manual_failover_sticks_past_the_rebalance_delay_and_a_restart_of_the_old_leader(cluster):
+    """Redis's CLUSTER FAILOVER: the node that took over stays leader. It is
+    committed as the shard's preferred replica with the new leadership, so
+    the controller's preferred-leader rebalance (1 s here) does not hand the
+    shard back, not even after the old leader restarts and is in sync."""
+    _eventually(lambda: _info(cluster.nodes[0]).get("controller_metadata") == "ready", what="metadata ready")
+    key = b"sticky"
+    old = cluster.leader_of(key)
+    new = next(n for n in cluster.nodes if n is not old)
+    old_id, new_id = str(cluster.nodes.index(old) + 1), str(cluster.nodes.index(new) + 1)
+    acked = [old.client().xadd(key, {"n": i}) for i in range(10)]
+    assert new.client(socket_timeout=20).execute_command("CLUSTER", "FAILOVER") == b"OK"
+    shard = _eventually(lambda: (lambda s: s if s["leader"] == new_id else None)(_shard_of(old, key)),
+                        what="the failover applied on the old leader")
+    assert shard["replicas"].split("/")[0] == new_id  # one record: leader and preferred replica
+    assert old_id in shard["isr"].split("/")  # the old leader is eligible to take it back
+    _stays_leader(cluster, key, new, 3.0)
+    acked.append(new.client().xadd(key, {"n": "on the new leader"}))
+    # The old leader restarts, rejoins the ISR, and still follows.
+    assert old.terminate() == 0
+    old.start()
+    cluster.wait_ready()
+    _eventually(lambda: old_id in _shard_of(new, key)["isr"].split("/"), timeout_s=30, what="the old leader in sync")
+    _stays_leader(cluster, key, new, 3.0)
+    assert _shard_of(old, key)["replicas"].split("/")[0] == new_id
+    cluster.wait_converged(key.decode())
+    assert [entry_id for entry_id, _ in new.client().xrange(key)] == acked
+    assert "take back shard" not in "".join(n.log() for n in cluster.nodes)

@@ -532,6 +532,76 @@ def test_topic_replication_factor_and_placement_in_describe(cluster, partita_fac
     assert single.execute_command("TOPIC", "CREATE", "t", "REPLICATION-FACTOR", "1") == b"OK"
 
 
+def _as_map(reply):
+    return reply if isinstance(reply, dict) else dict(zip(reply[::2], reply[1::2]))
+
+
+def _placement(described: dict) -> tuple:
+    """What TOPIC DESCRIBE takes from the controller's committed metadata:
+    the same on every node."""
+    parts = [_as_map(p) for p in described[b"partition-info"]]
+    return (described[b"partitions"], described[b"config"], described[b"overrides"],
+            described[b"replication-factor"],
+            [(p[b"partition"], p[b"key"], p[b"leader"], p[b"leader-epoch"], p[b"replicas"], p[b"isr"])
+             for p in parts])
+
+
+def test_topic_list_and_describe_answer_for_the_whole_cluster_on_every_node(tmp_path):
+    """TOPIC LIST and TOPIC DESCRIBE come from the controller's metadata, the
+    same on every node, also on one that leads nothing; KEYS and DBSIZE stay
+    per node (Redis Cluster's meaning). With 2 replicas of each shard on 3
+    nodes, each node holds a copy of some partitions only: their lengths
+    and offsets are this node's figures, nil where it has no copy."""
+    cluster = Cluster(tmp_path, extra=["--replication-factor", "2"])
+    try:
+        by_leader: dict[int, bytes] = {}
+        for i in range(500):  # topic names whose slots three different nodes lead
+            name = f"t{i}".encode()
+            by_leader.setdefault(cluster.leader_of(name).port, name)
+            if len(by_leader) == 3:
+                break
+        names = sorted(by_leader.values())
+        for name in names:
+            owner = cluster.leader_of(name).client()
+            assert _leased(lambda: owner.execute_command("TOPIC", "CREATE", name, "PARTITIONS", "3",
+                                                         "CONFIG", "retention-ms", "600000")) == b"OK"
+            owner.xadd(name, {"a": "1"})  # partition 0, placed by the name's own slot
+        for node in cluster.nodes:
+            eventually(lambda: node.client().execute_command("TOPIC", "LIST") == names, what="every topic listed")
+            assert node.client().execute_command("TOPIC", "LIST", "t*") == names
+        for name in names:
+            replicas = _as_map(_as_map(cluster.leader_of(name).client().execute_command(
+                "TOPIC", "DESCRIBE", name))[b"partition-info"][0])[b"replicas"]
+            cluster.wait_converged_on([cluster.nodes[r - 1] for r in replicas], name.decode())
+            described = [_as_map(n.client().execute_command("TOPIC", "DESCRIBE", name)) for n in cluster.nodes]
+            assert len({repr(_placement(d)) for d in described}) == 1, [_placement(d) for d in described]
+            leader_id = cluster.nodes.index(cluster.leader_of(name)) + 1
+            for node_id, d in enumerate(described, 1):
+                first = _as_map(d[b"partition-info"][0])
+                assert first[b"leader"] == leader_id and first[b"leader-epoch"] == 1
+                if node_id in first[b"replicas"]:
+                    assert first[b"local-replica"] == (b"leader" if node_id == leader_id else b"follower")
+                    assert first[b"length"] == 1 and first[b"log-end-offset"] == 1
+                else:
+                    assert first[b"local-replica"] == b"none"
+                    assert first[b"length"] is None and first[b"log-end-offset"] is None
+        # Node 1 takes over every shard it follows; node 3 then leads none,
+        # yet lists and describes every topic. KEYS and DBSIZE: its own keys.
+        assert cluster.nodes[0].client(socket_timeout=20).execute_command("CLUSTER", "FAILOVER") == b"OK"
+        idle = cluster.nodes[2].client()
+        eventually(lambda: idle.execute_command("CLUSTER", "SLOTS") and all(
+            leader[1] != cluster.nodes[2].port for _, _, leader, *_ in idle.execute_command("CLUSTER", "SLOTS")),
+            what="node 3 leading nothing")
+        assert idle.execute_command("TOPIC", "LIST") == names
+        assert idle.keys("*") == [] and idle.dbsize() == 0
+        assert sorted(k for n in cluster.nodes for k in n.client().keys("*")) == names
+        for name in names:
+            d = _as_map(idle.execute_command("TOPIC", "DESCRIBE", name))
+            assert {_as_map(p)[b"leader"] for p in d[b"partition-info"]} <= {1, 2}
+    finally:
+        cluster.stop()
+
+
 def test_a_deleted_and_recreated_stream_replicates_as_a_new_topic(cluster):
     key = b"reborn"
     leader = cluster.leader_of(key)
