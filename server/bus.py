@@ -20,7 +20,7 @@ XADD command itself and runs as any XADD, with the bus connection's
 durability and acks=all waits before its reply.
 
 Every internal command (fetches, the controller's Raft messages, heartbeats,
-proposals, forwarded writes, failover pauses) goes over the bus; the client
+proposals, forwarded writes and fanned-out reads, failover pauses) goes over the bus; the client
 port does not know them (Redis's unknown-command error, absent from
 COMMAND), as Redis Cluster and Kafka keep their inter-node traffic off the
 client listener.
@@ -160,6 +160,9 @@ _peer("REPLFETCH", "REPLFETCH replica view max-wait-ms max-bytes topics-token "
       summary="Internal: a follower fetches stored batches from this leader (long poll).", waits=True)
 _peer("REPLEPOCH", "REPLEPOCH topic partition epoch [topic partition epoch ...]", arity=-4, flags="admin stale",
       summary="Internal: the end offset of a leader epoch per partition (KIP-101).")
+_peer("REPLREAD", "REPLREAD topic partition op start-id end-id count [topic partition op start-id end-id count ...]",
+      arity=-7, flags="admin stale",
+      summary="Internal: partitions of a topic-wide read another node fans out, from committed entries.")
 _peer("RAFT", "RAFT message [message ...]", arity=-2, flags="admin stale fast",
       summary="Internal: Raft messages of the controller quorum from a peer.")
 # The reply is the controller's commit index: the node counts the beat for

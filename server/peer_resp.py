@@ -6,8 +6,8 @@ Owns:
 - the RESP form of each message of cluster/peer/messages.py, both ways:
   ``encode_request`` / ``decode_request`` (a request is one command:
   ``REPLFETCH``, ``REPLEPOCH``, ``REPLPAUSE``, ``RAFT``, ``CTRLBEAT``,
-  ``CTRLPROPOSE``, ``CTRLJOIN``, ``CTRLMOVE``, or ``XADD`` for a forwarded
-  append) and ``encode_response`` / ``decode_response`` (its reply, a
+  ``CTRLPROPOSE``, ``CTRLJOIN``, ``CTRLMOVE``, ``REPLREAD``, or ``XADD`` for
+  a forwarded append) and ``encode_response`` / ``decode_response`` (its reply, a
   nested RESP value). The bus (server/bus.py) decodes what a peer sends,
   asks the cluster's ``PeerService`` and encodes the answer; ``RespLink``
   does the reverse. A request that does not decode raises ``ValueError``
@@ -44,8 +44,8 @@ from cluster.peer.link import Unreachable
 from cluster.peer.messages import (Ack, AppendRequest, AppendResponse, BeatRequest, BeatResponse, Discovered,
                                    EpochEnd, EpochPartition, EpochRequest, EpochResponse, FetchedPartition,
                                    FetchPartition, FetchRequest, FetchResponse, JoinRequest, MoveRequest,
-                                   PartitionEnd, PauseRequest, PauseResponse, ProposeRequest, RaftRequest,
-                                   Request, Response)
+                                   PartitionEnd, PartRead, PauseRequest, PauseResponse, ProposeRequest,
+                                   RaftRequest, ReadPart, ReadRequest, ReadResponse, Request, Response)
 from cluster.replication import OUT_OF_RANGE, TOPIC_ID_MISMATCH
 from server.reply import OK
 
@@ -53,12 +53,14 @@ CONNECT_TIMEOUT_S = 2.0
 FETCH_FIELDS = 7  # topic, n, topic id, offset, last epoch, state token, group token
 EPOCH_FIELDS = 3  # topic, n, epoch
 END_FIELDS = 6  # topic, n, end offset, high watermark, state token, group token
+READ_FIELDS = 6  # topic, n, op, start ID, end ID, count
+READ_OPS = ("len", "range", "revrange", "after")  # cluster.peer.messages.READ_*
 
 # The command naming each request on the bus.
 NAMES: dict[type, bytes] = {
     FetchRequest: b"REPLFETCH", EpochRequest: b"REPLEPOCH", PauseRequest: b"REPLPAUSE", RaftRequest: b"RAFT",
     BeatRequest: b"CTRLBEAT", ProposeRequest: b"CTRLPROPOSE", JoinRequest: b"CTRLJOIN", MoveRequest: b"CTRLMOVE",
-    AppendRequest: b"XADD",
+    AppendRequest: b"XADD", ReadRequest: b"REPLREAD",
 }
 
 
@@ -68,6 +70,17 @@ def _int(raw: Any) -> int:
 
 def _str(raw: Any) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def _id(raw: bytes) -> tuple[int, int]:
+    ms, dash, seq = raw.partition(b"-")
+    if not dash:
+        raise ValueError(f"not an ID: {raw!r}")
+    return _int(ms), _int(seq)
+
+
+def _id_text(stream_id: tuple[int, int]) -> bytes:
+    return b"%d-%d" % (stream_id[0], stream_id[1])
 
 
 def _groups(items: list, size: int, what: str) -> list:
@@ -110,6 +123,11 @@ def encode_request(request: Request) -> list[bytes]:
         return [name, b"%d" % request.node, request.host.encode(), b"%d" % request.port, b"%d" % request.bus_port]
     if kind is MoveRequest:
         return [name, b"%d" % request.shard]
+    if kind is ReadRequest:
+        args = [name]
+        for p in request.parts:
+            args += [p.topic, b"%d" % p.n, p.op.encode(), _id_text(p.start), _id_text(p.end), b"%d" % p.count]
+        return args
     assert kind is AppendRequest, kind
     return [name, request.key, *request.options, *request.fields]
 
@@ -163,6 +181,15 @@ def decode_request(argv: list[bytes]) -> Request:
     if name == b"CTRLMOVE":
         _, shard = argv
         return MoveRequest(_int(shard))
+    if name == b"REPLREAD":
+        parts = []
+        for topic, n, op, start, end, count in _groups(argv[1:], READ_FIELDS, "partition"):
+            if op.decode() not in READ_OPS:
+                raise ValueError(f"unknown read {op!r}")
+            parts.append(ReadPart(topic, _int(n), op.decode(), _id(start), _id(end), _int(count)))
+        if not parts:
+            raise ValueError("no partition")
+        return ReadRequest(tuple(parts))
     if name == b"XADD":
         at = _xadd_id_position(argv)
         fields = argv[at + 1:]
@@ -208,6 +235,8 @@ def encode_response(response: Response) -> Any:
         return out
     if kind is BeatResponse:
         return response.commit_index
+    if kind is ReadResponse:
+        return [[p.length, [_id_text(i) for i in p.ids], list(p.entries)] for p in response.parts]
     assert kind is AppendResponse, kind
     return response.id
 
@@ -249,6 +278,15 @@ def decode_response(request: Request, reply: Any) -> Response:
         if not isinstance(reply, int):
             raise ValueError("expected the commit index")
         return BeatResponse(reply)
+    if kind is ReadRequest:
+        parts = []
+        for length, ids, entries in reply:
+            if len(ids) != len(entries):
+                raise ValueError("expected an ID per entry")
+            parts.append(PartRead(_int(length), tuple(_id(i) for i in ids), tuple(entries)))
+        if len(parts) != len(request.parts):
+            raise ValueError("expected an answer per partition")
+        return ReadResponse(tuple(parts))
     assert kind is AppendRequest, kind
     if not isinstance(reply, bytes):
         raise ValueError("expected the entry's ID")

@@ -15,6 +15,7 @@ which request (``RESPONSE_OF``). A request is idempotent unless it says so
 | ``JoinRequest`` | ``Ack`` | a node asks to be taken into the cluster |
 | ``MoveRequest`` | ``Ack`` | the controller asks a preferred leader to take its shard back |
 | ``AppendRequest`` | ``AppendResponse`` | an XADD forwarded to the partition's leader |
+| ``ReadRequest`` (``ReadPart`` each) | ``ReadResponse`` (``PartRead`` each) | a topic-wide read fanned out to the partitions' leaders |
 
 A refusal is not a response: the answering side raises a
 ``cluster.errors.ClusterError`` and the asking side gets
@@ -215,12 +216,58 @@ class AppendResponse:
     id: bytes  # the new entry's ID, as the leader formatted it
 
 
+# -- topic-wide reads fanned out ---------------------------------------------------------
+
+# What a ``ReadPart`` asks of one partition (cluster/runtime/fanout.py).
+READ_LENGTH = "len"  # its committed live entries
+READ_RANGE = "range"  # entries with start <= ID <= end, oldest first
+READ_REVRANGE = "revrange"  # the same, newest first
+READ_AFTER = "after"  # entries with IDs above start
+
+
+@dataclass(frozen=True, slots=True)
+class ReadPart:
+    """One partition's share of a topic-wide read: ``op`` (``READ_*``),
+    the IDs it needs (``start``, ``end``), at most ``count`` entries (0: no
+    limit)."""
+
+    topic: bytes
+    n: int
+    op: str
+    start: tuple[int, int] = (0, 0)
+    end: tuple[int, int] = (0, 0)
+    count: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRequest:
+    """Partitions this node asks their leader to read, committed entries
+    only (below each partition's high watermark)."""
+
+    parts: tuple[ReadPart, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PartRead:
+    """One partition's answer: ``length`` (``READ_LENGTH``), or the
+    entries found, each as its ID and its stored encoding."""
+
+    length: int = 0
+    ids: tuple[tuple[int, int], ...] = ()
+    entries: tuple[bytes, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResponse:
+    parts: tuple[PartRead, ...]  # in the request's order
+
+
 Request = (FetchRequest | EpochRequest | PauseRequest | RaftRequest | BeatRequest | ProposeRequest
-           | JoinRequest | MoveRequest | AppendRequest)
-Response = FetchResponse | EpochResponse | PauseResponse | BeatResponse | AppendResponse | Ack
+           | JoinRequest | MoveRequest | AppendRequest | ReadRequest)
+Response = FetchResponse | EpochResponse | PauseResponse | BeatResponse | AppendResponse | ReadResponse | Ack
 
 RESPONSE_OF: dict[type, type] = {
     FetchRequest: FetchResponse, EpochRequest: EpochResponse, PauseRequest: PauseResponse,
     RaftRequest: Ack, BeatRequest: BeatResponse, ProposeRequest: Ack, JoinRequest: Ack,
-    MoveRequest: Ack, AppendRequest: AppendResponse,
+    MoveRequest: Ack, AppendRequest: AppendResponse, ReadRequest: ReadResponse,
 }

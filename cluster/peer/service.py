@@ -4,8 +4,10 @@ Owns: serving each request of cluster/peer/messages.py on this node: a
 follower's fetch (a long poll: held until there is news or ``max_wait_ms``
 passed, woken by the host's key signals), the end of a leader epoch, a
 manual failover's pause, the controller quorum's Raft messages, heartbeats,
-proposals, joins and leadership moves, and a forwarded append (handed to the
-``appender`` the front-end injects: the XADD is the front-end's command).
+proposals, joins and leadership moves, a forwarded append (handed to the
+``appender`` the front-end injects: the XADD is the front-end's command),
+and a partition's share of a topic-wide read (``ReadRequest``, answered from
+its committed entries: cluster/runtime/fanout.py).
 A request that names what does not exist (an unknown node or shard, a
 record that does not parse) raises ``BadRequest``; other refusals raise
 the ``cluster.errors`` error a client of the front-end would get.
@@ -22,11 +24,13 @@ from typing import Any, Awaitable, Callable
 import trio
 
 from cluster.controller.metadata import Metadata
-from cluster.errors import BadRequest, ClusterError, NotController
+from cluster.errors import BadRequest, ClusterError, NotController, TryAgain
 from cluster.runtime.controller_driver import NotReady
+from cluster.runtime.fanout import read_part
 from cluster.peer.messages import (Ack, AppendRequest, AppendResponse, BeatRequest, BeatResponse, EpochRequest,
                                    FetchRequest, FetchResponse, JoinRequest, MoveRequest,
-                                   PauseRequest, PauseResponse, ProposeRequest, RaftRequest, Request, Response)
+                                   PauseRequest, PauseResponse, ProposeRequest, RaftRequest, ReadRequest,
+                                   ReadResponse, Request, Response)
 from cluster.topics import partition_key
 
 TOPICS_CHANGED = b"\x00partita:topics"  # signalled when a topic is created, altered or deleted here
@@ -87,6 +91,8 @@ class PeerService:
                 return self.pause(request)
             if kind is MoveRequest:
                 return self.move(request)
+            if kind is ReadRequest:
+                return self.read(request)
         except ClusterError:
             raise
         except _MALFORMED as e:
@@ -119,6 +125,20 @@ class PeerService:
             await trio.sleep(timeout_s)
         else:
             await host.wait_for_keys(keys, timeout_s, internal=True)
+
+    def read(self, request: ReadRequest) -> ReadResponse:
+        """Partitions of a topic-wide read another node fans out: each read
+        here from its committed entries (``read_part``). ``TryAgain`` when
+        this node does not lead one of them (its leadership moved: the
+        asking node's view is behind)."""
+        manager = self.manager
+        for part in request.parts:
+            if manager.leader_state(part.topic, part.n) is None:
+                raise TryAgain(f"node {manager.my_id} does not lead partition "
+                               f"{partition_key(part.topic, part.n).decode('utf-8', 'replace')} "
+                               "(its leadership is moving); retry shortly")
+        topics = manager.registry
+        return ReadResponse(tuple(read_part(topics.stream_of(p.topic, p.n), p) for p in request.parts))
 
     def pause(self, request: PauseRequest) -> PauseResponse:
         """A manual failover: refuse writes to the shard for ``ms`` and say

@@ -75,8 +75,12 @@ xadd_options = st.sampled_from([(b"*",), (b"1-1",), (b"NOMKSTREAM", b"*"), (b"MA
 append_requests = st.builds(m.AppendRequest, name, xadd_options,
                             st.lists(st.tuples(blob, blob), min_size=1, max_size=3).map(
                                 lambda pairs: tuple(x for pair in pairs for x in pair)))
+stream_ids = st.tuples(u63, u63)
+read_requests = st.builds(m.ReadRequest, st.lists(
+    st.builds(m.ReadPart, name, u32, st.sampled_from([m.READ_LENGTH, m.READ_RANGE, m.READ_REVRANGE, m.READ_AFTER]),
+              stream_ids, stream_ids, u32), min_size=1, max_size=3).map(tuple))
 requests = st.one_of(fetch_requests, epoch_requests, pause_requests, raft_requests, beat_requests,
-                     propose_requests, join_requests, move_requests, append_requests)
+                     propose_requests, join_requests, move_requests, append_requests, read_requests)
 
 
 @given(requests)
@@ -108,6 +112,10 @@ exchanges = st.one_of(
     st.tuples(pause_requests, pause_responses),
     st.tuples(beat_requests, st.builds(m.BeatResponse, u63)),
     st.tuples(append_requests, st.builds(m.AppendResponse, st.binary(min_size=3, max_size=41))),
+    read_requests.flatmap(lambda request: st.tuples(st.just(request), st.builds(m.ReadResponse, st.tuples(*(
+        st.lists(st.tuples(stream_ids, blob), max_size=3).flatmap(lambda found: st.builds(
+            m.PartRead, u63, st.just(tuple(i for i, _ in found)), st.just(tuple(e for _, e in found))))
+        for _ in request.parts))))),
     st.tuples(st.one_of(raft_requests, propose_requests, join_requests, move_requests), st.just(m.Ack())),
 )
 
@@ -132,6 +140,10 @@ def test_every_response_round_trips_through_its_reply(exchange):
     [b"XADD", b"t#1", b"MAXLEN"],
     [b"XADD", b"t#1", b"*", b"f"],
     [b"REPLVIEW", b"x"],
+    [b"REPLREAD"],
+    [b"REPLREAD", b"t", b"1", b"len", b"0-0", b"0-0"],  # a partition cut short
+    [b"REPLREAD", b"t", b"1", b"drop", b"0-0", b"0-0", b"0"],
+    [b"REPLREAD", b"t", b"1", b"range", b"5", b"0-0", b"0"],
 ])
 def test_what_does_not_decode_is_refused(argv):
     with pytest.raises((ValueError, IndexError, TypeError)):

@@ -268,24 +268,50 @@ def test_topic_administration(broker):
     assert session.topic_names() == [b"x"]
 
 
-def test_in_a_cluster_a_topic_wide_read_needs_every_partition_led_here(broker, topic):
-    """Reads across nodes are not built yet: the broker refuses a topic key
-    whose partitions are not all led here (``Replication.fan_out_refusal``,
-    which the dispatcher's routing asks too, before the command runs)."""
+class _FanOutHere:
+    """A cluster's ``FanOut`` whose partitions are "led elsewhere" but read
+    from this registry (as each leader would: ``read_part``)."""
+
+    def __init__(self, broker):
+        self.broker = broker
+        self.asked = []
+
+    def led_elsewhere(self, key):
+        return True
+
+    def in_transaction(self, key):
+        from cluster.errors import ClusterError
+        return ClusterError("in a transaction")
+
+    async def read(self, key, part, client_id=0):
+        from cluster.runtime.fanout import read_part
+        self.asked.append((key, part.op, part.count))
+        await trio.sleep(0)
+        return [read_part(stream, part) for stream in self.broker.topics.streams_of(key)]
+
+
+async def test_in_a_cluster_a_topic_wide_read_fans_out_and_merges_as_here(broker, topic):
+    """A topic whose partitions other nodes lead: XLEN, XRANGE and XREAD
+    return the awaitable of the fan-out (``Replication.fanout``), merged as
+    the local read merges; inside a transaction they are refused."""
     from cluster.errors import ClusterError
 
-    asked = []
-    refusal = ClusterError("topic 't' has partitions led by other nodes")
-    broker.replication = types.SimpleNamespace(fan_out_refusal=lambda key: asked.append(key) or refusal)
-    reads = (lambda: topic.length(b"t"),
-             lambda: topic.range(b"t", StreamId(0, 0), StreamId(9, 0)),
-             lambda: topic.read_after(ReadPlan([b"t"], [StreamId(0, 0)])))
-    for read in reads:
-        with pytest.raises(ClusterError) as refused:
-            read()
-        assert refused.value is refusal
-    assert asked == [b"t"] * 3
+    lo, hi = StreamId(0, 0), StreamId(2**64 - 1, 2**64 - 1)
+    here = (topic.length(b"t"), ids(topic.range(b"t", lo, hi, count=4)), ids(topic.range(b"t", lo, hi, rev=True)),
+            [(k, ids(e)) for k, e in topic.read_after(ReadPlan([b"t"], [StreamId(1, 0)], count=1))],
+            [(k, ids(e)) for k, e in topic.read_after(ReadPlan([b"t"], [LAST_ENTRY]))])
+    fanout = _FanOutHere(broker)
+    broker.replication = types.SimpleNamespace(fan_out_refusal=lambda key: None, fanout=fanout)
+    across = (await topic.length(b"t"), ids(await topic.range(b"t", lo, hi, count=4)),
+              ids(await topic.range(b"t", lo, hi, rev=True)),
+              [(k, ids(e)) for k, e in await topic.read_after(ReadPlan([b"t"], [StreamId(1, 0)], count=1))],
+              [(k, ids(e)) for k, e in await topic.read_after(ReadPlan([b"t"], [LAST_ENTRY]))])
+    assert across == here
+    assert fanout.asked == [(b"t", "len", 0), (b"t", "range", 4), (b"t", "revrange", 0), (b"t", "after", 1),
+                            (b"t", "revrange", 1)]
     assert topic.length(b"t#1") == 2  # a partition key: led here or -MOVED, the routing's call
-    broker.replication = types.SimpleNamespace(fan_out_refusal=lambda key: None)
-    assert topic.length(b"t") == 5
+    assert await topic.read_after(ReadPlan([b"t"], [AFTER_LAST])) == []
+    topic.may_block = False
+    with pytest.raises(ClusterError, match="in a transaction"):
+        topic.length(b"t")
     broker.replication = None

@@ -1,0 +1,141 @@
+"""A multi-partition topic key read on any node of a 3-node cluster answers
+as on one node (issue 31): XLEN, XRANGE, XREVRANGE and XREAD on ``events``
+fan out to the partitions' leaders over the cluster bus
+(cluster/runtime/fanout.py) and merge as a single node merges. A single
+partita and the cluster are fed the same entries (explicit IDs, so they
+match) and every node's reply is compared byte for byte with the single
+node's, through a raw connection, redis-py's RedisCluster and
+``redis-cli -c``."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import redis
+
+from tests.clusterkit import Cluster, eventually, running
+from tests.conftest import PartitaProcess, RawConn
+
+PARTITIONS = 6
+TOPIC = b"events"
+
+
+def _pkey(n: int) -> bytes:
+    return b"%s#%d" % (TOPIC, n)
+
+
+def _feed() -> list[tuple[bytes, bytes, dict]]:
+    """``(partition key, ID, fields)`` for every entry: partitions n and n+3
+    share their IDs (equal IDs come in partition order), partition 5 stays
+    empty."""
+    out = []
+    for n in range(PARTITIONS - 1):
+        for i in range(8):
+            out.append((_pkey(n), b"%d-%d" % (1000 + 4 * i + n % 3, i % 2), {"n": n, "i": i}))
+    return out
+
+
+def _command(*args: bytes) -> bytes:
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+
+
+READS = [
+    (b"XLEN", TOPIC),
+    (b"XRANGE", TOPIC, b"-", b"+"),
+    (b"XRANGE", TOPIC, b"-", b"+", b"COUNT", b"7"),
+    (b"XRANGE", TOPIC, b"1005", b"(1017-1"),
+    (b"XRANGE", TOPIC, b"1005", b"1000"),
+    (b"XRANGE", TOPIC, b"-", b"+", b"COUNT", b"0"),
+    (b"XREVRANGE", TOPIC, b"+", b"-"),
+    (b"XREVRANGE", TOPIC, b"+", b"-", b"COUNT", b"5"),
+    (b"XREVRANGE", TOPIC, b"1020", b"1004-1", b"COUNT", b"9"),
+    (b"XREAD", b"STREAMS", TOPIC, b"0"),
+    (b"XREAD", b"COUNT", b"2", b"STREAMS", TOPIC, b"1009-0"),
+    (b"XREAD", b"STREAMS", TOPIC, b"$"),
+    (b"XREAD", b"STREAMS", TOPIC, b"+"),
+    (b"XREAD", b"STREAMS", TOPIC, b"9999"),
+    (b"XREAD", b"MAXCOUNT", b"10", b"COUNT", b"3", b"STREAMS", TOPIC, b"0"),
+]
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    server = PartitaProcess(tmp_path_factory.mktemp("single") / "data").start()
+    client = server.client()
+    assert client.execute_command("TOPIC", "CREATE", TOPIC, "PARTITIONS", PARTITIONS) == b"OK"
+    for key, entry_id, fields in _feed():
+        assert client.xadd(key, fields, id=entry_id) == entry_id
+    yield server
+    server.stop()
+
+
+def _cluster_client(cluster: Cluster):
+    from redis.cluster import ClusterNode, RedisCluster
+
+    return RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", cluster.ports[0])], socket_timeout=10)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    for c in running(tmp_path_factory.mktemp("fanout")):
+        owner = c.leader_of(TOPIC)
+        assert owner.client().execute_command("TOPIC", "CREATE", TOPIC, "PARTITIONS", PARTITIONS) == b"OK"
+        leaders = {c.leader_of(TOPIC if n == 0 else _pkey(n)).port for n in range(PARTITIONS)}
+        assert len(leaders) > 1, "the test needs partitions led by several nodes"
+        rc = _cluster_client(c)
+        try:
+            for key, entry_id, fields in _feed():  # each on its partition's leader (acks=all: committed)
+                assert eventually(lambda: rc.xadd(key, fields, id=entry_id), what=f"XADD {key!r}") == entry_id
+        finally:
+            rc.close()
+        yield c
+
+
+def test_topic_reads_on_every_node_answer_as_one_node(single, cluster):
+    with RawConn(single.port) as conn:
+        expected = [conn.request(_command(*read)) for read in READS]
+    assert expected[0] == b":40\r\n" and expected[1].startswith(b"*40\r\n")
+    for node in cluster.nodes:
+        with RawConn(node.port) as conn:
+            for read, want in zip(READS, expected):
+                assert conn.request(_command(*read)) == want, (node.port, read)
+
+
+def test_redis_cluster_client_reads_the_topic_key(single, cluster):
+    one = single.client()
+    rc = _cluster_client(cluster)
+    try:
+        assert rc.xlen(TOPIC) == one.xlen(TOPIC) == 40
+        assert rc.xrange(TOPIC) == one.xrange(TOPIC)
+        assert rc.xrevrange(TOPIC, count=11) == one.xrevrange(TOPIC, count=11)
+        assert rc.xread({TOPIC: "1010-0"}, count=3) == one.xread({TOPIC: "1010-0"}, count=3)
+        assert rc.xrange(TOPIC, min="1008", max="1012") == one.xrange(TOPIC, min="1008", max="1012")
+    finally:
+        rc.close()
+
+
+def test_redis_cli_c_reads_the_topic_key(single, cluster):
+    def cli(port: int, *args: str, cluster_mode: bool = False) -> str:
+        return subprocess.run(["redis-cli", *(["-c"] if cluster_mode else []), "-p", str(port), *args],
+                              capture_output=True, text=True, timeout=30, check=True).stdout
+
+    for args in (("XLEN", "events"), ("XRANGE", "events", "-", "+", "COUNT", "6"),
+                 ("XREVRANGE", "events", "+", "-"), ("XREAD", "COUNT", "1", "STREAMS", "events", "0")):
+        want = cli(single.port, *args)
+        for port in cluster.ports:
+            assert cli(port, *args, cluster_mode=True) == want, (port, args)
+
+
+def test_what_does_not_fan_out_yet_is_refused_with_its_reason(cluster):
+    node = cluster.nodes[0]
+    client = node.client()
+    with pytest.raises(redis.ResponseError, match="XREAD BLOCK on a topic whose partitions are led by other nodes"):
+        client.xread({TOPIC: "$"}, block=100)
+    with pytest.raises(redis.ResponseError, match="only XADD, XLEN, XRANGE, XREVRANGE and XREAD take a topic key"):
+        client.xtrim(TOPIC, maxlen=0)
+    pipe = client.pipeline(transaction=True)
+    pipe.xlen(TOPIC)
+    (refused,) = pipe.execute(raise_on_error=False)
+    assert isinstance(refused, redis.ResponseError) and "a transaction cannot read from other nodes" in str(refused)
+    assert client.xlen(TOPIC) == 40  # nothing was trimmed
