@@ -160,9 +160,10 @@ _peer("REPLFETCH", "REPLFETCH replica view max-wait-ms max-bytes topics-token "
       summary="Internal: a follower fetches stored batches from this leader (long poll).", waits=True)
 _peer("REPLEPOCH", "REPLEPOCH topic partition epoch [topic partition epoch ...]", arity=-4, flags="admin stale",
       summary="Internal: the end offset of a leader epoch per partition (KIP-101).")
-_peer("REPLREAD", "REPLREAD topic partition op start-id end-id count [topic partition op start-id end-id count ...]",
-      arity=-7, flags="admin stale",
-      summary="Internal: partitions of a topic-wide read another node fans out, from committed entries.")
+_peer("REPLREAD", "REPLREAD max-wait-ms topic partition op start-id end-id count "
+      "[topic partition op start-id end-id count ...]", arity=-8, flags="admin stale",
+      summary="Internal: partitions of a topic-wide read another node fans out, from committed entries "
+      "(a long poll with max-wait-ms).", waits=True)
 _peer("RAFT", "RAFT message [message ...]", arity=-2, flags="admin stale fast",
       summary="Internal: Raft messages of the controller quorum from a peer.")
 # The reply is the controller's commit index: the node counts the beat for

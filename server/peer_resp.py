@@ -54,7 +54,7 @@ FETCH_FIELDS = 7  # topic, n, topic id, offset, last epoch, state token, group t
 EPOCH_FIELDS = 3  # topic, n, epoch
 END_FIELDS = 6  # topic, n, end offset, high watermark, state token, group token
 READ_FIELDS = 6  # topic, n, op, start ID, end ID, count
-READ_OPS = ("len", "range", "revrange", "after")  # cluster.peer.messages.READ_*
+READ_OPS = ("len", "range", "revrange", "after", "after-last")  # cluster.peer.messages.READ_*
 
 # The command naming each request on the bus.
 NAMES: dict[type, bytes] = {
@@ -124,7 +124,7 @@ def encode_request(request: Request) -> list[bytes]:
     if kind is MoveRequest:
         return [name, b"%d" % request.shard]
     if kind is ReadRequest:
-        args = [name]
+        args = [name, b"%d" % request.max_wait_ms]
         for p in request.parts:
             args += [p.topic, b"%d" % p.n, p.op.encode(), _id_text(p.start), _id_text(p.end), b"%d" % p.count]
         return args
@@ -183,13 +183,13 @@ def decode_request(argv: list[bytes]) -> Request:
         return MoveRequest(_int(shard))
     if name == b"REPLREAD":
         parts = []
-        for topic, n, op, start, end, count in _groups(argv[1:], READ_FIELDS, "partition"):
+        for topic, n, op, start, end, count in _groups(argv[2:], READ_FIELDS, "partition"):
             if op.decode() not in READ_OPS:
                 raise ValueError(f"unknown read {op!r}")
             parts.append(ReadPart(topic, _int(n), op.decode(), _id(start), _id(end), _int(count)))
         if not parts:
             raise ValueError("no partition")
-        return ReadRequest(tuple(parts))
+        return ReadRequest(tuple(parts), _int(argv[1]))
     if name == b"XADD":
         at = _xadd_id_position(argv)
         fields = argv[at + 1:]
@@ -236,7 +236,8 @@ def encode_response(response: Response) -> Any:
     if kind is BeatResponse:
         return response.commit_index
     if kind is ReadResponse:
-        return [[p.length, [_id_text(i) for i in p.ids], list(p.entries)] for p in response.parts]
+        return [[p.length, [_id_text(i) for i in p.ids], list(p.entries), _id_text(p.position)]
+                for p in response.parts]
     assert kind is AppendResponse, kind
     return response.id
 
@@ -280,10 +281,10 @@ def decode_response(request: Request, reply: Any) -> Response:
         return BeatResponse(reply)
     if kind is ReadRequest:
         parts = []
-        for length, ids, entries in reply:
+        for length, ids, entries, position in reply:
             if len(ids) != len(entries):
                 raise ValueError("expected an ID per entry")
-            parts.append(PartRead(_int(length), tuple(_id(i) for i in ids), tuple(entries)))
+            parts.append(PartRead(_int(length), tuple(_id(i) for i in ids), tuple(entries), _id(position)))
         if len(parts) != len(request.parts):
             raise ValueError("expected an answer per partition")
         return ReadResponse(tuple(parts))

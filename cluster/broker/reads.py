@@ -44,8 +44,9 @@ from typing import Any, Sequence
 import trio
 
 from cluster.broker.budget import ReadBudget
-from cluster.errors import ClusterError, TryAgain
-from cluster.peer.messages import READ_AFTER, READ_LENGTH, READ_RANGE, READ_REVRANGE, PartRead, ReadPart
+from cluster.errors import TryAgain
+from cluster.peer.messages import (READ_AFTER, READ_AFTER_LAST, READ_LENGTH, READ_RANGE, READ_REVRANGE, PartRead,
+                                   ReadPart)
 from cluster.runtime.fanout import merge_by_id, read_part
 from cluster.runtime.replication import AcksFailed
 from cluster.topics import (
@@ -267,24 +268,39 @@ class ReadOps:
         topics = self.broker.topics
         return any(topics.is_multi(key) and self._across(key) is not None for key in plan.keys)
 
-    async def _read_across(self, plan: ReadPlan) -> list[tuple[bytes, Entries]]:
+    async def _read_across(self, plan: ReadPlan, state: dict | None = None) -> list[tuple[bytes, Entries]]:
         """``read_after`` of a plan with a topic key whose partitions other
         nodes lead: such keys are read from every partition's leader
         (committed entries), the others here, then served in the plan's
-        order within its budget, as ``_read_positions`` serves them."""
+        order within its budget, as ``_read_positions`` serves them.
+
+        ``state`` (a blocking read's, kept between its reads): each key's
+        positions, resolved by the first read (``$``: each partition's last
+        ID then; ``+``: after the last entry) and read after from then on.
+        Without it ``$`` finds nothing (it does not wait)."""
         topics = self.broker.topics
         remote: dict[int, list[PartRead]] = {}
         for i, (key, after) in enumerate(zip(plan.keys, plan.after)):
             if not topics.is_multi(key):
                 continue
             fanout = self._across(key)
-            if fanout is None or after is AFTER_LAST:  # (``$`` without waiting: nothing after the last ID)
+            if fanout is None:
                 continue
-            if after is LAST_ENTRY:
-                part = ReadPart(b"", 0, READ_REVRANGE, MIN_ID, MAX_ID, 1)
+            starts = state.get(i) if state is not None else None
+            if starts is not None:
+                parts = fanout.parts(key, ReadPart(b"", 0, READ_AFTER, count=plan.count), starts)
+            elif after is AFTER_LAST:
+                if state is None:
+                    continue  # (``$`` without waiting: nothing after the last ID)
+                parts = fanout.parts(key, ReadPart(b"", 0, READ_AFTER_LAST, count=plan.count))
+            elif after is LAST_ENTRY:
+                parts = fanout.parts(key, ReadPart(b"", 0, READ_REVRANGE, MIN_ID, MAX_ID, 1))
             else:
-                part = ReadPart(b"", 0, READ_AFTER, tuple(after), MIN_ID, plan.count)
-            remote[i] = await fanout.read(key, part, self.client_id)
+                parts = fanout.parts(key, ReadPart(b"", 0, READ_AFTER, tuple(after), count=plan.count))
+            found_parts = remote[i] = await fanout.read_parts(parts, self.client_id)
+            if state is not None and starts is None:
+                state[i] = [(found.ids[0] if found.ids else MIN_ID) if after is LAST_ENTRY else found.position
+                            for found in found_parts]
         self.commit_deferred()  # (appends while it waited)
         found: list = []
         budget = ReadBudget(plan.max_count, plan.max_size)
@@ -297,11 +313,55 @@ class ReadOps:
                     taken = part_read.entries[:limit] if limit else part_read.entries
                     self._take_into(found, partition_key(key, n), Entries(len(taken), list(taken)), budget)
             elif not (topics.is_multi(key) and self._across(key) is not None):
-                keys, positions = self._positions(ReadPlan([key], [after], plan.count))
-                for each, (position, count) in zip(keys, positions):
+                local = state.get(("here", i)) if state is not None else None
+                if local is None:
+                    local = self._positions(ReadPlan([key], [after], plan.count))
+                    if state is not None:
+                        state[("here", i)] = local
+                for each, (position, count) in zip(*local):
                     stream = topics.get(each)
                     if stream is not None:
                         self._read_into(found, each, stream, position, count, False, budget)
+        return found
+
+    async def _wait_across(self, plan: ReadPlan, state: dict, timeout_s: float | None) -> bool:
+        """A blocked read across nodes waits for its keys (``state``:
+        ``_read_across``'s): an entry on a partition led elsewhere (its
+        leader's long poll, ``FanOut.wait_for_entries``), or a signal on a
+        key read here (the topic keys too: so the client counts as blocked,
+        within ``max-blocked-clients``, as any blocked reader). True when
+        something woke it, False at the timeout."""
+        woke: list[bool] = []
+        keys_here = [key for i in range(len(plan.keys)) if ("here", i) in state for key in state[("here", i)][0]]
+        keys_here += [key for i, key in enumerate(plan.keys) if i in state]
+
+        async with trio.open_nursery() as nursery:
+            async def wake_on(wait: Any, *args: Any) -> None:
+                if await wait(*args):
+                    woke.append(True)
+                    nursery.cancel_scope.cancel()
+
+            for i, key in enumerate(plan.keys):
+                if i in state:
+                    nursery.start_soon(wake_on, self.broker.replication.fanout.wait_for_entries, key, state[i],
+                                       timeout_s)
+            nursery.start_soon(wake_on, self.broker.keys.wait_for_keys, keys_here, timeout_s)
+        return bool(woke)
+
+    async def _wait_for_entries_across(self, plan: ReadPlan, deadline: float | None) -> list:
+        """``wait_for_entries`` of a plan with a topic key whose partitions
+        other nodes lead (``_read_across``, ``_wait_across``)."""
+        if plan.block_ms is None or not self.may_block:
+            return await self._read_across(plan)
+        state: dict = {}
+        found = await self._read_across(plan, state)
+        while not found:
+            remaining_s = None if deadline is None else deadline - trio.current_time()
+            if remaining_s is not None and remaining_s <= 0:
+                return []
+            if not await self._wait_across(plan, state, remaining_s):
+                return []
+            found = await self._read_across(plan, state)
         return found
 
     async def wait_for_entries(self, plan: ReadPlan) -> list[tuple[bytes, Entries]]:
@@ -318,17 +378,13 @@ class ReadOps:
         caller across awaits (this coroutine's, and a front-end's around a
         command that may block), and a log may be cut back meanwhile."""
         self.commit_deferred()
+        deadline = None if plan.block_ms == 0 else trio.current_time() + (plan.block_ms or 0) / 1000
         if self._fans_out(plan):
-            if plan.block_ms is not None and self.may_block:
-                raise ClusterError("XREAD BLOCK on a topic whose partitions are led by other nodes is not "
-                                   "supported yet: read it without BLOCK, or block on partition keys "
-                                   "('<topic>#<n>')")
-            return await self._read_across(plan)
+            return await self._wait_for_entries_across(plan, deadline)
         keys, positions = self._positions(plan)
         found = self._read_positions(keys, positions, False, plan)
         if found or plan.block_ms is None or not self.may_block:
             return found
-        deadline = None if plan.block_ms == 0 else trio.current_time() + plan.block_ms / 1000
         wait_for_keys = self.broker.keys.wait_for_keys
         while True:
             if deadline is None:

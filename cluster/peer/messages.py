@@ -223,6 +223,7 @@ READ_LENGTH = "len"  # its committed live entries
 READ_RANGE = "range"  # entries with start <= ID <= end, oldest first
 READ_REVRANGE = "revrange"  # the same, newest first
 READ_AFTER = "after"  # entries with IDs above start
+READ_AFTER_LAST = "after-last"  # entries after the partition's last ID now (XREAD's ``$``): its ``position``
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,19 +243,24 @@ class ReadPart:
 @dataclass(frozen=True, slots=True)
 class ReadRequest:
     """Partitions this node asks their leader to read, committed entries
-    only (below each partition's high watermark)."""
+    only (below each partition's high watermark). With ``max_wait_ms`` a
+    long poll: answered once a partition has entries (``READ_AFTER`` only),
+    or when the time is up."""
 
     parts: tuple[ReadPart, ...]
+    max_wait_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class PartRead:
     """One partition's answer: ``length`` (``READ_LENGTH``), or the
-    entries found, each as its ID and its stored encoding."""
+    entries found, each as its ID and its stored encoding; ``position``:
+    the ID a ``READ_AFTER`` / ``READ_AFTER_LAST`` read after."""
 
     length: int = 0
     ids: tuple[tuple[int, int], ...] = ()
     entries: tuple[bytes, ...] = ()
+    position: tuple[int, int] = (0, 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,13 +29,14 @@ from cluster.runtime.controller_driver import NotReady
 from cluster.runtime.fanout import read_part
 from cluster.peer.messages import (Ack, AppendRequest, AppendResponse, BeatRequest, BeatResponse, EpochRequest,
                                    FetchRequest, FetchResponse, JoinRequest, MoveRequest,
-                                   PauseRequest, PauseResponse, ProposeRequest, RaftRequest, ReadRequest,
+                                   PauseRequest, PauseResponse, ProposeRequest, RaftRequest, READ_AFTER, ReadRequest,
                                    ReadResponse, Request, Response)
 from cluster.topics import partition_key
 
 TOPICS_CHANGED = b"\x00partita:topics"  # signalled when a topic is created, altered or deleted here
 _GROUPS_CHANGED = b"\x00partita:groups:"  # + a partition key: its group journal grew here
 FETCH_WAIT_MAX_MS = 60000
+READ_WAIT_MAX_MS = 30000  # a blocked read across nodes asks again after this
 
 # What a request that does not make sense raises inside the layers it reaches.
 _MALFORMED = (ValueError, IndexError, KeyError, TypeError)
@@ -68,6 +69,8 @@ class PeerService:
             return await self.fetch(request)
         if kind is JoinRequest:
             return await self.join(request)
+        if kind is ReadRequest:
+            return await self.read(request)
         if kind is AppendRequest:
             if self.appender is None:
                 raise ClusterError("this node takes no forwarded writes")
@@ -75,7 +78,7 @@ class PeerService:
         return self.serve_now(request)
 
     def serve_now(self, request: Request) -> Response:
-        """The response to a request that never waits (not a fetch, join or append)."""
+        """The response to a request that never waits (not a fetch, join, read or append)."""
         kind = type(request)
         try:
             if kind is EpochRequest:
@@ -91,8 +94,6 @@ class PeerService:
                 return self.pause(request)
             if kind is MoveRequest:
                 return self.move(request)
-            if kind is ReadRequest:
-                return self.read(request)
         except ClusterError:
             raise
         except _MALFORMED as e:
@@ -126,11 +127,29 @@ class PeerService:
         else:
             await host.wait_for_keys(keys, timeout_s, internal=True)
 
-    def read(self, request: ReadRequest) -> ReadResponse:
-        """Partitions of a topic-wide read another node fans out: each read
-        here from its committed entries (``read_part``). ``TryAgain`` when
-        this node does not lead one of them (its leadership moved: the
-        asking node's view is behind)."""
+    async def read(self, request: ReadRequest) -> ReadResponse:
+        """Partitions of a topic-wide read another node fans out (or this
+        one, for a blocked read): each read here from its committed entries
+        (``read_now``). With ``max_wait_ms``, held until one of them has
+        entries (its high watermark passed them: the host signals its keys)
+        or the time is up (at most ``READ_WAIT_MAX_MS``)."""
+        if request.max_wait_ms <= 0:
+            return self.read_now(request)
+        if any(part.op != READ_AFTER for part in request.parts):
+            raise BadRequest("only reads after an ID wait")
+        deadline = trio.current_time() + min(request.max_wait_ms, READ_WAIT_MAX_MS) / 1000
+        keys = list({key for part in request.parts for key in (part.topic, partition_key(part.topic, part.n))})
+        while True:
+            response = self.read_now(request)
+            remaining = deadline - trio.current_time()
+            if remaining <= 0 or any(found.ids for found in response.parts):
+                return response
+            await self._wait_for_keys(keys, remaining)
+
+    def read_now(self, request: ReadRequest) -> ReadResponse:
+        """``read`` at once. ``TryAgain`` when this node does not lead one
+        of the partitions (its leadership moved: the asking node's view is
+        behind)."""
         manager = self.manager
         for part in request.parts:
             if manager.leader_state(part.topic, part.n) is None:

@@ -5,17 +5,19 @@ fan out to the partitions' leaders over the cluster bus
 partita and the cluster are fed the same entries (explicit IDs, so they
 match) and every node's reply is compared byte for byte with the single
 node's, through a raw connection, redis-py's RedisCluster and
-``redis-cli -c``."""
+``redis-cli -c``. XREAD BLOCK on the topic key wakes on an append to a
+partition any node leads."""
 
 from __future__ import annotations
 
 import subprocess
+import threading
 
 import pytest
 import redis
 
 from tests.clusterkit import Cluster, eventually, running
-from tests.conftest import PartitaProcess, RawConn
+from tests.conftest import PartitaProcess, RawConn, wait_for
 
 PARTITIONS = 6
 TOPIC = b"events"
@@ -56,6 +58,9 @@ READS = [
     (b"XREAD", b"STREAMS", TOPIC, b"+"),
     (b"XREAD", b"STREAMS", TOPIC, b"9999"),
     (b"XREAD", b"MAXCOUNT", b"10", b"COUNT", b"3", b"STREAMS", TOPIC, b"0"),
+    (b"XREAD", b"BLOCK", b"100", b"COUNT", b"1", b"STREAMS", TOPIC, b"1017-1"),
+    (b"XREAD", b"BLOCK", b"50", b"STREAMS", TOPIC, b"$"),
+    (b"XREAD", b"BLOCK", b"50", b"STREAMS", TOPIC, b"1040"),
 ]
 
 
@@ -127,15 +132,38 @@ def test_redis_cli_c_reads_the_topic_key(single, cluster):
             assert cli(port, *args, cluster_mode=True) == want, (port, args)
 
 
+def _blocked_clients(port: int) -> int:
+    with RawConn(port) as conn:
+        info = conn.request(b"INFO clients\r\n").decode()
+    return int(info.split("blocked_clients:")[1].split()[0])
+
+
+def test_xread_block_on_the_topic_key_wakes_on_an_append_on_any_node(cluster):
+    """A reader blocked on ``events`` (``$``) on one node wakes when an
+    entry is appended to a partition another node leads, and gets it under
+    its partition key."""
+    reader_node = cluster.nodes[0]
+    for n in range(1, PARTITIONS):
+        key = _pkey(n)
+        leader = cluster.leader_of(key)
+        got: list = []
+        reader = threading.Thread(target=lambda: got.append(
+            reader_node.client(socket_timeout=30).xread({TOPIC: "$"}, block=20000)))
+        reader.start()
+        try:
+            assert wait_for(lambda: _blocked_clients(reader_node.port) == 1, 10), "the reader did not block"
+            entry_id = leader.client().xadd(key, {"woke": n})
+        finally:
+            reader.join(25)
+        assert not reader.is_alive() and got == [[[key, [(entry_id, {b"woke": b"%d" % n})]]]], (n, got)
+
+
 def test_what_does_not_fan_out_yet_is_refused_with_its_reason(cluster):
     node = cluster.nodes[0]
     client = node.client()
-    with pytest.raises(redis.ResponseError, match="XREAD BLOCK on a topic whose partitions are led by other nodes"):
-        client.xread({TOPIC: "$"}, block=100)
     with pytest.raises(redis.ResponseError, match="only XADD, XLEN, XRANGE, XREVRANGE and XREAD take a topic key"):
         client.xtrim(TOPIC, maxlen=0)
     pipe = client.pipeline(transaction=True)
     pipe.xlen(TOPIC)
     (refused,) = pipe.execute(raise_on_error=False)
     assert isinstance(refused, redis.ResponseError) and "a transaction cannot read from other nodes" in str(refused)
-    assert client.xlen(TOPIC) == 40  # nothing was trimmed

@@ -19,6 +19,7 @@ from trio.testing import wait_all_tasks_blocked
 
 from cluster import topics
 from cluster.broker import AFTER_LAST, LAST_ENTRY, ReadPlan, XAddPlan
+from cluster.runtime.fanout import FanOut, read_part
 from cluster.topics import TopicError
 from storage.entry_codec import decode_entry, split_entries
 from storage.streams import Entries, StreamId
@@ -268,26 +269,26 @@ def test_topic_administration(broker):
     assert session.topic_names() == [b"x"]
 
 
-class _FanOutHere:
+class _FanOutHere(FanOut):
     """A cluster's ``FanOut`` whose partitions are "led elsewhere" but read
     from this registry (as each leader would: ``read_part``)."""
 
     def __init__(self, broker):
+        super().__init__(types.SimpleNamespace(topics=broker.topics))
         self.broker = broker
         self.asked = []
 
     def led_elsewhere(self, key):
         return True
 
-    def in_transaction(self, key):
-        from cluster.errors import ClusterError
-        return ClusterError("in a transaction")
-
-    async def read(self, key, part, client_id=0):
-        from cluster.runtime.fanout import read_part
-        self.asked.append((key, part.op, part.count))
+    async def read_parts(self, parts, client_id=0):
+        self.asked.append((parts[0].topic, parts[0].op, parts[0].count))
         await trio.sleep(0)
-        return [read_part(stream, part) for stream in self.broker.topics.streams_of(key)]
+        return [read_part(self.broker.topics.stream_of(p.topic, p.n), p) for p in parts]
+
+    async def wait_for_entries(self, topic, starts, timeout_s):
+        keys = [b"%s#%d" % (topic, n) for n in range(len(starts))]
+        return await self.broker.keys.wait_for_keys(keys, timeout_s)
 
 
 async def test_in_a_cluster_a_topic_wide_read_fans_out_and_merges_as_here(broker, topic):
@@ -301,7 +302,8 @@ async def test_in_a_cluster_a_topic_wide_read_fans_out_and_merges_as_here(broker
             [(k, ids(e)) for k, e in topic.read_after(ReadPlan([b"t"], [StreamId(1, 0)], count=1))],
             [(k, ids(e)) for k, e in topic.read_after(ReadPlan([b"t"], [LAST_ENTRY]))])
     fanout = _FanOutHere(broker)
-    broker.replication = types.SimpleNamespace(fan_out_refusal=lambda key: None, fanout=fanout)
+    broker.replication = types.SimpleNamespace(fan_out_refusal=lambda key: None, fanout=fanout,
+                                               before_append=lambda session, pkey, stream: False)
     across = (await topic.length(b"t"), ids(await topic.range(b"t", lo, hi, count=4)),
               ids(await topic.range(b"t", lo, hi, rev=True)),
               [(k, ids(e)) for k, e in await topic.read_after(ReadPlan([b"t"], [StreamId(1, 0)], count=1))],
@@ -311,7 +313,17 @@ async def test_in_a_cluster_a_topic_wide_read_fans_out_and_merges_as_here(broker
                             (b"t", "revrange", 1)]
     assert topic.length(b"t#1") == 2  # a partition key: led here or -MOVED, the routing's call
     assert await topic.read_after(ReadPlan([b"t"], [AFTER_LAST])) == []
+    # XREAD BLOCK: ``$`` resolved once per partition, woken by an append to any.
+    got = []
+    async with trio.open_nursery() as nursery:
+        async def blocked():
+            got.extend(await broker.session().wait_for_entries(ReadPlan([b"t"], [AFTER_LAST], block_ms=0)))
+        nursery.start_soon(blocked)
+        await wait_all_tasks_blocked()
+        add(broker.session(), b"t#2", 9)
+    assert [(k, ids(e)) for k, e in got] == [(b"t#2", [(9, 0)])]
+    assert fanout.asked[5:] == [(b"t", "after-last", 0), (b"t", "after", 0)]
     topic.may_block = False
-    with pytest.raises(ClusterError, match="in a transaction"):
+    with pytest.raises(ClusterError, match="a transaction cannot read from other nodes"):
         topic.length(b"t")
     broker.replication = None
