@@ -16,6 +16,7 @@ which request (``RESPONSE_OF``). A request is idempotent unless it says so
 | ``MoveRequest`` | ``Ack`` | the controller asks a preferred leader to take its shard back |
 | ``AppendRequest`` | ``AppendResponse`` | an XADD forwarded to the partition's leader |
 | ``ReadRequest`` (``ReadPart`` each) | ``ReadResponse`` (``PartRead`` each) | a topic-wide read fanned out to the partitions' leaders |
+| ``GroupRequest`` | ``GroupResponse`` | XGROUP CREATE / SETID / DESTROY of a topic key, for one partition's leader |
 
 A refusal is not a response: the answering side raises a
 ``cluster.errors.ClusterError`` and the asking side gets
@@ -216,6 +217,29 @@ class AppendResponse:
     id: bytes  # the new entry's ID, as the leader formatted it
 
 
+@dataclass(frozen=True, slots=True)
+class GroupRequest:
+    """``XGROUP CREATE | SETID | DESTROY`` of a topic key, for one partition's
+    leader (``op``: ``create``, ``setid`` or ``destroy``): ``last_id`` None
+    is ``$`` (the partition's last ID there), ``entries_read`` None is not
+    given, ``max_deliveries`` 0 is no dead-lettering."""
+
+    idempotent = False  # never sent twice: a retried CREATE would answer BUSYGROUP
+
+    op: str
+    key: bytes  # the partition key (``topic#n``)
+    group: bytes
+    last_id: tuple[int, int] | None = None
+    entries_read: int | None = None
+    max_deliveries: int = 0
+    dead_letter_key: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupResponse:
+    destroyed: int | None = None  # DESTROY's answer (1: the group existed); None: OK
+
+
 # -- topic-wide reads fanned out ---------------------------------------------------------
 
 # What a ``ReadPart`` asks of one partition (cluster/runtime/fanout.py).
@@ -269,11 +293,12 @@ class ReadResponse:
 
 
 Request = (FetchRequest | EpochRequest | PauseRequest | RaftRequest | BeatRequest | ProposeRequest
-           | JoinRequest | MoveRequest | AppendRequest | ReadRequest)
-Response = FetchResponse | EpochResponse | PauseResponse | BeatResponse | AppendResponse | ReadResponse | Ack
+           | JoinRequest | MoveRequest | AppendRequest | ReadRequest | GroupRequest)
+Response = (FetchResponse | EpochResponse | PauseResponse | BeatResponse | AppendResponse | ReadResponse
+            | GroupResponse | Ack)
 
 RESPONSE_OF: dict[type, type] = {
     FetchRequest: FetchResponse, EpochRequest: EpochResponse, PauseRequest: PauseResponse,
     RaftRequest: Ack, BeatRequest: BeatResponse, ProposeRequest: Ack, JoinRequest: Ack,
-    MoveRequest: Ack, AppendRequest: AppendResponse, ReadRequest: ReadResponse,
+    MoveRequest: Ack, AppendRequest: AppendResponse, ReadRequest: ReadResponse, GroupRequest: GroupResponse,
 }

@@ -28,7 +28,7 @@ from cluster.errors import BadRequest, ClusterError, NotController, TryAgain
 from cluster.runtime.controller_driver import NotReady
 from cluster.runtime.fanout import read_part
 from cluster.peer.messages import (Ack, AppendRequest, AppendResponse, BeatRequest, BeatResponse, EpochRequest,
-                                   FetchRequest, FetchResponse, JoinRequest, MoveRequest,
+                                   FetchRequest, FetchResponse, GroupRequest, JoinRequest, MoveRequest,
                                    PauseRequest, PauseResponse, ProposeRequest, RaftRequest, READ_AFTER, ReadRequest,
                                    ReadResponse, Request, Response)
 from cluster.topics import partition_key
@@ -75,6 +75,8 @@ class PeerService:
             if self.appender is None:
                 raise ClusterError("this node takes no forwarded writes")
             return await self.appender(request)
+        if kind is GroupRequest:  # (on the bus it is the client command XGROUP, run by the front-end)
+            raise ClusterError("this node takes no forwarded group changes")
         return self.serve_now(request)
 
     def serve_now(self, request: Request) -> Response:

@@ -54,9 +54,10 @@ PAUSE_MS = 15000
 # every multi-key command (-CROSSSLOT): they change their keys together, on
 # one node. Others run when every key is led here.
 ONE_SLOT = frozenset({"rename", "renamenx"})
-# Commands that read a multi-partition topic key on any node: the broker
-# reads partitions led elsewhere from their leaders (cluster/runtime/fanout.py).
-FANS_OUT = frozenset({"xlen", "xrange", "xrevrange", "xread"})
+# Commands that take a multi-partition topic key on any node: the broker
+# reads partitions led elsewhere from their leaders (cluster/runtime/fanout.py)
+# or has their leaders change their groups (cluster/broker/groups.py).
+FANS_OUT = frozenset({"xlen", "xrange", "xrevrange", "xread", "xgroup|create", "xgroup|setid", "xgroup|destroy"})
 
 
 class FailoverError(Exception):
@@ -173,8 +174,9 @@ class Replication:
         multi-partition topic key whose partitions are not all led here,
         except XADD's: it runs where the topic key's slot is led, which
         forwards it to the chosen partition's leader (cluster/runtime/forwarding.py),
-        and the reads of ``FANS_OUT``: they run on any node, which reads the
-        partitions led elsewhere from their leaders (cluster/runtime/fanout.py).
+        and the commands of ``FANS_OUT``: they run on any node, which reads
+        the partitions led elsewhere from their leaders (cluster/runtime/fanout.py)
+        or has them change their groups (cluster/broker/groups.py).
         ``spec`` is the command's (``name``, ``flags``, ``key_indexes``)."""
         try:
             indexes = spec.key_indexes(argv)
@@ -214,8 +216,8 @@ class Replication:
     def fan_out_refusal(self, key: bytes) -> ClusterError | None:
         """Why a command on multi-partition topic ``key`` that reaches every
         partition (XLEN, XRANGE, XREAD, group reads) cannot run here: some
-        partitions are led by other nodes (only the reads of ``FANS_OUT``
-        and XADD work across nodes yet); None when this node leads them
+        partitions are led by other nodes (only ``FANS_OUT`` and XADD work
+        across nodes yet); None when this node leads them
         all. ``route`` asks it before the command runs."""
         manager = self.manager
         away = []
@@ -229,8 +231,8 @@ class Replication:
         return ClusterError(
             f"topic '{key.decode('utf-8', 'replace')}' has partitions led by other "
             f"nodes ({', '.join(away[:4])}{', ...' if len(away) > 4 else ''}): "
-            "in a cluster only XADD, XLEN, XRANGE, XREVRANGE and XREAD take a topic key; "
-            "for other commands use partition keys ('<topic>#<n>')")
+            "in a cluster only XADD, XLEN, XRANGE, XREVRANGE, XREAD and XGROUP CREATE / SETID / DESTROY take "
+            "a topic key; for other commands use partition keys ('<topic>#<n>')")
 
     def unreplicated(self, topic: bytes) -> dict:
         """The acks=all writes to ``topic`` (led here) that the in-sync

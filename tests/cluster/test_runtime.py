@@ -173,7 +173,7 @@ async def test_a_forwarded_append_reaches_the_leader_and_a_refusal_keeps_its_tex
 
     two.service.appender = append
     request = AppendRequest(b"t#1", (b"*",), (b"f", b"v"))
-    assert await one.forwarder.forward(request, 2, client_id=5) == b"7-1"
+    assert (await one.forwarder.forward(request, 2, client_id=5)).id == b"7-1"
     assert appended == [request]
     with pytest.raises(Refused) as refused:  # node 2 leads shard 1, not shard 0
         await one.link(2, "admin").call(PauseRequest(0, 1, 100))

@@ -6,7 +6,8 @@ partita and the cluster are fed the same entries (explicit IDs, so they
 match) and every node's reply is compared byte for byte with the single
 node's, through a raw connection, redis-py's RedisCluster and
 ``redis-cli -c``. XREAD BLOCK on the topic key wakes on an append to a
-partition any node leads."""
+partition any node leads; XGROUP CREATE / SETID / DESTROY on the topic key
+change every partition's group through its leader."""
 
 from __future__ import annotations
 
@@ -138,17 +139,58 @@ def _blocked_clients(port: int) -> int:
     return int(info.split("blocked_clients:")[1].split()[0])
 
 
+GROUP_CHANGES = [  # (command, then check every partition's groups)
+    (b"XGROUP", b"CREATE", TOPIC, b"g", b"$"),
+    (b"XGROUP", b"CREATE", TOPIC, b"h", b"1010", b"ENTRIESREAD", b"3"),
+    (b"XGROUP", b"CREATE", TOPIC, b"g", b"0"),  # BUSYGROUP: every partition has it
+    (b"XGROUP", b"SETID", TOPIC, b"g", b"1012-0"),
+    (b"XGROUP", b"SETID", TOPIC, b"nope", b"0"),  # NOGROUP, of partition 0
+    (b"XGROUP", b"DESTROY", TOPIC, b"h"),
+    (b"XGROUP", b"DESTROY", TOPIC, b"h"),
+    (b"XGROUP", b"CREATE", TOPIC, b"x", b"bad-id"),  # the syntax error, nothing sent
+]
+
+
+def test_xgroup_on_the_topic_key_changes_every_partition_through_its_leader(single, cluster):
+    """XGROUP CREATE / SETID / DESTROY on ``events`` on any node: each
+    partition's group is changed by its leader, with the single node's
+    replies; then each partition's XINFO GROUPS (on its leader) is the single
+    node's."""
+    def groups_of(n: int, port: int) -> bytes:
+        with RawConn(port) as conn:
+            return conn.request(_command(b"XINFO", b"GROUPS", _pkey(n)))
+
+    leaders = [cluster.leader_of(TOPIC if n == 0 else _pkey(n)).port for n in range(PARTITIONS)]
+    for i, change in enumerate(GROUP_CHANGES):
+        node = cluster.nodes[i % len(cluster.nodes)]
+        with RawConn(single.port) as one, RawConn(node.port) as conn:
+            assert conn.request(_command(*change)) == one.request(_command(*change)), (node.port, change)
+        for n in range(PARTITIONS):
+            assert groups_of(n, leaders[n]) == groups_of(n, single.port), (change, n)
+    rc = _cluster_client(cluster)
+    try:
+        assert rc.xgroup_destroy(TOPIC, "g") == single.client().xgroup_destroy(TOPIC, "g") == 1
+        assert rc.xgroup_create(TOPIC, "k", id="0") is True
+    finally:
+        rc.close()
+    assert all(groups_of(n, leaders[n]).count(b"k") == 1 for n in range(PARTITIONS))
+
+
 def test_xread_block_on_the_topic_key_wakes_on_an_append_on_any_node(cluster):
-    """A reader blocked on ``events`` (``$``) on one node wakes when an
+    """A reader blocked on a topic key (``$``) on one node wakes when an
     entry is appended to a partition another node leads, and gets it under
     its partition key."""
+    topic = b"wakes"
+    owner = cluster.leader_of(topic)
+    assert owner.client().execute_command("TOPIC", "CREATE", topic, "PARTITIONS", PARTITIONS) == b"OK"
     reader_node = cluster.nodes[0]
     for n in range(1, PARTITIONS):
-        key = _pkey(n)
+        key = b"%s#%d" % (topic, n)
         leader = cluster.leader_of(key)
+        eventually(lambda: leader.client().exists(key), what=f"{key!r} on its leader")
         got: list = []
         reader = threading.Thread(target=lambda: got.append(
-            reader_node.client(socket_timeout=30).xread({TOPIC: "$"}, block=20000)))
+            reader_node.client(socket_timeout=30).xread({topic: "$"}, block=20000)))
         reader.start()
         try:
             assert wait_for(lambda: _blocked_clients(reader_node.port) == 1, 10), "the reader did not block"
@@ -161,9 +203,12 @@ def test_xread_block_on_the_topic_key_wakes_on_an_append_on_any_node(cluster):
 def test_what_does_not_fan_out_yet_is_refused_with_its_reason(cluster):
     node = cluster.nodes[0]
     client = node.client()
-    with pytest.raises(redis.ResponseError, match="only XADD, XLEN, XRANGE, XREVRANGE and XREAD take a topic key"):
+    with pytest.raises(redis.ResponseError, match="only XADD, XLEN, XRANGE, XREVRANGE, XREAD and XGROUP CREATE / SETID "
+                       "/ DESTROY take a topic key"):
         client.xtrim(TOPIC, maxlen=0)
     pipe = client.pipeline(transaction=True)
     pipe.xlen(TOPIC)
-    (refused,) = pipe.execute(raise_on_error=False)
-    assert isinstance(refused, redis.ResponseError) and "a transaction cannot read from other nodes" in str(refused)
+    pipe.xgroup_create(TOPIC, "m", id="0")
+    refused = pipe.execute(raise_on_error=False)
+    assert "a transaction cannot read from other nodes" in str(refused[0])
+    assert "a transaction cannot change their groups" in str(refused[1])
