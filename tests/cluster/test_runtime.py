@@ -13,7 +13,7 @@ import types
 import pytest
 import trio
 
-from cluster.errors import Refused
+from cluster.errors import Refused, TryAgain
 from cluster.nodes import key_slot
 from cluster.peer.link import MemoryNetwork, Unreachable
 from cluster.peer.messages import (READ_AFTER, READ_LENGTH, READ_RANGE, AppendRequest, AppendResponse,
@@ -189,7 +189,7 @@ async def test_a_topic_read_fans_out_to_the_partitions_leaders_committed_entries
     every partition's share from its leader, merged by ID; an entry above a
     leader's high watermark (a follower cut off, still in the ISR) is not
     read, nor counted; a node asked for a partition it does not lead says
-    so (TRYAGAIN)."""
+    so (TRYAGAIN), as the asking node does of a leader it cannot reach."""
     nodes = cluster.nodes
     by_id = {r.manager.my_id: r for r in nodes}
 
@@ -235,3 +235,8 @@ async def test_a_topic_read_fans_out_to_the_partitions_leaders_committed_entries
         await nodes[0].link(leader.manager.my_id, "read0").call(
             ReadRequest((ReadPart(b"t", next(n for n in range(6) if leader_of(n) is not leader), READ_LENGTH),)))
     assert refused.value.code == "TRYAGAIN" and "does not lead partition t#" in refused.value.text
+    cluster.network.set_up(leader.manager.my_id, False)  # a leader that cannot be reached
+    with pytest.raises(TryAgain, match=f"leader node {leader.manager.my_id} unreachable: link down"):
+        await nodes[0].fanout.read(b"t", ReadPart(b"", 0, READ_LENGTH))
+    with pytest.raises(TryAgain, match="unreachable"):
+        await nodes[0].fanout.wait_for_entries(b"t", [(99, 0)] * 6, 1.0)
