@@ -332,20 +332,27 @@ class ReadOps:
         within ``max-blocked-clients``, as any blocked reader). True when
         something woke it, False at the timeout."""
         woke: list[bool] = []
+        failures: list[Exception] = []  # (raised as they are, not in an exception group)
         keys_here = [key for i in range(len(plan.keys)) if ("here", i) in state for key in state[("here", i)][0]]
         keys_here += [key for i, key in enumerate(plan.keys) if i in state]
 
         async with trio.open_nursery() as nursery:
             async def wake_on(wait: Any, *args: Any) -> None:
-                if await wait(*args):
+                try:
+                    if not await wait(*args):
+                        return
                     woke.append(True)
-                    nursery.cancel_scope.cancel()
+                except Exception as e:  # a leader unreachable (TryAgain), too many blocked clients ...
+                    failures.append(e)
+                nursery.cancel_scope.cancel()
 
             for i, key in enumerate(plan.keys):
                 if i in state:
                     nursery.start_soon(wake_on, self.broker.replication.fanout.wait_for_entries, key, state[i],
                                        timeout_s)
             nursery.start_soon(wake_on, self.broker.keys.wait_for_keys, keys_here, timeout_s)
+        if failures:
+            raise failures[0]
         return bool(woke)
 
     async def _wait_for_entries_across(self, plan: ReadPlan, deadline: float | None) -> list:

@@ -19,6 +19,7 @@ from trio.testing import wait_all_tasks_blocked
 
 from cluster import topics
 from cluster.broker import AFTER_LAST, LAST_ENTRY, ReadPlan, XAddPlan
+from cluster.errors import TryAgain
 from cluster.runtime.fanout import FanOut, read_part
 from cluster.topics import TopicError
 from storage.entry_codec import decode_entry, split_entries
@@ -323,6 +324,13 @@ async def test_in_a_cluster_a_topic_wide_read_fans_out_and_merges_as_here(broker
         add(broker.session(), b"t#2", 9)
     assert [(k, ids(e)) for k, e in got] == [(b"t#2", [(9, 0)])]
     assert fanout.asked[5:] == [(b"t", "after-last", 0), (b"t", "after", 0)]
+
+    async def unreachable(topic, starts, timeout_s):
+        raise TryAgain("partition t#1 leader node 2 unreachable: link down")
+
+    fanout.wait_for_entries = unreachable  # a leader lost while the reader waits: its error, as it is
+    with pytest.raises(TryAgain, match="unreachable"):
+        await topic.wait_for_entries(ReadPlan([b"t"], [AFTER_LAST], block_ms=0))
     topic.may_block = False
     with pytest.raises(ClusterError, match="a transaction cannot read from other nodes"):
         topic.length(b"t")
