@@ -98,12 +98,16 @@ def cluster(tmp_path_factory):
         yield c
 
 
-def test_topic_reads_on_every_node_answer_as_one_node(single, cluster):
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_topic_reads_on_every_node_answer_as_one_node(single, cluster, protocol):
+    hello = _command(b"HELLO", b"%d" % protocol)
     with RawConn(single.port) as conn:
+        conn.request(hello)
         expected = [conn.request(_command(*read)) for read in READS]
     assert expected[0] == b":40\r\n" and expected[1].startswith(b"*40\r\n")
     for node in cluster.nodes:
         with RawConn(node.port) as conn:
+            conn.request(hello)
             for read, want in zip(READS, expected):
                 assert conn.request(_command(*read)) == want, (node.port, read)
 
