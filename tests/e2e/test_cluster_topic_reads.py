@@ -135,6 +135,8 @@ def test_redis_cli_c_reads_the_topic_key(single, cluster):
         want = cli(single.port, *args)
         for port in cluster.ports:
             assert cli(port, *args, cluster_mode=True) == want, (port, args)
+    for args in (("XGROUP", "CREATE", "events", "cli", "0"), ("XGROUP", "DESTROY", "events", "cli")):
+        assert cli(cluster.ports[1], *args, cluster_mode=True) == cli(single.port, *args), args
 
 
 def _blocked_clients(port: int) -> int:
