@@ -3,8 +3,8 @@
 Owns: which port that is (``cluster-port``, else this node's ``cluster-nodes``
 entry: ``<id>@<host>:<port>@<bus-port>``, or ``port + 10000`` as Redis
 Cluster's bus), binding it on the ``bind`` addresses, the bus's command table
-(the internal ``peer`` commands declared below, plus XADD for a forwarded
-write and PING / QUIT), its connections' clients (not in CLIENT LIST, not
+(the internal ``peer`` commands declared below, plus XADD and XGROUP for
+forwarded writes and PING / QUIT), its connections' clients (not in CLIENT LIST, not
 counted against ``maxclients``) and their authentication: with
 ``cluster-secret`` set a bus connection runs nothing before ``REPLAUTH
 <secret>``; without one the bus is unauthenticated, which the start-up log
@@ -17,10 +17,12 @@ request that does not decode, or names what does not exist, gets ``-ERR
 malformed <NAME> request: <why>``; the service's other refusals become
 their Redis texts (server/failures.py). A forwarded append arrives as the
 XADD command itself and runs as any XADD, with the bus connection's
-durability and acks=all waits before its reply.
+durability and acks=all waits before its reply; a forwarded group change
+(a topic's XGROUP CREATE / SETID / DESTROY, one partition) likewise as
+XGROUP.
 
 Every internal command (fetches, the controller's Raft messages, heartbeats,
-proposals, forwarded writes, failover pauses) goes over the bus; the client
+proposals, forwarded writes and fanned-out reads, failover pauses) goes over the bus; the client
 port does not know them (Redis's unknown-command error, absent from
 COMMAND), as Redis Cluster and Kafka keep their inter-node traffic off the
 client listener.
@@ -50,9 +52,9 @@ from server.state import Client
 
 log = logging.getLogger("partita.bus")
 
-# Client commands a peer also sends on the bus: a forwarded XADD
+# Client commands a peer also sends on the bus: a forwarded XADD and XGROUP
 # (cluster/runtime/forwarding.py), and PING / QUIT for tools checking the port.
-SHARED = ("xadd", "ping", "quit")
+SHARED = ("xadd", "xgroup", "ping", "quit")
 REFUSED_LOG_S = 10.0  # wrong secrets are logged at most this often
 
 _ids = itertools.count(1)
@@ -160,6 +162,10 @@ _peer("REPLFETCH", "REPLFETCH replica view max-wait-ms max-bytes topics-token "
       summary="Internal: a follower fetches stored batches from this leader (long poll).", waits=True)
 _peer("REPLEPOCH", "REPLEPOCH topic partition epoch [topic partition epoch ...]", arity=-4, flags="admin stale",
       summary="Internal: the end offset of a leader epoch per partition (KIP-101).")
+_peer("REPLREAD", "REPLREAD max-wait-ms topic partition op start-id end-id count "
+      "[topic partition op start-id end-id count ...]", arity=-8, flags="admin stale",
+      summary="Internal: partitions of a topic-wide read another node fans out, from committed entries "
+      "(a long poll with max-wait-ms).", waits=True)
 _peer("RAFT", "RAFT message [message ...]", arity=-2, flags="admin stale fast",
       summary="Internal: Raft messages of the controller quorum from a peer.")
 # The reply is the controller's commit index: the node counts the beat for

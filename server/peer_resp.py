@@ -6,8 +6,9 @@ Owns:
 - the RESP form of each message of cluster/peer/messages.py, both ways:
   ``encode_request`` / ``decode_request`` (a request is one command:
   ``REPLFETCH``, ``REPLEPOCH``, ``REPLPAUSE``, ``RAFT``, ``CTRLBEAT``,
-  ``CTRLPROPOSE``, ``CTRLJOIN``, ``CTRLMOVE``, or ``XADD`` for a forwarded
-  append) and ``encode_response`` / ``decode_response`` (its reply, a
+  ``CTRLPROPOSE``, ``CTRLJOIN``, ``CTRLMOVE``, ``REPLREAD``, or ``XADD`` for
+  a forwarded append and ``XGROUP`` for a forwarded group change, run on the
+  leader as the client commands they are) and ``encode_response`` / ``decode_response`` (its reply, a
   nested RESP value). The bus (server/bus.py) decodes what a peer sends,
   asks the cluster's ``PeerService`` and encodes the answer; ``RespLink``
   does the reverse. A request that does not decode raises ``ValueError``
@@ -43,9 +44,10 @@ from cluster.errors import Refused
 from cluster.peer.link import Unreachable
 from cluster.peer.messages import (Ack, AppendRequest, AppendResponse, BeatRequest, BeatResponse, Discovered,
                                    EpochEnd, EpochPartition, EpochRequest, EpochResponse, FetchedPartition,
-                                   FetchPartition, FetchRequest, FetchResponse, JoinRequest, MoveRequest,
-                                   PartitionEnd, PauseRequest, PauseResponse, ProposeRequest, RaftRequest,
-                                   Request, Response)
+                                   FetchPartition, FetchRequest, FetchResponse, GroupRequest, GroupResponse,
+                                   JoinRequest, MoveRequest,
+                                   PartitionEnd, PartRead, PauseRequest, PauseResponse, ProposeRequest,
+                                   RaftRequest, ReadPart, ReadRequest, ReadResponse, Request, Response)
 from cluster.replication import OUT_OF_RANGE, TOPIC_ID_MISMATCH
 from server.reply import OK
 
@@ -53,13 +55,16 @@ CONNECT_TIMEOUT_S = 2.0
 FETCH_FIELDS = 7  # topic, n, topic id, offset, last epoch, state token, group token
 EPOCH_FIELDS = 3  # topic, n, epoch
 END_FIELDS = 6  # topic, n, end offset, high watermark, state token, group token
+READ_FIELDS = 6  # topic, n, op, start ID, end ID, count
+READ_OPS = ("len", "range", "revrange", "after", "after-last")  # cluster.peer.messages.READ_*
 
 # The command naming each request on the bus.
 NAMES: dict[type, bytes] = {
     FetchRequest: b"REPLFETCH", EpochRequest: b"REPLEPOCH", PauseRequest: b"REPLPAUSE", RaftRequest: b"RAFT",
     BeatRequest: b"CTRLBEAT", ProposeRequest: b"CTRLPROPOSE", JoinRequest: b"CTRLJOIN", MoveRequest: b"CTRLMOVE",
-    AppendRequest: b"XADD",
+    AppendRequest: b"XADD", ReadRequest: b"REPLREAD", GroupRequest: b"XGROUP",
 }
+GROUP_OPS = ("create", "setid", "destroy")
 
 
 def _int(raw: Any) -> int:
@@ -68,6 +73,17 @@ def _int(raw: Any) -> int:
 
 def _str(raw: Any) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def _id(raw: bytes) -> tuple[int, int]:
+    ms, dash, seq = raw.partition(b"-")
+    if not dash:
+        raise ValueError(f"not an ID: {raw!r}")
+    return _int(ms), _int(seq)
+
+
+def _id_text(stream_id: tuple[int, int]) -> bytes:
+    return b"%d-%d" % (stream_id[0], stream_id[1])
 
 
 def _groups(items: list, size: int, what: str) -> list:
@@ -110,6 +126,23 @@ def encode_request(request: Request) -> list[bytes]:
         return [name, b"%d" % request.node, request.host.encode(), b"%d" % request.port, b"%d" % request.bus_port]
     if kind is MoveRequest:
         return [name, b"%d" % request.shard]
+    if kind is ReadRequest:
+        args = [name, b"%d" % request.max_wait_ms]
+        for p in request.parts:
+            args += [p.topic, b"%d" % p.n, p.op.encode(), _id_text(p.start), _id_text(p.end), b"%d" % p.count]
+        return args
+    if kind is GroupRequest:
+        args = [name, request.op.upper().encode(), request.key, request.group]
+        if request.op == "destroy":
+            return args
+        args.append(b"$" if request.last_id is None else _id_text(request.last_id))
+        if request.entries_read is not None:
+            args += [b"ENTRIESREAD", b"%d" % request.entries_read]
+        if request.max_deliveries:
+            args += [b"MAXDELIVERIES", b"%d" % request.max_deliveries]
+            if request.dead_letter_key is not None:
+                args += [b"DEADLETTER", request.dead_letter_key]
+        return args
     assert kind is AppendRequest, kind
     return [name, request.key, *request.options, *request.fields]
 
@@ -163,6 +196,17 @@ def decode_request(argv: list[bytes]) -> Request:
     if name == b"CTRLMOVE":
         _, shard = argv
         return MoveRequest(_int(shard))
+    if name == b"REPLREAD":
+        parts = []
+        for topic, n, op, start, end, count in _groups(argv[2:], READ_FIELDS, "partition"):
+            if op.decode() not in READ_OPS:
+                raise ValueError(f"unknown read {op!r}")
+            parts.append(ReadPart(topic, _int(n), op.decode(), _id(start), _id(end), _int(count)))
+        if not parts:
+            raise ValueError("no partition")
+        return ReadRequest(tuple(parts), _int(argv[1]))
+    if name == b"XGROUP":
+        return _decode_group(argv)
     if name == b"XADD":
         at = _xadd_id_position(argv)
         fields = argv[at + 1:]
@@ -170,6 +214,24 @@ def decode_request(argv: list[bytes]) -> Request:
             raise ValueError("expected field value pairs")
         return AppendRequest(argv[1], tuple(argv[2:at + 1]), tuple(fields))
     raise ValueError(f"not a peer request: {argv[0]!r}")
+
+
+def _decode_group(argv: list[bytes]) -> GroupRequest:
+    op = argv[1].decode().lower()
+    if op not in GROUP_OPS:
+        raise ValueError(f"not a forwarded XGROUP: {argv[1]!r}")
+    key, group = argv[2], argv[3]
+    if op == "destroy":
+        if len(argv) != 4:
+            raise ValueError("expected key group")
+        return GroupRequest(op, key, group)
+    last_id = None if argv[4] == b"$" else _id(argv[4])
+    options = dict(zip(argv[5::2], argv[6::2]))
+    if len(argv) % 2 == 0 or set(options) - {b"ENTRIESREAD", b"MAXDELIVERIES", b"DEADLETTER"}:
+        raise ValueError("expected ENTRIESREAD / MAXDELIVERIES / DEADLETTER options")
+    entries_read = _int(options[b"ENTRIESREAD"]) if b"ENTRIESREAD" in options else None
+    return GroupRequest(op, key, group, last_id, entries_read, _int(options.get(b"MAXDELIVERIES", 0)),
+                        options.get(b"DEADLETTER"))
 
 
 # -- responses -------------------------------------------------------------------
@@ -208,6 +270,11 @@ def encode_response(response: Response) -> Any:
         return out
     if kind is BeatResponse:
         return response.commit_index
+    if kind is GroupResponse:
+        return OK if response.destroyed is None else response.destroyed
+    if kind is ReadResponse:
+        return [[p.length, [_id_text(i) for i in p.ids], list(p.entries), _id_text(p.position)]
+                for p in response.parts]
     assert kind is AppendResponse, kind
     return response.id
 
@@ -249,6 +316,21 @@ def decode_response(request: Request, reply: Any) -> Response:
         if not isinstance(reply, int):
             raise ValueError("expected the commit index")
         return BeatResponse(reply)
+    if kind is GroupRequest:
+        if reply == b"OK" and request.op != "destroy":
+            return GroupResponse()
+        if not isinstance(reply, int) or request.op != "destroy":
+            raise ValueError("expected OK, or DESTROY's count")
+        return GroupResponse(reply)
+    if kind is ReadRequest:
+        parts = []
+        for length, ids, entries, position in reply:
+            if len(ids) != len(entries):
+                raise ValueError("expected an ID per entry")
+            parts.append(PartRead(_int(length), tuple(_id(i) for i in ids), tuple(entries), _id(position)))
+        if len(parts) != len(request.parts):
+            raise ValueError("expected an answer per partition")
+        return ReadResponse(tuple(parts))
     assert kind is AppendRequest, kind
     if not isinstance(reply, bytes):
         raise ValueError("expected the entry's ID")

@@ -22,7 +22,11 @@ deletions that mind the groups are ``cluster.broker.references``'):
 - the claim / dead-letter policy (XCLAIM, XAUTOCLAIM, history reads, CLAIM);
 - XNACK (Redis 8.8): pending entries released, with no owner and delivery
   time 0, so that any claim takes them, and first;
-- a group command on a topic key: the same command on every partition.
+- a group command on a topic key: the same command on every partition;
+  in a cluster, XGROUP CREATE / SETID / DESTROY of a topic whose partitions
+  other nodes lead sends each such partition's command to its leader
+  (``GroupRequest`` through ``Forwarder.forward``, all at once) and
+  returns the awaitable of the combined answer (``_each_partition_led``).
 
 Every group write is noted here (``wrote_group`` / ``wrote_log``, and the
 keys it changes are signalled), so a front-end's reply waits for what its
@@ -49,6 +53,8 @@ from typing import Any, Callable, Sequence
 import trio
 
 from cluster.broker.budget import ReadBudget
+from cluster.errors import ClusterError, Refused
+from cluster.peer.messages import GroupRequest, GroupResponse
 from cluster.topics import partition_key
 from storage.entry_codec import decode_entry, split_entries
 from storage.errors import Refusal
@@ -326,7 +332,8 @@ def _entry(stream: Any, sid: StreamIdT) -> bytes | memoryview | None:
 
 
 def _is_busy(e: BaseException) -> bool:
-    return isinstance(e, GroupError) and e.code == GROUP_EXISTS
+    """BUSYGROUP: here, or relayed from a partition's leader."""
+    return (isinstance(e, GroupError) and e.code == GROUP_EXISTS) or (isinstance(e, Refused) and e.code == "BUSYGROUP")
 
 
 def _first_error(replies: list) -> BaseException | None:
@@ -334,6 +341,22 @@ def _first_error(replies: list) -> BaseException | None:
         if isinstance(r, BaseException):
             return r
     return None
+
+
+def _attempt(op: Callable[[bytes], Any], pkey: bytes, late: BaseException | None) -> Any:
+    """``op(pkey)``, or its refusal (``late``: the front-end's parse error)."""
+    try:
+        return op(pkey)
+    except Exception as e:
+        if not (isinstance(e, Refusal) or e is late):
+            raise
+        return e
+
+
+def _raise_first_error(replies: list) -> None:
+    error = _first_error(replies)
+    if error is not None:
+        raise error
 
 
 class _Target:
@@ -402,50 +425,101 @@ class GroupOps:
     def _each_partition(self, key: bytes, op: Callable[[bytes], Any], late: BaseException | None) -> list:
         """``op(partition key)`` for every partition of topic ``key``: the
         results, with a partition's refusal in place of its result."""
-        out = []
-        for pkey in self.broker.topics.expand(key):
+        return [_attempt(op, pkey, late) for pkey in self.broker.topics.expand(key)]
+
+    def _each_partition_led(self, key: bytes, request_of: Callable[[bytes], GroupRequest],
+                            op: Callable[[bytes], Any], late: BaseException | None) -> Any:
+        """``_each_partition`` in a cluster where other nodes lead some
+        partitions of topic ``key``: the awaitable of its results, each
+        partition led elsewhere sent ``request_of(partition key)`` through
+        its leader (``Forwarder.forward``; its refusal, relayed, is the
+        result); None when every partition is led here. Refused inside a
+        transaction (it would wait for peers), and with ``late`` (the
+        front-end's parse error: raised before anything is sent)."""
+        replication = self.broker.replication
+        if replication is None or not replication.fanout.led_elsewhere(key):
+            return None
+        if late is not None:
+            raise late
+        if not self.may_block:
+            raise ClusterError(f"topic '{key.decode('utf-8', 'replace')}' has partitions led by other nodes, and "
+                               "a transaction cannot change their groups; use partition keys ('<topic>#<n>') "
+                               "inside MULTI")
+        return self._each_partition_away(key, request_of, op)
+
+    async def _each_partition_away(self, key: bytes, request_of: Callable[[bytes], GroupRequest],
+                                   op: Callable[[bytes], Any]) -> list:
+        replication = self.broker.replication
+        manager = replication.manager
+        keys = self.broker.topics.expand(key)
+        answers: dict[int, Any] = {}
+
+        async def ask(n: int, leader: int) -> None:
             try:
-                out.append(op(pkey))
-            except Exception as e:
-                if not (isinstance(e, Refusal) or e is late):
-                    raise
-                out.append(e)
-        return out
+                answers[n] = await replication.forwarder.forward(request_of(keys[n]), leader, self.client_id)
+            except ClusterError as e:  # the leader's refusal (Refused), or TryAgain
+                answers[n] = e
+
+        async with trio.open_nursery() as nursery:
+            for n in range(len(keys)):
+                leader = manager.state.leader(manager.shard_of(key, n))
+                if leader != manager.my_id:
+                    nursery.start_soon(ask, n, leader)
+        self.commit_deferred()
+        results = []
+        for n, pkey in enumerate(keys):
+            answer = answers.get(n)
+            if answer is None:  # led here (or its leadership moved here meanwhile)
+                results.append(_attempt(op, pkey, None))
+            else:
+                results.append(answer.destroyed if answer.__class__ is GroupResponse else answer)
+        return results
+
+    @staticmethod
+    async def _finish_after(results: Any, finish: Callable[[list], Any]) -> Any:
+        return finish(await results)
 
     def _each_partition_ok(self, key: bytes, op: Callable[[bytes], Any], late: BaseException | None) -> list:
         """``_each_partition``, raising the first refusal after all ran."""
         results = self._each_partition(key, op, late)
-        error = _first_error(results)
-        if error is not None:
-            raise error
+        _raise_first_error(results)
         return results
 
     # -- XGROUP ------------------------------------------------------------
 
     def group_create(self, key: bytes, name: bytes, last_id: StreamIdT | None, *, mkstream: bool = False,
                      entries_read: int | None = None, max_deliveries: int = 0,
-                     dead_letter_key: bytes | None = None, late: BaseException | None = None) -> None:
+                     dead_letter_key: bytes | None = None, late: BaseException | None = None) -> Any:
         """XGROUP CREATE: group ``name`` at ``last_id`` (None: ``$``, the
         stream's last ID). ``mkstream`` creates a missing stream (a topic of
         ``default-partitions``). On a multi-partition topic key: on every
         partition that lacks the group (refused BUSYGROUP only if all had it);
-        the topic's membership of that group starts anew."""
+        the topic's membership of that group starts anew. In a cluster, when
+        other nodes lead partitions of the topic: the awaitable of it, each
+        such partition changed by its leader (``_each_partition_led``)."""
         self.commit_deferred()
         topics = self.broker.topics
         if mkstream and topics.create_if_missing(key):
             self.broker.keys.signal(key)  # a new topic of default-partitions
         if topics.is_multi(key):
-            replies = self._each_partition(key, lambda pkey: self.group_create(
-                pkey, name, last_id, mkstream=mkstream, entries_read=entries_read,
-                max_deliveries=max_deliveries, dead_letter_key=dead_letter_key, late=late), late)
-            errors = [r for r in replies if isinstance(r, BaseException)]
-            if errors and len(errors) == len(replies) and all(map(_is_busy, errors)):
-                raise errors[0]
-            for e in errors:
-                if not _is_busy(e):
-                    raise e
-            topics.drop_membership(key, name)
-            return
+            def finish(replies: list) -> None:
+                errors = [r for r in replies if isinstance(r, BaseException)]
+                if errors and len(errors) == len(replies) and all(map(_is_busy, errors)):
+                    raise errors[0]
+                for e in errors:
+                    if not _is_busy(e):
+                        raise e
+                topics.drop_membership(key, name)
+
+            def op(pkey: bytes) -> None:
+                self.group_create(pkey, name, last_id, mkstream=mkstream, entries_read=entries_read,
+                                  max_deliveries=max_deliveries, dead_letter_key=dead_letter_key, late=late)
+
+            away = self._each_partition_led(key, lambda pkey: GroupRequest(
+                "create", pkey, name, last_id, entries_read, max_deliveries, dead_letter_key), op, late)
+            if away is not None:
+                return self._finish_after(away, finish)
+            return finish(self._each_partition(key, op, late))
         stream = topics.get(key)
         if stream is None and not mkstream:
             raise GroupOpError(KEY_MISSING, key=key)
@@ -470,13 +544,20 @@ class GroupOps:
             raise GroupOpError(DEAD_LETTER_IS_SOURCE, key=key)
 
     def group_set_id(self, key: bytes, name: bytes, last_id: StreamIdT | None, entries_read: int | None,
-                     late: BaseException | None = None) -> None:
-        """XGROUP SETID (``last_id`` None: ``$``); on a topic: every partition."""
+                     late: BaseException | None = None) -> Any:
+        """XGROUP SETID (``last_id`` None: ``$``); on a topic: every partition
+        (in a cluster, by its leader: then the awaitable of it)."""
         self.commit_deferred()
         if self.broker.topics.is_multi(key):
-            self._each_partition_ok(key, lambda pkey: self.group_set_id(pkey, name, last_id, entries_read, late),
-                                    late)
-            return
+            def op(pkey: bytes) -> None:
+                self.group_set_id(pkey, name, last_id, entries_read, late)
+
+            away = self._each_partition_led(
+                key, lambda pkey: GroupRequest("setid", pkey, name, last_id, entries_read), op, late)
+            if away is not None:
+                return self._finish_after(away, _raise_first_error)
+            self._each_partition_ok(key, op, late)
+            return None
         stream, store = self._store_of(key)
         if store.group(name) is None:
             raise GroupOpError(NO_GROUP_FOR_KEY, key=key, group=name)
@@ -486,15 +567,26 @@ class GroupOps:
                      _at_most_added(entries_read, stream))
         self.wrote_group(store)
 
-    def group_destroy(self, key: bytes, name: bytes) -> int:
+    def group_destroy(self, key: bytes, name: bytes) -> Any:
         """XGROUP DESTROY: 1 if the group existed (on any partition of a
-        topic), else 0. Readers blocked on it wake (and are refused)."""
+        topic), else 0. Readers blocked on it wake (and are refused). In a
+        cluster, on a topic whose partitions other nodes lead: the awaitable
+        of it, each such partition's group destroyed by its leader."""
         self.commit_deferred()
         topics = self.broker.topics
         if topics.is_multi(key):
-            replies = self._each_partition_ok(key, lambda pkey: self.group_destroy(pkey, name), None)
-            topics.drop_membership(key, name)
-            return 1 if any(replies) else 0
+            def finish(replies: list) -> int:
+                _raise_first_error(replies)
+                topics.drop_membership(key, name)
+                return 1 if any(replies) else 0
+
+            def op(pkey: bytes) -> int:
+                return self.group_destroy(pkey, name)
+
+            away = self._each_partition_led(key, lambda pkey: GroupRequest("destroy", pkey, name), op, None)
+            if away is not None:
+                return self._finish_after(away, finish)
+            return finish(self._each_partition(key, op, None))
         _, store = self._store_of(key)
         if not store.destroy_group(name):
             return 0

@@ -14,9 +14,12 @@ or a whole topic of several partitions; reads take either, and how many
 partitions a topic has, the fan-out over them and the merge of their
 entries are decided here: a topic's length sums its partitions', a range
 merges them by ID (equal IDs in partition order), a read after an ID reads
-each partition and answers under the partition's key. In a cluster a
-topic-wide read needs every partition led by this node
-(``Replication.fan_out_refusal``; reads across nodes are not built yet).
+each partition and answers under the partition's key. In a cluster, when
+other nodes lead some of a topic's partitions, the read fans out
+(``Replication.fanout``, cluster/runtime/fanout.py: each partition read
+from its committed entries where it is led) and the operation returns the
+awaitable of its result; the merge is the same (``merge_by_id``). Inside
+a transaction (``may_block`` False) such a read is refused.
 
 Every operation commits deferred appends first (``commit_deferred``): a read
 sees everything acknowledged before it, and nothing that reads a stream
@@ -36,13 +39,15 @@ Must not know: sockets, protocols, reply shapes, error texts.
 from __future__ import annotations
 
 import hashlib
-import heapq
 from typing import Any, Sequence
 
 import trio
 
 from cluster.broker.budget import ReadBudget
 from cluster.errors import TryAgain
+from cluster.peer.messages import (READ_AFTER, READ_AFTER_LAST, READ_LENGTH, READ_RANGE, READ_REVRANGE, PartRead,
+                                   ReadPart)
+from cluster.runtime.fanout import merge_by_id, read_part
 from cluster.runtime.replication import AcksFailed
 from cluster.topics import (
     REPLICATION_FACTOR_FIXED,
@@ -158,28 +163,59 @@ class ReadOps:
         topics = broker.topics
         return [(partition_key(key, n), stream) for n, stream in enumerate(topics.streams_of(key))]
 
+    def _across(self, key: bytes) -> Any:
+        """In a cluster, the node's ``FanOut`` when other nodes lead some
+        partitions of multi-partition topic ``key`` (None: read here).
+        Refused inside a transaction (it would wait for peers)."""
+        replication = self.broker.replication
+        if replication is None:
+            return None
+        fanout = replication.fanout
+        if not fanout.led_elsewhere(key):
+            return None
+        if not self.may_block:
+            raise fanout.in_transaction(key)
+        return fanout
+
     # -- lengths and ranges ---------------------------------------------------
 
-    def length(self, key: bytes) -> int:
+    def length(self, key: bytes) -> Any:
         """XLEN: live entries of a partition; of a topic, the sum over its
-        partitions; 0 when the key does not exist."""
+        partitions; 0 when the key does not exist. In a cluster, for a topic
+        with partitions led elsewhere, the awaitable of the sum of every
+        partition's committed entries."""
         self.commit_deferred()
         topics = self.broker.topics
         if topics.is_multi(key):
+            fanout = self._across(key)
+            if fanout is not None:
+                return self._length_across(fanout, key)
             return sum(stream.length for _, stream in self._partitions(key))
         stream = topics.get(key)
         return 0 if stream is None else stream.length
 
+    async def _length_across(self, fanout: Any, key: bytes) -> int:
+        found = await fanout.read(key, ReadPart(b"", 0, READ_LENGTH), self.client_id)
+        return sum(part.length for part in found)
+
     def range(self, key: bytes, start: StreamId, end: StreamId, count: int | None = None,
-              rev: bool = False) -> Entries | None:
+              rev: bool = False) -> Any:
         """XRANGE / XREVRANGE: entries with ``start <= ID <= end``, oldest
         first (newest first when ``rev``), at most ``count`` (None: all);
         None when the key does not exist. A topic's partitions are merged
-        by ID, equal IDs in partition order, ``count`` over the merge."""
+        by ID, equal IDs in partition order, ``count`` over the merge. In a
+        cluster, for a topic with partitions led elsewhere and a range that
+        can hold entries, the awaitable of the merge."""
         self.commit_deferred()
         topics = self.broker.topics
         if topics.is_multi(key):
-            found = self._merged_range(self._partitions(key), start, end, count, rev)
+            fanout = self._across(key)
+            if fanout is not None and start <= end and count != 0:
+                return self._range_across(fanout, key, start, end, count, rev)
+            if start > end or count == 0:
+                return EMPTY
+            part = ReadPart(b"", 0, READ_REVRANGE if rev else READ_RANGE, start, end, count or 0)
+            found = merge_by_id([read_part(stream, part) for _, stream in self._partitions(key)], count, rev)
         else:
             stream = topics.get(key)
             if stream is None:
@@ -189,33 +225,14 @@ class ReadOps:
             topics.note_entries_out(found.count)
         return found
 
-    @staticmethod
-    def _merged_range(parts: list, start: StreamId, end: StreamId, count: int | None, rev: bool) -> Entries:
-        """Each partition contributes at most ``count`` entries (``partitions
-        * count`` read), then a heap merge."""
-        if start > end or count == 0:
-            return EMPTY
-        runs = []
-        for n, (_, stream) in enumerate(parts):
-            log = stream.log
-            lo = max(log.find_offset(start[0], start[1], inclusive=True), log.log_start_offset)
-            hi = log.find_offset(end[0], end[1], inclusive=False)
-            if lo >= hi:
-                continue
-            if rev:
-                res = log.read_reverse(lo, hi, max_count=count, with_ids=True)
-            else:
-                res = log.read(lo, hi, max_count=count, with_ids=True)
-            if res.count:
-                tag = -n if rev else n  # equal IDs in partition order, either way
-                runs.append([((ms, seq), tag, encoded) for (_, ms, seq), encoded
-                             in zip(res.entries, split_entries(res.chunks))])
-        chunks = []
-        for _, _, encoded in heapq.merge(*runs, reverse=rev):
-            chunks.append(encoded)
-            if count is not None and len(chunks) >= count:
-                break
-        return Entries(len(chunks), chunks) if chunks else EMPTY
+    async def _range_across(self, fanout: Any, key: bytes, start: StreamId, end: StreamId, count: int | None,
+                            rev: bool) -> Entries:
+        """Each partition contributes at most ``count`` entries, then the merge."""
+        part = ReadPart(b"", 0, READ_REVRANGE if rev else READ_RANGE, start, end, count or 0)
+        found = merge_by_id(await fanout.read(key, part, self.client_id), count, rev)
+        if found.count:
+            self.broker.topics.note_entries_out(found.count)
+        return found
 
     # -- reads after an ID: THE executor ------------------------------------
 
@@ -241,8 +258,118 @@ class ReadOps:
                 return []
             topics.note_entries_out(entries.count)
             return [(key, entries)]
+        if self._fans_out(plan):
+            return self._read_across(plan)
         keys, positions = self._positions(plan)
         return self._read_positions(keys, positions, True, plan)
+
+    def _fans_out(self, plan: ReadPlan) -> bool:
+        """Whether a key of ``plan`` is a topic with partitions led elsewhere."""
+        topics = self.broker.topics
+        return any(topics.is_multi(key) and self._across(key) is not None for key in plan.keys)
+
+    async def _read_across(self, plan: ReadPlan, state: dict | None = None) -> list[tuple[bytes, Entries]]:
+        """``read_after`` of a plan with a topic key whose partitions other
+        nodes lead: such keys are read from every partition's leader
+        (committed entries), the others here, then served in the plan's
+        order within its budget, as ``_read_positions`` serves them.
+
+        ``state`` (a blocking read's, kept between its reads): each key's
+        positions, resolved by the first read (``$``: each partition's last
+        ID then; ``+``: after the last entry) and read after from then on.
+        Without it ``$`` finds nothing (it does not wait)."""
+        topics = self.broker.topics
+        remote: dict[int, list[PartRead]] = {}
+        for i, (key, after) in enumerate(zip(plan.keys, plan.after)):
+            if not topics.is_multi(key):
+                continue
+            fanout = self._across(key)
+            if fanout is None:
+                continue
+            starts = state.get(i) if state is not None else None
+            if starts is not None:
+                parts = fanout.parts(key, ReadPart(b"", 0, READ_AFTER, count=plan.count), starts)
+            elif after is AFTER_LAST:
+                if state is None:
+                    continue  # (``$`` without waiting: nothing after the last ID)
+                parts = fanout.parts(key, ReadPart(b"", 0, READ_AFTER_LAST, count=plan.count))
+            elif after is LAST_ENTRY:
+                parts = fanout.parts(key, ReadPart(b"", 0, READ_REVRANGE, MIN_ID, MAX_ID, 1))
+            else:
+                parts = fanout.parts(key, ReadPart(b"", 0, READ_AFTER, tuple(after), count=plan.count))
+            found_parts = remote[i] = await fanout.read_parts(parts, self.client_id)
+            if state is not None and starts is None:
+                state[i] = [(found.ids[0] if found.ids else MIN_ID) if after is LAST_ENTRY else found.position
+                            for found in found_parts]
+        self.commit_deferred()  # (appends while it waited)
+        found: list = []
+        budget = ReadBudget(plan.max_count, plan.max_size)
+        for i, (key, after) in enumerate(zip(plan.keys, plan.after)):
+            if i in remote:
+                for n, part_read in enumerate(remote[i]):
+                    limit = budget.count_for(plan.count)
+                    if limit < 0:
+                        break
+                    taken = part_read.entries[:limit] if limit else part_read.entries
+                    self._take_into(found, partition_key(key, n), Entries(len(taken), list(taken)), budget)
+            elif not (topics.is_multi(key) and self._across(key) is not None):
+                local = state.get(("here", i)) if state is not None else None
+                if local is None:
+                    local = self._positions(ReadPlan([key], [after], plan.count))
+                    if state is not None:
+                        state[("here", i)] = local
+                for each, (position, count) in zip(*local):
+                    stream = topics.get(each)
+                    if stream is not None:
+                        self._read_into(found, each, stream, position, count, False, budget)
+        return found
+
+    async def _wait_across(self, plan: ReadPlan, state: dict, timeout_s: float | None) -> bool:
+        """A blocked read across nodes waits for its keys (``state``:
+        ``_read_across``'s): an entry on a partition led elsewhere (its
+        leader's long poll, ``FanOut.wait_for_entries``), or a signal on a
+        key read here (the topic keys too: so the client counts as blocked,
+        within ``max-blocked-clients``, as any blocked reader). True when
+        something woke it, False at the timeout."""
+        woke: list[bool] = []
+        failures: list[Exception] = []  # (raised as they are, not in an exception group)
+        keys_here = [key for i in range(len(plan.keys)) if ("here", i) in state for key in state[("here", i)][0]]
+        keys_here += [key for i, key in enumerate(plan.keys) if i in state]
+
+        async with trio.open_nursery() as nursery:
+            async def wake_on(wait: Any, *args: Any) -> None:
+                try:
+                    if not await wait(*args):
+                        return
+                    woke.append(True)
+                except Exception as e:  # a leader unreachable (TryAgain), too many blocked clients ...
+                    failures.append(e)
+                nursery.cancel_scope.cancel()
+
+            for i, key in enumerate(plan.keys):
+                if i in state:
+                    nursery.start_soon(wake_on, self.broker.replication.fanout.wait_for_entries, key, state[i],
+                                       timeout_s)
+            nursery.start_soon(wake_on, self.broker.keys.wait_for_keys, keys_here, timeout_s)
+        if failures:
+            raise failures[0]
+        return bool(woke)
+
+    async def _wait_for_entries_across(self, plan: ReadPlan, deadline: float | None) -> list:
+        """``wait_for_entries`` of a plan with a topic key whose partitions
+        other nodes lead (``_read_across``, ``_wait_across``)."""
+        if plan.block_ms is None or not self.may_block:
+            return await self._read_across(plan)
+        state: dict = {}
+        found = await self._read_across(plan, state)
+        while not found:
+            remaining_s = None if deadline is None else deadline - trio.current_time()
+            if remaining_s is not None and remaining_s <= 0:
+                return []
+            if not await self._wait_across(plan, state, remaining_s):
+                return []
+            found = await self._read_across(plan, state)
+        return found
 
     async def wait_for_entries(self, plan: ReadPlan) -> list[tuple[bytes, Entries]]:
         """``read_after``, and when it finds nothing and the plan says
@@ -258,11 +385,13 @@ class ReadOps:
         caller across awaits (this coroutine's, and a front-end's around a
         command that may block), and a log may be cut back meanwhile."""
         self.commit_deferred()
+        deadline = None if plan.block_ms == 0 else trio.current_time() + (plan.block_ms or 0) / 1000
+        if self._fans_out(plan):
+            return await self._wait_for_entries_across(plan, deadline)
         keys, positions = self._positions(plan)
         found = self._read_positions(keys, positions, False, plan)
         if found or plan.block_ms is None or not self.may_block:
             return found
-        deadline = None if plan.block_ms == 0 else trio.current_time() + plan.block_ms / 1000
         wait_for_keys = self.broker.keys.wait_for_keys
         while True:
             if deadline is None:
@@ -321,7 +450,11 @@ class ReadOps:
         limit = budget.count_for(count)
         if limit < 0:
             return
-        entries = stream.read_after(after, limit or None, view=view)
+        self._take_into(found, key, stream.read_after(after, limit or None, view=view), budget)
+
+    def _take_into(self, found: list, key: bytes, entries: Entries, budget: ReadBudget) -> None:
+        """Append ``(key, entries)`` to ``found`` when there are any, as many
+        as ``budget`` lets through (its COUNT already applied)."""
         if not entries.count:
             return
         if budget.sized:

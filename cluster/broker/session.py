@@ -318,9 +318,9 @@ class Session(GroupOps, ReadOps, ReferenceOps, ProducerOps, RecordOps, MemoryOps
         relayed as it is) or ``TryAgain``."""
         forwarder = self.broker.replication.forwarder
         request = AppendRequest(pkey, tuple(plan.options), tuple(plan.fields))
-        new_id = await forwarder.forward(request, leader, self.client_id)
-        if new_id is not None:
-            return new_id
+        response = await forwarder.forward(request, leader, self.client_id)
+        if response is not None:
+            return response.id
         try:
             new_id = self._append_to(plan, pkey, plan.fields, False)
         except Moved as e:  # this node's view is behind: the client retries

@@ -101,17 +101,20 @@ class MemoryNetwork:
     def __init__(self) -> None:
         self.services: dict[int, Any] = {}
         self.links: list[MemoryLink] = []
+        self.down: set[int] = set()
 
     def add(self, node: int, service: Any) -> None:
         self.services[node] = service
 
     def factory(self, node: int) -> MemoryLink:
         link = MemoryLink(self.services[node])
+        link.up = node not in self.down
         self.links.append(link)
         return link
 
     def set_up(self, node: int, up: bool) -> None:
-        """Take every link to ``node`` down (or up again)."""
+        """Take every link to ``node`` down (or up again), those made later too."""
+        (self.down.discard if up else self.down.add)(node)
         for link in self.links:
             if link.service is self.services[node]:
                 link.up = up

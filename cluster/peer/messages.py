@@ -15,6 +15,8 @@ which request (``RESPONSE_OF``). A request is idempotent unless it says so
 | ``JoinRequest`` | ``Ack`` | a node asks to be taken into the cluster |
 | ``MoveRequest`` | ``Ack`` | the controller asks a preferred leader to take its shard back |
 | ``AppendRequest`` | ``AppendResponse`` | an XADD forwarded to the partition's leader |
+| ``ReadRequest`` (``ReadPart`` each) | ``ReadResponse`` (``PartRead`` each) | a topic-wide read fanned out to the partitions' leaders |
+| ``GroupRequest`` | ``GroupResponse`` | XGROUP CREATE / SETID / DESTROY of a topic key, for one partition's leader |
 
 A refusal is not a response: the answering side raises a
 ``cluster.errors.ClusterError`` and the asking side gets
@@ -215,12 +217,88 @@ class AppendResponse:
     id: bytes  # the new entry's ID, as the leader formatted it
 
 
+@dataclass(frozen=True, slots=True)
+class GroupRequest:
+    """``XGROUP CREATE | SETID | DESTROY`` of a topic key, for one partition's
+    leader (``op``: ``create``, ``setid`` or ``destroy``): ``last_id`` None
+    is ``$`` (the partition's last ID there), ``entries_read`` None is not
+    given, ``max_deliveries`` 0 is no dead-lettering."""
+
+    idempotent = False  # never sent twice: a retried CREATE would answer BUSYGROUP
+
+    op: str
+    key: bytes  # the partition key (``topic#n``)
+    group: bytes
+    last_id: tuple[int, int] | None = None
+    entries_read: int | None = None
+    max_deliveries: int = 0
+    dead_letter_key: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupResponse:
+    destroyed: int | None = None  # DESTROY's answer (1: the group existed); None: OK
+
+
+# -- topic-wide reads fanned out ---------------------------------------------------------
+
+# What a ``ReadPart`` asks of one partition (cluster/runtime/fanout.py).
+READ_LENGTH = "len"  # its committed live entries
+READ_RANGE = "range"  # entries with start <= ID <= end, oldest first
+READ_REVRANGE = "revrange"  # the same, newest first
+READ_AFTER = "after"  # entries with IDs above start
+READ_AFTER_LAST = "after-last"  # entries after the partition's last ID now (XREAD's ``$``): its ``position``
+
+
+@dataclass(frozen=True, slots=True)
+class ReadPart:
+    """One partition's share of a topic-wide read: ``op`` (``READ_*``),
+    the IDs it needs (``start``, ``end``), at most ``count`` entries (0: no
+    limit)."""
+
+    topic: bytes
+    n: int
+    op: str
+    start: tuple[int, int] = (0, 0)
+    end: tuple[int, int] = (0, 0)
+    count: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRequest:
+    """Partitions this node asks their leader to read, committed entries
+    only (below each partition's high watermark). With ``max_wait_ms`` a
+    long poll: answered once a partition has entries (``READ_AFTER`` only),
+    or when the time is up."""
+
+    parts: tuple[ReadPart, ...]
+    max_wait_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PartRead:
+    """One partition's answer: ``length`` (``READ_LENGTH``), or the
+    entries found, each as its ID and its stored encoding; ``position``:
+    the ID a ``READ_AFTER`` / ``READ_AFTER_LAST`` read after."""
+
+    length: int = 0
+    ids: tuple[tuple[int, int], ...] = ()
+    entries: tuple[bytes, ...] = ()
+    position: tuple[int, int] = (0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResponse:
+    parts: tuple[PartRead, ...]  # in the request's order
+
+
 Request = (FetchRequest | EpochRequest | PauseRequest | RaftRequest | BeatRequest | ProposeRequest
-           | JoinRequest | MoveRequest | AppendRequest)
-Response = FetchResponse | EpochResponse | PauseResponse | BeatResponse | AppendResponse | Ack
+           | JoinRequest | MoveRequest | AppendRequest | ReadRequest | GroupRequest)
+Response = (FetchResponse | EpochResponse | PauseResponse | BeatResponse | AppendResponse | ReadResponse
+            | GroupResponse | Ack)
 
 RESPONSE_OF: dict[type, type] = {
     FetchRequest: FetchResponse, EpochRequest: EpochResponse, PauseRequest: PauseResponse,
     RaftRequest: Ack, BeatRequest: BeatResponse, ProposeRequest: Ack, JoinRequest: Ack,
-    MoveRequest: Ack, AppendRequest: AppendResponse,
+    MoveRequest: Ack, AppendRequest: AppendResponse, ReadRequest: ReadResponse, GroupRequest: GroupResponse,
 }

@@ -4,8 +4,10 @@ Owns: serving each request of cluster/peer/messages.py on this node: a
 follower's fetch (a long poll: held until there is news or ``max_wait_ms``
 passed, woken by the host's key signals), the end of a leader epoch, a
 manual failover's pause, the controller quorum's Raft messages, heartbeats,
-proposals, joins and leadership moves, and a forwarded append (handed to the
-``appender`` the front-end injects: the XADD is the front-end's command).
+proposals, joins and leadership moves, a forwarded append (handed to the
+``appender`` the front-end injects: the XADD is the front-end's command),
+and a partition's share of a topic-wide read (``ReadRequest``, answered from
+its committed entries: cluster/runtime/fanout.py).
 A request that names what does not exist (an unknown node or shard, a
 record that does not parse) raises ``BadRequest``; other refusals raise
 the ``cluster.errors`` error a client of the front-end would get.
@@ -22,16 +24,19 @@ from typing import Any, Awaitable, Callable
 import trio
 
 from cluster.controller.metadata import Metadata
-from cluster.errors import BadRequest, ClusterError, NotController
+from cluster.errors import BadRequest, ClusterError, NotController, TryAgain
 from cluster.runtime.controller_driver import NotReady
+from cluster.runtime.fanout import read_part
 from cluster.peer.messages import (Ack, AppendRequest, AppendResponse, BeatRequest, BeatResponse, EpochRequest,
-                                   FetchRequest, FetchResponse, JoinRequest, MoveRequest,
-                                   PauseRequest, PauseResponse, ProposeRequest, RaftRequest, Request, Response)
+                                   FetchRequest, FetchResponse, GroupRequest, JoinRequest, MoveRequest,
+                                   PauseRequest, PauseResponse, ProposeRequest, RaftRequest, READ_AFTER, ReadRequest,
+                                   ReadResponse, Request, Response)
 from cluster.topics import partition_key
 
 TOPICS_CHANGED = b"\x00partita:topics"  # signalled when a topic is created, altered or deleted here
 _GROUPS_CHANGED = b"\x00partita:groups:"  # + a partition key: its group journal grew here
 FETCH_WAIT_MAX_MS = 60000
+READ_WAIT_MAX_MS = 30000  # a blocked read across nodes asks again after this
 
 # What a request that does not make sense raises inside the layers it reaches.
 _MALFORMED = (ValueError, IndexError, KeyError, TypeError)
@@ -64,14 +69,18 @@ class PeerService:
             return await self.fetch(request)
         if kind is JoinRequest:
             return await self.join(request)
+        if kind is ReadRequest:
+            return await self.read(request)
         if kind is AppendRequest:
             if self.appender is None:
                 raise ClusterError("this node takes no forwarded writes")
             return await self.appender(request)
+        if kind is GroupRequest:  # (on the bus it is the client command XGROUP, run by the front-end)
+            raise ClusterError("this node takes no forwarded group changes")
         return self.serve_now(request)
 
     def serve_now(self, request: Request) -> Response:
-        """The response to a request that never waits (not a fetch, join or append)."""
+        """The response to a request that never waits (not a fetch, join, read or append)."""
         kind = type(request)
         try:
             if kind is EpochRequest:
@@ -119,6 +128,38 @@ class PeerService:
             await trio.sleep(timeout_s)
         else:
             await host.wait_for_keys(keys, timeout_s, internal=True)
+
+    async def read(self, request: ReadRequest) -> ReadResponse:
+        """Partitions of a topic-wide read another node fans out (or this
+        one, for a blocked read): each read here from its committed entries
+        (``read_now``). With ``max_wait_ms``, held until one of them has
+        entries (its high watermark passed them: the host signals its keys)
+        or the time is up (at most ``READ_WAIT_MAX_MS``)."""
+        if request.max_wait_ms <= 0:
+            return self.read_now(request)
+        if any(part.op != READ_AFTER for part in request.parts):
+            raise BadRequest("only reads after an ID wait")
+        deadline = trio.current_time() + min(request.max_wait_ms, READ_WAIT_MAX_MS) / 1000
+        keys = list({key for part in request.parts for key in (part.topic, partition_key(part.topic, part.n))})
+        while True:
+            response = self.read_now(request)
+            remaining = deadline - trio.current_time()
+            if remaining <= 0 or any(found.ids for found in response.parts):
+                return response
+            await self._wait_for_keys(keys, remaining)
+
+    def read_now(self, request: ReadRequest) -> ReadResponse:
+        """``read`` at once. ``TryAgain`` when this node does not lead one
+        of the partitions (its leadership moved: the asking node's view is
+        behind)."""
+        manager = self.manager
+        for part in request.parts:
+            if manager.leader_state(part.topic, part.n) is None:
+                raise TryAgain(f"node {manager.my_id} does not lead partition "
+                               f"{partition_key(part.topic, part.n).decode('utf-8', 'replace')} "
+                               "(its leadership is moving); retry shortly")
+        topics = manager.registry
+        return ReadResponse(tuple(read_part(topics.stream_of(p.topic, p.n), p) for p in request.parts))
 
     def pause(self, request: PauseRequest) -> PauseResponse:
         """A manual failover: refuse writes to the shard for ``ms`` and say

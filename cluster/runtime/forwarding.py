@@ -51,7 +51,9 @@ avoid it.
   elsewhere is refused there (``in_transaction``; use partition keys).
 
 Owns: the choice of partition for a bare multi-partition XADD in cluster
-mode, the forward, its retry on ``MOVED``, its errors, and a pool of
+mode, the forward (of that XADD, and of a topic's XGROUP CREATE / SETID /
+DESTROY to each partition's leader: cluster/broker/groups.py), its retry
+on ``MOVED``, its errors, and a pool of
 ``FORWARD_LINKS`` links per peer (purpose ``forward<i>``, picked by client
 id) so clients forwarding to one leader do not all queue behind one round
 trip.
@@ -69,7 +71,7 @@ import trio
 
 from cluster.errors import ClusterError, Moved, Refused, TryAgain
 from cluster.peer.link import Unreachable
-from cluster.peer.messages import AppendRequest
+from cluster.peer.messages import AppendRequest, GroupRequest
 from cluster.topics import partition_key, split_partition_key
 
 FORWARD_LINKS = 4
@@ -116,12 +118,14 @@ class Forwarder:
                 return node.id
         return None
 
-    async def forward(self, request: AppendRequest, leader: int, client_id: int) -> bytes | None:
-        """Send ``request`` to ``leader``; the new entry's ID as the leader
-        sent it, or None when the leadership has moved to this node (the
-        caller appends ``request.key`` here). Raises ``Refused`` (the
-        leader's error, to relay as it is) or ``TryAgain``; both, as the ID,
-        come within ``forward-timeout-ms``, and nothing is sent after."""
+    async def forward(self, request: AppendRequest | GroupRequest, leader: int, client_id: int) -> Any:
+        """Send ``request`` (a write to partition ``request.key``) to
+        ``leader``; its response (an ``AppendResponse``: the new entry's ID
+        as the leader sent it), or None when the leadership has moved to
+        this node (the caller runs it here). Raises ``Refused`` (the
+        leader's error, to relay as it is) or ``TryAgain``; both, as the
+        response, come within ``forward-timeout-ms``, and nothing is sent
+        after."""
         manager = self.replication.manager
         pkey = request.key
         timeout_ms = self.replication.config.forward_timeout_ms  # (CONFIG SET applies to the next)
@@ -133,7 +137,7 @@ class Forwarder:
                 link = self.replication.link(leader, f"{PURPOSE}{client_id % FORWARD_LINKS}")
                 link.reply_timeout_s = timeout_ms / 1000  # (the deadline, started first, ends first)
                 try:
-                    return (await link.call(request)).id
+                    return await link.call(request)
                 except Unreachable as e:
                     outcome = "it may or may not have been written" if e.sent else "nothing was written"
                     raise TryAgain(f"partition {_text(pkey)} leader node {leader} unreachable: {e}; "

@@ -14,7 +14,8 @@ readers when a high watermark moves, handing topic changes to the
 controller, the cluster-wide topic catalogue (``topic_names``,
 ``describe_topic``: TOPIC LIST and DESCRIBE from the controller's
 committed metadata), the forwarded XADD (``forwarder``,
-cluster/runtime/forwarding.py), and the coordinated leadership move
+cluster/runtime/forwarding.py), topic-wide reads across nodes (``fanout``,
+cluster/runtime/fanout.py), and the coordinated leadership move
 (``take_shard``: CLUSTER FAILOVER, preferred leaders, reassignment).
 
 What it needs of the front-end is the ``Host`` below (set as ``host`` by
@@ -43,6 +44,7 @@ from cluster.peer.messages import PauseRequest, PauseResponse
 from cluster.peer.service import TOPICS_CHANGED, PeerService, groups_changed
 from cluster.replica_manager import ReplicaManager, Settings
 from cluster.runtime.controller_driver import Controller, NotReady
+from cluster.runtime.fanout import FanOut
 from cluster.runtime.forwarding import Forwarder
 from cluster.topics import UNKNOWN_TOPIC, TopicError, TopicMeta, partition_key, split_partition_key
 
@@ -61,6 +63,10 @@ ANY_NODE = frozenset({"topic|describe"})
 # only where this node holds a copy.
 PARTITION_FIGURES = ("length", "log-start-offset", "log-end-offset", "segments", "bytes",
                      "last-generated-id", "producers")
+# Commands that take a multi-partition topic key on any node: the broker
+# reads partitions led elsewhere from their leaders (cluster/runtime/fanout.py)
+# or has their leaders change their groups (cluster/broker/groups.py).
+FANS_OUT = frozenset({"xlen", "xrange", "xrevrange", "xread", "xgroup|create", "xgroup|setid", "xgroup|destroy"})
 
 
 class FailoverError(Exception):
@@ -128,6 +134,7 @@ class Replication:
         self.links = Links(lambda node_id: connect(manager.placement.by_id[node_id]))
         self.service = PeerService(manager, replication=self)
         self.forwarder = Forwarder(self)
+        self.fanout = FanOut(self)
         self._moving: set[int] = set()  # shards this node is taking back
         self._hw_changed = trio.Event()
         manager.on_hw_advance = self._on_hw_advance
@@ -176,7 +183,10 @@ class Replication:
         """``Moved`` for the first key this node does not lead; an error for a
         multi-partition topic key whose partitions are not all led here,
         except XADD's: it runs where the topic key's slot is led, which
-        forwards it to the chosen partition's leader (cluster/runtime/forwarding.py).
+        forwards it to the chosen partition's leader (cluster/runtime/forwarding.py),
+        and the commands of ``FANS_OUT``: they run on any node, which reads
+        the partitions led elsewhere from their leaders (cluster/runtime/fanout.py)
+        or has them change their groups (cluster/broker/groups.py).
         ``spec`` is the command's (``name``, ``flags``, ``key_indexes``)."""
         if spec.name in ANY_NODE:
             return None
@@ -198,6 +208,8 @@ class Replication:
                     if spec.name == "xadd":
                         manager.check_key(key)  # -MOVED to the topic key's slot leader
                         continue
+                    if spec.name in FANS_OUT:
+                        continue
                     refusal = self.fan_out_refusal(key)
                     if refusal is not None:
                         return refusal
@@ -216,9 +228,9 @@ class Replication:
     def fan_out_refusal(self, key: bytes) -> ClusterError | None:
         """Why a command on multi-partition topic ``key`` that reaches every
         partition (XLEN, XRANGE, XREAD, group reads) cannot run here: some
-        partitions are led by other nodes (reads across nodes are not built
-        yet); None when this node leads them all. ``route`` asks it before
-        the command runs, the broker again when it fans out."""
+        partitions are led by other nodes (only ``FANS_OUT`` and XADD work
+        across nodes yet); None when this node leads them
+        all. ``route`` asks it before the command runs."""
         manager = self.manager
         away = []
         for n in range(self.topics.partitions_of(key)):
@@ -231,7 +243,8 @@ class Replication:
         return ClusterError(
             f"topic '{key.decode('utf-8', 'replace')}' has partitions led by other "
             f"nodes ({', '.join(away[:4])}{', ...' if len(away) > 4 else ''}): "
-            "in a cluster, use partition keys ('<topic>#<n>')")
+            "in a cluster only XADD, XLEN, XRANGE, XREVRANGE, XREAD and XGROUP CREATE / SETID / DESTROY take "
+            "a topic key; for other commands use partition keys ('<topic>#<n>')")
 
     def unreplicated(self, topic: bytes) -> dict:
         """The acks=all writes to ``topic`` (led here) that the in-sync

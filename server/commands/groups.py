@@ -178,6 +178,20 @@ def _parse_entries_read(raw: bytes) -> int | None:
     return None if value == -1 else value
 
 
+def _ok(done):
+    """OK for a group change made (None), or, for one the broker waits for
+    (a topic's partitions changed by their leaders in a cluster), the
+    awaitable of OK (the dispatcher awaits it)."""
+    if done is None:
+        return OK
+
+    async def when_done():
+        await done
+        return OK
+
+    return when_done()
+
+
 @command(
     "xgroup|create", arity=-5, flags="write denyoom", keys=(2, 2, 1), group="stream", since="5.0.0",
     summary="Create a consumer group.",
@@ -220,9 +234,8 @@ def xgroup_create(ctx, argv):
         return None if argv[4] == b"$" else tuple(parse_strict_id(argv[4]))
 
     start, late = _late(last_id)
-    ctx.session.group_create(argv[2], argv[3], start, mkstream=mkstream, entries_read=entries_read,
-                             max_deliveries=md or 0, dead_letter_key=dl, late=late)
-    return OK
+    return _ok(ctx.session.group_create(argv[2], argv[3], start, mkstream=mkstream, entries_read=entries_read,
+                                        max_deliveries=md or 0, dead_letter_key=dl, late=late))
 
 
 @command(
@@ -247,8 +260,7 @@ def xgroup_setid(ctx, argv):
 
     parsed, late = _late(parse)
     last_id, entries_read = parsed or (None, None)
-    ctx.session.group_set_id(argv[2], argv[3], last_id, entries_read, late=late)
-    return OK
+    return _ok(ctx.session.group_set_id(argv[2], argv[3], last_id, entries_read, late=late))
 
 
 @command(

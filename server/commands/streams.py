@@ -579,7 +579,10 @@ async def xread(ctx, argv):
     """
     plan = _parse_xread(argv)
     if plan.block_ms is None:
-        return _read_reply(ctx, ctx.session.read_after(plan))
+        found = ctx.session.read_after(plan)
+        if found.__class__ is not list:  # a topic read across cluster nodes
+            found = await found
+        return _read_reply(ctx, found)
     return _read_reply(ctx, await ctx.session.wait_for_entries(plan))
 
 

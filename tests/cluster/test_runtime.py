@@ -3,8 +3,8 @@ joined by in-memory peer links (cluster.peer.link.MemoryNetwork) under the
 autojump clock: no sockets, no RESP. The controller quorum elects a leader
 over the links, an acks=all write waits for the followers' fetches, WAIT
 counts them, a forwarded append reaches the partition's leader and a
-refusal comes back as the leader's text (the cluster run over the real bus
-is tests/e2e/)."""
+refusal comes back as the leader's text, a topic read fans out to the
+partitions' leaders (the cluster run over the real bus is tests/e2e/)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,16 @@ import types
 import pytest
 import trio
 
-from cluster.errors import Refused
+from cluster.errors import Refused, TryAgain
 from cluster.nodes import key_slot
 from cluster.peer.link import MemoryNetwork, Unreachable
-from cluster.peer.messages import AppendRequest, AppendResponse, PauseRequest
+from cluster.peer.messages import (READ_AFTER, READ_LENGTH, READ_RANGE, AppendRequest, AppendResponse,
+                                   PauseRequest, ReadPart, ReadRequest)
 from cluster.runtime import replication
+from cluster.runtime.fanout import merge_by_id
 from cluster.topics import TopicRegistry
+from storage.entry_codec import decode_entry
+from storage.streams import StreamId
 
 NODES = "1@127.0.0.1:7001,2@127.0.0.1:7002,3@127.0.0.1:7003"
 
@@ -65,7 +69,7 @@ async def cluster(tmp_path):
         with trio.fail_after(30):
             while not all(r.controller.meta.initialized and r.controller.lease_ok() for r in nodes):
                 await trio.sleep(0.1)
-        yield types.SimpleNamespace(nodes=nodes, network=network, set_isolated=set_isolated)
+        yield types.SimpleNamespace(nodes=nodes, network=network, set_isolated=set_isolated, links_from=links_from)
         nursery.cancel_scope.cancel()
     for repl, registry in zip(nodes, registries):
         repl.close()
@@ -185,7 +189,7 @@ async def test_a_forwarded_append_reaches_the_leader_and_a_refusal_keeps_its_tex
 
     two.service.appender = append
     request = AppendRequest(b"t#1", (b"*",), (b"f", b"v"))
-    assert await one.forwarder.forward(request, 2, client_id=5) == b"7-1"
+    assert (await one.forwarder.forward(request, 2, client_id=5)).id == b"7-1"
     assert appended == [request]
     with pytest.raises(Refused) as refused:  # node 2 leads shard 1, not shard 0
         await one.link(2, "admin").call(PauseRequest(0, 1, 100))
@@ -194,3 +198,61 @@ async def test_a_forwarded_append_reaches_the_leader_and_a_refusal_keeps_its_tex
     with pytest.raises(Unreachable) as down:
         await one.link(2, "admin").call(PauseRequest(1, 1, 100))
     assert not down.value.sent
+
+
+async def test_a_topic_read_fans_out_to_the_partitions_leaders_committed_entries_only(cluster, autojump_clock):
+    """Each node reads a topic led by all three (cluster/runtime/fanout.py):
+    every partition's share from its leader, merged by ID; an entry above a
+    leader's high watermark (a follower cut off, still in the ISR) is not
+    read, nor counted; a node asked for a partition it does not lead says
+    so (TRYAGAIN), as the asking node does of a leader it cannot reach."""
+    nodes = cluster.nodes
+    by_id = {r.manager.my_id: r for r in nodes}
+
+    def leader_of(n: int):
+        m = nodes[0].manager
+        return by_id[m.state.leader(m.shard_of(b"t", n))]
+
+    leader_of(0).topics.create_topic(b"t", 6)
+    with trio.fail_after(30):
+        while not all(r.topics.partitions_of(b"t") == 6 for r in nodes):
+            await trio.sleep(0.1)
+    assert len({leader_of(n).manager.my_id for n in range(6)}) > 1
+    for n in range(6):
+        leader = leader_of(n)
+        client = types.SimpleNamespace(repl_writes=None)
+        pkey = b"t#%d" % n
+        stream = leader.topics.stream_of(b"t", n)
+        leader.before_append(client, pkey, stream)
+        stream.add([b"n", b"%d" % n], id_given=StreamId(10 + n % 3, 0))
+        with trio.fail_after(10):
+            await leader.wait_acks(client, {pkey: stream})
+    everything = ReadPart(b"", 0, READ_RANGE, (0, 0), (99, 0))
+    for node in nodes:
+        merged = merge_by_id(await node.fanout.read(b"t", everything, client_id=1), None, False)
+        assert [decode_entry(e)[1][1] for e in merged.chunks] == [b"0", b"3", b"1", b"4", b"2", b"5"]
+        assert sum(p.length for p in await node.fanout.read(b"t", ReadPart(b"", 0, READ_LENGTH))) == 6
+    # Partition k's leader appends while a follower is cut off: above its high watermark.
+    k = next(n for n in range(6) if leader_of(n) is not nodes[0])
+    leader = leader_of(k)
+    cut = next(r for r in nodes if r is not nodes[0] and r is not leader)
+    fetches = [link for link in cluster.links_from[cut.manager.my_id] if link.service is leader.service]
+    for link in fetches:  # it cannot fetch; it still answers
+        link.up = False
+    stream = leader.topics.stream_of(b"t", k)
+    stream.add([b"n", b"late"], id_given=StreamId(50, 0))
+    assert stream.length == 2 and stream.log.high_watermark == 1
+    assert sum(p.length for p in await nodes[0].fanout.read(b"t", ReadPart(b"", 0, READ_LENGTH))) == 6
+    found = await nodes[0].fanout.read(b"t", ReadPart(b"", 0, READ_AFTER, (10, 0)))
+    assert [len(p.ids) for p in found] == [0, 1, 1, 0, 1, 1]
+    for link in fetches:
+        link.up = True
+    with pytest.raises(Refused) as refused:
+        await nodes[0].link(leader.manager.my_id, "read0").call(
+            ReadRequest((ReadPart(b"t", next(n for n in range(6) if leader_of(n) is not leader), READ_LENGTH),)))
+    assert refused.value.code == "TRYAGAIN" and "does not lead partition t#" in refused.value.text
+    cluster.network.set_up(leader.manager.my_id, False)  # a leader that cannot be reached
+    with pytest.raises(TryAgain, match=f"leader node {leader.manager.my_id} unreachable: link down"):
+        await nodes[0].fanout.read(b"t", ReadPart(b"", 0, READ_LENGTH))
+    with pytest.raises(TryAgain, match="unreachable"):
+        await nodes[0].fanout.wait_for_entries(b"t", [(99, 0)] * 6, 1.0)

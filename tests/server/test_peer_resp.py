@@ -75,8 +75,19 @@ xadd_options = st.sampled_from([(b"*",), (b"1-1",), (b"NOMKSTREAM", b"*"), (b"MA
 append_requests = st.builds(m.AppendRequest, name, xadd_options,
                             st.lists(st.tuples(blob, blob), min_size=1, max_size=3).map(
                                 lambda pairs: tuple(x for pair in pairs for x in pair)))
+stream_ids = st.tuples(u63, u63)
+read_requests = st.builds(m.ReadRequest, st.lists(
+    st.builds(m.ReadPart, name, u32, st.sampled_from([m.READ_LENGTH, m.READ_RANGE, m.READ_REVRANGE, m.READ_AFTER,
+                                                      m.READ_AFTER_LAST]),
+              stream_ids, stream_ids, u32), min_size=1, max_size=3).map(tuple), u32)
+group_requests = st.one_of(
+    st.builds(m.GroupRequest, st.just("destroy"), name, name),
+    st.builds(m.GroupRequest, st.sampled_from(["create", "setid"]), name, name, st.none() | stream_ids,
+              st.none() | u63),
+    st.builds(m.GroupRequest, st.just("create"), name, name, st.none() | stream_ids, st.none() | u63,
+              st.integers(1, 100), st.none() | name))
 requests = st.one_of(fetch_requests, epoch_requests, pause_requests, raft_requests, beat_requests,
-                     propose_requests, join_requests, move_requests, append_requests)
+                     propose_requests, join_requests, move_requests, append_requests, read_requests, group_requests)
 
 
 @given(requests)
@@ -108,6 +119,12 @@ exchanges = st.one_of(
     st.tuples(pause_requests, pause_responses),
     st.tuples(beat_requests, st.builds(m.BeatResponse, u63)),
     st.tuples(append_requests, st.builds(m.AppendResponse, st.binary(min_size=3, max_size=41))),
+    group_requests.flatmap(lambda request: st.tuples(st.just(request), st.builds(
+        m.GroupResponse, st.integers(0, 1) if request.op == "destroy" else st.none()))),
+    read_requests.flatmap(lambda request: st.tuples(st.just(request), st.builds(m.ReadResponse, st.tuples(*(
+        st.lists(st.tuples(stream_ids, blob), max_size=3).flatmap(lambda found: st.builds(
+            m.PartRead, u63, st.just(tuple(i for i, _ in found)), st.just(tuple(e for _, e in found)), stream_ids))
+        for _ in request.parts))))),
     st.tuples(st.one_of(raft_requests, propose_requests, join_requests, move_requests), st.just(m.Ack())),
 )
 
@@ -132,6 +149,14 @@ def test_every_response_round_trips_through_its_reply(exchange):
     [b"XADD", b"t#1", b"MAXLEN"],
     [b"XADD", b"t#1", b"*", b"f"],
     [b"REPLVIEW", b"x"],
+    [b"XGROUP", b"CREATECONSUMER", b"t#1", b"g", b"c"],
+    [b"XGROUP", b"DESTROY", b"t#1"],
+    [b"XGROUP", b"CREATE", b"t#1", b"g", b"$", b"MKSTREAM"],
+    [b"REPLREAD", b"0"],
+    [b"REPLREAD", b"0", b"t", b"1", b"len", b"0-0", b"0-0"],  # a partition cut short
+    [b"REPLREAD", b"0", b"t", b"1", b"drop", b"0-0", b"0-0", b"0"],
+    [b"REPLREAD", b"0", b"t", b"1", b"range", b"5", b"0-0", b"0"],
+    [b"REPLREAD", b"t", b"1", b"len", b"0-0", b"0-0", b"0"],  # no wait
 ])
 def test_what_does_not_decode_is_refused(argv):
     with pytest.raises((ValueError, IndexError, TypeError)):

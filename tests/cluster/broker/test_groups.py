@@ -346,3 +346,68 @@ def test_max_count_and_max_size_cap_a_group_read_over_its_keys(broker):
     got = session.read_group_nowait(read(keys=[b"a", b"b"], starts=[None, None], max_size=1))
     assert [(d.key, d.count) for d in got] == [(b"a", 1)]  # the first entry, whatever its size
     assert [n for *_, n in _pending_rows(session, b"b")] == [1]  # only what was served was delivered
+
+
+class _Leaders:
+    """A cluster's view where another node (2) leads the odd partitions of
+    every topic: their group changes are "forwarded" (``forward``), run here
+    by a session of their own as that leader would run the XGROUP it gets,
+    and a leader's refusal comes back as ``Refused`` (its text)."""
+
+    def __init__(self, broker):
+        from cluster.peer.messages import GroupResponse
+
+        self.sent = []
+        leader_session = broker.session()
+
+        async def forward(request, leader, client_id):
+            from cluster.errors import Refused
+
+            self.sent.append((request.op, request.key, leader))
+            await trio.sleep(0)
+            try:
+                if request.op == "create":
+                    leader_session.group_create(request.key, request.group, request.last_id)
+                    return GroupResponse()
+                if request.op == "setid":
+                    leader_session.group_set_id(request.key, request.group, request.last_id, None)
+                    return GroupResponse()
+                return GroupResponse(leader_session.group_destroy(request.key, request.group))
+            except (GroupError, GroupOpError) as e:
+                code = "BUSYGROUP" if e.code == GROUP_EXISTS else "NOGROUP"
+                raise Refused(f"{code} from the leader") from None
+
+        state = type("State", (), {"leader": staticmethod(lambda shard: 2 if shard % 2 else 1)})
+        self.manager = type("Manager", (), {"my_id": 1, "state": state,
+                                            "shard_of": staticmethod(lambda topic, n: n)})
+        self.fanout = type("FanOut", (), {"led_elsewhere": staticmethod(lambda key: True)})
+        self.forwarder = type("Forwarder", (), {"forward": staticmethod(forward)})
+
+    def note_group_write(self, session, store):
+        pass
+
+
+async def test_xgroup_on_a_topic_led_by_several_nodes_is_sent_to_each_partitions_leader(broker):
+    """In a cluster, XGROUP CREATE / SETID / DESTROY of a topic whose
+    partitions other nodes lead: the awaitable of the combined answer, the
+    odd partitions' changes sent to their leader; BUSYGROUP only when every
+    partition (here or there) had the group."""
+    session = broker.session()
+    session.create_topic(b"t", 4)
+    session.group_create(b"t#1", b"g", (0, 0))  # one partition has it already
+    leaders = broker.replication = _Leaders(broker)
+    try:
+        assert await session.group_create(b"t", b"g", None) is None
+        assert sorted((op, key) for op, key, _ in leaders.sent) == [("create", b"t#1"), ("create", b"t#3")]
+        with pytest.raises(Exception) as busy:  # every partition has it now: the first refusal, relayed
+            await session.group_create(b"t", b"g", None)
+        assert ops._is_busy(busy.value)
+        assert await session.group_set_id(b"t", b"g", (5, 0), None) is None
+        assert [[tuple(g.last_id) for g in session.group_infos(b"t#%d" % n)] for n in range(4)] == [[(5, 0)]] * 4
+        assert await session.group_destroy(b"t", b"g") == 1
+        assert await session.group_destroy(b"t", b"g") == 0
+        session.may_block = False
+        with pytest.raises(Exception, match="a transaction cannot change their groups"):
+            session.group_destroy(b"t", b"g")
+    finally:
+        broker.replication = None

@@ -19,6 +19,8 @@ from trio.testing import wait_all_tasks_blocked
 
 from cluster import topics
 from cluster.broker import AFTER_LAST, LAST_ENTRY, ReadPlan, XAddPlan
+from cluster.errors import TryAgain
+from cluster.runtime.fanout import FanOut, read_part
 from cluster.topics import TopicError
 from storage.entry_codec import decode_entry, split_entries
 from storage.streams import Entries, StreamId
@@ -268,24 +270,68 @@ def test_topic_administration(broker):
     assert session.topic_names() == [b"x"]
 
 
-def test_in_a_cluster_a_topic_wide_read_needs_every_partition_led_here(broker, topic):
-    """Reads across nodes are not built yet: the broker refuses a topic key
-    whose partitions are not all led here (``Replication.fan_out_refusal``,
-    which the dispatcher's routing asks too, before the command runs)."""
+class _FanOutHere(FanOut):
+    """A cluster's ``FanOut`` whose partitions are "led elsewhere" but read
+    from this registry (as each leader would: ``read_part``)."""
+
+    def __init__(self, broker):
+        super().__init__(types.SimpleNamespace(topics=broker.topics))
+        self.broker = broker
+        self.asked = []
+
+    def led_elsewhere(self, key):
+        return True
+
+    async def read_parts(self, parts, client_id=0):
+        self.asked.append((parts[0].topic, parts[0].op, parts[0].count))
+        await trio.sleep(0)
+        return [read_part(self.broker.topics.stream_of(p.topic, p.n), p) for p in parts]
+
+    async def wait_for_entries(self, topic, starts, timeout_s):
+        keys = [b"%s#%d" % (topic, n) for n in range(len(starts))]
+        return await self.broker.keys.wait_for_keys(keys, timeout_s)
+
+
+async def test_in_a_cluster_a_topic_wide_read_fans_out_and_merges_as_here(broker, topic):
+    """A topic whose partitions other nodes lead: XLEN, XRANGE and XREAD
+    return the awaitable of the fan-out (``Replication.fanout``), merged as
+    the local read merges; inside a transaction they are refused."""
     from cluster.errors import ClusterError
 
-    asked = []
-    refusal = ClusterError("topic 't' has partitions led by other nodes")
-    broker.replication = types.SimpleNamespace(fan_out_refusal=lambda key: asked.append(key) or refusal)
-    reads = (lambda: topic.length(b"t"),
-             lambda: topic.range(b"t", StreamId(0, 0), StreamId(9, 0)),
-             lambda: topic.read_after(ReadPlan([b"t"], [StreamId(0, 0)])))
-    for read in reads:
-        with pytest.raises(ClusterError) as refused:
-            read()
-        assert refused.value is refusal
-    assert asked == [b"t"] * 3
+    lo, hi = StreamId(0, 0), StreamId(2**64 - 1, 2**64 - 1)
+    here = (topic.length(b"t"), ids(topic.range(b"t", lo, hi, count=4)), ids(topic.range(b"t", lo, hi, rev=True)),
+            [(k, ids(e)) for k, e in topic.read_after(ReadPlan([b"t"], [StreamId(1, 0)], count=1))],
+            [(k, ids(e)) for k, e in topic.read_after(ReadPlan([b"t"], [LAST_ENTRY]))])
+    fanout = _FanOutHere(broker)
+    broker.replication = types.SimpleNamespace(fan_out_refusal=lambda key: None, fanout=fanout,
+                                               before_append=lambda session, pkey, stream: False)
+    across = (await topic.length(b"t"), ids(await topic.range(b"t", lo, hi, count=4)),
+              ids(await topic.range(b"t", lo, hi, rev=True)),
+              [(k, ids(e)) for k, e in await topic.read_after(ReadPlan([b"t"], [StreamId(1, 0)], count=1))],
+              [(k, ids(e)) for k, e in await topic.read_after(ReadPlan([b"t"], [LAST_ENTRY]))])
+    assert across == here
+    assert fanout.asked == [(b"t", "len", 0), (b"t", "range", 4), (b"t", "revrange", 0), (b"t", "after", 1),
+                            (b"t", "revrange", 1)]
     assert topic.length(b"t#1") == 2  # a partition key: led here or -MOVED, the routing's call
-    broker.replication = types.SimpleNamespace(fan_out_refusal=lambda key: None)
-    assert topic.length(b"t") == 5
+    assert await topic.read_after(ReadPlan([b"t"], [AFTER_LAST])) == []
+    # XREAD BLOCK: ``$`` resolved once per partition, woken by an append to any.
+    got = []
+    async with trio.open_nursery() as nursery:
+        async def blocked():
+            got.extend(await broker.session().wait_for_entries(ReadPlan([b"t"], [AFTER_LAST], block_ms=0)))
+        nursery.start_soon(blocked)
+        await wait_all_tasks_blocked()
+        add(broker.session(), b"t#2", 9)
+    assert [(k, ids(e)) for k, e in got] == [(b"t#2", [(9, 0)])]
+    assert fanout.asked[5:] == [(b"t", "after-last", 0), (b"t", "after", 0)]
+
+    async def unreachable(topic, starts, timeout_s):
+        raise TryAgain("partition t#1 leader node 2 unreachable: link down")
+
+    fanout.wait_for_entries = unreachable  # a leader lost while the reader waits: its error, as it is
+    with pytest.raises(TryAgain, match="unreachable"):
+        await topic.wait_for_entries(ReadPlan([b"t"], [AFTER_LAST], block_ms=0))
+    topic.may_block = False
+    with pytest.raises(ClusterError, match="a transaction cannot read from other nodes"):
+        topic.length(b"t")
     broker.replication = None
