@@ -171,13 +171,21 @@ class ReadOps:
         return 0 if stream is None else stream.length
 
     def range(self, key: bytes, start: StreamId, end: StreamId, count: int | None = None,
-              rev: bool = False) -> Entries | None:
+              rev: bool = False, past_hw: bool = False) -> Entries | None:
         """XRANGE / XREVRANGE: entries with ``start <= ID <= end``, oldest
         first (newest first when ``rev``), at most ``count`` (None: all);
         None when the key does not exist. A topic's partitions are merged
-        by ID, equal IDs in partition order, ``count`` over the merge."""
+        by ID, equal IDs in partition order, ``count`` over the merge.
+        ``past_hw``: a partition's entries up to its log's end, the high
+        watermark's wait skipped (a new leader's entries beyond it are
+        committed once it moves: a Kafka coordinator loading its group's
+        offsets); oldest first, one partition only."""
         self.commit_deferred()
         topics = self.broker.topics
+        if past_hw:
+            assert not rev and not topics.is_multi(key)
+            stream = topics.get(key)
+            return None if stream is None else stream.range(start, end, count, past_hw=True)
         if topics.is_multi(key):
             found = self._merged_range(self._partitions(key), start, end, count, rev)
         else:

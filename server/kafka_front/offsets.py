@@ -12,7 +12,10 @@ replicas, its ``acks`` being ``all``). The node that becomes G's
 coordinator after a failover replays the stream it followed.
 
 Reads replay lazily: each group's ``GroupOffsets`` is brought up to the
-stream's end on every look (only the entries after the last one applied:
+stream's end on every look (the log's end, past the high watermark, as
+Kafka's coordinator loads ``__consumer_offsets``: a new leader's high
+watermark waits for its followers, or for the old leader to leave the
+in-sync replicas, while every entry it holds was acknowledged or will be) (only the entries after the last one applied:
 unless that entry is gone, the stream trimmed past it or truncated under
 it, or the topic made anew, when it replays from the start, which is a
 snapshot after a trim). Every ``COMPACT_MIN_ENTRIES`` entries a write
@@ -93,14 +96,14 @@ class OffsetStore:
         known = self._groups.get(group)
         state = known[1] if known is not None and known[0] == layout.topic_id else None
         if state is not None and state.applied is not None:
-            last = session.range(key, state.applied, state.applied, 1)
+            last = session.range(key, state.applied, state.applied, 1, past_hw=True)
             if last is None or not last.count:
                 state = None  # trimmed past, truncated, or deleted: from the start
         if state is None:
             state = F.GroupOffsets(group)
             self._groups[group] = (layout.topic_id, state)
         start = MIN_ID if state.applied is None else state.applied.incr()
-        found = session.range(key, start, MAX_ID)
+        found = session.range(key, start, MAX_ID, past_hw=True)
         if found is not None and found.count:
             for encoded in split_entries(found.chunks):
                 entry_id, fields = decode_entry(encoded)
