@@ -3,8 +3,8 @@ group's commits are entries of its internal stream ``__kafka_offsets{<group>}``,
 the group's slot, so when the coordinator is killed (kill -9) the node elected in its place
 answers FindCoordinator, OffsetFetch gives exactly the committed offsets, and new consumers
 (librdkafka, kafka-python) resume from them: nothing skipped (docs/kafka.md, "Committed
-offsets"). The internal stream is not a Kafka topic: Metadata does not list it and Produce to it
-is refused."""
+offsets"). The internal stream is not a Kafka topic: Metadata does not list it, Produce and
+DeleteTopics refuse it, and TOPIC LIST leaves it out unless a pattern names it."""
 
 from __future__ import annotations
 
@@ -155,8 +155,9 @@ def test_committed_offsets_survive_the_coordinators_kill_and_consumers_resume_fr
 
 
 def test_the_internal_offsets_stream_is_not_a_kafka_topic(cluster):
-    """Metadata for all topics leaves the groups' offsets streams out, and a Produce to one is
-    refused (only the coordinator writes them)."""
+    """Metadata for all topics leaves the groups' offsets streams out, a Produce or DeleteTopics
+    of one is refused (only the coordinator writes them), TOPIC LIST shows one only when a
+    pattern names it."""
     group = "billing"
     coordinator = cluster.leader_of(group.encode())
     leased(lambda: cluster.leader_of(b"orders").client().execute_command("TOPIC", "CREATE", "orders"))
@@ -169,4 +170,9 @@ def test_the_internal_offsets_stream_is_not_a_kafka_topic(cluster):
         resp = raw.call(P(acks=-1, timeout_ms=5000, topic_data=[P.TopicProduceData(
             name=f"__kafka_offsets{{{group}}}", partition_data=[P.PartitionProduceData(index=0, records=batch)])]), 9)
         assert resp.responses[0].partition_responses[0].error_code == E.INVALID_TOPIC_EXCEPTION
+        gone = raw.call(C.DeleteTopicsRequest(topic_names=[f"__kafka_offsets{{{group}}}"], timeout_ms=5000), 4)
+        assert gone.responses[0].error_code == E.INVALID_TOPIC_EXCEPTION
         assert _fetch_offset(coordinator.kafka_port, group) == 3
+    r = coordinator.client()
+    assert b"__kafka_offsets{billing}" not in r.execute_command("TOPIC", "LIST")
+    assert r.execute_command("TOPIC", "LIST", "__kafka_offsets*") == [b"__kafka_offsets{billing}"]
