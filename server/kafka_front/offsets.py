@@ -119,9 +119,10 @@ class OffsetStore:
 
     def group_ids(self) -> list[str]:
         """Groups with offsets whose stream this node leads (and those of the old journal)."""
+        session = self.session
         names = {key[len(PREFIX):-1].decode("utf-8", "surrogateescape")
-                 for key in self.session.key_names() if is_offsets_key(key)}
-        names.update(self.legacy)
+                 for key in session.key_names() if is_offsets_key(key)}
+        names.update(g for g in self.legacy if session.key_leader(offsets_key(g)) == session.node_id())
         return [g for g in names if self.has_group(g)]
 
     def of_group(self, group: str) -> dict[tuple[str, int], Committed]:

@@ -101,10 +101,23 @@ def _kafka_python_consume(kafka, cluster: Cluster, group: str, count: int) -> li
     consumer = kafka.KafkaConsumer(bootstrap_servers=cluster.bootstrap().split(","), group_id=group,
                                    auto_offset_reset="earliest", enable_auto_commit=False,
                                    session_timeout_ms=6000, heartbeat_interval_ms=1000)
+    def unrefused(call):  # the killed node is still in Metadata: kafka-python raises, and is asked again
+        try:
+            return call()
+        except kafka.errors.KafkaConnectionError:
+            return None
+
+    def poll(room: int) -> list[bytes]:
+        found = unrefused(lambda: consumer.poll(timeout_ms=200, max_records=room)) or {}
+        return [m.value for msgs in found.values() for m in msgs]
+
     try:
+        # the topic's metadata first: a leader assigning before it has it hands out nothing, rejoins,
+        # and kafka-python 3.0.12 then sometimes spins without fetching (seen 2 runs in 12)
+        assert eventually(lambda: unrefused(lambda: consumer.partitions_for_topic("orders")),
+                          what="kafka-python's metadata")
         consumer.subscribe(["orders"])
-        got = _take(lambda room: [m.value for msgs in consumer.poll(timeout_ms=200, max_records=room).values()
-                                  for m in msgs], group, count)
+        got = _take(poll, group, count)
         consumer.commit()
     finally:
         consumer.close()
