@@ -5,22 +5,23 @@ internal stream ``__kafka_offsets{G}`` (``offsets_key``; the entries are
 ``storage.group_offsets``'s), appended through the broker's append path
 like any XADD: its hash tag puts it in G's slot, so the node leading that
 slot (G's coordinator, ``KafkaFront.coordinator_of``) leads the stream, and
-the slot's followers copy it. A write returns once appended; the
-response waits for the session's receipt (``group_checks.answer_when_written``: fsynced,
-the stream's topic being ``fsync always``, and held by the in-sync
-replicas, its ``acks`` being ``all``). The node that becomes G's
+the slot's followers copy it. A write returns once appended; the response
+waits for the session's receipt (``group_checks.answer_when_written``):
+fsynced, the stream's topic being ``fsync always``, and held by the
+in-sync replicas, its ``acks`` being ``all``. The node that becomes G's
 coordinator after a failover replays the stream it followed.
 
 Reads replay lazily: each group's ``GroupOffsets`` is brought up to the
-stream's end on every look (the log's end, past the high watermark, as
-Kafka's coordinator loads ``__consumer_offsets``: a new leader's high
-watermark waits for its followers, or for the old leader to leave the
-in-sync replicas, while every entry it holds was acknowledged or will be) (only the entries after the last one applied:
-unless that entry is gone, the stream trimmed past it or truncated under
-it, or the topic made anew, when it replays from the start, which is a
-snapshot after a trim). Every ``COMPACT_MIN_ENTRIES`` entries a write
-appends a snapshot of the group's live offsets and trims the stream up to
-the previous snapshot (written and acknowledged by an earlier write).
+stream's end on every look, from the entry after the last one applied (from
+the start when that entry is gone: the stream trimmed past it or truncated
+under it, or the topic made anew; after a trim the start is a snapshot).
+The end is the log's, past the high watermark, as Kafka's coordinator
+loads ``__consumer_offsets``: a new leader's high watermark waits for its
+followers (or for the old leader to leave the in-sync replicas), while
+every entry it holds was acknowledged or will be. Every
+``COMPACT_MIN_ENTRIES`` entries a write appends a snapshot of the group's
+live offsets and trims the stream up to the previous snapshot (written,
+and acknowledged, by an earlier write).
 
 Upgrade: the journal of older versions (``<dir>/kafka-offsets.jsonl``) is
 read on first use; a group with offsets there and no stream yet is
@@ -38,8 +39,8 @@ from typing import Any
 
 from cluster.broker import Trim, XAddPlan
 from storage import group_offsets as F
-from storage.group_offsets import Committed
 from storage.entry_codec import decode_entry, split_entries
+from storage.group_offsets import Committed
 from storage.streams.ids import MAX_ID, MIN_ID, StreamId
 
 __all__ = ["OffsetStore", "Committed", "offsets_key", "is_offsets_key"]
