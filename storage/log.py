@@ -1014,13 +1014,17 @@ class PartitionLog:
                 f"offset {start} outside [{self.log_start_offset}, {self.log_end_offset}]")
 
     def read(self, start_offset: int, end_offset: int | None = None, max_count: int | None = None,
-             max_bytes: int | None = None, with_ids: bool = False, view: bool = False) -> ReadResult:
+             max_bytes: int | None = None, with_ids: bool = False, view: bool = False,
+             past_hw: bool = False) -> ReadResult:
         """Entries from ``start_offset`` on, stopping at ``end_offset`` (exclusive),
-        the high watermark, ``max_count`` live entries or ``max_bytes`` (at least
-        one entry is returned when any is available). ``view``: chunks may be
-        views of the file's mapping (``ReadAccumulator.view``: use them at once)."""
+        the high watermark (the log's end with ``past_hw``: a reader that takes
+        what a new leader holds, as a Kafka group coordinator loads its offsets),
+        ``max_count`` live entries or ``max_bytes`` (at least one entry is
+        returned when any is available). ``view``: chunks may be views of the
+        file's mapping (``ReadAccumulator.view``: use them at once)."""
         self._check_start(start_offset)
-        stop = self._hw if end_offset is None else min(end_offset, self._hw)
+        limit = self.log_end_offset if past_hw else self._hw
+        stop = limit if end_offset is None else min(end_offset, limit)
         acc = ReadAccumulator(max_count, max_bytes, False, with_ids, [], [] if with_ids else None, view=view)
         cur = start_offset
         if max_count is not None and max_count <= 0:

@@ -199,15 +199,23 @@ class ReadOps:
         return sum(part.length for part in found)
 
     def range(self, key: bytes, start: StreamId, end: StreamId, count: int | None = None,
-              rev: bool = False) -> Any:
+              rev: bool = False, past_hw: bool = False) -> Any:
         """XRANGE / XREVRANGE: entries with ``start <= ID <= end``, oldest
         first (newest first when ``rev``), at most ``count`` (None: all);
         None when the key does not exist. A topic's partitions are merged
         by ID, equal IDs in partition order, ``count`` over the merge. In a
         cluster, for a topic with partitions led elsewhere and a range that
-        can hold entries, the awaitable of the merge."""
+        can hold entries, the awaitable of the merge. ``past_hw``: a
+        partition's entries up to its log's end, the high watermark's wait
+        skipped (a new leader's entries beyond it are committed once it
+        moves: a Kafka coordinator loading its group's offsets); oldest
+        first, one partition only."""
         self.commit_deferred()
         topics = self.broker.topics
+        if past_hw:
+            assert not rev and not topics.is_multi(key)
+            stream = topics.get(key)
+            return None if stream is None else stream.range(start, end, count, past_hw=True)
         if topics.is_multi(key):
             fanout = self._across(key)
             if fanout is not None and start <= end and count != 0:

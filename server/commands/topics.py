@@ -20,6 +20,7 @@ from server.errors import err, syntax_error
 from server.glob import glob_match
 from server.group_replies import topic_groups_reply
 from server.kafka_front import view as kafka_view
+from server.kafka_front.offsets import is_offsets_key
 from server.registry import command, container
 from server.reply import OK, Map, Simple
 
@@ -130,13 +131,17 @@ def topic_list(ctx, argv):
     """TOPIC LIST [pattern]
 
     KEYS's ACL categories; a user with key patterns sees only the topics
-    they allow (``server.acl.key_filter``), as with KEYS and SCAN.
+    they allow (``server.acl.key_filter``), as with KEYS and SCAN. The Kafka
+    groups' internal offsets streams (``__kafka_offsets{<group>}``) are left
+    out unless a pattern other than ``*`` names them.
     """
     if len(argv) > 3:
         raise syntax_error()
     names = ctx.session.topic_names()
     if len(argv) == 3 and argv[2] != b"*":
         names = [n for n in names if glob_match(argv[2], n)]
+    else:
+        names = [n for n in names if not is_offsets_key(n)]
     visible = key_filter(ctx.client)
     if visible is not None:
         names = [n for n in names if visible(n)]

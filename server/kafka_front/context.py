@@ -35,7 +35,7 @@ from typing import Any, Callable, NamedTuple
 from server.kafka.errors import NONE as NO_ERROR
 from server.kafka.records import UNCOMPRESSED_MAX_BYTES_DEFAULT
 from server.kafka_front.groups import Coordinator
-from server.kafka_front.offsets import OffsetStore
+from server.kafka_front.offsets import OffsetStore, offsets_key
 
 ZERO_UUID = uuid.UUID(int=0)
 
@@ -78,7 +78,7 @@ class KafkaFront:
         self._uuids: dict[bytes, uuid.UUID] = {}
         self._names: dict[uuid.UUID, bytes] = {}
         directory = getattr(getattr(server, "config", None), "dir", None)
-        self.groups = Coordinator(OffsetStore(directory) if directory else None)
+        self.groups = Coordinator(OffsetStore(server, directory) if directory else None)
         if server is not None:
             server.kafka_groups = self.groups  # TOPIC GROUPS shows them beside Redis groups
 
@@ -133,13 +133,14 @@ class KafkaFront:
         return next((e for e in self.endpoints(ctx) if e.node_id == node_id), None)
 
     def coordinator_of(self, ctx: "KafkaContext", group_id: str) -> Endpoint | None:
-        """The node coordinating ``group_id``: the leader of its hash slot (None: no leader now)."""
-        node = ctx.session.key_leader(group_id.encode())
+        """The node coordinating ``group_id``: the leader of its offsets stream's hash slot, the
+        group id's own (for an id without a ``{...}`` hash tag), None: no leader now."""
+        node = ctx.session.key_leader(offsets_key(group_id))
         return self.endpoint_of(ctx, node) if node >= 0 else None
 
     def coordinates(self, ctx: "KafkaContext", group_id: str) -> bool:
         """Whether this node coordinates ``group_id`` (else the APIs answer NOT_COORDINATOR)."""
-        return ctx.session.key_leader(group_id.encode()) == ctx.session.node_id()
+        return ctx.session.key_leader(offsets_key(group_id)) == ctx.session.node_id()
 
 
 class KafkaContext:

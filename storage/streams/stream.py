@@ -663,10 +663,12 @@ class Stream:
     # ----------------------------------------------------------------- reads
 
     def range(self, start: StreamId, end: StreamId, count: int | None = None,
-              *, rev: bool = False, view: bool = False) -> Entries:
+              *, rev: bool = False, view: bool = False, past_hw: bool = False) -> Entries:
         """Entries with ``start <= id <= end``; newest first when ``rev``.
         ``view``: the chunks may be views of the log file's mapping, to be
-        used at once (``PartitionLog.read``)."""
+        used at once; ``past_hw``: up to the log's end (``PartitionLog.read``;
+        oldest first only)."""
+        assert not (rev and past_hw)
         if start > end or (count is not None and count <= 0):
             return EMPTY
         log = self.log
@@ -677,7 +679,7 @@ class Stream:
         if rev:
             res = log.read_reverse(start_offset, end_offset, max_count=count)
         else:
-            res = log.read(start_offset, end_offset, max_count=count, view=view)
+            res = log.read(start_offset, end_offset, max_count=count, view=view, past_hw=past_hw)
         return Entries(res.count, res.chunks)
 
     def read_after(self, after: StreamId, count: int | None = None, *, view: bool = False) -> Entries:

@@ -105,6 +105,17 @@ def test_advance_beyond_high_watermark_is_refused(tmp_path):
         log.advance_log_start_offset(5)
 
 
+def test_a_read_past_the_high_watermark_reaches_the_end(tmp_path):
+    """A new leader's Kafka coordinator loads its groups' offsets to the log's end (docs/kafka.md,
+    "Committed offsets"): ``past_hw`` reads what the high watermark still hides."""
+    log = make(tmp_path / "p", hw_follows_end=False)
+    fill(log, 3)
+    log.set_high_watermark(4)
+    assert log.read(0).count == 4
+    assert log.read(0, past_hw=True).count == log.log_end_offset > 4
+    assert log.read(2, 6, past_hw=True).count == 4
+
+
 # -- truncate -----------------------------------------------------------------
 
 def test_truncate_inside_a_batch(tmp_path):

@@ -2,7 +2,8 @@
 
 Versions 0-2. Per group: NOT_COORDINATOR, GROUP_AUTHORIZATION_FAILED (no
 XGROUP DESTROY right), NON_EMPTY_GROUP (it has members), GROUP_ID_NOT_FOUND,
-COORDINATOR_NOT_AVAILABLE (the journal could not be written).
+COORDINATOR_NOT_AVAILABLE (the deletion could not be written to its offsets
+stream, or was not acknowledged).
 """
 
 from __future__ import annotations
@@ -10,8 +11,7 @@ from __future__ import annotations
 from server.kafka import codec
 from server.kafka import errors as E
 from server.kafka_front import access
-from server.kafka_front.group_checks import refusal
-from storage.errors import StorageError
+from server.kafka_front.group_checks import answer_when_written, refusal, write_error
 
 API_KEY = 42
 NAME = "DeleteGroups"
@@ -29,8 +29,15 @@ async def handle(ctx, req):
             error = coordinator.delete(gid)
         if error == E.NONE and coordinator.store is not None:
             try:
-                await coordinator.store.delete_group(gid)
-            except StorageError:
-                error = E.COORDINATOR_NOT_AVAILABLE
+                coordinator.store.delete_group(ctx.session, gid)
+            except Exception as exc:  # noqa: BLE001 - every refusal of the append is the group's error
+                error = write_error(exc)
         out.append(R.DeletableGroupResult(group_id=gid, error_code=error))
-    return R(results=out)
+    response = R(results=out)
+
+    def fail(error: int) -> None:
+        for r in out:
+            if r.error_code == E.NONE:
+                r.error_code = error
+
+    return answer_when_written(ctx, response, fail, "deletion", ",".join(req.body.groups_names))

@@ -3,7 +3,8 @@
 Versions 1-6 (v6 names topics by name or by ID). The topic goes with its
 partitions and consumer groups, as TOPIC DELETE / DEL do. Errors:
 UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID, TOPIC_AUTHORIZATION_FAILED
-(the user may not run TOPIC DELETE on it: ``access``).
+(the user may not run TOPIC DELETE on it: ``access``), INVALID_TOPIC_EXCEPTION
+(a group's internal offsets stream, ``__kafka_offsets{<group>}``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from server.kafka import errors as E
 from server.kafka_front import access
 from server.kafka_front.context import ZERO_UUID
 from server.kafka_front.errors import refused
+from server.kafka_front.offsets import is_offsets_key
 
 API_KEY = 20
 NAME = "DeleteTopics"
@@ -43,6 +45,9 @@ async def handle(ctx, req):
             key = name.encode()
         if version >= 6 and out.topic_id == ZERO_UUID:
             out.topic_id = ctx.front.topic_uuid(session, key)
+        if is_offsets_key(key):  # a group's committed offsets: DeleteGroups removes them
+            out.error_code = E.INVALID_TOPIC_EXCEPTION
+            continue
         try:
             access.require(ctx, access.DELETE, key)
             session.delete_topic(key)

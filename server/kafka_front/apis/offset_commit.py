@@ -4,7 +4,8 @@ Versions 2-10 (v10: topics by topic ID). Who may commit is
 ``groups.Coordinator.check_commit`` (Kafka's rules for a classic group: a
 member of the current generation; generation -1 with no member id for an
 Empty group, as a simple consumer or an admin tool commits); the offsets are
-``offsets.OffsetStore``'s, fsynced before the answer (docs/kafka.md,
+``offsets.OffsetStore``'s: appended to the group's internal stream, and
+answered once fsynced and held by the in-sync replicas (docs/kafka.md,
 "Committed offsets"). The retention time (v2-4) is ignored: offsets live
 until the group is deleted (DeleteGroups, OffsetDelete).
 
@@ -13,7 +14,8 @@ right), TOPIC_AUTHORIZATION_FAILED (may not read the topic),
 UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID by ID),
 OFFSET_METADATA_TOO_LARGE (over 4096 bytes), UNKNOWN_MEMBER_ID,
 ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID,
-COORDINATOR_NOT_AVAILABLE (the journal could not be written).
+COORDINATOR_NOT_AVAILABLE (the append was refused or not acknowledged),
+REQUEST_TIMED_OUT (the replicas took over 5 s; the commit may be kept).
 """
 
 from __future__ import annotations
@@ -23,8 +25,7 @@ import logging
 from server.kafka import codec
 from server.kafka import errors as E
 from server.kafka_front import access
-from server.kafka_front.group_checks import refusal
-from storage.errors import StorageError
+from server.kafka_front.group_checks import answer_when_written, refusal, write_error
 
 log = logging.getLogger("partita.kafka")
 
@@ -72,13 +73,20 @@ async def handle(ctx, req):
                              p.committed_leader_epoch, p.committed_metadata or ""))
             parts.append(R.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=error))
         topics.append(R.OffsetCommitResponseTopic(name=topic.name, topic_id=topic.topic_id, partitions=parts))
-    if todo:
-        try:
-            await ctx.front.groups.store.commit(body.group_id, todo)
-        except StorageError as exc:
-            log.error("Kafka group '%s': committing offsets failed: %s", body.group_id, exc)
-            for t in topics:
-                for p in t.partitions:
-                    if p.error_code == E.NONE:
-                        p.error_code = E.COORDINATOR_NOT_AVAILABLE
-    return R(topics=topics)
+    response = R(topics=topics)
+    if not todo:
+        return response
+
+    def fail(error: int) -> None:
+        for t in topics:
+            for p in t.partitions:
+                if p.error_code == E.NONE:
+                    p.error_code = error
+
+    try:
+        ctx.front.groups.store.commit(ctx.session, body.group_id, todo)
+    except Exception as exc:  # noqa: BLE001 - every refusal of the append is the commit's error
+        log.error("Kafka group '%s': committing offsets failed: %s", body.group_id, exc)
+        fail(write_error(exc))
+        return response
+    return answer_when_written(ctx, response, fail, "committed offsets", body.group_id)

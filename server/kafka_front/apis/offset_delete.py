@@ -15,8 +15,7 @@ from server.kafka import errors as E
 from server.kafka_front import access
 from server.kafka_front.apis.offset_commit import partition_error
 from server.kafka_front.groups import DEAD
-from server.kafka_front.group_checks import refusal
-from storage.errors import StorageError
+from server.kafka_front.group_checks import answer_when_written, refusal, write_error
 
 API_KEY = 47
 NAME = "OffsetDelete"
@@ -50,7 +49,13 @@ async def handle(ctx, req):
             parts.append(R.OffsetDeleteResponsePartition(partition_index=p.partition_index, error_code=code))
         topics.append(R.OffsetDeleteResponseTopic(name=t.name, partitions=parts))
     try:
-        await coordinator.store.delete_offsets(body.group_id, todo)
-    except StorageError:
-        return R(error_code=E.COORDINATOR_NOT_AVAILABLE)
-    return R(error_code=E.NONE, topics=topics)
+        coordinator.store.delete_offsets(ctx.session, body.group_id, todo)
+    except Exception as exc:  # noqa: BLE001 - every refusal of the append is the request's error
+        return R(error_code=write_error(exc))
+    response = R(error_code=E.NONE, topics=topics)
+
+    def fail(error: int) -> None:
+        response.error_code = error
+        response.topics = []
+
+    return answer_when_written(ctx, response, fail, "offset deletion", body.group_id)

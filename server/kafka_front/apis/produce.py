@@ -28,7 +28,9 @@ Refused per partition: an unknown topic or partition
 record the mapping cannot keep (INVALID_RECORD), zstd before v7 or an
 unknown codec (UNSUPPORTED_COMPRESSION_TYPE), transactional batches
 (INVALID_TXN_STATE), an empty records field (INVALID_RECORD), a partition
-the user may not write (TOPIC_AUTHORIZATION_FAILED: ``access``).
+the user may not write (TOPIC_AUTHORIZATION_FAILED: ``access``), a group's
+internal offsets stream ``__kafka_offsets{<group>}`` (INVALID_TOPIC_EXCEPTION,
+as Kafka refuses appends to ``__consumer_offsets``).
 
 An idempotent producer's batch (a producer id from InitProducerId, its
 epoch and base sequence in the batch header) is deduplicated by the
@@ -56,6 +58,7 @@ from server.kafka.records import CorruptRecordError
 from server.kafka_front import access, mapping
 from server.kafka_front.context import Pending
 from server.kafka_front.errors import refused
+from server.kafka_front.offsets import is_offsets_key
 
 API_KEY = 0
 NAME = "Produce"
@@ -109,6 +112,9 @@ async def handle(ctx, req):
                 continue
             if name is None:
                 resp.error_code = E.UNKNOWN_TOPIC_ID
+                continue
+            if is_offsets_key(name):  # a group's committed offsets: written by its coordinator only
+                resp.error_code = E.INVALID_TOPIC_EXCEPTION
                 continue
             try:
                 access.require(ctx, access.WRITE, name, part.index)

@@ -1,15 +1,19 @@
 """The Kafka group coordinator's state machine (server/kafka_front/groups.py) and the offset
-journal (server/kafka_front/offsets.py), on trio's autojump clock: joins and generations, sync,
+stream's replay (storage/group_offsets.py), on trio's autojump clock: joins and generations, sync,
 heartbeats, leaving, rebalances on a join and on a session's expiry, the rebalance timeout,
-static members, MEMBER_ID_REQUIRED, who may commit, offsets across a reload."""
+static members, MEMBER_ID_REQUIRED, who may commit; offsets replayed from their entries, snapshots,
+the old journal read for an upgrade."""
 
 from __future__ import annotations
+
+import json
 
 import trio
 
 from server.kafka import errors as E
 from server.kafka_front.groups import COMPLETING, EMPTY, PREPARING, STABLE, Coordinator
-from server.kafka_front.offsets import FILE_NAME, OffsetStore
+from storage import group_offsets
+from storage.streams.ids import StreamId
 
 PROTOCOLS = [("range", b"r-meta"), ("roundrobin", b"rr-meta")]
 SESSION_MS = 10_000
@@ -191,30 +195,51 @@ async def test_offset_commit_rules(nursery, autojump_clock):
     assert c.check_commit("g", -1, "", None) == E.UNKNOWN_MEMBER_ID  # the group has members
 
 
-async def test_committed_offsets_survive_a_reload_and_deletes(tmp_path, autojump_clock):
-    store = OffsetStore(tmp_path)
-    await store.commit("g", [("t", 0, 5, 0, "m"), ("t", 1, 7, -1, "")])
-    await store.commit("g", [("t", 0, 6, 0, "")])
-    await store.commit("h", [("t", 0, 1, 0, "")])
-    await store.delete_offsets("g", [("t", 1)])
-    await store.delete_group("h")
-    with open(tmp_path / FILE_NAME, "ab") as f:
-        f.write(b'{"g": "g", "t": "t", "p"')  # a write cut short by a crash
-    again = OffsetStore(tmp_path)
-    assert {k: v.offset for k, v in again.of_group("g").items()} == {("t", 0): 6}
-    assert again.group_ids() == ["g"]
+def _replay(entries):
+    state = group_offsets.GroupOffsets("g")
+    for n, fields in enumerate(entries, 1):
+        state.apply(StreamId(n, 0), fields)
+    return state
 
 
-async def test_the_journal_is_compacted(tmp_path, autojump_clock, monkeypatch):
-    from storage import group_offsets
+def test_a_groups_offsets_replay_from_its_stream_the_latest_entry_winning():
+    state = _replay([
+        group_offsets.commit_fields([("t", 0, 5, 0, "m"), ("t", 1, 7, -1, "")], 1000),
+        group_offsets.commit_fields([("t", 0, 6, 0, "")], 2000),
+        [b"commit", b'[["t", 0'],  # unreadable (written by hand): skipped
+        group_offsets.delete_fields([("t", 1)]),
+        group_offsets.commit_fields([("u", 2, 9, 3, "x")], 3000),
+    ])
+    assert {k: (v.offset, v.leader_epoch, v.metadata) for k, v in state.offsets.items()} == {
+        ("t", 0): (6, 0, ""), ("u", 2): (9, 3, "x")}
+    assert state.applied == StreamId(5, 0)
+    dropped = _replay([group_offsets.commit_fields([("t", 0, 5, 0, "")], 1), group_offsets.drop_fields(),
+                       group_offsets.commit_fields([("t", 1, 2, 0, "")], 2)])
+    assert list(dropped.offsets) == [("t", 1)]  # the group deleted, then committed to again
 
-    monkeypatch.setattr(group_offsets, "COMPACT_MIN_LINES", 10)
-    store = OffsetStore(tmp_path)
-    for i in range(30):
-        await store.commit("g", [("t", 0, i, 0, "")])
-    lines = (tmp_path / FILE_NAME).read_bytes().splitlines()
-    assert len(lines) <= 11
-    assert OffsetStore(tmp_path).get("g", "t", 0).offset == 29
+
+def test_a_snapshot_replaces_what_came_before_and_is_due_every_so_many_entries():
+    commits = [group_offsets.commit_fields([("t", i % 3, i, 0, "")], i) for i in range(12)]
+    state = _replay(commits)
+    assert state.compaction_due(10) and not state.compaction_due(12)
+    snapshot = group_offsets.snapshot_fields(state.offsets)
+    after = _replay([snapshot, group_offsets.commit_fields([("t", 0, 100, 0, "")], 99)])
+    assert {k: v.offset for k, v in after.offsets.items()} == {("t", 0): 100, ("t", 1): 10, ("t", 2): 11}
+    assert after.snapshot_id == StreamId(1, 0) and after.since_snapshot == 1
+    whole = _replay(commits + [snapshot])  # the stream trimmed up to a snapshot replays the same
+    assert whole.offsets == state.offsets and not whole.compaction_due(0)
+
+
+def test_the_journal_of_older_versions_is_read_once_for_an_upgrade(tmp_path):
+    lines = [{"g": "g", "t": "t", "p": 0, "o": 5, "e": 0, "m": "m", "ts": 1},
+             {"g": "g", "t": "t", "p": 1, "o": 7},
+             {"g": "g", "t": "t", "p": 1, "o": None},
+             {"g": "h", "t": "t", "p": 0, "o": 1},
+             {"g": "h", "del": True}]
+    data = b"".join(json.dumps(r).encode() + b"\n" for r in lines) + b'{"g": "g", "t": "t", "p"'  # torn
+    (tmp_path / group_offsets.FILE_NAME).write_bytes(data)
+    assert group_offsets.read_journal(tmp_path) == {"g": {("t", 0): group_offsets.Committed(5, 0, "m", 1)}}
+    assert group_offsets.read_journal(tmp_path / "none") == {}
 
 
 async def test_a_group_with_no_members_left_is_forgotten(nursery, autojump_clock):
