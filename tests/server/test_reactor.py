@@ -178,23 +178,47 @@ def _promptly(deadline=True):
     assert time.monotonic() - started < _PATIENCE_S / 2
 
 
-def _watched():
+@pytest.fixture
+def sockets():
+    """``sockets(n)``: n socket pairs (``_pair``) for the test, all closed
+    after it (no descriptors left to later tests that count them)."""
+    made = []
+
+    def make(n=1):
+        pairs = [_pair() for _ in range(n)]
+        made.extend(pairs)
+        return pairs
+
+    yield make
+    for pair in made:
+        for sock in pair:
+            sock.close()
+
+
+@pytest.fixture
+def watched(sockets):
     """A Reactor watching one socket whose handler reads what came: the
     reactor, its peer socket."""
     reactor = Reactor()
-    ours, theirs = _pair()
+    [(ours, theirs)] = sockets()
     reactor.register(ours.fileno(), lambda _events: ours.recv(10))
     return reactor, theirs
 
 
-async def test_the_task_waits_for_input_itself_while_the_loop_is_idle():
+def _trio_pair(sockets):
+    """A pair of the ``sockets`` fixture as trio sockets: (ours, the peer's stdlib socket)."""
+    [(ours, theirs)] = sockets()
+    return trio.socket.from_stdlib_socket(ours), theirs
+
+
+async def test_the_task_waits_for_input_itself_while_the_loop_is_idle(sockets):
     """After a step the reactor's task waits for the next input in the
     loop's place (no pass of trio's loop per arrival), and goes on serving
     each arrival until a handler gives the loop something to run."""
     import threading
 
     reactor = Reactor()
-    ours, theirs = _pair()
+    [(ours, theirs)] = sockets()
     seen, handled, finished = [], threading.Event(), trio.Event()
 
     def on_ready(_events):
@@ -224,9 +248,9 @@ async def test_the_task_waits_for_input_itself_while_the_loop_is_idle():
         nursery.cancel_scope.cancel()
 
 
-async def test_a_task_a_handler_makes_runnable_runs_before_more_input():
+async def test_a_task_a_handler_makes_runnable_runs_before_more_input(sockets):
     reactor = Reactor()
-    ours, theirs = _pair()
+    [(ours, theirs)] = sockets()
     woken = trio.Event()
     reactor.register(ours.fileno(), lambda _events: (ours.recv(10), woken.set()))
     async with trio.open_nursery() as nursery:
@@ -238,13 +262,13 @@ async def test_a_task_a_handler_makes_runnable_runs_before_more_input():
         nursery.cancel_scope.cancel()
 
 
-async def test_a_task_left_in_the_batch_the_loop_runs_is_not_kept_waiting():
+async def test_a_task_left_in_the_batch_the_loop_runs_is_not_kept_waiting(watched, sockets):
     """A task woken in the same pass of trio's loop as the reactor's (both
     sockets reported at once) may come after it in the batch: the reactor
     must not wait for input while it is still to run. The loop runs a
     batch in either order, so try many times."""
-    reactor, theirs = _watched()
-    other, other_peer = trio.socket.socketpair()
+    reactor, theirs = watched
+    other, other_peer = _trio_pair(sockets)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(reactor.run)
         for _ in range(20):
@@ -257,49 +281,49 @@ async def test_a_task_left_in_the_batch_the_loop_runs_is_not_kept_waiting():
             nursery.start_soon(reader)
             await wait_all_tasks_blocked()
             with _promptly():
-                other_peer._sock.send(b"o")
+                other_peer.send(b"o")
                 theirs.send(b"x")  # both before the loop looks again
                 await got.wait()
         nursery.cancel_scope.cancel()
 
 
-async def _a_deadline():
+async def _a_deadline(_sockets):
     await trio.sleep(0.05)
 
 
-async def _a_threads_wake_up():
+async def _a_threads_wake_up(_sockets):
     import time
 
     await trio.to_thread.run_sync(time.sleep, 0.05)  # done while the reactor waits
 
 
-async def _input_on_a_socket_the_loop_watches():
+async def _input_on_a_socket_the_loop_watches(sockets):
     import threading
 
-    other, other_peer = trio.socket.socketpair()
-    sender = threading.Timer(0.05, other_peer._sock.send, (b"o",))
+    other, other_peer = _trio_pair(sockets)
+    sender = threading.Timer(0.05, other_peer.send, (b"o",))
     sender.start()
     assert await other.recv(10) == b"o"
     sender.join()
 
 
 @pytest.mark.parametrize("loop_work", [_a_deadline, _a_threads_wake_up, _input_on_a_socket_the_loop_watches])
-async def test_what_the_loop_has_to_do_ends_the_idle_wait(loop_work):
-    reactor, theirs = _watched()
+async def test_what_the_loop_has_to_do_ends_the_idle_wait(loop_work, watched, sockets):
+    reactor, theirs = watched
     async with trio.open_nursery() as nursery:
         nursery.start_soon(reactor.run)
         await wait_all_tasks_blocked()
         with _promptly():
             theirs.send(b"x")  # the reactor's step, then its own wait, which this must end:
-            await loop_work()
+            await loop_work(sockets)
         assert reactor.idle_waits == 0
         nursery.cancel_scope.cancel()
 
 
-async def test_with_a_mock_clock_the_task_waits_in_trio(autojump_clock):
+async def test_with_a_mock_clock_the_task_waits_in_trio(autojump_clock, watched):
     """A test's clock is not the wall clock the idle wait's time-out would
     use: the reactor parks in trio, and the clock still jumps."""
-    reactor, theirs = _watched()
+    reactor, theirs = watched
     async with trio.open_nursery() as nursery:
         nursery.start_soon(reactor.run)
         with _promptly(deadline=False):
