@@ -5,7 +5,8 @@ request: a key led elsewhere (``Moved``), a write that cannot be
 acknowledged (``NotEnoughReplicas``), a state to retry later (``TryAgain``,
 ``Paused``), no slots yet (``ClusterDown``), this node not being the
 controller (``NotController``), the controller halted (``Halted``), a peer's
-request that does not parse (``BadRequest``), and a peer's own error reply
+request that does not parse (``BadRequest``), keys of one command in
+several hash slots (``CrossSlot``), and a peer's own error reply
 relayed unchanged (``Refused``). Each has a ``code`` (Redis's error code,
 which a Kafka front-end maps to its own) and a ``message``: the explanation
 after the code. ``Moved`` and ``NotEnoughReplicas`` keep their parts
@@ -81,6 +82,16 @@ class Moved(ClusterError):
         super().__init__(f"{slot} {leader.address}")
         self.slot = slot
         self.leader = leader
+
+
+class CrossSlot(ClusterError):
+    """A command whose keys must share a hash slot names keys of several
+    (Redis Cluster's -CROSSSLOT); nothing was done."""
+
+    code = "CROSSSLOT"
+
+    def __init__(self) -> None:
+        super().__init__("the keys of the request are in different hash slots")
 
 
 class NotEnoughReplicas(ClusterError):

@@ -1,9 +1,11 @@
 """The static cluster: who the nodes are, which node leads which hash slots.
 
 Owns: parsing ``--cluster-nodes 1@127.0.0.1:7001,2@...`` (each entry
-``<id>@<host>:<port>[@<bus-port>]``: the client port, then the cluster bus
-port peers talk on, ``port + 10000`` when not named, as Redis Cluster's bus;
-``bus_port_of`` gives this node's own); Redis Cluster's
+``<id>@<host>:<port>[@<bus-port>[@<kafka-port>]]``: the client port, then the
+cluster bus port peers talk on, ``port + 10000`` when not named (or 0), as
+Redis Cluster's bus; ``bus_port_of`` gives this node's own; then the port
+its Kafka listener is reached on, when named: ``kafka_port``, 0 when not,
+and the Kafka front-end derives it); Redis Cluster's
 key → slot function (CRC16/XMODEM of the key or of its ``{hash tag}``,
 modulo 16384); the deterministic placement every node computes alike with no
 coordination (slots cut into one equal range per node, range ``i`` is
@@ -45,7 +47,7 @@ class ClusterConfigError(ValueError):
 
 
 BUS_PORT_OFFSET = 10000  # a node's cluster bus port when not named: its port + 10000 (Redis Cluster's)
-ENTRY_SYNTAX = "<node-id>@<host>:<port>[@<bus-port>]"
+ENTRY_SYNTAX = "<node-id>@<host>:<port>[@<bus-port>[@<kafka-port>]]"
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class Node:
     host: str
     port: int  # the client port (what -MOVED and CLUSTER SLOTS name)
     bus_port: int = 0  # the cluster bus port peers talk on (0: port + 10000)
+    kafka_port: int = 0  # its Kafka listener's port when the entry names one (0: not named)
 
     def __post_init__(self) -> None:
         if not self.bus_port:
@@ -70,15 +73,16 @@ class Node:
 
 
 def parse_address(node_id: int, text: str) -> Node:
-    """``host:port[@bus-port]`` → the node (ValueError when malformed)."""
-    address, at, bus = text.partition("@")
+    """``host:port[@bus-port[@kafka-port]]`` → the node (ValueError when malformed)."""
+    address, at, ports = text.partition("@")
     host, colon, port = address.rpartition(":")
-    if not colon or not host or (at and not bus):
+    bus, at2, kafka = ports.partition("@")
+    if not colon or not host or (at and not bus) or (at2 and not kafka):
         raise ValueError(text)
-    port_n, bus_n = int(port), int(bus) if at else 0
-    if not 0 < port_n < 65536 or not 0 <= bus_n < 65536:
+    port_n, bus_n, kafka_n = int(port), int(bus) if at else 0, int(kafka) if at2 else 0
+    if not 0 < port_n < 65536 or not 0 <= bus_n < 65536 or not 0 <= kafka_n < 65536:
         raise ValueError(text)
-    return Node(node_id, host, port_n, bus_n)
+    return Node(node_id, host, port_n, bus_n, kafka_n)
 
 
 def parse_cluster_nodes(text: str) -> list[Node]:
@@ -232,6 +236,7 @@ class ClusterState:
         self.shards: list[tuple[int, int]] = [
             (placement.preferred_leader(s), 1) for s in range(placement.shard_count)]
         self.version = 0  # bumped on every leader change (watchers re-read)
+        self.leader_changes = 0  # shard leaders (or epochs) this node moved to since it started
         # From the controller's committed metadata (cluster/controller): each
         # shard's ISR, and the nodes fenced for not heartbeating.
         self.isr: list[set[int]] = [set(placement.replicas(s)) for s in range(placement.shard_count)]
@@ -280,6 +285,7 @@ class ClusterState:
     def _move(self, shard: int, leader: int, epoch: int) -> None:
         self.shards[shard] = (leader, epoch)
         self.version += 1
+        self.leader_changes += 1
         self._save()
         log.info("shard %d (slots %d-%d): leader is now node %d at epoch %d",
                  shard, *self.placement.slot_range(shard), leader, epoch)

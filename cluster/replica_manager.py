@@ -60,6 +60,10 @@ NOT_LEADER_RETRY_S = 0.1
 # would answer at once, and a refusing disk would turn the fetcher into a
 # busy loop.
 APPLY_RETRY_MS = 1000
+# A high-watermark checkpoint that failed is tried again by the ticks only
+# this much later (a failing disk: one "disk error" line per partition per
+# period, not one per tick).
+HW_RETRY_MS = 10_000
 
 
 @dataclass
@@ -120,6 +124,7 @@ class ReplicaManager:
         self.last_fetch_ms: dict[int, int] = {}  # follower node -> when it last fetched here
         self._led_since: dict[int, tuple[int, int]] = {}  # shard -> (epoch, ms) this leadership was first seen
         self._hw_saved: dict[tuple[bytes, int], int] = {}
+        self._hw_failed: dict[tuple[bytes, int], tuple[str, int]] = {}  # key -> (error, retry at ms)
         self._follow_stamp: dict[int, tuple[int, int]] = {}
         self.paused: dict[int, tuple[int, int]] = {}  # shard -> (epoch, until ms)
         self._fetch_errors: dict[int, str] = {}  # leader -> the last fetch failure logged
@@ -190,10 +195,11 @@ class ReplicaManager:
 
     def leader_state(self, topic: bytes, n: int) -> rp.LeaderState | None:
         """This node's leader state of the partition (made on first use at the
-        shard's current epoch), or None when it does not lead it."""
+        shard's current epoch), or None when it does not lead it, or the
+        partition no longer exists (its topic deleted or renamed since)."""
         shard = self.shard_of(topic, n)
         leader, epoch = self.state.shards[shard]
-        if leader != self.my_id:
+        if leader != self.my_id or key_gone(self.registry, topic, n):
             self.leaders.pop((topic, n), None)
             return None
         stream = self.registry.stream_of(topic, n)
@@ -289,6 +295,7 @@ class ReplicaManager:
                 del self.leaders[(topic, n)]
                 self.by_directory.pop(str(ls.log.directory), None)
                 self._hw_saved.pop((topic, n), None)
+                self._hw_failed.pop((topic, n), None)
 
     def tick(self) -> None:
         """Periodic: ISR shrink by lag, HW checkpoints."""
@@ -315,7 +322,7 @@ class ReplicaManager:
                             sorted(before), sorted(ls.isr))
             if ls.log.high_watermark != hw:
                 self.on_hw_advance(topic, n)
-        self.save_hw_checkpoints(prune=False)  # pruned above
+        self.save_hw_checkpoints(prune=False, now_ms=now)  # pruned above
 
     def partition_at(self, directory: Any) -> tuple[bytes, int] | None:
         """``(topic, n)`` of a partition directory (``topics/<topic>/partition-<n>``)."""
@@ -580,6 +587,8 @@ class ReplicaManager:
             plog = self.registry.stream_of(f.topic, f.n).log
             if plog.sync_failure is not None:
                 continue  # offline after a failed fsync: it takes no part until reopened (fetch_request)
+            if (f.topic, f.n) in self._apply_backoff:
+                continue  # this disk refused its last cut: not yet (fetch_request ends the wait)
             if plog.latest_epoch < 0:
                 f.epoch_truncated = epoch
                 continue
@@ -604,7 +613,14 @@ class ReplicaManager:
                 log.warning("%s: truncating from %d to %d (leader's end of epoch %s)",
                             self.canonical_key(f.topic, f.n).decode("utf-8", "replace"),
                             plog.log_end_offset, target, answer.epoch)
-                plog.truncate_to(target)
+                try:
+                    plog.truncate_to(target)
+                except StorageError as e:
+                    # This disk refused the cut (full, or a failed fsync took
+                    # the log offline): this partition only; asked again later.
+                    self._apply_failed(f.topic, f.n, "truncation", e)
+                    continue
+                self._apply_ok(f.topic, f.n, "truncation")
                 self.fetch_counts["truncations"] += 1
             f.epoch_truncated = self.state.epoch(self.shard_of(f.topic, f.n))
 
@@ -718,7 +734,10 @@ class ReplicaManager:
             if plog.log_end_offset < lso:
                 log.warning("%s: end offset %d is below the leader's log start %d: restarting the replica there",
                             name, plog.log_end_offset, lso)
-                plog.restart_at(lso)
+                try:
+                    plog.restart_at(lso)
+                except StorageError as e:  # as a truncation's: this partition only
+                    self._apply_failed(f.topic, f.n, "restart", e)
             elif plog.log_end_offset > leo:
                 f.epoch_truncated = -1  # truncate by epoch again before fetching
         elif error == rp.TOPIC_ID_MISMATCH:
@@ -772,17 +791,28 @@ class ReplicaManager:
         except ValueError:
             return None
 
-    def save_hw_checkpoints(self, *, prune: bool = True) -> None:
+    def save_hw_checkpoints(self, *, prune: bool = True, now_ms: int | None = None) -> None:
+        """Write the high watermarks that moved. Best effort: the file only
+        shortens what a restart shows at once (docs/guarantees.md). With
+        ``now_ms`` (the ticks) one that failed waits ``HW_RETRY_MS``."""
         if prune:
             self._prune()
         for key, ls in self.leaders.items():
             hw = ls.log.high_watermark
-            if self._hw_saved.get(key) != hw:
-                try:
-                    write_atomic(ls.log.directory / HW_CHECKPOINT, b"%d" % hw, sync=False)
-                    self._hw_saved[key] = hw
-                except (OSError, StorageError) as e:  # only shortens what a restart shows at once
-                    log.warning("high watermark checkpoint of %s failed: %s", key, e)
+            if self._hw_saved.get(key) == hw:
+                continue
+            failed = self._hw_failed.get(key)
+            if failed is not None and now_ms is not None and now_ms < failed[1]:
+                continue
+            try:
+                write_atomic(ls.log.directory / HW_CHECKPOINT, b"%d" % hw, sync=False)
+                self._hw_saved[key] = hw
+                self._hw_failed.pop(key, None)
+            except (OSError, StorageError) as e:
+                if failed is None or failed[0] != str(e):  # warned about once per new reason
+                    log.warning("high watermark checkpoint of %s failed (retried every %ds): %s",
+                                self.canonical_key(*key).decode("utf-8", "replace"), HW_RETRY_MS // 1000, e)
+                self._hw_failed[key] = (str(e), self.clock_ms() + HW_RETRY_MS)
 
     def partition_view(self, topic: bytes, n: int) -> dict[str, Any]:
         """Where a partition lives, for TOPIC DESCRIBE: its leader, replicas,
@@ -796,7 +826,39 @@ class ReplicaManager:
             view["high-watermark"] = ls.log.high_watermark
         return view
 
+    def replica_lags(self, topic: bytes, n: int) -> dict[int, int]:
+        """On the partition's leader: each follower's entries behind the log
+        end (its fetch offset is its ack); empty where this node does not lead."""
+        ls = self.leader_state(topic, n)
+        if ls is None:
+            return {}
+        return {rid: ls.lag(rid) for rid in ls.replicas if rid != self.my_id}
+
     # -- INFO ---------------------------------------------------------------------
+
+    def follower_lines(self) -> list[str]:
+        """Redis's ``slaveN:`` lines of INFO replication, one per node that
+        follows a partition this node leads: ``offset`` is the sum of the
+        offsets it has of them, ``lag`` the seconds since its last fetch,
+        ``state`` online when it is in every such partition's ISR, else
+        send_bulk (catching up)."""
+        now_ms = self.clock_ms()
+        followers: dict[int, list[tuple[rp.LeaderState, rp.FollowerProgress]]] = {}
+        for (topic, n), ls in list(self.leaders.items()):  # (leader_state drops deleted partitions)
+            if self.leader_state(topic, n) is ls:
+                for rid, progress in ls.progress.items():
+                    followers.setdefault(rid, []).append((ls, progress))
+        lines = []
+        for i, (rid, led) in enumerate(sorted(followers.items())):
+            node = self.placement.by_id.get(rid)
+            if node is None:
+                continue
+            fetched_ms = max(p.last_fetch_ms for _, p in led)
+            lag_s = (now_ms - fetched_ms) // 1000 if fetched_ms >= 0 else -1
+            state = "online" if all(rid in ls.isr for ls, _ in led) else "send_bulk"
+            lines.append(f"slave{i}:ip={node.host},port={node.port},state={state},"
+                         f"offset={sum(p.match_offset for _, p in led)},lag={lag_s}")
+        return lines
 
     def info_lines(self) -> list[str]:
         lines = [f"cluster_node_id:{self.my_id}", f"cluster_nodes:{len(self.placement.nodes)}",

@@ -38,6 +38,7 @@ import json
 import logging
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
@@ -91,7 +92,8 @@ CONFIG_NOT_ONE_OF = "config-not-one-of"  # value, name, choices
 CONFIG_NOT_A_SIZE = "config-not-a-size"  # value, name
 CONFIG_NOT_AN_INTEGER = "config-not-an-integer"  # value, name
 CONFIG_OUT_OF_RANGE = "config-out-of-range"  # value, name, minimum, maximum
-RENAME_UNSUPPORTED = "rename-unsupported"
+RENAME_PARTITION = "rename-partition"  # key, topic, partitions: RENAME of one partition of a topic of several
+RENAME_TO_PARTITION = "rename-to-partition"  # key: RENAME to a name ending with '#<n>' (a partition's)
 TOPIC_DESCRIBE_NEEDS_TOPIC = "describe-needs-topic"  # key: TOPIC DESCRIBE of a partition key
 TOPIC_DELETE_NEEDS_TOPIC = "delete-needs-topic"  # key: TOPIC DELETE of a partition key
 REPLICATION_FACTOR_FIXED = "replication-factor-fixed"  # wanted, actual, cluster (bool): not the one every partition has
@@ -366,9 +368,9 @@ class TopicRegistry:
             meta.partitions = max(on_disk) + 1 if on_disk else 1
             aside = keep_aside(path)
             lm.write_topic_meta(topic, meta.to_bytes())
-            log.warning("%s: topic '%s' claims %r partitions, not a count between 1 and the limit of %d; "
+            log.warning("%s: topic '%s' claims %s partitions, not a count between 1 and the limit of %d; "
                         "repaired to the %d partition(s) found on disk (the file as it was is kept as %s)",
-                        path, _text(topic), exc.claimed, MAX_PARTITIONS, meta.partitions, aside)
+                        path, _text(topic), json.dumps(exc.claimed), MAX_PARTITIONS, meta.partitions, aside)
         except (ValueError, TypeError, AttributeError) as exc:
             raise TopicMetaError(f"unreadable topic metadata {path}: {exc}; refusing to start "
                              f"(partitions on disk: {on_disk}); restore or remove the file") from None
@@ -378,8 +380,8 @@ class TopicRegistry:
             except TopicError:
                 fits = False
             if not fits:
-                log.warning("%s: topic '%s' has %s %r, a value TOPIC ALTER refuses: ignored, the "
-                            "server's value applies", path, _text(topic), name, value)
+                log.warning("%s: topic '%s' has %s %s, a value TOPIC ALTER refuses: ignored, the "
+                            "server's value applies", path, _text(topic), name, json.dumps(value))
                 del meta.config[name]
         if on_disk and max(on_disk) >= meta.partitions:
             log.warning("%s says %d partition(s) but partition %d exists on disk: using %d",
@@ -396,9 +398,14 @@ class TopicRegistry:
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         extra = {} if clock_ms is None else {"clock_ms": clock_ms}
+        started = time.monotonic()
         manager = LogManager(data_dir, default_config=log_config_from(config),
                              max_open_files=getattr(config, "max_open_files", 1000), **extra)
-        return cls(manager, config)
+        registry = cls(manager, config)
+        log.info("Loaded %d topic(s), %d partition(s) in %.3fs; each partition's log opens on first use "
+                 "(and then checks what was written after its last flush)", len(registry._meta),
+                 sum(meta.partitions for meta in registry._meta.values()), time.monotonic() - started)
+        return registry
 
     def close(self) -> None:
         for stream in self._streams.values():
@@ -585,8 +592,18 @@ class TopicRegistry:
             self.delete(topic)
             mine = None
         if mine is None:
-            self._create(topic, theirs.partitions, theirs.config, theirs.topic_id)
-            return
+            renamed = next((name for name, meta in self._meta.items()
+                            if theirs.topic_id and meta.topic_id == theirs.topic_id), None)
+            if renamed is not None:
+                # Renamed on its leader (RENAME): this copy moves with it
+                # (then takes the config below, as an update would).
+                log.info("topic '%s' was renamed '%s' on its leader: renaming this copy",
+                         _text(renamed), _text(topic))
+                self._rename(renamed, topic, self._meta[renamed])
+                mine = self._meta[topic]
+            else:
+                self._create(topic, theirs.partitions, theirs.config, theirs.topic_id)
+                return
         if mine.partitions != theirs.partitions or mine.config != theirs.config:
             grew = theirs.partitions > mine.partitions
             mine.config = dict(theirs.config)
@@ -609,6 +626,17 @@ class TopicRegistry:
 
     def cached_stream(self, topic: bytes, partition: int) -> Stream | None:
         return self._streams.get((topic, partition))
+
+    def open_streams_of(self, key: bytes) -> list[Stream] | None:
+        """The partitions of the key's topic (all for ``<topic>``) that are
+        open, opening none (MEMORY USAGE: what is in memory); None when
+        the topic does not exist."""
+        topic, partition = self._resolve(key)
+        meta = self._meta.get(topic)
+        if meta is None:
+            return None
+        numbers = range(meta.partitions) if partition is None else (partition,)
+        return [s for s in (self._streams.get((topic, n)) for n in numbers) if s is not None]
 
     def offline_partitions(self) -> list[tuple[bytes, int]]:
         """The open partitions whose logs are offline for writes (a failed
@@ -986,13 +1014,60 @@ class TopicRegistry:
             self.delete(topic)
         return len(topics)
 
-    def rename(self, src: bytes, dst: bytes) -> None:
-        """Not supported yet: the storage layer has no atomic topic rename.
+    def rename_target(self, src: bytes, dst: bytes) -> tuple[bytes, bytes]:
+        """``(topic, new name)`` for RENAME ``src`` ``dst`` of an existing
+        key: a whole topic (``t#0`` of a one-partition topic is ``t``) to a
+        name that is not a partition's. Raises TopicError (RENAME_PARTITION,
+        RENAME_TO_PARTITION, BAD_PARTITION_KEY)."""
+        topic, partition = self._resolve(src)
+        partitions = self._meta[topic].partitions
+        if partition is not None and partitions > 1:
+            raise TopicError(RENAME_PARTITION, key=src, topic=topic, partitions=partitions)
+        if split_partition_key(dst)[1] is not None:
+            raise TopicError(RENAME_TO_PARTITION, key=dst)
+        return topic, dst
 
-        Raises:
-            TopicError: always (after the caller checked that ``src`` exists).
-        """
-        raise TopicError(RENAME_UNSUPPORTED)
+    def rename(self, topic: bytes, dst: bytes) -> None:
+        """RENAME: existing ``topic`` (a name ``rename_target`` gave), its
+        partitions, groups and config, becomes ``dst``; a topic ``dst``
+        there was is deleted. Atomic on disk (``LogManager.rename_topic``).
+        The topic keeps its topic ID: a follower that holds it under the
+        old name renames its copy when it learns the new one
+        (``adopt_topic``). Membership (soft state) starts anew."""
+        assert topic in self._meta and topic != dst and split_partition_key(dst)[1] is None
+        self._rename(topic, dst, self._meta[topic])
+
+    def _rename(self, topic: bytes, dst: bytes, meta: TopicMeta) -> None:
+        """``rename``, also of a follower's copy (``_adopt``). Replication
+        tells the other nodes (``_changed``) in this order: the old ``dst``
+        is gone, ``dst`` is this topic (its ID: a copy of it is renamed),
+        ``topic`` is gone (a copy still there is deleted)."""
+        replaced = self._meta.get(dst)
+        for (t, n) in [k for k in self._streams if k[0] in (topic, dst)]:
+            store = self._streams.pop((t, n)).__dict__.get("group_store")
+            if store is not None:
+                if t == topic:
+                    store.close()  # journal flushed: the files move with the directory
+                else:
+                    store.abandon()  # (deleted: a flush round that still holds it skips it)
+        for ck in [k for k in self.coordinators if k[0] in (topic, dst)]:
+            del self.coordinators[ck]
+        for name in (topic, dst):
+            self._fsync_by_dir.pop(str(self.log_manager.topic_dir(name)), None)
+            self._unwritten.discard(name)
+            self.partitioner.forget(name)
+        self._append_cache.clear()
+        self.log_manager.rename_topic(topic, dst, meta.to_bytes())
+        del self._meta[topic]
+        if replaced is not None:
+            del self._meta[dst]
+            self.deleted_ids[dst] = replaced.topic_id
+            self._changed(dst)  # (the old dst's deletion)
+        self._meta[dst] = meta
+        self._remember_fsync(dst)
+        self._changed(dst)
+        self.deleted_ids[topic] = meta.topic_id
+        self._changed(topic)
 
     # ------------------------------------------------------------ retention
 

@@ -17,7 +17,7 @@ import sys
 
 import trio
 
-from server.config import Config, ConfigError, parse_command_line
+from server.config import Config, ConfigError, help_text, parse_command_line
 
 _LEVELS = {"debug": logging.DEBUG, "verbose": logging.INFO, "notice": logging.INFO, "warning": logging.WARNING}
 
@@ -93,7 +93,7 @@ async def run(config: Config) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] in ("-h", "--help"):
-        print("Usage: partita [/path/to/partita.conf] [--name value ...]")
+        print(help_text(), end="")
         return 0
     if args and args[0] in ("-v", "--version"):
         from server.state import REDIS_VERSION, partita_version

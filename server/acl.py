@@ -9,7 +9,12 @@ spaces), describing a user as ``ACL LIST`` / ``ACL GETUSER`` print it, the
 NOPERM checks a dispatcher runs for a restricted client (when a command is
 given, and again for each queued command at EXEC), which key names a
 restricted client may see (KEYS, SCAN, TOPIC LIST), and the ``aclfile``
-format (``user <name> <rules...>`` lines, read as Redis 7.0 reads them).
+format (``user <name> <rules...>`` lines, read as Redis 7.0 reads them),
+and each password's SCRAM-SHA-256 secret (``ScramSecret``: what the Kafka
+port's SCRAM exchange checks a client against, docs/security.md "SCRAM
+credentials"): derived when a password is given in clear (``>password``,
+``requirepass``), kept beside the aclfile in ``<aclfile>.scram`` (written
+by ACL SAVE, read with the aclfile), dropped with its password.
 
 Must not know: sockets, RESP bytes, storage, what any command does. Command
 categories and key positions come from the command table
@@ -24,9 +29,13 @@ None check. Only clients of restricted users carry their ``User`` there;
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
+import logging
+import os
 from pathlib import Path
+from typing import NamedTuple
 from typing import Any, Iterable
 
 from server.errors import CommandError
@@ -46,6 +55,13 @@ UNKNOWN_NAME = "Unknown command or category name in ACL"
 BAD_USERNAME = "Usernames can't contain spaces or null characters"
 # Redis's ACLStringHasSpaces: C isspace() in the C locale, and NUL.
 _SPACES = frozenset(" \t\n\v\f\r\0")
+# SCRAM-SHA-256's iteration count for new secrets: RFC 7677's minimum, and
+# Kafka's (its range is 4096-16384).
+SCRAM_ITERATIONS = 4096
+SCRAM_SALT_BYTES = 16
+SCRAM_SUFFIX = ".scram"  # the SCRAM secrets beside the aclfile: users.acl -> users.acl.scram
+
+log = logging.getLogger("partita.acl")
 
 
 class AclError(Exception):
@@ -59,6 +75,29 @@ class AclError(Exception):
 def hash_password(password: bytes) -> str:
     """Redis stores SHA-256 hex digests, never the password itself."""
     return hashlib.sha256(password).hexdigest()
+
+
+class ScramSecret(NamedTuple):
+    """What SCRAM-SHA-256 (RFC 5802 / 7677) keeps of a password: the
+    salt and iteration count the server announces, ``stored_key`` =
+    H(ClientKey) that checks a client's proof, ``server_key`` that signs the
+    server's answer. Neither gives the password back, nor lets anyone log in
+    with it (that takes ClientKey)."""
+
+    salt: bytes
+    iterations: int
+    stored_key: bytes
+    server_key: bytes
+
+
+def scram_secret(password: bytes, salt: bytes, iterations: int = SCRAM_ITERATIONS) -> ScramSecret:
+    """RFC 5802's derivation with the stdlib's PBKDF2 and HMAC. The password
+    is used as given (UTF-8 from a client), without SASLprep, as Kafka's
+    brokers and clients do."""
+    salted = hashlib.pbkdf2_hmac("sha256", password, salt, iterations)
+    client_key = hmac.digest(salted, b"Client Key", "sha256")
+    server_key = hmac.digest(salted, b"Server Key", "sha256")
+    return ScramSecret(salt, iterations, hashlib.sha256(client_key).digest(), server_key)
 
 
 def has_spaces(text: str) -> bool:
@@ -132,6 +171,10 @@ class User:
         self.nopass = False
         self.sanitize_payload = False
         self.passwords: list[str] = []  # SHA-256 hex, in the order added
+        # SCRAM-SHA-256 secrets of the passwords given in clear (or read from
+        # the aclfile's .scram file), by their SHA-256 hex; always a subset of
+        # ``passwords``.
+        self.scram: dict[str, ScramSecret] = {}
         self.allkeys = False
         self.key_patterns: list[bytes] = []
         self.allchannels = False
@@ -147,6 +190,11 @@ class User:
 
     def apply_rule(self, rule: str) -> None:
         """One ``ACL SETUSER`` modifier; AclError with Redis's reason on a bad one."""
+        self._apply_rule(rule)
+        for digest in [d for d in self.scram if d not in self.passwords]:
+            del self.scram[digest]  # its password went (<, !, resetpass, nopass, reset)
+
+    def _apply_rule(self, rule: str) -> None:
         low = rule.lower()
         if not rule:
             pass  # an empty rule changes nothing (Redis)
@@ -184,12 +232,18 @@ class User:
             self.sanitize_payload = False
         elif low == "reset":
             for step in ("resetpass", "resetkeys", "resetchannels", "off", "-@all"):
-                self.apply_rule(step)
+                self._apply_rule(step)
             self.sanitize_payload = True
         elif rule.startswith(">"):
-            digest = hash_password(rule[1:].encode("utf-8", "surrogateescape"))
+            password = rule[1:].encode("utf-8", "surrogateescape")
+            digest = hash_password(password)
             if digest not in self.passwords:
                 self.passwords.append(digest)
+            if digest not in self.scram:
+                # The user's passwords share one salt, so that one SCRAM
+                # exchange (one salt announced) can check any of them.
+                salt = next(iter(self.scram.values())).salt if self.scram else os.urandom(SCRAM_SALT_BYTES)
+                self.scram[digest] = scram_secret(password, salt)
             self.nopass = False
         elif rule.startswith("#"):
             digest = rule[1:]
@@ -252,6 +306,24 @@ class User:
             return True
         digest = hash_password(password)
         return any(hmac.compare_digest(digest, known) for known in self.passwords)
+
+    def scram_secrets(self) -> list[ScramSecret]:
+        """The SCRAM-SHA-256 secrets one exchange can check: those sharing
+        the salt of the newest password that has one ([] when none has:
+        passwords given only as ``#<hash>``, ``nopass``)."""
+        newest = next((self.scram[d] for d in reversed(self.passwords) if d in self.scram), None)
+        if newest is None:
+            return []
+        return [s for d in self.passwords if (s := self.scram.get(d)) is not None
+                and (s.salt, s.iterations) == (newest.salt, newest.iterations)]
+
+    def add_scram_secret(self, digest: str, secret: ScramSecret) -> bool:
+        """Keep ``secret`` for the password of SHA-256 hex ``digest`` (read
+        from the .scram file); False when the user has no such password."""
+        if digest not in self.passwords:
+            return False
+        self.scram[digest] = secret
+        return True
 
     def may_access_key(self, key: bytes) -> bool:
         if self.allkeys:
@@ -469,7 +541,8 @@ class AclRegistry:
         current = self.users.get(name)
         draft = User(name)
         if current is not None:
-            draft.__dict__.update({k: (list(v) if isinstance(v, list) else set(v) if isinstance(v, set) else v)
+            draft.__dict__.update({k: (list(v) if isinstance(v, list) else set(v) if isinstance(v, set)
+                                       else dict(v) if isinstance(v, dict) else v)
                                    for k, v in current.__dict__.items()})
         else:
             draft.apply_rule("resetchannels")  # Redis 7.0's acl-pubsub-default
@@ -567,21 +640,81 @@ class AclRegistry:
                            "ACL rules was performed")
         if "default" not in fresh:  # (requirepass stays the default user's password)
             fresh["default"] = self.users.get("default") or self._new_default("")
+        _load_scram(path + SCRAM_SUFFIX, fresh)
         self.users = fresh
 
     def save(self, path: str) -> None:
-        import os
-
-        tmp = path + ".tmp"
+        """The aclfile and, beside it, its users' SCRAM secrets (first: the
+        aclfile never names a password whose secret was not saved)."""
         try:
-            with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as f:
-                f.write(self.dump())
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
+            _write_atomically(path + SCRAM_SUFFIX, _dump_scram(self.users), 0o600)
+            _write_atomically(path, self.dump(), 0o644)
         except OSError as e:
             raise AclError(f"There was an error trying to save the ACLs. Please check the server logs "
                            f"for more information ({e.strerror})") from None
+
+
+def _write_atomically(path: str, text: str, mode: int) -> None:
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with open(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+# -- the .scram file ----------------------------------------------------------------
+#
+# One line per password that has a secret, after a comment line:
+#   scram-sha-256 <user> <sha256-hex of the password> <iterations> <salt> <stored-key> <server-key>
+# (salt and keys in base64). A secret whose user or password the aclfile no
+# longer has is not read (and not written again by the next ACL SAVE).
+
+_SCRAM_HEADER = ("# SCRAM-SHA-256 secrets of the users of the ACL file beside it, for the Kafka port's SASL "
+                 "(written by ACL SAVE; docs/security.md)\n")
+
+
+def _dump_scram(users: dict[str, User]) -> str:
+    lines = [_SCRAM_HEADER]
+    for user in sorted(users.values(), key=lambda u: u.name):
+        for digest in user.passwords:
+            secret = user.scram.get(digest)
+            if secret is not None:
+                lines.append(" ".join(["scram-sha-256", user.name, digest, str(secret.iterations)]
+                                      + [base64.b64encode(b).decode() for b in
+                                         (secret.salt, secret.stored_key, secret.server_key)]) + "\n")
+    return "".join(lines)
+
+
+def _load_scram(path: str, users: dict[str, User]) -> None:
+    """Give ``users`` the secrets ``path`` keeps for their passwords. A
+    missing file is an empty one; an unreadable file or line is logged and
+    skipped (SCRAM is then refused for those passwords; PLAIN still works)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="surrogateescape")
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        log.warning("Cannot read the SCRAM secrets in %s (%s): SCRAM-SHA-256 on the Kafka port will refuse "
+                    "the users whose passwords are not given in clear", path, e.strerror)
+        return
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        try:
+            kind, name, digest, iterations, salt, stored, server = line.split(" ")
+            secret = ScramSecret(base64.b64decode(salt, validate=True), int(iterations),
+                                 base64.b64decode(stored, validate=True), base64.b64decode(server, validate=True))
+            if kind != "scram-sha-256" or secret.iterations < 1 or len(secret.stored_key) != 32 \
+                    or len(secret.server_key) != 32:
+                raise ValueError(kind)
+        except ValueError:
+            log.warning("%s:%d is not a SCRAM secret line: skipped", path, lineno)
+            continue
+        user = users.get(name)
+        if user is not None and digest not in user.scram:  # (a password given in clear keeps its own)
+            user.add_scram_secret(digest, secret)
 
 
 def warn_if_unprotected(registry: AclRegistry, addrs: list[str], logger: Any) -> bool:

@@ -36,8 +36,10 @@ from server.dispatch import Dispatcher
 from cluster.broker.durability import Durability
 from server.listener import accept_loop, bind_sockets
 from server.reactor import Reactor
+from cluster.nodes import parse_cluster_nodes
 from cluster.runtime import replication
-from server import bus, registry, tls
+from server import bus, registry, tls, web
+from server.kafka_front import listener as kafka_listener
 from server.peer_resp import RespLink
 from server.acl import warn_if_unprotected
 from server.state import REDIS_VERSION, ServerState, open_topics, partita_version
@@ -103,10 +105,26 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
         for sock in sockets + tls_sockets:
             sock.close()
         raise
-    sockets_to_close = sockets + tls_sockets + bus_sockets
+    try:  # the HTTP port (server/web: metrics and the console), bound before the data dir too
+        http_sockets = web.bind(config)
+    except BaseException:
+        for sock in sockets + tls_sockets + bus_sockets:
+            sock.close()
+        raise
+    try:  # the Kafka ports (server/kafka_front/listener.py), likewise
+        kafka_sockets, kafka_tls_sockets, kafka_tls_context = kafka_listener.bind(config)
+    except BaseException:
+        for sock in sockets + tls_sockets + bus_sockets + http_sockets:
+            sock.close()
+        raise
+    sockets_to_close = sockets + tls_sockets + bus_sockets + http_sockets + kafka_sockets + kafka_tls_sockets
     try:
         data_dir = prepare_data_dir(config)
         log.info("Data directory: %s", data_dir)
+        if config.cluster_nodes:
+            log.info("Cluster node %d; peers: %s", config.node_id, ", ".join(
+                f"node {n.id} at {n.address} (bus {n.bus_port})"
+                for n in parse_cluster_nodes(config.cluster_nodes) if n.id != config.node_id) or "none")
         if topics is None:
             topics = open_topics(config)
     except BaseException:
@@ -131,7 +149,8 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
     durability.policy_of = getattr(topics, "fsync_policy_of", None)  # per-topic fsync
     state.durability = durability
     dispatcher = Dispatcher(state, registry.client_table())
-    bus_dispatcher = Dispatcher(state, bus.table())  # the cluster bus's table
+    kafka_front = kafka_listener.make_front(state, kafka_sockets, kafka_tls_sockets)
+    bus_dispatcher = Dispatcher(state, bus.table(), observed=False)  # the cluster bus's table (not monitored)
     state.port = sockets[0].getsockname()[1]
     config.port = state.port
     connections: set = set()
@@ -162,6 +181,7 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
             state.reactor = Reactor()
             root.start_soon(state.reactor.run)
             root.start_soon(_sample_ops, state)
+            root.start_soon(kafka_front.groups.run)  # Kafka groups' session and rebalance timeouts
             if hasattr(topics, "retention_targets"):
                 root.start_soon(_maintain_topics, state)
             if state.replication is not None:
@@ -185,6 +205,11 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
                                 accepts.start_soon(accept_loop, state, sock, conn_nursery, connections,
                                                    functools.partial(tls.TlsConnection, state, dispatcher,
                                                                      context=tls_context))
+                            for sock in http_sockets:  # read-only: /metrics and the console
+                                accepts.start_soon(web.serve, state, sock)
+                            kafka_listener.start_accepting(accepts, state, kafka_front, kafka_sockets,
+                                                           kafka_tls_sockets, kafka_tls_context, conn_nursery,
+                                                           connections)
                             task_status.started()
 
                 await conn_nursery.start(listen_all)
@@ -197,8 +222,13 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
                     log.info("Cluster bus listening on %s (%s)", ", ".join(_sock_text(s) for s in bus_sockets),
                              "peers present cluster-secret" if config.cluster_secret else "unauthenticated")
                     bus.warn_if_unauthenticated(config, bus_sockets, log)
+                if http_sockets:
+                    log.info("HTTP listening on %s (metrics: /metrics, console: /), http-port=%d",
+                             ", ".join(_sock_text(s) for s in http_sockets), http_sockets[0].getsockname()[1])
+                kafka_listener.log_ports(state, kafka_front, kafka_sockets, kafka_tls_sockets, _sock_text)
                 # Safe defaults (server/acl.py): say so when exposed without a password.
-                warn_if_unprotected(state.acl, [s.getsockname()[0] for s in sockets + tls_sockets], log)
+                warn_if_unprotected(state.acl, [s.getsockname()[0] for s in sockets + tls_sockets
+                                                + kafka_sockets + kafka_tls_sockets], log)
                 log.info("Ready to accept connections")
                 # Everything allocated so far lives as long as the server:
                 # keep it out of the collector's generations (cheaper GC
@@ -209,7 +239,7 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
                 await state.shutdown_requested.wait()
                 log.info("Shutdown requested: no new connections, finishing in-flight commands")
                 listen_scope.cancel()
-                for sock in sockets + bus_sockets:
+                for sock in sockets + bus_sockets + http_sockets + kafka_sockets + kafka_tls_sockets:
                     sock.close()
                 for conn in list(connections):
                     conn.stop()

@@ -44,7 +44,7 @@ from cluster.nodes import bus_port_of, parse_cluster_nodes
 from server import peer_resp
 from server.errors import CommandError, err, wrong_arity
 from server.listener import bind_sockets
-from server.registry import DECLARED, PEER_DECLARED, CommandTable, command
+from server.registry import DECLARED, PEER_DECLARED, CommandTable, command, redact_from
 from server.reply import OK
 from server.state import Client
 
@@ -177,7 +177,7 @@ _peer("CTRLMOVE", "CTRLMOVE shard", arity=2, flags="admin stale fast",
 @command("replauth", arity=2, flags="admin stale fast no_auth", group="cluster", since="7.0.0",
          acl_categories=("admin", "fast", "dangerous"),
          summary="Internal: a peer presents the cluster secret before any other command on the bus.",
-         syntax="REPLAUTH secret", peer=True)
+         syntax="REPLAUTH secret", peer=True, redact=redact_from(1))
 def replauth(ctx, argv):
     """REPLAUTH secret
 

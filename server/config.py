@@ -19,6 +19,7 @@ import fnmatch
 import os
 import re
 import shlex
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -221,6 +222,9 @@ OPTIONS: tuple[Option, ...] = (
            doc="ACL users file for ACL SAVE / ACL LOAD; empty: users live in memory only"),
     Option("tls-port", "int", 0, mutable=False, minimum=0, maximum=65535,
            doc="TLS port on the `bind` addresses (0: no TLS listener)"),
+    # The HTTP listener: /metrics and the web console (docs/metrics.md).
+    Option("http-port", "int", 0, mutable=False, minimum=0, maximum=65535,
+           doc="HTTP port on the `bind` addresses for Prometheus metrics and the web console (0: off)"),
     Option("tls-cert-file", "string", "", mutable=False, doc="server certificate (PEM) for the TLS port"),
     Option("tls-key-file", "string", "", mutable=False, doc="private key (PEM) of `tls-cert-file`"),
     Option("tls-ca-cert-file", "string", "", mutable=False,
@@ -257,6 +261,15 @@ OPTIONS: tuple[Option, ...] = (
            doc="XADD <topic> hashes this field's value to pick a partition (empty: round-robin)"),
     Option("retention-check-interval-ms", "int", 5000, minimum=10, maximum=I64,
            doc="how often background retention runs over every partition"),
+    # The Kafka protocol (docs/kafka.md).
+    Option("kafka-port", "int", 0, mutable=False, minimum=0, maximum=65535,
+           doc="Kafka wire protocol port on the `bind` addresses (0: none; clients authenticate with SASL "
+               "as ACL users while the default user needs a password)"),
+    Option("kafka-tls-port", "int", 0, mutable=False, minimum=0, maximum=65535,
+           doc="Kafka wire protocol over TLS on the `bind` addresses, with the tls-* files (0: none)"),
+    Option("auto-create-topics", "bool", True,
+           doc="a Kafka Metadata request naming a missing topic creates it with default-partitions "
+               "(Kafka's auto.create.topics.enable)"),
     # Replication (docs/replication.md). No cluster-nodes: a single node.
     Option("node-id", "int", 0, mutable=False, minimum=0, maximum=2**31 - 1,
            doc="this node's id in cluster-nodes (0: not in a cluster)"),
@@ -295,6 +308,12 @@ OPTIONS: tuple[Option, ...] = (
            doc="when no in-sync replica of a shard lives, elect any live replica (may lose acknowledged entries)"),
     Option("leader-rebalance-delay-ms", "int", 5000, minimum=-1, maximum=I64,
            doc="a preferred leader back in sync this long takes its shard back (-1: never)"),
+    # What the server observes of commands (server/diagnostics.py; docs/diagnostics.md).
+    Option("slowlog-log-slower-than", "int", 10000, minimum=-1, maximum=I64,
+           doc="SLOWLOG logs commands that ran this many microseconds or more (0: every command; -1: none)"),
+    Option("slowlog-max-len", "int", 128, minimum=0, maximum=I64, doc="SLOWLOG keeps this many entries at most"),
+    Option("latency-monitor-threshold", "int", 0, minimum=0, maximum=I64,
+           doc="LATENCY records events of this many milliseconds or more (0: off)"),
     # Redis's names with a meaning of their own here, or none.
     Option("stream-node-max-entries", "int", 100, minimum=0, maximum=I64,
            doc="entries of a stream node, as Redis's: what `~` trims remove whole (0: 100)"),
@@ -396,7 +415,6 @@ ignore-warnings string ""
 io-threads int 1 immutable
 io-threads-do-reads bool no immutable
 jemalloc-bg-thread bool yes
-latency-monitor-threshold int 0
 latency-tracking bool yes
 latency-tracking-info-percentiles string '50 99 99.9'
 lazyfree-lazy-eviction bool no
@@ -473,8 +491,6 @@ slave-priority =replica-priority
 slave-read-only =replica-read-only
 slave-serve-stale-data =replica-serve-stale-data
 slaveof =replicaof
-slowlog-log-slower-than int 10000
-slowlog-max-len int 128
 socket-mark-id int 0 immutable
 stop-writes-on-bgsave-error bool yes
 supervised no|upstart|systemd|auto no immutable
@@ -534,11 +550,39 @@ _COMPAT_OPTIONS, _COMPAT_ALIASES = _compatible_options()
 OPTIONS = OPTIONS + _COMPAT_OPTIONS
 OPTIONS_BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
 assert len(OPTIONS_BY_NAME) == len(OPTIONS), "a name twice"
+# Values never shown by SLOWLOG or MONITOR (CONFIG SET's are redacted there,
+# as Redis redacts its SENSITIVE_CONFIG ones, and Partita's cluster-secret).
+SENSITIVE = frozenset({"requirepass", "masterauth", "masteruser", "cluster-secret", "tls-key-file-pass",
+                       "tls-client-key-file-pass"})
+assert SENSITIVE <= OPTIONS_BY_NAME.keys()
 # name -> the names a value set under it also sets (Redis's aliases)
 _ALIASES = {"fsync": ("appendfsync",), "appendfsync": ("fsync",)}
 for _name, _other in _COMPAT_ALIASES.items():
     _ALIASES[_name] = (_other,)
     _ALIASES[_other] = _ALIASES.get(_other, ()) + (_name,)
+
+
+USAGE = "Usage: partita [/path/to/partita.conf] [--name value ...]"
+
+
+def help_text() -> str:
+    """``partita --help``: every option of the table, its default and its one
+    line, then the names accepted only for compatibility with Redis."""
+    own = [o for o in OPTIONS if o.doc != COMPATIBLE]
+    lines = [USAGE, "",
+             "Every option can be given in the file (`name value`) or on the command line",
+             "(`--name value`), and read or changed at run time with CONFIG GET / CONFIG SET",
+             "unless marked (fixed).", "", "Options (default in brackets):"]
+    for option in own:
+        default = option.format_for_file(option.default) if option.default is not None else ""
+        fixed = " (fixed)" if not option.mutable else ""
+        lines.append(f"  --{option.name} [{default}]{fixed}")
+        lines.append(f"      {option.doc.replace('`', '')}")
+    compatible = sorted(o.name for o in OPTIONS if o.doc == COMPATIBLE)
+    lines += ["", f"Also {COMPATIBLE}:",
+              *textwrap.wrap(", ".join(compatible), 79, initial_indent="  ", subsequent_indent="  ",
+                             break_on_hyphens=False)]
+    return "\n".join(lines) + "\n"
 
 
 class Config:
@@ -739,7 +783,7 @@ def parse_command_line(argv: list[str]) -> tuple[Path | None, list[tuple[str, st
         if not arg.startswith("--") or len(arg) == 2:
             raise ConfigError(
                 f"*** FATAL CONFIG ERROR ***\nUnexpected command line argument '{arg}'\n"
-                "Usage: partita [/path/to/partita.conf] [--name value ...]"
+                + USAGE
             )
         name = arg[2:]
         if "=" in name:

@@ -91,22 +91,24 @@ class State(enum.Enum):
     BLOCKED = "blocked"  # the task awaits a blocking command; earlier replies are out
     HELD = "held"  # the batch's replies wait for its receipt (or the socket); the task waits for them
     OWNED = "owned"  # the last replies left from the round's thread: the reactor takes the next XADD runs
+    MONITOR = "monitor"  # MONITOR: the task sends every client's command lines and runs its own commands
     CLOSING = "closing"  # nothing more is taken; closes once what is in flight is out
     CLOSED = "closed"
 
     __hash__ = object.__hash__  # (Enum's hashes the name in Python: members are singletons)
 
 
-IDLE, RUNNING, BLOCKED, HELD, OWNED, CLOSING, CLOSED = State
+IDLE, RUNNING, BLOCKED, HELD, OWNED, MONITOR, CLOSING, CLOSED = State
 
 # What each state may become (``Connection._to`` asserts it). CLOSING is
 # reachable from all of them; from CLOSING only ``run`` moves on, to CLOSED.
 _NEXT = {
     IDLE: frozenset({RUNNING, OWNED, CLOSING}),
-    RUNNING: frozenset({IDLE, BLOCKED, HELD, CLOSING}),
+    RUNNING: frozenset({IDLE, BLOCKED, HELD, MONITOR, CLOSING}),
     BLOCKED: frozenset({RUNNING, CLOSING}),
     HELD: frozenset({IDLE, OWNED, CLOSING}),
     OWNED: frozenset({IDLE, HELD, RUNNING, CLOSING}),
+    MONITOR: frozenset({RUNNING, CLOSING}),
     CLOSING: frozenset({CLOSED}),
     CLOSED: frozenset(),
 }
@@ -196,7 +198,9 @@ class Connection:
         self._gone = _Waiter()
         self._taken: list | None = None
         self._polls = False  # whether the poll form is served (Dispatcher.read_poll; set by _serve)
+        self._lines = _Waiter()  # MONITOR: the task waiting for lines (or input)
         client._kill = self.kill
+        client._on_monitor = self._begin_monitor
 
     # -- transitions ------------------------------------------------------------
 
@@ -220,7 +224,8 @@ class Connection:
         in flight is answered (its replies out: ``_held_out``)."""
         state = self.state
         held = self.held
-        if state is IDLE or state is BLOCKED or (state is OWNED and (held is None or held.phase is _OUT)):
+        if (state is IDLE or state is BLOCKED or state is MONITOR
+                or (state is OWNED and (held is None or held.phase is _OUT))):
             self.kill()
         else:
             self._to(CLOSING)
@@ -398,6 +403,8 @@ class Connection:
                     self._answer_parked()
             elif state is OWNED:
                 self._take_runs()
+            elif state is MONITOR:
+                self._parked.wake()  # (the task waits for input or lines: _wait_monitor)
             # RUNNING, BLOCKED, HELD: the task receives when it gets there;
             # closing: nothing more is taken.
         except Exception:  # a bug here must not strand the client: close it
@@ -645,6 +652,12 @@ class Connection:
                         if encode_into(out, reply, client.protocol):
                             ctx.views = True  # entries as views of log mappings: sent at once or copied
                     if client.close_after_reply or self.state is not RUNNING:
+                        if self.state is MONITOR:  # (MONITOR ran)
+                            if not await self._monitor(out, get_command, wait, recv):
+                                return
+                            out = []  # RESET ended it: the batch goes on
+                            check_at = SIZE_CHECK_CHUNKS
+                            continue
                         if not client.kill_requested:  # killed by its own command (POST): nothing is sent
                             await self._flush(out)
                         return
@@ -691,6 +704,93 @@ class Connection:
                     speculate = True
                 if rest is not None:
                     await self._send_rest(rest)
+
+    # -- MONITOR ---------------------------------------------------------------
+
+    def _begin_monitor(self) -> None:
+        """MONITOR ran (``Client.begin_monitor``): RUNNING → MONITOR; the
+        loop sees it after the command and serves the monitor (``_monitor``)."""
+        self._to(MONITOR)
+
+    async def _monitor(self, out: list, get_command: Any, wait: Any, recv: Any) -> bool:
+        """MONITOR: send the batch's replies so far (MONITOR's ``+OK``
+        last), then the lines of every client's commands as they come
+        (``server.diagnostics.MonitorFeed``), and run this client's own
+        commands (``Dispatcher.call_as_monitor``), each reply among the
+        lines where Redis puts it: before its command's own line. True once
+        RESET ended it (→ RUNNING: the loop goes on with what the parser
+        holds); False to close (QUIT, the peer's EOF, a protocol error)."""
+        await self._flush(out)
+        client = self.client
+        ctx = self.ctx
+        feed = client.monitor
+        feed.on_line = self._lines.wake
+        feed.on_overflow = self._monitor_overflow
+        call = self.dispatcher.call_as_monitor
+        while True:
+            while True:  # its own commands: pipelined after MONITOR, or received since
+                try:
+                    argv = get_command()
+                except ProtocolError as e:  # the lines so far, then the error (as the loop's)
+                    await self._send_feed(feed)
+                    await self._protocol_error(e, [])
+                    return False
+                if argv is None:
+                    break
+                at = len(feed.lines)
+                reply = call(ctx, argv)
+                if type(reply) is COROUTINE:  # (WAIT: the lines made meanwhile come first)
+                    reply = await reply
+                    at = len(feed.lines)
+                if reply is not NO_REPLY:
+                    feed.insert_reply(at, encode(reply, client.protocol))
+                if client.close_after_reply:
+                    await self._send_feed(feed)
+                    return False
+                if client.monitor is not feed:  # RESET
+                    await self._send_feed(feed)
+                    self._to(RUNNING)
+                    return True
+            if feed.lines:
+                await self._send_feed(feed)
+                continue
+            await self._wait_monitor(feed, wait)
+            data = self._recv_now(recv)
+            if data is None:
+                continue  # lines came, or no input after all
+            if not data:
+                return False  # EOF
+            self.server.stats.total_net_input_bytes += len(data)
+            client.last_interaction = _now()
+            self.parser.feed(data)
+
+    async def _wait_monitor(self, feed: Any, wait: Any) -> None:
+        """MONITOR: until input may be there or lines are, whichever first."""
+        async with trio.open_nursery() as nursery:
+            async def for_input() -> None:
+                await wait(self.sock)
+                nursery.cancel_scope.cancel()
+
+            async def for_lines() -> None:
+                if not feed.lines:
+                    await self._lines.wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(for_input)
+            nursery.start_soon(for_lines)
+
+    async def _send_feed(self, feed: Any) -> None:
+        """Send what the monitor's feed holds, and what comes meanwhile."""
+        while feed.lines:
+            data = feed.take()
+            self.server.stats.total_net_output_bytes += len(data)
+            await self._send_rest(data)
+
+    def _monitor_overflow(self) -> None:
+        """The monitor's lines waiting to be sent passed the hard output
+        buffer limit (a client that does not read them): close it."""
+        if self.state is not CLOSING and self.state is not CLOSED:
+            outbuf.close_over_limits(self)
 
     async def _await_held(self) -> tuple | None:
         """HELD, OWNED, CLOSING (IDLE: returns None at once): wait for the

@@ -7,6 +7,17 @@ NOAUTH, commands refused inside MULTI), transactions (MULTI / EXEC / DISCARD
 command's ACL again), per-command statistics, and Redis's guard against
 cross-protocol scripting (a ``POST`` or ``Host:`` command closes the client).
 
+Observation: the one place a command's duration is measured (the
+statistics' ``usec``, INFO commandstats) is also where MONITOR, SLOWLOG and
+LATENCY see it (``server.diagnostics.Diagnostics.observe``): one comparison
+with ``_observe_us`` per command (a duration nothing reaches while there is
+no monitor and the thresholds are off). A blocking command's duration is
+the time it ran, not the time it waited (``_timed``), as Redis counts it.
+The paths that take commands from the received bytes (``xadd_run``,
+``read_poll``) decline while every command must be seen (a monitor
+attached, or ``slowlog-log-slower-than 0``); otherwise a run whose commands
+took, on average, longer than a threshold is parsed again to be logged.
+
 Must not know: sockets, RESP bytes, storage.
 
 ``Dispatcher.call(ctx, argv)`` returns a reply value for every command except
@@ -25,8 +36,10 @@ from server.acl import denied as acl_denied
 from server.acl import denied_at_exec as acl_denied_at_exec
 from server.errors import CommandError, wrong_arity
 from server.failures import reply_for
+from server.diagnostics import NEVER_US
 from server.registry import CommandSpec, CommandTable, client_table
 from server.reply import NULL_ARRAY, OK, QUEUED, encode_into
+from server.resp import commands_in
 
 log = logging.getLogger("partita.dispatch")
 COROUTINE = types.CoroutineType
@@ -112,6 +125,36 @@ _MULTI_IMMEDIATE = frozenset({"exec", "discard", "multi", "watch", "quit", "rese
 # to the server (cross protocol scripting). Redis's processCommand refuses
 # them before anything else (networking.c::securityWarningCommand).
 _HTTP_NAMES = frozenset({b"post", b"host:"})
+# Flags of commands that touch keys: a client in MONITOR mode may not run
+# them (Redis treats a monitor as a replica: processCommand).
+_KEYSPACE_FLAGS = frozenset({"write", "readonly", "may_replicate"})
+REPLICA_KEYSPACE = CommandError("ERR", "Replica can't interact with the keyspace")
+
+
+@types.coroutine
+def _timed(coro: Any, ran_ns: list[int]) -> Any:
+    """Await ``coro`` (as ``await coro`` would), adding to ``ran_ns[0]`` the
+    time it ran and not the time it waited: a blocking command's duration,
+    as Redis counts it (its wait is not execution)."""
+    send, throw = coro.send, coro.throw
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        started = _perf_ns()
+        try:
+            yielded = send(value) if error is None else throw(error)
+        except StopIteration as stop:
+            ran_ns[0] += _perf_ns() - started
+            return stop.value
+        ran_ns[0] += _perf_ns() - started
+        try:
+            value, error = (yield yielded), None
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as e:  # delivered into the command, as ``await`` would
+            value, error = None, e
+
 ATTACK_LOG = ("Possible SECURITY ATTACK detected. It looks like somebody is sending POST or Host: commands to "
               "Redis. This is likely due to an attacker attempting to use Cross Protocol Scripting to compromise "
               "your Redis instance. Connection aborted.")
@@ -121,7 +164,9 @@ ATTACK_LOG_INTERVAL_S = 60.0
 class Dispatcher:
     """Runs commands for the connections of one server."""
 
-    def __init__(self, server: Any, table: CommandTable | None = None) -> None:
+    def __init__(self, server: Any, table: CommandTable | None = None, observed: bool = True) -> None:
+        """``observed``: MONITOR, SLOWLOG and LATENCY see this port's
+        commands (the client port's; not the cluster bus's)."""
         self.server = server
         # The port's table: the client port's (registry.client_table()), or
         # the cluster bus's (server/bus.py); a new one of its own by default.
@@ -136,6 +181,18 @@ class Dispatcher:
         self.route = replication.route if replication is not None else None
         self._poll_spec = self.commands.get("xread")
         self._attack_logged_s: float | None = None  # when ATTACK_LOG was last written
+        # A command that ran this many µs or more is observed (0: every one).
+        self._observe_us = NEVER_US
+        self.diagnostics = getattr(server, "diagnostics", None) if observed else None
+        if self.diagnostics is not None:
+            self.diagnostics.subscribe(self._set_observe_us)
+
+    def _set_observe_us(self, observe_us: int) -> None:
+        self._observe_us = observe_us
+
+    def _observe(self, spec: CommandSpec, ctx: Context, argv: list[bytes], usec: int, feed: bool = True) -> None:
+        """Show the command to MONITOR, SLOWLOG, LATENCY (``usec`` reached ``_observe_us``)."""
+        self.diagnostics.observe(spec, ctx.client, argv, usec, feed)
 
     def lookup(self, argv: list[bytes]) -> CommandSpec | CommandError:
         """The spec to run, or the error Redis gives before running anything."""
@@ -166,7 +223,13 @@ class Dispatcher:
         return spec
 
     def call(self, ctx: Context, argv: list[bytes]) -> Any:
-        """Run one command; a reply value, or a coroutine for a blocking one."""
+        """Run one command; a reply value, or a coroutine for a blocking one
+        (or one that waits for this client's acks=all writes first:
+        ``_behind_own_writes``)."""
+        if ctx.session.repl_pending is not None:  # (a cluster: acks=all writes not yet acknowledged)
+            behind = self._behind_own_writes(ctx, argv)
+            if behind is not None:
+                return behind
         client = ctx.client
         spec = self._plain.get(argv[0])
         if spec is not None and client.authenticated and not client.in_multi and client.acl is None:
@@ -182,6 +245,22 @@ class Dispatcher:
                 return self._call_sync(spec, ctx, argv)
         return self._call_checked(ctx, argv)
 
+    def call_as_monitor(self, ctx: Context, argv: list[bytes]) -> Any:
+        """A command of a client in MONITOR mode: as ``call``, but one that
+        reads or writes keys is refused with Redis's text (to Redis a
+        monitor is a replica, which may not touch the keyspace), and, as
+        any refused command, fails the transaction it was sent in."""
+        client = ctx.client
+        spec = self.lookup(argv)
+        if (type(spec) is not CommandError and spec.flags & _KEYSPACE_FLAGS and client.authenticated
+                and (client.acl is None or acl_denied(ctx, spec, argv) is None)):
+            if client.in_multi:
+                client.multi_error = True
+            self.stats.record_rejected(spec.name)
+            self.stats.record_error("ERR")
+            return REPLICA_KEYSPACE
+        return self.call(ctx, argv)
+
     def xadd_run(self, ctx: Context, data: bytes, pos: int) -> Any:
         """A run of ``XADD key * field value ...`` commands at ``data[pos:]``,
         taken without parsing them one by one (``server.commands.streams.
@@ -194,11 +273,13 @@ class Dispatcher:
         allowed; in a cluster, the run's key must pass ``route`` (led here,
         not paused, lease held), checked once for the run as ``call`` checks
         it per command. Statistics count each command as ``call`` would.
+        Declined while every command must be observed one by one
+        (``_observe_us`` 0: a monitor, or a slow log of everything).
         """
         run = self.table.runs.get("xadd")
         client = ctx.client
         if (run is None or not client.authenticated or client.in_multi
-                or client.acl is not None or not ctx.session.may_defer):
+                or client.acl is not None or not ctx.session.may_defer or not self._observe_us):
             return None
         started = _perf_ns()
         taken = run(ctx, data, pos, self.route)
@@ -211,9 +292,17 @@ class Dispatcher:
         entry = stats.commands.get("xadd")
         if entry is None:
             entry = stats.commands["xadd"] = [0, 0, 0, 0]
+        usec = (_perf_ns() - started) // 1000
         entry[0] += count
-        entry[1] += (_perf_ns() - started) // 1000
+        entry[1] += usec
+        stats.latency["xadd"].observe_us(usec, count)  # the run's mean, once per run
         client.last_command = "xadd"
+        if usec >= self._observe_us and usec // count >= self._observe_us:
+            # As slow as a threshold per command: each is logged with the
+            # run's average (this rare case pays for parsing them again).
+            spec = self.commands["xadd"]
+            for argv in commands_in(data[pos:taken[0]]):
+                self._observe(spec, ctx, argv, usec // count)
         return taken
 
     def read_poll(self, ctx: Context, data: bytes, out: list) -> bool:
@@ -230,7 +319,8 @@ class Dispatcher:
         """
         client = ctx.client
         poll = self.table.polls.get("xread")
-        if poll is None or not client.authenticated or client.in_multi or client.acl is not None:
+        if (poll is None or not client.authenticated or client.in_multi or client.acl is not None
+                or not self._observe_us):
             return False
         spec = self._poll_spec
         started = _perf_ns()
@@ -245,8 +335,67 @@ class Dispatcher:
             reply = reply_for(e) or self._internal_error(spec, e)
         if reply is not None:
             encode_into(out, reply, client.protocol)
-        self._counted(spec, ctx, started, reply)
+        usec = (_perf_ns() - started) // 1000
+        self._count(spec, ctx, usec, reply)
+        if usec >= self._observe_us:
+            self._observe(spec, ctx, commands_in(data)[0], usec)
         return True
+
+    def _behind_own_writes(self, ctx: Context, argv: list[bytes]) -> Any:
+        """A command on a stream this client appended to with acks=all
+        earlier in the batch, whose receipt has not settled
+        (``Session.awaits_own_writes``): the coroutine that runs it once it
+        has, which the connection awaits after the replies before it are
+        out (their receipt settled: the appends are on the in-sync replicas
+        and below the high watermark). So a read in a pipeline sees the
+        client's own writes before it, as on Redis, instead of stopping at
+        the high watermark as it stood. None (run it now) for XADD (it
+        appends; a trim of its waits for itself), commands without keys,
+        and commands queued inside MULTI; EXEC waits for the keys of the
+        commands it runs. (Inside the transaction, a read after an append
+        of the same transaction still stops at the high watermark.)"""
+        spec = self.lookup(argv)
+        if type(spec) is CommandError or spec.name == "xadd":
+            return None
+        client = ctx.client
+        if client.in_multi:
+            if spec.name != "exec":
+                return None
+            commands = client.multi_queue
+        else:
+            commands = ((spec, argv),)
+        keys: list[bytes] = []
+        for each, each_argv in commands:
+            if each.first_key > 0 or each.key_finder is not None:
+                try:
+                    keys.extend(each_argv[i] for i in each.key_indexes(each_argv))
+                except Exception:  # noqa: BLE001 - malformed: the handler answers it
+                    continue
+        if not keys or not ctx.session.awaits_own_writes(keys):
+            return None
+        return self._after_receipt(ctx, argv)
+
+    async def _after_receipt(self, ctx: Context, argv: list[bytes]) -> Any:
+        reply = self._call_checked(ctx, argv)
+        if type(reply) is COROUTINE:
+            reply = await reply
+        return reply
+
+    async def _awaited(self, spec: CommandSpec, reply: Any) -> Any:
+        """A plain handler's reply that the broker must wait for (a trim
+        waiting for the replicas): its value, or its failure as an error
+        reply (counted, as ``_call_sync`` counts one)."""
+        try:
+            return await reply
+        except CommandError as e:
+            failed = e
+        except Exception as e:  # noqa: BLE001 - a lower layer's refusal, or a bug
+            failed = reply_for(e) or self._internal_error(spec, e)
+        entry = self.stats.commands.get(spec.name)
+        if entry is not None:
+            entry[3] += 1
+        self.stats.record_error(failed.code)
+        return failed
 
     def _call_checked(self, ctx: Context, argv: list[bytes]) -> Any:
         client = ctx.client
@@ -315,6 +464,8 @@ class Dispatcher:
                 if refused is not None:
                     raise refused
             reply = spec.handler(ctx, argv)
+            if type(reply) is COROUTINE:  # the broker waits (XTRIM for the replicas)
+                reply = self._awaited(spec, reply)
         except CommandError as e:
             reply = e
         except Exception as e:  # a lower layer's refusal, or a bug: an error reply either way
@@ -327,9 +478,14 @@ class Dispatcher:
             entry = stats.commands[name] = [0, 0, 0, 0]
         entry[0] += 1
         entry[1] += usec
+        hist = stats.latency.get(name)
+        if hist is not None:
+            hist.observe_us(usec)
         if reply.__class__ is CommandError:
             entry[3] += 1
             stats.record_error(reply.code)
+        if usec >= self._observe_us:
+            self._observe(spec, ctx, argv, usec)
         return reply
 
     def _call_now(self, spec: CommandSpec, ctx: Context, argv: list[bytes]) -> Any:
@@ -345,21 +501,23 @@ class Dispatcher:
             reply = e
         except Exception as e:
             reply = reply_for(e) or self._internal_error(spec, e)
-        return self._counted(spec, ctx, started, reply)
+        return self._counted(spec, ctx, argv, (_perf_ns() - started) // 1000, reply)
 
     async def _call_async(self, spec: CommandSpec, ctx: Context, argv: list[bytes]) -> Any:
-        started = _perf_ns()
+        if not self._observe_us:
+            self.diagnostics.began(spec, ctx.client, argv)  # monitors see it now, once
+        ran_ns = [0]
         ctx.client.blocked = True
         try:
             self._check_route(spec, argv)
-            reply = await spec.handler(ctx, argv)
+            reply = await _timed(spec.handler(ctx, argv), ran_ns)
         except CommandError as e:
             reply = e
         except Exception as e:
             reply = reply_for(e) or self._internal_error(spec, e)
         finally:
             ctx.client.blocked = False
-        return self._counted(spec, ctx, started, reply)
+        return self._counted(spec, ctx, argv, ran_ns[0] // 1000, reply, blocking=True)
 
     def _check_route(self, spec: CommandSpec, argv: list[bytes]) -> None:
         """Raise the cluster's refusal of ``argv`` (-MOVED, paused, ...), if any."""
@@ -368,16 +526,27 @@ class Dispatcher:
             if refused is not None:
                 raise refused
 
-    def _counted(self, spec: CommandSpec, ctx: Context, started: int, reply: Any) -> Any:
-        """``reply``, once the call is counted in the statistics."""
+    def _counted(self, spec: CommandSpec, ctx: Context, argv: list[bytes], usec: int, reply: Any,
+                 blocking: bool = False) -> Any:
+        """``reply``, once the call of ``usec`` µs is counted in the
+        statistics and observed (``blocking``: it ran on the blocking path,
+        shown to the monitors when it began, and not in the latency
+        histograms, whose readers expect answers given at once)."""
+        self._count(spec, ctx, usec, reply, blocking)
+        if usec >= self._observe_us:
+            self._observe(spec, ctx, argv, usec, not blocking)
+        return reply
+
+    def _count(self, spec: CommandSpec, ctx: Context, usec: int, reply: Any, blocking: bool = False) -> None:
         failed = reply.__class__ is CommandError
         stats = self.stats
         if failed:
             stats.record_error(reply.code)
         stats.total_commands_processed += 1
-        stats.record_command(spec.name, (_perf_ns() - started) // 1000, failed)
+        stats.record_command(spec.name, usec, failed)
+        if not blocking:
+            stats.record_latency(spec.name, usec)
         ctx.client.last_command = spec.name
-        return reply
 
     def failed_append(self, exc: BaseException) -> CommandError:
         """The reply of a deferred XADD whose commit raised ``exc`` (what the

@@ -49,7 +49,7 @@ import os
 from cluster import topics
 from cluster.broker import EntryTooLargeError, TooManyBlockedError
 from cluster.broker import groups as group_ops
-from cluster.errors import ClusterError, Moved, Refused
+from cluster.errors import ClusterError, CrossSlot, Moved, Refused
 from server.errors import INVALID_STREAM_ID, CommandError
 from storage.errors import CORRUPT, READ_FAILED, WRITE_FAILED, Refusal, StorageError
 from storage.streams import groups, ids, stream
@@ -145,8 +145,11 @@ REFUSALS = {
     topics.CONFIG_NOT_A_SIZE: ("ERR", _INVALID_CONFIG_VALUE + "a size (e.g. 1048576, 64kb, 1mb)"),
     topics.CONFIG_NOT_AN_INTEGER: ("ERR", _INVALID_CONFIG_VALUE + "an integer"),
     topics.CONFIG_OUT_OF_RANGE: ("ERR", _INVALID_CONFIG_VALUE + "between {minimum} and {maximum}"),
-    topics.RENAME_UNSUPPORTED: (
-        "ERR", "RENAME is not supported for Partita topics (their logs cannot be moved atomically yet)"),
+    topics.RENAME_PARTITION: (
+        "ERR", "'{key}' is a partition of topic '{topic}' ({partitions} partitions): RENAME moves whole topics "
+               "(rename '{topic}')"),
+    topics.RENAME_TO_PARTITION: (
+        "ERR", "'{key}' ends with '#<n>', which names a partition: a topic cannot be renamed to it"),
     topics.TOPIC_DESCRIBE_NEEDS_TOPIC: ("ERR", "TOPIC DESCRIBE takes a topic name, not a partition key"),
     topics.TOPIC_DELETE_NEEDS_TOPIC: (
         "ERR", "'{key}' is a partition key: partitions cannot be deleted one by one, TOPIC DELETE takes the "
@@ -218,6 +221,8 @@ def reply_for(exc: BaseException) -> CommandError | None:
     if isinstance(exc, ClusterError):
         if isinstance(exc, Moved):  # Redis Cluster's redirect (docs/replication.md)
             return CommandError("MOVED", f"{exc.slot} {exc.leader.address}")
+        if isinstance(exc, CrossSlot):
+            return CommandError("CROSSSLOT", "Keys in request don't hash to the same slot")
         if isinstance(exc, Refused):
             return RelayedError(exc.text)
         return CommandError(exc.code, exc.message)

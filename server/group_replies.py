@@ -58,13 +58,14 @@ def groups_full_reply(groups: list) -> list:
 
 def topic_groups_reply(views: list) -> list:
     """TOPIC GROUPS / TOPIC DESCRIBE's ``groups`` (``TopicGroupView`` per
-    group): members (name, partitions owned, idle ms) and per partition its
+    group, ``type`` redis; Kafka groups follow: server.kafka_front.view): members (name, partitions owned, idle ms) and per partition its
     key, owner (nil when unassigned or being handed over), pending,
     last-delivered-id, entries-read and lag."""
     out = []
     for view in views:
         info = Map()
         info["name"] = view.name
+        info["type"] = "redis"
         members = []
         for member in view.members:
             row = Map()

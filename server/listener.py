@@ -4,8 +4,8 @@ Owns: binding the configured addresses (``bind`` may list several; a ``-``
 prefix marks an address that may fail, as in redis.conf), accepting with a
 raw non-blocking socket and ``trio.lowlevel.wait_readable``, refusing clients
 past ``maxclients`` with Redis's error, and starting one ``Connection`` task
-per client in the connections nursery (the client port, the TLS port and the
-cluster bus alike).
+per client in the connections nursery (the client port, the TLS port, the
+cluster bus and the Kafka ports alike).
 
 Must not know: RESP, commands, storage.
 """
@@ -78,7 +78,8 @@ def _addr_text(addr: Any) -> str:
 
 async def accept_loop(server: Any, sock: socket.socket, nursery: trio.Nursery, connections: set,
                       make_connection: Callable[[socket.socket, Any], Connection],
-                      new_peer: Callable[[str, str, int], Any] | None = None) -> None:
+                      new_peer: Callable[[str, str, int], Any] | None = None,
+                      refusal: bytes = MAXCLIENTS_ERROR) -> None:
     """Accept clients on ``sock`` forever, each served in ``nursery``.
 
     ``make_connection(sock, client)`` builds the connection for an accepted
@@ -87,6 +88,9 @@ async def accept_loop(server: Any, sock: socket.socket, nursery: trio.Nursery, c
     handshake, as Redis does) and the client record are the same for both.
     On the cluster bus ``new_peer(addr, laddr, fd)`` makes the client
     instead: peers are not clients (no CLIENT LIST entry, no ``maxclients``).
+    ``refusal``: what a client past ``maxclients`` is sent before the close
+    (Redis's error; nothing on the Kafka port, whose clients would read it
+    as a frame).
     """
     config = server.config
     while True:
@@ -111,10 +115,11 @@ async def accept_loop(server: Any, sock: socket.socket, nursery: trio.Nursery, c
                 pass
             if new_peer is None and len(server.clients) >= config.maxclients:
                 server.stats.rejected_connections += 1
-                try:
-                    conn_sock.send(MAXCLIENTS_ERROR)
-                except OSError:
-                    pass
+                if refusal:
+                    try:
+                        conn_sock.send(refusal)
+                    except OSError:
+                        pass
                 conn_sock.close()
                 continue
             try:

@@ -104,12 +104,20 @@ async def send_all_stream(conn: Any, stream: Any, data: bytes | memoryview) -> N
 
 async def _close(conn: Any, limit: bool = False) -> None:
     if limit:
-        conn.server.stats.client_output_buffer_limit_disconnections = (
-            getattr(conn.server.stats, "client_output_buffer_limit_disconnections", 0) + 1)
-        log.warning("Client %s scheduled to be closed ASAP for overcoming of output buffer limits.",
-                    conn.client.info_line())
-    conn.kill()
+        close_over_limits(conn)
+    else:
+        conn.kill()
     await trio.lowlevel.checkpoint()  # raises Cancelled: the connection's scope ends it
+
+
+def close_over_limits(conn: Any) -> None:
+    """Close ``conn``, whose client is over its output buffer limits, and
+    log it as Redis does (also a MONITOR client's backlog of lines)."""
+    conn.server.stats.client_output_buffer_limit_disconnections = (
+        getattr(conn.server.stats, "client_output_buffer_limit_disconnections", 0) + 1)
+    log.warning("Client %s scheduled to be closed ASAP for overcoming of output buffer limits.",
+                conn.client.info_line())
+    conn.kill()
 
 
 # Reply types that can carry many bytes in few chunks (log reads: Entries and

@@ -81,6 +81,9 @@ class CommandSpec:
     # cannot wait (no BLOCK) without a coroutine; None from it means "take
     # the handler" (``nowait_path``, ``Dispatcher.call``).
     now: Callable[..., Any] | None = None
+    # Arguments SLOWLOG and MONITOR show as "(redacted)" (passwords): a
+    # function argv -> their indexes (``server.diagnostics.redacted``).
+    redact: Callable[[list[bytes]], Any] | None = None
 
     @property
     def full_name(self) -> str:
@@ -215,6 +218,12 @@ def orphans() -> list[str]:
     return [spec.name for specs in _ORPHANS.values() for spec in specs]
 
 
+def redact_from(first: int) -> Callable[[list[bytes]], range]:
+    """A ``redact`` declaration (``CommandSpec.redact``): every argument
+    from index ``first`` on."""
+    return lambda argv: range(first, len(argv))
+
+
 def command(
     name: str,
     *,
@@ -228,6 +237,7 @@ def command(
     acl_categories: tuple[str, ...] = (),
     key_finder: Callable[[list[bytes]], list[int]] | None = None,
     option_keys: Callable[[list[bytes]], list[int]] | None = None,
+    redact: Callable[[list[bytes]], Any] | None = None,
     waits: bool = False,
     peer: bool = False,
     table: dict[str, CommandSpec] | None = None,
@@ -238,6 +248,8 @@ def command(
     ``blocking`` (WAIT, CLUSTER FAILOVER, the internal long-poll fetch).
     ``option_keys``: see ``CommandSpec.option_keys``; every option that names
     a key the command writes, now or later, must be declared there.
+    ``redact``: see ``CommandSpec.redact``; every argument that may carry a
+    password must be declared there.
     ``peer``: an internal command between cluster nodes, in ``PEER_DECLARED``
     (the cluster bus) instead of ``DECLARED`` (the client port).
     ``table``: a plain command of that dict only, not declared for every
@@ -267,6 +279,7 @@ def command(
                 acl_categories=acl_categories,
                 key_finder=key_finder,
                 option_keys=option_keys,
+                redact=redact,
             ),
             table if table is not None else PEER_DECLARED if peer else DECLARED,
         )

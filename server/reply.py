@@ -210,6 +210,13 @@ def _format_double(value: float) -> str:
     return repr(value)
 
 
+def help_reply(command: str, lines: list[str]) -> list[Simple]:
+    """A ``<COMMAND> HELP`` reply as Redis's ``addReplyHelp`` makes it: the
+    title line, ``lines``, then HELP's own two."""
+    return [Simple(line) for line in [f"{command} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                                      *lines, "HELP", "    Prints this help."]]
+
+
 def flatten_pairs(pairs: Iterable[tuple[Any, Any]]) -> Map:
     """A ``Map`` from key/value pairs, keeping their order."""
     return Map(pairs)

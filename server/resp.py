@@ -492,3 +492,15 @@ def encode_command(argv: list[bytes]) -> bytes:
     for arg in argv:
         out.append(b"$%d\r\n%s\r\n" % (len(arg), arg))
     return b"".join(out)
+
+
+def commands_in(data: bytes) -> list[list[bytes]]:
+    """The whole commands in ``data``, bytes a fast path took as valid
+    commands (a run of XADDs, a poll): to show them to SLOWLOG or MONITOR
+    the rare times it must (``Dispatcher.xadd_run``)."""
+    parser = RequestParser()
+    parser.feed(data)
+    found = []
+    while (argv := parser.get_command()) is not None:
+        found.append(argv)
+    return found

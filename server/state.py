@@ -24,14 +24,21 @@ The contract for command handlers:
 from __future__ import annotations
 
 import os
+import resource
 import time
 from typing import Any, Callable
 
 import trio
 
 from cluster.broker import Broker
+from cluster.histogram import Histogram
 from server.acl import AclRegistry
 from server.config import Config
+from server.diagnostics import Diagnostics
+
+# Commands whose run times go to a histogram as well (``Stats.latency``,
+# the HTTP front-end's ``partita_command_duration_seconds``): XADD and the reads.
+LATENCY_COMMANDS = ("xadd", "xread", "xreadgroup", "xrange", "xrevrange")
 
 REDIS_VERSION = "8.10.0"  # the Redis release whose stream semantics Partita matches (docs/streams.md)
 
@@ -66,6 +73,9 @@ class Stats:
         self.commands: dict[str, list[int]] = {}
         # error code -> count (INFO errorstats)
         self.errors: dict[str, int] = {}
+        # LATENCY_COMMANDS -> the run times of their calls answered at once
+        # (a read that waited in BLOCK is counted above, not here).
+        self.latency: dict[str, Histogram] = {name: Histogram() for name in LATENCY_COMMANDS}
         self._ops_samples: list[tuple[float, int]] = []
 
     def record_command(self, name: str, usec: int, failed: bool) -> None:
@@ -76,6 +86,13 @@ class Stats:
         entry[1] += usec
         if failed:
             entry[3] += 1
+
+    def record_latency(self, name: str, usec: int) -> None:
+        """A call of ``name`` answered at once took ``usec`` (its histogram,
+        if it has one)."""
+        hist = self.latency.get(name)
+        if hist is not None:
+            hist.observe_us(usec)
 
     def record_rejected(self, name: str | None) -> None:
         if name:
@@ -106,6 +123,24 @@ class Stats:
         return int((c1 - c0) / (t1 - t0))
 
 
+def rss_bytes() -> int:
+    """The process's resident set size now (INFO memory, MEMORY STATS)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def peak_rss_bytes(rss: int | None = None) -> int:
+    """The process's highest resident set size so far, never below ``rss``
+    (the size now, read by default): the kernel's two counts are not taken
+    at the same moment."""
+    if rss is None:
+        rss = rss_bytes()
+    return max(rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+
+
 def valid_client_name(name: bytes) -> bool:
     """Redis's rule for CLIENT SETNAME / HELLO SETNAME: printable ASCII
     ('!'..'~'), no spaces."""
@@ -120,7 +155,7 @@ class Client:
         "multi_queue", "multi_bytes", "multi_error", "watched", "watch_dirty", "lib_name", "lib_ver",
         "addr", "laddr", "fd", "created", "last_interaction", "last_command",
         "close_after_reply", "kill_requested", "no_evict", "no_touch", "blocked",
-        "_kill", "acl",
+        "_kill", "acl", "monitor", "_on_monitor",
     )
 
     def __init__(self, client_id: int, addr: str = "", laddr: str = "", fd: int = -1) -> None:
@@ -154,6 +189,17 @@ class Client:
         # The ACL user (server.acl.User) when it is restricted; None when it
         # may run everything (the dispatcher's whole ACL cost is this check).
         self.acl: Any = None
+        # In MONITOR mode: its ``server.diagnostics.MonitorFeed``; the
+        # connection's hook that serves it (set by the connection).
+        self.monitor: Any = None
+        self._on_monitor: Callable[[], None] | None = None
+
+    def begin_monitor(self, feed: Any) -> None:
+        """MONITOR: from now on this client is sent ``feed``'s lines (its
+        connection serves them: ``_on_monitor``)."""
+        self.monitor = feed
+        if self._on_monitor is not None:
+            self._on_monitor()
 
     def kill(self) -> None:
         """Close this client's connection (CLIENT KILL, SHUTDOWN)."""
@@ -164,7 +210,7 @@ class Client:
     def info_line(self) -> str:
         """One CLIENT LIST / CLIENT INFO line, fields as Redis 7.0 prints them."""
         now = time.time()
-        flags = ""
+        flags = "O" if self.monitor is not None else ""
         if self.in_multi:
             flags += "x"
         if self.blocked:
@@ -220,8 +266,13 @@ class ServerState:
         self.broker.keys.subscribe(self._watched_key_modified)
         self.clients: dict[int, Client] = {}
         self.stats = Stats()
+        # MONITOR, SLOWLOG and LATENCY (server/diagnostics.py); the latency
+        # sampler it hands to the broker and the group commit (None: off).
+        self.diagnostics = Diagnostics(config)
+        self.diagnostics.hand_sampler(self._hand_latency)
         self.started = time.time()
         self.started_monotonic = time.monotonic()
+        self.started_rss_bytes = rss_bytes()  # MEMORY STATS startup.allocated
         self.pid = os.getpid()
         self.run_id = os.urandom(20).hex()
         self.port = config.port  # the bound port (differs when config says 0)
@@ -258,6 +309,15 @@ class ServerState:
     @durability.setter
     def durability(self, durability: Any) -> None:
         self.broker.durability = durability
+        if durability is not None:
+            durability.latency = self.broker.latency
+
+    def _hand_latency(self, sampler: Any) -> None:
+        """The latency monitor went on (``sampler(event, ms)``) or off (None):
+        the lower layers time their events only while it is on."""
+        self.broker.latency = sampler
+        if self.broker.durability is not None:
+            self.broker.durability.latency = sampler
 
     @property
     def replication(self) -> Any:
@@ -285,6 +345,9 @@ class ServerState:
         return client
 
     def remove_client(self, client: Client) -> None:
+        if client.monitor is not None:
+            self.diagnostics.detach_monitor(client.monitor)
+            client.monitor = None
         self.unwatch_all(client)
         self.clients.pop(client.id, None)
 

@@ -42,7 +42,7 @@ def fsync_dir(path: Path) -> None:
         finally:
             os.close(fd)
     except OSError as exc:
-        raise_storage_error(f"fsync directory {path}", exc)
+        raise_storage_error(f"fsync directory {path}", exc, sync=True)
 
 
 def write_all(fd: int, data: bytes, *, sync: bool = True) -> None:
@@ -60,21 +60,28 @@ def write_atomic(path: Path, data: bytes, *, sync: bool = True) -> None:
 
     Raises:
         StorageError: on any disk error; the old file is left in place.
+            ``SyncError`` when an fsync failed (of the file, or of the
+            directory after the rename: which file a crash leaves is unknown).
     """
     tmp = path.with_name(path.name + TMP_SUFFIX)
+    step = "write"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            write_all(fd, data, sync=sync)
+            write_all(fd, data, sync=False)
+            if sync:
+                step = "fsync"
+                os.fsync(fd)
         finally:
             os.close(fd)
+        step = "write"
         os.replace(tmp, path)
     except OSError as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
-        raise_storage_error(f"write {path}", exc)
+        raise_storage_error(f"{step} {path}", exc, sync=step == "fsync")
     if sync:
         fsync_dir(path.parent)
 

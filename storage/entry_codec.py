@@ -73,6 +73,28 @@ def encode_pair(stream_id: tuple[int, int], field: bytes, value: bytes) -> bytes
         len(id_text), id_text, len(field), field, len(value), value)
 
 
+def encode_body(fields: Sequence[bytes]) -> bytes:
+    """The part of a stream-v1 entry after its ID: ``*<len(fields)> $f $v ...``.
+    A front-end that converts its own records (the Kafka one) makes the
+    bodies, and the broker puts the IDs it assigns in front
+    (``with_body``). Unlike ``encode_entry`` it takes no fields at all: a
+    Kafka record with neither key, value nor headers is an entry of none."""
+    assert len(fields) % 2 == 0
+    parts = [b"*%d\r\n" % len(fields)]
+    for item in fields:
+        parts.append(b"$%d\r\n" % len(item))
+        parts.append(bytes(item))
+        parts.append(b"\r\n")
+    return b"".join(parts)
+
+
+def with_body(stream_id: tuple[int, int], body: bytes) -> bytes:
+    """The stored entry of ID ``stream_id`` and ``body`` (``encode_body``):
+    ``with_body(id, encode_body(fields)) == encode_entry(id, fields)``."""
+    id_text = b"%d-%d" % (stream_id[0], stream_id[1])
+    return b"*2\r\n$%d\r\n%s\r\n%s" % (len(id_text), id_text, body)
+
+
 def decode_entry(encoded: bytes | memoryview) -> tuple[tuple[int, int], list[bytes]]:
     """The inverse of ``encode_entry``: ``((ms, seq), fields)`` (for XINFO,
     dead-lettering and tests, not the read path)."""

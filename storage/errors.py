@@ -51,6 +51,13 @@ class StorageError(Exception):
         return StorageError(self.message, self.errno, READ_FAILED)
 
 
+class SyncError(StorageError):
+    """An fsync (or fdatasync) failed: the kernel may have dropped the pages
+    it could not write and reports that to one sync only, so what the file
+    holds on disk is unknown. A partition log takes itself offline for
+    writes on one (storage/log.py); elsewhere it is a ``StorageError``."""
+
+
 class Refusal(Exception):
     """An operation refused for what it asked (an ID not above the stream's
     top, a group that exists, an unknown topic ...), not for a failure:
@@ -77,6 +84,16 @@ class OffsetOutOfRangeError(Exception):
     """A read or lookup asked for an offset outside [log_start_offset, log_end_offset]."""
 
 
+class BeyondHighWatermarkError(OffsetOutOfRangeError):
+    """A trim would move the log start past the high watermark (entries the
+    in-sync replicas may not hold yet); nothing was changed. The caller may
+    try again once the high watermark has moved."""
+
+
+class BatchTooLargeError(ValueError):
+    """An append of one batch over the log's ``max_batch_bytes``: nothing written."""
+
+
 class InvalidBatchError(ValueError):
     """Bytes given to ``append_raw`` are not well-formed stored batches (bad CRC,
     bad length, wrong base offset, IDs not increasing)."""
@@ -92,16 +109,17 @@ def remove_disk_error_listener(fn: Callable[[str, OSError], None]) -> None:
         _listeners.remove(fn)
 
 
-def raise_storage_error(what: str, exc: OSError, code: str = WRITE_FAILED) -> NoReturn:
+def raise_storage_error(what: str, exc: OSError, code: str = WRITE_FAILED, *, sync: bool = False) -> NoReturn:
     """The funnel: turn ``exc`` raised while doing ``what`` into ``StorageError``.
 
     Args:
         what: the operation and the file, e.g. ``"append to /d/0000.log"``.
         exc: the ``OSError`` the system call raised.
         code: ``READ_FAILED`` for a read of stored data, else ``WRITE_FAILED``.
+        sync: the call was an fsync/fdatasync: raise ``SyncError``.
 
     Raises:
-        StorageError: always, chained to ``exc``.
+        StorageError: always (``SyncError`` with ``sync``), chained to ``exc``.
     """
     errno = exc.errno
     name = _errno.errorcode.get(errno, "EIO") if errno is not None else "EIO"
@@ -113,7 +131,7 @@ def raise_storage_error(what: str, exc: OSError, code: str = WRITE_FAILED) -> No
             fn(what, exc)
         except Exception:  # a broken listener must not hide the disk error
             _log.exception("disk error listener failed")
-    raise StorageError(message, errno, code) from exc
+    raise (SyncError if sync else StorageError)(message, errno, code) from exc
 
 
 def append_or_undo(fd: int, chunks: list, pos: int, what: str) -> int:

@@ -29,7 +29,8 @@ recovered log (a recovery point or log start past its end, epochs its
 batches contradict): repaired from the log and rewritten, with a WARNING;
 see docs/storage-format.md "Checkpoints".
 
-A failed sync takes the log offline for writes until it is reopened: the
+A failed sync (of a segment, or of a checkpoint or producer snapshot the log
+depends on: ``SyncError``) takes the log offline for writes until it is reopened: the
 kernel may have dropped the pages it could not write and reports the error
 to one fsync only, so a later fsync that succeeds proves nothing about them.
 Appends, deletion markers and flushes then raise ``StorageError`` (the
@@ -52,6 +53,7 @@ from __future__ import annotations
 
 import bisect
 import errno
+import functools
 import logging
 import os
 import threading
@@ -65,7 +67,8 @@ from storage.checkpoint import (
     CorruptCheckpointError, encode_rows, read_rows, remove_stale_tmp,
     write_atomic, write_rows,
 )
-from storage.errors import InvalidBatchError, OffsetOutOfRangeError, StorageError, raise_storage_error
+from storage.errors import (BatchTooLargeError, BeyondHighWatermarkError, InvalidBatchError, OffsetOutOfRangeError,
+                            StorageError, SyncError, raise_storage_error)
 from storage.files import (
     ID_INDEX_SUFFIX, INDEX_SUFFIX, LEADER_EPOCH_FILE, LOG_START_FILE, LOG_SUFFIX,
     MARKERS_SUFFIX, RECOVERY_POINT_FILE, parse_base_offset, segment_path,
@@ -83,6 +86,21 @@ RECOVERY_CHECKPOINT_INTERVAL_MS = 1000
 # pinned ones never crowd out the files the main thread opens meanwhile.
 _TICKET_CACHE_SHARE = 8
 _TICKET_FDS_MIN = 4
+
+
+def _offline_on_sync_failure(method):
+    """A write of the log whose fsync fails, of a segment or of a file the
+    log depends on (its leader epochs, log start, producer snapshots,
+    recovery point): the log goes offline for writes (``_take_offline``)."""
+    @functools.wraps(method)
+    def write(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except SyncError as exc:
+            self._take_offline(exc)
+            raise
+
+    return write
 
 
 def wall_clock_ms() -> int:
@@ -209,7 +227,7 @@ class FlushTicket:
         self._fds = []
         if failure is not None:
             try:
-                raise_storage_error(f"fsync {self._log.directory}", failure)
+                raise_storage_error(f"fsync {self._log.directory}", failure, sync=True)
             except StorageError as exc:
                 self._log._take_offline(exc)
                 raise
@@ -233,6 +251,11 @@ class FlushTicket:
                     try:
                         write_atomic(log.directory / RECOVERY_POINT_FILE, checkpoint)
                         log._persisted_rp = self.target_offset
+                    except SyncError as exc:
+                        # The data is fsynced, but this disk fails its
+                        # syncs: offline, as for any file of the log (not
+                        # retried and logged every second).
+                        log._take_offline(exc)
                     except StorageError as exc:
                         # The data is fsynced: the flush succeeded. The
                         # checkpoint only shortens recovery (an old one
@@ -478,6 +501,7 @@ class PartitionLog:
         Everything below ``rp`` was fsynced: a cut below it, zeros there, or
         a log that ends before it is lost data (or a damaged checkpoint),
         and the WARNING says which offsets of which file."""
+        started = time.monotonic()
         segs = self._segs
         k = max(bisect.bisect_right([s.base_offset for s in segs], rp) - 1, 0)
         seg = segs[k]
@@ -540,6 +564,9 @@ class PartitionLog:
                 "%s: %s (%d) is past the log end %d: offsets %d..%d below it are missing after %s "
                 "(flushed data lost, or the checkpoint is damaged); the recovery point is now %d",
                 self.directory, RECOVERY_POINT_FILE, rp, expected, expected, rp - 1, segs[-1].log_path, expected)
+        if expected > rp:  # batches written after the last flush: the work a restart did
+            self.logger.info("%s: recovery checked offsets %d..%d (written after the last flush) in %.3fs",
+                             self.directory, rp, expected - 1, time.monotonic() - started)
         for s in segs[k:-1]:
             s.persist_index()
             s.seal()
@@ -593,6 +620,7 @@ class PartitionLog:
 
     # -- writes --------------------------------------------------------------
 
+    @_offline_on_sync_failure
     def append(self, entries: Sequence[tuple[int, int, bytes]], leader_epoch: int = 0,
                producers: Sequence[records.ProducerRecord] = ()) -> int:
         """Append one batch; return its base offset. See the API doc.
@@ -609,7 +637,7 @@ class PartitionLog:
         head, body = records.encode_batch(base, entries, leader_epoch, now, producers=producers)
         total = len(head) + len(body)
         if total > self.config.max_batch_bytes:
-            raise ValueError(f"batch of {total} bytes exceeds max_batch_bytes {self.config.max_batch_bytes}")
+            raise BatchTooLargeError(f"batch of {total} bytes exceeds max_batch_bytes {self.config.max_batch_bytes}")
         self._maybe_roll_for(total, len(entries), now)
         seg = self._segs[-1]
         first, last = entries[0], entries[-1]
@@ -640,6 +668,7 @@ class PartitionLog:
             prev = (ms, seq)
         return True
 
+    @_offline_on_sync_failure
     def append_raw(self, batches: bytes) -> int:
         """Append whole stored batches (a follower copying the leader's bytes).
 
@@ -742,6 +771,7 @@ class PartitionLog:
         if most and seg.size + nbytes > seg.file_size:
             seg.zero_ahead(seg.size + nbytes, most)
 
+    @_offline_on_sync_failure
     def roll(self) -> None:
         """Start a new active segment at the log end offset (no-op when the
         active segment is empty)."""
@@ -796,6 +826,7 @@ class PartitionLog:
     def is_deleted(self, offset: int) -> bool:
         return self.markers.is_deleted(self._bases[self._segment_for(offset)], offset)
 
+    @_offline_on_sync_failure
     def advance_log_start_offset(self, offset: int) -> None:
         """Move the log start (XTRIM, MINID, retention); drop whole segments below.
 
@@ -804,7 +835,7 @@ class PartitionLog:
         if offset <= self.log_start_offset:
             return
         if offset > self.high_watermark:
-            raise OffsetOutOfRangeError(
+            raise BeyondHighWatermarkError(
                 f"log start {offset} beyond the high watermark {self.high_watermark}")
         self._deleted_live -= self.markers.count_in(self.log_start_offset, offset)
         self.log_start_offset = offset
@@ -830,6 +861,7 @@ class PartitionLog:
         self.markers.drop_segment(seg.base_offset)
         self._markers_dirty.pop(seg.base_offset, None)
 
+    @_offline_on_sync_failure
     def truncate_to(self, offset: int) -> None:
         """Drop every entry at and above ``offset``."""
         if offset >= self.log_end_offset:
@@ -895,6 +927,7 @@ class PartitionLog:
         self._write_log_start()
         self.producers.forget_all()
 
+    @_offline_on_sync_failure
     def restart_at(self, offset: int) -> None:
         """Drop every entry and continue the log at ``offset`` (a follower
         whose copy ends below the leader's log start: Kafka's

@@ -8,6 +8,8 @@ Owns: the directory layout and the topic-name encoding
     <data_dir>/topics/<topic dir>/topic.meta    opaque blob of the cluster layer
     <data_dir>/topics/<topic dir>/partition-<n>/  one PartitionLog each
     <data_dir>/trash/                           topics being deleted (emptied at start)
+    <data_dir>/rename.intent                    a topic rename in progress (finished at start)
+    <data_dir>/producer-ids                     Kafka producer ids reserved (storage.producers)
 
 Escaping keeps ``[a-z0-9_-]`` and writes every other byte as ``%XX``
 (upper-case hex), so names are reversible, binary-safe and never collide on
@@ -18,6 +20,16 @@ Partitions open lazily (``partition()``), and all of them share one bounded
 proportional to the number of topics listed, not the number of segments, and
 holds at most ``max_open_files`` descriptors.
 
+A topic is renamed (``rename_topic``) by renaming its directory, after
+writing the intent (old name, new name, the new ``topic.meta``) to
+``rename.intent`` (tmp + fsync + rename). The steps after it (the
+destination's old directory to ``trash/``, the directory rename, the new
+``topic.key`` and ``topic.meta``, each made durable by an fsync of its
+directory, then the intent removed) are the ones start-up repeats when it
+finds the intent (``_finish_rename``), each doing nothing when already
+done: a crash at any point leaves the topic under its old name (before the
+intent is on disk) or under its new one, never both or neither.
+
 Thread contract: main thread only (flush tickets of the logs excepted).
 
 Must not know: streams, groups, RESP, trio.
@@ -26,6 +38,7 @@ Must not know: streams, groups, RESP, trio.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -37,14 +50,30 @@ from storage.checkpoint import fsync_dir, read_file, write_atomic
 from storage.errors import StorageError, raise_storage_error
 from storage.handles import FileCache
 from storage.log import LogConfig, PartitionLog, wall_clock_ms
+from storage.salvage import keep_aside
 
 TOPICS_DIR = "topics"
 TRASH_DIR = "trash"
+PRODUCER_IDS_FILE = "producer-ids"
 META_FILE = "topic.meta"
 KEY_FILE = "topic.key"
 PARTITION_PREFIX = "partition-"
+RENAME_INTENT = "rename.intent"
 MAX_ESCAPED_NAME = 200
 _SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789_-")
+# Called with each step's name as ``rename_topic`` (or start-up finishing
+# one) reaches it: "begin" (the logs are closed, nothing renamed yet),
+# "intent" (the intent is on disk), "aside" (the old destination is in
+# trash/), "moved" (the directory has its new name), "named" (its
+# topic.key and topic.meta are written), "done" (the intent is removed).
+# Only tests set it (tests/crashing_rename.py stops the process there, as a
+# crash would).
+rename_step_hook: Callable[[str], None] | None = None
+
+
+def _step(name: str) -> None:
+    if rename_step_hook is not None:
+        rename_step_hook(name)
 
 
 def encode_topic(topic: bytes) -> str:
@@ -94,12 +123,21 @@ class LogManager:
         trash = self.data_dir / TRASH_DIR
         try:
             self._topics_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise_storage_error(f"prepare {self.data_dir}", exc)
+        self._finish_rename()
+        try:
             if trash.exists():
                 shutil.rmtree(trash)
         except OSError as exc:
             raise_storage_error(f"prepare {self.data_dir}", exc)
 
     # -- topics --------------------------------------------------------------
+
+    @property
+    def producer_ids_path(self) -> Path:
+        """Where the Kafka producer ids this node reserved are recorded."""
+        return self.data_dir / PRODUCER_IDS_FILE
 
     def topic_dir(self, topic: bytes) -> Path:
         return self._topics_dir / encode_topic(topic)
@@ -212,6 +250,91 @@ class LogManager:
             shutil.rmtree(target)
         except OSError as exc:
             raise_storage_error(f"remove {target}", exc)
+
+    def rename_topic(self, src: bytes, dst: bytes, meta: bytes) -> None:
+        """Give topic ``src`` (its partitions and everything in their
+        directories: segments, stream metadata, consumer groups) the name
+        ``dst``, whose ``topic.meta`` becomes ``meta``; a topic ``dst``
+        there was is deleted. Atomic across crashes (the module docstring).
+        Open logs of ``src`` are closed (flushed) and those of ``dst``
+        dropped first; the caller closes what it holds in them (group
+        stores) and opens the partitions again under the new name.
+
+        Raises:
+            StorageError: a disk error; up to the intent's fsync nothing
+            changed, after it the next start finishes the rename.
+        """
+        assert src != dst and self.topic_dir(src).is_dir()
+        for key in [k for k in self._logs if k[0] in (src, dst)]:
+            log = self._logs.pop(key)
+            if key[0] == src:
+                log.close()
+            else:
+                log.abandon()
+        self.cache.close_under(str(self.topic_dir(src)))
+        self.cache.close_under(str(self.topic_dir(dst)))
+        _step("begin")
+        intent = {"from": src.hex(), "to": dst.hex(), "meta": meta.hex()}
+        write_atomic(self.data_dir / RENAME_INTENT, json.dumps(intent).encode())
+        _step("intent")
+        self._rename_steps(src, dst, meta)
+
+    def _rename_steps(self, src: bytes, dst: bytes, meta: bytes) -> None:
+        """The steps after the intent, each skipped when done already."""
+        old, new = self.topic_dir(src), self.topic_dir(dst)
+        aside = None
+        try:
+            if old.is_dir():
+                if new.exists():
+                    (self.data_dir / TRASH_DIR).mkdir(exist_ok=True)
+                    aside = self.data_dir / TRASH_DIR / uuid.uuid4().hex
+                    os.rename(new, aside)
+                    fsync_dir(self._topics_dir)
+                    _step("aside")
+                os.rename(old, new)
+                fsync_dir(self._topics_dir)
+                _step("moved")
+            key_file = new / KEY_FILE
+            if new.name.startswith("h."):
+                write_atomic(key_file, dst)
+            elif key_file.exists():  # (the old name's: a long name renamed to a short one)
+                key_file.unlink()
+                fsync_dir(new)
+            write_atomic(new / META_FILE, meta)
+            _step("named")
+            (self.data_dir / RENAME_INTENT).unlink()
+            fsync_dir(self.data_dir)
+            _step("done")
+        except OSError as exc:
+            raise_storage_error(f"rename topic dir {old} to {new}", exc)
+        if aside is not None:
+            shutil.rmtree(aside, ignore_errors=True)  # (else emptied at the next start)
+
+    def _finish_rename(self) -> None:
+        """At start: finish a rename a crash interrupted after its intent
+        was written (``rename_topic``)."""
+        path = self.data_dir / RENAME_INTENT
+        blob = read_file(path)
+        if blob is None:
+            return
+        try:
+            intent = json.loads(blob)
+            src, dst, meta = (bytes.fromhex(intent[k]) for k in ("from", "to", "meta"))
+        except (ValueError, KeyError, TypeError) as exc:
+            aside = keep_aside(path)
+            path.unlink()
+            self.logger.warning("%s is unreadable (%s): no topic renamed (the file is kept as %s)",
+                                path, exc, aside)
+            return
+        if not (self.topic_dir(src).is_dir() or self.topic_dir(dst).is_dir()):
+            self.logger.warning("%s: neither topic '%s' nor '%s' exists: nothing to rename", path,
+                                src.decode("utf-8", "replace"), dst.decode("utf-8", "replace"))
+            path.unlink()
+            fsync_dir(self.data_dir)
+            return
+        self.logger.warning("finishing the rename of topic '%s' to '%s' a stop interrupted",
+                            src.decode("utf-8", "replace"), dst.decode("utf-8", "replace"))
+        self._rename_steps(src, dst, meta)
 
     def close(self) -> None:
         """Flush and close every open log (clean-shutdown checkpoints). A log

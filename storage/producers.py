@@ -26,6 +26,11 @@ deleted. Deciding what a record means for a new append (a duplicate, an
 out-of-order sequence, a fenced epoch) is the broker's
 (cluster/broker/producers.py); this module only keeps and finds them.
 
+Also the producer ids a node reserved for Kafka's InitProducerId
+(``<data_dir>/producer-ids``: ``read_reserved_producer_ids`` /
+``reserve_producer_ids``; which ids the broker makes of them is
+cluster/broker/producers.py's).
+
 Loading is lazy: a partition that never had an idempotent append has no
 snapshot file and costs nothing; the first call that needs the table loads
 the newest snapshot at or below the log end and replays the batches after
@@ -47,7 +52,7 @@ from pathlib import Path
 
 from crc32c import crc32c
 
-from storage.checkpoint import read_file, write_atomic
+from storage.checkpoint import CorruptCheckpointError, read_file, read_rows, write_atomic, write_rows
 from storage.errors import raise_storage_error
 from storage.files import base_name
 from storage.records import KIND_IDEMPOTENT_ID, KIND_SEQUENCE, ProducerRecord
@@ -112,6 +117,32 @@ def sequence_token(base_sequence: int) -> bytes:
 
 def token_sequence(token: bytes) -> int:
     return _SEQ.unpack_from(token)[0]
+
+
+# -- the producer ids a node hands out ------------------------------------------
+
+_ID_LIMIT = 2**63 - 1
+
+
+def read_reserved_producer_ids(path: Path, logger: logging.Logger | None = None) -> int:
+    """The end of the producer ids reserved so far at ``path`` (none at or
+    above it was handed out); 0 when the file is missing. A damaged file is
+    logged and read as 0: the caller must have another floor (the broker's
+    is the clock)."""
+    try:
+        rows = read_rows(path, 1, (_ID_LIMIT,))
+    except CorruptCheckpointError as exc:
+        (logger or logging.getLogger("partita.storage")).warning(
+            "%s: damaged (%s); producer ids continue from the clock", path, exc)
+        return 0
+    return rows[0][0] if rows else 0
+
+
+def reserve_producer_ids(path: Path, end: int) -> None:
+    """Record durably that producer ids below ``end`` may be handed out
+    (before any of them is)."""
+    assert 0 <= end <= _ID_LIMIT
+    write_rows(path, [(end,)])
 
 
 # -- the table ---------------------------------------------------------------

@@ -11,6 +11,8 @@ import time
 
 import redis
 
+from cluster.topics import split_partition_key
+from storage.log_manager import encode_topic
 from tests.conftest import PartitaProcess, RawConn, free_port, wait_for
 from tests.netproxy import ProxyMesh
 
@@ -74,6 +76,21 @@ def partition_lines(server: PartitaProcess) -> dict[str, dict[str, str]]:
     return out
 
 
+def partition_dir(key: bytes) -> str:
+    """Where the log of ``key`` lives under a node's ``topics/``: ``t.orders/partition-3`` for
+    ``orders#3`` (partition 3 of the topic ``orders``), ``t.orders/partition-0`` for ``orders``."""
+    topic, partition = split_partition_key(key)
+    return f"{encode_topic(topic)}/partition-{partition or 0}"
+
+
+def placing_key(key: bytes) -> bytes:
+    """The key whose slot places ``key``'s partition, and that INFO
+    replication names it by: the topic for partition 0 (``orders#0`` is
+    placed by ``orders``), else the key itself."""
+    topic, partition = split_partition_key(key)
+    return topic if partition == 0 else key
+
+
 def listen_ports(n: int) -> list[int]:
     """``n`` free ports below the ephemeral range: nodes connect to each
     other while the cluster starts, and an outgoing connection's ephemeral
@@ -101,33 +118,46 @@ def listen_ports(n: int) -> list[int]:
 class Cluster:
     """``n`` nodes, each with a client port (``node.port``) and a cluster bus
     port (``node.bus_port``, named in ``cluster-nodes``: ``id@host:port@bus``);
+    ``node_extra(i)``: more arguments for node ``i`` (0-based) alone;
     with ``proxied``, every node reaches every other's bus through its own
     proxy (tests/netproxy.py), so ``isolate(node)`` can cut a node off its
     peers while it keeps running and clients still reach it."""
 
+    def bootstrap(self) -> str:
+        """Every node's Kafka listener, as a Kafka client's bootstrap list (``kafka=True``)."""
+        return ",".join(f"127.0.0.1:{p}" for p in self.kafka_ports)
+
     def __init__(self, tmp_path, n: int = 3, extra: list[str] | None = None, *, proxied: bool = False,
-                 launcher: list[str] | None = None) -> None:
+                 launcher: list[str] | None = None, node_extra=None, kafka: bool = False) -> None:
         self.mesh = None
-        ports = listen_ports(2 * n)
-        self.ports, self.bus_ports = ports[:n], ports[n:]
+        ports = listen_ports(3 * n if kafka else 2 * n)
+        self.ports, self.bus_ports = ports[:n], ports[n:2 * n]
+        # With ``kafka``, every node's Kafka port (``node.kafka_port``), named in
+        # its entry: ``id@host:port@bus@kafka``.
+        self.kafka_ports = ports[2 * n:]
         self._owner = {p: i for i, p in enumerate(self.ports)}
-        specs = [",".join(f"{i + 1}@127.0.0.1:{p}@{b}"
+        self._owner.update({p: i for i, p in enumerate(self.kafka_ports)})
+        named = [f"@{k}" for k in self.kafka_ports] if kafka else [""] * n
+        specs = [",".join(f"{i + 1}@127.0.0.1:{p}@{b}{named[i]}"
                           for i, (p, b) in enumerate(zip(self.ports, self.bus_ports)))] * n
         if proxied:
             pairs = [(i, j) for i in range(n) for j in range(n) if i != j]
             proxy_ports = dict(zip(pairs, listen_ports(len(pairs) + 2 * n)[2 * n:]))
             self.mesh = ProxyMesh(self.bus_ports, proxy_ports)
             specs = [",".join(f"{j + 1}@127.0.0.1:{self.ports[j]}@"
-                              f"{self.bus_ports[j] if j == i else proxy_ports[(i, j)]}"
+                              f"{self.bus_ports[j] if j == i else proxy_ports[(i, j)]}{named[j]}"
                               for j in range(n)) for i in range(n)]
         self.nodes: list[PartitaProcess] = []
         for i, port in enumerate(self.ports):
             node = PartitaProcess(tmp_path / f"node{i + 1}", [
                 "--node-id", str(i + 1), "--cluster-nodes", specs[i],
                 "--replica-lag-time-max-ms", str(LAG_MS), "--replica-fetch-wait-max-ms", "100",
-                *(extra or [])], launcher=launcher)
+                *(["--kafka-port", str(self.kafka_ports[i])] if kafka else []),
+                *(extra or []), *(node_extra(i) if node_extra else [])], launcher=launcher)
             node.port = port
             node.bus_port = self.bus_ports[i]
+            if kafka:
+                node.kafka_port = self.kafka_ports[i]
             self.nodes.append(node)
         try:
             for node in self.nodes:
@@ -231,7 +261,7 @@ class Cluster:
     def leader_of(self, key: bytes) -> PartitaProcess:
         """The leader of ``key``'s slot in the view of a live node."""
         asked = self.alive().client()
-        slot = asked.execute_command("CLUSTER", "KEYSLOT", key)
+        slot = asked.execute_command("CLUSTER", "KEYSLOT", placing_key(key))
         for first, last, leader, *_ in asked.execute_command("CLUSTER", "SLOTS"):
             if first <= slot <= last:
                 return self.node_at(leader[1])
@@ -247,6 +277,7 @@ class Cluster:
 
     def wait_converged_on(self, nodes: list, key: str, timeout_s: float = 20.0) -> None:
         """``wait_converged`` over the replicas ``nodes`` only."""
+        key = placing_key(key.encode()).decode()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             lines = [partition_lines(n).get(key) for n in nodes]
@@ -259,7 +290,9 @@ class Cluster:
         raise AssertionError(f"replicas did not converge: {[partition_lines(n).get(key) for n in nodes]}")
 
     def log_bytes(self, node: PartitaProcess, topic: str) -> bytes:
-        files = sorted((node.data_dir / "topics").glob(f"*{topic}*/partition-0/*.log"))
+        """The log of ``topic`` (a partition key ``t#n`` names partition n of ``t``) on ``node``."""
+        name, partition = split_partition_key(topic.encode())
+        files = sorted((node.data_dir / "topics").glob(f"*{name.decode()}*/partition-{partition or 0}/*.log"))
         assert files, f"no log of {topic} on {node.data_dir}"
         # A batch never ends with a zero byte; zeros after the last one are
         # preallocation (fsync always), as many as each node happened to write.

@@ -9,6 +9,10 @@
   free port; skipped with a visible reason when the binary is missing.
 - ``raw_exchange(port, payload)``: send bytes, read until the server closes
   or goes quiet; ``same_reply(partita, redis, payload)`` compares both.
+- ``kafka_partita``: ``kafka_partita(extra_args)`` starts a partita with its
+  Kafka port on (``.kafka_port``, ``.bootstrap``); ``kafka_shared``: one per
+  module. ``KafkaRaw``: a socket that sends Kafka requests and reads their
+  responses with the codec (``server.kafka.framing``).
 """
 
 from __future__ import annotations
@@ -154,10 +158,122 @@ def partita_shared(tmp_path_factory):
     server.stop()
 
 
+def with_kafka(server: PartitaProcess, port: int) -> PartitaProcess:
+    server.kafka_port = port
+    server.bootstrap = f"127.0.0.1:{port}"
+    return server
+
+
+@pytest.fixture
+def kafka_partita(partita_factory):
+    """Start partitas with a Kafka port: ``kafka_partita(["--fsync", "always"])``."""
+
+    def make(extra_args: list[str] | None = None):
+        port = free_port()
+        return with_kafka(partita_factory(["--kafka-port", str(port), *(extra_args or [])]), port)
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def kafka_shared(tmp_path_factory):
+    """One partita with a Kafka port for a whole test module."""
+    port = free_port()
+    server = PartitaProcess(tmp_path_factory.mktemp("partita") / "data", ["--kafka-port", str(port)]).start()
+    yield with_kafka(server, port)
+    server.stop()
+
+
+class KafkaRaw:
+    """A Kafka client socket for raw requests: ``call(body, version)`` sends
+    one request and returns the decoded response; ``send`` / ``read_frame``
+    for anything else."""
+
+    def __init__(self, port: int, timeout_s: float = 10.0) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
+        self.correlation = 0
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def read_frame(self) -> bytes | None:
+        """The next response frame (without its size), None once the server closed."""
+        head = self._read(4)
+        if head is None:
+            return None
+        return self._read(int.from_bytes(head, "big", signed=True))
+
+    def _read(self, n: int) -> bytes | None:
+        buf = b""
+        while len(buf) < n:
+            try:
+                data = self.sock.recv(n - len(buf))
+            except ConnectionResetError:
+                return None
+            if not data:
+                return None
+            buf += data
+        return buf
+
+    def call(self, body, version: int):
+        from server.kafka import framing
+
+        self.correlation += 1
+        self.send(framing.encode_request(body.API_KEY, version, self.correlation, "test", body))
+        frame = self.read_frame()
+        assert frame is not None, "the server closed the connection"
+        correlation, response = framing.decode_response(body.API_KEY, version, frame)
+        assert correlation == self.correlation
+        return response
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run([shutil.which("openssl"), *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory) -> Path:
+    """TLS test certificates made with the ``openssl`` command line, in a directory: ``ca.crt``
+    (and key), ``server.crt`` / ``server.key`` for 127.0.0.1, ``client.crt`` / ``client.key``;
+    skips the test without ``openssl``."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command line makes the test certificates")
+    d = tmp_path_factory.mktemp("certs")
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=Partita Test CA",
+             "-keyout", "ca.key", "-out", "ca.crt", cwd=d)
+    (d / "server.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for name, ext in (("server", ["-extfile", "server.ext"]), ("client", [])):
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout", f"{name}.key",
+                 "-out", f"{name}.csr", cwd=d)
+        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+                 "-days", "2", "-out", f"{name}.crt", *ext, cwd=d)
+    return d
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    """Everything the peer sends until it closes (a reset counts as closing)."""
+    data = b""
+    try:
+        while chunk := sock.recv(4096):
+            data += chunk
+    except ConnectionResetError:
+        pass
+    return data
 
 
 class RedisProcess:

@@ -21,15 +21,15 @@ from typing import Any, Callable
 from cluster.broker.appends import DeferredAppends
 from cluster.broker.keys import KeyEvents, TooManyBlockedError
 from cluster.broker.producers import (
-    ACCEPTED,
-    DUPLICATE,
     FENCED,
     OUT_OF_ORDER,
     Idempotence,
     IdempotenceInfo,
-    Produced,
+    ProducerBatch,
+    ProducerRefused,
 )
 from cluster.broker.reads import AFTER_LAST, LAST_ENTRY, ReadPlan, StreamInfo
+from cluster.broker.records import RECORD_BATCH_MAX_BYTES
 from cluster.broker.session import (
     DEFER_MAX_BYTES,
     EntryTooLargeError,
@@ -42,7 +42,8 @@ from cluster.broker.session import (
 __all__ = [
     "Broker", "Session", "Receipt", "Trim", "XAddPlan", "EntryTooLargeError", "TooManyBlockedError",
     "DEFER_MAX_BYTES", "ReadPlan", "StreamInfo", "AFTER_LAST", "LAST_ENTRY",
-    "Idempotence", "IdempotenceInfo", "Produced", "ACCEPTED", "DUPLICATE", "OUT_OF_ORDER", "FENCED",
+    "Idempotence", "IdempotenceInfo", "ProducerBatch", "ProducerRefused", "OUT_OF_ORDER", "FENCED",
+    "RECORD_BATCH_MAX_BYTES",
 ]
 
 
@@ -65,6 +66,12 @@ class Broker:
         # In a cluster (cluster.runtime.replication.Replication): routing,
         # leadership and in-sync checks, acks=all waits, forwarding; else None.
         self.replication: Any = None
+        # ``latency(event, ms)``: the front-end's latency monitor, set while
+        # it is on (None: nothing is timed). The commit of deferred appends
+        # reports its log writes as ``aof-write``.
+        self.latency: Callable[[str, int], None] | None = None
+        # The Kafka producer ids this node hands out (producers.ProducerIds), made at the first InitProducerId.
+        self.producer_ids: Any = None
 
     def session(self, client_id: int = 0) -> Session:
         """A session for one client (``client_id`` spreads its forwarded

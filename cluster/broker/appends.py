@@ -34,6 +34,7 @@ Must not know: sockets, protocols, what a command parses. Uses the
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 log = logging.getLogger("partita.appends")
@@ -71,12 +72,18 @@ class DeferredAppends:
         durability = broker.durability
         policy = broker.config.fsync
         signal = broker.keys.signal
+        latency = broker.latency
         failed = None
         failure = None
         written = 0
         for stream, keys in streams.items():
             try:
-                written += stream.commit()
+                if latency is None:
+                    written += stream.commit()
+                else:  # the latency monitor is on: each log write is an aof-write event (Redis's name)
+                    started = time.perf_counter_ns()
+                    written += stream.commit()
+                    latency("aof-write", (time.perf_counter_ns() - started) // 1_000_000)
             except Exception as exc:  # noqa: BLE001 - every deferred reply must learn it
                 if failed is None:
                     failed, failure = set(), exc

@@ -60,9 +60,12 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any
 
 import trio
+
+from cluster.histogram import Histogram
 
 try:
     from cluster.broker import _fsync
@@ -125,6 +128,9 @@ class Durability:
         self._failure: BaseException | None = None
         self._failed_seq = 0
         self.fsync_count = 0  # rounds of group commit done (INFO persistence)
+        # Flush rounds that succeeded, by policy: how long each took, from its
+        # start to the loop taking its end (what its writers waited).
+        self.round_durations = {"always": Histogram(), "everysec": Histogram()}
         self.last_flush_error: str | None = None
         self.policy_of: Any = None  # log -> the topic's fsync override, or None
         # [seq, callback, send, sent] of when_durable: send is (fd, payload)
@@ -142,6 +148,11 @@ class Durability:
         # of this module's own writes on a worker thread (_write_checkpoints).
         self._checkpoints: list[Any] = []
         self._checkpointing = False
+        # ``latency(event, ms)``: the front-end's latency monitor while it is
+        # on, else None. A round of group commit, from its start to its end
+        # (what its writers wait for), is an ``aof-fsync-always`` event,
+        # Redis's name for its always-fsync (_round_took).
+        self.latency: Any = None
 
     def note_write(self, log_: Any, policy: str) -> int:
         """Record that ``log_`` was appended to; the seq to wait for, or 0."""
@@ -276,6 +287,7 @@ class Durability:
             target = self._noted_seq
             queue = list(self._always_dirty.values())
             self._always_dirty.clear()
+            started_ns = time.perf_counter_ns()
             with trio.CancelScope(shield=True):  # the round is every writer's, not its caller's
                 try:
                     await self._flush_round_logs(queue)
@@ -284,6 +296,7 @@ class Durability:
                     raise
             self._flushed_seq = target
             self.fsync_count += 1
+            self._round_took((time.perf_counter_ns() - started_ns) // 1000)
             self._eager = self._noted_seq > target
         except Exception as e:  # storage errors: refuse to acknowledge
             raise self._record_failure(target, e) from e
@@ -291,6 +304,13 @@ class Durability:
             self._flushing = False
             done, self._round_done = self._round_done, trio.Event()
             done.set()
+
+    def _round_took(self, duration_us: int) -> None:
+        """An ``always`` round ended: its duration goes to the histogram and,
+        while the latency monitor is on, to it as ``aof-fsync-always``."""
+        self.round_durations["always"].observe_us(duration_us)
+        if self.latency is not None:
+            self.latency("aof-fsync-always", duration_us // 1000)
 
     async def _flush_round_logs(self, queue: list[Any]) -> None:
         """An awaited round's syncs: on the test's runner, or on the loop
@@ -391,6 +411,7 @@ class Durability:
         if round_.error is None:
             self._flushed_seq = target
             self.fsync_count += 1
+            self._round_took((time.perf_counter_ns() - round_.started_ns) // 1000)
         else:  # storage errors: refuse to acknowledge
             self._keep_dirty(round_.queue)
             failure = self._record_failure(target, round_.error)
@@ -480,6 +501,7 @@ class Durability:
         # always the round still asks it, so its writers get no reply.)
         queue = [lg for lg in self._everysec_dirty.values() if getattr(lg, "sync_failure", None) is None]
         self._everysec_dirty.clear()
+        started_ns = time.perf_counter_ns()
         try:
             with trio.CancelScope(shield=True):
                 await flush_logs(queue, self._run_in_thread, self.round_fds_max)
@@ -487,6 +509,8 @@ class Durability:
             self._keep_dirty(queue)
             log.error("background fsync failed: %s", e or repr(e))
             self.last_flush_error = str(e)
+        else:
+            self.round_durations["everysec"].observe_us((time.perf_counter_ns() - started_ns) // 1000)
 
     async def run_everysec(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Background task: flush ``everysec`` logs once a second, forever."""
@@ -505,9 +529,10 @@ class _Round:
     """A chained round in progress (``Durability._begin_round``), synced a
     chunk of tickets at a time."""
 
-    __slots__ = ("target", "queue", "logs", "tickets", "last", "sends", "job", "error")
+    __slots__ = ("target", "queue", "logs", "tickets", "last", "sends", "job", "error", "started_ns")
 
     def __init__(self, target: int, queue: list[Any]) -> None:
+        self.started_ns = time.perf_counter_ns()
         self.target = target  # every write noted up to here
         self.queue = queue  # logs left to flush, taken from the end
         self.logs: list[Any] = []  # the chunk in progress

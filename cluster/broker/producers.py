@@ -13,14 +13,22 @@ one of ``Session``'s bases):
   "Producer records"). A duplicate's reply waits for what the original's
   waits for (the receipt notes the log), so a retry never acknowledges an
   entry before it is durable.
-- ``produce``, what a Kafka Produce handler calls per partition: a batch of
-  entries from producer id / epoch with a base sequence. Kafka's rules
-  (``ProducerStateManager`` / ``ProducerAppendInfo``): a batch whose epoch
-  and sequence range match one of the producer's last 5 batches is a
-  duplicate (its original offsets are answered, nothing is written); a lower
-  epoch is fenced; a new epoch must start at sequence 0; in the same epoch
-  the sequence must follow the last batch's (wrapping at 2^31); a producer
-  the partition does not know (never seen, or expired) may start anywhere.
+- Kafka's idempotent producer: ``RecordOps.append_records`` (the Kafka
+  front-end's one append, cluster/broker/records.py) given a
+  ``ProducerBatch`` (producer id, epoch, base sequence) asks
+  ``_sequence_check`` for Kafka's verdict (``ProducerStateManager`` /
+  ``ProducerAppendInfo``): a batch whose epoch and sequence range match one
+  of the producer's last 5 batches is a duplicate (its original offsets are
+  answered, nothing is written, the answer waits for the original's
+  durability); a lower epoch is fenced; a new epoch must start at sequence
+  0; in the same epoch the sequence must follow the last batch's (wrapping
+  at 2^31); a producer the partition does not know (never seen, or expired)
+  may start anywhere. Refusals raise ``ProducerRefused`` (OUT_OF_ORDER:
+  Kafka's OUT_OF_ORDER_SEQUENCE_NUMBER; FENCED: INVALID_PRODUCER_EPOCH). An
+  accepted batch is appended as ONE log batch carrying its producer record.
+- the producer ids InitProducerId hands out (``new_producer_id``,
+  ``ProducerIds``): never the same twice in a cluster, across restarts
+  (see ``ProducerIds``).
 - XCFGSET (``configure_idempotence``) and XINFO STREAM's idempotence fields
   (``idempotence_of``).
 
@@ -35,13 +43,16 @@ Must not know: sockets, RESP or Kafka bytes, error texts.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from pathlib import Path
+from typing import Any, Callable, NamedTuple, Sequence
 
-from cluster.topics import UNKNOWN_TOPIC, TopicError, partition_key
+from cluster.topics import partition_key
 from storage.producers import (
     idmp_auto_token,
     idmp_producer,
     idmp_token,
+    read_reserved_producer_ids,
+    reserve_producer_ids,
     sequence_producer,
     sequence_token,
     token_sequence,
@@ -49,13 +60,19 @@ from storage.producers import (
 from storage.records import KIND_IDEMPOTENT_ID, KIND_SEQUENCE, ProducerRecord
 from storage.streams.ids import StreamId
 
-# What ``produce`` answers.
+# Kafka's verdicts on an idempotent producer's batch (``check_sequence``).
 ACCEPTED = "accepted"
 DUPLICATE = "duplicate"
 OUT_OF_ORDER = "out-of-order"  # Kafka's OUT_OF_ORDER_SEQUENCE_NUMBER
 FENCED = "fenced"  # Kafka's INVALID_PRODUCER_EPOCH
 
 _SEQ_MAX = 2**31 - 1
+
+# Producer ids: ``node << PRODUCER_ID_NODE_SHIFT | n`` (``ProducerIds``).
+PRODUCER_ID_NODE_SHIFT = 43  # n: 2^43 ms is 278 years of the clock floor
+PRODUCER_ID_NODE_MASK = (1 << 20) - 1  # node ids below 2^20 never share a producer id
+PRODUCER_ID_BLOCK = 1000  # ids reserved on disk at a time
+PRODUCER_ID_CLOCK_ORIGIN_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z
 
 
 class Idempotence:
@@ -70,17 +87,29 @@ class Idempotence:
         self.idempotent_id = idempotent_id
 
 
-@dataclass(frozen=True, slots=True)
-class Produced:
-    """``produce``'s answer: ``outcome``, and for ACCEPTED where the batch
-    went (DUPLICATE: where the original went): its first and last offsets,
-    the first entry's ID and the append time (Kafka's LogAppendTime)."""
+class ProducerBatch(NamedTuple):
+    """A Kafka idempotent producer's batch: from ``producer_id`` at
+    ``epoch``, its first record with sequence ``base_sequence``."""
 
-    outcome: str
-    base_offset: int = -1
-    last_offset: int = -1
-    first_id: StreamId | None = None
-    timestamp_ms: int = -1
+    producer_id: int
+    epoch: int
+    base_sequence: int
+
+
+class ProducerRefused(Exception):
+    """An idempotent producer's batch refused (nothing written): ``outcome``
+    is OUT_OF_ORDER or FENCED; the text says what the partition expected."""
+
+    def __init__(self, outcome: str, batch: ProducerBatch, pkey: bytes, known: Any) -> None:
+        where = pkey.decode("utf-8", "replace")
+        if outcome == FENCED:
+            text = (f"producer {batch.producer_id} at epoch {batch.epoch} is fenced on partition {where}: "
+                    f"its epoch is {known.epoch}")
+        else:
+            text = (f"out of order sequence number {batch.base_sequence} for producer {batch.producer_id} at "
+                    f"epoch {batch.epoch} on partition {where}: {expected_sequence(known, batch.epoch)} expected")
+        super().__init__(text)
+        self.outcome = outcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +134,15 @@ def last_sequence(base: int, count: int) -> int:
     return (base + count - 1) % (_SEQ_MAX + 1)
 
 
+def expected_sequence(producer: Any, epoch: int) -> int:
+    """The sequence ``producer`` (known to the table) must send next at ``epoch``."""
+    newest = producer.last() if epoch == producer.epoch else None
+    if newest is None:
+        return 0
+    token, appended = newest
+    return next_sequence(last_sequence(token_sequence(token), appended.count))
+
+
 def check_sequence(producer: Any, epoch: int, base_sequence: int, count: int) -> tuple[str, Any]:
     """Kafka's verdict on a batch of ``count`` records from ``base_sequence``
     at ``epoch`` for ``producer`` (the table's ``Producer``, None if
@@ -117,20 +155,58 @@ def check_sequence(producer: Any, epoch: int, base_sequence: int, count: int) ->
         found = producer.window.get(sequence_token(base_sequence))
         if found is not None and found.count == count:
             return DUPLICATE, found
-        newest = producer.last()
-        if newest is not None:
-            token, appended = newest
-            if base_sequence != next_sequence(last_sequence(token_sequence(token), appended.count)):
-                return OUT_OF_ORDER, None
+        if producer.window and base_sequence != expected_sequence(producer, epoch):
+            return OUT_OF_ORDER, None
         return ACCEPTED, None
     # A new epoch starts at sequence 0.
     return (ACCEPTED, None) if base_sequence == 0 else (OUT_OF_ORDER, None)
 
 
+class ProducerIds:
+    """The Kafka producer ids this node hands out (InitProducerId).
+
+    An id is ``node << 43 | n``: ``node`` this node's id (its low 20 bits),
+    so two nodes never hand out the same id without asking each other (no
+    controller round per InitProducerId); ``n`` increases, and is never
+    below the ms since 2024 on the clock. Before handing out an ``n`` the
+    node records on disk (``reserve_producer_ids``, 1000 at a time) that ids
+    up to there may be in use, so a restart continues above every id handed
+    out before, kill -9 included. The clock floor covers the rest: a node
+    whose data directory was lost starts above the ids it handed out
+    before, unless it handed out more than one id a millisecond for its
+    whole life, or its clock went back.
+
+    Why it matters: a partition deduplicates by producer id; an id handed
+    out twice would make a new producer's first batches look like retries
+    of an old one's, and drop them.
+    """
+
+    def __init__(self, path: Path, node_id: int, clock_ms: Callable[[], int]) -> None:
+        self.path = path
+        self.node = node_id & PRODUCER_ID_NODE_MASK
+        self.clock_ms = clock_ms
+        self._next = -1  # -1: the file not read yet
+        self._reserved = 0
+
+    def next(self) -> int:
+        """A producer id never handed out before (raises StorageError when
+        the reservation cannot be recorded: then none is handed out)."""
+        if self._next < 0:
+            self._next = self._reserved = read_reserved_producer_ids(self.path)
+        n = max(self._next, self.clock_ms() - PRODUCER_ID_CLOCK_ORIGIN_MS)
+        if n >= self._reserved:
+            end = n + PRODUCER_ID_BLOCK
+            assert end < 1 << PRODUCER_ID_NODE_SHIFT, "producer ids exhausted"
+            reserve_producer_ids(self.path, end)
+            self._reserved = end
+        self._next = n + 1
+        return self.node << PRODUCER_ID_NODE_SHIFT | n
+
+
 class ProducerOps:
     """The idempotent appends of a ``Session`` (see the module docstring):
-    its ``broker``, ``commit_deferred``, ``wrote_log`` and the replication
-    checks are Session's."""
+    its ``broker``, ``commit_deferred``, ``wrote_log``, ``node_id`` and the
+    replication checks are Session's."""
 
     __slots__ = ()
 
@@ -171,47 +247,33 @@ class ProducerOps:
         self.broker.topics.stats.idempotent_appends += 1
         return new_id, False
 
-    def produce(self, key: bytes, entries: Sequence[Sequence[bytes]], producer_id: int, producer_epoch: int,
-                base_sequence: int) -> Produced:
-        """A Kafka idempotent producer's batch for partition ``key`` (a
-        partition key, or the key of a one-partition topic; it must exist):
-        ``entries`` (each a field/value list) from ``producer_id`` at
-        ``producer_epoch``, the first with sequence ``base_sequence``.
-        Appended as one log batch carrying its producer record, or answered
-        DUPLICATE / OUT_OF_ORDER / FENCED with nothing written (see the module
-        docstring). Raises TopicError for a missing or multi-partition key,
-        the stream's refusals, NotLeaderError / NotEnoughReplicasError."""
-        assert entries and producer_id >= 0 and producer_epoch >= 0 and 0 <= base_sequence <= _SEQ_MAX
-        self.commit_deferred()
-        topics = self.broker.topics
-        if topics.get(key) is None:  # (a topic key of several partitions: TopicError)
-            raise TopicError(UNKNOWN_TOPIC, topic=topics.topic_of(key))
-        stream, pkey = topics.append_target(key, entries[0], create=False)
-        if self.broker.replication is not None:
-            self._before_replicated_append(pkey, stream)
-        state = self._producer_state(stream)
-        producer = sequence_producer(producer_id)
-        outcome, found = check_sequence(state.sequence_producer(producer), producer_epoch, base_sequence,
-                                        len(entries))
+    def _sequence_check(self, stream: Any, pkey: bytes, batch: ProducerBatch,
+                        count: int) -> tuple[ProducerRecord | None, Any]:
+        """Kafka's verdict on ``batch`` (``count`` records) for partition
+        ``pkey`` (its ``stream``): ``(the producer record to append it with,
+        None)`` when it is new; ``(None, where the original went: the
+        table's Appended)`` when it is a retry of one of the producer's last
+        batches. Raises ProducerRefused (nothing may be written)."""
+        assert batch.producer_id >= 0 and batch.epoch >= 0 and 0 <= batch.base_sequence <= _SEQ_MAX
+        producer = sequence_producer(batch.producer_id)
+        known = self._producer_state(stream).sequence_producer(producer)
+        outcome, found = check_sequence(known, batch.epoch, batch.base_sequence, count)
         if outcome == DUPLICATE:
             self.broker.topics.stats.idempotent_duplicates += 1
-            self.wrote_log(stream.log)  # the answer waits for the original's durability
-            return Produced(DUPLICATE, found.offset, found.last_offset, StreamId(*found.first_id),
-                            found.timestamp_ms)
+            return None, found
         if outcome != ACCEPTED:
-            return Produced(outcome)
-        record = ProducerRecord(KIND_SEQUENCE, producer_epoch, 0, len(entries), producer,
-                                sequence_token(base_sequence))
-        ids = stream.add_batch(entries, record)
-        appended = state.sequence_producer(producer).window[record.token]
-        self.wrote_log(stream.log)
-        signal = self.broker.keys.signal
-        signal(key)
-        for other in topics.sibling_keys(key, pkey):
-            signal(other)
-        topics.note_entries_in(len(entries))
-        topics.stats.idempotent_appends += 1
-        return Produced(ACCEPTED, appended.offset, appended.last_offset, ids[0], appended.timestamp_ms)
+            raise ProducerRefused(outcome, batch, pkey, known)
+        return ProducerRecord(KIND_SEQUENCE, batch.epoch, 0, count, producer,
+                              sequence_token(batch.base_sequence)), None
+
+    def new_producer_id(self) -> int:
+        """InitProducerId: a producer id no producer had (``ProducerIds``)."""
+        broker = self.broker
+        ids = broker.producer_ids
+        if ids is None:
+            ids = broker.producer_ids = ProducerIds(broker.topics.log_manager.producer_ids_path,
+                                                    self.node_id(), broker.clock_ms)
+        return ids.next()
 
     def configure_idempotence(self, key: bytes, duration_s: int | None, maxsize: int | None) -> bool:
         """XCFGSET: IDMP-DURATION and / or IDMP-MAXSIZE of ``key`` (of every

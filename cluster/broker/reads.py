@@ -42,6 +42,8 @@ from typing import Any, Sequence
 import trio
 
 from cluster.broker.budget import ReadBudget
+from cluster.errors import TryAgain
+from cluster.runtime.replication import AcksFailed
 from cluster.topics import (
     REPLICATION_FACTOR_FIXED,
     TOPIC_DELETE_NEEDS_TOPIC,
@@ -60,6 +62,10 @@ AFTER_LAST = "$"  # after the stream's last ID when the read starts (XREAD's ``$
 LAST_ENTRY = "+"  # the stream's last entry (XREAD's ``+``)
 
 HASH_MASK = (1 << 63) - 1  # ``scan_keys``'s order: a 63-bit hash of the key
+# A RENAME waiting for the replicas (``ReadOps._rename_when_replicated``)
+# checks again after each wait; writes that keep overtaking it end it after
+# this many.
+RENAME_WAITS_MAX = 20
 
 
 class ReadPlan:
@@ -103,6 +109,12 @@ class StreamInfo:
     def __init__(self, **fields: Any) -> None:
         for name in self.__slots__:
             setattr(self, name, fields.get(name))
+
+
+def _stream_keys(topics: Any, topic: bytes) -> set[bytes]:
+    """Every key a reader may block on for ``topic``: its name and its
+    partitions' keys (``t#0`` of a one-partition topic too)."""
+    return {topic, *(partition_key(topic, n) for n in range(topics.partitions_of(topic)))}
 
 
 def _key_hash(key: bytes) -> int:
@@ -408,22 +420,83 @@ class ReadOps:
         """FLUSHALL: delete every topic and its files."""
         self.delete_keys(list(self.broker.topics.keys()))
 
-    def rename(self, src: bytes, dst: bytes, nx: bool = False) -> bool | None:
+    def rename(self, src: bytes, dst: bytes, nx: bool = False) -> Any:
         """RENAME / RENAMENX: None when ``src`` does not exist; False when
-        nothing is to be done (the same name, or ``nx`` and ``dst``
-        exists). Renaming a topic is refused (TopicError
-        RENAME_UNSUPPORTED: its logs cannot be moved atomically yet)."""
+        nothing is to be done (the same stream, or ``nx`` and ``dst``
+        exists); True once the whole topic of ``src`` (every partition, its
+        groups and config) is ``dst``, a topic ``dst`` there was deleted
+        (``TopicRegistry.rename``: atomic on disk). Readers blocked on
+        either name, and WATCHers, are woken. Refused: a partition of a
+        topic of several, a name ending with ``#<n>`` (TopicError); in a
+        cluster, a topic of several partitions whose partitions and the new
+        name's would not be led here alike (``Replication.rename``).
+
+        In a cluster, writes to ``src`` that the in-sync replicas do not
+        hold yet (acks=all entries, group changes) are replicated first:
+        then the awaitable that waits for them and renames (TryAgain when
+        the session may not wait, inside a transaction, or the replicas
+        cannot acknowledge them; nothing renamed). The receipt of a rename
+        waits until the cluster's metadata has it (``Replication.rename``).
+        """
         self.commit_deferred()
-        broker = self.broker
-        topics = broker.topics
+        target = self._rename_target(src, dst, nx)
+        if target.__class__ is not tuple:
+            return target
+        topic, dst = target
+        replication = self.broker.replication
+        if replication is not None and replication.unreplicated(topic):
+            if not self.may_block:
+                raise TryAgain(f"RENAME of '{topic.decode('utf-8', 'replace')}' waits for writes the in-sync "
+                               "replicas do not have yet; outside a transaction it waits for them")
+            return self._rename_when_replicated(src, dst, nx)
+        self._rename_now(topic, dst)
+        return True
+
+    def _rename_target(self, src: bytes, dst: bytes, nx: bool) -> Any:
+        """``rename``'s answer when nothing is renamed (None, False), else
+        ``(topic, new name)``."""
+        topics = self.broker.topics
         if not topics.exists(src):
             return None
-        if src == dst or (nx and topics.exists(dst)):
+        if src == dst or (topics.exists(dst) and topics.topic_of(dst) == topics.topic_of(src)):
+            return False  # (``t`` and ``t#0`` of a one-partition topic are one stream)
+        topic, dst = topics.rename_target(src, dst)
+        if nx and topics.exists(dst):
             return False
-        topics.rename(src, dst)
-        broker.keys.signal(src)
-        broker.keys.signal(dst)
-        return True
+        return topic, dst
+
+    async def _rename_when_replicated(self, src: bytes, dst: bytes, nx: bool) -> bool | None:
+        replication = self.broker.replication
+        for _ in range(RENAME_WAITS_MAX):
+            self.commit_deferred()  # (other clients' appends meanwhile)
+            target = self._rename_target(src, dst, nx)
+            if target.__class__ is not tuple:
+                return target  # (changed meanwhile)
+            topic, dst = target
+            pending = replication.unreplicated(topic)
+            if not pending:
+                self._rename_now(topic, dst)
+                return True
+            try:
+                await replication.wait_acks(self, pending)
+            except AcksFailed as e:
+                raise TryAgain(f"RENAME of '{topic.decode('utf-8', 'replace')}' waits for in-sync replicas "
+                               f"that cannot acknowledge its writes now ({e}); nothing was renamed") from None
+        raise TryAgain(f"RENAME of '{src.decode('utf-8', 'replace')}' is overtaken by writes the in-sync "
+                       "replicas have not acknowledged yet; nothing was renamed")
+
+    def _rename_now(self, topic: bytes, dst: bytes) -> None:
+        broker = self.broker
+        topics = broker.topics
+        woken = _stream_keys(topics, topic) | _stream_keys(topics, dst)
+        if broker.replication is not None:
+            broker.replication.rename(self, topic, dst)
+        else:
+            topics.rename(topic, dst)
+        woken |= _stream_keys(topics, dst)
+        signal = broker.keys.signal
+        for key in woken:
+            signal(key)
 
     # -- topic administration -------------------------------------------------
 

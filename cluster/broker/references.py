@@ -7,14 +7,16 @@ partition:
 
 - ``KEEPREF`` (the default): entries leave the stream; the pending entries
   lists keep their IDs (XDEL's way: a history read answers ``[id, nil]``).
-- ``DELREF``: entries leave the stream and every group's PEL.
+- ``DELREF``: entries leave the stream and every group's PEL; a ``~``
+  trim removes every entry it reaches, as an exact one, within its LIMIT
+  counted by nodes (Redis 8.6's ``streamTrim`` trims by whole nodes only
+  under KEEPREF; ``_exact_within_limit``).
 - ``ACKED``: an entry leaves only when no group still needs it: none has
   it pending, and none can still deliver it (its ID is not above any
   group's last-delivered-id). A trim skips the entries it must keep and
-  removes the deletable ones after them (exact trims); ``~`` removes whole
-  nodes of ``stream-node-max-entries`` entries up to the one holding the
-  first entry it must keep, as Redis stops at the first radix node it
-  cannot drop whole.
+  removes the deletable ones after them; ``~`` does too (Redis 8.6 stops
+  at the first radix node it cannot drop whole only under KEEPREF), with
+  its LIMIT counted by nodes of ``stream-node-max-entries`` entries.
 
 Durability and replication: deletion markers are written first, then the
 group journal records (acks, references dropped), each noted for the
@@ -36,6 +38,7 @@ from typing import Any, Callable, Sequence
 
 from storage.streams.groups import ZERO_ID, GroupStore, groups_of
 from storage.streams.ids import StreamId
+from storage.streams.stream import DEFAULT_NODE_ENTRIES
 
 StreamIdT = tuple[int, int]
 
@@ -62,6 +65,42 @@ def _live_offset(stream: Any, sid: StreamIdT) -> int | None:
     if not start <= offset < end or tuple(log.entry_id(offset)) != tuple(sid) or log.is_deleted(offset):
         return None
     return offset
+
+
+def _node_size(trim: Any) -> int:
+    """Entries (offsets) per node of ``trim``'s ``~`` (Redis's default when unset)."""
+    return trim.node_entries if trim.node_entries > 0 else DEFAULT_NODE_ENTRIES
+
+
+def _exact_within_limit(stream: Any, trim: Any) -> Any:
+    """The exact trim Redis 8.6's ``streamTrim`` makes of a ``~`` one whose
+    policy is not KEEPREF and which may remove every entry it reaches: it
+    goes entry by entry past a node it cannot drop whole, and its LIMIT
+    counts by nodes (of ``node_entries`` offsets, as ``Stream``'s ``~``
+    trims count them): it stops before the first node whose live entries
+    would take it past the limit."""
+    exact = trim.__class__(trim.strategy, False, maxlen=trim.maxlen, minid=trim.minid,
+                           node_entries=trim.node_entries, policy=trim.policy)
+    if not trim.limit:
+        return exact
+    log = stream.log
+    size = _node_size(trim)
+    reach, end, removed = log.log_start_offset, log.log_end_offset, 0
+    while reach < end:
+        node_end = min((reach // size + 1) * size, end)
+        live = stream.live_between(reach, node_end)
+        if removed + live > trim.limit:
+            break
+        removed += live
+        reach = node_end
+    if reach >= end:
+        return exact
+    # Never past offset ``reach``.
+    if trim.strategy == "MAXLEN":
+        exact.maxlen = max(trim.maxlen, stream.live_between(reach, end))
+    else:
+        exact.minid = min(tuple(trim.minid), tuple(log.entry_id(reach)))
+    return exact
 
 
 class _References:
@@ -203,11 +242,14 @@ class ReferenceOps:
         if trim.policy == KEEPREF:
             return trim.apply(stream)
         store = groups_of(stream)
+        if trim.policy == ACKED and store.groups:
+            return self._trim_acked(stream, store, trim)
+        # DELREF, or ACKED with no group to mind: every entry the trim reaches goes.
+        if trim.approx:
+            trim = _exact_within_limit(stream, trim)
         if not store.groups:
             return trim.apply(stream)
-        if trim.policy == DELREF:
-            return self._trim_dropping_references(key, stream, store, trim)
-        return self._trim_acked(stream, store, trim)
+        return self._trim_dropping_references(key, stream, store, trim)
 
     def _trim_dropping_references(self, key: bytes, stream: Any, store: GroupStore, trim: Any) -> int:
         """DELREF: the PEL references of the entries the trim removes go
@@ -252,9 +294,13 @@ class ReferenceOps:
     def _trim_acked(self, stream: Any, store: GroupStore, trim: Any) -> int:
         """ACKED: the trim removes only entries no group needs. The ones
         before the first needed entry go as a plain trim (the log start
-        moves); an exact trim then deletes the deletable entries after it,
-        oldest first, until the trim's target is met (markers that, as a
-        trim's, leave max-deleted-entry-id alone)."""
+        moves; ``~``: by whole nodes); the trim then deletes the deletable
+        entries after them, oldest first, until its target is met (markers
+        that, as a trim's, leave max-deleted-entry-id alone). A ``~`` trim
+        does so too, as Redis 8.6's ``streamTrim`` goes on entry by entry
+        past a node it cannot drop whole unless the policy is KEEPREF; its
+        LIMIT counts by nodes, as there: it stops before the first node
+        whose live entries would take it past the limit."""
         refs = _References(store)
         cut = refs.first_needed_offset(stream)
         if cut is None:
@@ -268,25 +314,32 @@ class ReferenceOps:
                                 minid=min(tuple(trim.minid), tuple(log.entry_id(cut))), limit=trim.limit,
                                 node_entries=trim.node_entries)
         removed = prefix.apply(stream)
-        if trim.approx:
-            return removed
+        node_size = _node_size(trim)
+        limit = trim.limit if trim.approx else 0
+        node = -1  # the node (offsets [node * node_size, (node + 1) * node_size)) the walk is in
         doomed: list[StreamIdT] = []
         # MAXLEN: this many more; MINID: every deletable one below the threshold.
         wanted = stream.length - trim.maxlen if trim.strategy == "MAXLEN" else None
         # Past the lowest last-delivered-id every entry is needed.
         stop = refs.min_last_id if wanted is not None else min(refs.min_last_id, tuple(trim.minid))
         inclusive = wanted is not None or tuple(trim.minid) > refs.min_last_id  # MINID keeps its threshold
-        pos, end = max(cut, log.log_start_offset), log.log_end_offset
+        pos, end = log.log_start_offset, log.log_end_offset
         walking = wanted is None or wanted > 0
         while walking and pos < end:
             batch = log.read(pos, end, max_count=_WALK_BATCH, with_ids=True)
             if not batch.count:
                 break
-            for _, ms, seq in batch.entries:
+            for offset, ms, seq in batch.entries:
                 sid = (ms, seq)
                 if sid > stop or (sid == stop and not inclusive):
                     walking = False
                     break
+                if limit and offset // node_size != node:
+                    node = offset // node_size
+                    node_live = stream.live_between(offset, min((node + 1) * node_size, end))
+                    if removed + len(doomed) + node_live > limit:
+                        walking = False
+                        break
                 if refs.needed(sid):
                     continue
                 doomed.append(sid)

@@ -4,11 +4,13 @@ Owns: every operation a front-end asks of the broker on behalf of one client
 (one ``Session`` per connection), and the receipt those operations collect:
 the fsync-always group-commit sequence the writes need (``flush_seq``) and,
 in a cluster, the acks=all writes whose replies wait for the in-sync replicas
-(``repl_pending``: partition key -> stream, or ``("groups", topic, n)`` ->
-group store). A front-end never notes a write itself: it calls an operation,
-shapes the reply, and before it sends the replies produced so far takes the
-receipt (``take_receipt``) and waits for it (``Durability.when_durable`` /
-``wait_for_flush``, ``Replication.when_acked`` / ``wait_acks``). Once it is
+(``repl_pending``: partition key -> stream, ``("groups", topic, n)`` ->
+group store, or ``("topics", record)`` -> a RENAME's topic record that the
+controller must commit). A front-end never notes a write itself: it calls
+an operation, shapes the reply, and before it sends the replies produced so
+far takes the receipt (``take_receipt``) and waits for it
+(``Durability.when_durable`` / ``wait_for_flush``, ``Replication.when_acked``
+/ ``wait_acks``). Once it is
 settled every write it covers is durable by its topic's fsync policy and, on
 acks=all topics, on the in-sync replicas.
 
@@ -26,12 +28,17 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from cluster.broker.groups import GroupOps
+from cluster.broker.memory import MemoryOps
 from cluster.broker.producers import ProducerOps
 from cluster.broker.reads import ReadOps
+from cluster.broker.records import RecordOps
 from cluster.broker.references import KEEPREF, REF_POLICIES, ReferenceOps
-from cluster.errors import Moved
+from cluster.errors import Moved, TryAgain
 from cluster.peer.messages import AppendRequest
 from cluster.replica_manager import NotEnoughReplicasError, NotLeaderError
+from cluster.runtime.replication import AcksFailed
+from cluster.topics import TopicError, partition_key, split_partition_key
+from storage.errors import BeyondHighWatermarkError
 from storage.streams.ids import StreamId
 
 # An entry with more field/value bytes than this is appended at once, and a
@@ -39,6 +46,15 @@ from storage.streams.ids import StreamId
 # bounded, and so does a log batch (a read of a few entries preads whole
 # batches; 32 KiB costs little, 1000 entries of 150 B would cost 150 KiB).
 DEFER_MAX_BYTES = 32 * 1024
+
+# A trim waiting for the replicas (``Session._trim_or_wait``) tries again
+# after each wait; appends that keep overtaking it end it after this many.
+TRIM_WAITS_MAX = 20
+
+
+def _topic_and_partition(key: bytes) -> tuple[bytes, int]:
+    topic, n = split_partition_key(key)
+    return topic, n or 0
 
 
 class EntryTooLargeError(Exception):
@@ -117,7 +133,7 @@ class Receipt:
         self.repl_pending = repl_pending
 
 
-class Session(GroupOps, ReadOps, ReferenceOps, ProducerOps):
+class Session(GroupOps, ReadOps, ReferenceOps, ProducerOps, RecordOps, MemoryOps):
     """One client's handle on a ``Broker`` (``Broker.session()``)."""
 
     __slots__ = ("broker", "client_id", "flush_seq", "repl_pending", "repl_writes", "may_defer", "may_block",
@@ -152,6 +168,26 @@ class Session(GroupOps, ReadOps, ReferenceOps, ProducerOps):
         self.flush_seq = 0
         self.repl_pending = None
         return Receipt(seq, pending)
+
+    def awaits_own_writes(self, keys: Sequence[bytes]) -> bool:
+        """Whether an acks=all append of this session that its receipt does
+        not cover yet (taken and settled) went to the topic of one of
+        ``keys``: a command on them must run after that receipt settles to
+        read what the client wrote (reads stop at the high watermark, which
+        such an append has not passed). Group journal writes do not count:
+        group state is read from memory, as written."""
+        pending = self.repl_pending
+        if not pending:
+            return False
+        topics = self.broker.topics
+        written = {topics.topic_of(pkey) for pkey in pending if pkey.__class__ is bytes}
+        for key in keys:
+            try:
+                if topics.topic_of(key) in written:
+                    return True
+            except TopicError:
+                continue  # a malformed partition key: its command refuses it
+        return False
 
     def failure(self, token: tuple[Any, int]) -> BaseException | None:
         """Why a deferred append (its ``deferred`` token) was not written, or
@@ -264,14 +300,15 @@ class Session(GroupOps, ReadOps, ReferenceOps, ProducerOps):
             new_id = stream.add(fields, ms_given=plan.id_ms)
         else:
             new_id = stream.add(fields, id_given=StreamId(plan.id_ms, plan.id_seq))
-        if plan.trim is not None:
-            self.apply_trim(key, stream, plan.trim)
+        trimmed = self._trim_or_wait(key, pkey, stream, plan.trim) if plan.trim is not None else 0
         self.wrote_log(stream.log)
         signal = broker.keys.signal
         signal(key)
         for other in siblings:
             signal(other)
         topics.note_entries_in(1)
+        if trimmed.__class__ is not int:  # the trim waits for the replicas: so does the reply
+            return self._then(trimmed, new_id)
         return new_id
 
     async def _forward(self, plan: XAddPlan, pkey: bytes, leader: int) -> bytes | StreamId:
@@ -285,9 +322,10 @@ class Session(GroupOps, ReadOps, ReferenceOps, ProducerOps):
         if new_id is not None:
             return new_id
         try:
-            return self._append_to(plan, pkey, plan.fields, False)
+            new_id = self._append_to(plan, pkey, plan.fields, False)
         except Moved as e:  # this node's view is behind: the client retries
             raise forwarder.moving_here(pkey, e) from None
+        return new_id if new_id.__class__ is StreamId else await new_id
 
     def append_run(self, key: bytes, scan: Any) -> tuple | None:
         """Many ``XADD key * field value ...`` of one key at once, parsed by a
@@ -358,17 +396,67 @@ class Session(GroupOps, ReadOps, ReferenceOps, ProducerOps):
                 pending = self.repl_pending = {}
             pending[pkey] = stream
 
-    def trim(self, key: bytes, trim: Trim) -> int:
+    def trim(self, key: bytes, trim: Trim) -> Any:
         """XTRIM: entries removed (0 when the key does not exist), with the
-        trim's reference policy (``apply_trim``)."""
+        trim's reference policy (``apply_trim``); in a cluster, when the
+        trim must wait for the replicas (``_trim_or_wait``), the awaitable
+        of that number."""
         self.commit_deferred()
         stream = self.broker.topics.get(key)
         if stream is None:
             return 0
-        removed = self.apply_trim(key, stream, trim)
-        if removed:
+        removed = self._trim_or_wait(key, partition_key(*_topic_and_partition(key)), stream, trim)
+        if removed.__class__ is int and removed:
             self._wrote_stream(key, stream)
         return removed
+
+    # -- a trim never passes the high watermark ------------------------------
+
+    def _trim_or_wait(self, key: bytes, pkey: bytes, stream: Any, trim: Trim) -> Any:
+        """``apply_trim`` now: the entries removed. On a replicated
+        partition the log start may not pass the high watermark (entries
+        the in-sync replicas may not hold yet: storage refuses, nothing
+        changed), so a trim that would (exact ones after writes not yet
+        acknowledged, ``MAXLEN 0`` of an XADD's own entry) returns the
+        awaitable that waits until the high watermark reaches the end,
+        trims and notes the write. Raises TryAgain when the session may not
+        wait (inside a transaction)."""
+        try:
+            return self.apply_trim(key, stream, trim)
+        except BeyondHighWatermarkError:
+            replication = self.broker.replication
+            if replication is None:
+                raise  # (a single node's high watermark is its end: never)
+            if not self.may_block:
+                raise TryAgain(f"the trim of {key.decode('utf-8', 'replace')} would remove entries the "
+                               "in-sync replicas do not have yet; outside a transaction it waits for them") from None
+            return self._trim_when_replicated(key, pkey, stream, trim)
+
+    async def _trim_when_replicated(self, key: bytes, pkey: bytes, stream: Any, trim: Trim) -> int:
+        replication = self.broker.replication
+        for _ in range(TRIM_WAITS_MAX):
+            try:
+                await replication.wait_acks(self, {pkey: stream})
+            except AcksFailed as e:
+                raise TryAgain(f"the trim of {key.decode('utf-8', 'replace')} waits for in-sync replicas "
+                               f"that cannot acknowledge it now ({e}); nothing was trimmed") from None
+            if self.broker.topics.cached_stream(*_topic_and_partition(pkey)) is not stream:
+                return 0  # deleted (or renamed) meanwhile
+            try:
+                removed = self.apply_trim(key, stream, trim)
+            except BeyondHighWatermarkError:
+                continue  # appends came meanwhile: wait for them too
+            if removed:
+                self._wrote_stream(key, stream)
+            return removed
+        raise TryAgain(f"the trim of {key.decode('utf-8', 'replace')} is overtaken by appends the in-sync "
+                       "replicas have not acknowledged yet; nothing was trimmed")
+
+    @staticmethod
+    async def _then(waiting: Any, value: Any) -> Any:
+        """``value`` once ``waiting`` (the awaitable of a trim) is done."""
+        await waiting
+        return value
 
     def delete(self, key: bytes, ids: list) -> int:
         """XDEL: entries deleted (deletion markers; log bytes are never

@@ -27,12 +27,23 @@ from cluster.runtime.controller_driver import NotReady
 from cluster.peer.messages import (Ack, AppendRequest, AppendResponse, BeatRequest, BeatResponse, EpochRequest,
                                    FetchRequest, FetchResponse, JoinRequest, MoveRequest,
                                    PauseRequest, PauseResponse, ProposeRequest, RaftRequest, Request, Response)
+from cluster.topics import partition_key
 
 TOPICS_CHANGED = b"\x00partita:topics"  # signalled when a topic is created, altered or deleted here
+_GROUPS_CHANGED = b"\x00partita:groups:"  # + a partition key: its group journal grew here
 FETCH_WAIT_MAX_MS = 60000
 
 # What a request that does not make sense raises inside the layers it reaches.
 _MALFORMED = (ValueError, IndexError, KeyError, TypeError)
+
+
+def groups_changed(topic: bytes, n: int) -> bytes:
+    """The internal key signalled when partition ``n`` of ``topic``'s group
+    journal grows on its leader: a follower's held fetch wakes to carry the
+    new records (an acks=all group write's reply waits for them). Not the
+    stream's own key: its blocked readers and WATCHers do not hear group
+    writes (a client that used this name would only see spurious wake-ups)."""
+    return _GROUPS_CHANGED + partition_key(topic, n)
 
 
 class PeerService:
@@ -90,7 +101,8 @@ class PeerService:
         deadline = trio.current_time() + min(request.max_wait_ms, FETCH_WAIT_MAX_MS) / 1000
         keys = [TOPICS_CHANGED]  # a new topic: discovered at once
         for part in request.partitions:
-            keys += [part.topic, part.topic + b"#%d" % part.n]
+            pkey = partition_key(part.topic, part.n)
+            keys += [part.topic, pkey, _GROUPS_CHANGED + pkey]
         while True:
             try:
                 response, news = self.manager.serve_fetch(request)

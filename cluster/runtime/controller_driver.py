@@ -244,7 +244,7 @@ class Controller:
         for topic in list(topics.topics()):
             shards = {m.shard_of(topic, n) for n in range(topics.partitions_of(topic))}
             if left in shards and all(self.my_id not in self.placement.replicas(s) for s in shards):
-                log.info("topic %r is no longer replicated here: deleting this copy", topic)
+                log.info("topic '%s' is no longer replicated here: deleting this copy", topic.decode("utf-8", "replace"))
                 topics.adopt_deletion(topic, topics.topic_id(topic) or "")
 
     def _effects(self, changes: list[tuple[str, int]]) -> None:
@@ -286,7 +286,7 @@ class Controller:
         except (ValueError, OSError, StorageError) as e:
             # Not raised: the records after it must still apply. A follower
             # takes the topic again from its leader's fetch replies.
-            log.warning("applying topic %r from the metadata log failed: %s", name, e)
+            log.warning("applying topic '%s' from the metadata log failed: %s", name.decode("utf-8", "replace"), e)
             return
         host = self.repl.host
         if host is not None:

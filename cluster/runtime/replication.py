@@ -34,11 +34,11 @@ from typing import Any, Callable, Protocol
 import trio
 
 from cluster.controller.metadata import Metadata
-from cluster.errors import ClusterDown, ClusterError, Moved, NotEnoughReplicas, Paused, Refused, TryAgain
+from cluster.errors import ClusterDown, ClusterError, CrossSlot, Moved, NotEnoughReplicas, Paused, Refused, TryAgain
 from cluster.nodes import ClusterState, Node, Placement, parse_cluster_nodes
 from cluster.peer.link import Links, PeerLink
 from cluster.peer.messages import PauseRequest, PauseResponse
-from cluster.peer.service import TOPICS_CHANGED, PeerService
+from cluster.peer.service import TOPICS_CHANGED, PeerService, groups_changed
 from cluster.replica_manager import ReplicaManager, Settings
 from cluster.runtime.controller_driver import Controller, NotReady
 from cluster.runtime.forwarding import Forwarder
@@ -48,6 +48,10 @@ log = logging.getLogger("partita.replication")
 TICK_S = 0.1
 FAILOVER_TIMEOUT_S = 10.0
 PAUSE_MS = 15000
+# Commands whose keys must hash to one slot, as Redis Cluster requires of
+# every multi-key command (-CROSSSLOT): they change their keys together, on
+# one node. Others run when every key is led here.
+ONE_SLOT = frozenset({"rename", "renamenx"})
 
 
 class FailoverError(Exception):
@@ -172,6 +176,8 @@ class Replication:
         if indexes and manager.placement.shard_count == 0:
             return ClusterDown("this node is joining the cluster and holds no slots yet")
         topics = self.topics
+        if spec.name in ONE_SLOT and len({manager.key_shard(argv[i])[0] for i in indexes}) > 1:
+            return CrossSlot()
         admin = spec.name.startswith("topic|")  # TOPIC ... runs where the topic name's slot is led
         for i in indexes:
             key = argv[i]
@@ -215,6 +221,65 @@ class Replication:
             f"nodes ({', '.join(away[:4])}{', ...' if len(away) > 4 else ''}): "
             "in a cluster, use partition keys ('<topic>#<n>')")
 
+    def unreplicated(self, topic: bytes) -> dict:
+        """The acks=all writes to ``topic`` (led here) that the in-sync
+        replicas do not hold yet, as a receipt's ``repl_pending`` lists
+        them (``wait_acks``): entries above a partition's high watermark,
+        group journal records not applied by every in-sync follower. A
+        RENAME waits for them first: once the topic has its new name a
+        wait under the old one would end unreplicated (``_written_away``)."""
+        manager = self.manager
+        pending: dict = {}
+        if not manager.acks_all(topic):
+            return pending
+        for n in range(self.topics.partitions_of(topic)):
+            ls = manager.leader_state(topic, n)
+            if ls is None:
+                continue  # (led elsewhere: ``route`` and ``rename`` refuse)
+            stream = self.topics.stream_of(topic, n)
+            if stream.log.high_watermark < stream.log.log_end_offset:
+                pending[partition_key(topic, n)] = stream
+            store = stream.__dict__.get("group_store")
+            if store is not None and not ls.groups_replicated(store.journal_position()):
+                pending[("groups", topic, n)] = store
+        return pending
+
+    def rename(self, client: Any, topic: bytes, dst: bytes) -> None:
+        """RENAME of ``topic`` (led here: ``route`` saw to it) to ``dst`` (the
+        same slot: ``route`` again), once its writes are replicated
+        (``unreplicated``). The high watermarks are saved first, so the
+        renamed partitions start where these stand (read from the checkpoint
+        when they open again). The followers rename their copies when the
+        change reaches them (``TopicRegistry.adopt_topic``, by topic ID);
+        on an acks=all topic the client's receipt waits until the
+        controller committed it (``wait_acks``), so a leader that dies
+        after the reply leaves the new name to the one that takes over.
+
+        Raises ClusterError for a topic of several partitions one of whose
+        new keys ``dst#n`` would be in another slot range than
+        ``topic#n`` (its data would have to move to other replicas).
+        """
+        manager = self.manager
+        count = self.topics.partitions_of(topic)
+        for n in range(1, count):
+            if manager.shard_of(topic, n) != manager.shard_of(dst, n):
+                raise ClusterError(
+                    f"RENAME of topic '{topic.decode('utf-8', 'replace')}' ({count} partitions): "
+                    f"'{partition_key(topic, n).decode('utf-8', 'replace')}' and "
+                    f"'{partition_key(dst, n).decode('utf-8', 'replace')}' are in different slot ranges; "
+                    "in a cluster a topic of several partitions is renamed only when each partition keeps "
+                    "its slot range (names with one hash tag do: '{t}a' to '{t}b')")
+        acks_all = manager.acks_all(topic)
+        manager.save_hw_checkpoints()
+        first = len(self._topic_news)
+        self.topics.rename(topic, dst)
+        if acks_all:
+            pending = client.repl_pending
+            if pending is None:
+                pending = client.repl_pending = {}
+            for record in self._topic_news[first:]:  # (queued by ``broadcast_topic`` just now)
+                pending[("topics", record)] = record
+
     def _leads_key(self, key: bytes) -> bool:
         if self.manager.placement.shard_count == 0:
             return False
@@ -256,20 +321,51 @@ class Replication:
         writes[pkey] = stream
         return cached[2]
 
-    async def wait_acks(self, client: Any, pending: dict) -> None:
+    def ack_marks(self, pending: dict) -> dict:
+        """What an acks=all wait for ``pending`` must see, taken right after
+        its writes: each partition's end offset and the leader epoch it was
+        written at (-1: not led here). A wait that starts later (a Kafka
+        response queued behind others) takes these, not the log as it is
+        then: by then this node may have lost the partition, truncated the
+        writes away and copied the new leader's log past their end."""
+        marks = {}
+        for pkey, stream in pending.items():
+            if type(pkey) is not tuple:
+                topic, n = split_partition_key(pkey)
+                ls = self.manager.leader_state(topic, n or 0)
+                marks[pkey] = (stream.log.log_end_offset, ls.epoch if ls is not None else -1)
+        return marks
+
+    async def wait_acks(self, client: Any, pending: dict, marks: dict | None = None) -> None:
         """Wait until every partition in ``pending`` (``partition key ->
         stream`` of the batch's acks=all writes) has its high watermark at its
-        end offset as of now, and every in-sync replica has applied the group
-        journal of each ``("groups", topic, n) -> group store`` as of now.
+        end offset as of now (``marks``: as of ``ack_marks`` then), this node
+        leading it still at the epoch it was written at, every in-sync
+        replica has applied the group journal of each ``("groups", topic,
+        n) -> group store`` as of now, and the controller has committed each
+        ``("topics", record) -> record`` (a RENAME's topic changes,
+        ``rename``).
 
-        Raises AcksFailed when the ISR fell below min-insync-replicas or this
-        node stopped leading the partition before that happened.
+        Raises AcksFailed when the ISR fell below min-insync-replicas before
+        that happened, or this node stopped leading the partition (or leads
+        it at another epoch: the high watermark is then another leader's log,
+        which the writes may not be in), or lost contact with the controller
+        before it committed a topic record.
         """
-        groups = [(key, store, store.journal_position()) for key, store in pending.items() if type(key) is tuple]
-        targets = [(pkey, stream, stream.log.log_end_offset) for pkey, stream in pending.items()
-                   if type(pkey) is not tuple]
-        for pkey, stream, end in targets:
-            while stream.log.high_watermark < end:
+        groups = [(key, store, store.journal_position()) for key, store in pending.items()
+                  if type(key) is tuple and key[0] == "groups"]
+        records = [record for key, record in pending.items() if type(key) is tuple and key[0] == "topics"]
+        if marks is None:
+            marks = self.ack_marks(pending)
+        targets = [(pkey, stream, *marks[pkey]) for pkey, stream in pending.items() if type(pkey) is not tuple]
+        for pkey, stream, end, epoch in targets:
+            while not self._written_away(pkey, stream):
+                topic, n = split_partition_key(pkey)
+                ls = self.manager.leader_state(topic, n or 0)
+                if ls is None or ls.epoch != epoch:
+                    raise AcksFailed(f"{pkey!r}: this node no longer leads it as when it was written")
+                if stream.log.high_watermark >= end:
+                    break
                 refused = self._acks_refused(pkey)
                 if refused is not None:
                     raise refused
@@ -296,6 +392,8 @@ class Replication:
 
         for (_, topic, n), _store, target in groups:
             await self._wait_groups(topic, n, target)
+        if records:
+            await self._wait_committed(records)
 
     def when_acked(self, client: Any, pending: dict, callback: Any) -> None:
         """``wait_acks`` without awaiting: ``callback(None)`` once it would
@@ -305,13 +403,13 @@ class Replication:
         and the leadership as ``wait_acks`` does, and must not block (a
         connection hands its held replies over this way and goes back to
         reading, so a fetch round does not wake every writer)."""
-        if any(type(key) is tuple for key in pending):  # group journals: the awaiting path
+        if any(type(key) is tuple for key in pending):  # group journals, topic records: the awaiting path
             trio.lowlevel.spawn_system_task(self._acked_then, client, pending, callback)
             return
         waiting = []
         for pkey, stream in pending.items():
             end = stream.log.log_end_offset
-            if stream.log.high_watermark < end:
+            if stream.log.high_watermark < end and not self._written_away(pkey, stream):
                 refused = self._acks_refused(pkey)
                 if refused is not None:
                     callback(refused)
@@ -338,6 +436,17 @@ class Replication:
         else:
             callback(None)
 
+    def _written_away(self, pkey: bytes, stream: Any = None) -> bool:
+        """The partition an acks=all write went to is no longer there as it
+        was written (its topic deleted or renamed since; ``stream``: the
+        one written, else any): nothing of it is left to replicate under
+        that name, and the command that removed it came after the write, so
+        the write's wait is over (it must not fail: the writer would lose
+        its connection for a key that a later command removed)."""
+        topic, n = split_partition_key(pkey)
+        current = self.topics.cached_stream(topic, n or 0)
+        return current is None or (stream is not None and current is not stream)
+
     def _acks_refused(self, pkey: bytes) -> "AcksFailed | None":
         """Why an acks=all write to ``pkey`` can no longer be acknowledged, or None."""
         topic, n = split_partition_key(pkey)
@@ -357,6 +466,11 @@ class Replication:
             handed = [w for _, w in waiters if type(w) is _AcksWaiter and not w.done]
             if not handed:
                 continue
+            if self._written_away(pkey):
+                for waiter in handed:
+                    waiter.set()  # (this partition's part of its wait is over)
+                del self._ack_waiters[pkey]
+                continue
             refused = self._acks_refused(pkey)
             if refused is None:
                 continue
@@ -369,13 +483,18 @@ class Replication:
                 del self._ack_waiters[pkey]
 
     def note_group_write(self, ctx: Any, store: Any) -> None:
-        """A command changed a consumer group of a partition led here: on an
-        acks=all topic its reply waits until every in-sync replica has
+        """A command changed a consumer group of a partition led here: the
+        followers' held fetches wake to carry the journal's new records; on
+        an acks=all topic its reply waits until every in-sync replica has
         applied the group journal this far (``wait_acks``), so an
         acknowledged XACK, XCLAIM or XGROUP survives a leader change as an
         acknowledged XADD does."""
         found = self.manager.partition_at(store.directory)
-        if found is None or not self.manager.acks_all(found[0]) or self.manager.leader_state(*found) is None:
+        if found is None or self.manager.leader_state(*found) is None:
+            return
+        if self.host is not None:  # now, not after replica-fetch-wait-max-ms
+            self.host.signal_key_modified(groups_changed(*found))
+        if not self.manager.acks_all(found[0]):
             return
         pending = ctx.repl_pending
         if pending is None:
@@ -385,6 +504,8 @@ class Replication:
     async def _wait_groups(self, topic: bytes, n: int, target: tuple[int, int]) -> None:
         name = self.manager.canonical_key(topic, n)
         while True:
+            if self.topics.cached_stream(topic, n) is None:
+                return  # the partition was deleted (or renamed) since: nothing left to replicate
             ls = self.manager.leader_state(topic, n)
             if ls is None:
                 raise AcksFailed(f"{name!r}: this node no longer leads it")
@@ -394,6 +515,20 @@ class Replication:
                 raise AcksFailed(f"{name!r}: {len(ls.isr)} in-sync replica(s), min-insync-replicas {ls.min_insync}")
             with trio.move_on_after(TICK_S):
                 await self._group_progress.wait()
+
+    async def _wait_committed(self, records: list[bytes]) -> None:
+        """Until the controller has committed (and this node applied) every
+        topic record of ``records`` (``broadcast_topic``'s, of a RENAME).
+        Raises AcksFailed once this node has lost contact with the
+        controller (its lease lapsed): the change is proposed again, and
+        reaches the others, when it is back."""
+        controller = self.controller
+        while not all(controller.has_applied(record) for record in records):
+            if not controller.lease_ok():
+                raise AcksFailed("this node lost contact with the cluster controller before the "
+                                 "topic change was committed")
+            with trio.move_on_after(TICK_S):
+                await controller.applied_event().wait()
 
     def _on_group_progress(self) -> None:
         event, self._group_progress = self._group_progress, trio.Event()

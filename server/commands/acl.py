@@ -15,7 +15,7 @@ import os
 from server.acl import CATEGORIES, AclError, category_members, denial
 from server.args import parse_int
 from server.errors import err
-from server.registry import command, container
+from server.registry import command, container, redact_from
 from server.reply import OK, Map, Set, Simple
 
 _ADMIN = ("@admin", "@slow", "@dangerous")
@@ -48,7 +48,7 @@ def _after_change(ctx) -> None:
 
 @command("acl|setuser", arity=-3, flags=_FLAGS, group="server", since="6.0.0", acl_categories=_ADMIN,
          summary="Creates and modifies an ACL user and its rules.",
-         syntax="ACL SETUSER username [rule [rule ...]]")
+         syntax="ACL SETUSER username [rule [rule ...]]", redact=redact_from(2))
 def acl_setuser(ctx, argv):
     """ACL SETUSER username [rule [rule ...]]"""
     try:

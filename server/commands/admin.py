@@ -14,7 +14,7 @@ from server.acl import WRONGPASS  # noqa: F401  (re-exported: Redis's one text f
 from server.args import parse_int
 from server.dispatch import NO_REPLY
 from server.errors import BAD_CLIENT_NAME, CommandError, err, syntax_error
-from server.registry import command
+from server.registry import command, redact_from
 from server.reply import OK, PONG, Map, Simple
 from server.state import REDIS_VERSION, valid_client_name
 
@@ -60,10 +60,29 @@ def quit_(ctx, argv):
     return OK
 
 
+def _hello_auth_indexes(argv: list[bytes]) -> list[int]:
+    """HELLO's AUTH username and password, where the handler would read them
+    (SLOWLOG and MONITOR show them redacted, as Redis)."""
+    found = []
+    i = 2
+    while i < len(argv):
+        more = len(argv) - i - 1
+        option = argv[i].lower()
+        if option == b"auth" and more >= 2:
+            found += (i + 1, i + 2)
+            i += 3
+        elif option == b"setname" and more >= 1:
+            i += 2
+        else:
+            break
+    return found
+
+
 @command("hello", arity=-1, flags="noscript loading stale fast no_auth allow_busy", group="connection",
          since="6.0.0", acl_categories=("@fast", "@connection"),
          summary="Handshakes with the Redis server.",
-         syntax="HELLO [protover [AUTH username password] [SETNAME clientname]]")
+         syntax="HELLO [protover [AUTH username password] [SETNAME clientname]]",
+         redact=_hello_auth_indexes)
 def hello(ctx, argv):
     """HELLO [protover [AUTH username password] [SETNAME clientname]]"""
     client = ctx.client
@@ -113,7 +132,7 @@ def hello(ctx, argv):
 @command("auth", arity=-2, flags="noscript loading stale fast no_auth allow_busy", group="connection",
          since="1.0.0", acl_categories=("@fast", "@connection"),
          summary="Authenticates the connection.",
-         syntax="AUTH [username] password")
+         syntax="AUTH [username] password", redact=redact_from(1))
 def auth(ctx, argv):
     """AUTH [username] password"""
     if len(argv) > 3:
@@ -149,6 +168,9 @@ def reset(ctx, argv):
     if client.in_multi:
         ctx.dispatcher.discard(ctx)
     ctx.server.unwatch_all(client)
+    if client.monitor is not None:  # a monitor stops monitoring (its connection notices)
+        ctx.server.diagnostics.detach_monitor(client.monitor)
+        client.monitor = None
     client.protocol = 2
     client.name = b""
     client.db = 0

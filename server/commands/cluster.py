@@ -8,11 +8,15 @@ Owns: these handlers' arguments and replies. What they do is
 ``cluster.runtime`` (failover, reassignment, WAIT).
 
 Routing replies follow Redis Cluster: a node id is 40 hex characters (the
-configured node id, zero-padded), CLUSTER SLOTS lists each shard's slot
-range with its leader first and its followers after, CLUSTER NODES shows a
-node as ``master`` of the slots it leads. A Partita node leads some shards
-and follows others at once, which Redis's one-role-per-node output cannot
-say; INFO replication has the per-partition roles.
+configured node id, zero-padded). A Partita node leads some slot ranges and
+follows others at once, which Redis's one-role-per-node topology cannot
+say; so CLUSTER SLOTS, SHARDS and NODES agree on the picture a stock
+cluster client can use: every node once, as the master of the ranges it
+leads (none: a master without slots), and no replicas (a follower serves no
+client reads: they get -MOVED). Listing followers as replicas of each range
+made clients that key nodes by address (redis-py, coredis) see one primary
+in three and send FLUSHALL, SCAN and KEYS to it alone. INFO replication has
+the replica sets and per-partition roles.
 
 Must not know: sockets, storage formats.
 """
@@ -74,6 +78,14 @@ def _shard_table(m) -> list[tuple[int, int, list]]:
     return table
 
 
+def _led_ranges(m) -> list[tuple[object, list[tuple[int, int]]]]:
+    """Every node, in id order, with the slot ranges it leads (in slot order)."""
+    led: dict[int, list[tuple[int, int]]] = {node.id: [] for node in m.placement.nodes}
+    for first, last, nodes in _shard_table(m):
+        led[nodes[0].id].append((first, last))
+    return [(node, led[node.id]) for node in m.placement.nodes]
+
+
 def _current_epoch(m) -> int:
     return max(m.state.epoch(s) for s in range(m.placement.shard_count))
 
@@ -82,24 +94,28 @@ def _current_epoch(m) -> int:
          acl_categories=("slow",), summary="Returns the mapping of cluster slots to nodes.",
          syntax="CLUSTER SLOTS")
 def cluster_slots(ctx, argv):
-    """CLUSTER SLOTS"""
-    return [[first, last] + [_node_entry(node) for node in nodes]
-            for first, last, nodes in _shard_table(_repl(ctx).manager)]
+    """CLUSTER SLOTS
+
+    Each slot range with its leader only (see the module docstring)."""
+    return [[first, last, _node_entry(nodes[0])] for first, last, nodes in _shard_table(_repl(ctx).manager)]
 
 
 @command("cluster|shards", arity=2, flags="stale", group="cluster", since="7.0.0",
          acl_categories=("slow",), summary="Returns the mapping of cluster slots to shards.",
          syntax="CLUSTER SHARDS")
 def cluster_shards(ctx, argv):
-    """CLUSTER SHARDS"""
+    """CLUSTER SHARDS
+
+    One shard per node: the slot ranges it leads and itself as their
+    master (see the module docstring)."""
+    m = _repl(ctx).manager
+    fenced = m.state.fenced
     out = []
-    for first, last, nodes in _shard_table(_repl(ctx).manager):
-        fenced = _repl(ctx).manager.state.fenced
-        described = [Map([(b"id", node_name(node.id)), (b"port", node.port), (b"ip", node.host),
-                          (b"endpoint", node.host), (b"role", "master" if i == 0 else "replica"),
-                          (b"replication-offset", 0), (b"health", "fail" if node.id in fenced else "online")])
-                     for i, node in enumerate(nodes)]
-        out.append(Map([(b"slots", [first, last]), (b"nodes", described)]))
+    for node, ranges in _led_ranges(m):
+        described = Map([(b"id", node_name(node.id)), (b"port", node.port), (b"ip", node.host),
+                         (b"endpoint", node.host), (b"role", "master"), (b"replication-offset", 0),
+                         (b"health", "fail" if node.id in fenced else "online")])
+        out.append(Map([(b"slots", [slot for pair in ranges for slot in pair]), (b"nodes", [described])]))
     return out
 
 
@@ -109,12 +125,11 @@ def cluster_shards(ctx, argv):
 def cluster_nodes(ctx, argv):
     """CLUSTER NODES"""
     m = _repl(ctx).manager
-    table = _shard_table(m)
     epoch = _current_epoch(m)
     lines = []
-    for node in m.placement.nodes:
+    for node, ranges in _led_ranges(m):
         flags = ("myself," if node.id == m.my_id else "") + "master" + (",fail" if node.id in m.state.fenced else "")
-        slots = [f"{first}-{last}" for first, last, nodes in table if nodes[0] is node]
+        slots = [f"{first}-{last}" for first, last in ranges]
         lines.append(f"{node_name(node.id)} {node.entry} {flags} - 0 0 {epoch} connected"
                      + (" " + " ".join(slots) if slots else ""))
     return Verbatim("\n".join(lines) + "\n")

@@ -9,7 +9,7 @@ connections (``Config.on_change`` hooks registered by the app).
 
 from __future__ import annotations
 
-from server.config import ConfigError
+from server.config import SENSITIVE, ConfigError
 from server.errors import err
 from server.registry import command, container
 from server.reply import OK, Map, Simple
@@ -31,7 +31,9 @@ def config_get(ctx, argv):
 
 @command("config|set", arity=-4, flags="admin noscript loading stale", group="server", since="2.0.0",
          acl_categories=_ACL, summary="Sets configuration parameters in-flight.",
-         syntax="CONFIG SET parameter value [parameter value ...]")
+         syntax="CONFIG SET parameter value [parameter value ...]",
+         redact=lambda argv: [i + 1 for i in range(2, len(argv) - 1, 2)
+                              if argv[i].decode("latin-1").lower() in SENSITIVE])
 def config_set(ctx, argv):
     """CONFIG SET parameter value [parameter value ...]"""
     if len(argv) % 2 != 0:

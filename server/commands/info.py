@@ -20,7 +20,7 @@ import time
 
 from server.registry import command
 from server.reply import Verbatim
-from server.state import REDIS_VERSION, partita_version
+from server.state import REDIS_VERSION, partita_version, peak_rss_bytes, rss_bytes
 
 DEFAULT_SECTIONS = ("server", "clients", "memory", "persistence", "stats", "replication", "cpu",
                     "errorstats", "keyspace", "topics", "partita")
@@ -32,14 +32,6 @@ def _human(n: int) -> str:
         if n >= factor:
             return f"{n / factor:.2f}{unit}"
     return f"{n}B"
-
-
-def _rss_bytes() -> int:
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 def section_server(server) -> list[str]:
@@ -65,7 +57,7 @@ def section_server(server) -> list[str]:
         f"uptime_in_days:{uptime // 86400}",
         "hz:10",
         "configured_hz:10",
-        f"executable:{sys.argv[0] if sys.argv else ''}",
+        f"executable:{os.path.abspath(sys.argv[0]) if sys.argv else ''}",
         f"config_file:{config.path.resolve() if config.path else ''}",
         "io_threads_active:0",
     ]
@@ -85,8 +77,8 @@ def section_clients(server) -> list[str]:
 
 
 def section_memory(server) -> list[str]:
-    rss = _rss_bytes()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    rss = rss_bytes()
+    peak = peak_rss_bytes(rss)
     return [
         f"used_memory:{rss}",
         f"used_memory_human:{_human(rss)}",
@@ -141,9 +133,15 @@ def section_stats(server) -> list[str]:
 
 
 def section_replication(server) -> list[str]:
+    """Redis's fields as its tools read them: every node is the master of
+    the partitions it leads, and the nodes following any of them are its
+    ``slaveN`` (docs/replication.md); Partita's own lines follow."""
+    repl = getattr(server, "replication", None)
+    followers = repl.manager.follower_lines() if repl is not None else []
     return [
         "role:master",
-        "connected_slaves:0",
+        f"connected_slaves:{len(followers)}",
+        *followers,
         "master_failover_state:no-failover",
         f"master_replid:{server.run_id}",
         "master_replid2:0000000000000000000000000000000000000000",

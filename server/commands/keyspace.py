@@ -16,6 +16,8 @@ Must not know: files, segments, topics and partitions.
 
 from __future__ import annotations
 
+from types import CoroutineType
+
 from server.acl import key_filter
 from server.args import parse_int
 from server.errors import err, syntax_error
@@ -206,10 +208,20 @@ def flushdb(ctx, argv):
 
 
 def _rename(ctx, argv, nx: bool):
-    renamed = ctx.session.rename(argv[1], argv[2], nx)  # TopicError (RENAME_UNSUPPORTED): failures.py
+    renamed = ctx.session.rename(argv[1], argv[2], nx)  # TopicError, ClusterError: failures.py
+    if type(renamed) is CoroutineType:  # (a cluster: the rename waits for the replicas first)
+        return _rename_reply_when(renamed, nx)
+    return _rename_reply(renamed, nx)
+
+
+def _rename_reply(renamed: bool | None, nx: bool):
     if renamed is None:
         raise err("no such key")
     return int(renamed) if nx else OK
+
+
+async def _rename_reply_when(renaming, nx: bool):
+    return _rename_reply(await renaming, nx)
 
 
 @command(
@@ -220,8 +232,10 @@ def _rename(ctx, argv, nx: bool):
 def rename(ctx, argv):
     """RENAME key newkey
 
-    Not supported yet for existing topics (clear error); Redis's errors for
-    a missing source and a same-name rename are kept.
+    The whole topic (every partition, its consumer groups and config) takes
+    the new name, atomically on disk, replacing a topic of that name
+    (``Session.rename``; docs/streams.md "RENAME"). In a cluster both keys
+    must be in one slot (-CROSSSLOT).
     """
     return _rename(ctx, argv, nx=False)
 

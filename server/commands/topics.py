@@ -19,6 +19,7 @@ from server.args import parse_int
 from server.errors import err, syntax_error
 from server.glob import glob_match
 from server.group_replies import topic_groups_reply
+from server.kafka_front import view as kafka_view
 from server.registry import command, container
 from server.reply import OK, Map, Simple
 
@@ -206,7 +207,8 @@ def topic_describe(ctx, argv):
     info["partition-info"] = parts
     if "replication-factor" in desc:
         info["replication-factor"] = desc["replication-factor"]
-    info["groups"] = topic_groups_reply(ctx.session.topic_groups(topic))
+    info["groups"] = topic_groups_reply(ctx.session.topic_groups(topic)) + kafka_view.topic_groups_reply(
+        getattr(ctx.server, "kafka_groups", None), ctx.session, topic, len(desc["partitions"]), None)
     return info
 
 
@@ -219,12 +221,18 @@ def topic_describe(ctx, argv):
 def topic_groups(ctx, argv):
     """TOPIC GROUPS topic [group]
 
-    For each group: ``name``, ``members`` (live members: name, partitions
-    owned, idle ms), and per partition: key, owner (nil when unassigned or
-    being handed over), pending, last-delivered-id, lag.
+    For each Redis group (``type`` redis): ``name``, ``members`` (live
+    members: name, partitions owned, idle ms), and per partition: key, owner
+    (nil when unassigned or being handed over), pending, last-delivered-id,
+    lag. Then each Kafka group of the topic (``type`` kafka, a separate
+    namespace: server/kafka_front/view.py): state, protocol, members, and per
+    partition: owner, committed-offset, end-offset, lag.
     """
     if len(argv) > 4:
         raise syntax_error()
     topic = argv[2]
     ctx.session.require_topic(topic)
-    return topic_groups_reply(ctx.session.topic_groups(topic, argv[3] if len(argv) == 4 else None))
+    only = argv[3] if len(argv) == 4 else None
+    layout = ctx.session.record_topics([topic])[topic]
+    return topic_groups_reply(ctx.session.topic_groups(topic, only)) + kafka_view.topic_groups_reply(
+        getattr(ctx.server, "kafka_groups", None), ctx.session, topic, len(layout.partitions) if layout else 0, only)

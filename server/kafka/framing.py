@@ -29,9 +29,10 @@ module does the same way (Kafka's ``SocketServer.parseRequestHeader``,
   client never meets this.
 - A frame whose size is negative or above the limit (a stray HTTP or TLS
   client's first bytes read as a size are far above it), a header or body
-  that does not decode, trailing bytes after the body: Kafka closes the
-  connection (``InvalidReceiveException``, ``InvalidRequestException``); so
-  does this, via ``ProtocolViolation``. The size is checked as soon as its 4
+  that does not decode: Kafka closes the connection
+  (``InvalidReceiveException``, ``InvalidRequestException``); so does this,
+  via ``ProtocolViolation``. Bytes after a body that decodes are ignored, as
+  Kafka's readers ignore them (librdkafka 2.16 sends some). The size is checked as soon as its 4
   bytes arrive, before anything of the frame is kept.
 """
 
@@ -101,8 +102,10 @@ def response_header_version(api_key: int, api_version: int) -> int:
 
 
 def encode_response(api_key: int, api_version: int, correlation_id: int,
-                    body: codec.KafkaMessage) -> bytes:
-    """Size prefix, response header and ``body`` encoded at ``api_version``.
+                    body: codec.KafkaMessage) -> bytearray:
+    """Size prefix, response header and ``body`` encoded at ``api_version``
+    (the buffer it was encoded into: a Fetch response's megabytes are not
+    copied once more).
 
     Raises:
         codec.EncodeError: the body does not fit that version.
@@ -113,7 +116,7 @@ def encode_response(api_key: int, api_version: int, correlation_id: int,
         out.append(0)  # no tagged fields in the header
     body.encode_into(out, api_version)
     _SIZE.pack_into(out, 0, len(out) - 4)
-    return bytes(out)
+    return out
 
 
 def unsupported_api_versions_answer(correlation_id: int, api_versions_range: tuple[int, int]) -> bytes:
@@ -124,7 +127,7 @@ def unsupported_api_versions_answer(correlation_id: int, api_versions_range: tup
             api_key=API_VERSIONS_KEY, min_version=api_versions_range[0],
             max_version=api_versions_range[1])],
     )
-    return encode_response(API_VERSIONS_KEY, 0, correlation_id, resp)
+    return bytes(encode_response(API_VERSIONS_KEY, 0, correlation_id, resp))
 
 
 class FrameReader:
@@ -163,7 +166,15 @@ class FrameReader:
         self._size = size
 
     def next_frame(self) -> bytes | None:
-        """The next whole frame's bytes (without the size prefix), or None: need more data."""
+        """The next whole frame's bytes (without the size prefix), or None: need more data.
+
+        The size of the frame after it is checked at the next call (or
+        ``feed``), against ``max_frame_bytes`` as it is then: a reader may
+        change the limit between frames (Kafka's smaller one before a client
+        has authenticated).
+        """
+        if self._size < 0:
+            self._check_size()
         size = self._size
         if size < 0:
             return None
@@ -171,10 +182,10 @@ class FrameReader:
         buf = self._buf
         if len(buf) < end:
             return None
-        frame = bytes(buf[4:end])
-        del buf[:end]
+        with memoryview(buf) as view:
+            frame = bytes(view[4:end])  # one copy (a slice of the bytearray would be a second)
+        del buf[:end]  # (cheap: a bytearray drops its head by moving its start)
         self._size = -1
-        self._check_size()
         return frame
 
     def at_boundary(self) -> bool:
@@ -237,10 +248,9 @@ class RequestReader:
             raise ProtocolViolation(
                 f"Error getting request for apiKey: {api_key}, apiVersion: {api_version}, "
                 f"correlationId: {correlation_id}: {e}") from None
-        if pos != len(frame):
-            raise ProtocolViolation(
-                f"Request apiKey: {api_key}, apiVersion: {api_version}, correlationId: "
-                f"{correlation_id} has {len(frame) - pos} bytes after its body")
+        # Bytes after the body are not looked at, as Kafka's generated readers
+        # do not: librdkafka 2.16 sends three after its Metadata v13 for every
+        # topic, and Kafka serves it.
         return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame))
 
 
@@ -253,7 +263,7 @@ def encode_request(api_key: int, api_version: int, correlation_id: int, client_i
     header.encode_into(out, request_header_version(api_key, api_version))
     body.encode_into(out, api_version)
     _SIZE.pack_into(out, 0, len(out) - 4)
-    return bytes(out)
+    return out
 
 
 def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, codec.KafkaMessage]:

@@ -125,6 +125,10 @@ class RecordBatch:
     producer_epoch: int = NO_PRODUCER_EPOCH
     base_sequence: int = NO_SEQUENCE
     crc: int = 0
+    # Read with ``parse_records=False``: the records section as is
+    # (decompressed), ``record_count`` records, and ``records`` empty.
+    raw_records: bytes | memoryview = b""
+    record_count: int = 0
 
     @property
     def compression(self) -> int:
@@ -153,11 +157,15 @@ class RecordBatch:
 
 
 def read_batches(data, *, max_uncompressed_bytes: int = UNCOMPRESSED_MAX_BYTES_DEFAULT,
-                 allow_partial: bool = False) -> list[RecordBatch]:
+                 allow_partial: bool = False, parse_records: bool = True) -> list[RecordBatch]:
     """Every record batch in a ``records`` field.
 
     A producer's records must be whole batches; a Fetch response may end with
-    a partial one, which ``allow_partial`` skips (as a consumer does).
+    a partial one, which ``allow_partial`` skips (as a consumer does). With
+    ``parse_records`` False the records are not read: each batch keeps its
+    records section (decompressed) in ``raw_records`` for a faster reader
+    (the Kafka front-end's C one), which must refuse what ``_read_records``
+    refuses.
 
     Raises:
         CorruptRecordError: a bad size, magic, CRC, compression or record
@@ -186,12 +194,12 @@ def read_batches(data, *, max_uncompressed_bytes: int = UNCOMPRESSED_MAX_BYTES_D
             raise CorruptRecordError(
                 errors.CORRUPT_MESSAGE, f"batch length {length} is less than the minimum {HEADER_BYTES - _LOG_OVERHEAD}")
         batch_end = pos + _LOG_OVERHEAD + length
-        batches.append(_read_batch(view[pos:batch_end], max_uncompressed_bytes))
+        batches.append(_read_batch(view[pos:batch_end], max_uncompressed_bytes, parse_records))
         pos = batch_end
     return batches
 
 
-def _read_batch(b: memoryview, max_uncompressed_bytes: int) -> RecordBatch:
+def _read_batch(b: memoryview, max_uncompressed_bytes: int, parse_records: bool = True) -> RecordBatch:
     (base_offset, _length, leader_epoch, _magic, crc, attributes, last_offset_delta, base_ts,
      max_ts, producer_id, producer_epoch, base_sequence, count) = _HEADER.unpack_from(b, 0)
     actual = crc32c.crc32c(b[_CRC_START:])
@@ -202,9 +210,12 @@ def _read_batch(b: memoryview, max_uncompressed_bytes: int) -> RecordBatch:
         raise CorruptRecordError(errors.CORRUPT_MESSAGE, f"negative record count {count}")
     codec_id = attributes & ATTR_COMPRESSION_MASK
     if codec_id == COMPRESSION_NONE:
-        body = bytes(b[HEADER_BYTES:])
+        body = b[HEADER_BYTES:] if not parse_records else bytes(b[HEADER_BYTES:])
     else:
         body = bytes(_decompress(codec_id, b[HEADER_BYTES:], max_uncompressed_bytes))
+    if not parse_records:
+        return RecordBatch(base_offset, [], base_ts, max_ts, attributes, last_offset_delta, leader_epoch,
+                           producer_id, producer_epoch, base_sequence, crc, body, count)
     try:
         records, pos = _read_records(body, count)
     except (DecodeError, IndexError, struct.error) as e:

@@ -707,6 +707,13 @@ api(16, "ListGroups", "0-5", "3+", request=[
     )),
 ])
 
+api(17, "SaslHandshake", "0-1", "none", request=[
+    f("mechanism", STRING),
+], response=[
+    f("error_code", INT16),
+    f("mechanisms", array(STRING)),
+])
+
 api(18, "ApiVersions", "0-3", "3+", request=[
     f("client_software_name", STRING, "3+"),
     f("client_software_version", STRING, "3+"),
@@ -854,6 +861,15 @@ api(33, "AlterConfigs", "0-2", "2+", request=[
     )),
 ])
 
+api(36, "SaslAuthenticate", "0-2", "2+", request=[
+    f("auth_bytes", BYTES),
+], response=[
+    f("error_code", INT16),
+    f("error_message", STRING, nullable="0+", default=None),
+    f("auth_bytes", BYTES),
+    f("session_lifetime_ms", INT64, "1+"),
+])
+
 api(37, "CreatePartitions", "0-3", "2+", request=[
     f("topics", array("CreatePartitionsTopic",
         f("name", STRING),
@@ -870,6 +886,36 @@ api(37, "CreatePartitions", "0-3", "2+", request=[
         f("name", STRING),
         f("error_code", INT16),
         f("error_message", STRING, nullable="0+", default=None),
+    )),
+])
+
+api(42, "DeleteGroups", "0-2", "2+", request=[
+    f("groups_names", array(STRING)),
+], response=[
+    f("throttle_time_ms", INT32),
+    f("results", array("DeletableGroupResult",
+        f("group_id", STRING),
+        f("error_code", INT16),
+    )),
+])
+
+api(47, "OffsetDelete", "0", "none", request=[
+    f("group_id", STRING),
+    f("topics", array("OffsetDeleteRequestTopic",
+        f("name", STRING),
+        f("partitions", array("OffsetDeleteRequestPartition",
+            f("partition_index", INT32),
+        )),
+    )),
+], response=[
+    f("error_code", INT16),
+    f("throttle_time_ms", INT32),
+    f("topics", array("OffsetDeleteResponseTopic",
+        f("name", STRING),
+        f("partitions", array("OffsetDeleteResponsePartition",
+            f("partition_index", INT32),
+            f("error_code", INT16),
+        )),
     )),
 ])
 

@@ -400,28 +400,19 @@ class Stream:
         self._append([(new[0], new[1], enc)], (producer,) if producer is not None else ())
         return new
 
-    def add_batch(self, entries: Sequence[Sequence[bytes]], producer: ProducerRecord | None = None) -> list[StreamId]:
-        """Several entries, IDs assigned as ``*`` does (above ``id_floor``),
-        in one log batch (a Kafka producer's batch; ``producer`` its record,
-        covering them all). Returns their IDs. Raises StreamError."""
+    def append_encoded(self, entries: list[tuple[int, int, bytes]], producer: ProducerRecord | None = None) -> None:
+        """Entries encoded elsewhere (the Kafka front-end's records), appended
+        now as one log batch after any deferred ones: ``(ms, seq, encoding)``
+        with increasing IDs above ``id_floor``; ``producer``: the record of
+        an idempotent producer's batch, covering them all. Raises StreamError
+        (ID_TOO_SMALL) when the first ID is not above ``id_floor``."""
         assert entries
         if self._pending:
             self.commit()
-        ms, seq = self.id_floor
-        now_ms = self.clock_ms()
-        batch = []
-        for fields in entries:
-            if now_ms > ms:
-                ms, seq = now_ms, 0
-            elif seq != UINT64_MAX:
-                seq += 1
-            elif ms != UINT64_MAX:
-                ms, seq = ms + 1, 0
-            else:
-                raise StreamError(ID_EXHAUSTED)
-            batch.append((ms, seq, encode_entry((ms, seq), fields)))
-        self._append(batch, (producer,) if producer is not None else ())
-        return [StreamId(ms, seq) for ms, seq, _ in batch]
+        first = entries[0]
+        if (first[0], first[1]) <= self.id_floor:
+            raise StreamError(ID_TOO_SMALL)
+        self._append(entries, (producer,) if producer is not None else ())
 
     def _append(self, batch: list[tuple[int, int, bytes]], producers: tuple = ()) -> None:
         """One log batch (``add`` and ``commit``); see ``on_first_append_refused``."""

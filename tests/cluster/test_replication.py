@@ -45,7 +45,9 @@ def test_placement_spreads_leaders_and_replicas():
 
 @pytest.mark.parametrize("text, why", [
     ("1@h", "not <node-id>@<host>:<port>"),
-    ("1@h:1@", "not <node-id>@<host>:<port>\\[@<bus-port>\\]"),
+    ("1@h:1@", "not <node-id>@<host>:<port>\\[@<bus-port>\\[@<kafka-port>\\]\\]"),
+    ("1@h:1@2@", "not <node-id>@<host>:<port>"),
+    ("1@h:1@2@70000", "not <node-id>@<host>:<port>"),
     ("1@h:1@x", "not <node-id>@<host>:<port>"),
     ("1@h:1,1@h:2", "twice"),
     ("0@h:1", "start at 1"),
@@ -107,6 +109,12 @@ def test_cluster_nodes_name_the_bus_port_or_imply_port_plus_10000():
     with pytest.raises(ClusterConfigError, match="bus port would be port \\+ 10000 = 70001; name one"):
         parse_cluster_nodes("1@h:60001")
     assert parse_cluster_nodes("1@h:60001@7000")[0].bus_port == 7000
+
+
+def test_cluster_nodes_may_name_the_kafka_port():
+    nodes = parse_cluster_nodes("1@127.0.0.1:7001@17101@9101,2@127.0.0.1:7002@0@9102,3@127.0.0.1:7003")
+    assert [(n.bus_port, n.kafka_port) for n in nodes] == [(17101, 9101), (17002, 9102), (17003, 0)]
+    assert nodes[0].entry == "127.0.0.1:7001@17101"  # what CLUSTER NODES shows: Redis's form
 
 
 def test_a_cluster_state_that_cannot_be_saved_still_changes_in_memory(tmp_path, monkeypatch, caplog):
@@ -493,6 +501,90 @@ async def test_old_leader_truncates_its_unreplicated_tail_after_failover(pair, a
     assert la.log_end_offset == lb.log_end_offset == 14
     assert la.epochs() == lb.epochs() == [(1, 0), (2, 10)]
     assert _files(a.registry, key) == _files(b.registry, key)
+
+
+async def test_a_truncation_this_disk_refuses_holds_back_only_its_partition(pair, autojump_clock, monkeypatch,
+                                                                            caplog):
+    """A follower whose disk refuses one partition's cut by epoch (full, or
+    a failed fsync of its epoch checkpoint) goes on with the others of the
+    same leader, logs it once, and asks again a second later: the refusal
+    does not abort the whole fetch round (before: an exception out of the
+    fetcher, and the partitions after it never truncated)."""
+    import errno
+    import logging
+
+    from storage.errors import StorageError
+
+    a, b = pair
+    placement = a.manager.placement
+    shard = a.manager.shard_of(_key_led_by(placement, 1), 0)
+    keys = [k for k in (b"s%d" % i for i in range(10000)) if a.manager.shard_of(k, 0) == shard][:2]
+    for key in keys:
+        a.append(key, 10)
+    await _fetch_a_while(b, a, leader_id=1)
+    for key in keys:
+        a.append(key, 3)  # never fetched by b
+    for node in (a, b):
+        node.manager.state.adopt(shard, 2, 2, {1, 2})
+    for key in keys:
+        b.append(key, 4)
+    refused = []
+    bad = a.registry.get(keys[0]).log
+
+    def enospc(offset):
+        refused.append(offset)
+        raise StorageError("write leader-epoch.checkpoint failed: ENOSPC (No space left on device)", errno.ENOSPC)
+
+    monkeypatch.setattr(bad, "truncate_to", enospc)
+    with caplog.at_level(logging.WARNING, logger="partita.replication"):
+        await _fetch_a_while(a, b, leader_id=2, seconds=2.5)
+    good = a.registry.get(keys[1]).log
+    assert good.log_end_offset == 14 and good.epochs() == [(1, 0), (2, 10)]
+    assert bad.log_end_offset == 13
+    assert 2 <= len(refused) <= 4, refused  # once a second, not every fetch
+    assert not any(r.exc_info for r in caplog.records)
+    assert len([r for r in caplog.records if "truncation not applied" in r.getMessage()]) == 1
+    monkeypatch.undo()
+    await _fetch_a_while(a, b, leader_id=2, seconds=1.5)
+    assert bad.log_end_offset == 14 and bad.epochs() == [(1, 0), (2, 10)]
+
+
+async def test_a_high_watermark_checkpoint_this_disk_refuses_is_tried_again_rarely(pair, autojump_clock,
+                                                                                  monkeypatch, caplog):
+    """The high-watermark checkpoint only shortens what a restart shows at
+    once (docs/guarantees.md): a disk that refuses it keeps the partition
+    online, but it is not written (and the disk error logged) at every
+    tick: tried again ``HW_RETRY_MS`` later, warned about once."""
+    import errno
+    import logging
+
+    import cluster.replica_manager as rm
+    from storage.errors import StorageError
+
+    a, b = pair
+    key = _key_led_by(a.manager.placement, 1)
+    real = rm.write_atomic
+    tried = []
+
+    def failing(path, data, **kw):
+        if path.name == rm.HW_CHECKPOINT:
+            tried.append(data)
+            raise StorageError(f"write {path} failed: EIO (Input/output error)", errno.EIO)
+        return real(path, data, **kw)
+
+    monkeypatch.setattr(rm, "write_atomic", failing)
+    with caplog.at_level(logging.WARNING, logger="partita.replication"):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(b.manager.run_fetcher, 1, MemoryEndpoint(a.manager))
+            for _ in range(150):  # 15 s of ticks, the high watermark moving all along
+                a.append(key, 1)
+                await trio.sleep(0.1)
+                a.manager.tick()
+            nursery.cancel_scope.cancel()
+    assert a.registry.get(key).log.high_watermark > 100
+    assert 2 <= len(tried) <= 3, len(tried)
+    assert len([r for r in caplog.records if "high watermark checkpoint" in r.getMessage()]) == 1
+    assert a.manager.offline_shards() == []
 
 
 async def test_a_diverging_follower_is_told_to_truncate_before_it_appends(pair, autojump_clock):

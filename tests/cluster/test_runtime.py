@@ -38,11 +38,25 @@ async def cluster(tmp_path):
     """Three nodes' ``Replication``s running, each node's service on the network."""
     network = MemoryNetwork()
     nodes, registries = [], []
+    links_from: dict[int, list] = {1: [], 2: [], 3: []}  # the links each node made, to cut it off
+
+    def links_of(me: int):
+        def make(node):
+            link = network.factory(node.id)
+            links_from[me].append(link)
+            return link
+        return make
+
+    def set_isolated(node_id: int, isolated: bool) -> None:
+        network.set_up(node_id, not isolated)
+        for link in links_from[node_id]:
+            link.up = not isolated
+
     for node_id in (1, 2, 3):
         config = _config(tmp_path / f"n{node_id}", node_id)
         registry = TopicRegistry.open(tmp_path / f"n{node_id}", config)
         registries.append(registry)
-        repl = replication.build(config, registry, lambda node: network.factory(node.id))
+        repl = replication.build(config, registry, links_of(node_id))
         network.add(node_id, repl.service)
         nodes.append(repl)
     async with trio.open_nursery() as nursery:
@@ -51,7 +65,7 @@ async def cluster(tmp_path):
         with trio.fail_after(30):
             while not all(r.controller.meta.initialized and r.controller.lease_ok() for r in nodes):
                 await trio.sleep(0.1)
-        yield types.SimpleNamespace(nodes=nodes, network=network)
+        yield types.SimpleNamespace(nodes=nodes, network=network, set_isolated=set_isolated)
         nursery.cancel_scope.cancel()
     for repl, registry in zip(nodes, registries):
         repl.close()
@@ -78,6 +92,71 @@ async def test_an_acks_all_write_waits_for_the_followers_over_memory_links(clust
     for follower in cluster.nodes[1:]:
         copy = follower.topics.get(key)
         assert copy is not None and copy.log.log_end_offset == 1
+
+
+async def test_an_acks_all_wait_fails_when_leadership_moved_even_once_the_high_watermark_passes_it(cluster):
+    """A leader cut off from its peers appends a write and waits for its
+    followers; meanwhile another node is elected and writes further. Healed,
+    the old leader truncates its write away and, as a follower, copies the new
+    leader's log past where its write ended: its high watermark passes the
+    write's end offset, but the write is not there. A wait for it must fail
+    (the client retries, as after any leader change), not acknowledge it:
+    the one started with the write (it may see the high watermark pass
+    before the tick tells it the leadership moved), and one started only now
+    (a Kafka response queued behind others), with the marks taken at the
+    write (``ack_marks``) or without."""
+    old = cluster.nodes[0]
+    key = _key_led_by(old, 1)
+    client = types.SimpleNamespace(repl_writes=None)
+
+    def write(node, value: bytes):
+        stream, pkey = node.topics.append_target(key, [b"f", value])
+        assert node.before_append(client, pkey, stream)
+        stream.add([b"f", value])
+        return {pkey: stream}
+
+    with trio.fail_after(10):
+        await old.wait_acks(client, write(old, b"everywhere"))
+    cluster.set_isolated(1, True)
+    pending = write(old, b"on the old leader only")
+    marks = old.ack_marks(pending)
+    ((pkey, stream),) = pending.items()
+    end = stream.log.log_end_offset
+    outcome = []
+
+    async def wait() -> None:
+        try:
+            await old.wait_acks(client, pending)
+        except replication.AcksFailed as e:
+            outcome.append(e)
+        else:
+            outcome.append("acknowledged")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait)
+        m = cluster.nodes[1].manager
+        shard = m.placement.shard_of_slot(key_slot(key))
+        with trio.fail_after(30):
+            while m.state.leader(shard) == 1:
+                await trio.sleep(0.1)
+        new = cluster.nodes[m.state.leader(shard) - 1]
+        with trio.fail_after(30):
+            for i in range(5):
+                while True:
+                    try:
+                        written = write(new, b"new %d" % i)
+                        break
+                    except Exception:  # noqa: BLE001 - too few in sync until the controller drops node 1
+                        await trio.sleep(0.1)
+                await new.wait_acks(client, written)
+        cluster.set_isolated(1, False)
+        with trio.fail_after(30):
+            while not outcome or stream.log.high_watermark < end:
+                await trio.sleep(0.1)
+    assert isinstance(outcome[0], replication.AcksFailed), outcome
+    for late in (marks, None):
+        with pytest.raises(replication.AcksFailed), trio.fail_after(10):
+            await old.wait_acks(client, pending, late)
 
 
 async def test_a_forwarded_append_reaches_the_leader_and_a_refusal_keeps_its_text(cluster, autojump_clock):

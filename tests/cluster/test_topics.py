@@ -103,10 +103,35 @@ def test_flush_all(registry):
     assert registry.key_count() == 0 and list(registry.keys()) == []
 
 
-def test_rename_is_refused_clearly(registry):
-    registry.get_or_create(b"a")
-    with refused(topics.RENAME_UNSUPPORTED):
-        registry.rename(b"a", b"b")
+def test_rename_moves_a_topic_with_its_config_and_id_and_replaces_the_target(registry):
+    registry.create_topic(b"a", 2, [(b"retention-ms", b"60000")])
+    registry.get_or_create(b"a#1").add([b"f", b"v"])
+    registry.get_or_create(b"b").add([b"f", b"old"])
+    topic_id = registry.topic_id(b"a")
+    changed = []
+    registry.on_change = changed.append
+    assert registry.rename_target(b"a", b"b") == (b"a", b"b")
+    registry.rename(b"a", b"b")
+    assert sorted(registry.keys()) == [b"b"] and registry.partitions_of(b"b") == 2
+    assert registry.get(b"b#1").length == 1 and registry.config_value(b"b", "retention-ms") == 60000
+    assert registry.topic_id(b"b") == topic_id
+    # Replication hears: the old b is gone, b is a's topic, a is gone.
+    assert changed == [b"b", b"b", b"a"]
+    with refused(topics.RENAME_PARTITION):
+        registry.rename_target(b"b#1", b"c")
+    with refused(topics.RENAME_TO_PARTITION):
+        registry.rename_target(b"b", b"c#0")
+    registry.close()
+    reopened = TopicRegistry.open(registry.log_manager.data_dir)
+    assert sorted(reopened.keys()) == [b"b"] and reopened.get(b"b#1").length == 1
+    reopened.close()
+
+
+def test_a_follower_renames_its_copy_when_it_adopts_the_new_name(registry):
+    registry.get_or_create(b"a").add([b"f", b"v"])
+    blob = registry.topic_meta_blob(b"a")  # the leader's topic.meta under its new name: same ID
+    registry.adopt_topic(b"z", blob)
+    assert sorted(registry.keys()) == [b"z"] and registry.get(b"z").length == 1
 
 
 # ------------------------------------------------------- multi-partition topics

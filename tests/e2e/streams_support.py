@@ -68,6 +68,13 @@ class RespClient:
         self.close()
 
 
+def blocked_clients(port: int) -> int:
+    """INFO clients' ``blocked_clients`` of the server on ``port``."""
+    with RespClient(port) as c:
+        info = parse(c.call("INFO", "clients")).decode()
+    return int(next(line.split(":")[1] for line in info.splitlines() if line.startswith("blocked_clients:")))
+
+
 class Error(str):
     """An error reply (``-ERR ...``) after ``parse``."""
 

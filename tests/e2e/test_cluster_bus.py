@@ -160,6 +160,10 @@ def test_the_bus_serves_the_peers_commands_only(cluster):
     assert f"laddr=127.0.0.1:{node.bus_port}" not in listed and f":{node.port}" in listed
     assert "is unauthenticated" in node.log()  # the start-up warning: no cluster-secret
     assert f"Cluster bus listening on 127.0.0.1:{node.bus_port}" in node.log()
+    # The start-up log names this node and its peers (node 1 here).
+    assert ("Cluster node 1; peers: " + ", ".join(
+        f"node {i + 1} at 127.0.0.1:{n.port} (bus {n.bus_port})" for i, n in enumerate(cluster.nodes)
+        if n is not node)) in node.log()
     nodes = node.client().execute_command("CLUSTER", "NODES").decode()
     assert f"127.0.0.1:{node.port}@{node.bus_port} myself,master" in nodes
 

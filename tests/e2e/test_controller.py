@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from storage.log_manager import encode_topic
-from tests.clusterkit import Cluster, eventually as _eventually, partition_lines, running
+from tests.clusterkit import Cluster, eventually as _eventually, partition_dir, partition_lines, running
 
 
 def _info(node) -> dict:
@@ -154,6 +154,46 @@ def test_a_leader_whose_disk_fails_an_fsync_hands_its_shard_to_an_in_sync_follow
         cluster.stop()
 
 
+def test_a_leader_whose_disk_fails_its_leader_epoch_checkpoint_hands_its_shard_over(tmp_path):
+    """A new leader checkpoints its epoch before its first append; a disk
+    that fails that fsync (EIO, only on ``leader-epoch.checkpoint``) takes
+    the log offline as a failed segment fsync does (docs/guarantees.md), so
+    the controller moves the shard to an in-sync follower instead of the
+    leader refusing every write while it keeps the shard."""
+    cluster = _failing_disk_cluster(tmp_path)
+    try:
+        failing = cluster.nodes[1]
+        key = _key_led_by(cluster, failing)  # its preferred leader: the rebalance gives it back
+        acked = [failing.client().xadd(key, {"n": i}) for i in range(20)]
+        cluster.wait_converged(key.decode())
+        trigger = failing.data_dir.with_name(failing.data_dir.name + ".fail-fsync")
+        trigger.write_text(f"/{partition_dir(key)}/leader-epoch.checkpoint")
+        # Leadership away and (the preferred leader) back: a new epoch on the failing disk.
+        other = next(n for n in cluster.nodes if n is not failing)
+        other.client(socket_timeout=20).execute_command("CLUSTER", "FAILOVER")
+        _eventually(lambda: cluster.leader_of(key) is other, what="the failover")
+        _eventually(lambda: cluster.leader_of(key) is failing, timeout_s=30, what="the preferred leader back")
+
+        def moved():
+            leader = cluster.leader_of(key)
+            try:
+                acked.append(leader.client().xadd(key, {"n": "more"}))
+            except redis.ResponseError:
+                pass  # refused (or moved) while the failing leader holds it
+            return leader if leader is not failing and "offline for writes after a failed fsync" in failing.log() \
+                else None
+
+        new = _eventually(moved, timeout_s=30, what="the shard moved off the failing disk")
+        assert "Traceback" not in failing.log()
+        fresh = new.client()
+        acked.append(fresh.xadd(key, {"n": "on the new leader"}))
+        _eventually(lambda: [entry_id for entry_id, _ in fresh.xrange(key)] == acked, what="acknowledged entries")
+        assert failing.terminate() == 0
+        _back_on_a_sound_disk(cluster, failing, trigger, key, acked)
+    finally:
+        cluster.stop()
+
+
 def test_a_node_that_cannot_write_its_controller_state_stops_and_the_others_go_on(tmp_path):
     """Raft's promise is to persist before sending or applying: a node whose
     controller store fails an fsync (EIO, tests/failing_fsync.py) must not
@@ -208,7 +248,7 @@ def test_a_topic_a_node_cannot_create_does_not_stop_the_metadata_after_it(tmp_pa
                                                                        for n in cluster.nodes),
                     what="the victim's metadata caught up")
         assert not (topics / encode_topic(refused) / "topic.meta").exists()
-        _eventually(lambda: "applying topic b'refused-here' from the metadata log failed" in victim.log()
+        _eventually(lambda: "applying topic 'refused-here' from the metadata log failed" in victim.log()
                     and "refused-here: fetched topic not applied" in victim.log(), what="both refusals logged")
         time.sleep(1.5)
         assert victim.log().count("Input/output error") <= 16, victim.log()[-3000:]  # retried once a second

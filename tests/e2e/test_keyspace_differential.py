@@ -135,12 +135,40 @@ def test_flushall_flushdb_and_rename(clients):
     """)
 
 
-def test_rename_of_an_existing_stream_is_refused_clearly(partita_server):
-    with RespClient(port_of(partita_server)) as c:
-        c.call("XADD", "a", "1-1", "f", "v")
-        reply = c.call("RENAME", "a", "b")
-        assert reply.startswith(b"-ERR RENAME is not supported")
-        assert c.call("XLEN", "a") == b":1\r\n"
+def test_rename_of_streams_matches_redis(clients):
+    """The stream, its groups, consumers and pending entries take the new
+    name; the destination is replaced (RENAME) or kept (RENAMENX)."""
+    p, r = clients
+    _script(p, r, r"""
+        xadd a 1-1 f v1
+        xadd a 2-1 f v2
+        xgroup create a g 0
+        xreadgroup group g alice count 1 streams a >
+        xadd b 9-1 old b
+        xgroup create b other $
+        rename a b
+        exists a b
+        xrange b - +
+        xpending b g
+        xreadgroup group g bob streams b >
+        xreadgroup group other bob streams b >
+        xadd b 2-1 f v
+        xadd b 3-1 f v3
+        xlen b
+        renamenx b c
+        renamenx b c
+        xadd d 1-1 f v
+        renamenx c d
+        rename c c
+        renamenx c c
+        xrange c - +
+        xrange d - +
+        rename c d
+        xrange d - +
+        type c
+        type d
+        dbsize
+    """)
 
 
 def test_scan_errors_match_redis(clients):

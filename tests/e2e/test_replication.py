@@ -43,6 +43,19 @@ def test_redis_cluster_client_finds_every_leader(cluster):
     rc.close()
 
 
+def test_info_replication_lists_the_followers_of_what_a_node_leads_as_redis_tools_read_them(cluster):
+    key = b"followed"
+    leader = cluster.leader_of(key)
+    for i in range(5):
+        leader.client().xadd(key, {"i": i})  # acks=all: every follower has fetched them
+    info = leader.client().info("replication")  # redis-py's own parser of slaveN lines
+    assert info["role"] == "master" and info["connected_slaves"] == 2
+    followers = sorted((info[f"slave{i}"] for i in range(2)), key=lambda f: f["port"])
+    assert [f["port"] for f in followers] == sorted(n.port for n in cluster.followers_of(key))
+    for f in followers:
+        assert f["ip"] == "127.0.0.1" and f["state"] == "online" and f["offset"] >= 5 and f["lag"] >= 0
+
+
 def test_acks_all_entries_are_on_every_isr_replica_when_acknowledged(cluster):
     key = b"acked"
     leader = cluster.leader_of(key)
@@ -346,6 +359,37 @@ def test_consumer_group_state_survives_a_leader_change(cluster):
         assert {k: v for k, v in a.items() if k != "lag"} == {k: v for k, v in b.items() if k != "lag"}
     rest = moved.xreadgroup("workers", "w1", {key: ">"}, count=100)[0][1]
     assert len(rest) == 10  # delivery resumes where the old leader stopped
+
+
+def test_group_writes_wake_the_followers_fetches_instead_of_waiting_out_their_long_poll(tmp_path):
+    """An acks=all group write (XGROUP, XREADGROUP, XACK, XCLAIM, XNACK)
+    replies once every in-sync follower applied the group journal. The
+    followers' held fetches must wake for the journal's new records, as they
+    do for an XADD's entries, not carry them after replica-fetch-wait-max-ms:
+    each group command in a replicated cluster took that long (500 ms by
+    default; redis-py's test_xpending_range_idle saw an entry 1 s idle)."""
+    long_poll_s = 30
+    c = Cluster(tmp_path, extra=["--replica-fetch-wait-max-ms", str(long_poll_s * 1000)])
+    try:
+        key = b"jobs"
+        client = c.leader_of(key).client(socket_timeout=2 * long_poll_s)
+        ids = [client.xadd(key, {"n": i}) for i in range(4)]  # entries wake the fetches: quick
+        writes = [
+            ("XGROUP CREATE", lambda: client.xgroup_create(key, "g", id="0"), True),
+            ("XREADGROUP", lambda: len(client.xreadgroup("g", "c1", {key: ">"}, count=3)[0][1]), 3),
+            ("XACK", lambda: client.xack(key, "g", ids[0]), 1),
+            ("XCLAIM", lambda: client.xclaim(key, "g", "c2", 0, [ids[1]], justid=True), [ids[1]]),
+            ("XNACK", lambda: client.xnack(key, "g", "SILENT", ids[2]), 1),
+            ("XGROUP DESTROY", lambda: client.xgroup_destroy(key, "g"), 1),
+        ]
+        for name, write, expected in writes:
+            started = time.monotonic()
+            assert write() == expected, name
+            took_s = time.monotonic() - started
+            assert took_s < long_poll_s / 2, f"{name} took {took_s:.1f}s: it waited out a follower's long poll"
+    finally:
+        c.stop()
+    assert not c.unexpected_log_lines(), c.unexpected_log_lines()[:5]
 
 
 def test_blocked_readers_wake_when_the_high_watermark_passes_the_entry(cluster):

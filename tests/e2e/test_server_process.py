@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import socket
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import RawConn, partita_command, raw_exchange
+from tests.conftest import RawConn, partita_command, raw_exchange, wait_for
 
 
 def test_start_up_log_names_version_pid_port_dir(partita_server):
@@ -168,6 +169,19 @@ def test_restart_keeps_port(partita_server):
     assert partita_server.client().ping() is True
 
 
+def test_a_restart_logs_what_it_loaded_and_the_recovery_it_did(partita_factory):
+    partita_server = partita_factory(["--fsync", "no"])  # no flush rounds: no recovery point past 0
+    r = partita_server.client()
+    r.execute_command("TOPIC", "CREATE", "t", "PARTITIONS", "3")
+    r.execute_command("TOPIC", "CREATE", "u")
+    r.xadd("u", {"a": "1"})
+    partita_server.restart(kill9=True)
+    assert re.search(r"Loaded 2 topic\(s\), 4 partition\(s\) in \d+\.\d{3}s", partita_server.log())
+    assert partita_server.client().xlen("u") == 1  # the first use opens u's log
+    assert wait_for(lambda: re.search(r"\S*u/partition-0: recovery checked offsets 0\.\.0 \(written after "
+                                      r"the last flush\) in \d+\.\d{3}s", partita_server.log()))
+
+
 def _run_partita(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(partita_command() + args, cwd=cwd, capture_output=True, text=True, timeout=30,
                           stdin=subprocess.DEVNULL)
@@ -215,9 +229,12 @@ def test_config_rewrite_without_file(partita_shared):
         assert conn.request(b"CONFIG REWRITE\r\n") == b"-ERR The server is running without a config file\r\n"
 
 
-def test_console_script_help():
+def test_console_script_help_lists_every_option_with_its_default():
     result = subprocess.run(partita_command() + ["--help"], capture_output=True, text=True, timeout=30)
     assert result.returncode == 0 and "partita.conf" in result.stdout
+    assert "  --port [6379] (fixed)\n      TCP port to listen on" in result.stdout
+    assert "  --fsync [everysec]\n" in result.stdout
+    assert "maxmemory-policy" in result.stdout  # accepted for compatibility, listed once at the end
 
 
 def test_busy_port_exits_1_before_creating_the_data_dir(tmp_path):

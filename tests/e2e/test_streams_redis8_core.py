@@ -25,7 +25,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import wait_for
-from tests.e2e.streams_support import Error, Map, Null, RespClient, Simple, encode, info_pairs, parse, port_of
+from tests.e2e.streams_support import Error, Map, Null, RespClient, Simple, blocked_clients, encode, info_pairs, parse
 
 PROTOCOLS = pytest.mark.parametrize("protocol", [2, 3], ids=["resp2", "resp3"])
 
@@ -41,24 +41,8 @@ def _fields(reply) -> dict:
 
 
 @pytest.fixture
-def client(partita_shared):
-    opened = []
-
-    def connect(protocol: int = 2) -> RespClient:
-        c = RespClient(port_of(partita_shared), protocol)
-        opened.append(c)
-        return c
-
-    connect(2).call("FLUSHALL")
-    yield connect
-    for c in opened:
-        c.close()
-
-
-def _blocked_clients(port: int) -> int:
-    with RespClient(port) as c:
-        info = parse(c.call("INFO", "clients")).decode()
-    return int(next(line.split(":")[1] for line in info.splitlines() if line.startswith("blocked_clients:")))
+def client(shared_clients):
+    return shared_clients
 
 
 # ------------------------------------------------------------------ XINFO
@@ -161,7 +145,7 @@ def test_blocked_xreadgroup_whose_key_or_group_goes_gets_the_commands_nogroup(pa
     reader = client(protocol)
     admin.call("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
     reader.send("XREADGROUP", "GROUP", "g", "c", "BLOCK", "0", "STREAMS", "s", ">")
-    assert wait_for(lambda: _blocked_clients(partita_shared.port) == 1)
+    assert wait_for(lambda: blocked_clients(partita_shared.port) == 1)
     {"del": lambda: admin.call("DEL", "s"), "flushall": lambda: admin.call("FLUSHALL"),
      "destroy": lambda: admin.call("XGROUP", "DESTROY", "s", "g")}[how]()
     assert reader.read_reply() == encode(NOGROUP_TO_READ, protocol)
@@ -174,7 +158,7 @@ def test_blocked_xread_whose_key_is_deleted_blocks_on(partita_shared, client):
     reader = client(2)
     admin.call("XADD", "s", "666-0", "f", "v")
     reader.send("XREAD", "BLOCK", "0", "STREAMS", "s", "$")
-    assert wait_for(lambda: _blocked_clients(partita_shared.port) == 1)
+    assert wait_for(lambda: blocked_clients(partita_shared.port) == 1)
     admin.call("DEL", "s")
     admin.call("XADD", "s", "667-0", "f", "v")
     assert parse(reader.read_reply()) == [[b"s", [[b"667-0", [b"f", b"v"]]]]]

@@ -1,44 +1,21 @@
 """The TLS port end to end: redis-py over TLS, client certificates, plain text on the TLS port.
 
-Certificates are made per test module with the ``openssl`` command line (a
-CA, a server certificate for 127.0.0.1 signed by it, a client certificate).
+Certificates are made per test module with the ``openssl`` command line (the
+``certs`` fixture of tests/conftest.py: a CA, a server certificate for
+127.0.0.1 signed by it, a client certificate).
 """
 
 from __future__ import annotations
 
-import shutil
 import socket
 import ssl
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 import redis
 
-from tests.conftest import PartitaProcess, free_port
-
-OPENSSL = shutil.which("openssl")
-pytestmark = pytest.mark.skipif(OPENSSL is None, reason="the openssl command line makes the test certificates")
-
-
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run([OPENSSL, *args], cwd=cwd, check=True, capture_output=True)
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("certs")
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=Partita Test CA",
-             "-keyout", "ca.key", "-out", "ca.crt", cwd=d)
-    (d / "server.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    for name, ext in (("server", ["-extfile", "server.ext"]), ("client", [])):
-        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout", f"{name}.key",
-                 "-out", f"{name}.csr", cwd=d)
-        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-                 "-days", "2", "-out", f"{name}.crt", *ext, cwd=d)
-    return d
-
+from tests.conftest import PartitaProcess, free_port, read_until_closed
 
 def _tls_args(certs: Path, auth_clients: str = "no") -> list[str]:
     return ["--tls-port", str(free_port()), "--tls-cert-file", str(certs / "server.crt"),
@@ -90,12 +67,7 @@ def test_plain_text_on_the_tls_port_fails_cleanly_without_affecting_others(parti
     assert r.ping()
     with socket.create_connection(("127.0.0.1", _tls_port(server)), timeout=5) as plain:
         plain.sendall(b"PING\r\n")
-        data = b""
-        try:
-            while chunk := plain.recv(100):
-                data += chunk
-        except ConnectionResetError:
-            pass
+        data = read_until_closed(plain)
         assert b"PONG" not in data  # closed without a RESP reply
     assert r.xadd("s", {"a": 1}) and r.ping()
     assert server.client().ping()
@@ -241,3 +213,22 @@ def test_tls_output_buffer_hard_limit_closes_a_client_that_never_reads(partita_f
         _wait_until(lambda: "overcoming of output buffer limits" in server.log())
         _wait_until(lambda: len(r.client_list()) == 1)  # only r is left
     assert r.ping()
+
+
+def test_monitor_over_tls(partita_factory, certs):
+    """A monitor on the TLS port waits for its input and for lines at once
+    (the wait for input is cancelled whenever lines come) and still reads
+    its own commands: each reply before its own line."""
+    server = partita_factory(_tls_args(certs))
+    plain = server.client()
+    plain.ping()  # (its handshake before the monitor)
+    r = _tls_client(server, certs)
+    with r.monitor() as m:
+        for i in range(3):
+            plain.xadd("t", {"f": "v"}, id=f"1-{i + 1}")
+            assert m.next_command()["command"] == f"XADD t 1-{i + 1} f v"
+        m.connection.send_command("PING")
+        assert m.connection.read_response() in (b"PONG", "PONG")
+        assert m.next_command()["command"] == "PING"
+        plain.xlen("t")
+        assert m.next_command()["command"] == "XLEN t"

@@ -95,23 +95,73 @@ def test_xtrim_approximate_acked_stops_at_the_first_needed_entry(partita_shared)
     assert r.call("XTRIM", "approx", "MAXLEN", "~", "0", "ACKED") == b":5\r\n"
 
 
-def test_approximate_acked_trims_by_nodes_of_stream_node_max_entries(partita_shared):
-    """``~`` with ACKED removes whole nodes of ``stream-node-max-entries``
-    entries, as every ``~`` trim does: with nodes of 2 and a group that read
-    and acknowledged 1-0 .. 5-0 of ten entries, the nodes [1-0, 2-0] and
-    [3-0, 4-0] go; [5-0, 6-0] holds 6-0, which the group still needs."""
+def test_approximate_acked_goes_on_past_a_node_it_cannot_drop_whole(partita_shared):
+    """Redis 8.6's ``streamTrim``: with ACKED (or DELREF) a ``~`` trim does not
+    stop at the first node holding a needed entry, as a KEEPREF one does; it
+    deletes the deletable entries of every node the trim reaches, one by one
+    (Redis's test "XTRIM with approx and ACKED deletes entries correctly"):
+    nodes of 2, 1-0 .. 5-0 read, 1-0, 2-0 and 4-0 acknowledged: 4-0 goes from
+    the node [3-0, 4-0] too."""
     r = Resp(partita_shared.port)
     assert r.call("CONFIG", "SET", "stream-node-max-entries", "2") == b"+OK\r\n"
     try:
-        for ms in range(1, 11):
-            r.call("XADD", "nodes", f"{ms}-0", "f", "v")
-        r.call("XGROUP", "CREATE", "nodes", "g", "0")
-        r.call("XREADGROUP", "GROUP", "g", "c", "COUNT", "5", "STREAMS", "nodes", ">")
-        assert r.call("XACK", "nodes", "g", "1-0", "2-0", "3-0", "4-0", "5-0") == b":5\r\n"
-        assert r.call("XTRIM", "nodes", "MAXLEN", "~", "0", "ACKED") == b":4\r\n"
-        assert _ids(r.call("XRANGE", "nodes", "-", "+", "COUNT", "1")) == [b"5-0"]
-        assert r.call("XADD", "nodes", "ACKED", "MINID", "~", "11", "11-0", "f", "v") == b"$4\r\n11-0\r\n"
-        assert r.call("XLEN", "nodes") == b":7\r\n"  # 5-0's node holds 6-0
+        _five_read_by_g(r, "past")
+        assert r.call("XACK", "past", "g", "1-0", "2-0", "4-0") == b":3\r\n"
+        assert r.call("XTRIM", "past", "MINID", "~", "6-0", "ACKED") == b":3\r\n"
+        assert _ids(r.call("XRANGE", "past", "-", "+")) == [b"3-0", b"5-0"]
+        # Entries a group may still deliver are needed: with 6-0 .. 10-0 never
+        # read, MAXLEN ~ 0 deletes 3-0 and 5-0 once acknowledged, and only them.
+        for ms in range(6, 11):
+            r.call("XADD", "past", f"{ms}-0", "f", "v")
+        assert r.call("XACK", "past", "g", "3-0", "5-0") == b":2\r\n"
+        assert r.call("XTRIM", "past", "MAXLEN", "~", "0", "ACKED") == b":2\r\n"
+        assert _ids(r.call("XRANGE", "past", "-", "+", "COUNT", "1")) == [b"6-0"]
+        assert r.call("XADD", "past", "ACKED", "MINID", "~", "11", "11-0", "f", "v") == b"$4\r\n11-0\r\n"
+        assert r.call("XLEN", "past") == b":6\r\n"  # 6-0 .. 10-0 still to be delivered
+    finally:
+        r.call("CONFIG", "SET", "stream-node-max-entries", "100")
+
+
+def test_approximate_acked_keeps_its_limit(partita_shared):
+    """``~`` ACKED deletes at most LIMIT entries, counted by nodes as in
+    Redis's ``streamTrim``: it stops before the first node whose live entries
+    would take it past the limit (here [3-0, 4-0] after [1-0, 2-0])."""
+    r = Resp(partita_shared.port)
+    assert r.call("CONFIG", "SET", "stream-node-max-entries", "2") == b"+OK\r\n"
+    try:
+        _five_read_by_g(r, "limited")
+        assert r.call("XACK", "limited", "g", "1-0", "2-0", "4-0", "5-0") == b":4\r\n"
+        assert r.call("XTRIM", "limited", "MINID", "~", "6-0", "LIMIT", "3", "ACKED") == b":2\r\n"
+        assert _ids(r.call("XRANGE", "limited", "-", "+")) == [b"3-0", b"4-0", b"5-0"]
+        assert r.call("XTRIM", "limited", "MINID", "~", "6-0", "LIMIT", "2", "ACKED") == b":2\r\n"
+        assert _ids(r.call("XRANGE", "limited", "-", "+")) == [b"3-0"]
+    finally:
+        r.call("CONFIG", "SET", "stream-node-max-entries", "100")
+
+
+def test_approximate_delref_trims_entry_by_entry_within_its_limit(partita_shared):
+    """Redis 8.6's ``streamTrim`` keeps ``~``'s whole-node trimming for
+    KEEPREF only: with DELREF (or ACKED on a stream without groups) every
+    entry the trim reaches goes, one by one, and only its LIMIT counts by
+    nodes. Nodes of 2, five entries read by g: MAXLEN ~ 2 removes 3 (KEEPREF
+    would remove the first node only), MINID ~ 4 removes 1-0 .. 3-0."""
+    r = Resp(partita_shared.port)
+    assert r.call("CONFIG", "SET", "stream-node-max-entries", "2") == b"+OK\r\n"
+    try:
+        _five_read_by_g(r, "dm")
+        assert r.call("XTRIM", "dm", "MAXLEN", "~", "2", "DELREF") == b":3\r\n"
+        assert _pending_ids(r, "dm") == [b"4-0", b"5-0"]
+        _five_read_by_g(r, "dmin")
+        assert r.call("XTRIM", "dmin", "MINID", "~", "4", "DELREF") == b":3\r\n"
+        assert _ids(r.call("XRANGE", "dmin", "-", "+")) == [b"4-0", b"5-0"]
+        _five_read_by_g(r, "dlim")
+        assert r.call("XTRIM", "dlim", "MAXLEN", "~", "0", "LIMIT", "3", "DELREF") == b":2\r\n"
+        assert _pending_ids(r, "dlim") == [b"3-0", b"4-0", b"5-0"]
+        for ms in range(1, 6):
+            r.call("XADD", "nog", f"{ms}-0", "f", "v")
+        assert r.call("XTRIM", "nog", "MAXLEN", "~", "2", "ACKED") == b":3\r\n"
+        # KEEPREF's ~ by whole nodes: [3-0 (deleted), 4-0] goes, [5-0] stays.
+        assert r.call("XTRIM", "nog", "MAXLEN", "~", "1", "KEEPREF") == b":1\r\n"
     finally:
         r.call("CONFIG", "SET", "stream-node-max-entries", "100")
 

@@ -1,17 +1,22 @@
 """Automatic failover under load: a 3-node cluster whose nodes reach each
-other through proxies (tests/netproxy.py) runs acks=all producers and
-consumer groups while the harness kills (SIGKILL), pauses (SIGSTOP) and
-isolates nodes — leaders and followers —, fails a leader's disk under one
-partition (fsync returns EIO, tests/failing_fsync.py; the node is restarted
-once the shard moved, as after replacing the disk) and moves leadership by
-hand. No one tells the cluster a node died or its disk failed: the
+other through proxies (tests/netproxy.py) runs acks=all producers (XADD, and
+two librdkafka producers with acks=-1, one idempotent, on a 4-partition
+topic through the nodes' Kafka ports) and consumer groups while the harness
+kills (SIGKILL), pauses (SIGSTOP) and isolates nodes — leaders and
+followers —, fails a leader's disk under one partition (fsync returns EIO,
+tests/failing_fsync.py; the node is restarted once the shard moved, as after
+replacing the disk) and moves leadership by hand. No one tells the cluster a node died or its disk failed: the
 controller quorum notices, elects a new leader from the ISR, and gives
 preferred leaders their shards back.
 
 At the end, every acknowledged XADD must be on its partition's final leader
-exactly once and in acknowledgement order, every replica's log
-byte-identical, and the consumer groups must have gone on from where their
-acknowledged progress was: no acknowledged XACK undone (its entry is not
+exactly once and in acknowledgement order, every acknowledged Kafka record
+at the partition and offset its delivery report named (the idempotent
+producer's records once within one producer epoch — copies librdkafka
+re-sent after bumping its epoch are counted apart, see
+faultkit.check_kafka —, the other's at least once: its duplicates are
+counted), every replica's log byte-identical, and the consumer groups must
+have gone on from where their acknowledged progress was: no acknowledged XACK undone (its entry is not
 pending again) and every entry consumed and acknowledged once the faults
 stop.
 
@@ -34,12 +39,15 @@ from pathlib import Path
 import pytest
 import redis
 
-from storage.log_manager import encode_topic
-from tests.clusterkit import Cluster, partition_lines
-from tests.reliability.faultkit import Ledger, check_key, fault_seed, no_retry_client, produce, soak_seconds
+from tests.clusterkit import Cluster, leased, partition_dir, partition_lines
+from tests.reliability.faultkit import (KafkaLedger, Ledger, check_kafka, check_key, fault_seed, final_entries,
+                                        kafka_producers, no_retry_client, produce, produce_kafka, soak_seconds)
 
 CI_SECONDS = 30.0
 KEYS = [b"c0", b"c1", b"c2", b"c3"]
+# The Kafka producers' topic: its partitions' slots are led by all three nodes.
+KAFKA_TOPIC = "orders"
+KAFKA_KEYS = [b"orders#0", b"orders#1", b"orders#2", b"orders#3"]
 GROUP = "g"
 SESSION_MS = 1500
 RESULTS: list[str] = []
@@ -146,17 +154,17 @@ def _epochs(cluster: Cluster) -> int:
 
 
 def _fault(cluster: Cluster, rng: random.Random, ledger: GroupLedger) -> None:
-    key = rng.choice(KEYS)
-    leader = cluster.leader_of(key)
-    followers = [n for n in cluster.nodes if n is not leader]
+    key = rng.choice(KEYS + KAFKA_KEYS)
     action = rng.choice(["kill_leader", "pause_leader", "isolate_leader", "isolate_follower",
                          "kill_follower", "pause_follower", "failover", "fail_disk_leader"])
+    leader = cluster.leader_of(key)
+    followers = [n for n in cluster.nodes if n is not leader]
     if action == "fail_disk_leader":
         # The next once-a-second fsync of the key's files on the leader fails:
         # the log goes offline, the leader's heartbeat reports the shard and
         # the controller moves it to an in-sync follower.
         trigger = leader.data_dir.with_name(leader.data_dir.name + ".fail-fsync")
-        trigger.write_text(f"/{encode_topic(key)}/")
+        trigger.write_text(f"/{partition_dir(key)}/")
         try:
             deadline = time.monotonic() + 30
             while cluster.leader_of(key) is leader:
@@ -222,6 +230,20 @@ def _check(cluster: Cluster, ledger: GroupLedger) -> tuple[int, int]:
     return checked, xacks
 
 
+def _kafka_partitions(cluster: Cluster) -> tuple[dict[bytes, list[tuple[bytes, dict]]],
+                                                  dict[bytes, dict[int, tuple[int, int]]]]:
+    """Each partition's entries on its final leader, position n holding
+    offset n, and the (producer id, epoch) of each idempotent producer's
+    entry there (``kafka_producers``; every replica's log is the same)."""
+    stored, producers = {}, {}
+    for key in KAFKA_KEYS:
+        stored[key] = final_entries(cluster, key)
+        added = leased(lambda: cluster.leader_of(key).client().xinfo_stream(key))["entries-added"]  # noqa: B023
+        assert added == len(stored[key]), f"{key!r}: offsets with no entry: {added} added, {len(stored[key])} stored"
+        producers[key] = kafka_producers(cluster.log_bytes(cluster.nodes[0], key.decode()))
+    return stored, producers
+
+
 def partition_lines_for(node, key: bytes) -> dict:
     return partition_lines(node).get(key.decode(), {})
 
@@ -244,25 +266,33 @@ def _run(tmp_path, seconds: float, seed: int) -> str:
     rng = random.Random(seed)
     cluster = Cluster(tmp_path, extra=["--min-insync-replicas", "2",
                                        "--controller-session-timeout-ms", str(SESSION_MS),
-                                       "--leader-rebalance-delay-ms", "2000"], proxied=True,
+                                       "--leader-rebalance-delay-ms", "2000"], proxied=True, kafka=True,
                       launcher=[sys.executable, str(Path(__file__).resolve().parents[1] / "failing_fsync.py")])
     ledger = GroupLedger(KEYS)
+    kafka = [KafkaLedger(KAFKA_KEYS, tag=b"i", idempotent=True), KafkaLedger(KAFKA_KEYS, tag=b"n")]
     stop_producers, stop_consumers = threading.Event(), threading.Event()
     try:
         _wait_healthy(cluster)
         for key in KEYS:
             _leader_client(cluster, key).xgroup_create(key, GROUP, id="0", mkstream=True)
+        _leader_client(cluster, KAFKA_TOPIC.encode()).execute_command(
+            "TOPIC", "CREATE", KAFKA_TOPIC, "PARTITIONS", len(KAFKA_KEYS))
+        _wait_preferred_leaders(cluster)
+        assert len({cluster.leader_of(k).port for k in KAFKA_KEYS}) == 3  # every node leads a partition
         epochs_before = _epochs(cluster)
-        threads = ([threading.Thread(target=produce, args=(cluster, k, ledger, stop_producers)) for k in KEYS]
-                   + [threading.Thread(target=_consume, args=(cluster, k, ledger, stop_consumers)) for k in KEYS])
+        producers = ([threading.Thread(target=produce, args=(cluster, k, ledger, stop_producers)) for k in KEYS]
+                     + [threading.Thread(target=produce_kafka, args=(cluster, KAFKA_TOPIC, k, stop_producers))
+                        for k in kafka])
+        threads = producers + [threading.Thread(target=_consume, args=(cluster, k, ledger, stop_consumers))
+                               for k in KEYS]
         for t in threads:
             t.start()
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             _fault(cluster, rng, ledger)
         stop_producers.set()
-        for t in threads[:len(KEYS)]:
-            t.join(30)
+        for t in producers:
+            t.join(120)  # a Kafka producer flushes what it has queued first
         _drain(cluster, ledger)
         stop_consumers.set()
         for t in threads:
@@ -273,6 +303,8 @@ def _run(tmp_path, seconds: float, seed: int) -> str:
         _wait_preferred_leaders(cluster)
         leader_changes = _epochs(cluster) - epochs_before
         checked, xacks = _check(cluster, ledger)
+        kafka_stored, kafka_producers_of = _kafka_partitions(cluster)
+        kafka_checked = [check_kafka(k, kafka_stored, kafka_producers_of) for k in kafka]
     finally:
         stop_producers.set()
         stop_consumers.set()
@@ -286,10 +318,19 @@ def _run(tmp_path, seconds: float, seed: int) -> str:
     line = (f"controller faults (seed {seed}, {seconds:.0f}s): {faults}; {leader_changes} leader changes; "
             f"{acked} acknowledged XADDs, {checked} entries checked on final leaders, "
             f"{xacks} entries consumed and acknowledged; {ledger.failed_writes} failed writes and "
-            f"{ledger.failed_reads} failed reads retried")
+            f"{ledger.failed_reads} failed reads retried; "
+            + "; ".join(f"Kafka acks=-1 {'idempotent' if k.idempotent else 'non-idempotent'}: "
+                        f"{sum(map(len, k.acked.values()))} acknowledged, {checked_k} checked at their offsets "
+                        f"({sum(o.count(-1) for o in k.offsets.values())} reported with no offset: found by value), "
+                        f"{dups} duplicates"
+                        + (f" ({across} re-sent under a new producer epoch)" if k.idempotent else "")
+                        + f", {k.failed_writes} failed deliveries, "
+                        f"{k.request_errors} failed requests and {k.retries} retried (librdkafka statistics)"
+                        for k, (checked_k, dups, across) in zip(kafka, kafka_checked)))
     print(line)
     RESULTS.append(line)
     assert acked > 100 and leader_changes > 0
+    assert all(sum(map(len, k.acked.values())) > 100 for k in kafka)
     return line
 
 

@@ -104,7 +104,7 @@ def test_topic_meta_with_a_partition_count_topic_create_never_writes_is_repaired
     meta_path.write_bytes(json.dumps(meta).encode())
     server = PartitaProcess(data).start()
     try:
-        assert f"{meta_path}: topic 't' claims {partitions!r} partitions" in server.log()
+        assert f"{meta_path}: topic 't' claims {json.dumps(partitions)} partitions" in server.log()  # as in the file
         assert server.client().xlen("t") == pristine[1]["t"]
     finally:
         server.stop()

@@ -1,13 +1,16 @@
-"""ACL users, rules and the dispatcher's check, without sockets (server/acl.py)."""
+"""ACL users, rules and the dispatcher's check, and the SCRAM secrets users keep for the Kafka
+port, without sockets (server/acl.py)."""
 
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 
 import pytest
 
 import server.commands  # noqa: F401  (registers every command)
-from server.acl import AclError, AclRegistry, User, category_members, check
+from server.acl import AclError, AclRegistry, User, category_members, check, hash_password, scram_secret
 from server.config import Config
 from server.dispatch import Context, Dispatcher
 from server.registry import DECLARED
@@ -222,3 +225,48 @@ def test_exec_checks_each_queued_command_again(tmp_path):
     assert replies[2].line == "NOPERM " + prefix + "no permission to execute the command or subcommand"
     assert state.topics.exists(b"a") and not state.topics.exists(b"b")
     state.topics.close()
+
+
+# -- SCRAM secrets (docs/security.md "SCRAM secrets") -------------------------------------
+
+
+def test_secrets_follow_the_passwords():
+    acl = AclRegistry("first")
+    default = acl.default
+    assert list(default.scram) == [hash_password(b"first")]
+    acl.set_requirepass("second")  # CONFIG SET requirepass
+    assert list(default.scram) == [hash_password(b"second")]
+    acl.setuser("u", ["on", ">a", ">b"])
+    user = acl.users["u"]
+    assert list(user.scram) == [hash_password(b"a"), hash_password(b"b")]
+    assert len({s.salt for s in user.scram.values()}) == 1
+    for rules, left in ((["!" + hash_password(b"a")], [b"b"]), (["nopass"], []), ([">c"], [b"c"]),
+                        (["resetpass"], []), ([">d"], [b"d"]), (["reset"], [])):
+        acl.setuser("u", rules)
+        assert list(user.scram) == [hash_password(p) for p in left], rules
+    acl.setuser("u", [">e"])
+    with pytest.raises(Exception):
+        acl.setuser("u", ["resetpass", "bogus-rule"])  # refused: the user keeps its password and secret
+    assert list(user.scram) == [hash_password(b"e")] and user.passwords == [hash_password(b"e")]
+
+
+def test_acl_save_keeps_the_secrets_beside_the_aclfile_and_acl_load_reads_them(tmp_path):
+    path = str(tmp_path / "users.acl")
+    acl = AclRegistry("", path)
+    acl.setuser("alice", ["on", ">wonderland", "~*", "+@all"])
+    acl.save(path)
+    saved = (tmp_path / "users.acl").read_text()
+    assert "wonderland" not in saved and "#" + hash_password(b"wonderland") in saved
+    scram_file = tmp_path / "users.acl.scram"
+    assert stat.S_IMODE(os.stat(scram_file).st_mode) == 0o600
+    assert "wonderland" not in scram_file.read_text()
+    reloaded = AclRegistry("", path)  # a restart
+    secret = reloaded.users["alice"].scram[hash_password(b"wonderland")]
+    assert secret == acl.users["alice"].scram[hash_password(b"wonderland")]
+    assert secret == scram_secret(b"wonderland", secret.salt, 4096)
+    # a secret whose password is gone from the aclfile is not taken; a damaged line is skipped
+    (tmp_path / "users.acl").write_text("user alice on #" + hash_password(b"other") + " ~* +@all\n")
+    with scram_file.open("a") as f:
+        f.write("scram-sha-256 alice not-a-line\n")
+    reloaded.load(path)  # ACL LOAD
+    assert reloaded.users["alice"].scram == {}

@@ -369,3 +369,65 @@ def test_a_log_that_fails_to_close_does_not_keep_the_others_open(tmp_path, monke
     with pytest.raises(StorageError, match="EIO"):
         lm.close()
     assert b.closed and b.recovery_point == b.log_end_offset
+
+
+def _eio_syncing(monkeypatch, fragment: str) -> None:
+    """fsync/fdatasync of a file (or directory) whose path contains
+    ``fragment`` fails with EIO, as a failing disk's writeback does."""
+    for name in ("fsync", "fdatasync"):
+        real = getattr(os, name)
+
+        def sync(fd, real=real):
+            if fragment in os.readlink(f"/proc/self/fd/{fd}"):
+                raise OSError(errno.EIO, "Input/output error")
+            real(fd)
+
+        monkeypatch.setattr(os, name, sync)
+
+
+def _idempotent(index: int = 0):
+    from storage.producers import idmp_producer, idmp_token
+    from storage.records import KIND_IDEMPOTENT_ID, ProducerRecord
+
+    return [ProducerRecord(KIND_IDEMPOTENT_ID, 0, index, 1, idmp_producer(b"p"), idmp_token(b"i"))]
+
+
+@pytest.mark.parametrize("fragment, write", [
+    # A new leader's first append checkpoints its epoch first.
+    ("leader-epoch.checkpoint", lambda log: log.append(entries(1000, 1), leader_epoch=1)),
+    # The first idempotent append writes the snapshot that marks the log as
+    # holding producer records (without it a restart forgets them: duplicates).
+    (".producers", lambda log: log.append(entries(1000, 1), producers=_idempotent())),
+    # A trim checkpoints the new log start before dropping anything.
+    ("log-start-offset.checkpoint", lambda log: log.advance_log_start_offset(3)),
+    # A follower cut back by epoch.
+    ("leader-epoch.checkpoint", lambda log: log.truncate_to(0)),
+    # The recovery point only shortens recovery, but a disk that fails its
+    # fsync is failing: offline too (not retried, and logged, every second).
+    # The flush itself succeeded (the data is synced); the next write is refused.
+    ("recovery-point.checkpoint", lambda log: (log.flush(), log.append(entries(1000, 1)))),
+])
+def test_a_failed_sync_of_a_side_file_takes_the_log_offline_for_writes(tmp_path, monkeypatch, caplog, fragment, write):
+    """The log's correctness depends on its side files as on its segments
+    (docs/guarantees.md): a failed fsync of one takes the log offline for
+    writes as a segment's does, so its leader reports it and the controller
+    moves the shard, rather than every later write failing the same way
+    while the log stays online."""
+    log = make(tmp_path / "p")
+    fill(log, 3)
+    want = read_all(log)
+    _eio_syncing(monkeypatch, fragment)
+    with pytest.raises(StorageError, match="EIO"):
+        write(log)
+    monkeypatch.undo()  # the disk answers again: still offline
+    for refused in (lambda: log.append(entries(2000, 1), leader_epoch=2), log.flush,
+                    lambda: log.delete_entries([4])):
+        with pytest.raises(StorageError, match="offline since an fsync failed \\(EIO\\)"):
+            refused()
+    assert log.sync_failure is not None and log.sync_failure.errno == errno.EIO
+    assert any("offline for writes after a failed fsync" in r.getMessage() for r in caplog.records)
+    log.close()
+    log = make(tmp_path / "p")
+    assert read_all(log)[: len(want)] == want[: len(read_all(log))]
+    log.append(entries(3000, 1), leader_epoch=3)
+    log.close()

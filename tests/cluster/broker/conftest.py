@@ -8,6 +8,24 @@ import pytest
 
 from cluster.broker import Broker
 from cluster.topics import TopicRegistry
+from storage.entry_codec import encode_body, with_body
+
+
+def maker(values: list[bytes]):
+    """A ``make_entries`` for entries of one field ``v`` each, and their count and largest."""
+    bodies = [encode_body([b"v", v]) for v in values]
+
+    def make_entries(ms: int, seq: int):
+        entries = [(ms, seq + i, with_body((ms, seq + i), b)) for i, b in enumerate(bodies)]
+        return entries, sum(len(e) for _, _, e in entries)
+
+    return len(values), max(1 + len(v) for v in values), make_entries
+
+
+def append(session, topic: bytes, n: int, values: list[bytes], **kw):
+    """``Session.append_records`` of entries ``v <value>`` to partition ``n`` of ``topic``."""
+    count, largest, make = maker(values)
+    return session.append_records(topic, n, count, largest, make, **kw)
 
 
 @pytest.fixture

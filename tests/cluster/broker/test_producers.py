@@ -1,6 +1,7 @@
 """Idempotent appends in the broker (cluster/broker/producers.py): XADD IDMP /
-IDMPAUTO and XCFGSET, and the Kafka idempotent producer's ``produce``, on a
-real topic registry with a fake clock."""
+IDMPAUTO and XCFGSET, and the Kafka idempotent producer's batches
+(``append_records`` with a ``ProducerBatch``) and producer ids, on a real
+topic registry with a fake clock."""
 
 from __future__ import annotations
 
@@ -9,18 +10,20 @@ import types
 import pytest
 
 from cluster.broker import (
-    ACCEPTED,
-    DUPLICATE,
     FENCED,
     OUT_OF_ORDER,
+    RECORD_BATCH_MAX_BYTES,
     Broker,
     Idempotence,
+    ProducerBatch,
+    ProducerRefused,
     Trim,
     XAddPlan,
 )
-from cluster.topics import TopicRegistry
+from cluster.topics import TopicError, TopicRegistry
 from storage.entry_codec import decode_entry, split_entries
 from storage.streams import StreamId
+from tests.cluster.broker.conftest import append
 
 
 class Clock:
@@ -178,64 +181,83 @@ def test_the_ids_survive_a_restart(tmp_path):
 # -- Kafka's idempotent producer -----------------------------------------------------
 
 
-def batch(n: int, tag: bytes = b"v") -> list[list[bytes]]:
-    return [[b"key", b"k%d" % i, b"value", tag] for i in range(n)]
+def produce(session, pid: int, epoch: int, seq: int, n: int = 1, tag: bytes = b"v", topic: bytes = b"t"):
+    """A batch of ``n`` records of producer ``pid`` at ``epoch`` from sequence ``seq``."""
+    return append(session, topic, 0, [tag] * n, producer=ProducerBatch(pid, epoch, seq))
+
+
+def refusal(session, *args, **kw) -> str:
+    """What ``produce`` refuses (nothing written)."""
+    with pytest.raises(ProducerRefused) as refused:
+        produce(session, *args, **kw)
+    return refused.value.outcome
+
+
+def restartable(tmp_path, node_id: int = 0, clock_ms=None):
+    """A broker over ``tmp_path / "data"``, made again by each call (a restart)."""
+    config = types.SimpleNamespace(segment_bytes=1 << 20, stream_node_max_entries=100, fsync="everysec",
+                                   max_blocked_clients=0, default_partitions=1, group_session_timeout_ms=10_000,
+                                   node_id=node_id)
+    registry = TopicRegistry.open(tmp_path / "data", config)
+    broker = Broker(registry, config) if clock_ms is None else Broker(registry, config, clock_ms=clock_ms)
+    return registry, broker.session()
 
 
 def test_produce_accepts_in_sequence_and_answers_a_retry_with_the_original_offsets(make_broker):
-    session = make_broker(clock_ms=Clock()).session()
+    clock = Clock()
+    session = make_broker(clock_ms=clock).session()
     session.append(XAddPlan(b"t", [b"f", b"v"]))
-    first = session.produce(b"t", batch(3), 7, 0, 0)
-    assert (first.outcome, first.base_offset, first.last_offset) == (ACCEPTED, 1, 3)
-    second = session.produce(b"t", batch(2), 7, 0, 3)
-    assert (second.outcome, second.base_offset, second.last_offset) == (ACCEPTED, 4, 5)
-    again = session.produce(b"t", batch(3, b"other"), 7, 0, 0)
-    assert again == first.__class__(DUPLICATE, 1, 3, first.first_id, first.timestamp_ms)
+    first = produce(session, 7, 0, 0, 3)
+    assert (first.base_offset, first.duplicate) == (1, False)
+    second = produce(session, 7, 0, 3, 2)
+    assert (second.base_offset, second.duplicate) == (4, False)
+    clock.now_ms += 1000
+    again = produce(session, 7, 0, 0, 3, b"other")
+    assert again == first._replace(duplicate=True)  # the original's offsets and append time
     assert session.length(b"t") == 6
-
-
-def test_produce_after_xsetid_below_trimmed_entries_appends_above_them(make_broker):
-    # XSETID may go below entries trimmed away (Redis 7.2); the log still
-    # holds their IDs, so a produced batch's IDs must exceed them, as XADD *'s do.
-    session = make_broker(clock_ms=Clock()).session()
-    future_ms = 10**15  # beyond any wall clock: IDs continue from it
-    session.append(XAddPlan(b"t", [b"f", b"v"], id_ms=future_ms, id_seq=0, trim=Trim("MAXLEN", maxlen=0)))
-    assert session.set_id(b"t", StreamId(5, 0), None, None)
-    produced = session.produce(b"t", batch(2), 7, 0, 0)
-    assert (produced.outcome, produced.first_id) == (ACCEPTED, (future_ms, 1))
-    assert session.append(XAddPlan(b"t", [b"f", b"v"])) == (future_ms, 3)
+    assert session.describe_topic(b"t")["partitions"][0]["log-end-offset"] == 6
 
 
 def test_produce_refuses_gaps_old_epochs_and_a_new_epoch_not_at_zero(make_broker):
     session = make_broker(clock_ms=Clock()).session()
     session.append(XAddPlan(b"t", [b"f", b"v"]))
-    assert session.produce(b"t", batch(2), 1, 3, 10).outcome == ACCEPTED  # an unknown producer starts anywhere
-    assert session.produce(b"t", batch(1), 1, 3, 13).outcome == OUT_OF_ORDER  # 12 expected
-    assert session.produce(b"t", batch(1), 1, 3, 11).outcome == OUT_OF_ORDER  # inside the last batch
-    assert session.produce(b"t", batch(1), 1, 2, 12).outcome == FENCED
-    assert session.produce(b"t", batch(1), 1, 4, 5).outcome == OUT_OF_ORDER
-    assert session.produce(b"t", batch(1), 1, 4, 0).outcome == ACCEPTED
-    assert session.produce(b"t", batch(1), 1, 3, 12).outcome == FENCED  # the old epoch is fenced now
-    assert session.produce(b"t", batch(2), 1, 3, 10).outcome == FENCED  # ... and so are its retries
+    assert not produce(session, 1, 3, 10, 2).duplicate  # an unknown producer starts anywhere
+    assert refusal(session, 1, 3, 13) == OUT_OF_ORDER  # 12 expected
+    assert refusal(session, 1, 3, 11) == OUT_OF_ORDER  # inside the last batch
+    assert refusal(session, 1, 2, 12) == FENCED
+    assert refusal(session, 1, 4, 5) == OUT_OF_ORDER
+    produce(session, 1, 4, 0)
+    assert refusal(session, 1, 3, 12) == FENCED  # the old epoch is fenced now
+    assert refusal(session, 1, 3, 10, 2) == FENCED  # ... and so are its retries
     assert session.length(b"t") == 4
+
+
+def test_a_refusal_says_what_was_expected(make_broker):
+    session = make_broker(clock_ms=Clock()).session()
+    session.create_topic(b"t")
+    produce(session, 1, 0, 0, 2)
+    with pytest.raises(ProducerRefused) as refused:
+        produce(session, 1, 0, 5)
+    assert str(refused.value) == ("out of order sequence number 5 for producer 1 at epoch 0 on partition t#0: "
+                                  "2 expected")
 
 
 def test_produce_remembers_the_last_five_batches(make_broker):
     session = make_broker(clock_ms=Clock()).session()
     session.append(XAddPlan(b"t", [b"f", b"v"]))
-    offsets = [session.produce(b"t", batch(1), 9, 0, n).base_offset for n in range(6)]
+    offsets = [produce(session, 9, 0, n).base_offset for n in range(6)]
     for n in range(1, 6):
-        got = session.produce(b"t", batch(1), 9, 0, n)
-        assert (got.outcome, got.base_offset) == (DUPLICATE, offsets[n])
-    assert session.produce(b"t", batch(1), 9, 0, 0).outcome == OUT_OF_ORDER  # out of the window
-    assert session.produce(b"t", batch(1), 9, 0, 6).outcome == ACCEPTED
+        got = produce(session, 9, 0, n)
+        assert (got.duplicate, got.base_offset) == (True, offsets[n])
+    assert refusal(session, 9, 0, 0) == OUT_OF_ORDER  # out of the window
+    assert not produce(session, 9, 0, 6).duplicate
 
 
 def test_produce_sequences_wrap(make_broker):
     session = make_broker(clock_ms=Clock()).session()
     session.append(XAddPlan(b"t", [b"f", b"v"]))
-    assert session.produce(b"t", batch(2), 5, 0, 2**31 - 2).outcome == ACCEPTED
-    assert session.produce(b"t", batch(1), 5, 0, 0).outcome == ACCEPTED
+    produce(session, 5, 0, 2**31 - 2, 2)
+    assert not produce(session, 5, 0, 0).duplicate
 
 
 def test_a_produce_duplicate_waits_for_the_originals_durability(make_broker):
@@ -243,14 +265,85 @@ def test_a_produce_duplicate_waits_for_the_originals_durability(make_broker):
     broker.durability = RecordingDurability()
     session = broker.session()
     session.append(XAddPlan(b"t", [b"f", b"v"]))
-    session.produce(b"t", batch(1), 5, 0, 0)
+    produce(session, 5, 0, 0)
     session.take_receipt()
-    assert session.produce(b"t", batch(1), 5, 0, 0).outcome == DUPLICATE
+    assert produce(session, 5, 0, 0).duplicate
     assert session.take_receipt().flush_seq
 
 
 def test_produce_needs_an_existing_partition(make_broker):
-    from cluster.topics import TopicError
     session = make_broker(clock_ms=Clock()).session()
     with pytest.raises(TopicError):
-        session.produce(b"missing", batch(1), 5, 0, 0)
+        produce(session, 5, 0, 0, topic=b"missing")
+
+
+def test_a_large_batch_is_deduplicated_whole(make_broker):
+    # An idempotent batch is one log batch whatever its size (its producer
+    # record covers all of it), where a plain one is split every
+    # RECORD_BATCH_MAX_BYTES.
+    session = make_broker(clock_ms=Clock()).session()
+    session.create_topic(b"t")
+    n = 3 * RECORD_BATCH_MAX_BYTES // 1000
+    first = produce(session, 3, 0, 0, n, b"x" * 1000)
+    again = produce(session, 3, 0, 0, n, b"x" * 1000)
+    assert again == first._replace(duplicate=True)
+    assert session.length(b"t") == n
+
+
+def test_kafka_producers_and_idmp_share_a_partitions_table(make_broker):
+    # XADD IDMP and a Kafka producer deduplicate on the same partition, each
+    # by its own kind of record; XCFGSET forgets IDMP's ids, not Kafka's
+    # sequences, and XINFO's idempotence fields count IDMP producers only.
+    session = make_broker(clock_ms=Clock()).session()
+    session.create_topic(b"t")
+    entry = idmp(session, b"t", b"p", b"i")
+    kafka = produce(session, 1, 0, 0, 2)
+    assert idmp(session, b"t", b"p", b"i") == entry
+    assert produce(session, 1, 0, 0, 2).duplicate
+    assert info(session, b"t").pids_tracked == 1
+    assert session.configure_idempotence(b"t", 50, None)
+    assert idmp(session, b"t", b"p", b"i") != entry
+    assert produce(session, 1, 0, 0, 2) == kafka._replace(duplicate=True)
+    assert session.length(b"t") == 4
+
+
+def test_a_retry_after_a_restart_is_dropped(tmp_path):
+    registry, session = restartable(tmp_path)
+    session.create_topic(b"t")
+    produce(session, 4, 0, 0, 2)
+    last = produce(session, 4, 0, 2, 3)
+    registry.close()
+    registry, session = restartable(tmp_path)
+    assert produce(session, 4, 0, 2, 3) == last._replace(duplicate=True)
+    assert refusal(session, 4, 0, 9) == OUT_OF_ORDER
+    assert produce(session, 4, 0, 5).base_offset == 5
+    registry.close()
+
+
+def test_producer_ids_never_repeat_across_restarts(tmp_path):
+    registry, session = restartable(tmp_path, node_id=5)
+    ids = [session.new_producer_id() for _ in range(2500)]
+    assert len(set(ids)) == len(ids) and ids == sorted(ids)
+    assert all(0 <= pid < 2**63 and pid >> 43 == 5 for pid in ids)  # this node's ids only
+    registry.close()
+    registry, session = restartable(tmp_path, node_id=5)
+    assert session.new_producer_id() > ids[-1]
+    registry.close()
+    registry, other = restartable(tmp_path / "other", node_id=6)
+    assert other.new_producer_id() >> 43 == 6
+    registry.close()
+
+
+def test_a_damaged_producer_ids_file_falls_back_on_the_clock(tmp_path, caplog):
+    clock = Clock(1_800_000_000_000)
+    registry, session = restartable(tmp_path, clock_ms=clock)
+    first = []
+    for _ in range(3):  # one a millisecond: the clock's floor stays above them
+        first.append(session.new_producer_id())
+        clock.now_ms += 1
+    registry.close()
+    (tmp_path / "data" / "producer-ids").write_bytes(b"garbage")
+    registry, session = restartable(tmp_path, clock_ms=clock)
+    assert session.new_producer_id() > max(first)
+    assert "producer ids continue from the clock" in caplog.text
+    registry.close()

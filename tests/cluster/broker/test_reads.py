@@ -228,8 +228,11 @@ def test_the_keyspace(broker, topic):
     assert sorted(seen) == [b"a", b"b", b"t"]
     assert session.rename(b"nope", b"x") is None
     assert session.rename(b"a", b"a") is False and session.rename(b"a", b"b", nx=True) is False
-    with pytest.raises(TopicError):
-        session.rename(b"a", b"c")
+    assert session.rename(b"a", b"c") is True and session.key_names() == [b"b", b"c", b"t"]
+    assert session.rename(b"c", b"a") is True and session.rename(b"t#0", b"t") is False
+    for src, dst in ((b"t#1", b"x"), (b"a", b"x#2")):  # a partition alone; a partition's name
+        with pytest.raises(TopicError):
+            session.rename(src, dst)
     signalled = []
     broker.keys.subscribe(signalled.append)
     assert session.delete_keys([b"a", b"nope", b"t#1"]) == 2

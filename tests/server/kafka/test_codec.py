@@ -34,8 +34,9 @@ def test_every_api_of_the_issue_is_declared_request_and_response():
     wanted = {0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit",
               9: "OffsetFetch", 10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat",
               13: "LeaveGroup", 14: "SyncGroup", 15: "DescribeGroups", 16: "ListGroups",
-              18: "ApiVersions", 19: "CreateTopics", 20: "DeleteTopics", 22: "InitProducerId",
-              32: "DescribeConfigs", 33: "AlterConfigs", 37: "CreatePartitions", 60: "DescribeCluster"}
+              17: "SaslHandshake", 18: "ApiVersions", 19: "CreateTopics", 20: "DeleteTopics", 22: "InitProducerId",
+              32: "DescribeConfigs", 33: "AlterConfigs", 36: "SaslAuthenticate", 37: "CreatePartitions",
+              42: "DeleteGroups", 47: "OffsetDelete", 60: "DescribeCluster"}
     assert {k: c.NAME for k, c in codec.REQUESTS.items()} == {k: n + "Request" for k, n in wanted.items()}
     assert {k: c.NAME for k, c in codec.RESPONSES.items()} == {k: n + "Response" for k, n in wanted.items()}
     for key, req in codec.REQUESTS.items():

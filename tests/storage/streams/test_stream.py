@@ -253,15 +253,19 @@ def test_setid_on_a_stream_trimmed_empty_goes_below_the_trimmed_ids(make_stream)
     assert s.last_id > (1000, 0)
 
 
-def test_a_batch_after_setid_below_the_trimmed_ids_goes_above_them(make_stream):
-    # ``add_batch`` (a Kafka producer's batch) assigns IDs as ``*`` does:
-    # above ``id_floor``, the highest ID the log holds, not above XSETID's
-    # lower last-generated-id (IDs only increase along a log).
+def test_encoded_entries_after_setid_below_the_trimmed_ids_must_go_above_them(make_stream):
+    # ``append_encoded`` (a Kafka producer's batch) takes IDs above
+    # ``id_floor``, the highest ID the log holds, not above XSETID's lower
+    # last-generated-id (IDs only increase along a log).
     s = make_stream()
     s.add([b"a", b"b"], id_given=StreamId(1000, 0))
     s.trim_maxlen(0)
     s.set_id(StreamId(200, 0))
-    assert s.add_batch([[b"k", b"1"], [b"k", b"2"]]) == [(1000, 1), (1000, 2)]
+    assert s.id_floor == (1000, 0)
+    with pytest.raises(StreamError) as info:
+        s.append_encoded([(300, 0, encode_entry((300, 0), [b"k", b"1"]))])
+    assert info.value.code == ID_TOO_SMALL
+    s.append_encoded([(1000, 1 + i, encode_entry((1000, 1 + i), [b"k", b"%d" % i])) for i in range(2)])
     assert s.last_id == (1000, 2) and s.length == 2
 
 

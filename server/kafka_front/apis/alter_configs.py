@@ -1,0 +1,55 @@
+"""AlterConfigs (key 33): TOPIC ALTER ... CONFIG for Kafka clients, with Kafka's replace-all meaning.
+
+Versions 0-2. The configs given become the topic's overrides and every
+other override is dropped (the server's default applies again), as Kafka's
+(non-incremental) AlterConfigs does; names and values by ``topic_configs``
+(INVALID_CONFIG for others). ``validate_only`` checks and changes nothing.
+Broker resources are refused (INVALID_REQUEST: server settings change with
+CONFIG SET); an unknown topic is UNKNOWN_TOPIC_OR_PARTITION, one the user may not
+TOPIC ALTER TOPIC_AUTHORIZATION_FAILED (``access``).
+"""
+
+from __future__ import annotations
+
+from server.kafka import codec
+from server.kafka import errors as E
+from server.kafka_front import access
+from server.kafka_front import topic_configs as tc
+from server.kafka_front.errors import refused
+
+API_KEY = 33
+NAME = "AlterConfigs"
+VERSIONS = (0, 2)
+
+R = codec.AlterConfigsResponse
+TOPIC = 2
+
+
+async def handle(ctx, req):
+    body = req.body
+    session = ctx.session
+    results = []
+    for res in body.resources:
+        out = R.AlterConfigsResourceResponse(resource_type=res.resource_type, resource_name=res.resource_name,
+                                             error_message=None)
+        results.append(out)
+        if res.resource_type != TOPIC:
+            out.error_code = E.INVALID_REQUEST
+            out.error_message = "only topic configs change here (server settings: CONFIG SET)"
+            continue
+        name = res.resource_name.encode()
+        try:
+            access.require(ctx, access.ALTER_CONFIGS, name)
+            given = tc.partita_pairs([(c.name, c.value) for c in res.configs])
+            named = {n for n, _ in given}
+            pairs = given + [(c.partita.encode(), b"default") for c in tc.MAPPED + tc.OWN
+                             if c.partita.encode() not in named]
+            session.require_topic(name)
+            session.check_topic_config(pairs)
+            if not body.validate_only:
+                session.alter_topic_config(name, pairs)
+        except tc.ConfigRefused as e:
+            out.error_code, out.error_message = E.INVALID_CONFIG, str(e)
+        except Exception as exc:  # noqa: BLE001 - every refusal is the resource's error
+            out.error_code, out.error_message = refused(exc)
+    return R(responses=results)

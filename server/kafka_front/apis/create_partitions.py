@@ -1,0 +1,61 @@
+"""CreatePartitions (key 37): TOPIC ALTER ... PARTITIONS for Kafka clients.
+
+Versions 0-3. The topic grows to ``count`` partitions (the new ones
+empty, every consumer group of the topic on them from their start);
+fewer than it has: INVALID_PARTITIONS, the same count: INVALID_PARTITIONS
+(as Kafka answers); manual ``assignments``: INVALID_REPLICA_ASSIGNMENT;
+``validate_only`` checks and changes nothing; a topic the user may not
+TOPIC ALTER: TOPIC_AUTHORIZATION_FAILED (``access``), before it is even
+looked up. Keys hashed to a partition
+(``partition-key-field``, a Kafka client's partitioner) move with the
+count, as in Kafka.
+"""
+
+from __future__ import annotations
+
+from server.kafka import codec
+from server.kafka import errors as E
+from server.kafka_front import access
+from server.kafka_front.errors import refused
+
+API_KEY = 37
+NAME = "CreatePartitions"
+VERSIONS = (0, 3)
+
+R = codec.CreatePartitionsResponse
+
+
+async def handle(ctx, req):
+    body = req.body
+    session = ctx.session
+    results = []
+    for topic in body.topics:
+        out = R.CreatePartitionsTopicResult(name=topic.name)
+        results.append(out)
+        name = topic.name.encode()
+        if topic.assignments is not None:
+            out.error_code = E.INVALID_REPLICA_ASSIGNMENT
+            out.error_message = "replicas are placed by hash slot; manual assignments are not possible"
+            continue
+        try:
+            access.require(ctx, access.ALTER, name)
+        except access.AuthorizationFailed as exc:
+            out.error_code, out.error_message = refused(exc)
+            continue
+        layout = session.record_topics([name])[name]
+        if layout is None:
+            out.error_code, out.error_message = E.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic '{topic.name}'"
+            continue
+        current = len(layout.partitions)
+        if topic.count <= current:
+            out.error_code = E.INVALID_PARTITIONS
+            out.error_message = (f"topic '{topic.name}' has {current} partitions: the count can only grow"
+                                 if topic.count < current else f"topic '{topic.name}' already has {current} partitions")
+            continue
+        try:
+            session.check_topic_growth(name, topic.count)
+            if not body.validate_only:
+                session.alter_topic_partitions(name, topic.count)
+        except Exception as exc:  # noqa: BLE001 - every refusal is the topic's error
+            out.error_code, out.error_message = refused(exc)
+    return R(results=results)

@@ -1,0 +1,39 @@
+"""ListGroups (key 16): the groups this node coordinates.
+
+Versions 0-5: the groups with members and those with committed offsets
+(Empty), filtered by state (v4+) and type (v5+: every group is
+``classic``). A user that may not run XINFO GROUPS sees none (Kafka lists
+the groups the user may describe).
+"""
+
+from __future__ import annotations
+
+from server.kafka import codec
+from server.kafka import errors as E
+from server.kafka_front import access
+
+API_KEY = 16
+NAME = "ListGroups"
+VERSIONS = (0, 5)
+
+R = codec.ListGroupsResponse
+
+CLASSIC = "classic"
+
+
+async def handle(ctx, req):
+    body = req.body
+    if not access.group_allowed(ctx, access.GROUP_DESCRIBE):
+        return R(error_code=E.NONE, groups=[])
+    groups = ctx.front.groups
+    states = {s.lower() for s in body.states_filter} if req.api_version >= 4 else set()
+    types = {t.lower() for t in body.types_filter} if req.api_version >= 5 else set()
+    out = []
+    for gid in groups.group_ids():
+        state = groups.state_of(gid)
+        if (states and state.lower() not in states) or (types and CLASSIC not in types):
+            continue
+        known = groups.groups.get(gid)
+        out.append(R.ListedGroup(group_id=gid, protocol_type=(known.protocol_type or "") if known else "",
+                                 group_state=state, group_type=CLASSIC))
+    return R(error_code=E.NONE, groups=out)

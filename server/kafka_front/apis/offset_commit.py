@@ -1,0 +1,84 @@
+"""OffsetCommit (key 8): a group's consumed positions, made durable.
+
+Versions 2-10 (v10: topics by topic ID). Who may commit is
+``groups.Coordinator.check_commit`` (Kafka's rules for a classic group: a
+member of the current generation; generation -1 with no member id for an
+Empty group, as a simple consumer or an admin tool commits); the offsets are
+``offsets.OffsetStore``'s, fsynced before the answer (docs/kafka.md,
+"Committed offsets"). The retention time (v2-4) is ignored: offsets live
+until the group is deleted (DeleteGroups, OffsetDelete).
+
+Per partition: NOT_COORDINATOR, GROUP_AUTHORIZATION_FAILED (no XREAD
+right), TOPIC_AUTHORIZATION_FAILED (may not read the topic),
+UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID by ID),
+OFFSET_METADATA_TOO_LARGE (over 4096 bytes), UNKNOWN_MEMBER_ID,
+ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID,
+COORDINATOR_NOT_AVAILABLE (the journal could not be written).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from server.kafka import codec
+from server.kafka import errors as E
+from server.kafka_front import access
+from server.kafka_front.group_checks import refusal
+from storage.errors import StorageError
+
+log = logging.getLogger("partita.kafka")
+
+API_KEY = 8
+NAME = "OffsetCommit"
+VERSIONS = (2, 10)
+
+R = codec.OffsetCommitResponse
+
+METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes
+
+
+def partition_error(ctx, name: bytes | None, n: int) -> int:
+    """Whether a group may name partition ``n`` of topic ``name`` (None: an unknown topic ID)."""
+    if name is None:
+        return E.UNKNOWN_TOPIC_ID
+    if not access.allowed(ctx, access.READ, name, n):
+        return E.TOPIC_AUTHORIZATION_FAILED
+    layout = ctx.session.record_topics([name])[name]
+    if layout is None or not 0 <= n < len(layout.partitions):
+        return E.UNKNOWN_TOPIC_OR_PARTITION
+    return E.NONE
+
+
+async def handle(ctx, req):
+    body = req.body
+    by_id = req.api_version >= 10
+    group_error = refusal(ctx, body.group_id)
+    if group_error is None and ctx.front.groups.store is None:  # no data directory to keep them in
+        group_error = E.COORDINATOR_NOT_AVAILABLE
+    if group_error is None:
+        group_error = ctx.front.groups.check_commit(body.group_id, body.generation_id_or_member_epoch,
+                                                    body.member_id, body.group_instance_id)
+    topics, todo = [], []
+    for topic in body.topics:
+        name = ctx.front.topic_name(ctx.session, topic.topic_id) if by_id else topic.name.encode()
+        parts = []
+        for p in topic.partitions:
+            error = group_error if group_error != E.NONE else partition_error(ctx, name, p.partition_index)
+            if error == E.NONE and p.committed_metadata is not None \
+                    and len(p.committed_metadata.encode()) > METADATA_MAX_BYTES:
+                error = E.OFFSET_METADATA_TOO_LARGE
+            if error == E.NONE:
+                todo.append((name.decode("utf-8", "surrogateescape"), p.partition_index, p.committed_offset,
+                             p.committed_leader_epoch, p.committed_metadata or ""))
+            parts.append(R.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=error))
+        topics.append(R.OffsetCommitResponseTopic(name=topic.name, topic_id=topic.topic_id, partitions=parts))
+    if todo:
+        try:
+            await ctx.front.groups.store.commit(body.group_id, todo)
+        except StorageError as exc:
+            log.error("Kafka group '%s': committing offsets failed: %s", body.group_id, exc)
+            for t in topics:
+                for p in t.partitions:
+                    if p.error_code == E.NONE:
+                        p.error_code = E.COORDINATOR_NOT_AVAILABLE
+    return R(topics=topics)

@@ -1,0 +1,95 @@
+"""OffsetFetch (key 9): a group's committed offsets.
+
+Versions 1-10 (v8+: several groups; v10: topics by topic ID). Topics null
+(v2+): every committed offset of the group. A partition with no committed
+offset: offset -1, metadata "" (the consumer then applies its
+``auto.offset.reset``). ``require_stable`` changes nothing (no
+transactions). The member id and epoch of v9+ (KIP-848) are not checked:
+classic groups only.
+
+Errors: NOT_COORDINATOR, GROUP_AUTHORIZATION_FAILED (the group's, top level
+from v2, per partition in v1), TOPIC_AUTHORIZATION_FAILED,
+UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID per partition.
+"""
+
+from __future__ import annotations
+
+from server.kafka import codec
+from server.kafka import errors as E
+from server.kafka_front.apis.offset_commit import partition_error
+from server.kafka_front.group_checks import refusal
+
+API_KEY = 9
+NAME = "OffsetFetch"
+VERSIONS = (1, 10)
+
+R = codec.OffsetFetchResponse
+
+
+def _group(ctx, group_id: str, wanted, by_id: bool) -> tuple[int, list[tuple[object, str, list]]]:
+    """``(group error, [(topic name or ID, name, [(partition, offset, epoch, metadata, error)])])``."""
+    error = refusal(ctx, group_id)
+    if error is not None:
+        return error, []
+    committed = ctx.front.groups.store.of_group(group_id) if ctx.front.groups.store is not None else {}
+    if wanted is None:
+        names: dict[str, list[int]] = {}
+        for t, p in sorted(committed):
+            names.setdefault(t, []).append(p)
+        wanted = [(ctx.front.topic_uuid(ctx.session, t.encode()) if by_id else t, t, ps)
+                  for t, ps in names.items()]
+    out = []
+    for key, name, partitions in wanted:
+        rows = []
+        for n in partitions:
+            found = committed.get((name, n)) if name is not None else None
+            error = partition_error(ctx, name.encode() if name is not None else None, n)
+            if found is not None and error == E.UNKNOWN_TOPIC_OR_PARTITION:
+                error = E.NONE  # an offset committed before the topic went: Kafka answers it
+            if error != E.NONE or found is None:
+                rows.append((n, -1, -1, "", error))
+            else:
+                rows.append((n, found.offset, found.leader_epoch, found.metadata, E.NONE))
+        out.append((key, name, rows))
+    return E.NONE, out
+
+
+def _wanted(ctx, topics, by_id: bool):
+    if topics is None:
+        return None
+    out = []
+    for t in topics:
+        if by_id:
+            name = ctx.front.topic_name(ctx.session, t.topic_id)
+            out.append((t.topic_id, name.decode("utf-8", "surrogateescape") if name is not None else None,
+                        list(t.partition_indexes)))
+        else:
+            out.append((t.name, t.name, list(t.partition_indexes)))
+    return out
+
+
+async def handle(ctx, req):
+    body = req.body
+    v = req.api_version
+    if v < 8:
+        error, topics = _group(ctx, body.group_id, _wanted(ctx, body.topics, False), False)
+        if v < 2 and error != E.NONE:  # v1 carries the group's error in each partition
+            topics = [(t.name, t.name, [(n, -1, -1, "", error) for n in t.partition_indexes])
+                      for t in body.topics or []]
+        return R(error_code=error, topics=[
+            R.OffsetFetchResponseTopic(name=key, partitions=[
+                R.OffsetFetchResponsePartition(partition_index=n, committed_offset=o, committed_leader_epoch=e,
+                                               metadata=m, error_code=err)
+                for n, o, e, m, err in rows])
+            for key, _, rows in topics])
+    by_id = v >= 10
+    groups = []
+    for g in body.groups:
+        error, topics = _group(ctx, g.group_id, _wanted(ctx, g.topics, by_id), by_id)
+        groups.append(R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=error, topics=[
+            R.OffsetFetchResponseTopics(**({"topic_id": key} if by_id else {"name": key}), partitions=[
+                R.OffsetFetchResponsePartitions(partition_index=n, committed_offset=o, committed_leader_epoch=e,
+                                                metadata=m, error_code=err)
+                for n, o, e, m, err in rows])
+            for key, _, rows in topics]))
+    return R(groups=groups)

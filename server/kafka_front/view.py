@@ -1,0 +1,77 @@
+"""Kafka groups as TOPIC GROUPS / TOPIC DESCRIBE show them beside Redis groups (one view of all groups).
+
+Owns: ``topic_groups_reply``: for each Kafka group of this node's
+coordinator that has members assigned to the topic or offsets committed on
+it, a map ``name``, ``type`` (``kafka``), ``state``, ``protocol``,
+``members`` (member id, client id, host, partition keys assigned) and per
+partition: ``partition``, ``key``, ``owner`` (the member assigned it, nil),
+``committed-offset`` (nil: none), ``end-offset`` (the high watermark) and
+``lag`` (end offset - committed offset, as kafka-consumer-groups shows it;
+nil without a committed offset or where another node leads the partition).
+
+Kafka groups and Redis groups are separate namespaces: a Kafka group ``g``
+and a Redis group ``g`` on the same topic are two groups, shown side by
+side with their ``type``.
+
+Must not know: the wire format, RESP parsing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cluster.topics import partition_key
+from server.kafka_front.groups import decode_assignment
+from server.reply import Map
+
+
+def topic_groups_reply(coordinator: Any, session: Any, topic: bytes, count: int, only: bytes | None) -> list:
+    if coordinator is None:
+        return []
+    name = topic.decode("utf-8", "surrogateescape")
+    store = coordinator.store
+    out = []
+    for gid in coordinator.group_ids():
+        if only is not None and gid.encode() != only:
+            continue
+        committed = store.of_group(gid) if store is not None else {}
+        g = coordinator.groups.get(gid)
+        owners: dict[int, str] = {}
+        members = []
+        if g is not None:
+            for m in g.members.values():
+                mine = decode_assignment(m.assignment).get(name, []) if g.protocol_type == "consumer" else []
+                for n in mine:
+                    owners[n] = m.member_id
+                row = Map()
+                row["name"] = m.member_id
+                row["client-id"] = m.client_id
+                row["host"] = m.client_host
+                row["partitions"] = [partition_key(topic, n) for n in sorted(mine)]
+                members.append(row)
+        if not owners and not any(t == name for t, _ in committed):
+            continue
+        info = Map()
+        info["name"] = gid.encode()
+        info["type"] = "kafka"
+        info["state"] = coordinator.state_of(gid)
+        info["protocol"] = (g.protocol or "") if g is not None else ""
+        info["members"] = members
+        rows = []
+        for n in range(count):
+            c = committed.get((name, n))
+            try:
+                end = session.record_offsets(topic, n).high_watermark
+            except Exception:  # noqa: BLE001 - another node leads it: no end offset here
+                end = None
+            row = Map()
+            row["partition"] = n
+            row["key"] = partition_key(topic, n)
+            row["owner"] = owners.get(n)
+            row["committed-offset"] = c.offset if c is not None else None
+            row["end-offset"] = end
+            row["lag"] = max(end - c.offset, 0) if c is not None and end is not None else None
+            rows.append(row)
+        info["partitions"] = rows
+        out.append(info)
+    return out

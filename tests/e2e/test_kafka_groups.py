@@ -1,0 +1,295 @@
+"""Kafka consumer groups with real clients against a real ``partita`` (docs/kafka.md, "Consumer
+groups"): librdkafka (confluent-kafka) with each assignor, kafka-python and kcat -G share a
+6-partition topic's partitions disjointly; a member killed without leaving loses its partitions
+after its session timeout; committed offsets survive a restart; TOPIC GROUPS shows the Kafka
+groups beside the Redis ones, with lag = end offset - committed offset."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from tests.conftest import KafkaRaw
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+PARTITIONS = 6
+SESSION_MS = 6000  # Kafka's group.min.session.timeout.ms: the shortest a client may ask
+
+
+def fresh(prefix: str) -> str:
+    return prefix + uuid.uuid4().hex[:10]
+
+
+def make_topic(server, partitions: int = PARTITIONS, records_each: int = 0) -> str:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = fresh("t")
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    for future in admin.create_topics([NewTopic(topic, partitions)]).values():
+        future.result(30)
+    if records_each:
+        producer = confluent_kafka.Producer({"bootstrap.servers": server.bootstrap})
+        for i in range(records_each * partitions):
+            producer.produce(topic, value=b"v%d" % i, partition=i % partitions)
+        assert producer.flush(30) == 0
+    return topic
+
+
+def consumer(server, group: str, **extra):
+    conf = {"bootstrap.servers": server.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+            "session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": 500, **extra}
+    return confluent_kafka.Consumer(conf)
+
+
+def settle(consumers, want_sizes, timeout_s: float = 60.0) -> list[list[int]]:
+    """Poll every consumer until each has a non-empty assignment, disjoint, covering every
+    partition (``want_sizes``: the sorted sizes expected)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for c in consumers:
+            c.poll(0.05)
+        got = [sorted(tp.partition for tp in c.assignment()) for c in consumers]
+        flat = [p for g in got for p in g]
+        if sorted(flat) == list(range(PARTITIONS)) and sorted(len(g) for g in got) == want_sizes:
+            return got
+    raise AssertionError(f"the group did not settle: {got}")
+
+
+@pytest.mark.parametrize("assignor", ["range", "roundrobin", "cooperative-sticky"])
+def test_librdkafka_two_then_three_members_share_the_partitions(kafka_shared, assignor):
+    topic = make_topic(kafka_shared)
+    group = fresh("g")
+    members = [consumer(kafka_shared, group, **{"partition.assignment.strategy": assignor}) for _ in range(3)]
+    revoked: list[set[int]] = [set() for _ in members]
+
+    def on_revoke(i):
+        return lambda c, partitions: revoked[i].update(tp.partition for tp in partitions)
+
+    try:
+        for i, c in enumerate(members[:2]):
+            c.subscribe([topic], on_revoke=on_revoke(i))
+        before = settle(members[:2], [3, 3])
+        for r in revoked:
+            r.clear()
+        members[2].subscribe([topic])
+        after = settle(members, [2, 2, 2])
+        if assignor == "cooperative-sticky":  # incremental: only the partitions that moved were revoked
+            assert [revoked[i] for i in range(2)] == [set(before[i]) - set(after[i]) for i in range(2)]
+            assert all(len(revoked[i]) == 1 for i in range(2))
+        members[2].close()  # a clean leave: the two others take its partitions at once
+        settle(members[:2], [3, 3], timeout_s=SESSION_MS / 1000 - 1)
+    finally:
+        for c in members:
+            c.close()
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_kafka_python_members_share_the_partitions(kafka_shared, count):
+    kafka = pytest.importorskip("kafka")
+    topic = make_topic(kafka_shared)
+    group = fresh("g")
+    members = [kafka.KafkaConsumer(topic, bootstrap_servers=kafka_shared.bootstrap, group_id=group,
+                                   session_timeout_ms=SESSION_MS, heartbeat_interval_ms=500,
+                                   auto_offset_reset="earliest") for _ in range(count)]
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for c in members:
+                c.poll(timeout_ms=50)
+            got = [sorted(tp.partition for tp in c.assignment()) for c in members]
+            if sorted(p for g in got for p in g) == list(range(PARTITIONS)) and \
+                    [len(g) for g in got] == [PARTITIONS // count] * count:
+                break
+        else:
+            raise AssertionError(f"kafka-python's group did not settle: {got}")
+    finally:
+        for c in members:
+            c.close()
+
+
+MEMBER_SCRIPT = """
+import sys, confluent_kafka
+c = confluent_kafka.Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2],
+                             "session.timeout.ms": %d, "heartbeat.interval.ms": 500})
+c.subscribe([sys.argv[3]])
+shown = None
+while True:
+    c.poll(0.1)
+    mine = sorted(tp.partition for tp in c.assignment())
+    if mine != shown:
+        print("assigned", mine, flush=True)
+        shown = mine
+""" % SESSION_MS
+
+
+def test_a_member_killed_without_leaving_loses_its_partitions_after_its_session(kafka_shared):
+    topic = make_topic(kafka_shared)
+    group = fresh("g")
+    proc = subprocess.Popen([sys.executable, "-c", MEMBER_SCRIPT, kafka_shared.bootstrap, group, topic],
+                            stdout=subprocess.PIPE, text=True)
+    survivor = consumer(kafka_shared, group)
+    try:
+        survivor.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while len(survivor.assignment()) != PARTITIONS // 2:  # the other half is the subprocess's
+            assert time.monotonic() < deadline, "the subprocess never joined"
+            survivor.poll(0.05)
+        proc.kill()  # kill -9: no LeaveGroup
+        proc.wait()
+        killed_at = time.monotonic()
+        settle([survivor], [PARTITIONS], timeout_s=SESSION_MS / 1000 * 3)
+        assert time.monotonic() - killed_at >= SESSION_MS / 1000 - 1  # the session timeout, not a leave
+    finally:
+        survivor.close()
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_committed_offsets_survive_a_restart_and_a_new_consumer_resumes_after_them(kafka_partita):
+    server = kafka_partita()
+    topic = make_topic(server, records_each=10)
+    group = fresh("g")
+    c = consumer(server, group, **{"enable.auto.commit": False})
+    c.subscribe([topic])
+    seen = 0
+    deadline = time.monotonic() + 60
+    while seen < 10 * PARTITIONS and time.monotonic() < deadline:
+        m = c.poll(0.1)
+        if m is not None and not m.error():
+            seen += 1
+    assert seen == 10 * PARTITIONS
+    # processed the first 5 records of each partition: commit their next offsets
+    c.commit(offsets=[confluent_kafka.TopicPartition(topic, p, 5) for p in range(PARTITIONS)], asynchronous=False)
+    c.close()
+    server.restart(kill9=True)
+    again = consumer(server, group, **{"enable.auto.commit": False})
+    try:
+        committed = again.committed([confluent_kafka.TopicPartition(topic, p) for p in range(PARTITIONS)], 30)
+        assert [tp.offset for tp in committed] == [5] * PARTITIONS
+        again.subscribe([topic])
+        first: dict[int, int] = {}
+        count = 0
+        deadline = time.monotonic() + 60
+        while count < 5 * PARTITIONS and time.monotonic() < deadline:
+            m = again.poll(0.1)
+            if m is not None and not m.error():
+                first.setdefault(m.partition(), m.offset())
+                count += 1
+        assert count == 5 * PARTITIONS and first == {p: 5 for p in range(PARTITIONS)}
+        assert again.poll(0.5) is None  # nothing skipped, nothing twice: the log ends at 10
+    finally:
+        again.close()
+
+
+def test_topic_groups_shows_kafka_groups_beside_redis_groups_with_lag(kafka_shared):
+    topic = make_topic(kafka_shared, records_each=4)
+    group = fresh("g")
+    c = consumer(kafka_shared, group, **{"enable.auto.commit": False})
+    c.commit(offsets=[confluent_kafka.TopicPartition(topic, p, p % 4) for p in range(PARTITIONS)],
+             asynchronous=False)
+    c.close()
+    r = kafka_shared.client()
+    r.execute_command("XGROUP", "CREATE", topic, group, "0")  # a Redis group of the same name
+    as_maps = [as_map(v) for v in r.execute_command("TOPIC", "GROUPS", topic)]
+    assert sorted((m[b"name"].decode(), m[b"type"]) for m in as_maps) == [(group, b"kafka"), (group, b"redis")]
+    kafka_view = next(m for m in as_maps if m[b"type"] == b"kafka")
+    assert kafka_view[b"state"] == b"Empty"
+    rows = [as_map(p) for p in kafka_view[b"partitions"]]
+    assert [(p[b"committed-offset"], p[b"end-offset"], p[b"lag"]) for p in rows] == \
+        [(p % 4, 4, 4 - p % 4) for p in range(PARTITIONS)]
+
+
+def as_map(value) -> dict:
+    return value if isinstance(value, dict) else dict(zip(value[::2], value[1::2]))
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
+def test_kcat_balanced_consumer_reads_everything_and_commits(kafka_shared):
+    topic = make_topic(kafka_shared, records_each=2)
+    group = fresh("g")
+    out = subprocess.run(["kcat", "-b", kafka_shared.bootstrap, "-G", group, "-X", "auto.offset.reset=earliest",
+                          "-X", f"session.timeout.ms={SESSION_MS}", "-c", str(2 * PARTITIONS), "-f", "%p:%o\\n",
+                          topic], capture_output=True, text=True, timeout=90)
+    assert out.returncode == 0, out.stderr
+    got = sorted(tuple(map(int, line.split(":"))) for line in out.stdout.split())
+    assert got == [(p, o) for p in range(PARTITIONS) for o in range(2)]
+    with KafkaRaw(kafka_shared.kafka_port) as raw:
+        from server.kafka import codec
+
+        listed = raw.call(codec.ListGroupsRequest(), 4)
+        assert group in [g.group_id for g in listed.groups]
+
+
+def test_find_coordinator_refuses_transactions_and_names_this_node_for_groups(kafka_shared):
+    from server.kafka import codec
+    from server.kafka import errors as E
+
+    with KafkaRaw(kafka_shared.kafka_port) as raw:
+        r = raw.call(codec.FindCoordinatorRequest(key="g", key_type=0), 3)
+        assert (r.error_code, r.port) == (E.NONE, kafka_shared.kafka_port)
+        r = raw.call(codec.FindCoordinatorRequest(key_type=1, coordinator_keys=["tx"]), 4)
+        assert r.coordinators[0].error_code == E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        r = raw.call(codec.JoinGroupRequest(group_id="g", session_timeout_ms=SESSION_MS, rebalance_timeout_ms=1000,
+                                            member_id="", protocol_type="consumer",
+                                            protocols=[codec.JoinGroupRequest.JoinGroupRequestProtocol(
+                                                name="range", metadata=b"")]), 5)
+        assert r.error_code == E.MEMBER_ID_REQUIRED and r.member_id
+
+
+
+def test_admin_client_lists_describes_and_deletes_groups(kafka_shared):
+    from confluent_kafka.admin import AdminClient
+
+    topic = make_topic(kafka_shared, records_each=1)
+    group = fresh("g")
+    admin = AdminClient({"bootstrap.servers": kafka_shared.bootstrap})
+    c = consumer(kafka_shared, group, **{"client.id": "describe-me"})
+    try:
+        c.subscribe([topic])
+        settle([c], [PARTITIONS])
+        c.commit(offsets=[confluent_kafka.TopicPartition(topic, p, 1) for p in range(PARTITIONS)],
+                 asynchronous=False)
+        listed = admin.list_consumer_groups().result(30)
+        assert group in [g.group_id for g in listed.valid]
+        described = admin.describe_consumer_groups([group])[group].result(30)
+        assert str(described.state).endswith("STABLE")
+        [member] = described.members
+        assert member.client_id == "describe-me"
+        assert sorted(tp.partition for tp in member.assignment.topic_partitions) == list(range(PARTITIONS))
+        with pytest.raises(confluent_kafka.KafkaException, match="NON_EMPTY_GROUP|not empty"):
+            admin.delete_consumer_groups([group])[group].result(30)
+    finally:
+        c.close()  # LeaveGroup: the group is Empty
+    offsets = admin.list_consumer_group_offsets(
+        [confluent_kafka.ConsumerGroupTopicPartitions(group)])[group].result(30)
+    assert sorted((tp.partition, tp.offset) for tp in offsets.topic_partitions) == [(p, 1) for p in range(PARTITIONS)]
+    admin.delete_consumer_groups([group])[group].result(30)
+    assert group not in [g.group_id for g in admin.list_consumer_groups().result(30).valid]
+
+
+def test_a_static_member_restarting_gets_its_partitions_back_without_a_rebalance(kafka_shared):
+    topic = make_topic(kafka_shared)
+    group = fresh("g")
+    revoked: list[int] = []
+    leader = consumer(kafka_shared, group, **{"group.instance.id": "a"})
+    leader.subscribe([topic], on_revoke=lambda c, parts: revoked.extend(tp.partition for tp in parts))
+    settle([leader], [PARTITIONS])  # alone first: the leader
+    follower = consumer(kafka_shared, group, **{"group.instance.id": "b"})
+    follower.subscribe([topic])
+    before = settle([leader, follower], [3, 3])
+    try:
+        follower.close()  # a static member does not leave (KIP-345): its partitions wait for it
+        revoked.clear()
+        again = consumer(kafka_shared, group, **{"group.instance.id": "b"})
+        again.subscribe([topic])
+        after = settle([leader, again], [3, 3], timeout_s=SESSION_MS / 1000 - 1)
+        assert after == before and revoked == []  # the leader kept its partitions throughout
+        again.close()
+    finally:
+        leader.close()
