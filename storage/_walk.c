@@ -4,6 +4,9 @@
  *   batches(mv, p, size, cur, stop, left, chunks)
  *       -> (p, cur, count, nbytes, done)
  *
+ * and, below, read() (find an offset's batch, then batches()), find() (the
+ * first offset at or above an ID) and after() (find(), then batches()).
+ *
  * Walks the batches laid out in the buffer `mv` (a memoryview of a segment
  * file's mapping or of a pread buffer) from position p, as Segment.read's
  * Python loop does when no entry is deleted, no byte bound applies, entries
@@ -208,31 +211,23 @@ unsure:
     Py_RETURN_NONE;
 }
 
-/* find(mv, size, ids, base, ms, seq) -> (offset, position), or None
- *
- * Segment.find_id for a mapped segment: the first offset whose ID is >=
- * (ms, seq) among the batches of [0, size), given the ID index `ids`
- * (24-byte entries: u64 first_ms, u64 first_seq, u32 relative offset, u32
- * position), and the position of the batch holding it. The headers from
- * the index's floor entry up to the next entry (or `size`) are walked as
- * the Python loop walks them. When no batch there reaches the ID: the next
- * index entry's offset and position, or (-1, -1) when none follows (the
- * caller's end offset). None when anything it needs lies past the mapping
- * or a header is malformed. */
-static PyObject *
-walk_find(PyObject *self, PyObject *args)
+/* The lookup of find() and after(): the first offset whose ID is >= (ms,
+ * seq) among the batches of [0, size) of the mapped buffer `buf` (view_len
+ * bytes), given the ID index `ib` of n entries (24 bytes each: u64 first_ms,
+ * u64 first_seq, u32 relative offset, u32 position). The headers from the
+ * index's floor entry up to the next entry (or `size`) are walked as the
+ * Python loop walks them. FOUND: *pfound and the position of its batch
+ * *ppos; when no batch there reaches the ID, the next index entry's offset
+ * and position, or (-1, -1) when none follows (the caller's end offset).
+ * UNSURE when anything it needs lies past the mapping or a header is
+ * malformed. */
+enum { FOUND, UNSURE };
+
+static int
+find_id(const unsigned char *buf, Py_ssize_t view_len, Py_ssize_t size, const unsigned char *ib, Py_ssize_t n,
+        long long base, unsigned long long ms, unsigned long long seq, long long *pfound, long long *ppos)
 {
-    PyObject *mv, *ids;
-    Py_ssize_t size;
-    long long base;
-    unsigned long long ms, seq;
-    if (!PyArg_ParseTuple(args, "OnOLKK", &mv, &size, &ids, &base, &ms, &seq))
-        return NULL;
-    Py_buffer iv;
-    if (PyObject_GetBuffer(ids, &iv, PyBUF_SIMPLE) != 0)
-        return NULL;
-    const unsigned char *ib = (const unsigned char *)iv.buf;
-    Py_ssize_t n = iv.len / 24, lo = 0, hi = n;
+    Py_ssize_t lo = 0, hi = n;
     while (lo < hi) { /* bisect_right on (first_ms, first_seq) */
         Py_ssize_t mid = (lo + hi) / 2;
         uint64_t m = le64(ib + 24 * mid), q = le64(ib + 24 * mid + 8);
@@ -246,31 +241,25 @@ walk_find(PyObject *self, PyObject *args)
     if (i >= 0)
         start = le32(ib + 24 * i + 20);
     else if (n && le32(ib + 20) == 0) {
-        PyBuffer_Release(&iv);
-        return Py_BuildValue("(Li)", base, 0); /* the first batch starts above the ID */
+        *pfound = base; /* the first batch starts above the ID */
+        *ppos = 0;
+        return FOUND;
     } else
         start = 0;
     if (i + 1 < n) {
         stop_pos = after_pos = le32(ib + 24 * (i + 1) + 20);
         after = base + le32(ib + 24 * (i + 1) + 16);
     }
-    PyBuffer_Release(&iv);
-    if (stop_pos > size)
-        Py_RETURN_NONE;
-    Py_buffer view;
-    if (PyObject_GetBuffer(mv, &view, PyBUF_SIMPLE) != 0)
-        return NULL;
-    if (stop_pos > view.len)
-        goto unsure;
-    const unsigned char *buf = (const unsigned char *)view.buf;
+    if (stop_pos > size || stop_pos > view_len)
+        return UNSURE;
     Py_ssize_t p = (Py_ssize_t)start;
     while (p < stop_pos) {
         if (p + HEADER_BYTES > stop_pos)
-            goto unsure;
+            return UNSURE;
         const unsigned char *h = buf + p;
         uint32_t length = le32(h + 8), cnt = le32(h + 24);
         if (cnt == 0 || (uint64_t)length < HEADER_BYTES + 20ULL * cnt || (Py_ssize_t)length > stop_pos - p)
-            goto unsure;
+            return UNSURE;
         uint64_t lm = le64(h + 48), ls = le64(h + 56);
         if (lm > ms || (lm == ms && ls >= seq)) {
             const unsigned char *idp = h + HEADER_BYTES;
@@ -283,23 +272,106 @@ walk_find(PyObject *self, PyObject *args)
                 else
                     b = mid;
             }
-            long long found = (long long)le64(h) + a;
-            PyBuffer_Release(&view);
-            return Py_BuildValue("(Ln)", found, p);
+            *pfound = (long long)le64(h) + a;
+            *ppos = p;
+            return FOUND;
         }
         p += length;
     }
+    *pfound = after;
+    *ppos = after_pos;
+    return FOUND;
+}
+
+/* find_id() on the buffers of the mapping mv and the ID index ids: FOUND
+ * or UNSURE with mv's buffer held in *view (the caller releases it), or -1
+ * with an exception set and nothing held. */
+static int
+lookup(PyObject *mv, PyObject *ids, Py_ssize_t size, long long base, unsigned long long ms,
+       unsigned long long seq, Py_buffer *view, long long *pfound, long long *ppos)
+{
+    Py_buffer iv;
+    if (PyObject_GetBuffer(ids, &iv, PyBUF_SIMPLE) != 0)
+        return -1;
+    if (PyObject_GetBuffer(mv, view, PyBUF_SIMPLE) != 0) {
+        PyBuffer_Release(&iv);
+        return -1;
+    }
+    int rc = find_id((const unsigned char *)view->buf, view->len, size, (const unsigned char *)iv.buf,
+                     iv.len / 24, base, ms, seq, pfound, ppos);
+    PyBuffer_Release(&iv);
+    return rc;
+}
+
+/* find(mv, size, ids, base, ms, seq) -> (offset, position), or None
+ *
+ * Segment.find_id for a mapped segment: find_id() above on the mapping mv
+ * (the file's first `size` bytes valid) and its ID index `ids`. */
+static PyObject *
+walk_find(PyObject *self, PyObject *args)
+{
+    PyObject *mv, *ids;
+    Py_ssize_t size;
+    long long base, found, pos;
+    unsigned long long ms, seq;
+    if (!PyArg_ParseTuple(args, "OnOLKK", &mv, &size, &ids, &base, &ms, &seq))
+        return NULL;
+    Py_buffer view;
+    int rc = lookup(mv, ids, size, base, ms, seq, &view, &found, &pos);
+    if (rc < 0)
+        return NULL;
     PyBuffer_Release(&view);
-    return Py_BuildValue("(LL)", after, after_pos);
-unsure:
+    if (rc != FOUND)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(LL)", found, pos);
+}
+
+/* after(mv, size, ids, base, ms, seq, lo, stop, left, chunks)
+ *     -> (next offset, count, done), or None
+ *
+ * XREAD's read in one segment, in one call: find()'s lookup of the first
+ * offset whose ID is >= (ms, seq), then batches()'s walk from its batch up
+ * to offset `stop` (at most `left` entries, -1: no bound), the entries
+ * appended to `chunks` as slices of mv. None, with nothing appended, when
+ * find() would be unsure, or the offset found is not in [lo, stop) (the
+ * log's start, and the end of what may be read here): the caller then
+ * takes the general path. The walk stops where batches() stops (the
+ * mapping's end, a header it cannot take, `stop`, `left`); the caller goes
+ * on from the next offset returned. */
+static PyObject *
+walk_after(PyObject *self, PyObject *args)
+{
+    PyObject *mv, *ids, *chunks;
+    Py_ssize_t size;
+    long long base, lo, stop, left, found, pos;
+    unsigned long long ms, seq;
+    if (!PyArg_ParseTuple(args, "OnOLKKLLLO!", &mv, &size, &ids, &base, &ms, &seq, &lo, &stop, &left,
+                          &PyList_Type, &chunks))
+        return NULL;
+    Py_buffer view;
+    int rc = lookup(mv, ids, size, base, ms, seq, &view, &found, &pos);
+    if (rc < 0)
+        return NULL;
+    if (rc != FOUND || found < lo || found >= stop) {
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t p = (Py_ssize_t)pos, walk_size = size < view.len ? size : view.len;
+    long long count, nbytes;
+    int done;
+    rc = walk(mv, (const unsigned char *)view.buf, &p, walk_size, &found, stop, left, chunks, &count, &nbytes,
+              &done);
     PyBuffer_Release(&view);
-    Py_RETURN_NONE;
+    if (rc != 0)
+        return NULL;
+    return Py_BuildValue("(LLO)", found, count, done ? Py_True : Py_False);
 }
 
 static PyMethodDef methods[] = {
     {"batches", walk_batches, METH_VARARGS, "Walk whole batches of a buffer, appending entry ranges as slices."},
     {"read", walk_read, METH_VARARGS, "Find the batch holding an offset in a mapped segment, then walk as batches()."},
     {"find", walk_find, METH_VARARGS, "The first offset of a mapped segment whose ID is at or above one, and its batch's position."},
+    {"after", walk_after, METH_VARARGS, "find() then batches() from the offset found, in one call: XREAD's read in a mapped segment."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1122,32 +1122,29 @@ class PartitionLog:
         the high watermark: XREAD's read, what ``read(max(find_offset(ms, seq,
         inclusive=False), log_start_offset), max_count=...)`` gives. With
         ``view`` (chunks may be views of the mappings, as for ``read``) the
-        common case is one pass in C: the start in a mapped segment without
-        deleted entries or unchecked CRCs is found (``Segment.
-        find_id_mapped``) and walked from its batch (``walk_mapped``); the
-        rest of a read that goes on past it is ``read``'s."""
+        common case is one C call: the start in a mapped segment without
+        deleted entries or unchecked CRCs found and walked from its batch
+        (``Segment.read_after_mapped``); the rest of a read that goes on
+        past it is ``read``'s."""
         stop = self._hw
-        found = None
         above = _id_after(ms, seq)  # the lowest ID wanted
-        if view and (max_count is None or max_count > 0) and above is not None:
+        if view and above is not None and (max_count is None or max_count > 0):
             seg = self._segment_for_id(above)
-            if seg is not None and not seg.check_crc and not self.markers.get(seg.base_offset) \
-                    and seg.mapped(records.HEADER_BYTES) is not None:
-                found = seg.find_id_mapped(*above)
-        if found is None or not self.log_start_offset <= found[0] < stop:
-            start = max(self.find_offset(ms, seq, inclusive=False), self.log_start_offset)
-            if start >= self.log_end_offset:
-                return ReadResult(0, [], start)
-            return self.read(start, max_count=max_count, view=view)
-        cur, pos = found
-        chunks: list = []
-        left = -1 if max_count is None else max_count
-        _, end, count, _, done = seg.walk_mapped(pos, cur, min(stop, seg.end_offset), left, chunks)
-        if done or end >= stop:
-            return ReadResult(count, chunks, end)
-        rest = self.read(end, max_count=None if max_count is None else max_count - count, view=True)
-        chunks += rest.chunks
-        return ReadResult(count + rest.count, chunks, rest.next_offset)
+            if seg is not None and not self.markers.get(seg.base_offset):
+                chunks: list = []
+                found = seg.read_after_mapped(above, self.log_start_offset, stop,
+                                              -1 if max_count is None else max_count, chunks)
+                if found is not None:
+                    end, count, done = found
+                    if done or end >= stop:
+                        return ReadResult(count, chunks, end)
+                    rest = self.read(end, max_count=None if max_count is None else max_count - count, view=True)
+                    chunks += rest.chunks
+                    return ReadResult(count + rest.count, chunks, rest.next_offset)
+        start = max(self.find_offset(ms, seq, inclusive=False), self.log_start_offset)
+        if start >= self.log_end_offset:
+            return ReadResult(0, [], start)
+        return self.read(start, max_count=max_count, view=view)
 
     def find_offset(self, ms: int, seq: int, inclusive: bool = True) -> int:
         """First offset whose ID is >= (ms, seq) (``>`` if not inclusive);
@@ -1169,11 +1166,18 @@ class PartitionLog:
         """The segment where IDs ``>= target`` begin: the last non-empty one
         whose first ID is at or below it, else the first; None when every
         segment is empty."""
-        segs = self._segs if self._segs[-1].size else self._segs[:-1]
-        if not segs:
+        segs = self._segs
+        hi = len(segs) if segs[-1].size else len(segs) - 1
+        if not hi:
             return None
-        i = bisect.bisect_right(range(len(segs)), target, key=lambda j: segs[j].first_id()) - 1
-        return segs[max(i, 0)]
+        lo = 0
+        while lo < hi:  # bisect_right on the segments' first IDs (XREAD's every read: no key function)
+            mid = (lo + hi) // 2
+            if target < segs[mid].first_id():
+                hi = mid
+            else:
+                lo = mid + 1
+        return segs[lo - 1 if lo else 0]
 
     def entry_id(self, offset: int) -> tuple[int, int]:
         if not self.log_start_offset <= offset < self.log_end_offset:

@@ -515,13 +515,29 @@ class Segment:
         self.cache.mappings.touch(self)
         return _walk.find(view, self.size, self.index.id_entries(), self.base_offset, ms, seq)
 
-    def walk_mapped(self, pos: int, cur: int, stop: int, left: int, chunks: list) -> tuple:
-        """``read``'s C walk (``storage._walk.batches``) over the mapping
-        from the batch at ``pos`` holding offset ``cur``, for a segment
-        ``find_id_mapped`` answered: ``(position, next offset, count, bytes,
-        done)``; the chunks are views of the mapping (``ReadAccumulator.view``).
-        What it leaves (past the mapping, a malformed header) is ``read``'s."""
-        return _walk.batches(self._map, pos, min(self.size, self._map_len), cur, stop, left, chunks)
+    def read_after_mapped(self, above: tuple[int, int], lo: int, stop: int, left: int, chunks: list) -> tuple | None:
+        """XREAD's read in this segment in one C call (``storage._walk.
+        after``): the entries from the first whose ID is at or above
+        ``above``, up to offset ``stop`` (at most ``left``; -1: no bound),
+        appended to ``chunks`` as views of the mapping (``ReadAccumulator.
+        view``): ``(next offset, count, done)``. None, nothing appended,
+        unless the file is mapped, its CRCs checked and that first entry at
+        or after offset ``lo``, before ``stop``: the caller's general path.
+        The walk stops at the mapping's end (a newer tail is the caller's)
+        and at a batch it cannot take whole, as ``read``'s C walk does."""
+        if self.check_crc or _walk is None:
+            return None
+        view = self._map
+        if view is None:
+            view = self.mapped(HEADER_BYTES)
+            if view is None:
+                return None
+        else:
+            self.cache.mappings.touch(self)
+        if not self.index_checked:
+            self.ensure_index()
+        return _walk.after(view, self.size, self.index.id_entries(), self.base_offset, above[0], above[1],
+                           lo, min(stop, self.end_offset), left, chunks)
 
     def find_id(self, ms: int, seq: int) -> int:
         """The first offset in this segment whose ID is >= (ms, seq), else ``end_offset``."""

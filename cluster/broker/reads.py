@@ -253,19 +253,19 @@ class ReadOps:
         entries (or none at all) are left out. None for a ``one_partition``
         plan whose key is not one existing partition (nothing was done)."""
         self.commit_deferred()
-        assert len(plan.keys) == len(plan.after) and (len(plan.keys) == 1 or not plan.one_partition)
-        assert not (plan.one_partition and (plan.max_count or plan.max_size))
         if plan.one_partition:  # (a consumer's poll: the hot path, inline)
-            key = plan.keys[0]
+            [key], [after] = plan.keys, plan.after  # (one key, one position: raises otherwise)
+            assert not (plan.max_count or plan.max_size)
             topics = self.broker.topics
             stream = topics.read_target(key)
             if stream is None:
                 return None
-            entries = stream.read_after(plan.after[0], plan.count or None, view=True)
+            entries = stream.read_after(after, plan.count or None, view=True)
             if not entries.count:
                 return []
             topics.note_entries_out(entries.count)
             return [(key, entries)]
+        assert len(plan.keys) == len(plan.after)
         if self._fans_out(plan):
             return self._read_across(plan)
         keys, positions = self._positions(plan)

@@ -626,7 +626,8 @@ def xread_poll(ctx, data: bytes, out: list, route=None):
     if form is None:
         return None
     protocol = ctx.client.protocol
-    if protocol not in _POLL_HEAD:
+    head = _POLL_HEAD.get(protocol)
+    if head is None:
         return None
     key, count, ms, seq = form
     if route is not None:
@@ -640,7 +641,7 @@ def xread_poll(ctx, data: bytes, out: list, route=None):
         out.append(_POLL_NONE[protocol])
         return True
     entries = found[0][1]
-    out.append(_POLL_HEAD[protocol] % (len(key), key, entries.count))
+    out.append(head % (len(key), key, entries.count))
     out.extend(entries.chunks)
     return True
 

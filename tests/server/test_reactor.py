@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import socket
 
 import hiredis
@@ -134,6 +135,201 @@ async def test_the_task_calls_handlers_as_input_arrives_and_closes_the_set_when_
         nursery.cancel_scope.cancel()
     assert reactor.registered == 0
     reactor.unregister(pairs[0][0].fileno())  # after the set closed: harmless
+
+
+# -- the loop's idle wait, taken by the reactor's task (IdleWait) ---------------
+
+@contextlib.contextmanager
+def _loop_waker(after_s=_PATIENCE_S):
+    """A thread that wakes trio's loop (``run_sync_soon``) every second
+    from ``after_s`` on, until the block ends: an idle wait that wrongly
+    goes on past what the loop has to do ends then, and the test fails on
+    its time check instead of hanging."""
+    import threading
+
+    token = trio.lowlevel.current_trio_token()
+    done = threading.Event()
+
+    def wake():
+        if not done.wait(after_s):
+            while not done.wait(1):
+                token.run_sync_soon(lambda: None)
+
+    thread = threading.Thread(target=wake, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+@contextlib.contextmanager
+def _promptly(deadline=True):
+    """The block must end well before ``_PATIENCE_S`` (wall clock): a
+    wait that is not ended by what should end it is ended by the deadline
+    (not with a test's clock, whose time is not the wall's) or the loop's
+    waker, whichever it heeds, and fails here."""
+    import time
+
+    started = time.monotonic()
+    with _loop_waker(), trio.fail_after(_PATIENCE_S if deadline else math.inf):
+        yield
+    assert time.monotonic() - started < _PATIENCE_S / 2
+
+
+@pytest.fixture
+def sockets():
+    """``sockets(n)``: n socket pairs (``_pair``) for the test, all closed
+    after it (no descriptors left to later tests that count them)."""
+    made = []
+
+    def make(n=1):
+        pairs = [_pair() for _ in range(n)]
+        made.extend(pairs)
+        return pairs
+
+    yield make
+    for pair in made:
+        for sock in pair:
+            sock.close()
+
+
+@pytest.fixture
+def watched(sockets):
+    """A Reactor watching one socket whose handler reads what came: the
+    reactor, its peer socket."""
+    reactor = Reactor()
+    [(ours, theirs)] = sockets()
+    reactor.register(ours.fileno(), lambda _events: ours.recv(10))
+    return reactor, theirs
+
+
+def _trio_pair(sockets):
+    """A pair of the ``sockets`` fixture as trio sockets: (ours, the peer's stdlib socket)."""
+    [(ours, theirs)] = sockets()
+    return trio.socket.from_stdlib_socket(ours), theirs
+
+
+async def test_the_task_waits_for_input_itself_while_the_loop_is_idle(sockets):
+    """After a step the reactor's task waits for the next input in the
+    loop's place (no pass of trio's loop per arrival), and goes on serving
+    each arrival until a handler gives the loop something to run."""
+    import threading
+
+    reactor = Reactor()
+    [(ours, theirs)] = sockets()
+    seen, handled, finished = [], threading.Event(), trio.Event()
+
+    def on_ready(_events):
+        seen.append(ours.recv(10))
+        handled.set()
+        if len(seen) == 5:
+            finished.set()  # a task to run: the reactor goes back to trio
+
+    def client():  # each byte once the one before was handled
+        for i in range(5):
+            handled.wait(_PATIENCE_S)
+            handled.clear()
+            theirs.send(b"%d" % i)
+
+    reactor.register(ours.fileno(), on_ready)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reactor.run)
+        await wait_all_tasks_blocked()
+        handled.set()
+        thread = threading.Thread(target=client)
+        thread.start()
+        with trio.fail_after(_PATIENCE_S):
+            await finished.wait()
+        thread.join()
+        assert seen == [b"0", b"1", b"2", b"3", b"4"]
+        assert reactor.idle_waits == 4  # every arrival after the first, found by its own wait
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_task_a_handler_makes_runnable_runs_before_more_input(sockets):
+    reactor = Reactor()
+    [(ours, theirs)] = sockets()
+    woken = trio.Event()
+    reactor.register(ours.fileno(), lambda _events: (ours.recv(10), woken.set()))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reactor.run)
+        await wait_all_tasks_blocked()
+        with _promptly():
+            theirs.send(b"x")
+            await woken.wait()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_task_left_in_the_batch_the_loop_runs_is_not_kept_waiting(watched, sockets):
+    """A task woken in the same pass of trio's loop as the reactor's (both
+    sockets reported at once) may come after it in the batch: the reactor
+    must not wait for input while it is still to run. The loop runs a
+    batch in either order, so try many times."""
+    reactor, theirs = watched
+    other, other_peer = _trio_pair(sockets)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reactor.run)
+        for _ in range(20):
+            got = trio.Event()
+
+            async def reader():
+                await other.recv(10)
+                got.set()
+
+            nursery.start_soon(reader)
+            await wait_all_tasks_blocked()
+            with _promptly():
+                other_peer.send(b"o")
+                theirs.send(b"x")  # both before the loop looks again
+                await got.wait()
+        nursery.cancel_scope.cancel()
+
+
+async def _a_deadline(_sockets):
+    await trio.sleep(0.05)
+
+
+async def _a_threads_wake_up(_sockets):
+    import time
+
+    await trio.to_thread.run_sync(time.sleep, 0.05)  # done while the reactor waits
+
+
+async def _input_on_a_socket_the_loop_watches(sockets):
+    import threading
+
+    other, other_peer = _trio_pair(sockets)
+    sender = threading.Timer(0.05, other_peer.send, (b"o",))
+    sender.start()
+    assert await other.recv(10) == b"o"
+    sender.join()
+
+
+@pytest.mark.parametrize("loop_work", [_a_deadline, _a_threads_wake_up, _input_on_a_socket_the_loop_watches])
+async def test_what_the_loop_has_to_do_ends_the_idle_wait(loop_work, watched, sockets):
+    reactor, theirs = watched
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reactor.run)
+        await wait_all_tasks_blocked()
+        with _promptly():
+            theirs.send(b"x")  # the reactor's step, then its own wait, which this must end:
+            await loop_work(sockets)
+        assert reactor.idle_waits == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_with_a_mock_clock_the_task_waits_in_trio(autojump_clock, watched):
+    """A test's clock is not the wall clock the idle wait's time-out would
+    use: the reactor parks in trio, and the clock still jumps."""
+    reactor, theirs = watched
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reactor.run)
+        with _promptly(deadline=False):
+            theirs.send(b"x")
+            await trio.sleep(3600)  # jumps at once
+        nursery.cancel_scope.cancel()
 
 
 # -- a plain connection in the set ---------------------------------------------

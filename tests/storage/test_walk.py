@@ -126,6 +126,61 @@ def _one_log_buffer(tmp_path, sizes):
     return data
 
 
+def _find_then_walk(view, seg, above, lo, stop, left):
+    """What ``_walk.after`` stands in for: ``find``, the offset checked
+    against ``[lo, stop)``, then ``batches`` from its batch."""
+    from storage import _walk
+
+    found = _walk.find(view, seg.size, seg.index.id_entries(), seg.base_offset, *above)
+    if found is None or not lo <= found[0] < stop:
+        return None
+    chunks = []
+    _, end, count, _, done = _walk.batches(view, found[1], min(seg.size, len(view)), found[0], stop, left, chunks)
+    return [bytes(c) for c in chunks], end, count, done
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sizes=st.lists(st.integers(1, 40), min_size=1, max_size=30),
+    payloads=st.lists(st.integers(0, 300), min_size=1, max_size=4),
+    mapped_at=st.one_of(st.just(1.0), st.just(1.0), st.floats(0.3, 1)),
+    reads=st.lists(st.tuples(st.one_of(st.floats(0, 1), st.floats(0, 1), st.integers(0, 1300)), st.integers(0, 2),
+                             st.integers(-1, 8), st.integers(-1, 300), st.integers(-1, 200)),
+                   min_size=1, max_size=12),
+)
+def test_after_is_find_then_walk(sizes, payloads, mapped_at, reads):
+    """``_walk.after`` (XREAD's read in a segment) against the two calls it
+    joins, on segments mapped whole or in part (a file grown since it was
+    mapped), for IDs before, inside, between and after the batches, log
+    starts and stops anywhere, any bound."""
+    from storage import _walk
+
+    with tempfile.TemporaryDirectory() as d:
+        log = _batch_log(Path(d) / "p", sizes, payloads)
+        try:
+            for seg in log._segs:
+                whole = seg.mapped(seg.size) if seg.size else None
+                if whole is None:
+                    continue
+                view = whole[:max(int(seg.size * mapped_at), 1)]
+                span = seg.end_offset - seg.base_offset
+                for target, seq, back, ahead, left in reads:
+                    # An ID in this segment (the log's IDs are <offset + 1>-0) or any ID;
+                    # the log's start and the read's stop around the offset it finds.
+                    at = seg.base_offset + int(target * span) if isinstance(target, float) else target
+                    ms, lo, stop = at + 1, at - back, at + ahead
+                    chunks = []
+                    got = _walk.after(view, seg.size, seg.index.id_entries(), seg.base_offset, ms, seq,
+                                      lo, stop, left, chunks)
+                    want = _find_then_walk(view, seg, (ms, seq), lo, stop, left)
+                    assert (None if got is None else ([bytes(c) for c in chunks], *got)) == want
+                    assert got is not None or chunks == []
+                    del chunks
+                del view, whole
+        finally:
+            log.close()
+
+
 def test_the_walk_leaves_a_batch_cut_by_the_buffer_end_to_the_caller(tmp_path):
     from storage import _walk
 
@@ -203,17 +258,28 @@ def test_reads_after_an_id_match_find_then_read(sizes, payloads, deleted, start_
 
 def test_a_plain_read_after_an_id_is_one_pass_in_c(tmp_path, monkeypatch):
     """No deleted entries, no CRCs to check, a mapped segment: the read is
-    found and walked in C, without ``Segment.read`` (whose own C start the
-    test above compares too); one that runs past the segment goes on in it."""
+    found and walked in one C call (``_walk.after``), without
+    ``Segment.read`` (whose own C start the test above compares too); one
+    that runs past the segment goes on in it."""
+    from storage import _walk
+
     log = _batch_log(tmp_path / "p", [5, 10, 20, 30, 3, 7] * 4, [10, 100])
     try:
         assert len(log._segs) > 3
         expected = {ms: _general_after(log, ms, 0, 10, True) for ms in (0, 3, 50, 100, 200)}
+        calls = []
+
+        def after(*args):
+            calls.append("after")
+            return _walk.after(*args)
+
         monkeypatch.setattr(segment.Segment, "read", None)  # the general path would fail
+        monkeypatch.setattr(segment, "_walk", SimpleNamespace(after=after))  # and so would any other C call
         for ms, want in expected.items():
             got = log.read_after_id(ms, 0, 10, view=True)
             assert ([bytes(c) for c in got.chunks], got.count) == want
             assert got.count == 10 and got.next_offset == ms + 10
+        assert calls == ["after"] * len(expected)
         monkeypatch.undo()
         # From the last entry of a segment on: the next segment is read by Segment.read.
         seg = log._segs[0]
