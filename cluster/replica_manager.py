@@ -479,10 +479,15 @@ class ReplicaManager:
         prefix = b"%s:%d:" % (self.token, ls.epoch)
         token = prefix + b"%d" % state_version(stream)
         state = encode_state(stream) if token != their_state else None
+        progress = ls.progress.get(replica)
+        if their_state.startswith(prefix) and progress is not None:
+            applied = int(their_state[len(prefix):])
+            if progress.state_version != applied:
+                progress.state_version = applied
+                self.on_group_progress()
         gen, pos = -1, -1
         if their_groups.startswith(prefix):
             gen, pos = (int(x) for x in their_groups[len(prefix):].split(b":"))
-            progress = ls.progress.get(replica)
             if progress is not None and progress.group_pos != (gen, pos):
                 progress.group_pos = (gen, pos)
                 self.on_group_progress()

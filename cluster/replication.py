@@ -45,6 +45,7 @@ class FollowerProgress:
     last_fetch_ms: int = -1  # -1: never fetched since this leadership began
     fetched_bytes: int = 0
     group_pos: tuple[int, int] = (-1, -1)  # where it stands in the leader's group journal (generation, byte)
+    state_version: int = -1  # the leader's stream state (markers, metadata) it has applied, at this epoch
 
 
 @dataclass
@@ -134,6 +135,15 @@ class LeaderState:
         for rid in self.isr | self.pinned:
             p = self.progress.get(rid)
             if p is not None and p.group_pos < target:
+                return False
+        return True
+
+    def state_replicated(self, version: int) -> bool:
+        """Every in-sync follower has applied the stream state (deletion
+        markers, trims, metadata) as of ``version`` (``state_version``)."""
+        for rid in self.isr | self.pinned:
+            p = self.progress.get(rid)
+            if p is not None and p.state_version < version:
                 return False
         return True
 

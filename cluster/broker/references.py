@@ -157,6 +157,7 @@ class ReferenceOps:
     commit_deferred: Callable[[], None]
     wrote_log: Callable[[Any], None]
     wrote_group: Callable[[Any], None]
+    wrote_stream: Callable[[bytes, Any], None]
 
     # -- XDELEX ------------------------------------------------------------
 
@@ -358,8 +359,7 @@ class ReferenceOps:
             return
         deleted = stream.delete_ids([StreamId(*sid) for sid in ids])
         assert len(deleted) == len(ids), (deleted, ids)
-        self.wrote_log(stream.log)
-        self.broker.keys.signal(key)
+        self.wrote_stream(key, stream)
 
     def _drop_references(self, key: bytes, store: GroupStore, ids: list[StreamIdT]) -> None:
         """Remove ``ids`` from every group's PEL (DELREF)."""

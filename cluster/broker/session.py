@@ -407,7 +407,7 @@ class Session(GroupOps, ReadOps, ReferenceOps, ProducerOps, RecordOps, MemoryOps
             return 0
         removed = self._trim_or_wait(key, partition_key(*_topic_and_partition(key)), stream, trim)
         if removed.__class__ is int and removed:
-            self._wrote_stream(key, stream)
+            self.wrote_stream(key, stream)
         return removed
 
     # -- a trim never passes the high watermark ------------------------------
@@ -447,7 +447,7 @@ class Session(GroupOps, ReadOps, ReferenceOps, ProducerOps, RecordOps, MemoryOps
             except BeyondHighWatermarkError:
                 continue  # appends came meanwhile: wait for them too
             if removed:
-                self._wrote_stream(key, stream)
+                self.wrote_stream(key, stream)
             return removed
         raise TryAgain(f"the trim of {key.decode('utf-8', 'replace')} is overtaken by appends the in-sync "
                        "replicas have not acknowledged yet; nothing was trimmed")
@@ -467,7 +467,7 @@ class Session(GroupOps, ReadOps, ReferenceOps, ProducerOps, RecordOps, MemoryOps
             return 0
         deleted = stream.delete(ids)
         if deleted:
-            self._wrote_stream(key, stream)
+            self.wrote_stream(key, stream)
         return deleted
 
     def set_id(self, key: bytes, last_id: StreamId, entries_added: int | None,
@@ -478,7 +478,7 @@ class Session(GroupOps, ReadOps, ReferenceOps, ProducerOps, RecordOps, MemoryOps
         if stream is None:
             return False
         stream.set_id(last_id, entries_added=entries_added, max_deleted_entry_id=max_deleted_entry_id)
-        self._wrote_stream(key, stream)
+        self.wrote_stream(key, stream)
         return True
 
     # -- reads -------------------------------------------------------------
@@ -488,6 +488,14 @@ class Session(GroupOps, ReadOps, ReferenceOps, ProducerOps, RecordOps, MemoryOps
         self.commit_deferred()
         return self.broker.topics.get(key) is not None
 
-    def _wrote_stream(self, key: bytes, stream: Any) -> None:
+    def wrote_stream(self, key: bytes, stream: Any) -> None:
+        """A broker operation changed ``stream``'s state (deletion markers, a
+        trim, its metadata) through ``key``: durable as a log write, readers
+        and the followers' held fetches woken, and on an acks=all topic
+        replicated to every in-sync replica before the reply (as a group
+        write is)."""
         self.wrote_log(stream.log)
         self.broker.keys.signal(key)
+        replication = self.broker.replication
+        if replication is not None:
+            replication.note_state_write(self, stream)

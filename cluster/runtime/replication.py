@@ -47,6 +47,7 @@ from cluster.runtime.controller_driver import Controller, NotReady
 from cluster.runtime.fanout import FanOut
 from cluster.runtime.forwarding import Forwarder
 from cluster.topics import UNKNOWN_TOPIC, TopicError, TopicMeta, partition_key, split_partition_key
+from storage.streams.replica_state import state_version
 
 log = logging.getLogger("partita.replication")
 TICK_S = 0.1
@@ -367,7 +368,9 @@ class Replication:
         end offset as of now (``marks``: as of ``ack_marks`` then), this node
         leading it still at the epoch it was written at, every in-sync
         replica has applied the group journal of each ``("groups", topic,
-        n) -> group store`` as of now, and the controller has committed each
+        n) -> group store`` and the stream state (deletion markers, trims,
+        metadata) of each ``("state", topic, n) -> stream`` as of now, and
+        the controller has committed each
         ``("topics", record) -> record`` (a RENAME's topic changes,
         ``rename``).
 
@@ -379,6 +382,8 @@ class Replication:
         """
         groups = [(key, store, store.journal_position()) for key, store in pending.items()
                   if type(key) is tuple and key[0] == "groups"]
+        states = [(key, state_version(stream)) for key, stream in pending.items()
+                  if type(key) is tuple and key[0] == "state"]
         records = [record for key, record in pending.items() if type(key) is tuple and key[0] == "topics"]
         if marks is None:
             marks = self.ack_marks(pending)
@@ -416,7 +421,9 @@ class Replication:
                                 del self._ack_waiters[pkey]
 
         for (_, topic, n), _store, target in groups:
-            await self._wait_groups(topic, n, target)
+            await self._wait_followers(topic, n, lambda ls, target=target: ls.groups_replicated(target))
+        for (_, topic, n), version in states:
+            await self._wait_followers(topic, n, lambda ls, version=version: ls.state_replicated(version))
         if records:
             await self._wait_committed(records)
 
@@ -538,7 +545,24 @@ class Replication:
             pending = ctx.repl_pending = {}
         pending[("groups", *found)] = store
 
-    async def _wait_groups(self, topic: bytes, n: int, target: tuple[int, int]) -> None:
+    def note_state_write(self, ctx: Any, stream: Any) -> None:
+        """A command changed a partition's stream state here (XDEL's and
+        XTRIM's deletion markers and log start, XSETID's metadata; the
+        followers' held fetches already woke on its key): on an acks=all
+        topic its reply waits until every in-sync replica has applied that
+        state (``wait_acks``), so an acknowledged XDEL is not undone by a
+        leader change."""
+        found = self.manager.partition_at(stream.log.directory)
+        if found is None or self.manager.leader_state(*found) is None or not self.manager.acks_all(found[0]):
+            return
+        pending = ctx.repl_pending
+        if pending is None:
+            pending = ctx.repl_pending = {}
+        pending[("state", *found)] = stream
+
+    async def _wait_followers(self, topic: bytes, n: int, applied: Callable[[Any], bool]) -> None:
+        """Until ``applied(leader state)`` (every in-sync follower has
+        applied a group journal or stream state this far)."""
         name = self.manager.canonical_key(topic, n)
         while True:
             if self.topics.cached_stream(topic, n) is None:
@@ -546,7 +570,7 @@ class Replication:
             ls = self.manager.leader_state(topic, n)
             if ls is None:
                 raise AcksFailed(f"{name!r}: this node no longer leads it")
-            if ls.groups_replicated(target):
+            if applied(ls):
                 return
             if not ls.accepts_acks_all():
                 raise AcksFailed(f"{name!r}: {len(ls.isr)} in-sync replica(s), min-insync-replicas {ls.min_insync}")

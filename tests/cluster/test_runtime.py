@@ -256,3 +256,24 @@ async def test_a_topic_read_fans_out_to_the_partitions_leaders_committed_entries
         await nodes[0].fanout.read(b"t", ReadPart(b"", 0, READ_LENGTH))
     with pytest.raises(TryAgain, match="unreachable"):
         await nodes[0].fanout.wait_for_entries(b"t", [(99, 0)] * 6, 1.0)
+
+
+async def test_an_acks_all_deletion_waits_until_every_in_sync_replica_has_applied_it(cluster, autojump_clock):
+    """XDEL's deletion markers (as XTRIM's log start and XSETID's metadata)
+    are the stream's state, not log batches: an acks=all reply waits until
+    every in-sync follower has applied them, as for a group write, so a
+    failover right after an acknowledged XDEL does not bring the entry back."""
+    leader = cluster.nodes[0]
+    key = _key_led_by(leader, 1)
+    client = types.SimpleNamespace(repl_writes=None, repl_pending=None)
+    stream, pkey = leader.topics.append_target(key, [b"f", b"v"])
+    assert leader.before_append(client, pkey, stream)
+    entry_id = stream.add([b"f", b"v"])
+    with trio.fail_after(10):
+        await leader.wait_acks(client, {pkey: stream})
+    assert [f.topics.get(key).length for f in cluster.nodes[1:]] == [1, 1]
+    assert stream.delete([entry_id]) == 1
+    leader.note_state_write(client, stream)
+    with trio.fail_after(10):
+        await leader.wait_acks(client, client.repl_pending or {})
+    assert [f.topics.get(key).length for f in cluster.nodes[1:]] == [0, 0]

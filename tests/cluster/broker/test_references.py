@@ -26,7 +26,8 @@ class RecordingDurability:
 
 
 class RecordingReplication:
-    """``note_group_write`` of an acks=all topic: the reply waits for the store."""
+    """``note_group_write`` and ``note_state_write`` of an acks=all topic:
+    the reply waits for the group store and for the stream's state."""
 
     def __init__(self) -> None:
         self.stores: list = []
@@ -36,6 +37,11 @@ class RecordingReplication:
         if session.repl_pending is None:
             session.repl_pending = {}
         session.repl_pending[("groups", store)] = store
+
+    def note_state_write(self, session, stream) -> None:
+        if session.repl_pending is None:
+            session.repl_pending = {}
+        session.repl_pending[("state", stream)] = stream
 
 
 @pytest.fixture
@@ -102,6 +108,7 @@ def test_ack_delete_acknowledges_then_deletes_by_policy(broker):
     receipt = session.take_receipt()
     assert receipt.repl_pending  # acks=all: the ack waits for the in-sync replicas
     assert session.ack_delete(b"s", b"g2", [(1, 0)], ACKED) == [DELETED]
+    assert ("state", broker.topics.get(b"s")) in session.take_receipt().repl_pending  # the deletion, replicated
     assert session.ack_delete(b"s", b"g1", [(2, 0)], DELREF) == [DELETED]
     assert _pending(session, b"g2") == [(3, 0)]
     assert session.ack_delete(b"s", b"nope", [(3, 0)]) == [NOT_FOUND]
