@@ -103,7 +103,9 @@ class FakeLog:
     def _live(self, offsets):
         return [o for o in offsets if o not in self.deleted]
 
-    def read(self, start_offset, end_offset=None, max_count=None, max_bytes=None, with_ids=False, view=False):
+    def read(self, start_offset, end_offset=None, max_count=None, max_bytes=None, with_ids=False, view=False,
+             past_hw=False):
+        # (no high watermark here: every read reaches the log's end, ``past_hw`` or not)
         end = self.log_end_offset if end_offset is None else min(end_offset, self.log_end_offset)
         start = max(start_offset, self.log_start_offset)
         offs = self._live(range(start, end))
