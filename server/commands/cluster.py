@@ -241,7 +241,7 @@ async def cluster_reassign(ctx, argv):
 
 @command("readonly", arity=1, flags="fast loading stale", group="cluster", since="3.0.0",
          acl_categories=("@fast", "@connection"),
-         summary="Enables read-only queries for a connection to a Redis Cluster replica node.",
+         summary="Enables read queries for a connection to a cluster replica node",
          syntax="READONLY")
 def readonly(ctx, argv):
     """READONLY
@@ -258,7 +258,7 @@ def readonly(ctx, argv):
 
 @command("readwrite", arity=1, flags="fast loading stale", group="cluster", since="3.0.0",
          acl_categories=("@fast", "@connection"),
-         summary="Enables read-write queries for a connection to a Reids Cluster replica node.",
+         summary="Disables read queries for a connection to a cluster replica node",
          syntax="READWRITE")
 def readwrite(ctx, argv):
     """READWRITE
