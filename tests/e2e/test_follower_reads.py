@@ -165,3 +165,42 @@ def test_redis_py_cluster_reading_from_replicas_reads_what_the_leaders_hold(clus
                 ro.close()
     finally:
         rc.close()
+
+
+def test_a_restarted_follower_serves_no_read_before_its_leader_says_what_is_committed(cluster):
+    """A follower restarted holding an entry above the high watermark opens
+    its log with the high watermark at the log's end: until a fetch reply
+    of its leader sets it, a READONLY read gets -MOVED (here the leader is
+    stopped, so no fetch can come), never the uncommitted entry."""
+    key = b"restarted"
+    leader = cluster.leader_of(key)
+    client = leader.client()
+    leased(lambda: client.execute_command("TOPIC", "CREATE", key, "CONFIG", "acks", "1",
+                                          "min-insync-replicas", "3"))
+    leased(lambda: client.xadd(key, {"n": "1"}, id="1-1"))
+    cluster.wait_converged("restarted")
+    reader, stopped = cluster.followers_of(key)
+    stopped.proc.send_signal(signal.SIGSTOP)
+    try:
+        leased(lambda: client.xadd(key, {"n": "2"}, id="2-1"))  # acks=1: held above the high watermark
+        eventually(lambda: partition_lines(reader)["restarted"]["end_offset"] == "2", what="the follower's fetch")
+        with RawConn(reader.port) as conn:
+            assert conn.request(b"READONLY\r\n") == b"+OK\r\n"
+            assert conn.request(b"XLEN restarted\r\n") == b":1\r\n"
+        reader.stop()
+        leader.proc.send_signal(signal.SIGSTOP)
+        try:
+            reader.start()
+            with RawConn(reader.port) as conn:
+                assert conn.request(b"READONLY\r\n") == b"+OK\r\n"
+                assert conn.request(b"XLEN restarted\r\n").startswith(b"-MOVED ")
+                assert conn.request(b"XRANGE restarted - +\r\n").startswith(b"-MOVED ")
+        finally:
+            leader.proc.send_signal(signal.SIGCONT)
+    finally:
+        stopped.proc.send_signal(signal.SIGCONT)
+    cluster.wait_settled()
+    ro = _readonly(reader)
+    expected = leased(lambda: cluster.leader_of(key).client().xrange(key))
+    assert _ids(expected) == [b"1-1", b"2-1"]
+    assert eventually(lambda: ro.xrange(key) == expected, what="the restarted follower's committed view")
