@@ -87,6 +87,10 @@ class Followed:
     epoch_truncated: int = -1  # the shard epoch whose truncation step is done
     state_token: bytes = b""  # the leader's state version last applied
     group_token: bytes = b""  # where this replica stands in the leader's group journal
+    # A fetch reply of this leader was applied: the log's high watermark is
+    # one the leader sent (``committed_copy``). Before that it may be the
+    # log's end as opened here, past entries never committed.
+    hw_known: bool = False
 
 
 def key_gone(registry: TopicRegistry, topic: bytes, n: int) -> bool:
@@ -177,6 +181,20 @@ class ReplicaManager:
         if leader != self.my_id:
             raise NotLeaderError(slot, self.placement.by_id[leader])
         return shard
+
+    def committed_copy(self, key: bytes) -> bool:
+        """Whether this node follows the partition ``key`` names and knows
+        which of its copy's entries are committed: it applied a fetch reply
+        of the partition's current leader since it started following it
+        (READONLY reads are served from such a copy only: ``Followed.hw_known``)."""
+        shard = self.key_shard(key)[1]
+        try:
+            topic, n = split_partition_key(key)
+        except Exception:  # noqa: BLE001 - a malformed key is refused later, by the command
+            return False
+        followed = self.followed.get(self.state.leader(shard))
+        f = followed.get((topic, n or 0)) if followed is not None else None
+        return f is not None and f.hw_known
 
     def is_paused(self, shard: int) -> bool:
         """A manual failover is moving ``shard``: its writes wait (TRYAGAIN)."""
@@ -654,6 +672,7 @@ class ReplicaManager:
             group_snapshot, group_records = res.group_snapshot, res.group_records
             stream = self.registry.stream_of(topic, n)
             before = stream.log.log_end_offset
+            hw_before = stream.log.high_watermark
             try:
                 stream.commit()
                 if state is not None:  # XCFGSET's IDMP settings reach the producer state before the batches
@@ -666,6 +685,9 @@ class ReplicaManager:
                 self._apply_failed(topic, n, "batches", e)
                 continue
             self._apply_ok(topic, n, "batches")
+            f.hw_known = True
+            if stream.log.high_watermark > hw_before:
+                self.on_hw_advance(topic, n)  # READONLY readers blocked on this copy (XREAD BLOCK) wake
             grew = stream.log.log_end_offset != before
             if grew:
                 appended = True

@@ -176,7 +176,8 @@ class Dispatcher:
         self._cache: dict[bytes, CommandSpec] = {}
         self._plain: dict[bytes, CommandSpec] = {}  # raw name -> spec without subcommands
         self.broker = server.broker
-        # Cluster mode: ``route(spec, argv)`` refuses keys led elsewhere (-MOVED).
+        # Cluster mode: ``route(spec, argv, replica_reads)`` refuses keys led
+        # elsewhere (-MOVED); ``replica_reads``: the client sent READONLY.
         replication = getattr(server, "replication", None)
         self.route = replication.route if replication is not None else None
         self._poll_spec = self.commands.get("xread")
@@ -282,7 +283,7 @@ class Dispatcher:
                 or client.acl is not None or not ctx.session.may_defer or not self._observe_us):
             return None
         started = _perf_ns()
-        taken = run(ctx, data, pos, self.route)
+        taken = run(ctx, data, pos, self.route)  # (XADD: READONLY changes nothing)
         if taken is None:
             return None
         count = taken[2]
@@ -460,7 +461,7 @@ class Dispatcher:
         started = _perf_ns()
         try:
             if self.route is not None and (spec.first_key > 0 or spec.key_finder is not None):
-                refused = self.route(spec, argv)
+                refused = self.route(spec, argv, ctx.client.readonly)
                 if refused is not None:
                     raise refused
             reply = spec.handler(ctx, argv)
@@ -493,7 +494,7 @@ class Dispatcher:
         reply, or the coroutine of its handler when ``now`` declines."""
         started = _perf_ns()
         try:
-            self._check_route(spec, argv)
+            self._check_route(spec, ctx, argv)
             reply = spec.now(ctx, argv)
             if reply is None:
                 return self._call_async(spec, ctx, argv)
@@ -509,7 +510,7 @@ class Dispatcher:
         ran_ns = [0]
         ctx.client.blocked = True
         try:
-            self._check_route(spec, argv)
+            self._check_route(spec, ctx, argv)
             reply = await _timed(spec.handler(ctx, argv), ran_ns)
         except CommandError as e:
             reply = e
@@ -519,10 +520,10 @@ class Dispatcher:
             ctx.client.blocked = False
         return self._counted(spec, ctx, argv, ran_ns[0] // 1000, reply, blocking=True)
 
-    def _check_route(self, spec: CommandSpec, argv: list[bytes]) -> None:
+    def _check_route(self, spec: CommandSpec, ctx: Context, argv: list[bytes]) -> None:
         """Raise the cluster's refusal of ``argv`` (-MOVED, paused, ...), if any."""
         if self.route is not None and (spec.first_key > 0 or spec.key_finder is not None):
-            refused = self.route(spec, argv)
+            refused = self.route(spec, argv, ctx.client.readonly)
             if refused is not None:
                 raise refused
 

@@ -154,7 +154,7 @@ class Client:
         "id", "name", "protocol", "db", "authenticated", "user", "in_multi",
         "multi_queue", "multi_bytes", "multi_error", "watched", "watch_dirty", "lib_name", "lib_ver",
         "addr", "laddr", "fd", "created", "last_interaction", "last_command",
-        "close_after_reply", "kill_requested", "no_evict", "no_touch", "blocked",
+        "close_after_reply", "kill_requested", "no_evict", "no_touch", "blocked", "readonly",
         "_kill", "acl", "monitor", "_on_monitor",
     )
 
@@ -185,6 +185,9 @@ class Client:
         self.no_evict = False
         self.no_touch = False
         self.blocked = False
+        # READONLY (Redis Cluster's): reads of partitions this node follows
+        # are served from its copy (``Replication.route``); READWRITE, RESET: off.
+        self.readonly = False
         self._kill: Callable[[], None] | None = None
         # The ACL user (server.acl.User) when it is restricted; None when it
         # may run everything (the dispatcher's whole ACL cost is this check).
@@ -217,6 +220,8 @@ class Client:
             flags += "b"
         if self.kill_requested or self.close_after_reply:
             flags += "A"
+        if self.readonly:
+            flags += "r"
         if self.no_evict:
             flags += "e"
         if self.no_touch:

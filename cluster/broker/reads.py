@@ -21,6 +21,12 @@ from its committed entries where it is led) and the operation returns the
 awaitable of its result; the merge is the same (``merge_by_id``). Inside
 a transaction (``may_block`` False) such a read is refused.
 
+A partition key read on a node that follows the partition (a READONLY
+connection's: ``Replication.route`` let it through) is a follower copy's
+read: its log reads stop at the high watermark the leader sent, as every
+log read does, and its counters (XLEN, XINFO STREAM, XREAD's ``$``) count
+the committed entries only (``_follower_copy``, ``Stream.committed_counters``).
+
 Every operation commits deferred appends first (``commit_deferred``): a read
 sees everything acknowledged before it, and nothing that reads a stream
 relies on a barrier of its caller's.
@@ -126,17 +132,20 @@ def _key_hash(key: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") & HASH_MASK
 
 
-def _position(stream: Any, after: Any, count: int) -> tuple[Any, int]:
+def _position(stream: Any, after: Any, count: int, committed: bool = False) -> tuple[Any, int]:
     """``(read after this ID, at most this many)`` for ``after`` on
     ``stream`` (None: no such stream); ``AFTER_LAST`` and ``LAST_ENTRY``
-    resolved now."""
-    if after is AFTER_LAST:
-        return (stream.last_id if stream is not None else MIN_ID), count
-    if after is LAST_ENTRY:
-        top = stream.last_live_id() if stream is not None else None
-        if top is not None:
-            return (top.decr() if top != MIN_ID else MIN_ID), 1
-        return (stream.last_id if stream is not None else MIN_ID), count
+    resolved now (``committed``: from the committed entries' last ID, a
+    follower copy's)."""
+    if after is AFTER_LAST or after is LAST_ENTRY:
+        if stream is None:
+            return MIN_ID, count
+        last = stream.committed_counters()[1] if committed else stream.last_id
+        if after is LAST_ENTRY:
+            top = stream.last_live_id()  # (log reads stop at the high watermark)
+            if top is not None:
+                return (top.decr() if top != MIN_ID else MIN_ID), 1
+        return last, count
     return after, count
 
 
@@ -192,7 +201,17 @@ class ReadOps:
                 return self._length_across(fanout, key)
             return sum(stream.length for _, stream in self._partitions(key))
         stream = topics.get(key)
-        return 0 if stream is None else stream.length
+        if stream is None:
+            return 0
+        return stream.committed_counters()[0] if self._follower_copy(key) else stream.length
+
+    def _follower_copy(self, key: bytes) -> bool:
+        """Whether ``key`` (one partition) is read from this node's follower
+        copy (a READONLY client's read: ``Replication.route``), whose
+        counters show its committed entries only, as its log reads do; a
+        leader's count the entries above its high watermark too."""
+        replication = self.broker.replication
+        return replication is not None and not replication.leads_key(key)
 
     async def _length_across(self, fanout: Any, key: bytes) -> int:
         found = await fanout.read(key, ReadPart(b"", 0, READ_LENGTH), self.client_id)
@@ -431,7 +450,7 @@ class ReadOps:
             else:
                 keys.append(key)
                 stream = topics.get(key) if after is AFTER_LAST or after is LAST_ENTRY else None
-                positions.append(_position(stream, after, count))
+                positions.append(_position(stream, after, count, stream is not None and self._follower_copy(key)))
         return keys, positions
 
     def _read_positions(self, keys: list[bytes], positions: list[tuple[Any, int]], view: bool,
@@ -488,12 +507,16 @@ class ReadOps:
         if stream is None:
             return None
         node_entries = getattr(self.broker.config, "stream_node_max_entries", None)
+        if self._follower_copy(key):
+            length, last_id, entries_added = stream.committed_counters()
+        else:
+            length, last_id, entries_added = stream.length, stream.last_id, stream.entries_added
         info = StreamInfo(
-            length=stream.length,
+            length=length,
             radix_tree_keys=stream.node_count(100 if node_entries is None else int(node_entries)),
-            last_id=stream.last_id,
+            last_id=last_id,
             max_deleted_entry_id=stream.max_deleted_entry_id,
-            entries_added=stream.entries_added,
+            entries_added=entries_added,
             recorded_first_entry_id=stream.first_entry_id(),
             groups=len(groups_of(stream).groups),
             idmp=self.idempotence_of(stream),

@@ -68,6 +68,11 @@ PARTITION_FIGURES = ("length", "log-start-offset", "log-end-offset", "segments",
 # reads partitions led elsewhere from their leaders (cluster/runtime/fanout.py)
 # or has their leaders change their groups (cluster/broker/groups.py).
 FANS_OUT = frozenset({"xlen", "xrange", "xrevrange", "xread", "xgroup|create", "xgroup|setid", "xgroup|destroy"})
+# Commands a READONLY connection has served from a follower copy of the
+# key's partition, committed entries only (Redis Cluster's replica reads):
+# the stream reads. Writes and every group command (XREADGROUP, XPENDING,
+# XINFO GROUPS ...) go to the leader (-MOVED).
+FOLLOWER_READS = frozenset({"xlen", "xrange", "xrevrange", "xread", "xinfo|stream"})
 
 
 class FailoverError(Exception):
@@ -156,7 +161,7 @@ class Replication:
         self._topic_news: list[bytes] = []
         self._topic_news_ready = trio.Event()
         topics.on_change = self.broadcast_topic
-        topics.key_filter = self._leads_key
+        topics.key_filter = self.leads_key
 
     def _note_follower_write(self, target: Any) -> None:
         """A follower appended fetched batches to a log, or changes to a
@@ -180,7 +185,7 @@ class Replication:
 
     # -- routing ------------------------------------------------------------
 
-    def route(self, spec: Any, argv: list[bytes]) -> ClusterError | None:
+    def route(self, spec: Any, argv: list[bytes], replica_reads: bool = False) -> ClusterError | None:
         """``Moved`` for the first key this node does not lead; an error for a
         multi-partition topic key whose partitions are not all led here,
         except XADD's: it runs where the topic key's slot is led, which
@@ -188,6 +193,13 @@ class Replication:
         and the commands of ``FANS_OUT``: they run on any node, which reads
         the partitions led elsewhere from their leaders (cluster/runtime/fanout.py)
         or has them change their groups (cluster/broker/groups.py).
+        ``replica_reads`` (a READONLY connection): the commands of
+        ``FOLLOWER_READS`` run here on keys whose partition this node holds
+        a follower copy of that has heard from its leader
+        (``ReplicaManager.committed_copy``), reading its committed entries;
+        the controller lease is not asked for them (a follower's view is
+        committed data whoever leads; how far it trails is
+        docs/replication.md's).
         ``spec`` is the command's (``name``, ``flags``, ``key_indexes``)."""
         if spec.name in ANY_NODE:
             return None
@@ -202,6 +214,7 @@ class Replication:
         if spec.name in ONE_SLOT and len({manager.key_shard(argv[i])[0] for i in indexes}) > 1:
             return CrossSlot()
         admin = spec.name.startswith("topic|")  # TOPIC ... runs where the topic name's slot is led
+        copies = 0  # keys served from a follower copy (``replica_reads``)
         for i in indexes:
             key = argv[i]
             try:
@@ -219,9 +232,12 @@ class Replication:
                 if manager.is_paused(shard) and "write" in spec.flags:
                     return Paused()
             except Moved as e:
+                if replica_reads and spec.name in FOLLOWER_READS and manager.committed_copy(key):
+                    copies += 1
+                    continue
                 return e
-        if indexes and time.monotonic() >= self.controller.lease_expiry_s:  # Controller.lease_ok, inlined
-            # Every key is led here, but this node may have been replaced.
+        if len(indexes) > copies and time.monotonic() >= self.controller.lease_expiry_s:  # (lease_ok, inlined)
+            # Every key is led here (or a follower copy's), but this node may have been replaced.
             return TryAgain("this node has lost contact with the cluster controller "
                             "(its leadership may be moving); retry shortly")
         return None
@@ -306,7 +322,9 @@ class Replication:
             for record in self._topic_news[first:]:  # (queued by ``broadcast_topic`` just now)
                 pending[("topics", record)] = record
 
-    def _leads_key(self, key: bytes) -> bool:
+    def leads_key(self, key: bytes) -> bool:
+        """Whether this node leads the slot of ``key`` (False while it joins
+        and holds no slots)."""
         if self.manager.placement.shard_count == 0:
             return False
         try:
@@ -655,13 +673,13 @@ class Replication:
         their changes are made here first and committed after (in the
         background), so what a client just created, altered or deleted here
         shows here at once, and elsewhere once committed."""
-        led = set(self.topics.keys())  # (those whose name's slot is led here: ``_leads_key``)
-        return sorted(led | {t for t in self.controller.meta.topics if not self._leads_key(t)})
+        led = set(self.topics.keys())  # (those whose name's slot is led here: ``leads_key``)
+        return sorted(led | {t for t in self.controller.meta.topics if not self.leads_key(t)})
 
     def topic_meta(self, topic: bytes) -> TopicMeta | None:
         """``topic``'s partitions and config as the cluster has them (as
         ``topic_names`` decides whose copy counts); None: no such topic."""
-        if self._leads_key(topic):
+        if self.leads_key(topic):
             blob = self.topics.topic_meta_blob(topic)
         else:
             known = self.controller.meta.topics.get(topic)
@@ -703,7 +721,7 @@ class Replication:
             part["replication"] = view
             parts.append(part)
         return {"partitions": parts, "config": topics.topic_config(topic, meta),
-                "replication-factor": manager.placement.replication_factor, "groups-here": self._leads_key(topic)}
+                "replication-factor": manager.placement.replication_factor, "groups-here": self.leads_key(topic)}
 
     def broadcast_topic(self, topic: bytes) -> None:
         """A topic was created, altered or deleted here: commit the change to
@@ -731,7 +749,7 @@ class Replication:
             return
         queued = {json.loads(r)["name"].encode("latin-1") for r in self._topic_news}
         for topic in self.topics.topics():
-            if topic in queued or not self._leads_key(topic):
+            if topic in queued or not self.leads_key(topic):
                 continue
             known = controller.meta.topics.get(topic)
             mine = (self.topics.topic_meta_blob(topic), self.topics.topic_id(topic) or "")

@@ -176,6 +176,7 @@ def reset(ctx, argv):
     client.db = 0
     client.no_evict = False
     client.no_touch = False
+    client.readonly = False  # (Redis: READWRITE mode)
     acl = ctx.server.acl
     client.authenticated = False
     client.acl = None

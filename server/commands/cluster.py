@@ -1,4 +1,5 @@
-"""Cluster and replication commands of the client port: CLUSTER ... and WAIT.
+"""Cluster and replication commands of the client port: CLUSTER ..., READONLY,
+READWRITE and WAIT.
 
 The internal commands peers send each other (REPLFETCH, RAFT, CTRLBEAT ...)
 are the cluster bus's (server/bus.py).
@@ -12,8 +13,9 @@ configured node id, zero-padded). A Partita node leads some slot ranges and
 follows others at once, which Redis's one-role-per-node topology cannot
 say; so CLUSTER SLOTS, SHARDS and NODES agree on the picture a stock
 cluster client can use: every node once, as the master of the ranges it
-leads (none: a master without slots), and no replicas (a follower serves no
-client reads: they get -MOVED). Listing followers as replicas of each range
+leads (none: a master without slots), and no replicas (a follower serves
+client reads only after READONLY, of its committed entries; without it they
+get -MOVED). Listing followers as replicas of each range
 made clients that key nodes by address (redis-py, coredis) see one primary
 in three and send FLUSHALL, SCAN and KEYS to it alone. INFO replication has
 the replica sets and per-partition roles.
@@ -234,6 +236,42 @@ async def cluster_reassign(ctx, argv):
     except (NotReady, ValueError) as e:
         first, last = m.placement.slot_range(shard)
         raise err(f"slots {first}-{last}: {e}") from None
+    return OK
+
+
+@command("readonly", arity=1, flags="fast loading stale", group="cluster", since="3.0.0",
+         acl_categories=("@fast", "@connection"),
+         summary="Enables read queries for a connection to a cluster replica node",
+         syntax="READONLY")
+def readonly(ctx, argv):
+    """READONLY
+
+    From now on this connection's stream reads (XRANGE, XREVRANGE, XLEN,
+    XREAD, XINFO STREAM: ``FOLLOWER_READS``) of a partition this node holds
+    a follower copy of are served here, from the copy's committed entries
+    (below the high watermark it learnt from its leader); writes and group
+    commands still get ``-MOVED`` (``Replication.route``). As Redis Cluster's
+    READONLY, it changes nothing for keys whose slots this node leads or
+    does not replicate. On a single node: Redis's cluster-disabled error."""
+    return _replica_reads(ctx, True)
+
+
+@command("readwrite", arity=1, flags="fast loading stale", group="cluster", since="3.0.0",
+         acl_categories=("@fast", "@connection"),
+         summary="Disables read queries for a connection to a cluster replica node",
+         syntax="READWRITE")
+def readwrite(ctx, argv):
+    """READWRITE
+
+    Ends READONLY: every read of a partition led elsewhere gets ``-MOVED``
+    again (RESET does the same)."""
+    return _replica_reads(ctx, False)
+
+
+def _replica_reads(ctx, on: bool):
+    """READONLY / READWRITE: the client's mode, in a cluster only."""
+    _repl(ctx)
+    ctx.client.readonly = on
     return OK
 
 

@@ -631,7 +631,8 @@ def xread_poll(ctx, data: bytes, out: list, route=None):
         return None
     key, count, ms, seq = form
     if route is not None:
-        refused = route(_XREAD_SPEC, [b"XREAD", b"COUNT", b"%d" % count, b"STREAMS", key, b"%d-%d" % (ms, seq)])
+        refused = route(_XREAD_SPEC, [b"XREAD", b"COUNT", b"%d" % count, b"STREAMS", key, b"%d-%d" % (ms, seq)],
+                        ctx.client.readonly)
         if refused is not None:
             raise refused
     found = ctx.session.read_after(ReadPlan((key,), ((ms, seq),), count, None, True))

@@ -283,6 +283,26 @@ class Stream:
     def entries_added(self) -> int:
         return self.log.log_end_offset + self.meta.entries_added_adjust
 
+    def committed_counters(self) -> tuple[int, StreamId, int]:
+        """``(length, last-generated-id, entries-added)`` of the entries below
+        the log's high watermark only (a follower copy's committed view;
+        ``length`` and the others count every entry the log holds). The
+        stream metadata (XSETID's last ID, deletions) counts as it stands:
+        it is not in the log, except that a last-generated-id it holds at or
+        past the first entry above the high watermark (written after that
+        entry: XDEL, XSETID) gives way to the last committed entry's ID.
+        After trims up to the high watermark the last committed ID is gone
+        with its entry: 0-0 then, unless the metadata has a smaller one."""
+        log = self.log
+        hw = log.high_watermark
+        if hw >= log.log_end_offset:
+            return self.length, self.last_id, self.entries_added
+        meta = self.meta
+        last = StreamId(*log.entry_id(hw - 1)) if hw > log.log_start_offset else MIN_ID
+        if meta.last_generated_id < StreamId(*log.entry_id(hw)):
+            last = max(last, meta.last_generated_id)
+        return self._live_between(log.log_start_offset, hw), last, hw + meta.entries_added_adjust
+
     def first_entry_id(self) -> StreamId:
         """Redis's ``recorded-first-entry-id``: the first live ID, or 0-0."""
         found = self._first_entries(1)

@@ -13,7 +13,7 @@ import types
 import pytest
 import trio
 
-from cluster.errors import Refused, TryAgain
+from cluster.errors import Moved, Refused, TryAgain
 from cluster.nodes import key_slot
 from cluster.peer.link import MemoryNetwork, Unreachable
 from cluster.peer.messages import (READ_AFTER, READ_LENGTH, READ_RANGE, AppendRequest, AppendResponse,
@@ -277,3 +277,44 @@ async def test_an_acks_all_deletion_waits_until_every_in_sync_replica_has_applie
     with trio.fail_after(10):
         await leader.wait_acks(client, client.repl_pending or {})
     assert [f.topics.get(key).length for f in cluster.nodes[1:]] == [0, 0]
+
+
+def _spec(name: str, flags: str, key_at: int = 1) -> types.SimpleNamespace:
+    """What ``Replication.route`` reads of a command's declaration."""
+    return types.SimpleNamespace(name=name, flags=frozenset(flags.split()), key_indexes=lambda argv: [key_at])
+
+
+async def test_a_readonly_connections_stream_reads_of_a_followed_key_run_here_and_the_rest_is_moved(
+        cluster, autojump_clock):
+    """READONLY (``replica_reads``): the stream reads of a key this node
+    follows pass ``route`` (served from its copy) once the copy applied a
+    fetch reply of its leader; writes and group commands, and every read
+    without READONLY, are Moved to the leader."""
+    leader, follower = cluster.nodes[0], cluster.nodes[1]
+    key = _key_led_by(leader, 1)
+    xrange = (_spec("xrange", "readonly"), [b"XRANGE", key, b"-", b"+"])
+    assert isinstance(follower.route(*xrange, True), Moved)  # no copy of the key here yet
+    client = types.SimpleNamespace(repl_writes=None)
+    stream, pkey = leader.topics.append_target(key, [b"f", b"v"])
+    leader.before_append(client, pkey, stream)
+    stream.add([b"f", b"v"])
+    with trio.fail_after(10):
+        await leader.wait_acks(client, {pkey: stream})  # (every follower fetched it: acks=all)
+    reads = [(_spec("xrange", "readonly"), [b"XRANGE", key, b"-", b"+"]),
+             (_spec("xrevrange", "readonly"), [b"XREVRANGE", key, b"+", b"-"]),
+             (_spec("xlen", "readonly fast"), [b"XLEN", key]),
+             (_spec("xread", "readonly blocking movablekeys", 2), [b"XREAD", b"STREAMS", key, b"0"]),
+             (_spec("xinfo|stream", "readonly", 2), [b"XINFO", b"STREAM", key])]
+    others = [(_spec("xadd", "write denyoom fast"), [b"XADD", key, b"*", b"f", b"v"]),
+              (_spec("xreadgroup", "write blocking movablekeys", 4), [b"XREADGROUP", b"GROUP", b"g", b"c", key]),
+              (_spec("xpending", "readonly"), [b"XPENDING", key, b"g"]),
+              (_spec("xinfo|groups", "readonly", 2), [b"XINFO", b"GROUPS", key]),
+              (_spec("xgroup|create", "write denyoom", 2), [b"XGROUP", b"CREATE", key, b"g", b"0"])]
+    for spec, argv in reads:
+        assert isinstance(follower.route(spec, argv), Moved), spec.name
+        assert follower.route(spec, argv, True) is None, spec.name
+        assert leader.route(spec, argv, True) is None and leader.route(spec, argv) is None
+    for spec, argv in others:
+        moved = follower.route(spec, argv, True)
+        assert isinstance(moved, Moved) and moved.leader.id == 1, spec.name
+        assert leader.route(spec, argv, True) is None

@@ -70,7 +70,7 @@ def node(tmp_path):
         )
         replication = SimpleNamespace(
             manager=manager, topics=topics, config=config, link=lambda node, purpose: links[node],
-            route=lambda spec, argv: None,  # every key's slot is led here
+            route=lambda spec, argv, replica_reads=False: None,  # every key's slot is led here
             before_append=lambda session, pkey, stream: False,  # acks=1
         )
         replication.forwarder = Forwarder(replication)

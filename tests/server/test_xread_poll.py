@@ -259,7 +259,7 @@ def test_a_refused_route_is_the_reply_and_an_error_in_the_stats(tmp_path):
     h, ctx = _one_entry(tmp_path)
     seen = []
 
-    def route(spec, argv):
+    def route(spec, argv, replica_reads=False):
         seen.append((spec.name, argv))
         return CommandError("MOVED", "0 127.0.0.1:7001")
 

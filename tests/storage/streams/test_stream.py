@@ -360,3 +360,28 @@ def test_immediate_add_writes_deferred_entries_first(make_stream):
     b = s.add([b"f", b"2", b"g", b"3"])
     assert not s.pending
     assert ids_of(s.range(MIN_ID, MAX_ID)) == [a, b]
+
+
+@pytest.mark.skipif(not HAVE_REAL_LOG, reason="storage.log.PartitionLog has not landed yet")
+def test_committed_counters_count_only_the_entries_below_the_high_watermark(tmp_path):
+    """A follower copy's view (XLEN, XINFO STREAM with READONLY): entries it
+    holds above the high watermark its leader reported are not counted, as
+    its reads do not return them."""
+    from storage.log import PartitionLog
+
+    log = PartitionLog.open(tmp_path / "p0", hw_follows_end=False)
+    s = Stream(log, tmp_path / "p0" / "stream.meta", clock_ms=Clock())
+    for i in range(1, 6):
+        s.add([b"f", b"%d" % i], id_given=StreamId(i, 0))
+    assert s.committed_counters() == (0, MIN_ID, 0)
+    log.set_high_watermark(3)
+    assert s.committed_counters() == (3, StreamId(3, 0), 3)
+    assert (s.length, s.last_id, s.entries_added) == (5, StreamId(5, 0), 5)  # (the log's own: everything)
+    s.delete([StreamId(2, 0)])
+    assert s.committed_counters() == (2, StreamId(3, 0), 3)
+    log.set_high_watermark(4)
+    s.trim_maxlen(1)  # log start 4: every committed entry trimmed
+    assert s.committed_counters()[0] == 0
+    log.set_high_watermark(5)
+    assert s.committed_counters() == (s.length, s.last_id, s.entries_added) == (1, StreamId(5, 0), 5)
+    log.close()
