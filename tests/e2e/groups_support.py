@@ -1,5 +1,6 @@
 """Helpers for the consumer-group end-to-end tests: a raw RESP client, and a
-pair of them (Partita + redis-server) that runs the same commands on both."""
+pair of them (Partita + redis-server) that runs the same commands on both;
+``KAFKA_MEMBER_SCRIPT``, a librdkafka group member to run (and kill) as a process."""
 
 from __future__ import annotations
 
@@ -191,3 +192,19 @@ def _set(value, path) -> None:
         _set(value[idx], rest)
     else:
         value[idx] = 0
+
+
+# python -c KAFKA_MEMBER_SCRIPT <bootstrap> <group> <topic> <JSON of more consumer settings>:
+# a librdkafka group member that prints its assignment each time it changes, until killed.
+KAFKA_MEMBER_SCRIPT = """
+import json, sys, confluent_kafka
+c = confluent_kafka.Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2], **json.loads(sys.argv[4])})
+c.subscribe([sys.argv[3]])
+shown = None
+while True:
+    c.poll(0.1)
+    mine = sorted(tp.partition for tp in c.assignment())
+    if mine != shown:
+        print("assigned", mine, flush=True)
+        shown = mine
+"""

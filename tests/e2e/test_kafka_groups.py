@@ -6,6 +6,7 @@ groups beside the Redis ones, with lag = end offset - committed offset."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import uuid
 import pytest
 
 from tests.conftest import KafkaRaw
+from tests.e2e.groups_support import KAFKA_MEMBER_SCRIPT
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
@@ -113,25 +115,11 @@ def test_kafka_python_members_share_the_partitions(kafka_shared, count):
             c.close()
 
 
-MEMBER_SCRIPT = """
-import sys, confluent_kafka
-c = confluent_kafka.Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2],
-                             "session.timeout.ms": %d, "heartbeat.interval.ms": 500})
-c.subscribe([sys.argv[3]])
-shown = None
-while True:
-    c.poll(0.1)
-    mine = sorted(tp.partition for tp in c.assignment())
-    if mine != shown:
-        print("assigned", mine, flush=True)
-        shown = mine
-""" % SESSION_MS
-
-
 def test_a_member_killed_without_leaving_loses_its_partitions_after_its_session(kafka_shared):
     topic = make_topic(kafka_shared)
     group = fresh("g")
-    proc = subprocess.Popen([sys.executable, "-c", MEMBER_SCRIPT, kafka_shared.bootstrap, group, topic],
+    settings = json.dumps({"session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": 500})
+    proc = subprocess.Popen([sys.executable, "-c", KAFKA_MEMBER_SCRIPT, kafka_shared.bootstrap, group, topic, settings],
                             stdout=subprocess.PIPE, text=True)
     survivor = consumer(kafka_shared, group)
     try:
