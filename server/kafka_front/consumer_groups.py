@@ -182,12 +182,12 @@ def assign_uniform(members: Mapping[str, Member], partitions: Mapping[str, int],
                    current: Mapping[str, Assignment]) -> dict[str, Assignment]:
     """Kafka's uniform assignor: every subscribed partition to one subscriber, each member's count
     as even as the subscriptions allow, partitions staying where they are when they may (sticky)."""
-    todo = [(t, p) for t in sorted(partitions) for p in range(partitions[t])
-            if any(m.subscribes(t) for m in members.values())]
-    # the counts a fresh balanced assignment gives: topics with the fewest subscribers first
     eligible = {t: sorted(mid for mid, m in members.items() if m.subscribes(t)) for t in partitions}
-    quota = {mid: 0 for mid in members}
-    for t, _ in sorted(todo, key=lambda tp: (len(eligible[tp[0]]), tp)):
+    # the topics with the fewest subscribers first, so that the others balance around them
+    todo = sorted(((t, p) for t in partitions if eligible[t] for p in range(partitions[t])),
+                  key=lambda tp: (len(eligible[tp[0]]), tp))
+    quota = {mid: 0 for mid in members}  # the counts a fresh balanced assignment gives
+    for t, _ in todo:
         best = min(eligible[t], key=lambda mid: (quota[mid], mid))
         quota[best] += 1
     out: dict[str, Assignment] = {mid: {} for mid in members}
