@@ -3,8 +3,9 @@ real ``partita`` (docs/kafka.md, "The consumer group protocol"): two then three 
 6-partition topic disjointly with each server-side assignor, a member closed cleanly and one killed
 (its session timeout) have their partitions moved, every record is consumed at least once, offsets
 committed at the member epoch let a new consumer resume, TOPIC GROUPS shows the group with its lag;
-and on the wire: ApiVersions, the request checks, STALE_MEMBER_EPOCH, a group id of one type,
-ConsumerGroupDescribe and ListGroups' type filter."""
+on the wire: ApiVersions, the request checks, STALE_MEMBER_EPOCH, a group id of one type,
+ConsumerGroupDescribe and ListGroups' type filter; a regex subscription with the AdminClient's view;
+a static member returning to its partitions."""
 
 from __future__ import annotations
 
@@ -42,10 +43,10 @@ def fresh(prefix: str) -> str:
     return prefix + uuid.uuid4().hex[:10]
 
 
-def make_topic(server, records_each: int = 0) -> str:
+def make_topic(server, records_each: int = 0, topic: str | None = None) -> str:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    topic = fresh("t")
+    topic = topic or fresh("t")
     admin = AdminClient({"bootstrap.servers": server.bootstrap})
     for future in admin.create_topics([NewTopic(topic, PARTITIONS)]).values():
         future.result(30)
@@ -239,3 +240,55 @@ def test_the_wire_apis_versions_checks_epochs_and_one_type_per_group(server):
         assert r.error_code == E.MEMBER_ID_REQUIRED  # a classic member is on its way
         r = join(raw, classic, "m2", topic)
         assert (r.error_code, r.error_message) == (E.GROUP_ID_NOT_FOUND, f"Group {classic} is not a consumer group.")
+
+
+def test_a_regex_subscription_and_the_admin_clients_view(server):
+    from confluent_kafka.admin import AdminClient
+
+    prefix = fresh("r")
+    topics = [make_topic(server, topic=prefix + suffix) for suffix in ("a", "b")]
+    group = fresh("g")
+    seen = Seen()
+    c = consumer(server, group, **{"client.id": "regex-member"})
+    try:
+        c.subscribe([f"^{prefix}.*"])  # librdkafka sends it as SubscribedTopicRegex (v1)
+        deadline = time.monotonic() + 60
+        while sorted((tp.topic, tp.partition) for tp in c.assignment()) != \
+                [(t, p) for t in topics for p in range(PARTITIONS)]:
+            assert time.monotonic() < deadline, c.assignment()
+            seen.poll(c)
+        admin = AdminClient({"bootstrap.servers": server.bootstrap})
+        described = admin.describe_consumer_groups([group])[group].result(30)  # ConsumerGroupDescribe
+        [member] = described.members
+        assert member.client_id == "regex-member"
+        assert sorted((tp.topic, tp.partition) for tp in member.assignment.topic_partitions) == \
+            [(t, p) for t in topics for p in range(PARTITIONS)]
+        assert str(described.state).endswith("STABLE")
+        listed = admin.list_consumer_groups().result(30)
+        [mine] = [g for g in listed.valid if g.group_id == group]
+        assert str(mine.type).endswith("CONSUMER")
+    finally:
+        c.close()
+
+
+def test_a_static_member_closing_and_returning_keeps_its_partitions(server):
+    topic = make_topic(server)
+    group = fresh("g")
+    seen = Seen()
+    revoked: list[int] = []
+    stays = consumer(server, group, **{"group.instance.id": "a"})
+    stays.subscribe([topic], on_revoke=lambda c, parts: revoked.extend(tp.partition for tp in parts))
+    settle([stays], [PARTITIONS], seen)
+    leaves = consumer(server, group, **{"group.instance.id": "b"})
+    leaves.subscribe([topic])
+    before = settle([stays, leaves], [3, 3], seen)
+    try:
+        leaves.close()  # a static member leaves with epoch -2: its partitions wait for it
+        revoked.clear()
+        again = consumer(server, group, **{"group.instance.id": "b"})
+        again.subscribe([topic])
+        after = settle([stays, again], [3, 3], seen, timeout_s=SESSION_MS / 1000 - 1)
+        assert after == before and revoked == []  # the other member kept its partitions throughout
+        again.close()
+    finally:
+        stays.close()
