@@ -17,7 +17,7 @@ import uuid
 import pytest
 
 from tests.conftest import KafkaRaw, PartitaProcess, free_port, with_kafka
-from tests.e2e.groups_support import KAFKA_MEMBER_SCRIPT
+from tests.e2e.groups_support import KAFKA_MEMBER_SCRIPT, kafka_settle, kafka_topic
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
@@ -44,18 +44,7 @@ def fresh(prefix: str) -> str:
 
 
 def make_topic(server, records_each: int = 0, topic: str | None = None) -> str:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    topic = topic or fresh("t")
-    admin = AdminClient({"bootstrap.servers": server.bootstrap})
-    for future in admin.create_topics([NewTopic(topic, PARTITIONS)]).values():
-        future.result(30)
-    if records_each:
-        producer = confluent_kafka.Producer({"bootstrap.servers": server.bootstrap})
-        for i in range(records_each * PARTITIONS):
-            producer.produce(topic, value=b"v%d" % i, partition=i % PARTITIONS)
-        assert producer.flush(30) == 0
-    return topic
+    return kafka_topic(server.bootstrap, topic or fresh("t"), PARTITIONS, records_each)
 
 
 def consumer(server, group: str, **extra):
@@ -69,25 +58,17 @@ class Seen:
     def __init__(self) -> None:
         self.records: set[tuple[int, int]] = set()
 
+    def add(self, m) -> None:
+        self.records.add((m.partition(), m.offset()))
+
     def poll(self, c, timeout_s: float = 0.05) -> None:
         m = c.poll(timeout_s)
         if m is not None and not m.error():
-            self.records.add((m.partition(), m.offset()))
+            self.add(m)
 
 
 def settle(consumers, want_sizes, seen: Seen, timeout_s: float = 60.0) -> list[list[int]]:
-    """Poll every consumer until their assignments are disjoint, cover every partition and have
-    the sorted sizes ``want_sizes``."""
-    deadline = time.monotonic() + timeout_s
-    got: list[list[int]] = []
-    while time.monotonic() < deadline:
-        for c in consumers:
-            seen.poll(c)
-        got = [sorted(tp.partition for tp in c.assignment()) for c in consumers]
-        flat = [p for g in got for p in g]
-        if sorted(flat) == list(range(PARTITIONS)) and sorted(len(g) for g in got) == want_sizes:
-            return got
-    raise AssertionError(f"the group did not settle: {got}")
+    return kafka_settle(consumers, want_sizes, PARTITIONS, timeout_s, seen.add)
 
 
 @pytest.mark.parametrize("assignor", ["uniform", "range"])

@@ -16,7 +16,7 @@ import uuid
 import pytest
 
 from tests.conftest import KafkaRaw
-from tests.e2e.groups_support import KAFKA_MEMBER_SCRIPT
+from tests.e2e.groups_support import KAFKA_MEMBER_SCRIPT, kafka_settle, kafka_topic
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
@@ -29,18 +29,7 @@ def fresh(prefix: str) -> str:
 
 
 def make_topic(server, partitions: int = PARTITIONS, records_each: int = 0) -> str:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    topic = fresh("t")
-    admin = AdminClient({"bootstrap.servers": server.bootstrap})
-    for future in admin.create_topics([NewTopic(topic, partitions)]).values():
-        future.result(30)
-    if records_each:
-        producer = confluent_kafka.Producer({"bootstrap.servers": server.bootstrap})
-        for i in range(records_each * partitions):
-            producer.produce(topic, value=b"v%d" % i, partition=i % partitions)
-        assert producer.flush(30) == 0
-    return topic
+    return kafka_topic(server.bootstrap, fresh("t"), partitions, records_each)
 
 
 def consumer(server, group: str, **extra):
@@ -50,17 +39,7 @@ def consumer(server, group: str, **extra):
 
 
 def settle(consumers, want_sizes, timeout_s: float = 60.0) -> list[list[int]]:
-    """Poll every consumer until each has a non-empty assignment, disjoint, covering every
-    partition (``want_sizes``: the sorted sizes expected)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for c in consumers:
-            c.poll(0.05)
-        got = [sorted(tp.partition for tp in c.assignment()) for c in consumers]
-        flat = [p for g in got for p in g]
-        if sorted(flat) == list(range(PARTITIONS)) and sorted(len(g) for g in got) == want_sizes:
-            return got
-    raise AssertionError(f"the group did not settle: {got}")
+    return kafka_settle(consumers, want_sizes, PARTITIONS, timeout_s)
 
 
 @pytest.mark.parametrize("assignor", ["range", "roundrobin", "cooperative-sticky"])
