@@ -50,6 +50,7 @@ from typing import Any, Mapping
 import trio
 
 from server.kafka import errors as E
+from server.kafka_front.deadlines import DeadlineTimer
 
 EMPTY = "Empty"
 ASSIGNING = "Assigning"
@@ -210,13 +211,14 @@ def assign_uniform(members: Mapping[str, Member], partitions: Mapping[str, int],
 # -- the coordinator --------------------------------------------------------------------------
 
 
-class ConsumerCoordinator:
-    """Every consumer group this node coordinates (module docstring)."""
+class ConsumerCoordinator(DeadlineTimer):
+    """Every consumer group this node coordinates (module docstring); ``run``: the task removing
+    members whose session or revocation deadline passed."""
 
     def __init__(self, config: Any = None) -> None:
+        super().__init__()
         self.groups: dict[str, Group] = {}
         self.config = config  # kafka-consumer-session-timeout-ms, kafka-consumer-heartbeat-interval-ms
-        self._wake = trio.Event()
 
     @property
     def session_timeout_ms(self) -> int:  # Kafka's group.consumer.session.timeout.ms
@@ -226,18 +228,7 @@ class ConsumerCoordinator:
     def heartbeat_interval_ms(self) -> int:  # group.consumer.heartbeat.interval.ms
         return getattr(self.config, "kafka_consumer_heartbeat_interval_ms", HEARTBEAT_INTERVAL_MS)
 
-    # -- the timer task ------------------------------------------------------------------
-
-    async def run(self) -> None:
-        """Remove members whose session or revocation deadline passed, forever."""
-        while True:
-            with trio.move_on_at(self._next_deadline()):
-                await self._wake.wait()
-            self._wake = trio.Event()
-            self.expire(trio.current_time())
-
-    def _kick(self) -> None:
-        self._wake.set()
+    # -- the deadlines ---------------------------------------------------------------------
 
     def _next_deadline(self) -> float:
         return min((m.expiry_s(self.session_timeout_ms) for g in self.groups.values() for m in g.members.values()),

@@ -55,6 +55,7 @@ from typing import Any
 import trio
 
 from server.kafka import errors as E
+from server.kafka_front.deadlines import DeadlineTimer
 
 EMPTY = "Empty"
 PREPARING = "PreparingRebalance"
@@ -171,29 +172,18 @@ class Group:
         return topics
 
 
-class Coordinator:
-    """Every Kafka group this node coordinates (module docstring)."""
+class Coordinator(DeadlineTimer):
+    """Every Kafka group this node coordinates (module docstring); ``run``: the task firing the
+    session and rebalance deadlines."""
 
     def __init__(self, store: Any = None) -> None:
+        super().__init__()
         self.groups: dict[str, Group] = {}
         self.store = store  # offsets.OffsetStore (None: no committed offsets, in unit tests of membership)
         self.consumer: Any = None  # consumer_groups.ConsumerCoordinator: the KIP-848 groups, a group id's other type
-        self._wake = trio.Event()
         self._ids = itertools.count(1)
 
-    # -- the timer task ------------------------------------------------------------
-
-    async def run(self) -> None:
-        """Fire session and rebalance deadlines, forever."""
-        while True:
-            deadline = self._next_deadline()
-            with trio.move_on_at(deadline):
-                await self._wake.wait()
-            self._wake = trio.Event()
-            self.expire(trio.current_time())
-
-    def _kick(self) -> None:
-        self._wake.set()
+    # -- the deadlines --------------------------------------------------------------
 
     def _next_deadline(self) -> float:
         out = math.inf
