@@ -23,6 +23,7 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 
 from server.kafka import codec  # noqa: E402
 from server.kafka import errors as E  # noqa: E402
+from server.kafka_front.groups import decode_assignment, decode_subscription  # noqa: E402
 
 PARTITIONS = 6
 SESSION_MS = 6000  # the broker's kafka-consumer-session-timeout-ms here
@@ -211,6 +212,11 @@ def test_the_wire_apis_versions_checks_epochs_and_one_type_per_group(server):
         assert [m.member_id for m in d[0].members] == ["m1"]
         assert d[0].members[0].assignment.topic_partitions[0].topic_name == topic
         assert d[1].error_code == E.GROUP_ID_NOT_FOUND
+        [classic_view] = raw.call(codec.DescribeGroupsRequest(groups=[group]), 5).groups  # for classic-only tools
+        assert (classic_view.group_state, classic_view.protocol_type, classic_view.protocol_data) == \
+            ("Stable", "consumer", "uniform")
+        assert decode_assignment(classic_view.members[0].member_assignment) == {topic: list(range(PARTITIONS))}
+        assert decode_subscription(classic_view.members[0].member_metadata) == [topic]
         r = raw.call(HB(group_id=group, member_id="m1", member_epoch=-1), 1)
         assert (r.error_code, r.member_epoch) == (E.NONE, -1)
         classic = fresh("c")
