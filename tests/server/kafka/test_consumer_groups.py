@@ -103,6 +103,8 @@ async def test_a_first_member_gets_every_partition_at_epoch_1(autojump_clock):
     assert c.state_of("g") == STABLE
     r = a.heartbeat()
     assert r.member_epoch == 1 and r.assignment is None  # nothing changed: no assignment sent
+    r = beat(c, "", 0)  # v0: the coordinator names the member
+    assert r.member_id and r.member_id != "a" and r.member_epoch == 2
 
 
 async def test_a_partition_moves_only_after_its_old_owner_revoked_it(autojump_clock):
