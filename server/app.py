@@ -182,6 +182,7 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
             root.start_soon(state.reactor.run)
             root.start_soon(_sample_ops, state)
             root.start_soon(kafka_front.groups.run)  # Kafka groups' session and rebalance timeouts
+            root.start_soon(kafka_front.consumer_groups.run)  # KIP-848 members' session timeouts
             if hasattr(topics, "retention_targets"):
                 root.start_soon(_maintain_topics, state)
             if state.replication is not None:

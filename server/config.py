@@ -267,6 +267,11 @@ OPTIONS: tuple[Option, ...] = (
                "as ACL users while the default user needs a password)"),
     Option("kafka-tls-port", "int", 0, mutable=False, minimum=0, maximum=65535,
            doc="Kafka wire protocol over TLS on the `bind` addresses, with the tls-* files (0: none)"),
+    Option("kafka-consumer-session-timeout-ms", "int", 45000, minimum=1, maximum=I64,
+           doc="a Kafka consumer-protocol member (KIP-848) not heard from this long is removed "
+               "(Kafka's group.consumer.session.timeout.ms)"),
+    Option("kafka-consumer-heartbeat-interval-ms", "int", 5000, minimum=1, maximum=I64,
+           doc="how often Kafka consumer-protocol members heartbeat (group.consumer.heartbeat.interval.ms)"),
     Option("auto-create-topics", "bool", True,
            doc="a Kafka Metadata request naming a missing topic creates it with default-partitions "
                "(Kafka's auto.create.topics.enable)"),

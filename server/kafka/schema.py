@@ -225,8 +225,9 @@ def f(name: str, type_: FieldType, vers: str = "0+", *, nullable: str = "none",
       flexible: str | None = None) -> Field:
     """Declare a field; ``tag`` makes it a tagged field in all its versions unless ``tagged`` says otherwise."""
     assert name.isidentifier() and not keyword.iskeyword(name) and not name.startswith("_"), name
-    # Nullable structs (KIP-893, an int8 presence byte) are not needed by any declared message.
-    assert not (isinstance(type_, Struct) and nullable != "none"), f"{name}: nullable structs are not supported"
+    # A nullable struct (KIP-893: an int8 presence byte, -1 for null) defaults to null.
+    assert not (isinstance(type_, Struct) and nullable != "none" and default is not None), \
+        f"{name}: a nullable struct defaults to null"
     fv = versions(vers)
     tv = NO_VERSIONS
     if tag is not None:
@@ -938,4 +939,78 @@ api(60, "DescribeCluster", "0-2", "0+", request=[
         f("is_fenced", BOOL, "2+"),
     )),
     f("cluster_authorized_operations", INT32, default=-2147483648),
+])
+
+# KIP-848, the consumer group protocol. v1 of the heartbeat adds the topic
+# regex and has the consumer make its own member id (KIP-1082); librdkafka 2.16
+# sends v1 only.
+api(68, "ConsumerGroupHeartbeat", "0-1", "0+", request=[
+    f("group_id", STRING),
+    f("member_id", STRING),
+    f("member_epoch", INT32),
+    f("instance_id", STRING, nullable="0+", default=None),
+    f("rack_id", STRING, nullable="0+", default=None),
+    f("rebalance_timeout_ms", INT32, default=-1),
+    f("subscribed_topic_names", array(STRING), nullable="0+", default=None),
+    f("subscribed_topic_regex", STRING, "1+", nullable="1+", default=None),
+    f("server_assignor", STRING, nullable="0+", default=None),
+    f("topic_partitions", array("TopicPartitions",
+        f("topic_id", UUID),
+        f("partitions", array(INT32)),
+    ), nullable="0+", default=None),
+], response=[
+    f("throttle_time_ms", INT32),
+    f("error_code", INT16),
+    f("error_message", STRING, nullable="0+", default=None),
+    f("member_id", STRING, nullable="0+", default=None),
+    f("member_epoch", INT32),
+    f("heartbeat_interval_ms", INT32),
+    f("assignment", struct("Assignment",
+        f("topic_partitions", array("TopicPartitions",
+            f("topic_id", UUID),
+            f("partitions", array(INT32)),
+        )),
+    ), nullable="0+", default=None),
+])
+
+
+def _assignment(name: str) -> Field:
+    return f(name, struct("Assignment",
+        f("topic_partitions", array("TopicPartitions",
+            f("topic_id", UUID),
+            f("topic_name", STRING),
+            f("partitions", array(INT32)),
+        )),
+    ))
+
+
+# v1 adds the member type (KIP-1099: whether a member joined with the classic protocol).
+api(69, "ConsumerGroupDescribe", "0-1", "0+", request=[
+    f("group_ids", array(STRING)),
+    f("include_authorized_operations", BOOL),
+], response=[
+    f("throttle_time_ms", INT32),
+    f("groups", array("DescribedGroup",
+        f("error_code", INT16),
+        f("error_message", STRING, nullable="0+", default=None),
+        f("group_id", STRING),
+        f("group_state", STRING),
+        f("group_epoch", INT32),
+        f("assignment_epoch", INT32),
+        f("assignor_name", STRING),
+        f("members", array("Member",
+            f("member_id", STRING),
+            f("instance_id", STRING, nullable="0+", default=None),
+            f("rack_id", STRING, nullable="0+", default=None),
+            f("member_epoch", INT32),
+            f("client_id", STRING),
+            f("client_host", STRING),
+            f("subscribed_topic_names", array(STRING)),
+            f("subscribed_topic_regex", STRING, nullable="0+", default=None),
+            _assignment("assignment"),
+            _assignment("target_assignment"),
+            f("member_type", INT8, "1+", default=-1),
+        )),
+        f("authorized_operations", INT32, default=-2147483648),
+    )),
 ])

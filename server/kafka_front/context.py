@@ -34,6 +34,7 @@ from typing import Any, Callable, NamedTuple
 
 from server.kafka.errors import NONE as NO_ERROR
 from server.kafka.records import UNCOMPRESSED_MAX_BYTES_DEFAULT
+from server.kafka_front.consumer_groups import ConsumerCoordinator
 from server.kafka_front.groups import Coordinator
 from server.kafka_front.offsets import OffsetStore, offsets_key
 
@@ -79,6 +80,8 @@ class KafkaFront:
         self._names: dict[uuid.UUID, bytes] = {}
         directory = getattr(getattr(server, "config", None), "dir", None)
         self.groups = Coordinator(OffsetStore(server, directory) if directory else None)
+        # KIP-848 groups; the classic coordinator asks it about a group id's type
+        self.consumer_groups = self.groups.consumer = ConsumerCoordinator(getattr(server, "config", None))
         if server is not None:
             server.kafka_groups = self.groups  # TOPIC GROUPS shows them beside Redis groups
 

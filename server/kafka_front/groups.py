@@ -28,6 +28,12 @@ classic ``GroupCoordinator`` does:
 - v4+ joins with no member id are answered MEMBER_ID_REQUIRED with one
   (KIP-394), kept pending for the session timeout.
 
+A group id is of one type while it has members: JoinGroup for a consumer
+group of the KIP-848 protocol with members (``consumer_groups``, reached
+as ``consumer``) is INCONSISTENT_GROUP_PROTOCOL, as Kafka answers with its
+migration between the protocols disabled; the administration below
+(``group_ids``, ``state_of``, ``delete``) covers both types.
+
 Committed offsets are ``offsets.OffsetStore``'s (durable); this module
 decides who may commit (the generation rules).
 
@@ -49,6 +55,7 @@ from typing import Any
 import trio
 
 from server.kafka import errors as E
+from server.kafka_front.deadlines import DeadlineTimer
 
 EMPTY = "Empty"
 PREPARING = "PreparingRebalance"
@@ -165,28 +172,18 @@ class Group:
         return topics
 
 
-class Coordinator:
-    """Every Kafka group this node coordinates (module docstring)."""
+class Coordinator(DeadlineTimer):
+    """Every Kafka group this node coordinates (module docstring); ``run``: the task firing the
+    session and rebalance deadlines."""
 
     def __init__(self, store: Any = None) -> None:
+        super().__init__()
         self.groups: dict[str, Group] = {}
         self.store = store  # offsets.OffsetStore (None: no committed offsets, in unit tests of membership)
-        self._wake = trio.Event()
+        self.consumer: Any = None  # consumer_groups.ConsumerCoordinator: the KIP-848 groups, a group id's other type
         self._ids = itertools.count(1)
 
-    # -- the timer task ------------------------------------------------------------
-
-    async def run(self) -> None:
-        """Fire session and rebalance deadlines, forever."""
-        while True:
-            deadline = self._next_deadline()
-            with trio.move_on_at(deadline):
-                await self._wake.wait()
-            self._wake = trio.Event()
-            self.expire(trio.current_time())
-
-    def _kick(self) -> None:
-        self._wake.set()
+    # -- the deadlines --------------------------------------------------------------
 
     def _next_deadline(self) -> float:
         out = math.inf
@@ -220,6 +217,8 @@ class Coordinator:
             return JoinResult(E.INVALID_GROUP_ID, member_id=member_id)
         if not SESSION_TIMEOUT_MIN_MS <= session_timeout_ms <= SESSION_TIMEOUT_MAX_MS:
             return JoinResult(E.INVALID_SESSION_TIMEOUT, member_id=member_id)
+        if self.is_consumer_group(group_id):  # a group is of one type while it has members
+            return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
         g = self.groups.get(group_id)
         if g is None:
             if member_id:
@@ -502,7 +501,18 @@ class Coordinator:
 
     # -- administration ------------------------------------------------------------------
 
+    def is_consumer_group(self, group_id: str) -> bool:
+        """Whether ``group_id`` is a consumer group of the KIP-848 protocol with members now."""
+        return self.consumer is not None and self.consumer.has_members(group_id)
+
+    def has_members(self, group_id: str) -> bool:
+        """Whether ``group_id`` is a classic group with members (or members joining)."""
+        g = self.groups.get(group_id)
+        return g is not None and bool(g.members or g.pending)
+
     def state_of(self, group_id: str) -> str:
+        if self.is_consumer_group(group_id):
+            return self.consumer.state_of(group_id)
         g = self.groups.get(group_id)
         if g is not None:
             return g.state
@@ -510,6 +520,8 @@ class Coordinator:
 
     def group_ids(self) -> list[str]:
         known = {gid for gid, g in self.groups.items() if g.state != DEAD}
+        if self.consumer is not None:
+            known.update(self.consumer.groups)
         if self.store is not None:
             known.update(self.store.group_ids())
         return sorted(known)
@@ -517,7 +529,7 @@ class Coordinator:
     def delete(self, group_id: str) -> int:
         """DeleteGroups of one group: NON_EMPTY_GROUP while it has members."""
         g = self.groups.get(group_id)
-        if g is not None and g.members:
+        if (g is not None and g.members) or self.is_consumer_group(group_id):
             return E.NON_EMPTY_GROUP
         known = g is not None or (self.store is not None and self.store.has_group(group_id))
         if not known:
@@ -568,3 +580,23 @@ def decode_assignment(data: bytes) -> dict[str, list[int]]:
         return out
     except (struct.error, IndexError):
         return {}
+
+
+def encode_subscription(topics: list[str]) -> bytes:
+    """A ConsumerProtocolSubscription v0 of ``topics`` (no user data)."""
+    out = bytearray(struct.pack(">hi", 0, len(topics)))
+    for t in topics:
+        b = t.encode("utf-8", "surrogateescape")
+        out += struct.pack(">h", len(b)) + b
+    out += struct.pack(">i", -1)
+    return bytes(out)
+
+
+def encode_assignment(assigned: dict[str, set[int]] | dict[str, list[int]]) -> bytes:
+    """A ConsumerProtocolAssignment v0 of ``assigned`` (no user data)."""
+    out = bytearray(struct.pack(">hi", 0, len(assigned)))
+    for t, ps in sorted(assigned.items()):
+        b = t.encode("utf-8", "surrogateescape")
+        out += struct.pack(f">h{len(b)}si{len(ps)}i", len(b), b, len(ps), *sorted(ps))
+    out += struct.pack(">i", -1)
+    return bytes(out)

@@ -2,7 +2,8 @@
 
 Owns: ``topic_groups_reply``: for each Kafka group of this node's
 coordinator that has members assigned to the topic or offsets committed on
-it, a map ``name``, ``type`` (``kafka``), ``state``, ``protocol``,
+it, a map ``name``, ``type`` (``kafka``), ``state``, ``protocol`` (a classic
+group's chosen assignor, or ``consumer`` for a KIP-848 group),
 ``members`` (member id, client id, host, partition keys assigned) and per
 partition: ``partition``, ``key``, ``owner`` (the member assigned it, nil),
 ``committed-offset`` (nil: none), ``end-offset`` (the high watermark) and
@@ -38,24 +39,25 @@ def topic_groups_reply(coordinator: Any, session: Any, topic: bytes, count: int,
         g = coordinator.groups.get(gid)
         owners: dict[int, str] = {}
         members = []
-        if g is not None:
-            for m in g.members.values():
-                mine = decode_assignment(m.assignment).get(name, []) if g.protocol_type == "consumer" else []
-                for n in mine:
-                    owners[n] = m.member_id
-                row = Map()
-                row["name"] = m.member_id
-                row["client-id"] = m.client_id
-                row["host"] = m.client_host
-                row["partitions"] = [partition_key(topic, n) for n in sorted(mine)]
-                members.append(row)
+        for m, mine in _members(coordinator, gid, name):
+            for n in mine:
+                owners[n] = m.member_id
+            row = Map()
+            row["name"] = m.member_id
+            row["client-id"] = m.client_id
+            row["host"] = m.client_host
+            row["partitions"] = [partition_key(topic, n) for n in sorted(mine)]
+            members.append(row)
         if not owners and not any(t == name for t, _ in committed):
             continue
         info = Map()
         info["name"] = gid.encode()
         info["type"] = "kafka"
         info["state"] = coordinator.state_of(gid)
-        info["protocol"] = (g.protocol or "") if g is not None else ""
+        if coordinator.is_consumer_group(gid):
+            info["protocol"] = "consumer"  # the KIP-848 protocol: the assignment is the server's
+        else:
+            info["protocol"] = (g.protocol or "") if g is not None else ""
         info["members"] = members
         rows = []
         for n in range(count):
@@ -75,3 +77,14 @@ def topic_groups_reply(coordinator: Any, session: Any, topic: bytes, count: int,
         info["partitions"] = rows
         out.append(info)
     return out
+
+
+def _members(coordinator: Any, gid: str, topic: str) -> list[tuple[Any, list[int]]]:
+    """Each member of group ``gid`` (classic or KIP-848) with the partitions of ``topic`` assigned to it."""
+    if coordinator.is_consumer_group(gid):
+        return [(m, sorted(m.assigned.get(topic, ()))) for m in coordinator.consumer.groups[gid].members.values()]
+    g = coordinator.groups.get(gid)
+    if g is None:
+        return []
+    return [(m, decode_assignment(m.assignment).get(topic, []) if g.protocol_type == "consumer" else [])
+            for m in g.members.values()]

@@ -1,5 +1,9 @@
 """Helpers for the consumer-group end-to-end tests: a raw RESP client, and a
-pair of them (Partita + redis-server) that runs the same commands on both."""
+pair of them (Partita + redis-server) that runs the same commands on both;
+for the Kafka group tests: ``kafka_topic`` (a topic made and filled through
+librdkafka), ``kafka_settle`` (poll consumers until their assignments
+share a topic's partitions) and ``KAFKA_MEMBER_SCRIPT``, a librdkafka
+group member to run (and kill) as a process."""
 
 from __future__ import annotations
 
@@ -191,3 +195,55 @@ def _set(value, path) -> None:
         _set(value[idx], rest)
     else:
         value[idx] = 0
+
+
+# python -c KAFKA_MEMBER_SCRIPT <bootstrap> <group> <topic> <JSON of more consumer settings>:
+# a librdkafka group member that prints its assignment each time it changes, until killed.
+KAFKA_MEMBER_SCRIPT = """
+import json, sys, confluent_kafka
+c = confluent_kafka.Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2], **json.loads(sys.argv[4])})
+c.subscribe([sys.argv[3]])
+shown = None
+while True:
+    c.poll(0.1)
+    mine = sorted(tp.partition for tp in c.assignment())
+    if mine != shown:
+        print("assigned", mine, flush=True)
+        shown = mine
+"""
+
+
+def kafka_topic(bootstrap: str, name: str, partitions: int, records_each: int = 0) -> str:
+    """Create topic ``name`` with ``partitions`` (librdkafka's AdminClient) and produce
+    ``records_each`` records to each partition."""
+    import confluent_kafka
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(name, partitions)]).values():
+        future.result(30)
+    if records_each:
+        producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap})
+        for i in range(records_each * partitions):
+            producer.produce(name, value=b"v%d" % i, partition=i % partitions)
+        assert producer.flush(30) == 0
+    return name
+
+
+def kafka_settle(consumers, want_sizes: list[int], partitions: int, timeout_s: float = 60.0,
+                 on_message=None) -> list[list[int]]:
+    """Poll every consumer until their assignments are disjoint, cover the topic's ``partitions``
+    and have the sorted sizes ``want_sizes``: the assignments. ``on_message``: called with
+    each record polled meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    got: list[list[int]] = []
+    while time.monotonic() < deadline:
+        for c in consumers:
+            m = c.poll(0.05)
+            if on_message is not None and m is not None and not m.error():
+                on_message(m)
+        got = [sorted(tp.partition for tp in c.assignment()) for c in consumers]
+        flat = [p for g in got for p in g]
+        if sorted(flat) == list(range(partitions)) and sorted(len(g) for g in got) == want_sizes:
+            return got
+    raise AssertionError(f"the group did not settle: {got}")

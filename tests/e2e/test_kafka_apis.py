@@ -321,7 +321,7 @@ def test_bad_input_closes_the_connection_with_kafkas_reason(kafka_shared):
     unknown = framing.encode_request(18, 3, 1, "t", C.ApiVersionsRequest())
     unknown = unknown[:4] + (999).to_bytes(2, "big") + unknown[6:]
     _closed_with(kafka_shared, unknown, "api key 999 with version 3 which is not enabled")
-    heartbeat = unknown[:4] + (68).to_bytes(2, "big") + unknown[6:]  # ConsumerGroupHeartbeat (KIP-848): not served
+    heartbeat = unknown[:4] + (68).to_bytes(2, "big") + unknown[6:]  # ConsumerGroupHeartbeat: v0-1 only
     _closed_with(kafka_shared, heartbeat, "api key 68 with version 3 which is not enabled")
     garbage_body = framing.encode_request(3, 12, 1, "t", C.MetadataRequest(topics=None))[:-1] + b"\xff\xff\xff"
     _closed_with(kafka_shared, garbage_body[:0] + len(garbage_body[4:]).to_bytes(4, "big") + garbage_body[4:],
@@ -341,7 +341,8 @@ def test_api_versions_advertise_exactly_what_is_served(kafka_shared):
     assert {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys} == {
         0: (3, 13), 1: (4, 18), 2: (1, 11), 3: (0, 13), 8: (2, 10), 9: (1, 10), 10: (0, 6), 11: (0, 9),
         12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 6), 16: (0, 5), 17: (0, 1), 18: (0, 3), 19: (2, 7), 20: (1, 6),
-        22: (0, 6), 32: (1, 4), 33: (0, 2), 36: (0, 2), 37: (0, 3), 42: (0, 2), 47: (0, 0), 60: (0, 2)}
+        22: (0, 6), 32: (1, 4), 33: (0, 2), 36: (0, 2), 37: (0, 3), 42: (0, 2), 47: (0, 0), 60: (0, 2),
+        68: (0, 1), 69: (0, 1)}
 
 
 def test_maxclients_counts_kafka_clients(kafka_partita):

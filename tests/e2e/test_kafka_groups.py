@@ -6,6 +6,7 @@ groups beside the Redis ones, with lag = end offset - committed offset."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import uuid
 import pytest
 
 from tests.conftest import KafkaRaw
+from tests.e2e.groups_support import KAFKA_MEMBER_SCRIPT, kafka_settle, kafka_topic
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
@@ -27,18 +29,7 @@ def fresh(prefix: str) -> str:
 
 
 def make_topic(server, partitions: int = PARTITIONS, records_each: int = 0) -> str:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    topic = fresh("t")
-    admin = AdminClient({"bootstrap.servers": server.bootstrap})
-    for future in admin.create_topics([NewTopic(topic, partitions)]).values():
-        future.result(30)
-    if records_each:
-        producer = confluent_kafka.Producer({"bootstrap.servers": server.bootstrap})
-        for i in range(records_each * partitions):
-            producer.produce(topic, value=b"v%d" % i, partition=i % partitions)
-        assert producer.flush(30) == 0
-    return topic
+    return kafka_topic(server.bootstrap, fresh("t"), partitions, records_each)
 
 
 def consumer(server, group: str, **extra):
@@ -48,17 +39,7 @@ def consumer(server, group: str, **extra):
 
 
 def settle(consumers, want_sizes, timeout_s: float = 60.0) -> list[list[int]]:
-    """Poll every consumer until each has a non-empty assignment, disjoint, covering every
-    partition (``want_sizes``: the sorted sizes expected)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for c in consumers:
-            c.poll(0.05)
-        got = [sorted(tp.partition for tp in c.assignment()) for c in consumers]
-        flat = [p for g in got for p in g]
-        if sorted(flat) == list(range(PARTITIONS)) and sorted(len(g) for g in got) == want_sizes:
-            return got
-    raise AssertionError(f"the group did not settle: {got}")
+    return kafka_settle(consumers, want_sizes, PARTITIONS, timeout_s)
 
 
 @pytest.mark.parametrize("assignor", ["range", "roundrobin", "cooperative-sticky"])
@@ -113,25 +94,11 @@ def test_kafka_python_members_share_the_partitions(kafka_shared, count):
             c.close()
 
 
-MEMBER_SCRIPT = """
-import sys, confluent_kafka
-c = confluent_kafka.Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2],
-                             "session.timeout.ms": %d, "heartbeat.interval.ms": 500})
-c.subscribe([sys.argv[3]])
-shown = None
-while True:
-    c.poll(0.1)
-    mine = sorted(tp.partition for tp in c.assignment())
-    if mine != shown:
-        print("assigned", mine, flush=True)
-        shown = mine
-""" % SESSION_MS
-
-
 def test_a_member_killed_without_leaving_loses_its_partitions_after_its_session(kafka_shared):
     topic = make_topic(kafka_shared)
     group = fresh("g")
-    proc = subprocess.Popen([sys.executable, "-c", MEMBER_SCRIPT, kafka_shared.bootstrap, group, topic],
+    settings = json.dumps({"session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": 500})
+    proc = subprocess.Popen([sys.executable, "-c", KAFKA_MEMBER_SCRIPT, kafka_shared.bootstrap, group, topic, settings],
                             stdout=subprocess.PIPE, text=True)
     survivor = consumer(kafka_shared, group)
     try:

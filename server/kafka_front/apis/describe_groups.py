@@ -1,7 +1,10 @@
 """DescribeGroups (key 15): each group's state, protocol and members.
 
 Versions 0-6. Members carry their metadata and assignment once the group is
-Stable (as Kafka: none while it rebalances). A group this node does not
+Stable (as Kafka: none while it rebalances). A consumer group (KIP-848) is
+shown too, where Kafka 4 answers GROUP_ID_NOT_FOUND, so that classic-only
+tools see it: protocol type ``consumer``, protocol its assignor, each
+member's subscription and current assignment in the classic encodings. A group this node does not
 know: state Dead (v6+: GROUP_ID_NOT_FOUND). Errors per group:
 NOT_COORDINATOR, GROUP_AUTHORIZATION_FAILED (no XINFO GROUPS right).
 """
@@ -11,7 +14,7 @@ from __future__ import annotations
 from server.kafka import codec
 from server.kafka import errors as E
 from server.kafka_front import access
-from server.kafka_front.groups import DEAD, STABLE
+from server.kafka_front.groups import DEAD, STABLE, encode_assignment, encode_subscription
 from server.kafka_front.group_checks import refusal
 
 API_KEY = 15
@@ -35,6 +38,9 @@ async def handle(ctx, req):
             out.append(R.DescribedGroup(error_code=E.GROUP_ID_NOT_FOUND, error_message=f"Group {gid} not found.",
                                         group_id=gid, group_state=DEAD, protocol_type="", protocol_data=""))
             continue
+        if coordinator.is_consumer_group(gid):
+            out.append(_consumer_group(ctx, gid))
+            continue
         g = coordinator.groups.get(gid)
         members = []
         if g is not None:
@@ -47,3 +53,13 @@ async def handle(ctx, req):
                                     protocol_type=(g.protocol_type or "") if g else "",
                                     protocol_data=(g.protocol or "") if g else "", members=members))
     return R(groups=out)
+
+
+def _consumer_group(ctx, gid: str):
+    g = ctx.front.consumer_groups.groups[gid]
+    members = [R.DescribedGroupMember(
+        member_id=m.member_id, group_instance_id=m.instance_id, client_id=m.client_id, client_host=m.client_host,
+        member_metadata=encode_subscription(m.names), member_assignment=encode_assignment(m.assigned))
+        for m in g.members.values()]
+    return R.DescribedGroup(error_code=E.NONE, group_id=gid, group_state=g.state, protocol_type="consumer",
+                            protocol_data=g.assignor, members=members)

@@ -1,8 +1,11 @@
 """ListGroups (key 16): the groups this node coordinates.
 
 Versions 0-5: the groups with members and those with committed offsets
-(Empty), filtered by state (v4+) and type (v5+: every group is
-``classic``). A user that may not run XINFO GROUPS sees none (Kafka lists
+(Empty), filtered by state (v4+) and type (v5+): ``consumer`` for a group
+of the consumer protocol (KIP-848) with members (protocol type
+``consumer``, states Assigning, Reconciling, Stable), ``classic`` for the
+others (a consumer group left with no members is forgotten but for its
+offsets, so it is listed as an Empty classic group). A user that may not run XINFO GROUPS sees none (Kafka lists
 the groups the user may describe).
 """
 
@@ -19,6 +22,7 @@ VERSIONS = (0, 5)
 R = codec.ListGroupsResponse
 
 CLASSIC = "classic"
+CONSUMER = "consumer"
 
 
 async def handle(ctx, req):
@@ -31,9 +35,10 @@ async def handle(ctx, req):
     out = []
     for gid in groups.group_ids():
         state = groups.state_of(gid)
-        if (states and state.lower() not in states) or (types and CLASSIC not in types):
+        kind = CONSUMER if groups.is_consumer_group(gid) else CLASSIC
+        if (states and state.lower() not in states) or (types and kind not in types):
             continue
         known = groups.groups.get(gid)
-        out.append(R.ListedGroup(group_id=gid, protocol_type=(known.protocol_type or "") if known else "",
-                                 group_state=state, group_type=CLASSIC))
+        protocol_type = CONSUMER if kind == CONSUMER else (known.protocol_type or "") if known else ""
+        out.append(R.ListedGroup(group_id=gid, protocol_type=protocol_type, group_state=state, group_type=kind))
     return R(error_code=E.NONE, groups=out)

@@ -3,7 +3,10 @@
 Versions 2-10 (v10: topics by topic ID). Who may commit is
 ``groups.Coordinator.check_commit`` (Kafka's rules for a classic group: a
 member of the current generation; generation -1 with no member id for an
-Empty group, as a simple consumer or an admin tool commits); the offsets are
+Empty group, as a simple consumer or an admin tool commits), or for a
+consumer group (KIP-848) ``consumer_groups.ConsumerCoordinator.check_commit``
+(v9+, a member at its current member epoch, else STALE_MEMBER_EPOCH;
+UNSUPPORTED_VERSION before v9; epoch -1 only once the group is empty); the offsets are
 ``offsets.OffsetStore``'s: appended to the group's internal stream, and
 answered once fsynced and held by the in-sync replicas (docs/kafka.md,
 "Committed offsets"). The retention time (v2-4) is ignored: offsets live
@@ -13,7 +16,7 @@ Per partition: NOT_COORDINATOR, GROUP_AUTHORIZATION_FAILED (no XREAD
 right), TOPIC_AUTHORIZATION_FAILED (may not read the topic),
 UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID by ID),
 OFFSET_METADATA_TOO_LARGE (over 4096 bytes), UNKNOWN_MEMBER_ID,
-ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID,
+ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID, STALE_MEMBER_EPOCH,
 COORDINATOR_NOT_AVAILABLE (the append was refused or not acknowledged),
 REQUEST_TIMED_OUT (the replicas took over 5 s; the commit may be kept).
 """
@@ -56,7 +59,10 @@ async def handle(ctx, req):
     group_error = refusal(ctx, body.group_id)
     if group_error is None and ctx.front.groups.store is None:  # no data directory to keep them in
         group_error = E.COORDINATOR_NOT_AVAILABLE
-    if group_error is None:
+    if group_error is None and ctx.front.groups.is_consumer_group(body.group_id):
+        group_error = ctx.front.consumer_groups.check_commit(body.group_id, body.member_id,
+                                                             body.generation_id_or_member_epoch, req.api_version)
+    elif group_error is None:
         group_error = ctx.front.groups.check_commit(body.group_id, body.generation_id_or_member_epoch,
                                                     body.member_id, body.group_instance_id)
     topics, todo = [], []

@@ -2,7 +2,7 @@
 
 Version 0. A partition of a topic the group's members subscribe to is
 answered GROUP_SUBSCRIBED_TO_TOPIC (a consumer group: its members'
-subscriptions); a non-empty group of another protocol type
+subscriptions; a KIP-848 group: the topics they match); a non-empty group of another protocol type
 NON_EMPTY_GROUP. Errors: NOT_COORDINATOR, GROUP_AUTHORIZATION_FAILED (no
 XGROUP DESTROY right), GROUP_ID_NOT_FOUND, TOPIC_AUTHORIZATION_FAILED,
 UNKNOWN_TOPIC_OR_PARTITION.
@@ -34,6 +34,8 @@ async def handle(ctx, req):
         error = E.GROUP_ID_NOT_FOUND
     g = coordinator.groups.get(body.group_id)
     subscribed = g.subscribed_topics() if g is not None and g.members else set()
+    if coordinator.is_consumer_group(body.group_id):  # KIP-848: the topics its members' subscriptions match
+        subscribed = set(ctx.front.consumer_groups.groups[body.group_id].partitions)
     if error is None and subscribed is None:
         error = E.NON_EMPTY_GROUP
     if error is not None:

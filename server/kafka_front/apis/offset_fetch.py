@@ -4,8 +4,10 @@ Versions 1-10 (v8+: several groups; v10: topics by topic ID). Topics null
 (v2+): every committed offset of the group. A partition with no committed
 offset: offset -1, metadata "" (the consumer then applies its
 ``auto.offset.reset``). ``require_stable`` changes nothing (no
-transactions). The member id and epoch of v9+ (KIP-848) are not checked:
-classic groups only.
+transactions). v9+ with a member id, for a consumer group (KIP-848): the
+member at its current epoch (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH;
+``consumer_groups.ConsumerCoordinator.check_fetch``); no member id: an
+admin's read, not checked.
 
 Errors: NOT_COORDINATOR, GROUP_AUTHORIZATION_FAILED (the group's, top level
 from v2, per partition in v1), TOPIC_AUTHORIZATION_FAILED,
@@ -26,9 +28,14 @@ VERSIONS = (1, 10)
 R = codec.OffsetFetchResponse
 
 
-def _group(ctx, group_id: str, wanted, by_id: bool) -> tuple[int, list[tuple[object, str, list]]]:
-    """``(group error, [(topic name or ID, name, [(partition, offset, epoch, metadata, error)])])``."""
+def _group(ctx, group_id: str, wanted, by_id: bool, member: tuple[str | None, int] = (None, -1)
+           ) -> tuple[int, list[tuple[object, str, list]]]:
+    """``(group error, [(topic name or ID, name, [(partition, offset, epoch, metadata, error)])])``;
+    ``member``: the v9+ member id and epoch."""
     error = refusal(ctx, group_id)
+    if error is None and member[0] is not None and ctx.front.groups.is_consumer_group(group_id):
+        error = ctx.front.consumer_groups.check_fetch(group_id, *member)
+        error = error if error != E.NONE else None
     if error is not None:
         return error, []
     committed = ctx.front.groups.store.of_group(group_id) if ctx.front.groups.store is not None else {}
@@ -85,7 +92,7 @@ async def handle(ctx, req):
     by_id = v >= 10
     groups = []
     for g in body.groups:
-        error, topics = _group(ctx, g.group_id, _wanted(ctx, g.topics, by_id), by_id)
+        error, topics = _group(ctx, g.group_id, _wanted(ctx, g.topics, by_id), by_id, (g.member_id, g.member_epoch))
         groups.append(R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=error, topics=[
             R.OffsetFetchResponseTopics(**({"topic_id": key} if by_id else {"name": key}), partitions=[
                 R.OffsetFetchResponsePartitions(partition_index=n, committed_offset=o, committed_leader_epoch=e,

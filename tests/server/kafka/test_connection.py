@@ -368,6 +368,11 @@ async def test_group_operations_need_the_rights_of_the_redis_group_commands(tmp_
         assert joined.error_code == E.GROUP_AUTHORIZATION_FAILED
         fetched = await reader.call(C.OffsetFetchRequest(group_id="g", topics=None), 7)
         assert fetched.error_code == E.GROUP_AUTHORIZATION_FAILED
+        beat = await reader.call(C.ConsumerGroupHeartbeatRequest(  # KIP-848: XREAD too
+            group_id="k", member_id="m", member_epoch=0, rebalance_timeout_ms=1000, subscribed_topic_names=["mine"]), 1)
+        assert beat.error_code == E.GROUP_AUTHORIZATION_FAILED
+        described = await reader.call(C.ConsumerGroupDescribeRequest(group_ids=["k"]), 1)
+        assert described.groups[0].error_code == E.GROUP_AUTHORIZATION_FAILED  # XINFO GROUPS
 
         member = Peer(serve(h, nursery))
         await member.login(b"member", b"pw")
