@@ -402,6 +402,18 @@ class _Generator:
             return
         if isinstance(t, s.Struct):
             dec = self.decoder(t, version, flexible)
+            if nullable:  # KIP-893: an int8, -1 null, 1 present
+                lines.append(f"{ind}if pos >= end_buf:")
+                lines.append(f"{ind}    raise DecodeError('truncated struct {what}')")
+                lines.append(f"{ind}present = buf[pos]")
+                lines.append(f"{ind}pos += 1")
+                lines.append(f"{ind}if present == 0xFF:")
+                lines.append(f"{ind}    {var} = None")
+                lines.append(f"{ind}elif present == 1:")
+                lines.append(f"{ind}    {var}, pos = {dec}(buf, pos)")
+                lines.append(f"{ind}else:")
+                lines.append(f"{ind}    raise DecodeError('bad presence byte {{}} of {what}'.format(present))")
+                return
             lines.append(f"{ind}{var}, pos = {dec}(buf, pos)")
             return
         name = t.name
@@ -498,6 +510,13 @@ class _Generator:
         lines.append(f"{ind}{var} = {expr}")
         if isinstance(t, s.Struct):
             enc = self.encoder(t, version, flexible)
+            if nullable:  # KIP-893: an int8, -1 null, 1 present
+                lines.append(f"{ind}if {var} is None:")
+                lines.append(f"{ind}    {out}.append(0xFF)")
+                lines.append(f"{ind}else:")
+                lines.append(f"{ind}    {out}.append(1)")
+                lines.append(f"{ind}    {enc}({out}, {var})")
+                return
             lines.append(f"{ind}{enc}({out}, {var})")
             return
         if isinstance(t, s.Primitive) and t.name in _FIXED:
