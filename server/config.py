@@ -267,6 +267,12 @@ OPTIONS: tuple[Option, ...] = (
                "as ACL users while the default user needs a password)"),
     Option("kafka-tls-port", "int", 0, mutable=False, minimum=0, maximum=65535,
            doc="Kafka wire protocol over TLS on the `bind` addresses, with the tls-* files (0: none)"),
+    Option("share-record-lock-duration-ms", "int", 30000, minimum=1000, maximum=3600000,
+           doc="a Kafka share consumer's records not acknowledged this long are available again "
+               "(Kafka's group.share.record.lock.duration.ms; the idle time XREADGROUP CLAIM takes them at)"),
+    Option("share-delivery-count-limit", "int", 5, minimum=2, maximum=10,
+           doc="a record a Kafka share group acquired this many times is archived, not delivered again "
+               "(Kafka's group.share.delivery.count.limit; a group's MAXDELIVERIES wins)"),
     Option("auto-create-topics", "bool", True,
            doc="a Kafka Metadata request naming a missing topic creates it with default-partitions "
                "(Kafka's auto.create.topics.enable)"),
