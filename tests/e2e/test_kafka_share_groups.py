@@ -1,8 +1,9 @@
 """Kafka share groups (KIP-932) with librdkafka's ShareConsumer against a real ``partita``
 (docs/kafka.md, "Share groups"): a share group is the Redis consumer group of the same name on
 each partition, so share consumers get each record once while they acknowledge it, a released
-or lock-expired record comes back with its delivery count + 1, and an XREADGROUP consumer of
-the group and a share consumer together consume every entry exactly once."""
+or lock-expired record comes back with its delivery count + 1 (archived past the delivery
+limit; REJECT dead-letters it), and an XREADGROUP consumer of the group and a share consumer
+together consume every entry exactly once."""
 
 from __future__ import annotations
 
@@ -129,6 +130,38 @@ def test_a_released_record_is_redelivered_with_its_delivery_count_plus_one(kafka
         c.acknowledge(m2, ACCEPT)
         assert all(e is None for e in c.commit_sync(10).values())
         assert kafka_shared.client().xpending(topic, group)["pending"] == 0
+    finally:
+        c.close()
+
+
+def test_a_record_released_five_times_is_archived_and_one_rejected_is_dead_lettered(kafka_shared):
+    """share-delivery-count-limit (5): the 6th acquisition archives the record instead (acknowledged);
+    REJECT moves a record to the group's dead-letter stream (XGROUP CONFIG ... DEADLETTER)."""
+    topic, group = make_topic(kafka_shared, 1), fresh("g")
+    c = share_consumer(kafka_shared, group, topic, explicit=True)
+    r = kafka_shared.client()
+    try:
+        wait_for_group(kafka_shared, [c], topic, 1, group)
+        produce(kafka_shared, topic, 1, 1)
+        deadline = time.monotonic() + 60
+        counts = []
+        while len(counts) < 5 and time.monotonic() < deadline:
+            for m in records(c):
+                counts.append(m.delivery_count())
+                c.acknowledge(m, RELEASE)
+                assert all(e is None for e in c.commit_sync(10).values())
+        assert counts == [1, 2, 3, 4, 5]
+        assert records(c, 1.0) == [] and r.xpending(topic, group)["pending"] == 0  # archived
+        r.execute_command("XGROUP", "CONFIG", topic, group, "MAXDELIVERIES", 10, "DEADLETTER", topic + "-dl")
+        produce(kafka_shared, topic, 1, 1)
+        got = []
+        while not got and time.monotonic() < deadline:
+            got = records(c)
+        c.acknowledge(got[0], confluent_kafka.AcknowledgeType.REJECT)
+        assert all(e is None for e in c.commit_sync(10).values())
+        (dead,) = r.xrange(topic + "-dl")
+        assert dead[1][b"value"] == got[0].value() and dead[1][b"dl-group"] == group.encode()
+        assert r.xpending(topic, group)["pending"] == 0
     finally:
         c.close()
 
