@@ -272,6 +272,12 @@ OPTIONS: tuple[Option, ...] = (
                "(Kafka's group.consumer.session.timeout.ms)"),
     Option("kafka-consumer-heartbeat-interval-ms", "int", 5000, minimum=1, maximum=I64,
            doc="how often Kafka consumer-protocol members heartbeat (group.consumer.heartbeat.interval.ms)"),
+    Option("share-record-lock-duration-ms", "int", 30000, minimum=1000, maximum=3600000,
+           doc="a Kafka share consumer's records not acknowledged this long are available again "
+               "(Kafka's group.share.record.lock.duration.ms; the idle time XREADGROUP CLAIM takes them at)"),
+    Option("share-delivery-count-limit", "int", 5, minimum=2, maximum=10,
+           doc="a record a Kafka share group acquired this many times is archived, not delivered again "
+               "(Kafka's group.share.delivery.count.limit; a group's MAXDELIVERIES wins)"),
     Option("auto-create-topics", "bool", True,
            doc="a Kafka Metadata request naming a missing topic creates it with default-partitions "
                "(Kafka's auto.create.topics.enable)"),

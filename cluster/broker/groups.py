@@ -22,6 +22,8 @@ deletions that mind the groups are ``cluster.broker.references``'):
 - the claim / dead-letter policy (XCLAIM, XAUTOCLAIM, history reads, CLAIM);
 - XNACK (Redis 8.8): pending entries released, with no owner and delivery
   time 0, so that any claim takes them, and first;
+- ``reject``: pending entries given up on (a Kafka share consumer's REJECT):
+  dead-lettered, or acknowledged when the group has no dead-letter stream;
 - a group command on a topic key: the same command on every partition;
   in a cluster, XGROUP CREATE / SETID / DESTROY of a topic whose partitions
   other nodes lead sends each such partition's command to its leader
@@ -1126,6 +1128,32 @@ class GroupOps:
         if acked:
             self.wrote_group(store)
         return acked
+
+    def reject(self, key: bytes, name: bytes, ids: Sequence[StreamIdT]) -> int:
+        """Pending ``ids`` given up on (a Kafka share consumer's REJECT,
+        cluster/broker/shares.py): moved to the group's dead-letter stream
+        with their owner, as past MAXDELIVERIES, when the group has one;
+        else acknowledged. Returns how many were pending."""
+        self.commit_deferred()
+        stream, store, group = self._group_of(key, name, NO_KEY_OR_GROUP)
+        if not (group.max_deliveries and group.dead_letter_key is not None):
+            return self.ack(key, name, ids)
+        moves: list = []
+        gone: list = []
+        for sid in dict.fromkeys(tuple(sid) for sid in ids):
+            pe = group.pel.get(sid)
+            if pe is None:
+                continue
+            encoded = _entry(stream, sid)
+            if encoded is None:
+                gone.append(sid)
+            else:
+                moves.append((sid, bytes(encoded), pe.consumer or b""))
+        if gone:
+            store.drop_pending(name, gone)
+            self.wrote_group(store)
+        self._dead_letter(key, store, group, moves)
+        return len(moves) + len(gone)
 
     def nack(self, key: bytes, name: bytes, mode: str, ids: Sequence[StreamIdT], retry_count: int | None = None,
              force: bool = False) -> int:

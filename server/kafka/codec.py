@@ -402,14 +402,17 @@ class _Generator:
             return
         if isinstance(t, s.Struct):
             dec = self.decoder(t, version, flexible)
-            if nullable:  # KIP-893: an int8 presence marker, -1 for null
+            if nullable:  # KIP-893: an int8, -1 null, 1 present
                 lines.append(f"{ind}if pos >= end_buf:")
-                lines.append(f"{ind}    raise DecodeError('truncated {what}')")
+                lines.append(f"{ind}    raise DecodeError('truncated struct {what}')")
+                lines.append(f"{ind}present = buf[pos]")
                 lines.append(f"{ind}pos += 1")
-                lines.append(f"{ind}if buf[pos - 1] == 0xFF:")
+                lines.append(f"{ind}if present == 0xFF:")
                 lines.append(f"{ind}    {var} = None")
-                lines.append(f"{ind}else:")
+                lines.append(f"{ind}elif present == 1:")
                 lines.append(f"{ind}    {var}, pos = {dec}(buf, pos)")
+                lines.append(f"{ind}else:")
+                lines.append(f"{ind}    raise DecodeError('bad presence byte {{}} of {what}'.format(present))")
                 return
             lines.append(f"{ind}{var}, pos = {dec}(buf, pos)")
             return

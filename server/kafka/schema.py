@@ -1014,3 +1014,154 @@ api(69, "ConsumerGroupDescribe", "0-1", "0+", request=[
         f("authorized_operations", INT32, default=-2147483648),
     )),
 ])
+
+
+# Share groups (KIP-932), version 1 only: Kafka 4.1's stable version (v0 was
+# 4.0's early access, removed since; v2 of ShareFetch and ShareAcknowledge,
+# KIP-1206 / KIP-1222's acquire modes and Renew, is Kafka 4.2's and not
+# declared). librdkafka 2.16's share consumer sends v1 of each.
+api(76, "ShareGroupHeartbeat", "1", "0+", request=[
+    f("group_id", STRING),
+    f("member_id", STRING),
+    f("member_epoch", INT32),
+    f("rack_id", STRING, nullable="0+", default=None),
+    f("subscribed_topic_names", array(STRING), nullable="0+", default=None),
+], response=[
+    f("throttle_time_ms", INT32),
+    f("error_code", INT16),
+    f("error_message", STRING, nullable="0+", default=None),
+    f("member_id", STRING, nullable="0+", default=None),
+    f("member_epoch", INT32),
+    f("heartbeat_interval_ms", INT32),
+    f("assignment", struct("Assignment",
+        f("topic_partitions", array("TopicPartitions",
+            f("topic_id", UUID),
+            f("partitions", array(INT32)),
+        )),
+    ), nullable="0+", default=None),
+])
+
+api(77, "ShareGroupDescribe", "1", "1+", request=[
+    f("group_ids", array(STRING)),
+    f("include_authorized_operations", BOOL),
+], response=[
+    f("throttle_time_ms", INT32),
+    f("groups", array("DescribedGroup",
+        f("error_code", INT16),
+        f("error_message", STRING, nullable="0+", default=None),
+        f("group_id", STRING),
+        f("group_state", STRING),
+        f("group_epoch", INT32),
+        f("assignment_epoch", INT32),
+        f("assignor_name", STRING),
+        f("members", array("Member",
+            f("member_id", STRING),
+            f("rack_id", STRING, nullable="0+", default=None),
+            f("member_epoch", INT32),
+            f("client_id", STRING),
+            f("client_host", STRING),
+            f("subscribed_topic_names", array(STRING)),
+            f("assignment", struct("Assignment",
+                f("topic_partitions", array("TopicPartitions",
+                    f("topic_id", UUID),
+                    f("topic_name", STRING),
+                    f("partitions", array(INT32)),
+                )),
+            )),
+        )),
+        f("authorized_operations", INT32, default=-2147483648),
+    )),
+])
+
+
+def _acknowledgement_batches() -> Field:
+    return f("acknowledgement_batches", array("AcknowledgementBatch",
+        f("first_offset", INT64),
+        f("last_offset", INT64),
+        f("acknowledge_types", array(INT8)),  # 0 gap, 1 accept, 2 release, 3 reject
+    ))
+
+
+def _share_node_endpoints() -> Field:  # untagged (Fetch's are a tagged field)
+    name, fields = _NODE_ENDPOINT
+    return f("node_endpoints", array(name, *fields))
+
+
+def _share_leader() -> Field:  # an untagged LeaderIdAndEpoch (Fetch's is tagged)
+    return f("current_leader", struct("LeaderIdAndEpoch",
+        f("leader_id", INT32, default=-1),
+        f("leader_epoch", INT32, default=-1),
+    ))
+
+
+api(78, "ShareFetch", "1", "0+", request=[
+    f("group_id", STRING, nullable="0+", default=None),
+    f("member_id", STRING, nullable="0+"),
+    f("share_session_epoch", INT32),
+    f("max_wait_ms", INT32),
+    f("min_bytes", INT32),
+    f("max_bytes", INT32, default=0x7FFFFFFF),
+    f("max_records", INT32),
+    f("batch_size", INT32),
+    f("topics", array("FetchTopic",
+        f("topic_id", UUID),
+        f("partitions", array("FetchPartition",
+            f("partition_index", INT32),
+            _acknowledgement_batches(),
+        )),
+    )),
+    f("forgotten_topics_data", array("ForgottenTopic",
+        f("topic_id", UUID),
+        f("partitions", array(INT32)),
+    )),
+], response=[
+    f("throttle_time_ms", INT32),
+    f("error_code", INT16),
+    f("error_message", STRING, nullable="0+", default=None),
+    f("acquisition_lock_timeout_ms", INT32),
+    f("responses", array("ShareFetchableTopicResponse",
+        f("topic_id", UUID),
+        f("partitions", array("PartitionData",
+            f("partition_index", INT32),
+            f("error_code", INT16),
+            f("error_message", STRING, nullable="0+", default=None),
+            f("acknowledge_error_code", INT16),
+            f("acknowledge_error_message", STRING, nullable="0+", default=None),
+            _share_leader(),
+            f("records", RECORDS, default=b""),
+            f("acquired_records", array("AcquiredRecords",
+                f("first_offset", INT64),
+                f("last_offset", INT64),
+                f("delivery_count", INT16),
+            )),
+        )),
+    )),
+    _share_node_endpoints(),
+])
+
+api(79, "ShareAcknowledge", "1", "0+", request=[
+    f("group_id", STRING, nullable="0+", default=None),
+    f("member_id", STRING, nullable="0+"),
+    f("share_session_epoch", INT32),
+    f("topics", array("AcknowledgeTopic",
+        f("topic_id", UUID),
+        f("partitions", array("AcknowledgePartition",
+            f("partition_index", INT32),
+            _acknowledgement_batches(),
+        )),
+    )),
+], response=[
+    f("throttle_time_ms", INT32),
+    f("error_code", INT16),
+    f("error_message", STRING, nullable="0+", default=None),
+    f("responses", array("ShareAcknowledgeTopicResponse",
+        f("topic_id", UUID),
+        f("partitions", array("PartitionData",
+            f("partition_index", INT32),
+            f("error_code", INT16),
+            f("error_message", STRING, nullable="0+", default=None),
+            _share_leader(),
+        )),
+    )),
+    _share_node_endpoints(),
+])

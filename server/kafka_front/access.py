@@ -22,6 +22,10 @@ bits it reports (``topic_operations``). docs/kafka.md "Authorization".
 | READ of a group (FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch) | XREAD | (none), and READ of each topic committed or fetched |
 | DESCRIBE of a group (DescribeGroups, ListGroups) | XINFO GROUPS | (none) |
 | DELETE of a group (DeleteGroups, OffsetDelete) | XGROUP DESTROY | (none) |
+| READ of a share group (ShareGroupHeartbeat, ShareFetch, ShareAcknowledge) | XREAD | (none) |
+| READ of a topic by a share consumer: acquiring (ShareFetch) | XREADGROUP | the topic or the partition |
+| READ of a topic by a share consumer: acknowledging (ShareFetch, ShareAcknowledge) | XACK | the topic or the partition |
+| DESCRIBE of a share group (ShareGroupDescribe) | XINFO GROUPS | (none) |
 
 The topic key covers every partition, as ``XADD t`` / ``XREAD ... t``
 reach them all; a partition key covers that partition. DESCRIBE follows
@@ -56,6 +60,10 @@ DELETE = Operation("DELETE", 6, "topic|delete", False)
 ALTER = Operation("ALTER", 7, "topic|alter", False)
 DESCRIBE_CONFIGS = Operation("DESCRIBE_CONFIGS", 10, "topic|describe", False)
 ALTER_CONFIGS = Operation("ALTER_CONFIGS", 11, "topic|alter", False)
+# A share consumer changes the Redis consumer group its share group is: the rights of
+# XREADGROUP (acquiring records) and XACK (acknowledging them) on the partition's key.
+SHARE_ACQUIRE = Operation("READ", 3, "xreadgroup", True)
+SHARE_ACKNOWLEDGE = Operation("READ", 3, "xack", True)
 TOPIC_OPERATIONS = (READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE_CONFIGS, ALTER_CONFIGS)
 DESCRIBE_CODE = 8
 

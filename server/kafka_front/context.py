@@ -2,7 +2,8 @@
 
 Owns: ``KafkaFront`` (one per server: the API table served, the listeners'
 ports, the endpoints every node is reached on, topic IDs as Kafka UUIDs and
-back, the cluster id) and ``KafkaContext`` (one per connection: its broker
+back, the cluster id, the classic groups' coordinator and the share
+groups and sessions) and ``KafkaContext`` (one per connection: its broker
 session, client record, the listener it came through and the address the
 client reached, which Metadata names this node by, its SASL
 authenticator), and ``Pending``: a
@@ -37,6 +38,7 @@ from server.kafka.records import UNCOMPRESSED_MAX_BYTES_DEFAULT
 from server.kafka_front.consumer_groups import ConsumerCoordinator
 from server.kafka_front.groups import Coordinator
 from server.kafka_front.offsets import OffsetStore, offsets_key
+from server.kafka_front.share_groups import ShareGroups, ShareSessions
 
 ZERO_UUID = uuid.UUID(int=0)
 
@@ -82,6 +84,8 @@ class KafkaFront:
         self.groups = Coordinator(OffsetStore(server, directory) if directory else None)
         # KIP-848 groups; the classic coordinator asks it about a group id's type
         self.consumer_groups = self.groups.consumer = ConsumerCoordinator(getattr(server, "config", None))
+        self.share_groups = ShareGroups()  # KIP-932: membership here, records in Redis groups
+        self.share_sessions = ShareSessions()
         if server is not None:
             server.kafka_groups = self.groups  # TOPIC GROUPS shows them beside Redis groups
 

@@ -9,8 +9,8 @@ receipt). A handler parses the decoded request, makes its session calls and
 shapes the response; every refusal of the broker becomes an error code in
 the response (``server.kafka_front.errors``), as a Kafka broker answers.
 
-Not served (every other key: transactions and share groups;
-docs/kafka.md): the framing answers as
+Not served (every other key: transactions; docs/kafka.md): the framing
+answers as
 a Kafka broker does (the request is refused and the connection closed with
 the reason logged; ApiVersions at an unknown version gets
 UNSUPPORTED_VERSION).
@@ -45,6 +45,10 @@ from server.kafka_front.apis import (
     produce,
     sasl_authenticate,
     sasl_handshake,
+    share_acknowledge,
+    share_fetch,
+    share_group_describe,
+    share_group_heartbeat,
     sync_group,
 )
 
@@ -52,7 +56,7 @@ MODULES = (produce, fetch, list_offsets, metadata, api_versions, create_topics, 
            describe_configs, alter_configs, create_partitions, describe_cluster, init_producer_id, sasl_handshake,
            sasl_authenticate, offset_commit, offset_fetch, find_coordinator, join_group, heartbeat, leave_group,
            sync_group, describe_groups, list_groups, delete_groups, offset_delete, consumer_group_heartbeat,
-           consumer_group_describe)
+           consumer_group_describe, share_group_heartbeat, share_group_describe, share_fetch, share_acknowledge)
 
 HANDLERS = {m.API_KEY: m.handle for m in MODULES}
 SERVED = {m.API_KEY: m.VERSIONS for m in sorted(MODULES, key=lambda m: m.API_KEY)}

@@ -100,9 +100,8 @@ def _read(ctx, wanted: list, max_bytes: int, version: int) -> tuple:
                 out.error_code, _ = refused(exc)
                 failed = True
                 if out.error_code == E.NOT_LEADER_OR_FOLLOWER and version >= 12:
-                    layout = session.record_topics([name]).get(name)
-                    if layout is not None and p.partition < len(layout.partitions):
-                        leader = layout.partitions[p.partition]
+                    leader = leader_of(session, name, p.partition)
+                    if leader is not None:
                         out.current_leader = R.LeaderIdAndEpoch(leader_id=leader.leader,
                                                                 leader_epoch=leader.leader_epoch)
                         hints.add(leader.leader)
@@ -117,3 +116,13 @@ def _read(ctx, wanted: list, max_bytes: int, version: int) -> tuple:
         R.NodeEndpoint(node_id=e.node_id, host=e.host, port=e.port)
         for e in ctx.front.endpoints(ctx) if e.node_id in hints] if version >= 16 else [])
     return response, found, failed
+
+
+def leader_of(session, name: bytes, partition: int):
+    """The partition's leader and leader epoch (``PartitionLayout``) as the
+    cluster metadata has them, for a NOT_LEADER_OR_FOLLOWER answer (KIP-951);
+    None when the partition does not exist."""
+    layout = session.record_topics([name]).get(name)
+    if layout is None or not 0 <= partition < len(layout.partitions):
+        return None
+    return layout.partitions[partition]

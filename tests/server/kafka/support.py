@@ -79,7 +79,7 @@ def message_values(cls, version: int, *, unknown_tags: bool = True, max_items: i
             items = st.lists(type_of(t.item, False), max_size=max_items)
             return st.one_of(st.none(), items) if nullable else items
         if isinstance(t, schema.Struct):
-            return struct_of(t)
+            return st.one_of(st.none(), struct_of(t)) if nullable else struct_of(t)
         return _primitive(t, nullable)
 
     return struct_of(msg.body)

@@ -37,7 +37,8 @@ def test_every_api_of_the_issue_is_declared_request_and_response():
               17: "SaslHandshake", 18: "ApiVersions", 19: "CreateTopics", 20: "DeleteTopics", 22: "InitProducerId",
               32: "DescribeConfigs", 33: "AlterConfigs", 36: "SaslAuthenticate", 37: "CreatePartitions",
               42: "DeleteGroups", 47: "OffsetDelete", 60: "DescribeCluster", 68: "ConsumerGroupHeartbeat",
-              69: "ConsumerGroupDescribe"}
+              69: "ConsumerGroupDescribe", 76: "ShareGroupHeartbeat", 77: "ShareGroupDescribe", 78: "ShareFetch",
+              79: "ShareAcknowledge"}
     assert {k: c.NAME for k, c in codec.REQUESTS.items()} == {k: n + "Request" for k, n in wanted.items()}
     assert {k: c.NAME for k, c in codec.RESPONSES.items()} == {k: n + "Response" for k, n in wanted.items()}
     for key, req in codec.REQUESTS.items():
@@ -70,7 +71,9 @@ KP_VERSIONS = [p for p in API_VERSIONS if p.values[0] in KP]
 def test_same_bytes_as_kafka_python(name, version):
     """Ours and kafka-python's encoders agree byte for byte, and each decodes the other's bytes."""
     cls = codec.MESSAGES[name]
-    kcls = KP[name]
+    kcls = KP.get(name)
+    if kcls is None:  # kafka-python 3 declares no share group message (KIP-932)
+        pytest.skip(f"kafka-python has no {name}")
     values = message_values(cls, version, unknown_tags=False)
     if name == "ApiVersionsResponse":
         # kafka-python reads an ApiVersions answer with an error as v0, as Kafka's clients do
@@ -135,6 +138,9 @@ EVERY_TYPE = codec.build(schema.define("response", None, "EveryType", "0-2", "1+
         schema.f("words", schema.array(schema.STRING)),
     ), "1+", tag=4),
     schema.f("tagged_i", schema.INT32, "1+", tag=1, default=7),
+    schema.f("maybe", schema.struct("Maybe",
+        schema.f("y", schema.INT16),
+    ), "2+", nullable="2+", default=None),
 ]))
 
 
@@ -165,7 +171,15 @@ def test_known_bytes_of_every_field_type():
         "03" "0261" "01" "00" "02" "0000000000000001" "03" "0100"
         "02" "026e" "ffffffff" "01" "00020274"  # item: name, later=-1, one tag (0: "t")
         "0000000000000009"
+        "ff"  # maybe: a null struct (KIP-893's presence byte -1)
         "01" "04" "06" "00000001" "01" "00")  # tag 4, 6 bytes: x=1, no words, no tags; tagged_i=7 is default
+    obj.maybe = EVERY_TYPE.Maybe(y=5)
+    present = obj.encode(2)
+    assert bytes.fromhex("0000000000000009" "01" "0005" "00" "01" "04") in present  # present: 1, y, no tags
+    assert EVERY_TYPE.decode(present, 2).maybe == EVERY_TYPE.Maybe(y=5)
+    with pytest.raises(codec.DecodeError):
+        EVERY_TYPE.decode(present.replace(bytes.fromhex("0000000000000009" "01"),
+                                          bytes.fromhex("0000000000000009" "02")), 2)
 
 
 NULLABLE_STRUCT = codec.build(schema.define("response", None, "NullableStruct", "0-1", "1+", [

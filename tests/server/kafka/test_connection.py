@@ -8,10 +8,12 @@ import contextlib
 import logging
 import socket
 import struct
+import uuid
 
 import trio
 import trio.testing
 
+from cluster.broker import XAddPlan
 from server.kafka import codec, framing, records
 from server.kafka import errors as E
 from server.kafka_front import apis
@@ -386,3 +388,49 @@ async def test_group_operations_need_the_rights_of_the_redis_group_commands(tmp_
         assert deleted.results[0].error_code == E.GROUP_AUTHORIZATION_FAILED  # no XGROUP DESTROY
         await reader.stream.aclose()
         await member.stream.aclose()
+
+
+async def test_share_groups_need_the_rights_of_xreadgroup_and_xack(tmp_path):
+    """A share consumer changes the Redis group its share group is: XREAD for the group requests,
+    XREADGROUP on a topic to be assigned it and acquire its records, XACK to acknowledge them
+    (docs/kafka.md, "Share groups")."""
+    h = TopicsHarness(tmp_path, requirepass="pw")
+    h.state.broker.session().create_topic(b"jobs")
+    h.state.acl.setuser("reader", ["on", ">pw", "~jobs", "-@all", "+@read"])  # no XREADGROUP, no XACK
+    h.state.acl.setuser("worker", ["on", ">pw", "~jobs", "-@all", "+@read", "+xreadgroup"])  # no XACK
+    h.state.acl.setuser("writer", ["on", ">pw", "~*", "-@all", "+xadd"])
+    H, F = C.ShareGroupHeartbeatRequest, C.ShareFetchRequest
+
+    def join(member):
+        return H(group_id="g", member_id=member, member_epoch=0, subscribed_topic_names=["jobs"])
+
+    def fetch(member, topic_id, epoch=0, acks=()):
+        return F(group_id="g", member_id=member, share_session_epoch=epoch, max_records=10, topics=[
+            F.FetchTopic(topic_id=topic_id, partitions=[F.FetchPartition(partition_index=0, acknowledgement_batches=[
+                F.AcknowledgementBatch(first_offset=o, last_offset=o, acknowledge_types=[1]) for o in acks])])])
+
+    async with trio.open_nursery() as nursery:
+        writer = Peer(serve(h, nursery))
+        await writer.login(b"writer", b"pw")
+        assert (await writer.call(join("w"), 1)).error_code == E.GROUP_AUTHORIZATION_FAILED
+        assert (await writer.call(fetch("w", uuid.uuid4()), 1)).error_code == E.GROUP_AUTHORIZATION_FAILED
+
+        reader = Peer(serve(h, nursery))
+        await reader.login(b"reader", b"pw")
+        topic_id = (await reader.call(metadata("jobs"), 12)).topics[0].topic_id
+        joined = await reader.call(join("r"), 1)
+        assert joined.error_code == E.NONE and joined.assignment.topic_partitions == []  # not assigned jobs
+        refused = await reader.call(fetch("r", topic_id), 1)
+        assert refused.responses[0].partitions[0].error_code == E.TOPIC_AUTHORIZATION_FAILED
+
+        worker = Peer(serve(h, nursery))
+        await worker.login(b"worker", b"pw")
+        assert [t.partitions for t in (await worker.call(join("k"), 1)).assignment.topic_partitions] == [[0]]
+        assert (await worker.call(fetch("k", topic_id), 1)).responses[0].partitions[0].error_code == E.NONE
+        h.state.broker.session().append(XAddPlan(b"jobs", [b"value", b"a"]))
+        got = await worker.call(fetch("k", topic_id, epoch=1), 1)
+        assert [a.first_offset for a in got.responses[0].partitions[0].acquired_records] == [0]
+        acked = await worker.call(fetch("k", topic_id, epoch=2, acks=[0]), 1)
+        assert acked.responses[0].partitions[0].acknowledge_error_code == E.TOPIC_AUTHORIZATION_FAILED
+        for peer in (writer, reader, worker):
+            await peer.stream.aclose()
