@@ -304,7 +304,8 @@ async def test_in_a_cluster_a_topic_wide_read_fans_out_and_merges_as_here(broker
             [(k, ids(e)) for k, e in topic.read_after(ReadPlan([b"t"], [LAST_ENTRY]))])
     fanout = _FanOutHere(broker)
     broker.replication = types.SimpleNamespace(fan_out_refusal=lambda key: None, fanout=fanout,
-                                               before_append=lambda session, pkey, stream: False)
+                                               before_append=lambda session, pkey, stream: False,
+                                               leads_key=lambda key: True)  # (the partition keys read here)
     across = (await topic.length(b"t"), ids(await topic.range(b"t", lo, hi, count=4)),
               ids(await topic.range(b"t", lo, hi, rev=True)),
               [(k, ids(e)) for k, e in await topic.read_after(ReadPlan([b"t"], [StreamId(1, 0)], count=1))],

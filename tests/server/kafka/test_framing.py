@@ -24,6 +24,12 @@ REQUEST_VERSIONS = [pytest.param(key, v, id=f"{cls.NAME}-v{v}")
                     for key, cls in sorted(codec.REQUESTS.items()) for v in cls.VERSIONS]
 RESPONSE_VERSIONS = [pytest.param(key, v, id=f"{cls.NAME}-v{v}")
                      for key, cls in sorted(codec.RESPONSES.items()) for v in cls.VERSIONS]
+# Each API's lowest and highest version: with and without flexible headers (every version's
+# body is compared with kafka-python's in test_codec.py).
+REQUEST_EDGES = [pytest.param(key, v, id=f"{cls.NAME}-v{v}") for key, cls in sorted(codec.REQUESTS.items())
+                 for v in sorted({cls.VERSIONS.lo, cls.VERSIONS.hi})]
+RESPONSE_EDGES = [pytest.param(key, v, id=f"{cls.NAME}-v{v}") for key, cls in sorted(codec.RESPONSES.items())
+                  for v in sorted({cls.VERSIONS.lo, cls.VERSIONS.hi})]
 KP = kafka_python_classes()
 KP_REQUEST_EDGES = [p for p in REQUEST_EDGES if codec.REQUESTS[p.values[0]].NAME in KP]  # none of KIP-848 or KIP-932
 KP_RESPONSE_EDGES = [p for p in RESPONSE_EDGES if codec.RESPONSES[p.values[0]].NAME in KP]
