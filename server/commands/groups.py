@@ -37,6 +37,7 @@ from server.errors import (
     syntax_error,
 )
 from server.group_replies import dead_letter_fields
+from server.kafka_front import view as kafka_view
 from server.registry import command, container, nowait_path
 from server.reply import NULL_ARRAY, OK, Map, Raw, Simple
 from storage.errors import Refusal
@@ -757,7 +758,9 @@ def xinfo_groups(ctx, argv):
 
     Redis's fields; a group with dead-lettering also reports
     max-deliveries, dead-letter-key and dead-lettered. On a topic key each
-    group summed over the partitions, with its members and partitions.
+    group summed over the partitions, with its members and partitions. Then
+    the Kafka groups of the key (``type`` kafka, a separate namespace:
+    server/kafka_front/view.py), with their committed offset and lag.
     """
     out = []
     for g in ctx.session.group_infos(argv[2]):
@@ -775,7 +778,7 @@ def xinfo_groups(ctx, argv):
             info["lag"] = g.lag
             dead_letter_fields(info, g)
         out.append(info)
-    return out
+    return out + kafka_view.xinfo_groups_reply(getattr(ctx.server, "kafka_groups", None), ctx.session, argv[2])
 
 
 @command(

@@ -1,6 +1,7 @@
 """Kafka groups as TOPIC GROUPS / TOPIC DESCRIBE show them beside Redis groups (one view of all groups).
 
-Owns: ``topic_groups_reply``: for each Kafka group of this node's
+Owns: ``topic_groups_reply`` (and ``xinfo_groups_reply``, XINFO GROUPS's
+rows, from it): for each Kafka group of this node's
 coordinator that has members assigned to the topic or offsets committed on
 it, a map ``name``, ``type`` (``kafka``), ``state``, ``protocol`` (a classic
 group's chosen assignor, or ``consumer`` for a KIP-848 group),
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster.topics import partition_key
+from cluster.topics import partition_key, split_partition_key
 from server.kafka_front.groups import decode_assignment
 from server.reply import Map
 
@@ -75,6 +76,40 @@ def topic_groups_reply(coordinator: Any, session: Any, topic: bytes, count: int,
             row["lag"] = max(end - c.offset, 0) if c is not None and end is not None else None
             rows.append(row)
         info["partitions"] = rows
+        out.append(info)
+    return out
+
+
+def xinfo_groups_reply(coordinator: Any, session: Any, key: bytes) -> list:
+    """XINFO GROUPS's rows for the Kafka groups of ``key``, after its Redis
+    groups (whose rows stay Redis's): ``name``, ``type`` (``kafka``),
+    ``consumers`` (the group's members), ``pending`` (0: Kafka groups keep
+    a committed offset, not pending entries) and, for one partition, its
+    ``committed-offset`` (nil: none) and ``lag``; for a topic key of several
+    partitions, the ``lag`` summed (nil where a partition has none) and how
+    many ``partitions``. A group shows on a partition where it committed an
+    offset or a member is assigned it."""
+    if coordinator is None:
+        return []
+    topic, n = split_partition_key(key)
+    layout = session.record_topics([topic])[topic]
+    count = len(layout.partitions) if layout else 0
+    out = []
+    for group in topic_groups_reply(coordinator, session, topic, count, None):
+        rows = [r for r in group["partitions"] if n is None or r["partition"] == n]
+        if n is not None and all(r["committed-offset"] is None and r["owner"] is None for r in rows):
+            continue
+        lags = [r["lag"] for r in rows]
+        info = Map()
+        info["name"] = group["name"]
+        info["type"] = "kafka"
+        info["consumers"] = len(group["members"])
+        info["pending"] = 0
+        if len(rows) == 1:
+            info["committed-offset"] = rows[0]["committed-offset"]
+        else:
+            info["partitions"] = len(rows)
+        info["lag"] = None if any(lag is None for lag in lags) else sum(lags)
         out.append(info)
     return out
 

@@ -15,6 +15,7 @@ import uuid
 
 import pytest
 
+from tests.clusterkit import eventually
 from tests.conftest import KafkaRaw
 from tests.e2e.groups_support import KAFKA_MEMBER_SCRIPT, kafka_settle, kafka_topic
 
@@ -75,10 +76,15 @@ def test_kafka_python_members_share_the_partitions(kafka_shared, count):
     kafka = pytest.importorskip("kafka")
     topic = make_topic(kafka_shared)
     group = fresh("g")
-    members = [kafka.KafkaConsumer(topic, bootstrap_servers=kafka_shared.bootstrap, group_id=group,
+    members = [kafka.KafkaConsumer(bootstrap_servers=kafka_shared.bootstrap, group_id=group,
                                    session_timeout_ms=SESSION_MS, heartbeat_interval_ms=500,
                                    auto_offset_reset="earliest") for _ in range(count)]
     try:
+        # each member has the topic's metadata before it joins: a leader assigning without it
+        # hands out nothing and rejoins, and kafka-python 3.0.12 then sometimes never fetches
+        for c in members:
+            assert eventually(lambda c=c: c.partitions_for_topic(topic), what="kafka-python's metadata")
+            c.subscribe([topic])
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             for c in members:
@@ -170,6 +176,13 @@ def test_topic_groups_shows_kafka_groups_beside_redis_groups_with_lag(kafka_shar
     rows = [as_map(p) for p in kafka_view[b"partitions"]]
     assert [(p[b"committed-offset"], p[b"end-offset"], p[b"lag"]) for p in rows] == \
         [(p % 4, 4, 4 - p % 4) for p in range(PARTITIONS)]
+    # XINFO GROUPS too: the Redis group's row as Redis has it, then the Kafka group's
+    redis_row, kafka_row = (as_map(v) for v in r.execute_command("XINFO", "GROUPS", f"{topic}#1"))
+    assert (redis_row[b"name"].decode(), b"type" in redis_row) == (group, False)
+    assert kafka_row == {b"name": group.encode(), b"type": b"kafka", b"consumers": 0, b"pending": 0,
+                         b"committed-offset": 1, b"lag": 3}
+    kafka_row = as_map(r.execute_command("XINFO", "GROUPS", topic)[1])  # the topic key: summed
+    assert (kafka_row[b"partitions"], kafka_row[b"lag"]) == (PARTITIONS, sum(4 - p % 4 for p in range(PARTITIONS)))
 
 
 def as_map(value) -> dict:
