@@ -17,6 +17,15 @@ durable group state (``storage.streams.groups.GroupStore``):
 A revoking partition is released to its new owner once the old owner has
 nothing pending on it (checked on every ``sync``).
 
+In a cluster the membership lives on the group's coordinator (the leader
+of the topic key's slot) and some partitions are led by other nodes
+(``away``): the effects on those partitions' group state are their
+leaders' (cluster/broker/topic_groups.py). For such a partition a handover
+is noted (``take_over``: the new owner's next read asks the leader to take
+every pending entry over, ``hand_over`` there) and the revocation check uses
+the old owner's pending count as its leader last told it
+(``remote_pending``). The redelivery queue stays here for every partition.
+
 Must not know: sockets, RESP, trio, the stream's entries.
 """
 
@@ -34,6 +43,36 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def hand_over(store, group_name: bytes, owner: bytes, now_ms: int) -> tuple[list[StreamIdT], bool]:
+    """Every entry pending on a partition's group made ``owner``'s (a claim
+    in the group journal, delivery count unchanged): the IDs to deliver it
+    first (all of them, oldest first), and whether the store was written."""
+    group = store.group(group_name)
+    if group is None:
+        return [], False
+    pending = group.pel.items()
+    moves = [(sid, now_ms, pe.delivery_count) for sid, pe in pending if pe.consumer != owner]
+    if moves:
+        store.claim(group_name, owner, moves, now_ms)
+    return [sid for sid, _ in pending], bool(moves)
+
+
+def take_queued(queue: list[StreamIdT], consumer, count: int) -> tuple[list[StreamIdT], int]:
+    """Up to ``count`` (0: all) IDs of ``queue`` still pending for
+    ``consumer`` (a group's consumer, or None), oldest first, and how many of
+    the queue's IDs were gone through to find them."""
+    if consumer is None:
+        return [], len(queue)
+    out: list[StreamIdT] = []
+    i = 0
+    while i < len(queue) and (not count or len(out) < count):
+        sid = queue[i]
+        i += 1
+        if sid in consumer.pending:
+            out.append(sid)
+    return out, i
+
+
 class TopicGroupMembership:
     """Membership of group ``group`` on ``topic``. ``store_of(p)`` gives the
     ``GroupStore`` of partition ``p``."""
@@ -46,6 +85,14 @@ class TopicGroupMembership:
         self.store_of = store_of
         self._redeliver: dict[int, list[StreamIdT]] = {}
         self.handovers_total = 0
+        # In a cluster (see the module docstring): which partitions other
+        # nodes lead (set by the coordinator before each use), the handovers
+        # of those not applied by their leader yet (partition -> new owner),
+        # and the revoked owner's pending count there as last asked.
+        self.away: Callable[[int], bool] | None = None
+        self.take_over: dict[int, bytes] = {}
+        self.remote_pending: dict[int, int] = {}
+        self.reading: dict[int, int] = {}  # partition -> reads of it its leader has not answered yet
 
     # ----------------------------------------------------------- membership
 
@@ -56,11 +103,22 @@ class TopicGroupMembership:
         c = self.coordinator
         c.expire(now_ms)
         for p, old, _new in c.revoking():
+            if self._away(p):
+                if self.remote_pending.get(p) == 0 and not self.reading.get(p):
+                    c.release(p)
+                continue
             group = self._group(p)
             consumer = group.consumer(old) if group is not None else None
             if consumer is None or not consumer.pending:
                 c.release(p)
-        return self._apply_handovers(now_ms)
+        stores = self._apply_handovers(now_ms)
+        for p in [p for p in self.take_over if not self._away(p)]:  # its leadership moved here
+            owner = self.take_over.pop(p)
+            if self.owner_of(p) == owner:
+                store = self._hand_over(Handover(p, None, owner), now_ms)
+                if store is not None:
+                    stores.append(store)
+        return stores
 
     def heartbeat(self, member: bytes, now_ms: int) -> list:
         """``member`` reads with ``>`` now (joins if new); returns stores written."""
@@ -106,18 +164,8 @@ class TopicGroupMembership:
         if not queue:
             return []
         group = self._group(partition)
-        consumer = group.consumer(member) if group is not None else None
-        if consumer is None:
-            self._redeliver.pop(partition, None)
-            return []
-        out: list[StreamIdT] = []
-        i = 0
-        while i < len(queue) and (not count or len(out) < count):
-            sid = queue[i]
-            i += 1
-            if sid in consumer.pending:
-                out.append(sid)
-        del queue[:i]
+        out, gone_through = take_queued(queue, group.consumer(member) if group is not None else None, count)
+        del queue[:gone_through]
         if not queue:
             self._redeliver.pop(partition, None)
         return out
@@ -125,10 +173,24 @@ class TopicGroupMembership:
     def queued(self, partition: int) -> int:
         return len(self._redeliver.get(partition, ()))
 
+    def take_queue(self, partition: int) -> list[StreamIdT]:
+        """The whole redelivery queue of ``partition`` (led elsewhere: its
+        leader filters it), removed; ``requeue`` puts back what is left."""
+        return self._redeliver.pop(partition, [])
+
+    def requeue(self, partition: int, ids: list[StreamIdT]) -> None:
+        if ids:
+            self._redeliver[partition] = list(ids)
+        else:
+            self._redeliver.pop(partition, None)
+
     # ------------------------------------------------------------ internals
 
     def _group(self, partition: int):
         return self.store_of(partition).group(self.group)
+
+    def _away(self, partition: int) -> bool:
+        return self.away is not None and self.away(partition)
 
     def _apply_handovers(self, now_ms: int) -> list:
         stores = []
@@ -140,14 +202,14 @@ class TopicGroupMembership:
 
     def _hand_over(self, h: Handover, now_ms: int):
         self.handovers_total += 1
-        store = self.store_of(h.partition)
-        group = store.group(self.group)
-        if group is None:
-            self._redeliver.pop(h.partition, None)
+        self._redeliver.pop(h.partition, None)
+        self.remote_pending.pop(h.partition, None)
+        if self._away(h.partition):
+            self.take_over[h.partition] = h.owner  # applied by its leader on the owner's next read
             return None
-        pending = group.pel.items()
-        moves = [(sid, now_ms, pe.delivery_count) for sid, pe in pending if pe.consumer != h.owner]
-        if moves:
-            store.claim(self.group, h.owner, moves, now_ms)
-        self._redeliver[h.partition] = [sid for sid, _ in pending]
-        return store if moves else None
+        self.take_over.pop(h.partition, None)
+        store = self.store_of(h.partition)
+        queue, wrote = hand_over(store, self.group, h.owner, now_ms)
+        if queue:
+            self._redeliver[h.partition] = queue
+        return store if wrote else None
