@@ -25,6 +25,8 @@ is noted (``take_over``: the new owner's next read asks the leader to take
 every pending entry over, ``hand_over`` there) and the revocation check uses
 the old owner's pending count as its leader last told it
 (``remote_pending``). The redelivery queue stays here for every partition.
+The coordinator keeps a ``snapshot`` where the next one finds it, which
+``restore`` takes over after a failover.
 
 Must not know: sockets, RESP, trio, the stream's entries.
 """
@@ -93,6 +95,12 @@ class TopicGroupMembership:
         self.take_over: dict[int, bytes] = {}
         self.remote_pending: dict[int, int] = {}
         self.reading: dict[int, int] = {}  # partition -> reads of it its leader has not answered yet
+        # The membership as last kept where a next coordinator finds it
+        # (``snapshot``; cluster/broker/topic_groups.py), and whether this
+        # one has looked for an earlier coordinator's yet.
+        self.persisted: tuple | None = None
+        self.persisted_id: tuple[int, int] | None = None
+        self.restored = False
 
     # ----------------------------------------------------------- membership
 
@@ -136,6 +144,26 @@ class TopicGroupMembership:
         pending on them) go to the remaining members now."""
         self.coordinator.leave(member, now_ms)
         return self.sync(now_ms)
+
+    def snapshot(self) -> tuple:
+        """``(members, owner per partition, target per partition)``: what a
+        next coordinator needs to go on (``restore``)."""
+        c = self.coordinator
+        return tuple(sorted(c.members)), tuple(c.owner), tuple(c.target)
+
+    def restore(self, members: list[bytes], owner: list[bytes | None], target: list[bytes | None],
+                now_ms: int) -> bool:
+        """An earlier coordinator's ``snapshot`` taken over (a failover): the
+        members alive from now, each owning what it owned. The redelivery
+        queue was soft state: every owned partition is handed to its owner
+        again (its pending entries there delivered to it first, delivery
+        count +1, those of a departed member with them)."""
+        if not self.coordinator.restore(members, owner, target, now_ms):
+            return False
+        for p, name in enumerate(owner):
+            if name is not None and name == target[p]:
+                self.take_over[p] = name
+        return True
 
     def set_partition_count(self, partitions: int, now_ms: int | None = None) -> None:
         self.coordinator.set_partition_count(partitions, wall_clock_ms() if now_ms is None else now_ms)

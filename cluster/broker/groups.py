@@ -393,8 +393,8 @@ class GroupOps:
 
     __slots__ = ()
 
-    # The Session provides these (``_led_across``, ``_group_read_across`` and
-    # ``_locate``: cluster.broker.topic_groups.TopicGroupOps).
+    # The Session provides these (``_led_across``, ``_group_read_across``,
+    # ``_locate`` and ``_persist_membership``: cluster.broker.topic_groups.TopicGroupOps).
     broker: Any
     may_block: bool
     commit_deferred: Callable[[], None]
@@ -923,6 +923,8 @@ class GroupOps:
             self.wrote_group(store)
         if stores:
             self.broker.keys.signal(m.topic)  # other blocked members re-check
+        if self.broker.replication is not None:
+            self._persist_membership(m)  # (cluster/broker/topic_groups.py: for the next coordinator)
         for p in m.assigned(read.consumer):
             if budget.spent:
                 break

@@ -36,12 +36,20 @@ the group's position on each assigned partition led elsewhere
 (``FanOut.wait_for_entries``), at most half a session timeout at a time (so
 dead members expire), then serves again.
 
+The membership survives the coordinator's failover: every change of it
+(members, owners, targets) is appended to the internal stream
+``members_key`` in the topic key's slot (``_persist_membership``; on a
+coordinator that leads every partition too), before the read that made it
+replies, and the slot's next leader restores the last one on its first
+read of the group (``_restore_membership``, ``TopicGroupMembership.restore``).
+
 Not across nodes (refused): MAXCOUNT / MAXSIZE; inside MULTI. A leader that
 cannot be reached fails the read with ``TryAgain`` when no other partition
 served anything (entries it may have delivered stay pending for the member:
 its history read, ID 0, gets them).
 
-Owns: the coordinator's read across nodes and the leader's share of it.
+Owns: the coordinator's read across nodes, the leader's share of it, and
+the membership's stream (its key and entry format).
 Must not know: sockets, RESP, reply shapes (Deliveries, as ``GroupOps``).
 """
 
@@ -60,11 +68,57 @@ from cluster.peer.messages import (GROUP_PENDING, GROUP_READ_HISTORY, GROUP_READ
                                    GroupReadRequest, GroupReadResponse)
 from cluster.peer.service import check_leads
 from cluster.topics import partition_key
+from storage.entry_codec import decode_entry, split_entries
 from storage.streams.groups import groups_of
-from storage.streams.ids import StreamId
+from storage.streams.ids import MAX_ID, MIN_ID, StreamId
 
 GROUP_READ_LINKS = 4
 PURPOSE = "groupread"
+MEMBERS_PREFIX = b"__topic_members{"
+# The membership stream's settings: every change fsynced and on the in-sync
+# replicas before the read that made it answers, nothing removed but by its
+# own trims.
+MEMBERS_CONFIG = ((b"fsync", b"always"), (b"acks", b"all"), (b"retention-ms", b"-1"), (b"retention-bytes", b"-1"))
+
+
+def members_key(topic: bytes, group: bytes) -> bytes | None:
+    """The internal stream keeping ``group``'s membership on ``topic``, in
+    the topic key's slot (the topic's hash tag, or its name as one), so the
+    slot's followers, one of which becomes the next coordinator, copy it;
+    the group's name in hex (a ``#<digits>`` end would name a partition).
+    None when the topic's name cannot be made a hash tag."""
+    start = topic.find(b"{")
+    if start >= 0:
+        end = topic.find(b"}", start + 1)
+        if end > start + 1:
+            return MEMBERS_PREFIX + topic[start + 1:end] + b"}" + group.hex().encode()
+    if b"{" in topic or b"}" in topic:
+        return None
+    return MEMBERS_PREFIX + topic + b"}" + group.hex().encode()
+
+
+def _snapshot_fields(snapshot: tuple) -> list[bytes]:
+    members, owner, target = snapshot
+    fields: list[bytes] = [b"partitions", b"%d" % len(owner)]
+    for name in members:
+        fields += [b"member", name]
+    for o, t in zip(owner, target):  # b"" none, else b"+" and the name
+        fields += [b"owner", b"" if o is None else b"+" + o, b"target", b"" if t is None else b"+" + t]
+    return fields
+
+
+def _snapshot_of(fields: list[bytes]) -> tuple[list[bytes], list, list]:
+    members: list[bytes] = []
+    owner: list = []
+    target: list = []
+    for name, value in zip(fields[::2], fields[1::2]):
+        name = bytes(name)
+        value = bytes(value)
+        if name == b"member":
+            members.append(value)
+        elif name in (b"owner", b"target"):
+            (owner if name == b"owner" else target).append(value[1:] if value else None)
+    return members, owner, target
 
 
 def _text(key: bytes) -> str:
@@ -98,12 +152,16 @@ class TopicGroupOps:
         return any(t.__class__ is _TopicTarget and fanout.led_elsewhere(t.key) for t in targets)
 
     def _locate(self, m: Any) -> Any:
-        """``m`` (a topic's membership) told which partitions other nodes lead, in a cluster."""
+        """``m`` (a topic's membership), in a cluster: told which partitions
+        other nodes lead, and, when new here, what an earlier coordinator
+        kept of it (``_restore_membership``)."""
         replication = self.broker.replication
         if replication is not None and m.away is None:
             manager = replication.manager
             topic = m.topic
             m.away = lambda p: manager.state.leader(manager.shard_of(topic, p)) != manager.my_id
+        if replication is not None and not m.restored:
+            self._restore_membership(m)
         return m
 
     async def _group_read_across(self, targets: list, read: GroupRead) -> list[Delivery]:
@@ -172,6 +230,7 @@ class TopicGroupOps:
             self.wrote_group(store)
         if stores or m.coordinator.generation != generation:
             self.broker.keys.signal(m.topic)  # other blocked members re-check
+        self._persist_membership(m)
         budget = ReadBudget()
         deliveries: dict[int, Delivery] = {}
         parts: list[GroupPart] = []
@@ -216,6 +275,42 @@ class TopicGroupOps:
         if failure is not None and not deliveries:
             raise failure
         return [deliveries[p] for p in sorted(deliveries)]
+
+    def _restore_membership(self, m: Any) -> None:
+        """A membership new here (this node became the coordinator: a
+        failover, or its first read) takes over the one its members stream
+        keeps, if any (``TopicGroupMembership.restore``)."""
+        m.restored = True
+        key = members_key(m.topic, m.group)
+        if key is None or m.coordinator.members or self.broker.topics.get(key) is None:
+            return
+        found = self.range(key, MIN_ID, MAX_ID, past_hw=True)  # (entries beyond the high watermark: see offsets)
+        if found is None or not found.count:
+            return
+        entry_id, fields = decode_entry(split_entries(found.chunks)[-1])
+        if m.restore(*_snapshot_of(list(fields)), self.broker.clock_ms()):
+            m.persisted, m.persisted_id = m.snapshot(), tuple(entry_id)
+
+    def _persist_membership(self, m: Any) -> None:
+        """The membership appended to its members stream when it changed
+        (members, owners, targets): the read's reply waits for it to be
+        durable and on the in-sync replicas, so a next coordinator has every
+        assignment a member has read by. The entries before the previous one
+        (acknowledged already, with an earlier read) are trimmed away."""
+        key = members_key(m.topic, m.group)
+        snapshot = m.snapshot()
+        if key is None or snapshot == m.persisted:
+            return
+        from cluster.broker.session import Trim, XAddPlan  # (the module that imports this one)
+
+        if self.broker.topics.get(key) is None:
+            self.create_topic(key, 1, MEMBERS_CONFIG)
+        new_id = self.append(XAddPlan(key, _snapshot_fields(snapshot)))
+        if m.persisted_id is not None:
+            removed = self.trim(key, Trim("MINID", minid=m.persisted_id))
+            if removed.__class__ is not int:  # (it would wait for the replicas: next time)
+                removed.close()
+        m.persisted, m.persisted_id = snapshot, tuple(new_id)
 
     async def _ask_revoking(self, m: Any) -> None:
         """The pending count of each revoking partition's old owner, from the

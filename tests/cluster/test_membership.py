@@ -117,3 +117,34 @@ def test_a_handover_noted_for_a_leader_applies_here_once_this_node_leads_the_par
     assert stores[0] in m.sync(30)
     assert m.take_over == {} and stores[0].group(b"g").pel.get((3, 0)).consumer == b"b"
     assert m.take_redeliveries(0, b"b", 0) == [(3, 0)]
+
+
+def test_a_snapshot_restored_on_a_new_coordinator_keeps_each_member_on_its_partitions(tmp_path):
+    """A failover: the next coordinator takes the snapshot the last one
+    kept; the members keep their partitions, and each owned partition is
+    handed to its owner again (the redelivery queue was soft state)."""
+    m, stores = make(tmp_path)
+    m.heartbeat(b"a", 0)
+    m.heartbeat(b"b", 10)
+    m.away = lambda p: p == 1
+    m.remote_pending[1] = 0
+    m.sync(30)
+    assert m.assigned(b"a") == [0] and m.assigned(b"b") == [1]
+    snapshot = m.snapshot()
+    deliver(stores[0], b"a", [(4, 0)], 40)
+    n = TopicGroupMembership(b"t", b"g", 2, TIMEOUT_MS, lambda p: stores[p])
+    n.away = lambda p: p == 1
+    assert n.restore(*snapshot, 100)
+    assert n.assigned(b"a") == [0] and n.assigned(b"b") == [1] and n.take_over == {0: b"a", 1: b"b"}
+    n.sync(110)  # partition 0 is led here: handed to a at once, its entry queued for it
+    assert n.take_over == {1: b"b"} and n.take_redeliveries(0, b"a", 0) == [(4, 0)]
+    n.heartbeat(b"a", 100 + TIMEOUT_MS)  # b never came back: it expires, a gets partition 1
+    assert n.assigned(b"a") == [0, 1] and n.take_over == {1: b"a"}
+
+
+def test_a_snapshot_that_does_not_fit_is_not_restored(tmp_path):
+    m, stores = make(tmp_path)
+    assert not m.restore([b"a"], [b"a"], [b"a"], 0)  # another partition count
+    assert not m.restore([b"a"], [b"a", b"x"], [b"a", b"x"], 0)  # an owner that is no member
+    assert not m.restore([b"a", b"b"], [b"a", b"a"], [b"a", b"a"], 0)  # not balanced
+    assert m.coordinator.members == {} and m.take_over == {}
