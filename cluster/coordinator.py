@@ -27,6 +27,9 @@ Model (Kafka's consumer group protocol, collapsed into one process):
 - Every change of owner is a ``Handover``; the caller drains them
   (``take_handovers``) and moves the partition's pending entries to the new
   owner (see ``cluster.membership``).
+- ``restore`` takes the members and assignment an earlier coordinator had
+  (a cluster's coordinator failover: cluster/broker/topic_groups.py keeps
+  them), the members alive from then.
 
 Must not know: streams, group state, files, sockets, trio. Time is passed in
 (``now_ms``), so tests drive it with a fake clock.
