@@ -17,9 +17,10 @@ deletions that mind the groups are ``cluster.broker.references``'):
   handed over to it from a dead or departed member (delivery count +1);
   ``cluster.membership`` and ``cluster.coordinator`` decide, this module
   applies (in a cluster, for partitions other nodes lead, through their
-  leaders: ``cluster.broker.topic_groups``). A read that finds nothing and may wait waits for its keys and
-  serves again, readers of one partition's group in arrival order (the
-  longest-waiting one gets new entries first, as in Redis);
+  leaders: ``cluster.broker.topic_groups``). A read that finds nothing and
+  may wait waits for its keys and serves again, readers of one partition's
+  group in arrival order (the longest-waiting one gets new entries first,
+  as in Redis);
 - the claim / dead-letter policy (XCLAIM, XAUTOCLAIM, history reads, CLAIM);
 - XNACK (Redis 8.8): pending entries released, with no owner and delivery
   time 0, so that any claim takes them, and first;
