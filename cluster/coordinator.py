@@ -27,6 +27,9 @@ Model (Kafka's consumer group protocol, collapsed into one process):
 - Every change of owner is a ``Handover``; the caller drains them
   (``take_handovers``) and moves the partition's pending entries to the new
   owner (see ``cluster.membership``).
+- ``restore`` takes the members and assignment an earlier coordinator had
+  (a cluster's coordinator failover: cluster/broker/topic_groups.py keeps
+  them), the members alive from then.
 
 Must not know: streams, group state, files, sockets, trio. Time is passed in
 (``now_ms``), so tests drive it with a fake clock.
@@ -131,6 +134,32 @@ class GroupCoordinator:
         self.owner.extend([None] * extra)
         self.partitions = partitions
         self._rebalance(now_ms)
+
+    def restore(self, members: list[bytes], owner: list[bytes | None], target: list[bytes | None],
+                now_ms: int) -> bool:
+        """Take the membership an earlier coordinator had (``members``, each
+        partition's ``owner`` and ``target``), the members alive from
+        ``now_ms``; partitions whose owner is not their target are revoking
+        from now. False (nothing changed) when it does not fit: another
+        partition count, or not an assignment of these members."""
+        n = self.partitions
+        names = set(members)
+        if (self.members or len(owner) != n or len(target) != n
+                or any(t is not None and t not in names for t in target)
+                or any(o is not None and o not in names for o in owner)
+                or (names and any(t is None for t in target))):
+            return False
+        counts = [target.count(name) for name in names]
+        if counts and max(counts) - min(counts) > 1:
+            return False
+        self.members = {name: Member(name, now_ms, now_ms) for name in members}
+        self.target = list(target)
+        self.owner = list(owner)
+        self.revoking_since_ms = {p: now_ms for p in range(n)
+                                  if owner[p] is not None and target[p] is not None and owner[p] != target[p]}
+        self.generation += 1
+        self._check()
+        return True
 
     # ------------------------------------------------------------ assignment
 

@@ -17,6 +17,17 @@ durable group state (``storage.streams.groups.GroupStore``):
 A revoking partition is released to its new owner once the old owner has
 nothing pending on it (checked on every ``sync``).
 
+In a cluster the membership lives on the group's coordinator (the leader
+of the topic key's slot) and some partitions are led by other nodes
+(``away``): the effects on those partitions' group state are their
+leaders' (cluster/broker/topic_groups.py). For such a partition a handover
+is noted (``take_over``: the new owner's next read asks the leader to take
+every pending entry over, ``hand_over`` there) and the revocation check uses
+the old owner's pending count as its leader last told it
+(``remote_pending``). The redelivery queue stays here for every partition.
+The coordinator keeps a ``snapshot`` where the next one finds it, which
+``restore`` takes over after a failover.
+
 Must not know: sockets, RESP, trio, the stream's entries.
 """
 
@@ -34,6 +45,36 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def hand_over(store, group_name: bytes, owner: bytes, now_ms: int) -> tuple[list[StreamIdT], bool]:
+    """Every entry pending on a partition's group made ``owner``'s (a claim
+    in the group journal, delivery count unchanged): the IDs to deliver it
+    first (all of them, oldest first), and whether the store was written."""
+    group = store.group(group_name)
+    if group is None:
+        return [], False
+    pending = group.pel.items()
+    moves = [(sid, now_ms, pe.delivery_count) for sid, pe in pending if pe.consumer != owner]
+    if moves:
+        store.claim(group_name, owner, moves, now_ms)
+    return [sid for sid, _ in pending], bool(moves)
+
+
+def take_queued(queue: list[StreamIdT], consumer, count: int) -> tuple[list[StreamIdT], int]:
+    """Up to ``count`` (0: all) IDs of ``queue`` still pending for
+    ``consumer`` (a group's consumer, or None), oldest first, and how many of
+    the queue's IDs were gone through to find them."""
+    if consumer is None:
+        return [], len(queue)
+    out: list[StreamIdT] = []
+    i = 0
+    while i < len(queue) and (not count or len(out) < count):
+        sid = queue[i]
+        i += 1
+        if sid in consumer.pending:
+            out.append(sid)
+    return out, i
+
+
 class TopicGroupMembership:
     """Membership of group ``group`` on ``topic``. ``store_of(p)`` gives the
     ``GroupStore`` of partition ``p``."""
@@ -46,6 +87,20 @@ class TopicGroupMembership:
         self.store_of = store_of
         self._redeliver: dict[int, list[StreamIdT]] = {}
         self.handovers_total = 0
+        # In a cluster (see the module docstring): which partitions other
+        # nodes lead (set by the coordinator before each use), the handovers
+        # of those not applied by their leader yet (partition -> new owner),
+        # and the revoked owner's pending count there as last asked.
+        self.away: Callable[[int], bool] | None = None
+        self.take_over: dict[int, bytes] = {}
+        self.remote_pending: dict[int, int] = {}
+        self.reading: dict[int, int] = {}  # partition -> reads of it its leader has not answered yet
+        # The membership as last kept where a next coordinator finds it
+        # (``snapshot``; cluster/broker/topic_groups.py), and whether this
+        # one has looked for an earlier coordinator's yet.
+        self.persisted: tuple | None = None
+        self.persisted_id: tuple[int, int] | None = None
+        self.restored = False
 
     # ----------------------------------------------------------- membership
 
@@ -56,11 +111,22 @@ class TopicGroupMembership:
         c = self.coordinator
         c.expire(now_ms)
         for p, old, _new in c.revoking():
+            if self._away(p):
+                if self.remote_pending.get(p) == 0 and not self.reading.get(p):
+                    c.release(p)
+                continue
             group = self._group(p)
             consumer = group.consumer(old) if group is not None else None
             if consumer is None or not consumer.pending:
                 c.release(p)
-        return self._apply_handovers(now_ms)
+        stores = self._apply_handovers(now_ms)
+        for p in [p for p in self.take_over if not self._away(p)]:  # its leadership moved here
+            owner = self.take_over.pop(p)
+            if self.owner_of(p) == owner:
+                store = self._hand_over(Handover(p, None, owner), now_ms)
+                if store is not None:
+                    stores.append(store)
+        return stores
 
     def heartbeat(self, member: bytes, now_ms: int) -> list:
         """``member`` reads with ``>`` now (joins if new); returns stores written."""
@@ -78,6 +144,26 @@ class TopicGroupMembership:
         pending on them) go to the remaining members now."""
         self.coordinator.leave(member, now_ms)
         return self.sync(now_ms)
+
+    def snapshot(self) -> tuple:
+        """``(members, owner per partition, target per partition)``: what a
+        next coordinator needs to go on (``restore``)."""
+        c = self.coordinator
+        return tuple(sorted(c.members)), tuple(c.owner), tuple(c.target)
+
+    def restore(self, members: list[bytes], owner: list[bytes | None], target: list[bytes | None],
+                now_ms: int) -> bool:
+        """An earlier coordinator's ``snapshot`` taken over (a failover): the
+        members alive from now, each owning what it owned. The redelivery
+        queue was soft state: every owned partition is handed to its owner
+        again (its pending entries there delivered to it first, delivery
+        count +1, those of a departed member with them)."""
+        if not self.coordinator.restore(members, owner, target, now_ms):
+            return False
+        for p, name in enumerate(owner):
+            if name is not None and name == target[p]:
+                self.take_over[p] = name
+        return True
 
     def set_partition_count(self, partitions: int, now_ms: int | None = None) -> None:
         self.coordinator.set_partition_count(partitions, wall_clock_ms() if now_ms is None else now_ms)
@@ -106,18 +192,8 @@ class TopicGroupMembership:
         if not queue:
             return []
         group = self._group(partition)
-        consumer = group.consumer(member) if group is not None else None
-        if consumer is None:
-            self._redeliver.pop(partition, None)
-            return []
-        out: list[StreamIdT] = []
-        i = 0
-        while i < len(queue) and (not count or len(out) < count):
-            sid = queue[i]
-            i += 1
-            if sid in consumer.pending:
-                out.append(sid)
-        del queue[:i]
+        out, gone_through = take_queued(queue, group.consumer(member) if group is not None else None, count)
+        del queue[:gone_through]
         if not queue:
             self._redeliver.pop(partition, None)
         return out
@@ -125,10 +201,24 @@ class TopicGroupMembership:
     def queued(self, partition: int) -> int:
         return len(self._redeliver.get(partition, ()))
 
+    def take_queue(self, partition: int) -> list[StreamIdT]:
+        """The whole redelivery queue of ``partition`` (led elsewhere: its
+        leader filters it), removed; ``requeue`` puts back what is left."""
+        return self._redeliver.pop(partition, [])
+
+    def requeue(self, partition: int, ids: list[StreamIdT]) -> None:
+        if ids:
+            self._redeliver[partition] = list(ids)
+        else:
+            self._redeliver.pop(partition, None)
+
     # ------------------------------------------------------------ internals
 
     def _group(self, partition: int):
         return self.store_of(partition).group(self.group)
+
+    def _away(self, partition: int) -> bool:
+        return self.away is not None and self.away(partition)
 
     def _apply_handovers(self, now_ms: int) -> list:
         stores = []
@@ -140,14 +230,14 @@ class TopicGroupMembership:
 
     def _hand_over(self, h: Handover, now_ms: int):
         self.handovers_total += 1
-        store = self.store_of(h.partition)
-        group = store.group(self.group)
-        if group is None:
-            self._redeliver.pop(h.partition, None)
+        self._redeliver.pop(h.partition, None)
+        self.remote_pending.pop(h.partition, None)
+        if self._away(h.partition):
+            self.take_over[h.partition] = h.owner  # applied by its leader on the owner's next read
             return None
-        pending = group.pel.items()
-        moves = [(sid, now_ms, pe.delivery_count) for sid, pe in pending if pe.consumer != h.owner]
-        if moves:
-            store.claim(self.group, h.owner, moves, now_ms)
-        self._redeliver[h.partition] = [sid for sid, _ in pending]
-        return store if moves else None
+        self.take_over.pop(h.partition, None)
+        store = self.store_of(h.partition)
+        queue, wrote = hand_over(store, self.group, h.owner, now_ms)
+        if queue:
+            self._redeliver[h.partition] = queue
+        return store if wrote else None

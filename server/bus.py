@@ -19,7 +19,10 @@ their Redis texts (server/failures.py). A forwarded append arrives as the
 XADD command itself and runs as any XADD, with the bus connection's
 durability and acks=all waits before its reply; a forwarded group change
 (a topic's XGROUP CREATE / SETID / DESTROY, one partition) likewise as
-XGROUP.
+XGROUP. A member's read of partitions this node leads, from the group's
+coordinator (``GROUPREAD``), runs in the bus connection's broker session
+too, so its reply waits for the durability and acks=all replication of the
+PEL changes it made, as a client's XREADGROUP does.
 
 Every internal command (fetches, the controller's Raft messages, heartbeats,
 proposals, forwarded writes and fanned-out reads, failover pauses) goes over the bus; the client
@@ -178,6 +181,25 @@ _peer("CTRLJOIN", "CTRLJOIN node host port bus-port", arity=5, flags="admin stal
       summary="Internal: a node started with cluster-join asks to be taken into the cluster.", waits=True)
 _peer("CTRLMOVE", "CTRLMOVE shard", arity=2, flags="admin stale fast",
       summary="Internal: the controller asks this node to take back a shard it prefers to lead.")
+
+
+@command("groupread", arity=-12, flags="admin stale", group="cluster", since="7.0.0",
+         acl_categories=("admin", "slow", "dangerous"), peer=True,
+         summary="Internal: the coordinator of a topic's consumer group has this leader serve a member's read "
+         "of its partitions.",
+         syntax="GROUPREAD topic partition group consumer op count noack claim-ms after take-over redeliver "
+         "[topic partition ... ...]")
+def groupread(ctx, argv):
+    """GROUPREAD topic partition group consumer op count noack claim-ms after take-over redeliver [...]
+
+    Run by the broker session of the bus connection
+    (``TopicGroupOps.serve_group_parts``): the group writes it makes are
+    durable and replicated before the reply, as an XREADGROUP's."""
+    request = _request("GROUPREAD", argv, 0)
+    try:
+        return peer_resp.encode_response(ctx.session.serve_group_parts(request))
+    except BadRequest as e:
+        raise err(f"malformed GROUPREAD request: {e.message}") from None
 
 
 @command("replauth", arity=2, flags="admin stale fast no_auth", group="cluster", since="7.0.0",

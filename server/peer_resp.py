@@ -6,7 +6,7 @@ Owns:
 - the RESP form of each message of cluster/peer/messages.py, both ways:
   ``encode_request`` / ``decode_request`` (a request is one command:
   ``REPLFETCH``, ``REPLEPOCH``, ``REPLPAUSE``, ``RAFT``, ``CTRLBEAT``,
-  ``CTRLPROPOSE``, ``CTRLJOIN``, ``CTRLMOVE``, ``REPLREAD``, or ``XADD`` for
+  ``CTRLPROPOSE``, ``CTRLJOIN``, ``CTRLMOVE``, ``REPLREAD``, ``GROUPREAD``, or ``XADD`` for
   a forwarded append and ``XGROUP`` for a forwarded group change, run on the
   leader as the client commands they are) and ``encode_response`` / ``decode_response`` (its reply, a
   nested RESP value). The bus (server/bus.py) decodes what a peer sends,
@@ -44,7 +44,8 @@ from cluster.errors import Refused
 from cluster.peer.link import Unreachable
 from cluster.peer.messages import (Ack, AppendRequest, AppendResponse, BeatRequest, BeatResponse, Discovered,
                                    EpochEnd, EpochPartition, EpochRequest, EpochResponse, FetchedPartition,
-                                   FetchPartition, FetchRequest, FetchResponse, GroupRequest, GroupResponse,
+                                   FetchPartition, FetchRequest, FetchResponse, GroupPart, GroupPartRead,
+                                   GroupReadRequest, GroupReadResponse, GroupRequest, GroupResponse,
                                    JoinRequest, MoveRequest,
                                    PartitionEnd, PartRead, PauseRequest, PauseResponse, ProposeRequest,
                                    RaftRequest, ReadPart, ReadRequest, ReadResponse, Request, Response)
@@ -57,12 +58,15 @@ EPOCH_FIELDS = 3  # topic, n, epoch
 END_FIELDS = 6  # topic, n, end offset, high watermark, state token, group token
 READ_FIELDS = 6  # topic, n, op, start ID, end ID, count
 READ_OPS = ("len", "range", "revrange", "after", "after-last")  # cluster.peer.messages.READ_*
+# topic, n, group, consumer, op, count, noack, claim ms, after ID, take over, IDs to redeliver (comma-separated)
+GROUP_READ_FIELDS = 11
+GROUP_READ_OPS = ("new", "history", "pending")  # cluster.peer.messages.GROUP_*
 
 # The command naming each request on the bus.
 NAMES: dict[type, bytes] = {
     FetchRequest: b"REPLFETCH", EpochRequest: b"REPLEPOCH", PauseRequest: b"REPLPAUSE", RaftRequest: b"RAFT",
     BeatRequest: b"CTRLBEAT", ProposeRequest: b"CTRLPROPOSE", JoinRequest: b"CTRLJOIN", MoveRequest: b"CTRLMOVE",
-    AppendRequest: b"XADD", ReadRequest: b"REPLREAD", GroupRequest: b"XGROUP",
+    AppendRequest: b"XADD", ReadRequest: b"REPLREAD", GroupRequest: b"XGROUP", GroupReadRequest: b"GROUPREAD",
 }
 GROUP_OPS = ("create", "setid", "destroy")
 
@@ -143,6 +147,13 @@ def encode_request(request: Request) -> list[bytes]:
             if request.dead_letter_key is not None:
                 args += [b"DEADLETTER", request.dead_letter_key]
         return args
+    if kind is GroupReadRequest:
+        args = [name]
+        for p in request.parts:
+            args += [p.topic, b"%d" % p.n, p.group, p.consumer, p.op.encode(), b"%d" % p.count,
+                     b"1" if p.noack else b"0", b"%d" % p.claim_ms, _id_text(p.after), b"1" if p.take_over else b"0",
+                     b",".join(_id_text(i) for i in p.redeliver)]
+        return args
     assert kind is AppendRequest, kind
     return [name, request.key, *request.options, *request.fields]
 
@@ -207,6 +218,18 @@ def decode_request(argv: list[bytes]) -> Request:
         return ReadRequest(tuple(parts), _int(argv[1]))
     if name == b"XGROUP":
         return _decode_group(argv)
+    if name == b"GROUPREAD":
+        parts = []
+        for (topic, n, group, consumer, op, count, noack, claim_ms, after, take_over,
+             redeliver) in _groups(argv[1:], GROUP_READ_FIELDS, "partition"):
+            if op.decode() not in GROUP_READ_OPS:
+                raise ValueError(f"unknown group read {op!r}")
+            parts.append(GroupPart(topic, _int(n), group, consumer, op.decode(), _int(count), noack == b"1",
+                                   _int(claim_ms), _id(after), take_over == b"1",
+                                   tuple(_id(i) for i in redeliver.split(b",")) if redeliver else ()))
+        if not parts:
+            raise ValueError("no partition")
+        return GroupReadRequest(tuple(parts))
     if name == b"XADD":
         at = _xadd_id_position(argv)
         fields = argv[at + 1:]
@@ -272,6 +295,11 @@ def encode_response(response: Response) -> Any:
         return response.commit_index
     if kind is GroupResponse:
         return OK if response.destroyed is None else response.destroyed
+    if kind is GroupReadResponse:
+        return [[p.count, [list(c) if c.__class__ is tuple else c for c in p.chunks],
+                 None if p.claims is None else [x for pair in p.claims for x in pair],
+                 [_id_text(i) for i in p.queue], p.pending, _id_text(p.position)]
+                for p in response.parts]
     if kind is ReadResponse:
         return [[p.length, [_id_text(i) for i in p.ids], list(p.entries), _id_text(p.position)]
                 for p in response.parts]
@@ -322,6 +350,16 @@ def decode_response(request: Request, reply: Any) -> Response:
         if not isinstance(reply, int) or request.op != "destroy":
             raise ValueError("expected OK, or DESTROY's count")
         return GroupResponse(reply)
+    if kind is GroupReadRequest:
+        found = []
+        for count, chunks, claims, queue, pending, position in reply:
+            found.append(GroupPartRead(
+                _int(count), tuple(tuple(_int(x) for x in c) if isinstance(c, list) else c for c in chunks),
+                None if claims is None else tuple(zip(claims[::2], claims[1::2])), tuple(_id(i) for i in queue),
+                _int(pending), _id(position)))
+        if len(found) != len(request.parts):
+            raise ValueError("expected an answer per partition")
+        return GroupReadResponse(tuple(found))
     if kind is ReadRequest:
         parts = []
         for length, ids, entries, position in reply:

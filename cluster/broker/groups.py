@@ -16,9 +16,11 @@ deletions that mind the groups are ``cluster.broker.references``'):
   heartbeats), gets the partitions assigned to it, and first the entries
   handed over to it from a dead or departed member (delivery count +1);
   ``cluster.membership`` and ``cluster.coordinator`` decide, this module
-  applies. A read that finds nothing and may wait waits for its keys and
-  serves again, readers of one partition's group in arrival order (the
-  longest-waiting one gets new entries first, as in Redis);
+  applies (in a cluster, for partitions other nodes lead, through their
+  leaders: ``cluster.broker.topic_groups``). A read that finds nothing and
+  may wait waits for its keys and serves again, readers of one partition's
+  group in arrival order (the longest-waiting one gets new entries first,
+  as in Redis);
 - the claim / dead-letter policy (XCLAIM, XAUTOCLAIM, history reads, CLAIM);
 - XNACK (Redis 8.8): pending entries released, with no owner and delivery
   time 0, so that any claim takes them, and first;
@@ -394,7 +396,8 @@ class GroupOps:
 
     __slots__ = ()
 
-    # The Session provides these.
+    # The Session provides these (``_led_across``, ``_group_read_across``,
+    # ``_locate`` and ``_persist_membership``: cluster.broker.topic_groups.TopicGroupOps).
     broker: Any
     may_block: bool
     commit_deferred: Callable[[], None]
@@ -697,6 +700,8 @@ class GroupOps:
         readers wait."""
         self.commit_deferred()
         targets = self._read_targets(read)
+        if self._led_across(targets):  # a topic's partitions led by other nodes (cluster/broker/topic_groups.py)
+            return await self._group_read_across(targets, read)
         served = self._serve(targets, read, self.broker.clock_ms())
         if served or read.block_ms is None or not self.may_block:
             return served
@@ -717,7 +722,7 @@ class GroupOps:
                     raise GroupOpError(NO_GROUP_TO_READ, key=key, group=name)
                 if isinstance(start, BaseException):
                     raise start
-                targets.append(_TopicTarget(key, topics.membership(key, name), start))
+                targets.append(_TopicTarget(key, self._locate(topics.membership(key, name)), start))
             else:
                 stream, store, group = self._group_of(key, name, NO_GROUP_TO_READ)
                 if isinstance(start, BaseException):
@@ -921,6 +926,8 @@ class GroupOps:
             self.wrote_group(store)
         if stores:
             self.broker.keys.signal(m.topic)  # other blocked members re-check
+        if self.broker.replication is not None:
+            self._persist_membership(m)  # (cluster/broker/topic_groups.py: for the next coordinator)
         for p in m.assigned(read.consumer):
             if budget.spent:
                 break
@@ -935,11 +942,16 @@ class GroupOps:
         stream, store, group = self._partition_group(m.topic, p, m.group)
         if group is None:
             return None
-        pkey = partition_key(m.topic, p)
+        limit = budget.count_for(read.count)
+        ids = m.take_redeliveries(p, read.consumer, limit) if limit >= 0 else []
+        return self._serve_owned(partition_key(m.topic, p), stream, store, group, read, ids, now_ms, budget)
+
+    def _serve_owned(self, pkey: bytes, stream: Any, store: GroupStore, group: ConsumerGroup, read: GroupRead,
+                     ids: list, now_ms: int, budget: ReadBudget) -> Delivery | None:
+        """A member's read of partition ``pkey``: ``ids`` (handed over to it,
+        still pending for it) first, delivery count +1, then ``_serve_fresh``."""
         consumer = read.consumer
         head = Delivery(pkey, 0, [], claims=[] if read.claim_ms is not None else None)
-        limit = budget.count_for(read.count)
-        ids = m.take_redeliveries(p, consumer, limit) if limit >= 0 else []
         if ids:
             live, gone, before = [], [], []
             for sid in ids:
@@ -957,9 +969,9 @@ class GroupOps:
             else:
                 budget.took(pkey, len(live))
             if gone:
-                store.drop_pending(m.group, gone)
+                store.drop_pending(group.name, gone)
             if live:
-                store.redeliver(m.group, consumer, live, now_ms)
+                store.redeliver(group.name, consumer, live, now_ms)
                 self.broker.topics.note_entries_out(len(live))
                 head.count = len(live)
                 if head.claims is not None:
@@ -974,16 +986,22 @@ class GroupOps:
         for p in range(self.broker.topics.partition_count(m.topic)):
             if budget.spent:
                 break
-            stream, store, group = self._partition_group(m.topic, p, m.group)
-            if group is None or group.consumer(read.consumer) is None:
-                continue
-            target = _Target(partition_key(m.topic, p), stream, store, group, t.after)
-            delivery = self._serve_history(target, read.consumer, read.count, now_ms, budget)
-            if delivery.count:
+            delivery = self._serve_partition_history(m, p, t.after, read, now_ms, budget)
+            if delivery is not None and delivery.count:
                 served.append(delivery)
                 found = True
         if not found:
             served.append(Delivery(t.key, 0, []))
+
+    def _serve_partition_history(self, m: Any, p: int, after: Any, read: GroupRead, now_ms: int,
+                                 budget: ReadBudget) -> Delivery | None:
+        """A topic member's history on partition ``p`` (None: the partition's
+        group does not know the consumer)."""
+        stream, store, group = self._partition_group(m.topic, p, m.group)
+        if group is None or group.consumer(read.consumer) is None:
+            return None
+        target = _Target(partition_key(m.topic, p), stream, store, group, after)
+        return self._serve_history(target, read.consumer, read.count, now_ms, budget)
 
     def _dead_letter(self, key: bytes, store: GroupStore, group: ConsumerGroup,
                      moves: list[tuple[StreamIdT, bytes, bytes]]) -> None:

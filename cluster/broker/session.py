@@ -34,6 +34,7 @@ from cluster.broker.reads import ReadOps
 from cluster.broker.records import RecordOps
 from cluster.broker.references import KEEPREF, REF_POLICIES, ReferenceOps
 from cluster.broker.shares import ShareOps
+from cluster.broker.topic_groups import TopicGroupOps
 from cluster.errors import Moved, TryAgain
 from cluster.peer.messages import AppendRequest
 from cluster.replica_manager import NotEnoughReplicasError, NotLeaderError
@@ -134,7 +135,7 @@ class Receipt:
         self.repl_pending = repl_pending
 
 
-class Session(GroupOps, ReadOps, ReferenceOps, ProducerOps, RecordOps, MemoryOps, ShareOps):
+class Session(GroupOps, TopicGroupOps, ReadOps, ReferenceOps, ProducerOps, RecordOps, MemoryOps, ShareOps):
     """One client's handle on a ``Broker`` (``Broker.session()``)."""
 
     __slots__ = ("broker", "client_id", "flush_seq", "repl_pending", "repl_writes", "may_defer", "may_block",

@@ -17,6 +17,7 @@ which request (``RESPONSE_OF``). A request is idempotent unless it says so
 | ``AppendRequest`` | ``AppendResponse`` | an XADD forwarded to the partition's leader |
 | ``ReadRequest`` (``ReadPart`` each) | ``ReadResponse`` (``PartRead`` each) | a topic-wide read fanned out to the partitions' leaders |
 | ``GroupRequest`` | ``GroupResponse`` | XGROUP CREATE / SETID / DESTROY of a topic key, for one partition's leader |
+| ``GroupReadRequest`` (``GroupPart`` each) | ``GroupReadResponse`` (``GroupPartRead`` each) | a member's XREADGROUP of a topic key: its partitions led elsewhere, from the group's coordinator |
 
 A refusal is not a response: the answering side raises a
 ``cluster.errors.ClusterError`` and the asking side gets
@@ -240,6 +241,73 @@ class GroupResponse:
     destroyed: int | None = None  # DESTROY's answer (1: the group existed); None: OK
 
 
+# -- a member's group reads, from the group's coordinator ---------------------------------
+
+# What a ``GroupPart`` asks of one partition (cluster/broker/topic_groups.py).
+GROUP_READ_NEW = "new"  # ``>``: handed-over entries first, then (CLAIM) idle pending ones, then new ones
+GROUP_READ_HISTORY = "history"  # the consumer's own pending entries after ``after``
+GROUP_PENDING = "pending"  # only how many entries the consumer has pending there
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPart:
+    """One partition's share of a member's XREADGROUP on a topic key, for
+    the partition's leader: ``op`` (``GROUP_*`` above) for ``consumer`` of
+    ``group``. For ``GROUP_READ_NEW``: first the IDs of ``redeliver`` still
+    pending for the consumer (handed over to it; with ``take_over``, every
+    entry pending on the partition is made the consumer's first and they are
+    the IDs), delivery count +1, then with ``claim_ms`` >= 0 the group's idle
+    pending entries, then new ones (unless ``noack``, into the PEL); ``count``
+    (0: no limit) over all of them. For ``GROUP_READ_HISTORY``: the
+    consumer's pending entries after ``after``, at most ``count``."""
+
+    topic: bytes
+    n: int
+    group: bytes
+    consumer: bytes
+    op: str
+    count: int = 0
+    noack: bool = False
+    claim_ms: int = -1  # -1: no CLAIM
+    after: tuple[int, int] = (0, 0)
+    take_over: bool = False
+    redeliver: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GroupReadRequest:
+    """Partitions the coordinator of a topic's group asks their leader to
+    serve a member's read from (each leader writes the PEL changes to its
+    group journal, replicated as any group write, before it answers)."""
+
+    idempotent = False  # never sent twice: a second delivery would count twice
+
+    parts: tuple[GroupPart, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPartRead:
+    """One partition's answer: ``count`` entries whose stored chunks,
+    concatenated, are ``chunks`` (a ``(ms, seq)`` chunk: a pending entry no
+    longer in the stream); ``claims``: per entry ``(ms idle, deliveries
+    before)`` for a read with CLAIM (else None); ``queue``: handed-over IDs
+    still to deliver first on the next read; ``pending``: how many entries
+    the consumer has pending there now; ``position``: the group's
+    last-delivered-id there."""
+
+    count: int = 0
+    chunks: tuple = ()
+    claims: tuple[tuple[int, int], ...] | None = None
+    queue: tuple[tuple[int, int], ...] = ()
+    pending: int = 0
+    position: tuple[int, int] = (0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupReadResponse:
+    parts: tuple[GroupPartRead, ...]  # in the request's order
+
+
 # -- topic-wide reads fanned out ---------------------------------------------------------
 
 # What a ``ReadPart`` asks of one partition (cluster/runtime/fanout.py).
@@ -293,12 +361,13 @@ class ReadResponse:
 
 
 Request = (FetchRequest | EpochRequest | PauseRequest | RaftRequest | BeatRequest | ProposeRequest
-           | JoinRequest | MoveRequest | AppendRequest | ReadRequest | GroupRequest)
+           | JoinRequest | MoveRequest | AppendRequest | ReadRequest | GroupRequest | GroupReadRequest)
 Response = (FetchResponse | EpochResponse | PauseResponse | BeatResponse | AppendResponse | ReadResponse
-            | GroupResponse | Ack)
+            | GroupResponse | GroupReadResponse | Ack)
 
 RESPONSE_OF: dict[type, type] = {
     FetchRequest: FetchResponse, EpochRequest: EpochResponse, PauseRequest: PauseResponse,
     RaftRequest: Ack, BeatRequest: BeatResponse, ProposeRequest: Ack, JoinRequest: Ack,
     MoveRequest: Ack, AppendRequest: AppendResponse, ReadRequest: ReadResponse, GroupRequest: GroupResponse,
+    GroupReadRequest: GroupReadResponse,
 }

@@ -51,6 +51,17 @@ def groups_changed(topic: bytes, n: int) -> bytes:
     return _GROUPS_CHANGED + partition_key(topic, n)
 
 
+def check_leads(manager: Any, parts: Any) -> None:
+    """``TryAgain`` unless this node leads the partition of each of
+    ``parts`` (each with ``topic`` and ``n``): its leadership moved, the
+    asking node's view is behind."""
+    for part in parts:
+        if manager.leader_state(part.topic, part.n) is None:
+            raise TryAgain(f"node {manager.my_id} does not lead partition "
+                           f"{partition_key(part.topic, part.n).decode('utf-8', 'replace')} "
+                           "(its leadership is moving); retry shortly")
+
+
 class PeerService:
     """This node's answers to its peers. ``manager`` (the ``ReplicaManager``)
     serves fetches and epochs; ``replication`` (cluster/runtime/replication.py,
@@ -153,11 +164,7 @@ class PeerService:
         of the partitions (its leadership moved: the asking node's view is
         behind)."""
         manager = self.manager
-        for part in request.parts:
-            if manager.leader_state(part.topic, part.n) is None:
-                raise TryAgain(f"node {manager.my_id} does not lead partition "
-                               f"{partition_key(part.topic, part.n).decode('utf-8', 'replace')} "
-                               "(its leadership is moving); retry shortly")
+        check_leads(manager, request.parts)
         topics = manager.registry
         return ReadResponse(tuple(read_part(topics.stream_of(p.topic, p.n), p) for p in request.parts))
 

@@ -46,7 +46,7 @@ command's arguments are (the broker's ``ReadOps`` plan the reads).
 from __future__ import annotations
 
 import heapq
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 import trio
 
@@ -192,10 +192,10 @@ class FanOut:
             found[p.n] = answer
 
     async def wait_for_entries(self, topic: bytes, starts: Sequence[tuple[int, int]],
-                               timeout_s: float | None) -> bool:
-        """Wait until a partition of ``topic`` has a committed entry after
-        its start (``starts``, in partition order): True; False when
-        ``timeout_s`` passed first (None: no limit). Each partition's
+                               timeout_s: float | None, only: Collection[int] | None = None) -> bool:
+        """Wait until a partition of ``topic`` (of ``only``, if given) has a
+        committed entry after its start (``starts``, in partition order): True;
+        False when ``timeout_s`` passed first (None: no limit). Each partition's
         leader is asked in a long poll (``ReadRequest.max_wait_ms``; this
         node's own service for the partitions it leads), all at once; the
         first with news ends the others. Raises ``TryAgain`` / ``Refused``
@@ -204,9 +204,11 @@ class FanOut:
         news: list[bool] = []
         failures: list[ClusterError] = []
         async with trio.open_nursery() as nursery:
-            for leader, parts in self._by_leader(self.parts(topic, ReadPart(b"", 0, READ_AFTER, count=1),
-                                                            starts)).items():
-                nursery.start_soon(self._poll, leader, parts, deadline, nursery.cancel_scope, news, failures)
+            parts = self.parts(topic, ReadPart(b"", 0, READ_AFTER, count=1), starts)
+            if only is not None:
+                parts = [p for p in parts if p.n in only]
+            for leader, each in self._by_leader(parts).items():
+                nursery.start_soon(self._poll, leader, each, deadline, nursery.cancel_scope, news, failures)
         if failures:
             raise failures[0]
         return bool(news)

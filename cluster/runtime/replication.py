@@ -73,6 +73,11 @@ FANS_OUT = frozenset({"xlen", "xrange", "xrevrange", "xread", "xgroup|create", "
 # the stream reads. Writes and every group command (XREADGROUP, XPENDING,
 # XINFO GROUPS ...) go to the leader (-MOVED).
 FOLLOWER_READS = frozenset({"xlen", "xrange", "xrevrange", "xread", "xinfo|stream"})
+# Commands that take a multi-partition topic key on the leader of its slot
+# (``-MOVED`` elsewhere): XADD picks the partition there and forwards the
+# entry (cluster/runtime/forwarding.py); XREADGROUP's group coordinator is
+# there (cluster/broker/topic_groups.py).
+SLOT_LED = frozenset({"xadd", "xreadgroup"})
 
 
 class FailoverError(Exception):
@@ -188,9 +193,10 @@ class Replication:
     def route(self, spec: Any, argv: list[bytes], replica_reads: bool = False) -> ClusterError | None:
         """``Moved`` for the first key this node does not lead; an error for a
         multi-partition topic key whose partitions are not all led here,
-        except XADD's: it runs where the topic key's slot is led, which
-        forwards it to the chosen partition's leader (cluster/runtime/forwarding.py),
-        and the commands of ``FANS_OUT``: they run on any node, which reads
+        except those of ``SLOT_LED``: they run where the topic key's slot is
+        led (XADD forwards to the chosen partition's leader,
+        cluster/runtime/forwarding.py; XREADGROUP's group coordinator is
+        there, cluster/broker/topic_groups.py), and the commands of ``FANS_OUT``: they run on any node, which reads
         the partitions led elsewhere from their leaders (cluster/runtime/fanout.py)
         or has them change their groups (cluster/broker/groups.py).
         ``replica_reads`` (a READONLY connection): the commands of
@@ -219,7 +225,7 @@ class Replication:
             key = argv[i]
             try:
                 if not admin and topics.is_multi(key):
-                    if spec.name == "xadd":
+                    if spec.name in SLOT_LED:
                         manager.check_key(key)  # -MOVED to the topic key's slot leader
                         continue
                     if spec.name in FANS_OUT:
@@ -244,9 +250,9 @@ class Replication:
 
     def fan_out_refusal(self, key: bytes) -> ClusterError | None:
         """Why a command on multi-partition topic ``key`` that reaches every
-        partition (XLEN, XRANGE, XREAD, group reads) cannot run here: some
-        partitions are led by other nodes (only ``FANS_OUT`` and XADD work
-        across nodes yet); None when this node leads them
+        partition (XINFO, XGROUP CREATECONSUMER ...) cannot run here: some
+        partitions are led by other nodes (only ``FANS_OUT`` and ``SLOT_LED``
+        work across nodes yet); None when this node leads them
         all. ``route`` asks it before the command runs."""
         manager = self.manager
         away = []
@@ -260,8 +266,8 @@ class Replication:
         return ClusterError(
             f"topic '{key.decode('utf-8', 'replace')}' has partitions led by other "
             f"nodes ({', '.join(away[:4])}{', ...' if len(away) > 4 else ''}): "
-            "in a cluster only XADD, XLEN, XRANGE, XREVRANGE, XREAD and XGROUP CREATE / SETID / DESTROY take "
-            "a topic key; for other commands use partition keys ('<topic>#<n>')")
+            "in a cluster only XADD, XREADGROUP, XLEN, XRANGE, XREVRANGE, XREAD and XGROUP CREATE / SETID / "
+            "DESTROY take a topic key; for other commands use partition keys ('<topic>#<n>')")
 
     def unreplicated(self, topic: bytes) -> dict:
         """The acks=all writes to ``topic`` (led here) that the in-sync

@@ -86,8 +86,14 @@ group_requests = st.one_of(
               st.none() | u63),
     st.builds(m.GroupRequest, st.just("create"), name, name, st.none() | stream_ids, st.none() | u63,
               st.integers(1, 100), st.none() | name))
+group_read_requests = st.builds(m.GroupReadRequest, st.lists(
+    st.builds(m.GroupPart, name, u32, name, name, st.sampled_from([m.GROUP_READ_NEW, m.GROUP_READ_HISTORY,
+                                                                 m.GROUP_PENDING]),
+              u32, st.booleans(), st.integers(-1, 2**62), stream_ids, st.booleans(),
+              st.lists(stream_ids, max_size=3).map(tuple)), min_size=1, max_size=3).map(tuple))
 requests = st.one_of(fetch_requests, epoch_requests, pause_requests, raft_requests, beat_requests,
-                     propose_requests, join_requests, move_requests, append_requests, read_requests, group_requests)
+                     propose_requests, join_requests, move_requests, append_requests, read_requests, group_requests,
+                     group_read_requests)
 
 
 @given(requests)
@@ -113,6 +119,9 @@ epoch_ends = st.builds(m.EpochEnd, signed, signed) | st.builds(
     m.EpochEnd, error=st.sampled_from([NOT_LEADER, UNKNOWN_PARTITION]))
 pause_responses = st.builds(m.PauseResponse, st.lists(st.builds(m.PartitionEnd, name, u32, u63, u63, blob, blob),
                                                       max_size=3).map(tuple))
+group_part_reads = st.builds(m.GroupPartRead, u32, st.lists(blob | stream_ids, max_size=3).map(tuple),
+                             st.none() | st.lists(st.tuples(st.integers(-1, 2**62), u63), max_size=3).map(tuple),
+                             st.lists(stream_ids, max_size=3).map(tuple), u32, stream_ids)
 exchanges = st.one_of(
     st.tuples(fetch_requests, fetch_responses),
     st.tuples(epoch_requests, st.builds(m.EpochResponse, st.lists(epoch_ends, max_size=3).map(tuple))),
@@ -125,6 +134,8 @@ exchanges = st.one_of(
         st.lists(st.tuples(stream_ids, blob), max_size=3).flatmap(lambda found: st.builds(
             m.PartRead, u63, st.just(tuple(i for i, _ in found)), st.just(tuple(e for _, e in found)), stream_ids))
         for _ in request.parts))))),
+    group_read_requests.flatmap(lambda request: st.tuples(st.just(request), st.builds(
+        m.GroupReadResponse, st.tuples(*(group_part_reads for _ in request.parts))))),
     st.tuples(st.one_of(raft_requests, propose_requests, join_requests, move_requests), st.just(m.Ack())),
 )
 
@@ -157,6 +168,10 @@ def test_every_response_round_trips_through_its_reply(exchange):
     [b"REPLREAD", b"0", b"t", b"1", b"drop", b"0-0", b"0-0", b"0"],
     [b"REPLREAD", b"0", b"t", b"1", b"range", b"5", b"0-0", b"0"],
     [b"REPLREAD", b"t", b"1", b"len", b"0-0", b"0-0", b"0"],  # no wait
+    [b"GROUPREAD"],
+    [b"GROUPREAD", b"t", b"1", b"g", b"c", b"new", b"0", b"0", b"-1", b"0-0", b"0"],  # a partition cut short
+    [b"GROUPREAD", b"t", b"1", b"g", b"c", b"drop", b"0", b"0", b"-1", b"0-0", b"0", b""],
+    [b"GROUPREAD", b"t", b"1", b"g", b"c", b"new", b"0", b"0", b"-1", b"0-0", b"0", b"1-1,x"],
 ])
 def test_what_does_not_decode_is_refused(argv):
     with pytest.raises((ValueError, IndexError, TypeError)):

@@ -1,0 +1,483 @@
+"""Cluster mode: XREADGROUP on a topic key whose partitions several nodes lead.
+
+Each consumer group of a multi-partition topic has one coordinator, the
+leader of the topic key's slot (where a cluster client sends the topic key;
+other nodes answer ``-MOVED`` to it, ``Replication.route``). It holds the
+group's membership on the topic (``cluster.membership``, the single node's
+code: joins, heartbeats, session timeouts, cooperative sticky assignment,
+revocation, the redelivery queue) and serves a member's read:
+
+- the partitions it leads itself as a single node does
+  (``GroupOps._serve_partition``);
+- each partition led by another node through that node: a ``GroupPart`` per
+  partition in one ``GroupReadRequest`` per leader, all leaders at once
+  (``GROUPREAD`` on the bus). The leader runs the partition's share of the
+  read with the same code (``serve_group_parts``: the handed-over entries
+  first, delivery count +1, then CLAIM's idle entries, then new ones into
+  the member's PEL) and writes the PEL changes to the partition's group
+  journal, durable and replicated (acks=all) before it answers, as a
+  client's XREADGROUP there would;
+- the answers are merged as on one node: partition order, each under its
+  partition key.
+
+What the coordinator needs of a partition led elsewhere it asks its leader:
+a handover to a new owner (``TopicGroupMembership.take_over``) is applied by
+the leader on the owner's next read (every pending entry claimed for it and
+delivered first: ``cluster.membership.hand_over``); the redelivery queue
+travels with the read and comes back shortened; a revocation completes once
+the old owner's pending count there, asked before each read
+(``GROUP_PENDING``), is 0.
+
+History reads (an explicit ID) ask every partition for the consumer's
+pending entries after it. A read that finds nothing and may wait (BLOCK)
+waits for an append on the partitions led here, for a rebalance (the
+topic key's signal, here), and with a long poll for committed entries after
+the group's position on each assigned partition led elsewhere
+(``FanOut.wait_for_entries``), at most half a session timeout at a time (so
+dead members expire), then serves again.
+
+The membership survives the coordinator's failover: every change of it
+(members, owners, targets) is appended to the internal stream
+``members_key`` in the topic key's slot (``_persist_membership``; on a
+coordinator that leads every partition too), before the read that made it
+replies, and the slot's next leader restores the last one on its first
+read of the group (``_restore_membership``, ``TopicGroupMembership.restore``).
+
+Not across nodes (refused): MAXCOUNT / MAXSIZE; inside MULTI. A leader that
+cannot be reached fails the read with ``TryAgain`` when no other partition
+served anything (entries it may have delivered stay pending for the member:
+its history read, ID 0, gets them).
+
+Owns: the coordinator's read across nodes, the leader's share of it, and
+the membership's stream (its key and entry format).
+Must not know: sockets, RESP, reply shapes (Deliveries, as ``GroupOps``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from cluster.broker.budget import ReadBudget
+from cluster.broker.groups import Delivery, GroupRead, _Target, _TopicTarget
+from cluster.errors import ClusterError, TryAgain
+from cluster.membership import hand_over, take_queued
+from cluster.peer.link import Unreachable
+from cluster.peer.messages import (GROUP_PENDING, GROUP_READ_HISTORY, GROUP_READ_NEW, GroupPart, GroupPartRead,
+                                   GroupReadRequest, GroupReadResponse)
+from cluster.peer.service import check_leads
+from cluster.topics import partition_key
+from storage.entry_codec import decode_entry, split_entries
+from storage.streams.groups import groups_of
+from storage.streams.ids import MAX_ID, MIN_ID, StreamId
+
+GROUP_READ_LINKS = 4
+PURPOSE = "groupread"
+MEMBERS_PREFIX = b"__topic_members{"
+# The membership stream's settings: every change fsynced and on the in-sync
+# replicas before the read that made it answers, nothing removed but by its
+# own trims.
+MEMBERS_CONFIG = ((b"fsync", b"always"), (b"acks", b"all"), (b"retention-ms", b"-1"), (b"retention-bytes", b"-1"))
+
+
+def members_key(topic: bytes, group: bytes) -> bytes | None:
+    """The internal stream keeping ``group``'s membership on ``topic``, in
+    the topic key's slot (the topic's hash tag, or its name as one), so the
+    slot's followers, one of which becomes the next coordinator, copy it;
+    the group's name in hex (a ``#<digits>`` end would name a partition).
+    None when the topic's name cannot be made a hash tag."""
+    start = topic.find(b"{")
+    if start >= 0:
+        end = topic.find(b"}", start + 1)
+        if end > start + 1:
+            return MEMBERS_PREFIX + topic[start + 1:end] + b"}" + group.hex().encode()
+    if b"{" in topic or b"}" in topic:
+        return None
+    return MEMBERS_PREFIX + topic + b"}" + group.hex().encode()
+
+
+def _snapshot_fields(snapshot: tuple) -> list[bytes]:
+    members, owner, target = snapshot
+    fields: list[bytes] = [b"partitions", b"%d" % len(owner)]
+    for name in members:
+        fields += [b"member", name]
+    for o, t in zip(owner, target):  # b"" none, else b"+" and the name
+        fields += [b"owner", b"" if o is None else b"+" + o, b"target", b"" if t is None else b"+" + t]
+    return fields
+
+
+def _snapshot_of(fields: list[bytes]) -> tuple[list[bytes], list, list]:
+    members: list[bytes] = []
+    owner: list = []
+    target: list = []
+    for name, value in zip(fields[::2], fields[1::2]):
+        name = bytes(name)
+        value = bytes(value)
+        if name == b"member":
+            members.append(value)
+        elif name in (b"owner", b"target"):
+            (owner if name == b"owner" else target).append(value[1:] if value else None)
+    return members, owner, target
+
+
+def _text(key: bytes) -> str:
+    return key.decode("utf-8", "replace")
+
+
+def _delivery(pkey: bytes, answer: GroupPartRead) -> Delivery:
+    chunks = list(answer.chunks)
+    return Delivery(pkey, answer.count, chunks, False, any(c.__class__ is tuple for c in chunks),
+                    list(answer.claims) if answer.claims is not None else None)
+
+
+class TopicGroupOps:
+    """The topic group reads across nodes of ``cluster.broker.Session`` (a mixin)."""
+
+    __slots__ = ()
+
+    # The Session provides these (GroupOps among them).
+    broker: Any
+    client_id: int
+    may_block: bool
+
+    # -- the coordinator ---------------------------------------------------------
+
+    def _led_across(self, targets: list) -> bool:
+        """Whether a topic key of the read has partitions other nodes lead."""
+        replication = self.broker.replication
+        if replication is None:
+            return False
+        fanout = replication.fanout
+        return any(t.__class__ is _TopicTarget and fanout.led_elsewhere(t.key) for t in targets)
+
+    def _locate(self, m: Any) -> Any:
+        """``m`` (a topic's membership), in a cluster: told which partitions
+        other nodes lead, and, when new here, what an earlier coordinator
+        kept of it (``_restore_membership``)."""
+        replication = self.broker.replication
+        if replication is not None and m.away is None:
+            manager = replication.manager
+            topic = m.topic
+            m.away = lambda p: manager.state.leader(manager.shard_of(topic, p)) != manager.my_id
+        if replication is not None and not m.restored:
+            self._restore_membership(m)
+        return m
+
+    async def _group_read_across(self, targets: list, read: GroupRead) -> list[Delivery]:
+        """XREADGROUP of ``targets``, some topic keys having partitions led
+        elsewhere: served (``_serve_across``), and while nothing is and it
+        may wait, waited for (``_group_wait_across``) and served again."""
+        topic = next(t.key for t in targets if t.__class__ is _TopicTarget)
+        if not self.may_block:
+            raise self.broker.replication.fanout.in_transaction(topic)
+        if read.max_count or read.max_size:
+            raise ClusterError(f"topic '{_text(topic)}' has partitions led by other nodes: XREADGROUP's MAXCOUNT "
+                               "and MAXSIZE do not reach across nodes; use partition keys ('<topic>#<n>')")
+        clock_ms = self.broker.clock_ms
+        memberships = [t.membership for t in targets if t.__class__ is _TopicTarget]
+        deadline = None if not read.block_ms else trio.current_time() + read.block_ms / 1000
+        began = False
+        try:
+            while True:
+                served, positions = await self._serve_across(targets, read)
+                if served or read.block_ms is None:
+                    return served
+                if not began:  # a blocked member stays alive while it waits
+                    for m in memberships:
+                        m.begin_read(read.consumer, clock_ms())
+                    began = True
+                slice_s = min(m.coordinator.session_timeout_ms for m in memberships) / 2000
+                if deadline is not None:
+                    remaining_s = deadline - trio.current_time()
+                    if remaining_s <= 0:
+                        return []
+                    slice_s = min(slice_s, remaining_s)
+                await self._group_wait_across(targets, positions, slice_s)
+                self._check_still_there(targets, read.group)
+        finally:
+            if began:
+                for m in memberships:
+                    m.end_read(read.consumer, clock_ms())
+
+    async def _serve_across(self, targets: list, read: GroupRead) -> tuple[list[Delivery], dict]:
+        """One round of the read over its keys, in order: what it served,
+        and per topic the positions to wait after (``{n: group's last ID}``
+        of its assigned partitions led elsewhere)."""
+        fanout = self.broker.replication.fanout
+        served: list[Delivery] = []
+        positions: dict[bytes, dict[int, tuple[int, int]]] = {}
+        for t in targets:
+            if t.__class__ is not _TopicTarget or not fanout.led_elsewhere(t.key):
+                served.extend(self._serve([t], read, self.broker.clock_ms()))
+            elif t.after is None:
+                served.extend(await self._serve_members_across(t, read, positions.setdefault(t.key, {})))
+            else:
+                served.extend(await self._serve_history_across(t, read))
+        return served, positions
+
+    async def _serve_members_across(self, t: _TopicTarget, read: GroupRead, positions: dict) -> list[Delivery]:
+        """``>`` on a topic: the member heartbeats (joins), the membership
+        syncs (dead members expire, revocations end, handovers), then each
+        partition assigned to it is served, here or by its leader."""
+        m = self._locate(t.membership)
+        consumer = read.consumer
+        await self._ask_revoking(m)
+        now_ms = self.broker.clock_ms()
+        generation = m.coordinator.generation
+        stores = m.heartbeat(consumer, now_ms)
+        for store in stores:
+            self.wrote_group(store)
+        if stores or m.coordinator.generation != generation:
+            self.broker.keys.signal(m.topic)  # other blocked members re-check
+        self._persist_membership(m)
+        budget = ReadBudget()
+        deliveries: dict[int, Delivery] = {}
+        parts: list[GroupPart] = []
+        for p in m.assigned(consumer):
+            if not m.away(p):
+                delivery = self._serve_partition(m, p, read, now_ms, budget)
+                if delivery is not None:
+                    deliveries[p] = delivery
+                continue
+            take = m.take_over.get(p) == consumer
+            if take:
+                del m.take_over[p]
+            parts.append(GroupPart(m.topic, p, m.group, consumer, GROUP_READ_NEW, read.count, read.noack,
+                                   -1 if read.claim_ms is None else read.claim_ms, take_over=take,
+                                   redeliver=tuple(m.take_queue(p))))
+        for part in parts:  # (a revocation waits for these: ``_ask_revoking``)
+            m.reading[part.n] = m.reading.get(part.n, 0) + 1
+        try:
+            answers = await self._ask_parts(parts)
+        finally:
+            for part in parts:
+                left = m.reading.get(part.n, 1) - 1
+                if left > 0:
+                    m.reading[part.n] = left
+                else:
+                    m.reading.pop(part.n, None)
+        failure = None
+        for part, answer in zip(parts, answers):
+            p = part.n
+            if isinstance(answer, ClusterError):
+                failure = failure or answer
+                if part.take_over:  # (it may have been applied: applied again, it changes nothing more)
+                    m.take_over.setdefault(p, consumer)
+                if m.owner_of(p) == consumer and p not in m.take_over:
+                    m.requeue(p, list(part.redeliver))
+                continue
+            if m.owner_of(p) == consumer and p not in m.take_over:  # (still the member's after the await)
+                m.requeue(p, list(answer.queue))
+            positions[p] = answer.position
+            if answer.count:
+                deliveries[p] = _delivery(partition_key(m.topic, p), answer)
+        if failure is not None and not deliveries:
+            raise failure
+        return [deliveries[p] for p in sorted(deliveries)]
+
+    def _restore_membership(self, m: Any) -> None:
+        """A membership new here (this node became the coordinator: a
+        failover, or its first read) takes over the one its members stream
+        keeps, if any (``TopicGroupMembership.restore``)."""
+        m.restored = True
+        key = members_key(m.topic, m.group)
+        if key is None or m.coordinator.members or self.broker.topics.get(key) is None:
+            return
+        found = self.range(key, MIN_ID, MAX_ID, past_hw=True)  # (entries beyond the high watermark: see offsets)
+        if found is None or not found.count:
+            return
+        entry_id, fields = decode_entry(split_entries(found.chunks)[-1])
+        if m.restore(*_snapshot_of(list(fields)), self.broker.clock_ms()):
+            m.persisted, m.persisted_id = m.snapshot(), tuple(entry_id)
+
+    def _persist_membership(self, m: Any) -> None:
+        """The membership appended to its members stream when it changed
+        (members, owners, targets): the read's reply waits for it to be
+        durable and on the in-sync replicas, so a next coordinator has every
+        assignment a member has read by. The entries before the previous one
+        (acknowledged already, with an earlier read) are trimmed away."""
+        key = members_key(m.topic, m.group)
+        snapshot = m.snapshot()
+        if key is None or snapshot == m.persisted:
+            return
+        from cluster.broker.session import Trim, XAddPlan  # (the module that imports this one)
+
+        if self.broker.topics.get(key) is None:
+            self.create_topic(key, 1, MEMBERS_CONFIG)
+        new_id = self.append(XAddPlan(key, _snapshot_fields(snapshot)))
+        if m.persisted_id is not None:
+            removed = self.trim(key, Trim("MINID", minid=m.persisted_id))
+            if removed.__class__ is not int:  # (it would wait for the replicas: next time)
+                removed.close()
+        m.persisted, m.persisted_id = snapshot, tuple(new_id)
+
+    async def _ask_revoking(self, m: Any) -> None:
+        """The pending count of each revoking partition's old owner, from the
+        partition's leader, for the membership's next sync. Not while a read
+        of the partition is on its way (its leader may not have recorded
+        what it delivers yet: the count would be too low)."""
+        parts = [GroupPart(m.topic, p, m.group, old, GROUP_PENDING)
+                 for p, old, _ in m.coordinator.revoking() if old is not None and m.away(p) and not m.reading.get(p)]
+        counts = {}  # (anew each time: an older answer may be of another revocation)
+        for part, answer in zip(parts, await self._ask_parts(parts)):
+            if not isinstance(answer, ClusterError) and not m.reading.get(part.n):
+                counts[part.n] = answer.pending
+        m.remote_pending = counts
+
+    async def _serve_history_across(self, t: _TopicTarget, read: GroupRead) -> list[Delivery]:
+        """An explicit ID on a topic: the consumer's pending entries after it
+        on every partition (those led elsewhere by their leaders)."""
+        m = self._locate(t.membership)
+        now_ms = self.broker.clock_ms()
+        budget = ReadBudget()
+        deliveries: dict[int, Delivery] = {}
+        parts: list[GroupPart] = []
+        for p in range(self.broker.topics.partition_count(m.topic)):
+            if m.away(p):
+                parts.append(GroupPart(m.topic, p, m.group, read.consumer, GROUP_READ_HISTORY, read.count,
+                                       after=tuple(t.after)))
+                continue
+            delivery = self._serve_partition_history(m, p, t.after, read, now_ms, budget)
+            if delivery is not None and delivery.count:
+                deliveries[p] = delivery
+        failure = None
+        for part, answer in zip(parts, await self._ask_parts(parts)):
+            if isinstance(answer, ClusterError):
+                failure = failure or answer
+            elif answer.count:
+                deliveries[part.n] = _delivery(partition_key(m.topic, part.n), answer)
+        if failure is not None and not deliveries:
+            raise failure
+        if not deliveries:
+            return [Delivery(t.key, 0, [])]
+        return [deliveries[p] for p in sorted(deliveries)]
+
+    async def _ask_parts(self, parts: list[GroupPart]) -> list:
+        """Each of ``parts`` served by its partition's leader (one request per
+        leader, all at once; one that moved here is served here): its
+        ``GroupPartRead``, or the ``ClusterError`` its leader failed with."""
+        answers: list = [None] * len(parts)
+        if not parts:
+            return answers
+        replication = self.broker.replication
+        manager = replication.manager
+        by_leader: dict[int, list[int]] = {}
+        for i, part in enumerate(parts):
+            by_leader.setdefault(manager.state.leader(manager.shard_of(part.topic, part.n)), []).append(i)
+
+        async def ask(leader: int, indexes: list[int]) -> None:
+            request = GroupReadRequest(tuple(parts[i] for i in indexes))
+            try:
+                if leader == manager.my_id:
+                    response = self.serve_group_parts(request)
+                else:
+                    response = await self._call_leader(leader, request)
+            except ClusterError as e:
+                for i in indexes:
+                    answers[i] = e
+                return
+            for i, answer in zip(indexes, response.parts):
+                answers[i] = answer
+
+        async with trio.open_nursery() as nursery:
+            for leader, indexes in by_leader.items():
+                nursery.start_soon(ask, leader, indexes)
+        return answers
+
+    async def _call_leader(self, leader: int, request: GroupReadRequest) -> GroupReadResponse:
+        replication = self.broker.replication
+        link = replication.link(leader, f"{PURPOSE}{self.client_id % GROUP_READ_LINKS}")
+        link.reply_timeout_s = replication.config.forward_timeout_ms / 1000
+        try:
+            return await link.call(request)
+        except Unreachable as e:
+            keys = ", ".join(_text(partition_key(p.topic, p.n)) for p in request.parts)
+            outcome = ("entries it delivered stay pending for the consumer (its history, ID 0, has them)"
+                       if e.sent else "nothing was delivered")
+            raise TryAgain(f"partition {keys} leader node {leader} unreachable: {e}; {outcome}") from None
+
+    async def _group_wait_across(self, targets: list, positions: dict, timeout_s: float) -> None:
+        """Until an append to a key of the read led here or a rebalance (the
+        topic key's signal), a committed entry after ``positions`` on a
+        partition led elsewhere, or ``timeout_s``."""
+        broker = self.broker
+        fanout = broker.replication.fanout
+        keys: list[bytes] = []
+        for t in targets:
+            keys.append(t.key)
+            if t.__class__ is _TopicTarget:
+                keys.extend(broker.topics.expand(t.key))
+
+        failures: list[BaseException] = []
+        async with trio.open_nursery() as nursery:
+            async def here() -> None:
+                try:
+                    await broker.keys.wait_for_keys(keys, timeout_s)
+                except Exception as e:  # (TooManyBlockedError: raised as it is, not in a group)
+                    failures.append(e)
+                nursery.cancel_scope.cancel()
+
+            async def away(topic: bytes, after: dict) -> None:
+                starts = [after.get(n, (0, 0)) for n in range(max(after) + 1)]
+                try:
+                    await fanout.wait_for_entries(topic, starts, timeout_s, only=set(after))
+                except ClusterError:
+                    pass  # (the next round asks the leader again, and fails the read if it still cannot)
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(here)
+            for topic, after in positions.items():
+                if after:
+                    nursery.start_soon(away, topic, after)
+        if failures:
+            raise failures[0]
+
+    # -- a partition's leader ------------------------------------------------------
+
+    def serve_group_parts(self, request: GroupReadRequest) -> GroupReadResponse:
+        """A coordinator's ``GroupReadRequest``: each partition's share of a
+        member's read, served here (this node must lead every one: else
+        ``TryAgain``, nothing done); the group writes are this session's,
+        so the answer waits for their durability and replication."""
+        self.commit_deferred()
+        replication = self.broker.replication
+        if replication is None:
+            raise ClusterError("This instance has cluster support disabled")
+        check_leads(replication.manager, request.parts)
+        now_ms = self.broker.clock_ms()
+        return GroupReadResponse(tuple(self._serve_group_part(part, now_ms) for part in request.parts))
+
+    def _serve_group_part(self, part: GroupPart, now_ms: int) -> GroupPartRead:
+        pkey = partition_key(part.topic, part.n)
+        stream = self.broker.topics.get(pkey)
+        store = groups_of(stream) if stream is not None else None
+        group = store.group(part.group) if store is not None else None
+        if group is None:
+            return GroupPartRead()
+        consumer = part.consumer
+        delivery = None
+        queue: tuple = ()
+        if part.op == GROUP_READ_NEW:
+            read = GroupRead(part.group, consumer, [pkey], [None], part.count, part.noack,
+                             claim_ms=part.claim_ms if part.claim_ms >= 0 else None)
+            if part.take_over:
+                ids, wrote = hand_over(store, part.group, consumer, now_ms)
+                if wrote:
+                    self.wrote_group(store)
+            else:
+                ids = list(part.redeliver)
+            mine, gone_through = take_queued(ids, group.consumer(consumer), part.count)
+            queue = tuple(ids[gone_through:])
+            delivery = self._serve_owned(pkey, stream, store, group, read, mine, now_ms, ReadBudget())
+        elif part.op == GROUP_READ_HISTORY and group.consumer(consumer) is not None:
+            delivery = self._serve_history(_Target(pkey, stream, store, group, StreamId(*part.after)), consumer,
+                                           part.count, now_ms, ReadBudget())
+        c = group.consumer(consumer)
+        pending = len(c.pending) if c is not None else 0
+        position = tuple(group.last_id)
+        if delivery is None or not delivery.count:
+            return GroupPartRead(queue=queue, pending=pending, position=position)
+        chunks = tuple(c if c.__class__ is tuple else bytes(c) for c in delivery.chunks)
+        claims = tuple(delivery.claims) if delivery.claims is not None else None
+        return GroupPartRead(delivery.count, chunks, claims, queue, pending, position)

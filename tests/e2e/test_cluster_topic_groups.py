@@ -1,0 +1,320 @@
+"""Consumer groups of a multi-partition topic on a 3-node cluster (issue 31):
+XREADGROUP on the topic key runs on its group's coordinator, the leader of
+the topic key's slot (other nodes answer ``-MOVED`` to it), which holds the
+membership and has each partition led elsewhere served by its leader over
+the cluster bus (cluster/broker/topic_groups.py). Two members of a group
+get disjoint entries covering the topic, acknowledge them with XACK on the
+partition keys, and when one stops reading past the session timeout its
+partitions and pending entries pass to the other (delivered first, delivery
+count +1). A lone member's replies are compared byte for byte with a single
+node's, where they are deterministic. When the coordinator is killed, the
+slot's next leader goes on with the membership it kept."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+
+import pytest
+import redis
+
+from tests.clusterkit import Cluster, eventually, leased, running
+from tests.conftest import PartitaProcess, RawConn, wait_for
+
+PARTITIONS = 6
+TOPIC = b"events"
+SESSION_TIMEOUT_MS = 3000
+
+
+def _pkey(n: int, topic: bytes = TOPIC) -> bytes:
+    return b"%s#%d" % (topic, n)
+
+
+def _feed(base: int, topic: bytes = TOPIC) -> list[tuple[bytes, bytes, dict]]:
+    """``(partition key, ID, fields)``: 4 entries on every partition."""
+    return [(_pkey(n, topic), b"%d-%d" % (base + i, n), {"n": n, "i": i})
+            for n in range(PARTITIONS) for i in range(4)]
+
+
+def _create(cluster: Cluster, topic: bytes) -> None:
+    """``topic`` of ``PARTITIONS`` partitions, created on its slot's leader."""
+    owner = cluster.leader_of(topic)
+    assert owner.client().execute_command("TOPIC", "CREATE", topic, "PARTITIONS", PARTITIONS) == b"OK"
+    leaders = {cluster.leader_of(topic if n == 0 else _pkey(n, topic)).port for n in range(PARTITIONS)}
+    assert len(leaders) > 1, "the test needs partitions led by several nodes"
+    for n in range(1, PARTITIONS):
+        leader = cluster.leader_of(_pkey(n, topic))
+        eventually(lambda: leader.client().exists(_pkey(n, topic)), what=f"{_pkey(n, topic)!r} on its leader")
+
+
+def _command(*args: bytes) -> bytes:
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+
+
+def _cluster_client(cluster: Cluster):
+    from redis.cluster import ClusterNode, RedisCluster
+
+    return RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", cluster.ports[0])], socket_timeout=15)
+
+
+def _add(rc, feed) -> None:
+    for key, entry_id, fields in feed:  # each on its partition's leader (acks=all: committed)
+        assert eventually(lambda: rc.xadd(key, fields, id=entry_id), what=f"XADD {key!r}") == entry_id
+
+
+def _entries(reply) -> set[tuple[bytes, bytes]]:
+    """``(partition key, ID)`` of every entry of an XREADGROUP reply (redis-py's RESP2 shape)."""
+    return {(key, entry_id) for key, entries in (reply or []) for entry_id, _ in entries}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    for c in running(tmp_path_factory.mktemp("groups"), extra=["--group-session-timeout-ms",
+                                                               str(SESSION_TIMEOUT_MS)]):
+        _create(c, TOPIC)
+        rc = _cluster_client(c)
+        try:
+            _add(rc, _feed(1000))
+        finally:
+            rc.close()
+        yield c
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    server = PartitaProcess(tmp_path_factory.mktemp("single") / "data").start()
+    client = server.client()
+    assert client.execute_command("TOPIC", "CREATE", TOPIC, "PARTITIONS", PARTITIONS) == b"OK"
+    for key, entry_id, fields in _feed(1000):
+        assert client.xadd(key, fields, id=entry_id) == entry_id
+    yield server
+    server.stop()
+
+
+SOLO_READS = [  # one member alone: every partition is its own, in partition order
+    (b"XREADGROUP", b"GROUP", b"solo", b"c", b"COUNT", b"2", b"STREAMS", TOPIC, b">"),
+    (b"XREADGROUP", b"GROUP", b"solo", b"c", b"STREAMS", TOPIC, b">"),
+    (b"XREADGROUP", b"GROUP", b"solo", b"c", b"STREAMS", TOPIC, b">"),  # nothing new: nil
+    (b"XREADGROUP", b"GROUP", b"solo", b"c", b"COUNT", b"1", b"STREAMS", TOPIC, b"0"),  # its history
+    (b"XREADGROUP", b"GROUP", b"solo", b"c", b"STREAMS", TOPIC, b"1002-0"),
+    (b"XREADGROUP", b"GROUP", b"solo", b"other", b"STREAMS", TOPIC, b"0"),  # no history: the topic key, empty
+    (b"XREADGROUP", b"GROUP", b"solo", b"c", b"BLOCK", b"50", b"STREAMS", TOPIC, b">"),  # times out: nil
+    (b"XREADGROUP", b"GROUP", b"nope", b"c", b"STREAMS", TOPIC, b">"),  # NOGROUP
+]
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_a_lone_member_reads_as_on_one_node(single, cluster, protocol):
+    """A member alone in its group owns every partition: the coordinator's
+    replies (its partitions and those its peers serve, merged) are a
+    single node's, byte for byte, ``>`` and history alike."""
+    group = b"solo%d" % protocol
+    hello = _command(b"HELLO", b"%d" % protocol)
+    reads = [tuple(group if a == b"solo" else a for a in read) for read in SOLO_READS]
+    coordinator = cluster.leader_of(TOPIC)
+    with RawConn(single.port) as one, RawConn(coordinator.port) as conn:
+        for c in (one, conn):
+            c.request(hello)
+            assert c.request(_command(b"XGROUP", b"CREATE", TOPIC, group, b"0")) == b"+OK\r\n"
+        for read in reads:
+            assert conn.request(_command(*read)) == one.request(_command(*read)), read
+
+
+def test_other_nodes_send_the_reader_to_the_coordinator(cluster):
+    coordinator = cluster.leader_of(TOPIC)
+    other = next(node for node in cluster.nodes if node is not coordinator)
+    with RawConn(other.port) as conn:
+        reply = conn.request(_command(b"XREADGROUP", b"GROUP", b"g", b"c", b"STREAMS", TOPIC, b">"))
+    assert reply.startswith(b"-MOVED ") and reply.endswith(b" 127.0.0.1:%d\r\n" % coordinator.port), reply
+    assert coordinator.client().xgroup_create(TOPIC, "g", id="0") is True
+    with pytest.raises(redis.ResponseError, match="a transaction cannot read from other nodes"):
+        pipe = coordinator.client().pipeline(transaction=True)
+        pipe.xreadgroup("g", "c", {TOPIC: ">"})
+        pipe.execute()
+
+
+def test_two_members_share_the_topic_then_one_takes_over_the_silent_one(cluster):
+    """Two members of a group get disjoint entries that cover the topic,
+    each from its own partitions; XACK on the partition keys acknowledges
+    them; when one stops reading past the session timeout, the other gets
+    its partitions and, first, the entries it left pending (delivery count
+    2)."""
+    topic = b"shared"
+    _create(cluster, topic)
+    rc = _cluster_client(cluster)
+    try:
+        assert rc.xgroup_create(topic, "pair", id="$") is True
+        got: dict[str, set] = {"a": set(), "b": set()}
+        keys: dict[str, set] = {"a": set(), "b": set()}
+        twice: list = []
+
+        def read(member: str) -> None:
+            found = _entries(rc.xreadgroup("pair", member, {topic: ">"}, count=100))
+            twice.extend(found & (got["a"] | got["b"]))  # (never: asserted below)
+            got[member] |= found
+            keys[member] |= {key for key, _ in found}
+
+        read("a")
+        read("b")  # joins: a's share of the partitions is revoked (a has nothing pending)
+        read("a")
+        read("b")
+        feed = _feed(2000, topic)
+        _add(rc, feed)
+        everything = {(key, entry_id) for key, entry_id, _ in feed}
+        eventually(lambda: [read("a"), read("b")] and got["a"] | got["b"] == everything,
+                   what="both members reading the whole topic")
+        assert not twice and got["a"] and got["b"] and not keys["a"] & keys["b"], (twice, keys)
+        assert len(keys["a"]) == len(keys["b"]) == PARTITIONS // 2
+
+        # a acknowledges what it got, on each partition's leader.
+        for key in keys["a"]:
+            ids = [entry_id for k, entry_id in got["a"] if k == key]
+            assert rc.xack(key, "pair", *ids) == len(ids)
+            assert rc.xpending(key, "pair")["pending"] == 0
+
+        # b goes silent with its entries pending; a reads on and takes them over.
+        handed: set = set()
+
+        def a_reads() -> bool:
+            handed.update(_entries(rc.xreadgroup("pair", "a", {topic: ">"}, count=100)))
+            return handed == got["b"]
+
+        eventually(a_reads, timeout_s=6 * SESSION_TIMEOUT_MS / 1000, what="b's pending entries handed to a")
+        for key in keys["b"]:
+            pending = rc.xpending_range(key, "pair", min="-", max="+", count=100)
+            assert {(p["consumer"], p["times_delivered"]) for p in pending} == {(b"a", 2)}, (key, pending)
+        more = _feed(3000, topic)
+        _add(rc, more)
+        everything = {(key, entry_id) for key, entry_id, _ in more}
+        fresh: set = set()
+        eventually(lambda: fresh.update(_entries(rc.xreadgroup("pair", "a", {topic: ">"}, count=100)))
+                   or fresh == everything, what="a reading every partition")
+    finally:
+        rc.close()
+
+
+def _blocked_clients(port: int) -> int:
+    with RawConn(port) as conn:
+        info = conn.request(b"INFO clients\r\n").decode()
+    return int(info.split("blocked_clients:")[1].split()[0])
+
+
+def test_a_blocked_member_wakes_on_an_append_to_a_partition_another_node_leads(cluster):
+    topic = b"wakes"
+    _create(cluster, topic)
+    coordinator = cluster.leader_of(topic)
+    client = coordinator.client(socket_timeout=30)
+    assert client.xgroup_create(topic, "blocker", id="$") is True
+    assert not client.xreadgroup("blocker", "w", {topic: ">"})  # joins: every partition is w's
+    n = next(n for n in range(1, PARTITIONS) if cluster.leader_of(_pkey(n, topic)) is not coordinator)
+    leader = cluster.leader_of(_pkey(n, topic))
+    got: list = []
+    reader = threading.Thread(target=lambda: got.append(
+        client.xreadgroup("blocker", "w", {topic: ">"}, block=20000)))
+    reader.start()
+    try:
+        assert wait_for(lambda: _blocked_clients(coordinator.port) == 1, 10), "the reader did not block"
+        entry_id = leader.client().xadd(_pkey(n, topic), {"woke": n})
+    finally:
+        reader.join(25)
+    assert not reader.is_alive() and got == [[[_pkey(n, topic), [(entry_id, {b"woke": b"%d" % n})]]]], got
+
+
+def test_redis_cli_c_reads_the_topic_key_through_any_node(single, cluster):
+    """redis-cli -c follows the ``-MOVED`` to the coordinator: a lone
+    member's reads through each node are the single node's, in turn."""
+    def cli(port: int, *args: str, cluster_mode: bool = False) -> str:
+        return subprocess.run(["redis-cli", *(["-c"] if cluster_mode else []), "-p", str(port), *args],
+                              capture_output=True, text=True, timeout=30, check=True).stdout
+
+    create = ("XGROUP", "CREATE", "events", "cli", "0")
+    assert cli(cluster.ports[1], *create, cluster_mode=True) == cli(single.port, *create)
+    read = ("XREADGROUP", "GROUP", "cli", "c", "COUNT", "1", "STREAMS", "events", ">")
+    history = ("XREADGROUP", "GROUP", "cli", "c", "STREAMS", "events", "0")
+    for args in (read, history):
+        for port in cluster.ports:
+            want = cli(single.port, *args)
+            assert "events#5" in want
+            assert cli(port, *args, cluster_mode=True) == want, (port, args)
+
+
+@pytest.fixture
+def lone_cluster(tmp_path):
+    # A session timeout longer than a failover's refusals (-TRYAGAIN while
+    # the controller moves): the members must not expire before they can
+    # read again.
+    yield from running(tmp_path, extra=["--group-session-timeout-ms", "15000"])
+
+
+def test_after_the_coordinators_failover_the_member_gets_its_pending_entries_again(lone_cluster):
+    """The coordinator is killed (kill -9) and a follower of its slot takes
+    over with the membership the old one kept (docs/topics.md "After the
+    coordinator's failover"): the lone member's next read gets every entry
+    it had pending, first, with delivery count 2; what it acknowledged
+    stays acknowledged; nothing is lost."""
+    cluster = lone_cluster
+    topic = b"fo"
+    _create(cluster, topic)
+    old = cluster.leader_of(topic)
+    client = old.client()
+    for key, entry_id, fields in _feed(1000, topic):
+        assert eventually(lambda: cluster.leader_of(key).client().xadd(key, fields, id=entry_id)) == entry_id
+    assert client.xgroup_create(topic, "g", id="0") is True
+    got = _entries(client.xreadgroup("g", "a", {topic: ">"}))
+    assert len(got) == 4 * PARTITIONS
+    acked = {(key, entry_id) for key, entry_id in got if entry_id.startswith(b"1000-")}
+    for key, entry_id in acked:
+        assert cluster.leader_of(key).client().xack(key, "g", entry_id) == 1
+    new = cluster.followers_of(topic)[0]
+    old.kill9()
+    assert new.client().execute_command("CLUSTER", "FAILOVER", "FORCE") == b"OK"
+    assert cluster.leader_of(topic) is new
+    handed: set = set()
+
+    def reads_on() -> bool:
+        handed.update(_entries(leased(lambda: new.client().xreadgroup("g", "a", {topic: ">"}))))
+        return handed == got - acked
+
+    eventually(reads_on, what="the member's pending entries on the new coordinator")
+    for n in range(PARTITIONS):
+        key = _pkey(n, topic)
+        pending = cluster.leader_of(key).client().xpending_range(key, "g", min="-", max="+", count=100)
+        assert {(p["consumer"], p["times_delivered"]) for p in pending} == {(b"a", 2)}, (key, pending)
+        assert len(pending) == 3
+
+
+def test_after_the_coordinators_failover_each_member_keeps_its_partitions(lone_cluster):
+    """Two members share a topic; the coordinator is killed (kill -9) and a
+    follower of its slot takes over with the membership the old one kept
+    in its members stream: each member's next read continues on its own
+    partitions, its own pending entries first (delivery count 2), never
+    the other's; nothing is lost."""
+    cluster = lone_cluster
+    topic = b"fo2"
+    _create(cluster, topic)
+    old = cluster.leader_of(topic)
+    client = old.client()
+    assert client.xgroup_create(topic, "g", id="$") is True
+    for member in ("a", "b", "a", "b"):  # both join; a's extra partitions are revoked and handed to b
+        client.xreadgroup("g", member, {topic: ">"})
+    for key, entry_id, fields in _feed(1000, topic):
+        assert eventually(lambda: cluster.leader_of(key).client().xadd(key, fields, id=entry_id)) == entry_id
+    got = {"a": set(), "b": set()}
+    for member in ("a", "b"):
+        got[member] = _entries(client.xreadgroup("g", member, {topic: ">"}))
+    assert len(got["a"]) == len(got["b"]) == 2 * PARTITIONS and not got["a"] & got["b"]
+    new = cluster.followers_of(topic)[0]
+    old.kill9()
+    assert new.client().execute_command("CLUSTER", "FAILOVER", "FORCE") == b"OK"
+    assert cluster.leader_of(topic) is new
+    again = {"a": set(), "b": set()}
+
+    def reads_on() -> bool:
+        for member in ("a", "b"):
+            again[member] |= _entries(leased(lambda: new.client().xreadgroup("g", member, {topic: ">"})))
+        return again == got
+
+    eventually(reads_on, what="each member's own pending entries on the new coordinator")
+    for key, _ in got["b"]:
+        pending = cluster.leader_of(key).client().xpending_range(key, "g", min="-", max="+", count=100)
+        assert {(p["consumer"], p["times_delivered"]) for p in pending} == {(b"b", 2)}, (key, pending)
