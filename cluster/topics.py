@@ -113,6 +113,20 @@ def _text(key: bytes) -> str:
     return key.decode("utf-8", "replace")
 
 
+# The streams Partita keeps for itself: a Kafka group's committed offsets
+# (``__kafka_offsets{<group>}``, server/kafka_front/offsets.py) and a topic
+# group's membership in a cluster (``__topic_members{<topic>}<group hex>``,
+# cluster/broker/topic_groups.py). Not listed as topics (TOPIC LIST without
+# a pattern naming them, Kafka Metadata) and not writable by Kafka clients.
+OFFSETS_PREFIX = b"__kafka_offsets{"
+MEMBERS_PREFIX = b"__topic_members{"
+
+
+def is_internal(name: bytes) -> bool:
+    """Whether ``name`` is one of Partita's own streams (above)."""
+    return name.startswith((OFFSETS_PREFIX, MEMBERS_PREFIX))
+
+
 def split_partition_key(key: bytes) -> tuple[bytes, int | None]:
     """``b"orders#3"`` -> ``(b"orders", 3)``; ``b"orders"`` -> ``(b"orders", None)``.
 

@@ -67,14 +67,13 @@ from cluster.peer.link import Unreachable
 from cluster.peer.messages import (GROUP_PENDING, GROUP_READ_HISTORY, GROUP_READ_NEW, GroupPart, GroupPartRead,
                                    GroupReadRequest, GroupReadResponse)
 from cluster.peer.service import check_leads
-from cluster.topics import partition_key
+from cluster.topics import MEMBERS_PREFIX, partition_key
 from storage.entry_codec import decode_entry, split_entries
 from storage.streams.groups import groups_of
 from storage.streams.ids import MAX_ID, MIN_ID, StreamId
 
 GROUP_READ_LINKS = 4
 PURPOSE = "groupread"
-MEMBERS_PREFIX = b"__topic_members{"
 # The membership stream's settings: every change fsynced and on the in-sync
 # replicas before the read that made it answers, nothing removed but by its
 # own trims.

@@ -13,14 +13,13 @@ Must not know: sockets, RESP bytes, files, partitions and where they live.
 
 from __future__ import annotations
 
-from cluster.topics import TOPIC_OPTIONS
+from cluster.topics import TOPIC_OPTIONS, is_internal
 from server.acl import key_filter
 from server.args import parse_int
 from server.errors import err, syntax_error
 from server.glob import glob_match
 from server.group_replies import topic_groups_reply
 from server.kafka_front import view as kafka_view
-from server.kafka_front.offsets import is_offsets_key
 from server.registry import command, container
 from server.reply import OK, Map, Simple
 
@@ -131,9 +130,10 @@ def topic_list(ctx, argv):
     """TOPIC LIST [pattern]
 
     KEYS's ACL categories; a user with key patterns sees only the topics
-    they allow (``server.acl.key_filter``), as with KEYS and SCAN. The Kafka
-    groups' internal offsets streams (``__kafka_offsets{<group>}``) are left
-    out unless a pattern other than ``*`` names them.
+    they allow (``server.acl.key_filter``), as with KEYS and SCAN. Partita's
+    internal streams (a Kafka group's offsets, a topic group's membership:
+    ``cluster.topics.is_internal``) are left out unless a pattern other than
+    ``*`` names them.
     """
     if len(argv) > 3:
         raise syntax_error()
@@ -141,7 +141,7 @@ def topic_list(ctx, argv):
     if len(argv) == 3 and argv[2] != b"*":
         names = [n for n in names if glob_match(argv[2], n)]
     else:
-        names = [n for n in names if not is_offsets_key(n)]
+        names = [n for n in names if not is_internal(n)]
     visible = key_filter(ctx.client)
     if visible is not None:
         names = [n for n in names if visible(n)]

@@ -38,6 +38,7 @@ import time
 from typing import Any
 
 from cluster.broker import Trim, XAddPlan
+from cluster.topics import OFFSETS_PREFIX
 from storage import group_offsets as F
 from storage.entry_codec import decode_entry, split_entries
 from storage.group_offsets import Committed
@@ -45,7 +46,7 @@ from storage.streams.ids import MAX_ID, MIN_ID, StreamId
 
 __all__ = ["OffsetStore", "Committed", "offsets_key", "is_offsets_key"]
 
-PREFIX = b"__kafka_offsets{"
+PREFIX = OFFSETS_PREFIX
 # The internal topic's settings: every commit fsynced and on the in-sync replicas before
 # its answer, nothing removed but by the store's own trims, room for a large snapshot.
 TOPIC_CONFIG = ((b"fsync", b"always"), (b"acks", b"all"), (b"retention-ms", b"-1"),

@@ -189,6 +189,11 @@ def test_two_members_share_the_topic_then_one_takes_over_the_silent_one(cluster)
         fresh: set = set()
         eventually(lambda: fresh.update(_entries(rc.xreadgroup("pair", "a", {topic: ">"}, count=100)))
                    or fresh == everything, what="a reading every partition")
+        # the membership stream is Partita's own: TOPIC LIST shows it only to a pattern naming it
+        node = cluster.nodes[0].client()
+        assert not [n for n in node.execute_command("TOPIC", "LIST") if n.startswith(b"__")]
+        assert node.execute_command("TOPIC", "LIST", "__topic_members*") == \
+            [b"__topic_members{shared}" + b"pair".hex().encode()]
     finally:
         rc.close()
 

@@ -7,9 +7,9 @@ metadata (on a single node: this node, epoch 0). A missing topic is created
 with ``default-partitions`` when ``auto-create-topics`` is yes and the
 request allows it (v4+; before v4 requests always do), as Kafka's
 ``auto.create.topics.enable``; else UNKNOWN_TOPIC_OR_PARTITION. Topics are
-named, or (v10+) identified by their topic IDs (UNKNOWN_TOPIC_ID). The
-groups' internal offsets streams (``__kafka_offsets{<group>}``,
-``offsets``) are not listed, and named they are INVALID_TOPIC_EXCEPTION. A user sees the topics it may do anything on (``access``:
+named, or (v10+) identified by their topic IDs (UNKNOWN_TOPIC_ID).
+Partita's internal streams (a group's offsets ``__kafka_offsets{<group>}``,
+a topic group's membership: ``cluster.topics.is_internal``) are not listed, and named they are INVALID_TOPIC_EXCEPTION. A user sees the topics it may do anything on (``access``:
 its ACL rules); asked for by name, another is TOPIC_AUTHORIZATION_FAILED,
 and so is a missing one that would be auto-created for a user who may not
 TOPIC CREATE it, as Kafka answers. Authorized operations, when asked for
@@ -18,11 +18,11 @@ TOPIC CREATE it, as Kafka answers. Authorized operations, when asked for
 
 from __future__ import annotations
 
+from cluster.topics import is_internal
 from server.kafka import codec
 from server.kafka import errors as E
 from server.kafka_front import access
 from server.kafka_front.errors import code_for, handled
-from server.kafka_front.offsets import is_offsets_key
 
 API_KEY = 3
 NAME = "Metadata"
@@ -54,7 +54,7 @@ async def handle(ctx, req):
     topics = []
     if body.topics is None or (version == 0 and not body.topics):  # v0: an empty list means all
         for name, layout in session.record_topics().items():
-            if not is_offsets_key(name) and access.may_describe(ctx, name, len(layout.partitions)):
+            if not is_internal(name) and access.may_describe(ctx, name, len(layout.partitions)):
                 topics.append(topic_entry(ctx, name, layout, operations))
     else:
         auto = ctx.config.auto_create_topics and (version < 4 or body.allow_auto_topic_creation)
@@ -78,7 +78,7 @@ async def handle(ctx, req):
 def _named(ctx, name: bytes, auto: bool, operations: bool):
     session = ctx.session
     shown = name.decode("utf-8", "replace")
-    if not name or b"#" in name or len(name) > MAX_TOPIC_NAME_BYTES or is_offsets_key(name):
+    if not name or b"#" in name or len(name) > MAX_TOPIC_NAME_BYTES or is_internal(name):
         return R.MetadataResponseTopic(error_code=E.INVALID_TOPIC_EXCEPTION, name=shown)
     layout = session.record_topics([name])[name]
     if not access.may_describe(ctx, name, len(layout.partitions) if layout is not None else 0) or (

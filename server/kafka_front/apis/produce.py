@@ -28,9 +28,10 @@ Refused per partition: an unknown topic or partition
 record the mapping cannot keep (INVALID_RECORD), zstd before v7 or an
 unknown codec (UNSUPPORTED_COMPRESSION_TYPE), transactional batches
 (INVALID_TXN_STATE), an empty records field (INVALID_RECORD), a partition
-the user may not write (TOPIC_AUTHORIZATION_FAILED: ``access``), a group's
-internal offsets stream ``__kafka_offsets{<group>}`` (INVALID_TOPIC_EXCEPTION,
-as Kafka refuses appends to ``__consumer_offsets``).
+the user may not write (TOPIC_AUTHORIZATION_FAILED: ``access``), one of
+Partita's internal streams (``cluster.topics.is_internal``: a group's
+offsets ``__kafka_offsets{<group>}``, a topic group's membership;
+INVALID_TOPIC_EXCEPTION, as Kafka refuses appends to ``__consumer_offsets``).
 
 An idempotent producer's batch (a producer id from InitProducerId, its
 epoch and base sequence in the batch header) is deduplicated by the
@@ -51,6 +52,7 @@ from __future__ import annotations
 
 from cluster.broker import ProducerBatch
 from cluster.broker.durability import DurabilityError
+from cluster.topics import is_internal
 from server.kafka import codec
 from server.kafka import errors as E
 from server.kafka import records
@@ -58,7 +60,6 @@ from server.kafka.records import CorruptRecordError
 from server.kafka_front import access, mapping
 from server.kafka_front.context import Pending
 from server.kafka_front.errors import refused
-from server.kafka_front.offsets import is_offsets_key
 
 API_KEY = 0
 NAME = "Produce"
@@ -113,7 +114,7 @@ async def handle(ctx, req):
             if name is None:
                 resp.error_code = E.UNKNOWN_TOPIC_ID
                 continue
-            if is_offsets_key(name):  # a group's committed offsets: written by its coordinator only
+            if is_internal(name):  # Partita's own streams (a group's committed offsets...): written by it only
                 resp.error_code = E.INVALID_TOPIC_EXCEPTION
                 continue
             try:
