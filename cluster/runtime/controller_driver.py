@@ -36,7 +36,7 @@ from cluster.controller.raft import Message, Raft, Snapshot
 from cluster.controller.raft_store import RaftStore
 from cluster.errors import Halted, Refused
 from cluster.nodes import ClusterConfigError, Node, parse_address
-from cluster.peer.link import PeerLink
+from cluster.peer.link import PeerLink, Unreachable
 from cluster.peer.messages import BeatRequest, JoinRequest, MoveRequest, ProposeRequest, RaftRequest
 from storage.errors import StorageError
 
@@ -119,6 +119,7 @@ class Controller:
         self._first_lease = trio.Event()  # wait_caught_up
         self.counts = {"elections_won": 0, "applied": 0, "proposed": 0}
         self.halted: str | None = None  # why this node stopped (_halt)
+        self._refusing: set[int] = set()  # peers whose port refused this node's last connection
         self.store = RaftStore(Path(config.dir) / "controller")
         hard_state, snapshot, entries = self.store.load()
         self.meta = Metadata()
@@ -375,8 +376,30 @@ class Controller:
                 continue
             try:
                 await link.call(RaftRequest(tuple(msgs[-256:])))
-            except (ConnectionError, Refused):
+            except Unreachable as e:
+                self._unreachable(peer, e)
                 await trio.sleep(TICK_S)  # lost: Raft sends again
+            except (ConnectionError, Refused):
+                await trio.sleep(TICK_S)
+            else:
+                self._refusing.discard(peer)
+
+    def _unreachable(self, peer: int, error: Unreachable) -> None:
+        """A link to ``peer`` failed. Refused (nothing listens on its port:
+        its process is gone, which a timeout never shows), the controller
+        fences it at once instead of after its session timeout, and a
+        follower whose controller it is campaigns at once instead of after
+        an election timeout (docs/controller.md, "Fast failover")."""
+        if not error.refused:
+            return
+        if peer not in self._refusing:
+            self._refusing.add(peer)
+            if self.is_leader:
+                log.info("node %d refuses connections (not running): fencing it now", peer)
+            elif peer == self.raft.leader_id:
+                log.info("the controller (node %d) refuses connections (not running): electing another now", peer)
+        self.logic.connect_refused(peer, _now_ms())
+        self.raft.leader_unreachable(peer)
 
     async def _ticker(self) -> None:
         while True:
@@ -430,8 +453,12 @@ class Controller:
             beat = BeatRequest(self.my_id, self.incarnation, tuple(self.manager.offline_shards()))
             try:
                 reply = await self._link(leader, "beat").call(beat)
+            except Unreachable as e:
+                self._unreachable(leader, e)
+                continue
             except (ConnectionError, Refused):
                 continue
+            self._refusing.discard(leader)
             # The reply is the controller's commit index: the lease counts
             # once this node has applied the metadata that far, so a node
             # back from a restart (or a partition) never serves a shard the
