@@ -339,7 +339,7 @@ class ControllerLogic:
         failed log directory (KIP-112)."""
         self.heard[node] = _Heard(now_ms, incarnation, frozenset(offline))
 
-    def connect_refused(self, node: int, now_ms: int) -> None:
+    def connect_refused(self, node: int, now_ms: int) -> bool:
         """This controller's connection to ``node`` was refused: nothing
         listens on its port, so its process is gone (killed, crashed or shut
         down), which no timeout proves (a paused, slow or cut-off node times
@@ -348,10 +348,12 @@ class ControllerLogic:
         serve on. Ignored while not the controller (only its own, current
         observations count), and for a node that never registered (a
         cluster's first start, its nodes coming up one after another, keeps
-        the whole session's grace)."""
+        the whole session's grace). Whether it counts."""
         meta = self.meta.nodes.get(node)
-        if self.leader_since_ms is not None and meta is not None and meta.incarnation:
-            self.refused[node] = now_ms
+        if self.leader_since_ms is None or meta is None or not meta.incarnation:
+            return False
+        self.refused[node] = now_ms
+        return True
 
     def became_leader(self, now_ms: int) -> None:
         """This node was elected controller: nobody has been heard yet; give

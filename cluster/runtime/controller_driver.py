@@ -119,7 +119,8 @@ class Controller:
         self._first_lease = trio.Event()  # wait_caught_up
         self.counts = {"elections_won": 0, "applied": 0, "proposed": 0}
         self.halted: str | None = None  # why this node stopped (_halt)
-        self._refusing: set[int] = set()  # peers whose port refused this node's last connection
+        # peers whose port refused this node's last connection (what was logged: fencing, electing)
+        self._refusing: dict[int, tuple[bool, bool]] = {}
         self.store = RaftStore(Path(config.dir) / "controller")
         hard_state, snapshot, entries = self.store.load()
         self.meta = Metadata()
@@ -380,9 +381,9 @@ class Controller:
                 self._unreachable(peer, e)
                 await trio.sleep(TICK_S)  # lost: Raft sends again
             except (ConnectionError, Refused):
-                await trio.sleep(TICK_S)
+                await trio.sleep(TICK_S)  # lost: Raft sends again
             else:
-                self._refusing.discard(peer)
+                self._refusing.pop(peer, None)
 
     def _unreachable(self, peer: int, error: Unreachable) -> None:
         """A link to ``peer`` failed. Refused (nothing listens on its port:
@@ -390,15 +391,16 @@ class Controller:
         fences it at once instead of after its session timeout, and a
         follower whose controller it is campaigns at once instead of after
         an election timeout (docs/controller.md, "Fast failover")."""
-        if not error.refused:
+        if not error.refused or not self.config.controller_fast_fencing:
             return
-        if peer not in self._refusing:
-            self._refusing.add(peer)
-            if self.is_leader:
+        fencing = self.logic.connect_refused(peer, _now_ms())
+        electing = peer == self.raft.leader_id and not self.is_leader
+        if (fencing, electing) != self._refusing.get(peer):  # logged once per peer and cause
+            self._refusing[peer] = (fencing, electing)
+            if fencing:
                 log.info("node %d refuses connections (not running): fencing it now", peer)
-            elif peer == self.raft.leader_id:
+            if electing:
                 log.info("the controller (node %d) refuses connections (not running): electing another now", peer)
-        self.logic.connect_refused(peer, _now_ms())
         self.raft.leader_unreachable(peer)
 
     async def _ticker(self) -> None:
@@ -458,7 +460,7 @@ class Controller:
                 continue
             except (ConnectionError, Refused):
                 continue
-            self._refusing.discard(leader)
+            self._refusing.pop(leader, None)
             # The reply is the controller's commit index: the lease counts
             # once this node has applied the metadata that far, so a node
             # back from a restart (or a partition) never serves a shard the
