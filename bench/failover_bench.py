@@ -2,8 +2,9 @@
 its defaults (controller-session-timeout-ms 3000), kill -9 of a shard's
 leader, then the time until an XADD to that shard is acknowledged by the new
 leader. Measured twice per round: a leader that is not the elected controller
-(the controller fences it after the session timeout) and one that is (a Raft
-election comes first).
+(the controller fences it as soon as its connection to it is refused) and one
+that is (a Raft election comes first: its voters find the refusal on their
+heartbeats and campaign at once).
 
     /work/venv/bin/python -m bench failover [--rounds N]
 

@@ -316,6 +316,10 @@ OPTIONS: tuple[Option, ...] = (
            doc="node ids voting in the controller quorum, comma separated (empty: every node)"),
     Option("controller-session-timeout-ms", "int", 3000, minimum=1000, maximum=I64,
            doc="a node the controller has not heard from this long is fenced and loses its leaderships"),
+    Option("controller-fast-fencing", "bool", True,
+           doc="a node whose cluster bus port refuses connections (its process is gone) is fenced at once, "
+               "and a controller that does is replaced at once; no: only the timeouts (for a network whose "
+               "firewalls answer for a live node with a TCP reset)"),
     Option("controller-snapshot-records", "int", 1000, minimum=2, maximum=I64,
            doc="the controller snapshots its metadata and compacts its log every this many records"),
     Option("unclean-leader-election", "bool", False,

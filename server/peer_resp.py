@@ -19,7 +19,8 @@ Owns:
   is set (every node of a cluster shares it), one command and its reply
   (hiredis). An error reply raises ``Refused`` with its text; a failure
   raises ``Unreachable`` whose ``sent`` says whether the request may have
-  left. The secret never appears in what it raises or logs: a peer that
+  left and ``refused`` whether the connection was refused. The secret
+  never appears in what it raises or logs: a peer that
   echoes the request (a client port answering an unknown command) is quoted
   with it replaced by ``(redacted)``, as Redis redacts AUTH.
 
@@ -394,6 +395,18 @@ class _ErrorReply(Exception):
 REDACTED = "(redacted)"
 
 
+def _connection_refused(error: BaseException) -> bool:
+    """Whether connecting failed because the peer's host refused it (every
+    address tried answered ECONNREFUSED: nothing listens on the port).
+    ``trio.open_tcp_stream`` raises an OSError caused by a group of each
+    attempt's error."""
+    if isinstance(error, ConnectionRefusedError):
+        return True
+    cause = error.__cause__
+    return (isinstance(error, OSError) and isinstance(cause, BaseExceptionGroup)
+            and all(isinstance(e, ConnectionRefusedError) for e in cause.exceptions))
+
+
 class RespLink:
     """A ``PeerLink`` to one peer's cluster bus port."""
 
@@ -492,7 +505,8 @@ class RespLink:
                     hiredis.ProtocolError) as e:
                 reason = (f"no reply within {self.reply_timeout_s:g} s" if isinstance(e, trio.TooSlowError)
                           else self.redact(str(e)) or type(e).__name__)
-                raise Unreachable(f"link to {self.host}:{self.port}: {reason}", sent=sent) from None
+                raise Unreachable(f"link to {self.host}:{self.port}: {reason}", sent=sent,
+                                  refused=not sent and _connection_refused(e)) from None
             finally:
                 if not done:
                     # Failed or cancelled between request and reply: a late

@@ -10,7 +10,8 @@ heartbeating). Records are small JSON objects; a shard record is
 if another change committed first), so two proposers racing — a leader
 shrinking its ISR, the controller electing a new leader — never combine into
 a state neither decided. ``ControllerLogic`` — what the elected controller
-proposes: registrations, fencing a node that stopped heartbeating, electing
+proposes: registrations, fencing a node that stopped heartbeating (or whose
+port refuses the controller's connections: its process is gone), electing
 a shard's new leader from its ISR when its leader is fenced or reports a
 log of it offline (``unclean-leader-election`` allowing any live replica
 when no ISR member lives), removing fenced, restarted or offline nodes
@@ -324,6 +325,7 @@ class ControllerLogic:
         self.rebalance_delay_ms = rebalance_delay_ms
         self.retry_ms = retry_ms
         self.heard: dict[int, _Heard] = {}
+        self.refused: dict[int, int] = {}  # node -> when a connection to it was last refused
         self.leader_since_ms: int | None = None  # when this node became controller
         self._proposed: dict[Any, tuple[int, bytes]] = {}  # subject -> (at ms, record)
         self._preferred_ok_since: dict[int, int] = {}  # shard -> when its preferred leader became eligible
@@ -337,11 +339,29 @@ class ControllerLogic:
         failed log directory (KIP-112)."""
         self.heard[node] = _Heard(now_ms, incarnation, frozenset(offline))
 
+    def connect_refused(self, node: int, now_ms: int) -> bool:
+        """This controller's connection to ``node`` was refused: nothing
+        listens on its port, so its process is gone (killed, crashed or shut
+        down), which no timeout proves (a paused, slow or cut-off node times
+        out). Unless heard from after this, it is fenced at once, without
+        waiting for its session to expire: a dead node holds no lease to
+        serve on. Ignored while not the controller (only its own, current
+        observations count), and for a node that never registered (a
+        cluster's first start, its nodes coming up one after another, keeps
+        the whole session's grace). Whether it counts."""
+        meta = self.meta.nodes.get(node)
+        if self.leader_since_ms is None or meta is None or not meta.incarnation:
+            return False
+        self.refused[node] = now_ms
+        return True
+
     def became_leader(self, now_ms: int) -> None:
         """This node was elected controller: nobody has been heard yet; give
-        every node a whole session before fencing it."""
+        every node a whole session before fencing it (unless a connection to
+        it is refused)."""
         self.leader_since_ms = now_ms
         self.heard.clear()
+        self.refused.clear()
         self._proposed.clear()
         self._preferred_ok_since.clear()
 
@@ -351,8 +371,12 @@ class ControllerLogic:
     # -- decisions -------------------------------------------------------------
 
     def alive(self, node: int, now_ms: int) -> bool:
-        """Heard within the session timeout (or not yet due: the controller is new)."""
+        """Heard within the session timeout (or not yet due: the controller
+        is new), and no connection to it refused since it was last heard."""
         heard = self.heard.get(node)
+        refused = self.refused.get(node)
+        if refused is not None and (heard is None or heard.at_ms < refused):
+            return False
         last = heard.at_ms if heard is not None else self.leader_since_ms
         return last is not None and now_ms - last <= self.session_timeout_ms
 

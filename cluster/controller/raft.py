@@ -616,6 +616,27 @@ class Raft:
             self._election_elapsed = 0
             self._campaign(PREVOTE)
 
+    def leader_unreachable(self, node: int) -> None:
+        """The transport found that ``node``, this follower's leader, is not
+        running (a connection to it was refused: nothing listens on its
+        port). Forget it as the leader, so that its lease no longer makes this
+        node ignore the other voters' (pre-)votes, and campaign within a few
+        ticks rather than after a whole election timeout: the remaining
+        voters in id order, half an election timeout apart (1 tick, then
+        1 + election_ticks // 2, ...; at most an election timeout), so that
+        voters that find out at somewhat different moments still campaign
+        one after the other and do not split the vote. Only liveness depends
+        on it: a leader that is in fact up keeps its term (a pre-vote does
+        not disturb it) and is followed again from its next APPEND."""
+        if self.role != FOLLOWER or self.leader_id != node:
+            return
+        self.leader_id = None
+        if not self.promotable:
+            return
+        rank = sorted(v for v in self.voters if v != node).index(self.node_id)
+        wait_ticks = min(1 + self.election_ticks // 2 * rank, self.election_ticks)
+        self._election_elapsed = max(self._election_elapsed, self._randomized_timeout - wait_ticks)
+
     def _tick_leader(self) -> None:
         self._heartbeat_elapsed += 1
         self._election_elapsed += 1

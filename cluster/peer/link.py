@@ -7,7 +7,9 @@ Owns:
   (``cluster.peer.messages``), raises ``Refused`` when the peer answered
   with an error (its text, to relay), and ``Unreachable`` when the link
   failed, with ``sent``: False when the request never left this node (so the
-  peer cannot have run it), True when it may have. A link retries an
+  peer cannot have run it), True when it may have, and ``refused``: True
+  when the connection was refused (nothing listens on the peer's port: its
+  process is gone), not merely unanswered. A link retries an
   idempotent request once on a fresh connection; it never retries one that
   is not (``AppendRequest``). ``reply_timeout_s`` bounds each call.
   Kafka's ``LeaderEndPoint`` plays this part for its fetcher threads
@@ -39,11 +41,15 @@ __all__ = ["PeerLink", "Links", "MemoryLink", "MemoryNetwork", "Refused", "Unrea
 
 class Unreachable(ConnectionError):
     """The link failed: ``sent`` says whether the request may have reached the
-    peer (True) or certainly did not (False). ``str(e)`` says why."""
+    peer (True) or certainly did not (False); ``refused`` whether the peer's
+    host refused the connection (ECONNREFUSED: nothing listens on the port,
+    so the peer's process is not running; a paused, slow or cut-off peer
+    times out or drops the connection instead). ``str(e)`` says why."""
 
-    def __init__(self, message: str, *, sent: bool = False) -> None:
+    def __init__(self, message: str, *, sent: bool = False, refused: bool = False) -> None:
         super().__init__(message)
         self.sent = sent
+        self.refused = refused
 
 
 class PeerLink(Protocol):

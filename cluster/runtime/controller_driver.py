@@ -36,7 +36,7 @@ from cluster.controller.raft import Message, Raft, Snapshot
 from cluster.controller.raft_store import RaftStore
 from cluster.errors import Halted, Refused
 from cluster.nodes import ClusterConfigError, Node, parse_address
-from cluster.peer.link import PeerLink
+from cluster.peer.link import PeerLink, Unreachable
 from cluster.peer.messages import BeatRequest, JoinRequest, MoveRequest, ProposeRequest, RaftRequest
 from storage.errors import StorageError
 
@@ -119,6 +119,8 @@ class Controller:
         self._first_lease = trio.Event()  # wait_caught_up
         self.counts = {"elections_won": 0, "applied": 0, "proposed": 0}
         self.halted: str | None = None  # why this node stopped (_halt)
+        # peers whose port refused this node's last connection (what was logged: fencing, electing)
+        self._refusing: dict[int, tuple[bool, bool]] = {}
         self.store = RaftStore(Path(config.dir) / "controller")
         hard_state, snapshot, entries = self.store.load()
         self.meta = Metadata()
@@ -375,8 +377,31 @@ class Controller:
                 continue
             try:
                 await link.call(RaftRequest(tuple(msgs[-256:])))
+            except Unreachable as e:
+                self._unreachable(peer, e)
+                await trio.sleep(TICK_S)  # lost: Raft sends again
             except (ConnectionError, Refused):
                 await trio.sleep(TICK_S)  # lost: Raft sends again
+            else:
+                self._refusing.pop(peer, None)
+
+    def _unreachable(self, peer: int, error: Unreachable) -> None:
+        """A link to ``peer`` failed. Refused (nothing listens on its port:
+        its process is gone, which a timeout never shows), the controller
+        fences it at once instead of after its session timeout, and a
+        follower whose controller it is campaigns at once instead of after
+        an election timeout (docs/controller.md, "Fast failover")."""
+        if not error.refused or not self.config.controller_fast_fencing:
+            return
+        fencing = self.logic.connect_refused(peer, _now_ms())
+        electing = peer == self.raft.leader_id and not self.is_leader
+        if (fencing, electing) != self._refusing.get(peer):  # logged once per peer and cause
+            self._refusing[peer] = (fencing, electing)
+            if fencing:
+                log.info("node %d refuses connections (not running): fencing it now", peer)
+            if electing:
+                log.info("the controller (node %d) refuses connections (not running): electing another now", peer)
+        self.raft.leader_unreachable(peer)
 
     async def _ticker(self) -> None:
         while True:
@@ -430,8 +455,12 @@ class Controller:
             beat = BeatRequest(self.my_id, self.incarnation, tuple(self.manager.offline_shards()))
             try:
                 reply = await self._link(leader, "beat").call(beat)
+            except Unreachable as e:
+                self._unreachable(leader, e)
+                continue
             except (ConnectionError, Refused):
                 continue
+            self._refusing.pop(leader, None)
             # The reply is the controller's commit index: the lease counts
             # once this node has applied the metadata that far, so a node
             # back from a restart (or a partition) never serves a shard the

@@ -284,3 +284,45 @@ def test_a_joining_node_is_recorded_once_with_its_address_and_then_heartbeats_li
     beat_all(logic, 3200, nodes=(1, 2, 3))
     run(logic, 3200)
     assert meta.nodes[4].fenced and not meta.nodes[1].fenced
+
+
+def test_a_node_whose_port_refuses_the_controller_is_fenced_at_once():
+    """A refused connection means nothing listens on the node's port (its
+    process is gone): fenced without waiting for the session timeout, unless
+    it was heard from after the refusal (it restarted)."""
+    logic = controller()
+    beat_all(logic, 100)
+    run(logic, 100)
+    logic.connect_refused(2, 150)
+    beat_all(logic, 200)  # heard after the refusal: it runs (again)
+    run(logic, 200)
+    assert not logic.meta.nodes[2].fenced
+    logic.connect_refused(2, 300)
+    beat_all(logic, 300, nodes=(1, 3))
+    run(logic, 300)
+    meta = logic.meta
+    assert meta.nodes[2].fenced  # 200 ms after its last beat, not 3000
+    assert (meta.shards[1].leader, meta.shards[1].epoch, meta.shards[1].isr) == (3, 2, [1, 3])
+    # Restarted, it registers its new incarnation as after any fencing.
+    beat_all(logic, 900, inc="b")
+    run(logic, 900)
+    assert not meta.nodes[2].fenced and meta.nodes[2].incarnation == "b2"
+
+
+def test_a_refusal_counts_only_for_a_registered_node_and_on_the_controller_that_saw_it():
+    logic = controller()
+    logic.connect_refused(3, 50)  # a cluster's first start: node 3 not up yet
+    beat_all(logic, 100, nodes=(1, 2))
+    run(logic, 100)
+    assert not logic.meta.nodes[3].fenced
+    beat_all(logic, 200)
+    run(logic, 200)
+    logic.stepped_down()
+    logic.connect_refused(3, 300)  # seen while not the controller: not its observation
+    logic.became_leader(400)
+    beat_all(logic, 500, nodes=(1, 2))
+    run(logic, 500)
+    assert not logic.meta.nodes[3].fenced
+    logic.connect_refused(3, 600)
+    run(logic, 600)
+    assert logic.meta.nodes[3].fenced

@@ -1637,3 +1637,36 @@ def test_store_writes_raft_vote_when_term_or_vote_change_and_replaces_an_unreada
     assert vote.read_bytes() == first
     vote.unlink()  # data from before raft.vote existed
     assert RaftStore(tmp_path).load()[0] == HardState(1, 2, 1) and vote.read_bytes() == first
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("apart_ticks", [0, 1, 2, 3, -1, -2, -3])
+def test_followers_told_their_leader_is_unreachable_elect_another_within_a_few_ticks(seed, apart_ticks):
+    """A refused connection to the leader (its process is gone): the followers
+    forget it and campaign within a few ticks, not an election timeout, and
+    do not split the vote when each finds out at its own moment (up to 3
+    ticks apart, either one first)."""
+    sim = Sim(seed, [1, 2, 3], election_ticks=10, heartbeat_ticks=2)
+    old = sim.elect()
+    sim.commit_everywhere(b"x")
+    sim.crash(old.node_id)
+    first, second = sorted(sim.alive(), reverse=apart_ticks < 0)
+    sim.node(first).leader_unreachable(old.node_id)
+    for _ in range(abs(apart_ticks)):
+        sim.run(1)
+        if sim.leader() is not None:
+            break
+    sim.node(second).leader_unreachable(old.node_id)
+    took = sim.run_until(lambda: sim.leader() is not None, max_ticks=100) + abs(apart_ticks)
+    assert took <= 9, took  # a split vote takes an election timeout (10-19 ticks) more
+
+
+def test_a_false_unreachable_report_does_not_disturb_a_working_leader():
+    sim = Sim(42, [1, 2, 3], election_ticks=10, heartbeat_ticks=2)
+    lead = sim.elect()
+    term = lead.term
+    follower = next(i for i in sim.ids if i != lead.node_id)
+    sim.node(follower).leader_unreachable(lead.node_id)
+    sim.run(30)
+    assert sim.leader() is lead and lead.term == term  # the pre-vote found the leader alive
+    assert sim.node(follower).leader_id == lead.node_id

@@ -32,6 +32,7 @@ def _config(directory, node_id: int) -> types.SimpleNamespace:
         cluster_nodes=NODES, node_id=node_id, replication_factor=3, dir=str(directory), cluster_join=False,
         replica_lag_time_max_ms=10000, replica_fetch_wait_max_ms=200, replica_fetch_max_bytes=1 << 20,
         forward_timeout_ms=5000, controller_nodes="", controller_session_timeout_ms=3000, unclean_leader_election=False,
+        controller_fast_fencing=True,
         leader_rebalance_delay_ms=-1, controller_snapshot_records=1000, fsync="no", on_change=lambda fn: None,
         # the topics' defaults
         segment_bytes=1 << 20, stream_node_max_entries=100, acks="all", min_insync_replicas=2)

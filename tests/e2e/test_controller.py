@@ -489,3 +489,87 @@ def test_a_manual_failover_sticks_past_the_rebalance_delay_and_a_restart_of_the_
     cluster.wait_converged(key.decode())
     assert [entry_id for entry_id, _ in new.client().xrange(key)] == acked
     assert "take back shard" not in "".join(n.log() for n in cluster.nodes)
+
+
+# A session timeout no fast path can hide: without it, a killed leader's
+# shard would wait 20 s for its new leader.
+LONG_SESSION = ["--controller-session-timeout-ms", "20000", "--leader-rebalance-delay-ms", "-1"]
+
+
+def _controller_node(cluster: Cluster):
+    return _eventually(lambda: next((n for n in cluster.nodes if n.proc is not None and n.proc.poll() is None
+                                     and _info(n)["controller_role"] == "leader"), None),
+                       what="an elected controller")
+
+
+def _first_ack_after_kill(cluster: Cluster, key: bytes, old, timeout_s: float) -> tuple[float, list]:
+    """kill -9 of ``old`` (``key``'s leader, with acknowledged entries), then
+    the time until an XADD to ``key`` is acknowledged by another node, and
+    that node's entries of ``key`` (every one acknowledged before)."""
+    acked = [old.client().xadd(key, {"n": i}) for i in range(20)]
+    old.kill9()
+    started = time.monotonic()
+
+    def xadd_on_new_leader():
+        new = cluster.leader_of(key)
+        if new is old:
+            return None
+        acked.append(new.client(socket_timeout=2).xadd(key, {"n": "after"}))
+        return new
+
+    new = _eventually(xadd_on_new_leader, timeout_s=timeout_s, what="an XADD acknowledged by a new leader")
+    took = time.monotonic() - started
+    _eventually(lambda: [entry_id for entry_id, _ in new.client().xrange(key)] == acked,
+                what="every acknowledged entry on the new leader")
+    return took, acked
+
+
+@pytest.mark.parametrize("controller_too", [False, True], ids=["leader", "leader-and-controller"])
+def test_a_killed_leader_is_replaced_at_once_not_after_the_session_timeout(tmp_path, controller_too):
+    """kill -9 closes the dead process's sockets: its port refuses
+    connections at once, which a timeout never proves. The controller, whose
+    own connection to the node is refused, fences it without waiting for
+    controller-session-timeout-ms (20 s here) and elects its shards' new
+    leaders; a killed controller's voters, whose heartbeats are refused,
+    elect a new one at once rather than after an election timeout."""
+    cluster = Cluster(tmp_path, extra=LONG_SESSION)
+    try:
+        ctrl = _controller_node(cluster)
+        old = ctrl if controller_too else next(n for n in cluster.nodes if n is not ctrl)
+        key = _key_led_by(cluster, old)
+        took, _ = _first_ack_after_kill(cluster, key, old, timeout_s=10.0)
+        assert took < 10.0, took
+        print(f"first acknowledged XADD {took:.2f} s after the kill")
+        survivor = next(n for n in cluster.nodes if n is not old)
+        assert _info(survivor)["controller_fenced"] == cluster.nodes.index(old) + 1
+        assert "refuses connections (not running)" in "".join(n.log() for n in cluster.nodes if n is not old)
+    finally:
+        cluster.stop()
+
+
+def test_a_paused_leader_is_fenced_only_after_its_session_timeout(tmp_path):
+    """A SIGSTOPped process still has its sockets: connections to it are
+    accepted by the kernel and then time out, they are not refused. So it is
+    fenced by the session timeout as before, never at once (it could wake up
+    and, within its lease, serve)."""
+    session_ms = 4000
+    cluster = Cluster(tmp_path, extra=["--controller-session-timeout-ms", str(session_ms),
+                                       "--leader-rebalance-delay-ms", "-1"])
+    try:
+        ctrl = _controller_node(cluster)
+        paused = next(n for n in cluster.nodes if n is not ctrl)
+        paused_id = cluster.nodes.index(paused) + 1
+        key = _key_led_by(cluster, paused)
+        paused.client().xadd(key, {"n": 1})
+        paused.proc.send_signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        _eventually(lambda: _info(ctrl)["controller_fenced"] == paused_id, timeout_s=30, what="the paused node fenced")
+        # Its last heartbeat reached the controller at most one beat (250 ms)
+        # before the SIGSTOP.
+        assert time.monotonic() - stopped >= session_ms / 1000 - 0.5
+        paused.proc.send_signal(signal.SIGCONT)
+        new = cluster.leader_of(key)
+        assert new is not paused
+        assert len(new.client().xrange(key)) == 1
+    finally:
+        cluster.stop()

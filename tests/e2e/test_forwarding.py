@@ -212,7 +212,10 @@ def _steady_cluster(tmp_path, topic: bytes):
     where they are (a node back from a pause does not take its shards back)
     and whose forwards end after forward-timeout-ms = 1.5 s; stopped after,
     and no node may have logged a traceback."""
-    cluster = Cluster(tmp_path, extra=["--leader-rebalance-delay-ms", "-1", "--forward-timeout-ms", "1500"])
+    # (controller-fast-fencing no: a killed leader stays the leader, unreachable,
+    # for the session timeout instead of a fraction of a second)
+    cluster = Cluster(tmp_path, extra=["--leader-rebalance-delay-ms", "-1", "--forward-timeout-ms", "1500",
+                                       "--controller-fast-fencing", "no"])
     try:
         _create(cluster, topic)
         yield cluster, cluster.leader_of(topic), _leaders(cluster, topic)

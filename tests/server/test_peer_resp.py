@@ -176,3 +176,46 @@ def test_every_response_round_trips_through_its_reply(exchange):
 def test_what_does_not_decode_is_refused(argv):
     with pytest.raises((ValueError, IndexError, TypeError)):
         peer_resp.decode_request(argv)
+
+
+def test_a_refused_connection_is_told_apart_from_a_dropped_one():
+    """``Unreachable.refused``: nothing listens on the port (the peer's
+    process is gone), as opposed to a peer that accepts and drops the
+    connection (or never answers)."""
+    import socket
+
+    import trio
+
+    from cluster.peer.link import Unreachable
+
+    async def failure(port: int) -> Unreachable:
+        link = peer_resp.RespLink("127.0.0.1", port, reply_timeout_s=2)
+        with pytest.raises(Unreachable) as caught:
+            await link.call(m.BeatRequest(1, "x", ()))
+        return caught.value
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # bound, not listening: connections are refused
+        refused = trio.run(failure, port)
+    assert (refused.refused, refused.sent) == (True, False)
+
+    async def drops() -> Unreachable:
+        listener = trio.socket.socket()
+        await listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+
+        async def accept_and_close():
+            while True:
+                conn, _ = await listener.accept()
+                conn.close()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(accept_and_close)
+            e = await failure(listener.getsockname()[1])
+            nursery.cancel_scope.cancel()
+        listener.close()
+        return e
+
+    dropped = trio.run(drops)
+    assert not dropped.refused
