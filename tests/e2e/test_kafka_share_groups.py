@@ -290,6 +290,9 @@ def test_the_share_apis_on_the_wire(kafka_shared):
         described = raw.call(D(group_ids=[group, "nobody"]), 1).groups
         assert [(g.group_state, g.error_code) for g in described] == [("Stable", E.NONE), ("Dead", E.GROUP_ID_NOT_FOUND)]
         assert [(m.member_id, m.subscribed_topic_names) for m in described[0].members] == [("m1", [topic])]
+        listed = raw.call(C.ListGroupsRequest(types_filter=["share"]), 5).groups
+        assert [(g.group_id, g.group_type, g.protocol_type, g.group_state) for g in listed] == \
+            [(group, "share", "share", "Stable")]
 
         closed = fetch(-1, partitions=False)  # closing the session releases offset 1
         assert closed.error_code == E.NONE

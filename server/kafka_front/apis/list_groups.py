@@ -5,8 +5,11 @@ Versions 0-5: the groups with members and those with committed offsets
 of the consumer protocol (KIP-848) with members (protocol type
 ``consumer``, states Assigning, Reconciling, Stable), ``classic`` for the
 others (a consumer group left with no members is forgotten but for its
-offsets, so it is listed as an Empty classic group). A user that may not run XINFO GROUPS sees none (Kafka lists
-the groups the user may describe).
+offsets, so it is listed as an Empty classic group), and ``share`` for a
+share group (KIP-932) with members (protocol type ``share``, state Stable;
+one whose members are all gone is forgotten: its records stay in the Redis
+group of its name). A user that may not run XINFO GROUPS sees none (Kafka
+lists the groups the user may describe).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ R = codec.ListGroupsResponse
 
 CLASSIC = "classic"
 CONSUMER = "consumer"
+SHARE = "share"
 
 
 async def handle(ctx, req):
@@ -32,13 +36,14 @@ async def handle(ctx, req):
     groups = ctx.front.groups
     states = {s.lower() for s in body.states_filter} if req.api_version >= 4 else set()
     types = {t.lower() for t in body.types_filter} if req.api_version >= 5 else set()
-    out = []
+    listed = []  # (group id, kind, protocol type, state)
     for gid in groups.group_ids():
-        state = groups.state_of(gid)
         kind = CONSUMER if groups.is_consumer_group(gid) else CLASSIC
-        if (states and state.lower() not in states) or (types and kind not in types):
-            continue
         known = groups.groups.get(gid)
         protocol_type = CONSUMER if kind == CONSUMER else (known.protocol_type or "") if known else ""
-        out.append(R.ListedGroup(group_id=gid, protocol_type=protocol_type, group_state=state, group_type=kind))
-    return R(error_code=E.NONE, groups=out)
+        listed.append((gid, kind, protocol_type, groups.state_of(gid)))
+    listed += [(gid, SHARE, SHARE, "Stable") for gid in ctx.front.share_groups.groups]
+    return R(error_code=E.NONE, groups=[
+        R.ListedGroup(group_id=gid, protocol_type=protocol_type, group_state=state, group_type=kind)
+        for gid, kind, protocol_type, state in listed
+        if not (states and state.lower() not in states) and not (types and kind not in types)])
