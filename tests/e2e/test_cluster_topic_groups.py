@@ -192,7 +192,7 @@ def test_two_members_share_the_topic_then_one_takes_over_the_silent_one(cluster)
         # the membership stream is Partita's own: TOPIC LIST shows it only to a pattern naming it
         node = cluster.nodes[0].client()
         assert not [n for n in node.execute_command("TOPIC", "LIST") if n.startswith(b"__")]
-        assert node.execute_command("TOPIC", "LIST", "__topic_members*") == \
+        assert node.execute_command("TOPIC", "LIST", "__topic_members{shared}*") == \
             [b"__topic_members{shared}" + b"pair".hex().encode()]
     finally:
         rc.close()
