@@ -138,13 +138,14 @@ def test_an_entry_is_read_on_a_follower_only_once_its_high_watermark_passes_it(c
 
 
 def test_redis_py_cluster_reading_from_replicas_reads_what_the_leaders_hold(cluster):
-    """redis-py's ``read_from_replicas`` sends READONLY on every connection;
-    its reads (of leaders: CLUSTER SLOTS lists no replicas, cluster.py of
-    server/commands) answer as without it."""
-    from redis.cluster import ClusterNode, RedisCluster
+    """redis-py's replica reads (``load_balancing_strategy``, which replaced
+    ``read_from_replicas``) send READONLY on every connection; its reads (of
+    leaders: CLUSTER SLOTS lists no replicas, cluster.py of server/commands)
+    answer as without it."""
+    from redis.cluster import ClusterNode, LoadBalancingStrategy, RedisCluster
 
-    rc = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", cluster.ports[0])], read_from_replicas=True,
-                      socket_timeout=10)
+    rc = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", cluster.ports[0])],
+                      load_balancing_strategy=LoadBalancingStrategy.ROUND_ROBIN, socket_timeout=10)
     try:
         keys = [f"replicated-{i}" for i in range(12)]
         for k in keys:
