@@ -11,6 +11,16 @@ from cluster.topics import TopicRegistry
 from storage.entry_codec import encode_body, with_body
 
 
+class Clock:
+    """A broker's clock the test moves (``clock.now_ms += ...``)."""
+
+    def __init__(self, now_ms: int = 1_000_000) -> None:
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
 def maker(values: list[bytes]):
     """A ``make_entries`` for entries of one field ``v`` each, and their count and largest."""
     bodies = [encode_body([b"v", v]) for v in values]

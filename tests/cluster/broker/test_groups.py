@@ -19,6 +19,7 @@ from cluster.broker.groups import GroupOpError, GroupRead
 from storage.entry_codec import decode_entry, split_entries
 from storage.streams.groups import GROUP_EXISTS, GroupError, groups_of
 from storage.streams.ids import StreamIdError, parse_strict_id
+from tests.cluster.broker.conftest import Clock
 
 SESSION_TIMEOUT_MS = 1000
 
@@ -37,14 +38,6 @@ class RecordingDurability:
             return 0
         self.seq += 1
         return self.seq
-
-
-class Clock:
-    def __init__(self, now_ms: int = 1_000_000) -> None:
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
 
 
 @pytest.fixture

@@ -12,17 +12,10 @@ from cluster.broker import XAddPlan
 from cluster.broker.groups import GroupRead
 from cluster.broker.shares import ACCEPT, BAD_ACKNOWLEDGEMENT, NOT_ACQUIRED, REJECT, RELEASE, ShareStateError
 from storage.entry_codec import decode_entry
+from tests.cluster.broker.conftest import Clock
 
 LOCK_MS = 30_000
 G = b"g"
-
-
-class Clock:
-    def __init__(self, now_ms: int = 1_000_000) -> None:
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
 
 
 @pytest.fixture
