@@ -292,8 +292,7 @@ class Cluster:
 
     def log_bytes(self, node: PartitaProcess, topic: str) -> bytes:
         """The log of ``topic`` (a partition key ``t#n`` names partition n of ``t``) on ``node``."""
-        name, partition = split_partition_key(topic.encode())
-        files = sorted((node.data_dir / "topics").glob(f"*{name.decode()}*/partition-{partition or 0}/*.log"))
+        files = sorted((node.data_dir / "topics" / partition_dir(topic.encode())).glob("*.log"))
         assert files, f"no log of {topic} on {node.data_dir}"
         # Zeros after the last batch are preallocation (fsync always), as
         # many as each node happened to write: each file up to its batches' end.

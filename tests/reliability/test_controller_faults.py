@@ -18,7 +18,12 @@ faultkit.check_kafka —, the other's at least once: its duplicates are
 counted), every replica's log byte-identical, and the consumer groups must
 have gone on from where their acknowledged progress was: no acknowledged XACK undone (its entry is not
 pending again) and every entry consumed and acknowledged once the faults
-stop.
+stop. The Kafka topic is also read by a consumer group on its topic key
+(issue 31): two members call XREADGROUP on the group's coordinator (the
+leader of the topic key's slot, killed and paused like any leader), which
+has the partitions led elsewhere served over the cluster bus, and XACK on
+the partition keys' leaders; the same checks hold for it, and entries
+handed from one member to the other are counted.
 
 CI: about 30 s of faults. Soak: ``PARTITA_SOAK_SECONDS=600 pytest -m soak
 tests/reliability/test_controller_faults.py -s``. Totals are printed and go
@@ -39,7 +44,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.clusterkit import Cluster, leased, partition_dir, partition_lines
+from tests.clusterkit import Cluster, eventually, leased, partition_dir, partition_lines
 from tests.reliability.faultkit import (KafkaLedger, Ledger, check_kafka, check_key, fault_seed, final_entries,
                                         kafka_producers, no_retry_client, produce, produce_kafka, soak_seconds)
 
@@ -49,6 +54,9 @@ KEYS = [b"c0", b"c1", b"c2", b"c3"]
 KAFKA_TOPIC = "orders"
 KAFKA_KEYS = [b"orders#0", b"orders#1", b"orders#2", b"orders#3"]
 GROUP = "g"
+# The consumer group on the Kafka topic's key, and its members.
+TOPIC_GROUP = "tg"
+TOPIC_MEMBERS = ("m0", "m1")
 SESSION_MS = 1500
 RESULTS: list[str] = []
 
@@ -69,6 +77,19 @@ class GroupLedger(Ledger):
         self.undone = {k: [] for k in self.keys}
         self.received = {k: set() for k in self.keys}
         self.xack_unknown = {k: set() for k in self.keys}
+
+
+@dataclass
+class TopicGroupLedger:
+    """What the members of the topic key's group saw, by ``(partition key, ID)``."""
+    delivered: dict[tuple[bytes, bytes], set[str]] = field(default_factory=dict)  # to which members
+    # When each XACK's reply came (monotonic): an entry delivered by a read
+    # sent after that was undone; one sent before may be the other member's
+    # copy, read while the XACK was on its way.
+    xacked: dict[tuple[bytes, bytes], float] = field(default_factory=dict)
+    xack_unknown: set[tuple[bytes, bytes]] = field(default_factory=set)
+    undone: list[tuple[bytes, bytes]] = field(default_factory=list)
+    failed_reads: int = 0
 
 
 def _leader_client(cluster: Cluster, key: bytes) -> redis.Redis:
@@ -108,6 +129,70 @@ def _consume(cluster: Cluster, key: bytes, ledger: GroupLedger, stop: threading.
             ledger.failed_reads += 1
             client = None
             time.sleep(0.05)
+
+
+def _consume_topic(cluster: Cluster, member: str, ledger: TopicGroupLedger, stop: threading.Event) -> None:
+    """One member of group ``tg`` on the Kafka topic's key: its own pending
+    entries first, then new ones, read through the group's coordinator (the
+    leader of the topic key's slot; anything else answers -MOVED and the
+    member finds it again), each batch acknowledged with XACK on the
+    partition keys' leaders."""
+    client = None
+    while not stop.is_set():
+        try:
+            if client is None:
+                client = _leader_client(cluster, KAFKA_TOPIC.encode())
+            got = []
+            for start in ("0", ">"):
+                sent = time.monotonic()
+                reply = client.xreadgroup(TOPIC_GROUP, member, {KAFKA_TOPIC: start}, count=50,
+                                          block=100 if start == ">" else None)
+                got = [(key, entry_id) for key, entries in reply or [] for entry_id, _ in entries]
+                ledger.undone.extend(e for e in got if ledger.xacked.get(e, sent) < sent)
+                for e in got:
+                    ledger.delivered.setdefault(e, set()).add(member)
+                if got:
+                    break
+            for key in {key for key, _ in got}:
+                ids = [entry_id for k, entry_id in got if k == key]
+                try:
+                    _leader_client(cluster, key).xack(key, TOPIC_GROUP, *ids)
+                except (redis.ConnectionError, redis.TimeoutError, OSError):
+                    ledger.xack_unknown.update((key, i) for i in ids)
+                    raise
+                ledger.xacked.update(dict.fromkeys(((key, i) for i in ids), time.monotonic()))
+        except (redis.RedisError, OSError):
+            ledger.failed_reads += 1
+            client = None
+            time.sleep(0.05)
+
+
+def _topic_group_done(cluster: Cluster, ledger: TopicGroupLedger) -> bool:
+    """Every entry of the Kafka topic acknowledged (or its XACK's reply
+    lost) and nothing pending, on each partition's leader."""
+    for key in KAFKA_KEYS:
+        client = cluster.leader_of(key).client()
+        stored = {(key, entry_id) for entry_id, _ in client.xrange(key)}
+        if not stored <= ledger.xacked.keys() | ledger.xack_unknown or client.xpending(key, TOPIC_GROUP)["pending"]:
+            return False
+    return True
+
+
+def _check_topic_group(cluster: Cluster, ledger: TopicGroupLedger,
+                       stored: dict[bytes, list[tuple[bytes, dict]]]) -> int:
+    """The topic key's group, once the faults stopped and the members
+    drained it: no acknowledged XACK undone, nothing pending, every stored
+    entry consumed and acknowledged. Returns how many entries went to both
+    members (a hand-over: the coordinator took the first one for dead)."""
+    assert not ledger.undone, f"topic group: {len(ledger.undone)} acknowledged XACKs undone, first {ledger.undone[:3]}"
+    done = ledger.xacked.keys() | ledger.xack_unknown
+    for key in KAFKA_KEYS:
+        pending = cluster.leader_of(key).client().xpending_range(key, TOPIC_GROUP, "-", "+", 100000)
+        assert not pending, f"topic group, {key!r}: {len(pending)} entries still pending after the drain"
+        unconsumed = [entry_id for entry_id, _ in stored[key] if (key, entry_id) not in done]
+        assert not unconsumed, (f"topic group, {key!r}: {len(unconsumed)} entries never consumed, first "
+                                f"{unconsumed[:3]} (delivered: {[(key, u) in ledger.delivered for u in unconsumed[:3]]})")
+    return sum(1 for members in ledger.delivered.values() if len(members) > 1)
 
 
 def _controller_view(node) -> dict[str, str]:
@@ -248,14 +333,15 @@ def partition_lines_for(node, key: bytes) -> dict:
     return partition_lines(node).get(key.decode(), {})
 
 
-def _drain(cluster: Cluster, ledger: GroupLedger, timeout_s: float = 60.0) -> None:
+def _drain(cluster: Cluster, ledger: GroupLedger, topic_ledger: TopicGroupLedger, timeout_s: float = 60.0) -> None:
     """With the producers stopped, wait until the consumers have acknowledged every stored entry."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
             clients = {k: cluster.leader_of(k).client() for k in KEYS}
             if all(set(e for e, _ in clients[k].xrange(k)) <= ledger.xacked[k] | ledger.xack_unknown[k]
-                   and clients[k].xpending(k, GROUP)["pending"] == 0 for k in KEYS):
+                   and clients[k].xpending(k, GROUP)["pending"] == 0 for k in KEYS) \
+                    and _topic_group_done(cluster, topic_ledger):
                 return
         except (redis.RedisError, OSError):
             pass
@@ -269,6 +355,7 @@ def _run(tmp_path, seconds: float, seed: int) -> str:
                                        "--leader-rebalance-delay-ms", "2000"], proxied=True, kafka=True,
                       launcher=[sys.executable, str(Path(__file__).resolve().parents[1] / "failing_fsync.py")])
     ledger = GroupLedger(KEYS)
+    topic_ledger = TopicGroupLedger()
     kafka = [KafkaLedger(KAFKA_KEYS, tag=b"i", idempotent=True), KafkaLedger(KAFKA_KEYS, tag=b"n")]
     stop_producers, stop_consumers = threading.Event(), threading.Event()
     try:
@@ -277,14 +364,20 @@ def _run(tmp_path, seconds: float, seed: int) -> str:
             _leader_client(cluster, key).xgroup_create(key, GROUP, id="0", mkstream=True)
         _leader_client(cluster, KAFKA_TOPIC.encode()).execute_command(
             "TOPIC", "CREATE", KAFKA_TOPIC, "PARTITIONS", len(KAFKA_KEYS))
+        # On the topic key: every partition's leader creates it (retried while
+        # a partition is still being placed).
+        eventually(lambda: _leader_client(cluster, KAFKA_TOPIC.encode()).xgroup_create(KAFKA_TOPIC, TOPIC_GROUP, id="0"),
+                   what="XGROUP CREATE on the topic key")
         _wait_preferred_leaders(cluster)
         assert len({cluster.leader_of(k).port for k in KAFKA_KEYS}) == 3  # every node leads a partition
         epochs_before = _epochs(cluster)
         producers = ([threading.Thread(target=produce, args=(cluster, k, ledger, stop_producers)) for k in KEYS]
                      + [threading.Thread(target=produce_kafka, args=(cluster, KAFKA_TOPIC, k, stop_producers))
                         for k in kafka])
-        threads = producers + [threading.Thread(target=_consume, args=(cluster, k, ledger, stop_consumers))
-                               for k in KEYS]
+        threads = (producers
+                   + [threading.Thread(target=_consume, args=(cluster, k, ledger, stop_consumers)) for k in KEYS]
+                   + [threading.Thread(target=_consume_topic, args=(cluster, m, topic_ledger, stop_consumers))
+                      for m in TOPIC_MEMBERS])
         for t in threads:
             t.start()
         deadline = time.monotonic() + seconds
@@ -293,7 +386,7 @@ def _run(tmp_path, seconds: float, seed: int) -> str:
         stop_producers.set()
         for t in producers:
             t.join(120)  # a Kafka producer flushes what it has queued first
-        _drain(cluster, ledger)
+        _drain(cluster, ledger, topic_ledger)
         stop_consumers.set()
         for t in threads:
             t.join(30)
@@ -305,6 +398,7 @@ def _run(tmp_path, seconds: float, seed: int) -> str:
         checked, xacks = _check(cluster, ledger)
         kafka_stored, kafka_producers_of = _kafka_partitions(cluster)
         kafka_checked = [check_kafka(k, kafka_stored, kafka_producers_of) for k in kafka]
+        handed_over = _check_topic_group(cluster, topic_ledger, kafka_stored)
     finally:
         stop_producers.set()
         stop_consumers.set()
@@ -319,6 +413,9 @@ def _run(tmp_path, seconds: float, seed: int) -> str:
             f"{acked} acknowledged XADDs, {checked} entries checked on final leaders, "
             f"{xacks} entries consumed and acknowledged; {ledger.failed_writes} failed writes and "
             f"{ledger.failed_reads} failed reads retried; "
+            f"topic-key group: {len(topic_ledger.xacked)} entries consumed and acknowledged by "
+            f"{len(TOPIC_MEMBERS)} members, {handed_over} handed from one to the other, "
+            f"{topic_ledger.failed_reads} failed reads retried; "
             + "; ".join(f"Kafka acks=-1 {'idempotent' if k.idempotent else 'non-idempotent'}: "
                         f"{sum(map(len, k.acked.values()))} acknowledged, {checked_k} checked at their offsets "
                         f"({sum(o.count(-1) for o in k.offsets.values())} reported with no offset: found by value), "
