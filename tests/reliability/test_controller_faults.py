@@ -257,7 +257,8 @@ def _fault(cluster: Cluster, rng: random.Random, ledger: GroupLedger) -> None:
                 time.sleep(0.1)
         finally:
             trigger.unlink()
-        assert leader.terminate() == 0  # the disk replaced: a restart reopens and recovers the log
+        code = leader.terminate()  # the disk replaced: a restart reopens and recovers the log
+        assert code == 0, f"the node with the failed disk exited with {code}:\n{leader.log()[-4000:]}"
         leader.start()
     elif action == "kill_leader":
         leader.kill9()
