@@ -22,7 +22,9 @@ durability and acks=all waits before its reply; a forwarded group change
 XGROUP. A member's read of partitions this node leads, from the group's
 coordinator (``GROUPREAD``), runs in the bus connection's broker session
 too, so its reply waits for the durability and acks=all replication of the
-PEL changes it made, as a client's XREADGROUP does.
+PEL changes it made, as a client's XREADGROUP does; so does a topic's
+group views' request (``GROUPINFO``: its partitions' groups, and on the
+coordinator the memberships, synced first).
 
 Every internal command (fetches, the controller's Raft messages, heartbeats,
 proposals, forwarded writes and fanned-out reads, failover pauses) goes over the bus; the client
@@ -200,6 +202,25 @@ def groupread(ctx, argv):
         return peer_resp.encode_response(ctx.session.serve_group_parts(request))
     except BadRequest as e:
         raise err(f"malformed GROUPREAD request: {e.message}") from None
+
+
+@command("groupinfo", arity=-5, flags="admin stale", group="cluster", since="7.0.0",
+         acl_categories=("admin", "slow", "dangerous"), peer=True,
+         summary="Internal: a topic's consumer groups on the partitions this node leads (and on the group "
+         "coordinator, their memberships), for XINFO GROUPS / CONSUMERS and TOPIC GROUPS on another node.",
+         syntax="GROUPINFO topic members only-given only [partition ...]")
+def groupinfo(ctx, argv):
+    """GROUPINFO topic members only-given only [partition ...]
+
+    Run by the broker session of the bus connection
+    (``TopicGroupOps.serve_group_info``): what syncing the memberships
+    writes (dead members' partitions handed over) is durable and replicated
+    before the reply."""
+    request = _request("GROUPINFO", argv, 0)
+    try:
+        return peer_resp.encode_response(ctx.session.serve_group_info(request))
+    except BadRequest as e:
+        raise err(f"malformed GROUPINFO request: {e.message}") from None
 
 
 @command("replauth", arity=2, flags="admin stale fast no_auth", group="cluster", since="7.0.0",

@@ -4,17 +4,32 @@ Owns: how the broker's group values (``cluster.broker.groups``) look in a
 RESP reply where more than one command module shows them: a group's
 dead-letter fields (XINFO GROUPS, XINFO STREAM FULL), the groups of XINFO
 STREAM FULL, and a topic's groups with membership (TOPIC GROUPS, TOPIC
-DESCRIBE). Command modules never import each other; they share these.
+DESCRIBE); and ``shaped``, which shapes a group view the broker may only
+give later (in a cluster it asks other nodes). Command modules never
+import each other; they share these.
 
 Must not know: group state, storage, how the values were computed.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from types import CoroutineType
+from typing import Any, Callable
 
 from server.reply import Map
 from storage.streams.ids import format_id
+
+
+def shaped(found: Any, shape: Callable[[Any], Any]) -> Any:
+    """``shape(found)``; when ``found`` is a coroutine (a cluster: the broker
+    asks other nodes first), the coroutine of it, which the dispatcher awaits."""
+    if type(found) is CoroutineType:
+        return _shaped_when(found, shape)
+    return shape(found)
+
+
+async def _shaped_when(finding: Any, shape: Callable[[Any], Any]) -> Any:
+    return shape(await finding)
 
 
 def dead_letter_fields(info: Map, group: Any) -> None:

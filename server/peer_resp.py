@@ -6,7 +6,7 @@ Owns:
 - the RESP form of each message of cluster/peer/messages.py, both ways:
   ``encode_request`` / ``decode_request`` (a request is one command:
   ``REPLFETCH``, ``REPLEPOCH``, ``REPLPAUSE``, ``RAFT``, ``CTRLBEAT``,
-  ``CTRLPROPOSE``, ``CTRLJOIN``, ``CTRLMOVE``, ``REPLREAD``, ``GROUPREAD``, or ``XADD`` for
+  ``CTRLPROPOSE``, ``CTRLJOIN``, ``CTRLMOVE``, ``REPLREAD``, ``GROUPREAD``, ``GROUPINFO``, or ``XADD`` for
   a forwarded append and ``XGROUP`` for a forwarded group change, run on the
   leader as the client commands they are) and ``encode_response`` / ``decode_response`` (its reply, a
   nested RESP value). The bus (server/bus.py) decodes what a peer sends,
@@ -45,11 +45,11 @@ from cluster.errors import Refused
 from cluster.peer.link import Unreachable
 from cluster.peer.messages import (Ack, AppendRequest, AppendResponse, BeatRequest, BeatResponse, Discovered,
                                    EpochEnd, EpochPartition, EpochRequest, EpochResponse, FetchedPartition,
-                                   FetchPartition, FetchRequest, FetchResponse, GroupPart, GroupPartRead,
-                                   GroupReadRequest, GroupReadResponse, GroupRequest, GroupResponse,
-                                   JoinRequest, MoveRequest,
-                                   PartitionEnd, PartRead, PauseRequest, PauseResponse, ProposeRequest,
-                                   RaftRequest, ReadPart, ReadRequest, ReadResponse, Request, Response)
+                                   FetchPartition, FetchRequest, FetchResponse, GroupInfoRequest,
+                                   GroupInfoResponse, GroupPart, GroupPartRead, GroupReadRequest,
+                                   GroupReadResponse, GroupRequest, GroupResponse, JoinRequest, Membership,
+                                   MoveRequest, PartGroup, PartitionEnd, PartRead, PauseRequest, PauseResponse,
+                                   ProposeRequest, RaftRequest, ReadPart, ReadRequest, ReadResponse, Request, Response)
 from cluster.replication import OUT_OF_RANGE, TOPIC_ID_MISMATCH
 from server.reply import OK
 
@@ -68,6 +68,7 @@ NAMES: dict[type, bytes] = {
     FetchRequest: b"REPLFETCH", EpochRequest: b"REPLEPOCH", PauseRequest: b"REPLPAUSE", RaftRequest: b"RAFT",
     BeatRequest: b"CTRLBEAT", ProposeRequest: b"CTRLPROPOSE", JoinRequest: b"CTRLJOIN", MoveRequest: b"CTRLMOVE",
     AppendRequest: b"XADD", ReadRequest: b"REPLREAD", GroupRequest: b"XGROUP", GroupReadRequest: b"GROUPREAD",
+    GroupInfoRequest: b"GROUPINFO",
 }
 GROUP_OPS = ("create", "setid", "destroy")
 
@@ -78,6 +79,10 @@ def _int(raw: Any) -> int:
 
 def _str(raw: Any) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def _int_or_none(raw: Any) -> int | None:
+    return None if raw is None else _int(raw)
 
 
 def _id(raw: bytes) -> tuple[int, int]:
@@ -155,6 +160,9 @@ def encode_request(request: Request) -> list[bytes]:
                      b"1" if p.noack else b"0", b"%d" % p.claim_ms, _id_text(p.after), b"1" if p.take_over else b"0",
                      b",".join(_id_text(i) for i in p.redeliver)]
         return args
+    if kind is GroupInfoRequest:  # topic, members (1/0), only given (1/0), only, partition ...
+        return [name, request.topic, b"1" if request.members else b"0", b"0" if request.only is None else b"1",
+                request.only or b"", *(b"%d" % n for n in request.partitions)]
     assert kind is AppendRequest, kind
     return [name, request.key, *request.options, *request.fields]
 
@@ -231,6 +239,12 @@ def decode_request(argv: list[bytes]) -> Request:
         if not parts:
             raise ValueError("no partition")
         return GroupReadRequest(tuple(parts))
+    if name == b"GROUPINFO":
+        _, topic, members, given, only, *partitions = argv
+        if members not in (b"0", b"1") or given not in (b"0", b"1"):
+            raise ValueError("expected 0 or 1")
+        return GroupInfoRequest(topic, tuple(_int(n) for n in partitions), only if given == b"1" else None,
+                                members == b"1")
     if name == b"XADD":
         at = _xadd_id_position(argv)
         fields = argv[at + 1:]
@@ -301,6 +315,11 @@ def encode_response(response: Response) -> Any:
                  None if p.claims is None else [x for pair in p.claims for x in pair],
                  [_id_text(i) for i in p.queue], p.pending, _id_text(p.position)]
                 for p in response.parts]
+    if kind is GroupInfoResponse:
+        return [[[[g.name, g.pending, _id_text(g.last_id), g.entries_read, g.lag,
+                   [x for c in g.consumers for x in c]] for g in part] for part in response.parts],
+                [[m.name, [[name, idle_ms, list(owned)] for name, idle_ms, owned in m.members], list(m.owners)]
+                 for m in response.members]]
     if kind is ReadResponse:
         return [[p.length, [_id_text(i) for i in p.ids], list(p.entries), _id_text(p.position)]
                 for p in response.parts]
@@ -361,6 +380,18 @@ def decode_response(request: Request, reply: Any) -> Response:
         if len(found) != len(request.parts):
             raise ValueError("expected an answer per partition")
         return GroupReadResponse(tuple(found))
+    if kind is GroupInfoRequest:
+        found_parts, found_members = reply
+        parts = tuple(tuple(PartGroup(name, _int(pending), _id(last_id), _int_or_none(entries_read), _int_or_none(lag),
+                                      tuple((c, _int(p), _int(i)) for c, p, i in _groups(consumers, 3, "consumer")))
+                            for name, pending, last_id, entries_read, lag, consumers in part)
+                      for part in found_parts)
+        if len(parts) != len(request.partitions):
+            raise ValueError("expected an answer per partition")
+        members = tuple(Membership(name, tuple((member, _int(idle_ms), tuple(_int(n) for n in owned))
+                                               for member, idle_ms, owned in rows), tuple(owners))
+                        for name, rows, owners in found_members)
+        return GroupInfoResponse(parts, members)
     if kind is ReadRequest:
         parts = []
         for length, ids, entries, position in reply:

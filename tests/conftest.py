@@ -367,6 +367,11 @@ def same_reply(partita, redis, payload: bytes, **kwargs) -> tuple[bytes, bytes]:
     return ours, theirs
 
 
+def resp_command(*args: bytes) -> bytes:
+    """A command in RESP (an array of bulk strings), for ``RawConn.request``."""
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+
+
 def wait_for(predicate, timeout_s: float = 10.0, interval_s: float = 0.02) -> bool:
     """Poll ``predicate`` (every ``interval_s``) until it holds or
     ``timeout_s`` passed; its last value. The one polling loop of the tests

@@ -30,7 +30,14 @@ deletions that mind the groups are ``cluster.broker.references``'):
   in a cluster, XGROUP CREATE / SETID / DESTROY of a topic whose partitions
   other nodes lead sends each such partition's command to its leader
   (``GroupRequest`` through ``Forwarder.forward``, all at once) and
-  returns the awaitable of the combined answer (``_each_partition_led``).
+  returns the awaitable of the combined answer (``_each_partition_led``);
+- a topic's group views (XINFO GROUPS / CONSUMERS, TOPIC GROUPS): the facts
+  of each partition's groups (``partition_groups``) and of each group's
+  membership (``membership_of``), merged by the one merge (``topic_views``,
+  ``topic_group_infos``, ``topic_consumer_infos``), whether one node
+  gathered them or, in a cluster, the partitions' leaders and the
+  coordinator sent them (``cluster.broker.topic_groups``: then the
+  operation returns the awaitable of the merge).
 
 Every group write is noted here (``wrote_group`` / ``wrote_log``, and the
 keys it changes are signalled), so a front-end's reply waits for what its
@@ -58,7 +65,7 @@ import trio
 
 from cluster.broker.budget import ReadBudget
 from cluster.errors import ClusterError, Refused
-from cluster.peer.messages import GroupRequest, GroupResponse
+from cluster.peer.messages import GroupInfoResponse, GroupRequest, GroupResponse, Membership, PartGroup
 from cluster.topics import partition_key
 from storage.entry_codec import decode_entry, split_entries
 from storage.errors import Refusal
@@ -313,6 +320,102 @@ class _Counters:
             else:
                 self._first = tuple(stream.first_entry_id())
         return self._first
+
+
+def partition_groups(stream: Any, now_ms: int, only: bytes | None = None) -> tuple[PartGroup, ...]:
+    """The groups of one partition (only ``only`` when given), in name
+    order, as a topic's views merge them: each with its consumers' pending
+    counts and idle times (by ``now_ms``)."""
+    counters = _Counters(stream)
+    return tuple(PartGroup(g.name, len(g.pel), tuple(g.last_id), g.entries_read, group_lag(counters, g),
+                           tuple((c.name, len(c.pending), max(now_ms - c.seen_time_ms, 0))
+                                 for c in g.sorted_consumers()))
+                 for g in groups_of(stream).sorted_groups() if only is None or g.name == only)
+
+
+def membership_of(m: Any, now_ms: int) -> Membership:
+    """A topic group's membership ``m`` (``cluster.membership``) as a topic's views merge it."""
+    members = tuple((member.name, max(now_ms - member.last_seen_ms, 0), tuple(m.assigned(member.name)))
+                    for member in sorted(m.coordinator.members.values(), key=lambda x: x.name))
+    return Membership(m.group, members, tuple(m.owner_of(p) for p in range(len(m.coordinator.owner))))
+
+
+def _named(part: Sequence[PartGroup], name: bytes) -> PartGroup | None:
+    return next((g for g in part if g.name == name), None)
+
+
+def topic_views(topic: bytes, parts: Sequence[Sequence[PartGroup]], memberships: dict[bytes, Membership],
+                only: bytes | None) -> list[TopicGroupView]:
+    """TOPIC GROUPS of ``topic``: the groups of its partitions (``parts``,
+    in partition order: ``partition_groups``) merged with their memberships
+    (by group name: ``membership_of``), each group in name order; only
+    ``only`` when given (refused when no partition has it). The one merge,
+    whoever gathered the facts (one node, or the partitions' leaders)."""
+    names = {g.name for part in parts for g in part}
+    if only is not None:
+        if only not in names:
+            raise GroupOpError(NO_GROUP_FOR_KEY, key=topic, group=only)
+        names = {only}
+    out = []
+    for name in sorted(names):
+        m = memberships.get(name) if len(parts) > 1 else None
+        members = [] if m is None else [MemberView(member, [partition_key(topic, p) for p in owned], idle_ms)
+                                        for member, idle_ms, owned in m.members]
+        rows = []
+        for p, part in enumerate(parts):
+            g = _named(part, name)
+            if g is not None:
+                owner = m.owners[p] if m is not None and p < len(m.owners) else None
+                rows.append(PartitionGroupView(p, partition_key(topic, p), owner, g.pending, g.last_id,
+                                               g.entries_read, g.lag))
+        out.append(TopicGroupView(name, members, rows))
+    return out
+
+
+def topic_group_infos(topic: bytes, parts: Sequence[Sequence[PartGroup]],
+                      memberships: dict[bytes, Membership]) -> list[TopicGroupInfo]:
+    """XINFO GROUPS of a multi-partition topic (facts as ``topic_views``):
+    per group, its consumers (of any partition), pending and lag summed
+    (lag None when a partition's is), live members and partitions with it."""
+    out = []
+    for view in topic_views(topic, parts, memberships, None):
+        consumers: set[bytes] = set()
+        for part in parts:
+            g = _named(part, view.name)
+            if g is not None:
+                consumers.update(c[0] for c in g.consumers)
+        lags = [row.lag for row in view.partitions]
+        out.append(TopicGroupInfo(
+            view.name, len(consumers), sum(row.pending for row in view.partitions),
+            None if any(lag is None for lag in lags) else sum(lags), len(view.members), len(view.partitions)))
+    return out
+
+
+def topic_consumer_infos(topic: bytes, name: bytes, parts: Sequence[Sequence[PartGroup]],
+                         membership: Membership | None) -> list[TopicConsumerInfo]:
+    """XINFO CONSUMERS of group ``name`` of a multi-partition topic (facts
+    as ``topic_views``): every consumer of any partition and every live
+    member, in name order, pending summed, idle the least of its partitions'
+    and its membership's; refused when partition 0 has no such group."""
+    if _named(parts[0], name) is None:
+        raise GroupOpError(NO_GROUP_FOR_KEY, key=topic, group=name)
+    rows: dict[bytes, list[int]] = {}  # name -> [pending, idle ms]
+    for part in parts:
+        g = _named(part, name)
+        if g is not None:
+            for consumer, pending, idle_ms in g.consumers:
+                row = rows.setdefault(consumer, [0, idle_ms])
+                row[0] += pending
+                row[1] = min(row[1], idle_ms)
+    owned: dict[bytes, tuple[int, ...]] = {}
+    if membership is not None:
+        for member, idle_ms, partitions in membership.members:
+            row = rows.setdefault(member, [0, idle_ms])
+            row[1] = min(row[1], idle_ms)
+            owned[member] = partitions
+    return [TopicConsumerInfo(consumer, rows[consumer][0], rows[consumer][1], consumer in owned,
+                              [partition_key(topic, p) for p in owned.get(consumer, ())])
+            for consumer in sorted(rows)]
 
 
 def _at_most_added(entries_read: int | None, stream: Any) -> int | None:
@@ -1389,39 +1492,30 @@ class GroupOps:
 
     # -- XINFO -------------------------------------------------------------
 
-    def group_infos(self, key: bytes) -> list[GroupInfo] | list[TopicGroupInfo]:
-        """XINFO GROUPS: each group of the key, in name order (a topic's summed)."""
+    def group_infos(self, key: bytes) -> Any:
+        """XINFO GROUPS: each group of the key, in name order (a topic's
+        summed: ``topic_group_infos``; in a cluster, with partitions led
+        elsewhere, the awaitable of them)."""
         self.commit_deferred()
-        topics = self.broker.topics
-        if topics.is_multi(key):
-            out = []
-            for view in self._topic_views(key, None):
-                consumers: set[bytes] = set()
-                for p in range(topics.partition_count(key)):
-                    group = self._partition_group(key, p, view.name)[2]
-                    if group is not None:
-                        consumers.update(group.consumers)
-                lags = [row.lag for row in view.partitions]
-                out.append(TopicGroupInfo(
-                    view.name, len(consumers), sum(row.pending for row in view.partitions),
-                    None if any(lag is None for lag in lags) else sum(lags),
-                    len(view.members), len(view.partitions)))
-            return out
+        if self.broker.topics.is_multi(key):
+            return self._with_topic_facts(key, None, lambda parts, members: topic_group_infos(key, parts, members))
         stream, store = self._store_of(key, NO_SUCH_KEY)
         counters = _Counters(stream)
         return [GroupInfo(g.name, len(g.consumers), len(g.pel), g.last_id, g.entries_read,
                           group_lag(counters, g), g.max_deliveries, g.dead_letter_key, g.dead_lettered_total)
                 for g in store.sorted_groups()]
 
-    def consumer_infos(self, key: bytes, name: bytes) -> list[ConsumerInfo] | list[TopicConsumerInfo]:
+    def consumer_infos(self, key: bytes, name: bytes) -> Any:
         """XINFO CONSUMERS: the group's consumers in name order. On a topic:
         every consumer of any partition (pending summed) and every live
-        member, with the partitions it owns."""
+        member, with the partitions it owns (``topic_consumer_infos``; in a
+        cluster, with partitions led elsewhere, the awaitable of them)."""
         self.commit_deferred()
         topics = self.broker.topics
-        now = self.broker.clock_ms()
         if topics.is_multi(key):
-            return self._topic_consumer_infos(key, name, now)
+            return self._with_topic_facts(
+                key, name, lambda parts, members: topic_consumer_infos(key, name, parts, members.get(name)))
+        now = self.broker.clock_ms()
         _, store = self._store_of(key, NO_SUCH_KEY)
         group = store.group(name)
         if group is None:
@@ -1430,32 +1524,6 @@ class GroupOps:
         return [ConsumerInfo(c.name, len(c.pending), max(now - c.seen_time_ms, 0),
                              max(now - c.active_time_ms, 0) if c.active_time_ms >= 0 else -1)
                 for c in group.sorted_consumers()]
-
-    def _topic_consumer_infos(self, key: bytes, name: bytes, now: int) -> list[TopicConsumerInfo]:
-        topics = self.broker.topics
-        if self._partition_group(key, 0, name)[2] is None:
-            raise GroupOpError(NO_GROUP_FOR_KEY, key=key, group=name)
-        m = self._synced_membership(key, name)
-        rows: dict[bytes, list[int]] = {}  # name -> [pending, last seen ms]
-        for p in range(topics.partition_count(key)):
-            group = self._partition_group(key, p, name)[2]
-            if group is None:
-                continue
-            for c in group.consumers.values():
-                row = rows.setdefault(c.name, [0, c.seen_time_ms])
-                row[0] += len(c.pending)
-                row[1] = max(row[1], c.seen_time_ms)
-        if m is not None:
-            for member in m.coordinator.members.values():
-                row = rows.setdefault(member.name, [0, member.last_seen_ms])
-                row[1] = max(row[1], member.last_seen_ms)
-        out = []
-        for consumer in sorted(rows):
-            pending, seen = rows[consumer]
-            live = m is not None and m.coordinator.is_alive(consumer)
-            owned = [partition_key(key, p) for p in m.assigned(consumer)] if m is not None else []
-            out.append(TopicConsumerInfo(consumer, pending, max(now - seen, 0), live, owned))
-        return out
 
     def group_count(self, key: bytes) -> int:
         """How many consumer groups the stream ``key`` has (XINFO STREAM's ``groups``)."""
@@ -1481,48 +1549,58 @@ class GroupOps:
                 consumers, g.max_deliveries, g.dead_letter_key, g.dead_lettered_total, g.nacked_count()))
         return out
 
-    def topic_groups(self, topic: bytes, only: bytes | None = None) -> list[TopicGroupView]:
+    def topic_groups(self, topic: bytes, only: bytes | None = None) -> Any:
         """TOPIC GROUPS / TOPIC DESCRIBE's groups: each group of ``topic`` (or
         only ``only``) with its live members, assignment and per-partition
-        pending and lag; dead members expire and hand over first."""
+        pending and lag; dead members expire and hand over first
+        (``topic_views``; in a cluster, with partitions led elsewhere, the
+        awaitable of them)."""
         self.commit_deferred()
-        return self._topic_views(topic, only)
+        return self._with_topic_facts(topic, only, lambda parts, members: topic_views(topic, parts, members, only))
 
-    def _topic_views(self, topic: bytes, only: bytes | None) -> list[TopicGroupView]:
+    def _with_topic_facts(self, topic: bytes, only: bytes | None, merge: Callable[[list, dict], Any]) -> Any:
+        """``merge(parts, memberships)`` of ``topic``'s group facts: per
+        partition its groups (``partition_groups``; only group ``only`` when
+        given), and by group name its membership (``membership_of``). In a
+        cluster where other nodes lead some partitions, the facts come from
+        each partition's leader and the coordinator (``_group_facts_across``)
+        and this returns the awaitable of the merge, refused inside a
+        transaction (it would wait for peers)."""
+        replication = self.broker.replication
+        if replication is not None and replication.fanout.led_elsewhere(topic):
+            if not self.may_block:
+                raise replication.fanout.in_transaction(topic)
+            return self._merge_across(topic, only, merge)
+        partitions = self.broker.topics.partition_count(topic)
+        facts = self.group_facts(topic, range(partitions), only, partitions > 1)
+        return merge(list(facts.parts), {m.name: m for m in facts.members})
+
+    async def _merge_across(self, topic: bytes, only: bytes | None, merge: Callable[[list, dict], Any]) -> Any:
+        return merge(*await self._group_facts_across(topic, only))
+
+    def group_facts(self, topic: bytes, partitions: Sequence[int], only: bytes | None,
+                    members: bool) -> GroupInfoResponse:
+        """The group facts of ``partitions`` of ``topic`` held here (only
+        group ``only`` when given) and, with ``members``, the memberships of
+        its groups (synced first: dead members expire, their partitions are
+        handed over): what this node answers a ``GroupInfoRequest``, and
+        what a single node merges."""
         topics = self.broker.topics
-        partitions = topics.partition_count(topic)
-        names: set[bytes] = set()
-        for p in range(partitions):
-            names.update(groups_of(topics.get(partition_key(topic, p))).groups)
-        if only is not None:
-            if only not in names:
-                raise GroupOpError(NO_GROUP_FOR_KEY, key=topic, group=only)
-            names = {only}
-        now = self.broker.clock_ms()
-        out = []
-        for name in sorted(names):
-            m = self._synced_membership(topic, name) if partitions > 1 else None
-            members = []
-            if m is not None:
-                for member in sorted(m.coordinator.members.values(), key=lambda x: x.name):
-                    members.append(MemberView(member.name, [partition_key(topic, p) for p in m.assigned(member.name)],
-                                              max(now - member.last_seen_ms, 0)))
-            rows = []
-            for p in range(partitions):
-                stream, _, group = self._partition_group(topic, p, name)
-                if group is None:
-                    continue
-                rows.append(PartitionGroupView(p, partition_key(topic, p), m.owner_of(p) if m is not None else None,
-                                               len(group.pel), group.last_id, group.entries_read,
-                                               group_lag(_Counters(stream), group)))
-            out.append(TopicGroupView(name, members, rows))
-        return out
+        now_ms = self.broker.clock_ms()
+        parts = tuple(partition_groups(topics.get(partition_key(topic, p)), now_ms, only) for p in partitions)
+        found = []
+        if members:
+            for (t, name) in sorted(topics.coordinators):
+                if t == topic and (only is None or name == only):
+                    found.append(membership_of(self._synced_membership(topic, name), now_ms))
+        return GroupInfoResponse(parts, tuple(found))
 
     def _synced_membership(self, topic: bytes, name: bytes) -> Any:
         """The group's membership on ``topic`` if it has one, brought up to
         date (dead members expired, their partitions handed over)."""
         m = self.broker.topics.coordinators.get((topic, name))
         if m is not None:
+            self._locate(m)  # (in a cluster: which partitions are led elsewhere)
             for store in m.sync(self.broker.clock_ms()):
                 self.wrote_group(store)
         return m

@@ -693,16 +693,21 @@ class ReadOps:
         (effective value, overridden)) and in a cluster
         ``replication-factor``. In a cluster it covers the whole cluster on
         any node (``Replication.describe_topic``: the committed metadata;
-        the figures of a partition this node holds no copy of are None).
+        the figures of a partition this node holds no copy of are None;
+        ``groups-here`` False inside a transaction when the groups would be
+        asked of other nodes).
         TopicError for a partition key or an unknown topic."""
         self.commit_deferred()
         topics = self.broker.topics
         if topics.topic_of(topic) != topic:
             raise TopicError(TOPIC_DESCRIBE_NEEDS_TOPIC, key=topic)
         replication = self.broker.replication
-        if replication is not None:
-            return replication.describe_topic(topic)
-        return topics.describe(topic)
+        if replication is None:
+            return topics.describe(topic)
+        described = replication.describe_topic(topic)
+        if described["groups-here"] and not self.may_block and replication.fanout.led_elsewhere(topic):
+            described["groups-here"] = False  # (a transaction cannot ask other nodes for them)
+        return described
 
     def topic_names(self) -> list[bytes]:
         """TOPIC LIST: every topic name, sorted; in a cluster every topic of

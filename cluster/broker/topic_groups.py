@@ -43,19 +43,27 @@ coordinator that leads every partition too), before the read that made it
 replies, and the slot's next leader restores the last one on its first
 read of the group (``_restore_membership``, ``TopicGroupMembership.restore``).
 
+A topic's group views (XINFO GROUPS / CONSUMERS, TOPIC GROUPS) on any node
+gather their facts where they are kept (``_group_facts_across``): each
+partition's groups from its leader, the memberships from the coordinator
+(synced there first: dead members expire), one ``GroupInfoRequest`` per
+node (``GROUPINFO`` on the bus, ``serve_group_info``), all at once; the
+merge is the single node's (``cluster.broker.groups.topic_views`` ...).
+
 Not across nodes (refused): MAXCOUNT / MAXSIZE; inside MULTI. A leader that
 cannot be reached fails the read with ``TryAgain`` when no other partition
 served anything (entries it may have delivered stay pending for the member:
 its history read, ID 0, gets them).
 
-Owns: the coordinator's read across nodes, the leader's share of it, and
-the membership's stream (its key and entry format).
+Owns: the coordinator's read across nodes, the leader's share of it, the
+membership's stream (its key and entry format), and gathering a topic's
+group facts across nodes.
 Must not know: sockets, RESP, reply shapes (Deliveries, as ``GroupOps``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import trio
 
@@ -64,9 +72,10 @@ from cluster.broker.groups import Delivery, GroupRead, _Target, _TopicTarget
 from cluster.errors import ClusterError, TryAgain
 from cluster.membership import hand_over, take_queued
 from cluster.peer.link import Unreachable
-from cluster.peer.messages import (GROUP_PENDING, GROUP_READ_HISTORY, GROUP_READ_NEW, GroupPart, GroupPartRead,
-                                   GroupReadRequest, GroupReadResponse)
+from cluster.peer.messages import (GROUP_PENDING, GROUP_READ_HISTORY, GROUP_READ_NEW, GroupInfoRequest,
+                                   GroupInfoResponse, GroupPart, GroupPartRead, GroupReadRequest, GroupReadResponse)
 from cluster.peer.service import check_leads
+from cluster.runtime.fanout import READ_TIMEOUT_S, unreachable
 from cluster.topics import MEMBERS_PREFIX, partition_key
 from storage.entry_codec import decode_entry, split_entries
 from storage.streams.groups import groups_of
@@ -118,6 +127,13 @@ def _snapshot_of(fields: list[bytes]) -> tuple[list[bytes], list, list]:
         elif name in (b"owner", b"target"):
             (owner if name == b"owner" else target).append(value[1:] if value else None)
     return members, owner, target
+
+
+class _At(NamedTuple):
+    """A partition named for ``check_leads``."""
+
+    topic: bytes
+    n: int
 
 
 def _text(key: bytes) -> str:
@@ -431,6 +447,70 @@ class TopicGroupOps:
                     nursery.start_soon(away, topic, after)
         if failures:
             raise failures[0]
+
+    # -- a topic's group views across nodes ---------------------------------------------
+
+    async def _group_facts_across(self, topic: bytes, only: bytes | None) -> tuple[list, dict]:
+        """``topic``'s group facts (``GroupOps.group_facts``) gathered where
+        they are kept: each partition's groups from its leader, the
+        memberships from the coordinator (the leader of partition 0, in the
+        topic key's slot), one ``GroupInfoRequest`` per node, all at once;
+        this node's share read here, after the others answered. Returns
+        ``(groups per partition, memberships by group name)``. Raises
+        ``TryAgain`` (a node unreachable, or a leadership moving) or the
+        node's refusal."""
+        manager = self.broker.replication.manager
+        leader = manager.state.leader
+        partitions = self.broker.topics.partition_count(topic)
+        coordinator = leader(manager.shard_of(topic, 0))
+        by_node: dict[int, list[int]] = {}
+        for p in range(partitions):
+            by_node.setdefault(leader(manager.shard_of(topic, p)), []).append(p)
+        requests = {node: GroupInfoRequest(topic, tuple(ps), only, node == coordinator)
+                    for node, ps in by_node.items()}
+        answers: dict[int, GroupInfoResponse] = {}
+        failures: list[ClusterError] = []
+
+        async def ask(node: int, request: GroupInfoRequest) -> None:
+            link = self.broker.replication.link(node, f"{PURPOSE}{self.client_id % GROUP_READ_LINKS}")
+            link.reply_timeout_s = READ_TIMEOUT_S
+            try:
+                answers[node] = await link.call(request)
+            except (Unreachable, ClusterError) as e:
+                failures.append(unreachable(node, [partition_key(topic, p) for p in request.partitions], e))
+
+        async with trio.open_nursery() as nursery:
+            for node, request in requests.items():
+                if node != manager.my_id:
+                    nursery.start_soon(ask, node, request)
+        if failures:
+            raise failures[0]
+        if manager.my_id in requests:
+            self.commit_deferred()  # (other clients' writes meanwhile)
+            answers[manager.my_id] = self.serve_group_info(requests[manager.my_id])
+        parts: list = [()] * partitions
+        memberships: dict = {}
+        for node, request in requests.items():
+            for p, groups in zip(request.partitions, answers[node].parts):
+                parts[p] = groups
+            memberships.update((m.name, m) for m in answers[node].members)
+        return parts, memberships
+
+    def serve_group_info(self, request: GroupInfoRequest) -> GroupInfoResponse:
+        """A ``GroupInfoRequest``: the groups of partitions this node leads
+        (else ``TryAgain``: the asking node's view is behind) and, asked as
+        the coordinator, the topic's memberships (``group_facts``; what
+        syncing them writes is this session's, so the answer waits for it)."""
+        self.commit_deferred()
+        replication = self.broker.replication
+        if replication is None:
+            raise ClusterError("This instance has cluster support disabled")
+        topic = request.topic
+        asked = [_At(topic, n) for n in request.partitions]
+        if request.members:
+            asked.append(_At(topic, 0))  # (the coordinator leads the topic key's slot, partition 0's)
+        check_leads(replication.manager, asked)
+        return self.group_facts(topic, request.partitions, request.only, request.members)
 
     # -- a partition's leader ------------------------------------------------------
 

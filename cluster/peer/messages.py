@@ -18,6 +18,7 @@ which request (``RESPONSE_OF``). A request is idempotent unless it says so
 | ``ReadRequest`` (``ReadPart`` each) | ``ReadResponse`` (``PartRead`` each) | a topic-wide read fanned out to the partitions' leaders |
 | ``GroupRequest`` | ``GroupResponse`` | XGROUP CREATE / SETID / DESTROY of a topic key, for one partition's leader |
 | ``GroupReadRequest`` (``GroupPart`` each) | ``GroupReadResponse`` (``GroupPartRead`` each) | a member's XREADGROUP of a topic key: its partitions led elsewhere, from the group's coordinator |
+| ``GroupInfoRequest`` | ``GroupInfoResponse`` (``PartGroup`` per group and partition, ``Membership`` per group) | XINFO GROUPS / CONSUMERS, TOPIC GROUPS of a topic key: its partitions' groups from their leaders, the memberships from the coordinator |
 
 A refusal is not a response: the answering side raises a
 ``cluster.errors.ClusterError`` and the asking side gets
@@ -308,6 +309,56 @@ class GroupReadResponse:
     parts: tuple[GroupPartRead, ...]  # in the request's order
 
 
+# -- a topic's group views, from the partitions' leaders and the coordinator ------------
+
+
+@dataclass(frozen=True, slots=True)
+class PartGroup:
+    """One group on one partition, as a topic's group views merge it
+    (cluster/broker/groups.py: XINFO GROUPS / CONSUMERS, TOPIC GROUPS):
+    its PEL's size, last-delivered-id, entries-read and lag (None: unknown),
+    and per consumer, in name order, ``(name, pending, idle ms)`` (ms since
+    it was last seen, by the answering node's clock)."""
+
+    name: bytes
+    pending: int
+    last_id: tuple[int, int]
+    entries_read: int | None
+    lag: int | None
+    consumers: tuple[tuple[bytes, int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Membership:
+    """A topic group's membership on its coordinator, synced (dead members
+    expired): per live member, in name order, ``(name, idle ms, partitions
+    it is assigned)``, and per partition its owner (None: unassigned or
+    being handed over)."""
+
+    name: bytes
+    members: tuple[tuple[bytes, int, tuple[int, ...]], ...]
+    owners: tuple[bytes | None, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInfoRequest:
+    """The groups of ``partitions`` of ``topic`` (only group ``only`` when
+    given), for their leader; with ``members`` (for the coordinator, the
+    leader of the topic key's slot) the memberships of the topic's groups
+    too (synced first: dead members expire)."""
+
+    topic: bytes
+    partitions: tuple[int, ...]
+    only: bytes | None = None
+    members: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInfoResponse:
+    parts: tuple[tuple[PartGroup, ...], ...]  # per asked partition, its groups in name order
+    members: tuple[Membership, ...] = ()
+
+
 # -- topic-wide reads fanned out ---------------------------------------------------------
 
 # What a ``ReadPart`` asks of one partition (cluster/runtime/fanout.py).
@@ -361,13 +412,14 @@ class ReadResponse:
 
 
 Request = (FetchRequest | EpochRequest | PauseRequest | RaftRequest | BeatRequest | ProposeRequest
-           | JoinRequest | MoveRequest | AppendRequest | ReadRequest | GroupRequest | GroupReadRequest)
+           | JoinRequest | MoveRequest | AppendRequest | ReadRequest | GroupRequest | GroupReadRequest
+           | GroupInfoRequest)
 Response = (FetchResponse | EpochResponse | PauseResponse | BeatResponse | AppendResponse | ReadResponse
-            | GroupResponse | GroupReadResponse | Ack)
+            | GroupResponse | GroupReadResponse | GroupInfoResponse | Ack)
 
 RESPONSE_OF: dict[type, type] = {
     FetchRequest: FetchResponse, EpochRequest: EpochResponse, PauseRequest: PauseResponse,
     RaftRequest: Ack, BeatRequest: BeatResponse, ProposeRequest: Ack, JoinRequest: Ack,
     MoveRequest: Ack, AppendRequest: AppendResponse, ReadRequest: ReadResponse, GroupRequest: GroupResponse,
-    GroupReadRequest: GroupReadResponse,
+    GroupReadRequest: GroupReadResponse, GroupInfoRequest: GroupInfoResponse,
 }

@@ -33,11 +33,21 @@ it no longer leads answers ``TryAgain`` (its leadership is moving), relayed
 as it is. Inside MULTI / EXEC a read cannot wait for peers: refused
 (``in_transaction``).
 
+The group commands of a topic key work across nodes with the same
+machinery beside this module: XGROUP CREATE / SETID / DESTROY sent to each
+partition's leader (cluster/broker/groups.py), XREADGROUP through the
+group's coordinator (cluster/broker/topic_groups.py), and XINFO GROUPS /
+CONSUMERS, TOPIC GROUPS (and TOPIC DESCRIBE's groups) gathered from each
+partition's leader and the coordinator (``GroupInfoRequest``, also in
+topic_groups.py), merged as one node merges; this module lends them
+``unreachable`` (what a failed link becomes) and ``in_transaction``.
+
 Owns: which partitions are read where, the ``ReadRequest``s and a pool of
 ``READ_LINKS`` links per peer (purpose ``read<i>``, picked by client id),
 the blocked reads' long polls and their links,
 one partition's committed read (``read_part``, also what a leader answers
-its peers: cluster/peer/service.py), and the merge by ID.
+its peers: cluster/peer/service.py), the merge by ID, and what a leader
+that cannot answer becomes for the client (``unreachable``).
 
 Must not know: encodings or sockets (the peer link), reply shapes, what a
 command's arguments are (the broker's ``ReadOps`` plan the reads).
@@ -186,7 +196,7 @@ class FanOut:
         try:
             response: ReadResponse = await link.call(ReadRequest(tuple(parts)))
         except (Unreachable, Refused) as e:
-            failures.append(_failure(leader, parts, e))
+            failures.append(unreachable(leader, _keys(parts), e))
             return
         for p, answer in zip(parts, response.parts):
             found[p.n] = answer
@@ -228,7 +238,7 @@ class FanOut:
                 else:
                     response = await self._call_waiting(leader, request, wait_ms)
             except (Unreachable, Refused, TryAgain) as e:
-                failures.append(_failure(leader, parts, e))
+                failures.append(unreachable(leader, _keys(parts), e))
                 scope.cancel()
                 return
             if any(found.ids for found in response.parts):
@@ -252,12 +262,15 @@ class FanOut:
                         await closer()
 
 
-def _failure(leader: int, parts: list[ReadPart], e: Exception) -> ClusterError:
-    """What a client gets when ``leader`` could not answer for ``parts``:
-    ``TryAgain`` for a failed link, the leader's own refusal (its TryAgain
-    when its leadership moved) as it is."""
+def _keys(parts: list[ReadPart]) -> list[bytes]:
+    return [partition_key(p.topic, p.n) for p in parts]
+
+
+def unreachable(leader: int, keys: Sequence[bytes], e: Exception) -> ClusterError:
+    """What a client gets when ``leader`` could not answer for the
+    partitions ``keys``: ``TryAgain`` for a failed link, the leader's own
+    refusal (its TryAgain when its leadership moved) as it is."""
     if isinstance(e, Unreachable):
-        keys = ", ".join(_text(partition_key(p.topic, p.n)) for p in parts)
-        return TryAgain(f"partition {keys} leader node {leader} unreachable: {e}")
+        return TryAgain(f"partition {', '.join(_text(k) for k in keys)} leader node {leader} unreachable: {e}")
     assert isinstance(e, ClusterError)
     return e

@@ -65,9 +65,13 @@ ANY_NODE = frozenset({"topic|describe"})
 PARTITION_FIGURES = ("length", "log-start-offset", "log-end-offset", "segments", "bytes",
                      "last-generated-id", "producers")
 # Commands that take a multi-partition topic key on any node: the broker
-# reads partitions led elsewhere from their leaders (cluster/runtime/fanout.py)
-# or has their leaders change their groups (cluster/broker/groups.py).
-FANS_OUT = frozenset({"xlen", "xrange", "xrevrange", "xread", "xgroup|create", "xgroup|setid", "xgroup|destroy"})
+# reads partitions led elsewhere from their leaders (cluster/runtime/fanout.py),
+# has their leaders change their groups (cluster/broker/groups.py), or asks
+# them and the group coordinator for the groups (XINFO GROUPS / CONSUMERS,
+# TOPIC GROUPS: cluster/broker/topic_groups.py). XINFO STREAM needs a
+# partition key: any node refuses a topic key as one node does.
+FANS_OUT = frozenset({"xlen", "xrange", "xrevrange", "xread", "xgroup|create", "xgroup|setid", "xgroup|destroy",
+                      "xinfo|groups", "xinfo|consumers", "topic|groups", "xinfo|stream"})
 # Commands a READONLY connection has served from a follower copy of the
 # key's partition, committed entries only (Redis Cluster's replica reads):
 # the stream reads. Writes and every group command (XREADGROUP, XPENDING,
@@ -224,7 +228,7 @@ class Replication:
         for i in indexes:
             key = argv[i]
             try:
-                if not admin and topics.is_multi(key):
+                if (not admin or spec.name in FANS_OUT) and topics.is_multi(key):
                     if spec.name in SLOT_LED:
                         manager.check_key(key)  # -MOVED to the topic key's slot leader
                         continue
@@ -250,7 +254,7 @@ class Replication:
 
     def fan_out_refusal(self, key: bytes) -> ClusterError | None:
         """Why a command on multi-partition topic ``key`` that reaches every
-        partition (XINFO, XGROUP CREATECONSUMER ...) cannot run here: some
+        partition (XTRIM, XGROUP CREATECONSUMER ...) cannot run here: some
         partitions are led by other nodes (only ``FANS_OUT`` and ``SLOT_LED``
         work across nodes yet); None when this node leads them
         all. ``route`` asks it before the command runs."""
@@ -266,8 +270,9 @@ class Replication:
         return ClusterError(
             f"topic '{key.decode('utf-8', 'replace')}' has partitions led by other "
             f"nodes ({', '.join(away[:4])}{', ...' if len(away) > 4 else ''}): "
-            "in a cluster only XADD, XREADGROUP, XLEN, XRANGE, XREVRANGE, XREAD and XGROUP CREATE / SETID / "
-            "DESTROY take a topic key; for other commands use partition keys ('<topic>#<n>')")
+            "in a cluster only XADD, XREADGROUP, XLEN, XRANGE, XREVRANGE, XREAD, XINFO GROUPS / CONSUMERS, "
+            "TOPIC GROUPS and XGROUP CREATE / SETID / DESTROY take a topic key; for other commands use "
+            "partition keys ('<topic>#<n>')")
 
     def unreplicated(self, topic: bytes) -> dict:
         """The acks=all writes to ``topic`` (led here) that the in-sync
@@ -700,9 +705,11 @@ class Replication:
         (length, offsets, segments, bytes, last ID, producers, high
         watermark) are this node's copy's, said by ``local-replica``: exact
         on the leader, a fetch round behind at most on a follower, None where
-        this node holds no copy. ``groups-here``: whether this node leads the
-        topic name's slot, where TOPIC GROUPS runs (consumer group state is
-        the partition leaders'; a follower's copy must not be synced).
+        this node holds no copy. ``groups-here``: whether this node can show
+        the topic's groups (TOPIC GROUPS): it leads the topic name's slot, or
+        holds the topic of several partitions, whose groups it gathers from
+        their leaders (consumer group state is the partition leaders'; a
+        follower's copy must not be synced).
         TopicError for an unknown topic."""
         manager = self.manager
         if manager.placement.shard_count == 0:
@@ -727,7 +734,8 @@ class Replication:
             part["replication"] = view
             parts.append(part)
         return {"partitions": parts, "config": topics.topic_config(topic, meta),
-                "replication-factor": manager.placement.replication_factor, "groups-here": self.leads_key(topic)}
+                "replication-factor": manager.placement.replication_factor,
+                "groups-here": self.leads_key(topic) or held > 1}
 
     def broadcast_topic(self, topic: bytes) -> None:
         """A topic was created, altered or deleted here: commit the change to

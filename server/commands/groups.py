@@ -36,7 +36,7 @@ from server.errors import (
     err,
     syntax_error,
 )
-from server.group_replies import dead_letter_fields
+from server.group_replies import dead_letter_fields, shaped
 from server.kafka_front import view as kafka_view
 from server.registry import command, container, nowait_path
 from server.reply import NULL_ARRAY, OK, Map, Raw, Simple
@@ -762,8 +762,12 @@ def xinfo_groups(ctx, argv):
     the Kafka groups of the key (``type`` kafka, a separate namespace:
     server/kafka_front/view.py), with their committed offset and lag.
     """
+    return shaped(ctx.session.group_infos(argv[2]), lambda infos: _groups_reply(ctx, argv, infos))
+
+
+def _groups_reply(ctx, argv, infos) -> list:
     out = []
-    for g in ctx.session.group_infos(argv[2]):
+    for g in infos:
         info = Map()
         info["name"] = g.name
         info["consumers"] = g.consumers
@@ -793,8 +797,12 @@ def xinfo_consumers(ctx, argv):
     On a topic key: every consumer of any partition (pending summed), with
     whether it is a live member and the partitions it owns.
     """
+    return shaped(ctx.session.consumer_infos(argv[2], argv[3]), _consumers_reply)
+
+
+def _consumers_reply(infos) -> list:
     out = []
-    for c in ctx.session.consumer_infos(argv[2], argv[3]):
+    for c in infos:
         info = Map()
         info["name"] = c.name
         info["pending"] = c.pending

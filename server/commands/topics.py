@@ -18,7 +18,7 @@ from server.acl import key_filter
 from server.args import parse_int
 from server.errors import err, syntax_error
 from server.glob import glob_match
-from server.group_replies import topic_groups_reply
+from server.group_replies import shaped, topic_groups_reply
 from server.kafka_front import view as kafka_view
 from server.registry import command, container
 from server.reply import OK, Map, Simple
@@ -188,8 +188,10 @@ def topic_describe(ctx, argv):
     ``local-replica`` (leader / follower / none) says whose figures the
     length, offsets, sizes and ``high-watermark`` are: this node's copy's,
     nil where it holds none (``entries`` and ``bytes`` sum those shown).
-    ``groups`` is nil except on the leader of the topic name's slot, where
-    TOPIC GROUPS runs (docs/topics.md).
+    ``groups`` (TOPIC GROUPS's: of a topic of several partitions gathered
+    from their leaders) is nil only for a topic of one partition on a node
+    that does not lead it, where this node holds no copy of the topic, and
+    inside MULTI when it would have to ask other nodes (docs/topics.md).
     """
     topic = argv[2]
     desc = ctx.session.describe_topic(topic)
@@ -222,12 +224,16 @@ def topic_describe(ctx, argv):
     info["partition-info"] = parts
     if "replication-factor" in desc:
         info["replication-factor"] = desc["replication-factor"]
-    if desc.get("groups-here", True):
-        info["groups"] = topic_groups_reply(ctx.session.topic_groups(topic)) + kafka_view.topic_groups_reply(
-            getattr(ctx.server, "kafka_groups", None), ctx.session, topic, len(desc["partitions"]), None)
-    else:
+    if not desc.get("groups-here", True):
         info["groups"] = None  # (TOPIC GROUPS on the topic name's slot leader has them)
-    return info
+        return info
+
+    def with_groups(views):
+        info["groups"] = topic_groups_reply(views) + kafka_view.topic_groups_reply(
+            getattr(ctx.server, "kafka_groups", None), ctx.session, topic, len(desc["partitions"]), None)
+        return info
+
+    return shaped(ctx.session.topic_groups(topic), with_groups)
 
 
 @command(
@@ -252,5 +258,10 @@ def topic_groups(ctx, argv):
     ctx.session.require_topic(topic)
     only = argv[3] if len(argv) == 4 else None
     layout = ctx.session.record_topics([topic])[topic]
-    return topic_groups_reply(ctx.session.topic_groups(topic, only)) + kafka_view.topic_groups_reply(
-        getattr(ctx.server, "kafka_groups", None), ctx.session, topic, len(layout.partitions) if layout else 0, only)
+    partitions = len(layout.partitions) if layout else 0
+
+    def reply(views):
+        return topic_groups_reply(views) + kafka_view.topic_groups_reply(
+            getattr(ctx.server, "kafka_groups", None), ctx.session, topic, partitions, only)
+
+    return shaped(ctx.session.topic_groups(topic, only), reply)

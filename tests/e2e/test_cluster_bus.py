@@ -122,6 +122,7 @@ INTERNAL = [  # every internal command, with arguments a peer would send
     [b"CTRLMOVE", b"0"],
     [b"REPLREAD", b"0", b"orders", b"1", b"range", b"0-0", b"9-9", b"10"],
     [b"GROUPREAD", b"orders", b"1", b"g", b"c", b"new", b"10", b"0", b"-1", b"0-0", b"0", b""],
+    [b"GROUPINFO", b"orders", b"1", b"0", b"", b"0"],
 ]
 
 
@@ -149,7 +150,7 @@ def test_the_bus_serves_the_peers_commands_only(cluster):
         for payload in (b"REPLFETCH x y 10 10 tok\r\n", b"REPLEPOCH a b c\r\n", b"RAFT garbage\r\n",
                         b"CTRLPROPOSE {}\r\n", b"CTRLBEAT x y\r\n", b"CTRLBEAT 1 y 0,zz\r\n",
                         b"CTRLBEAT 1 y 99999\r\n", b"REPLREAD 0 t 1 drop 0-0 0-0 0\r\n",
-                        b"GROUPREAD t 1 g c drop 0 0 -1 0-0 0 x\r\n"):
+                        b"GROUPREAD t 1 g c drop 0 0 -1 0-0 0 x\r\n", b"GROUPINFO t yes 0 g 1\r\n"):
             reply = conn.request(payload)
             assert reply.startswith(b"-ERR malformed " + payload.split()[0]), (payload, reply)
         assert conn.request(b"CTRLBEAT 1 y 0 1\r\n") == b"-ERR wrong number of arguments for 'ctrlbeat' command\r\n"

@@ -19,6 +19,7 @@ import redis
 
 from tests.clusterkit import Cluster, eventually, running
 from tests.conftest import PartitaProcess, RawConn, wait_for
+from tests.e2e.conftest import same_on_every_node, spread_topic
 
 PARTITIONS = 6
 TOPIC = b"events"
@@ -85,31 +86,14 @@ def _cluster_client(cluster: Cluster):
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     for c in running(tmp_path_factory.mktemp("fanout")):
-        owner = c.leader_of(TOPIC)
-        assert owner.client().execute_command("TOPIC", "CREATE", TOPIC, "PARTITIONS", PARTITIONS) == b"OK"
-        leaders = {c.leader_of(TOPIC if n == 0 else _pkey(n)).port for n in range(PARTITIONS)}
-        assert len(leaders) > 1, "the test needs partitions led by several nodes"
-        rc = _cluster_client(c)
-        try:
-            for key, entry_id, fields in _feed():  # each on its partition's leader (acks=all: committed)
-                assert eventually(lambda: rc.xadd(key, fields, id=entry_id), what=f"XADD {key!r}") == entry_id
-        finally:
-            rc.close()
+        spread_topic(c, TOPIC, PARTITIONS, _feed())
         yield c
 
 
 @pytest.mark.parametrize("protocol", [2, 3])
 def test_topic_reads_on_every_node_answer_as_one_node(single, cluster, protocol):
-    hello = _command(b"HELLO", b"%d" % protocol)
-    with RawConn(single.port) as conn:
-        conn.request(hello)
-        expected = [conn.request(_command(*read)) for read in READS]
+    expected = same_on_every_node(single, cluster.nodes, READS, protocol)
     assert expected[0] == b":40\r\n" and expected[1].startswith(b"*40\r\n")
-    for node in cluster.nodes:
-        with RawConn(node.port) as conn:
-            conn.request(hello)
-            for read, want in zip(READS, expected):
-                assert conn.request(_command(*read)) == want, (node.port, read)
 
 
 def test_redis_cluster_client_reads_the_topic_key(single, cluster):
@@ -209,8 +193,8 @@ def test_xread_block_on_the_topic_key_wakes_on_an_append_on_any_node(cluster):
 def test_what_does_not_fan_out_yet_is_refused_with_its_reason(cluster):
     node = cluster.nodes[0]
     client = node.client()
-    with pytest.raises(redis.ResponseError, match="only XADD, XREADGROUP, XLEN, XRANGE, XREVRANGE, XREAD and "
-                       "XGROUP CREATE / SETID / DESTROY take a topic key"):
+    with pytest.raises(redis.ResponseError, match="only XADD, XREADGROUP, XLEN, XRANGE, XREVRANGE, XREAD, XINFO "
+                       "GROUPS / CONSUMERS, TOPIC GROUPS and XGROUP CREATE / SETID / DESTROY take a topic key"):
         client.xtrim(TOPIC, maxlen=0)
     pipe = client.pipeline(transaction=True)
     pipe.xlen(TOPIC)

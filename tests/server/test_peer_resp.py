@@ -91,9 +91,11 @@ group_read_requests = st.builds(m.GroupReadRequest, st.lists(
                                                                  m.GROUP_PENDING]),
               u32, st.booleans(), st.integers(-1, 2**62), stream_ids, st.booleans(),
               st.lists(stream_ids, max_size=3).map(tuple)), min_size=1, max_size=3).map(tuple))
+group_info_requests = st.builds(m.GroupInfoRequest, name, st.lists(u32, max_size=4).map(tuple),
+                                st.none() | blob, st.booleans())
 requests = st.one_of(fetch_requests, epoch_requests, pause_requests, raft_requests, beat_requests,
                      propose_requests, join_requests, move_requests, append_requests, read_requests, group_requests,
-                     group_read_requests)
+                     group_read_requests, group_info_requests)
 
 
 @given(requests)
@@ -122,6 +124,11 @@ pause_responses = st.builds(m.PauseResponse, st.lists(st.builds(m.PartitionEnd, 
 group_part_reads = st.builds(m.GroupPartRead, u32, st.lists(blob | stream_ids, max_size=3).map(tuple),
                              st.none() | st.lists(st.tuples(st.integers(-1, 2**62), u63), max_size=3).map(tuple),
                              st.lists(stream_ids, max_size=3).map(tuple), u32, stream_ids)
+part_groups = st.builds(m.PartGroup, blob, u63, stream_ids, st.none() | u63, st.none() | u63,
+                        st.lists(st.tuples(blob, u63, u63), max_size=3).map(tuple))
+memberships = st.builds(m.Membership, blob, st.lists(st.tuples(blob, u63, st.lists(u32, max_size=3).map(tuple)),
+                                                     max_size=3).map(tuple),
+                        st.lists(st.none() | blob, max_size=4).map(tuple))
 exchanges = st.one_of(
     st.tuples(fetch_requests, fetch_responses),
     st.tuples(epoch_requests, st.builds(m.EpochResponse, st.lists(epoch_ends, max_size=3).map(tuple))),
@@ -136,6 +143,9 @@ exchanges = st.one_of(
         for _ in request.parts))))),
     group_read_requests.flatmap(lambda request: st.tuples(st.just(request), st.builds(
         m.GroupReadResponse, st.tuples(*(group_part_reads for _ in request.parts))))),
+    group_info_requests.flatmap(lambda request: st.tuples(st.just(request), st.builds(
+        m.GroupInfoResponse, st.tuples(*(st.lists(part_groups, max_size=3).map(tuple) for _ in request.partitions)),
+        st.lists(memberships, max_size=2).map(tuple)))),
     st.tuples(st.one_of(raft_requests, propose_requests, join_requests, move_requests), st.just(m.Ack())),
 )
 
@@ -172,6 +182,9 @@ def test_every_response_round_trips_through_its_reply(exchange):
     [b"GROUPREAD", b"t", b"1", b"g", b"c", b"new", b"0", b"0", b"-1", b"0-0", b"0"],  # a partition cut short
     [b"GROUPREAD", b"t", b"1", b"g", b"c", b"drop", b"0", b"0", b"-1", b"0-0", b"0", b""],
     [b"GROUPREAD", b"t", b"1", b"g", b"c", b"new", b"0", b"0", b"-1", b"0-0", b"0", b"1-1,x"],
+    [b"GROUPINFO", b"t", b"1", b"0"],  # the group cut short
+    [b"GROUPINFO", b"t", b"yes", b"0", b""],
+    [b"GROUPINFO", b"t", b"1", b"0", b"", b"x"],
 ])
 def test_what_does_not_decode_is_refused(argv):
     with pytest.raises((ValueError, IndexError, TypeError)):

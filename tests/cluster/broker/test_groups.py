@@ -16,6 +16,7 @@ import trio
 from cluster.broker import XAddPlan
 from cluster.broker import groups as ops
 from cluster.broker.groups import GroupOpError, GroupRead
+from cluster.errors import TryAgain
 from storage.entry_codec import decode_entry, split_entries
 from storage.streams.groups import GROUP_EXISTS, GroupError, groups_of
 from storage.streams.ids import StreamIdError, parse_strict_id
@@ -402,5 +403,86 @@ async def test_xgroup_on_a_topic_led_by_several_nodes_is_sent_to_each_partitions
         session.may_block = False
         with pytest.raises(Exception, match="a transaction cannot change their groups"):
             session.group_destroy(b"t", b"g")
+    finally:
+        broker.replication = None
+
+
+class _InfoLeaders:
+    """A cluster's view where node 2 leads the partitions ``away`` says
+    (the coordinator is partition 0's leader): a ``GroupInfoRequest`` to it
+    is served by a session of its own over the same registry, as node 2's
+    bus would (``serve_group_info``); ``down``: node 2 cannot be reached."""
+
+    def __init__(self, broker, away):
+        from cluster.peer.link import Unreachable
+        from cluster.runtime.fanout import FanOut
+
+        self.asked = []
+        self.down = False
+        leader_session = broker.session()
+        outer = self
+
+        class Link:
+            reply_timeout_s = 0.0
+
+            async def call(self, request):
+                outer.asked.append(request)
+                await trio.sleep(0)
+                if outer.down:
+                    raise Unreachable("link down")
+                return leader_session.serve_group_info(request)
+
+        state = type("State", (), {"leader": staticmethod(lambda shard: 2 if away(shard) else 1)})
+        self.manager = type("Manager", (), {"my_id": 1, "state": state,
+                                            "shard_of": staticmethod(lambda topic, n: n),
+                                            "leader_state": staticmethod(lambda topic, n: object())})
+        self.fanout = type("FanOut", (), {"led_elsewhere": staticmethod(lambda key: True),
+                                          "in_transaction": staticmethod(lambda key: FanOut.in_transaction(None, key))})
+        self.link = lambda node, purpose: Link()
+
+    def note_group_write(self, session, store):
+        pass
+
+
+@pytest.mark.parametrize("away", [lambda n: n % 2 == 1, lambda n: n != 1], ids=["coordinator-here",
+                                                                               "coordinator-away"])
+async def test_a_topics_group_views_gathered_from_its_leaders_merge_as_one_nodes(broker, away):
+    """XINFO GROUPS / CONSUMERS and TOPIC GROUPS of a topic whose partitions
+    another node leads: one ``GroupInfoRequest`` per node (the coordinator,
+    partition 0's leader, gives the memberships too), merged by the one
+    merge a single node uses: the same views as the single node's."""
+    session = broker.session()
+    clock = broker.clock_ms
+    session.create_topic(b"t", 4)
+    for n in range(3):
+        for i in range(3):
+            add(session, b"t#%d" % n, b"n", b"%d" % n, b"i", b"%d" % i)
+    session.group_create(b"t", b"g", (0, 0))
+    session.group_create(b"t", b"h", None)
+    await session.read_group(read(consumer=b"a", keys=[b"t"], count=2))
+    clock.now_ms += 7
+    session.read_group_nowait(read(consumer=b"x", keys=[b"t#1"], starts=[None], count=1))
+    first = session.pending(b"t#0", b"g", (0, 0), (2**64 - 1, 2**64 - 1), 1)[0][0]
+    assert session.ack(b"t#0", b"g", [first]) == 1
+    clock.now_ms += 5
+    single = (session.group_infos(b"t"), session.consumer_infos(b"t", b"g"), session.topic_groups(b"t"),
+              session.topic_groups(b"t", b"h"))
+    assert [c.name for c in single[1]] == [b"a", b"x"] and single[2][0].members[0].name == b"a"
+    leaders = broker.replication = _InfoLeaders(broker, away)
+    try:
+        across = (await session.group_infos(b"t"), await session.consumer_infos(b"t", b"g"),
+                  await session.topic_groups(b"t"), await session.topic_groups(b"t", b"h"))
+        assert across == single
+        coordinator = 2 if away(0) else 1
+        assert all(r.partitions == tuple(n for n in range(4) if away(n)) and r.members == (coordinator == 2)
+                   for r in leaders.asked)
+        with pytest.raises(GroupOpError):
+            await session.consumer_infos(b"t", b"nope")
+        leaders.down = True
+        with pytest.raises(TryAgain, match=r"partition t#\d(, t#\d)* leader node 2 unreachable: link down"):
+            await session.topic_groups(b"t")
+        session.may_block = False
+        with pytest.raises(Exception, match="a transaction cannot read from other nodes"):
+            session.group_infos(b"t")
     finally:
         broker.replication = None
