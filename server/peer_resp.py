@@ -61,7 +61,7 @@ READ_FIELDS = 6  # topic, n, op, start ID, end ID, count
 READ_OPS = ("len", "range", "revrange", "after", "after-last")  # cluster.peer.messages.READ_*
 # topic, n, group, consumer, op, count, noack, claim ms, after ID, take over, IDs to redeliver (comma-separated)
 GROUP_READ_FIELDS = 11
-GROUP_READ_OPS = ("new", "history", "pending")  # cluster.peer.messages.GROUP_*
+GROUP_READ_OPS = ("new", "history", "pending", "handover")  # cluster.peer.messages.GROUP_*
 
 # The command naming each request on the bus.
 NAMES: dict[type, bytes] = {
@@ -69,7 +69,8 @@ NAMES: dict[type, bytes] = {
     BeatRequest: b"CTRLBEAT", ProposeRequest: b"CTRLPROPOSE", JoinRequest: b"CTRLJOIN", MoveRequest: b"CTRLMOVE",
     AppendRequest: b"XADD", ReadRequest: b"REPLREAD", GroupRequest: b"XGROUP", GroupReadRequest: b"GROUPREAD",
 }
-GROUP_OPS = ("create", "setid", "destroy")
+GROUP_OPS = ("create", "setid", "destroy", "createconsumer", "delconsumer", "config")
+GROUP_COUNTS = ("destroy", "createconsumer", "delconsumer")  # the XGROUP answering an integer
 
 
 def _int(raw: Any) -> int:
@@ -140,6 +141,11 @@ def encode_request(request: Request) -> list[bytes]:
         args = [name, request.op.upper().encode(), request.key, request.group]
         if request.op == "destroy":
             return args
+        if request.op in ("createconsumer", "delconsumer"):
+            return args + [request.consumer]
+        if request.op == "config":
+            args += [b"MAXDELIVERIES", b"%d" % request.max_deliveries]
+            return args + ([b"DEADLETTER", request.dead_letter_key] if request.dead_letter_key is not None else [])
         args.append(b"$" if request.last_id is None else _id_text(request.last_id))
         if request.entries_read is not None:
             args += [b"ENTRIESREAD", b"%d" % request.entries_read]
@@ -249,6 +255,16 @@ def _decode_group(argv: list[bytes]) -> GroupRequest:
         if len(argv) != 4:
             raise ValueError("expected key group")
         return GroupRequest(op, key, group)
+    if op in ("createconsumer", "delconsumer"):
+        if len(argv) != 5:
+            raise ValueError("expected key group consumer")
+        return GroupRequest(op, key, group, consumer=argv[4])
+    if op == "config":
+        options = dict(zip(argv[4::2], argv[5::2]))
+        if len(argv) % 2 or b"MAXDELIVERIES" not in options or set(options) - {b"MAXDELIVERIES", b"DEADLETTER"}:
+            raise ValueError("expected MAXDELIVERIES [DEADLETTER]")
+        return GroupRequest(op, key, group, max_deliveries=_int(options[b"MAXDELIVERIES"]),
+                            dead_letter_key=options.get(b"DEADLETTER"))
     last_id = None if argv[4] == b"$" else _id(argv[4])
     options = dict(zip(argv[5::2], argv[6::2]))
     if len(argv) % 2 == 0 or set(options) - {b"ENTRIESREAD", b"MAXDELIVERIES", b"DEADLETTER"}:
@@ -295,7 +311,7 @@ def encode_response(response: Response) -> Any:
     if kind is BeatResponse:
         return response.commit_index
     if kind is GroupResponse:
-        return OK if response.destroyed is None else response.destroyed
+        return OK if response.count is None else response.count
     if kind is GroupReadResponse:
         return [[p.count, [list(c) if c.__class__ is tuple else c for c in p.chunks],
                  None if p.claims is None else [x for pair in p.claims for x in pair],
@@ -346,10 +362,11 @@ def decode_response(request: Request, reply: Any) -> Response:
             raise ValueError("expected the commit index")
         return BeatResponse(reply)
     if kind is GroupRequest:
-        if reply == b"OK" and request.op != "destroy":
+        counts = request.op in GROUP_COUNTS
+        if reply == b"OK" and not counts:
             return GroupResponse()
-        if not isinstance(reply, int) or request.op != "destroy":
-            raise ValueError("expected OK, or DESTROY's count")
+        if not isinstance(reply, int) or not counts:
+            raise ValueError("expected OK, or the XGROUP's count")
         return GroupResponse(reply)
     if kind is GroupReadRequest:
         found = []

@@ -653,10 +653,12 @@ class ReadOps:
         broker = self.broker
         topics = broker.topics
         woken = _stream_keys(topics, topic) | _stream_keys(topics, dst)
+        memberships = self._memberships_to_rename(topic, dst)  # (cluster/broker/topic_groups.py)
         if broker.replication is not None:
             broker.replication.rename(self, topic, dst)
         else:
             topics.rename(topic, dst)
+        self._rename_memberships(memberships)
         woken |= _stream_keys(topics, dst)
         signal = broker.keys.signal
         for key in woken:

@@ -42,6 +42,12 @@ The membership survives the coordinator's failover: every change of it
 coordinator that leads every partition too), before the read that made it
 replies, and the slot's next leader restores the last one on its first
 read of the group (``_restore_membership``, ``TopicGroupMembership.restore``).
+XGROUP on the topic key runs here too (``route`` sends it here): CREATE of
+a new group and DESTROY forget the membership and delete its stream
+(``_forget_membership``); DELCONSUMER has the member leave, its partitions
+led elsewhere handed to their new owners by their leaders
+(``GROUP_HAND_OVER``), before their leaders delete the consumer
+(``_delete_member_across``).
 
 Not across nodes (refused): MAXCOUNT / MAXSIZE; inside MULTI. A leader that
 cannot be reached fails the read with ``TryAgain`` when no other partition
@@ -60,12 +66,12 @@ from typing import Any
 import trio
 
 from cluster.broker.budget import ReadBudget
-from cluster.broker.groups import Delivery, GroupRead, _Target, _TopicTarget
+from cluster.broker.groups import Delivery, GroupRead, _raise_first_error, _Target, _TopicTarget, in_transaction
 from cluster.errors import ClusterError, TryAgain
 from cluster.membership import hand_over, take_queued
 from cluster.peer.link import Unreachable
-from cluster.peer.messages import (GROUP_PENDING, GROUP_READ_HISTORY, GROUP_READ_NEW, GroupPart, GroupPartRead,
-                                   GroupReadRequest, GroupReadResponse)
+from cluster.peer.messages import (GROUP_HAND_OVER, GROUP_PENDING, GROUP_READ_HISTORY, GROUP_READ_NEW, GroupPart,
+                                   GroupPartRead, GroupReadRequest, GroupReadResponse, GroupRequest)
 from cluster.peer.service import check_leads
 from cluster.topics import MEMBERS_PREFIX, partition_key
 from storage.entry_codec import decode_entry, split_entries
@@ -84,13 +90,15 @@ def members_key(topic: bytes, group: bytes) -> bytes | None:
     """The internal stream keeping ``group``'s membership on ``topic``, in
     the topic key's slot (the topic's hash tag, or its name as one), so the
     slot's followers, one of which becomes the next coordinator, copy it;
-    the group's name in hex (a ``#<digits>`` end would name a partition).
-    None when the topic's name cannot be made a hash tag."""
+    the group's name in hex (a ``#<digits>`` end would name a partition),
+    after a hash tag's the topic's name in hex (topics of one hash tag have
+    streams of their own). None when the topic's name cannot be made a
+    hash tag."""
     start = topic.find(b"{")
     if start >= 0:
         end = topic.find(b"}", start + 1)
         if end > start + 1:
-            return MEMBERS_PREFIX + topic[start + 1:end] + b"}" + group.hex().encode()
+            return MEMBERS_PREFIX + topic[start + 1:end] + b"}" + topic.hex().encode() + b"." + group.hex().encode()
     if b"{" in topic or b"}" in topic:
         return None
     return MEMBERS_PREFIX + topic + b"}" + group.hex().encode()
@@ -311,6 +319,97 @@ class TopicGroupOps:
                 removed.close()
         m.persisted, m.persisted_id = snapshot, tuple(new_id)
 
+    def _forget_membership(self, topic: bytes, group: bytes) -> None:
+        """``group``'s membership on ``topic`` gone (XGROUP DESTROY, or
+        CREATE of the group anew): here, and its members stream, so that no
+        next coordinator restores it."""
+        topics = self.broker.topics
+        topics.drop_membership(topic, group)
+        key = members_key(topic, group)
+        if key is not None and topics.get(key) is not None and topics.delete(key):
+            self.broker.keys.signal(key)
+
+    def _memberships_to_rename(self, topic: bytes, dst: bytes) -> list[tuple[bytes, bytes | None]]:
+        """Before RENAME ``topic`` ``dst`` in a cluster: the members streams
+        to rename once the topic is ``dst`` (``(key, new key)``), those of
+        a topic ``dst`` it replaces to delete (``(key, None)``), deleted
+        first. A slot's keys both (RENAME's keys are), so led here."""
+        topics = self.broker.topics
+        if self.broker.replication is None:
+            return []
+        found: list[tuple[bytes, bytes | None]] = []
+        for name, new in ((dst, None), (topic, dst)):
+            stream = topics.get(partition_key(name, 0)) if topics.exists(name) else None
+            for group in list(groups_of(stream).groups) if stream is not None else ():
+                key = members_key(name, group)
+                if key is not None and topics.get(key) is not None:
+                    found.append((key, None if new is None else members_key(new, group)))
+        return found
+
+    def _rename_memberships(self, renames: list[tuple[bytes, bytes | None]]) -> None:
+        """``_memberships_to_rename``'s streams renamed or deleted, after the
+        topic's RENAME: its members keep their partitions under the new name
+        (the next read restores them, ``_restore_membership``)."""
+        topics = self.broker.topics
+        for key, new in renames:
+            if new is None:
+                topics.delete(key)
+            else:
+                self.broker.replication.rename(self, key, new)
+                self.broker.keys.signal(new)
+            self.broker.keys.signal(key)
+
+    def _delete_member_across(self, topic: bytes, group: bytes, consumer: bytes) -> Any:
+        """XGROUP DELCONSUMER of a topic whose partitions other nodes lead
+        (None when this node leads them all): the awaitable of how many
+        entries ``consumer`` had pending on the topic. The member leaves the
+        membership; the partitions it owned led elsewhere are handed to
+        their new owners by their leaders (every entry pending there made
+        the new owner's, to be delivered to it first, as a handover here
+        does) before each partition's leader deletes the consumer."""
+        replication = self.broker.replication
+        if replication is None or not replication.fanout.led_elsewhere(topic):
+            return None
+        if not self.may_block:
+            raise in_transaction(topic)
+        return self._delete_member(topic, group, consumer)
+
+    async def _delete_member(self, topic: bytes, group: bytes, consumer: bytes) -> int:
+        m = self._locate(self.broker.topics.membership(topic, group))
+        partitions = range(self.broker.topics.partition_count(topic))
+        pending = 0
+        for p in partitions:
+            if not m.away(p):
+                g = self._partition_group(topic, p, group)[2]
+                c = g.consumer(consumer) if g is not None else None
+                pending += len(c.pending) if c is not None else 0
+        asked = [GroupPart(topic, p, group, consumer, GROUP_PENDING) for p in partitions if m.away(p)]
+        for answer in await self._ask_parts(asked):
+            if isinstance(answer, ClusterError):
+                raise answer
+            pending += answer.pending
+        for store in m.leave(consumer, self.broker.clock_ms()):
+            self.wrote_group(store)
+        self.broker.keys.signal(topic)
+        handovers = [GroupPart(topic, p, group, owner, GROUP_HAND_OVER) for p, owner in m.take_over.items()]
+        failure = None
+        for part, answer in zip(handovers, await self._ask_parts(handovers)):
+            if isinstance(answer, ClusterError):  # (left to the owner's next read; the consumer stays)
+                failure = failure or answer
+            elif m.take_over.get(part.n) == part.consumer:
+                del m.take_over[part.n]
+                m.requeue(part.n, list(answer.queue))
+        self._persist_membership(m)
+        if failure is not None:
+            raise failure
+
+        def op(pkey: bytes) -> int:
+            return self.group_delete_consumer(pkey, group, consumer)
+
+        _raise_first_error(await self._each_partition_away(
+            topic, lambda pkey: GroupRequest("delconsumer", pkey, group, consumer=consumer), op))
+        return pending
+
     async def _ask_revoking(self, m: Any) -> None:
         """The pending count of each revoking partition's old owner, from the
         partition's leader, for the membership's next sync. Not while a read
@@ -469,6 +568,11 @@ class TopicGroupOps:
             mine, gone_through = take_queued(ids, group.consumer(consumer), part.count)
             queue = tuple(ids[gone_through:])
             delivery = self._serve_owned(pkey, stream, store, group, read, mine, now_ms, ReadBudget())
+        elif part.op == GROUP_HAND_OVER:
+            ids, wrote = hand_over(store, part.group, consumer, now_ms)
+            if wrote:
+                self.wrote_group(store)
+            queue = tuple(ids)
         elif part.op == GROUP_READ_HISTORY and group.consumer(consumer) is not None:
             delivery = self._serve_history(_Target(pkey, stream, store, group, StreamId(*part.after)), consumer,
                                            part.count, now_ms, ReadBudget())

@@ -16,7 +16,7 @@ which request (``RESPONSE_OF``). A request is idempotent unless it says so
 | ``MoveRequest`` | ``Ack`` | the controller asks a preferred leader to take its shard back |
 | ``AppendRequest`` | ``AppendResponse`` | an XADD forwarded to the partition's leader |
 | ``ReadRequest`` (``ReadPart`` each) | ``ReadResponse`` (``PartRead`` each) | a topic-wide read fanned out to the partitions' leaders |
-| ``GroupRequest`` | ``GroupResponse`` | XGROUP CREATE / SETID / DESTROY of a topic key, for one partition's leader |
+| ``GroupRequest`` | ``GroupResponse`` | XGROUP of a topic key, for one partition's leader |
 | ``GroupReadRequest`` (``GroupPart`` each) | ``GroupReadResponse`` (``GroupPartRead`` each) | a member's XREADGROUP of a topic key: its partitions led elsewhere, from the group's coordinator |
 
 A refusal is not a response: the answering side raises a
@@ -220,10 +220,11 @@ class AppendResponse:
 
 @dataclass(frozen=True, slots=True)
 class GroupRequest:
-    """``XGROUP CREATE | SETID | DESTROY`` of a topic key, for one partition's
-    leader (``op``: ``create``, ``setid`` or ``destroy``): ``last_id`` None
-    is ``$`` (the partition's last ID there), ``entries_read`` None is not
-    given, ``max_deliveries`` 0 is no dead-lettering."""
+    """``XGROUP <op>`` of a topic key, for one partition's leader (``op``:
+    ``create``, ``setid``, ``destroy``, ``createconsumer``, ``delconsumer``
+    or ``config``): ``last_id`` None is ``$`` (the partition's last ID
+    there), ``entries_read`` None is not given, ``max_deliveries`` 0 is no
+    dead-lettering, ``consumer`` is CREATECONSUMER's / DELCONSUMER's."""
 
     idempotent = False  # never sent twice: a retried CREATE would answer BUSYGROUP
 
@@ -234,11 +235,12 @@ class GroupRequest:
     entries_read: int | None = None
     max_deliveries: int = 0
     dead_letter_key: bytes | None = None
+    consumer: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
 class GroupResponse:
-    destroyed: int | None = None  # DESTROY's answer (1: the group existed); None: OK
+    count: int | None = None  # DESTROY's, CREATECONSUMER's or DELCONSUMER's integer answer; None: OK
 
 
 # -- a member's group reads, from the group's coordinator ---------------------------------
@@ -247,6 +249,7 @@ class GroupResponse:
 GROUP_READ_NEW = "new"  # ``>``: handed-over entries first, then (CLAIM) idle pending ones, then new ones
 GROUP_READ_HISTORY = "history"  # the consumer's own pending entries after ``after``
 GROUP_PENDING = "pending"  # only how many entries the consumer has pending there
+GROUP_HAND_OVER = "handover"  # every entry pending there made the consumer's (``hand_over``), nothing read
 
 
 @dataclass(frozen=True, slots=True)

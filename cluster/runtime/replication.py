@@ -65,9 +65,8 @@ ANY_NODE = frozenset({"topic|describe"})
 PARTITION_FIGURES = ("length", "log-start-offset", "log-end-offset", "segments", "bytes",
                      "last-generated-id", "producers")
 # Commands that take a multi-partition topic key on any node: the broker
-# reads partitions led elsewhere from their leaders (cluster/runtime/fanout.py)
-# or has their leaders change their groups (cluster/broker/groups.py).
-FANS_OUT = frozenset({"xlen", "xrange", "xrevrange", "xread", "xgroup|create", "xgroup|setid", "xgroup|destroy"})
+# reads partitions led elsewhere from their leaders (cluster/runtime/fanout.py).
+FANS_OUT = frozenset({"xlen", "xrange", "xrevrange", "xread"})
 # Commands a READONLY connection has served from a follower copy of the
 # key's partition, committed entries only (Redis Cluster's replica reads):
 # the stream reads. Writes and every group command (XREADGROUP, XPENDING,
@@ -75,9 +74,12 @@ FANS_OUT = frozenset({"xlen", "xrange", "xrevrange", "xread", "xgroup|create", "
 FOLLOWER_READS = frozenset({"xlen", "xrange", "xrevrange", "xread", "xinfo|stream"})
 # Commands that take a multi-partition topic key on the leader of its slot
 # (``-MOVED`` elsewhere): XADD picks the partition there and forwards the
-# entry (cluster/runtime/forwarding.py); XREADGROUP's group coordinator is
-# there (cluster/broker/topic_groups.py).
-SLOT_LED = frozenset({"xadd", "xreadgroup"})
+# entry (cluster/runtime/forwarding.py); the topic's group coordinator is
+# there (cluster/broker/topic_groups.py): XREADGROUP, and XGROUP, which
+# changes the membership it holds and has each partition's leader change
+# the partition's group (cluster/broker/groups.py).
+SLOT_LED = frozenset({"xadd", "xreadgroup", "xgroup|create", "xgroup|setid", "xgroup|destroy",
+                      "xgroup|createconsumer", "xgroup|delconsumer", "xgroup|config"})
 
 
 class FailoverError(Exception):
@@ -250,7 +252,7 @@ class Replication:
 
     def fan_out_refusal(self, key: bytes) -> ClusterError | None:
         """Why a command on multi-partition topic ``key`` that reaches every
-        partition (XINFO, XGROUP CREATECONSUMER ...) cannot run here: some
+        partition (XINFO ...) cannot run here: some
         partitions are led by other nodes (only ``FANS_OUT`` and ``SLOT_LED``
         work across nodes yet); None when this node leads them
         all. ``route`` asks it before the command runs."""
@@ -266,8 +268,8 @@ class Replication:
         return ClusterError(
             f"topic '{key.decode('utf-8', 'replace')}' has partitions led by other "
             f"nodes ({', '.join(away[:4])}{', ...' if len(away) > 4 else ''}): "
-            "in a cluster only XADD, XREADGROUP, XLEN, XRANGE, XREVRANGE, XREAD and XGROUP CREATE / SETID / "
-            "DESTROY take a topic key; for other commands use partition keys ('<topic>#<n>')")
+            "in a cluster only XADD, XREADGROUP, XLEN, XRANGE, XREVRANGE, XREAD and XGROUP "
+            "take a topic key; for other commands use partition keys ('<topic>#<n>')")
 
     def unreplicated(self, topic: bytes) -> dict:
         """The acks=all writes to ``topic`` (led here) that the in-sync

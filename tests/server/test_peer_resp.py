@@ -85,10 +85,13 @@ group_requests = st.one_of(
     st.builds(m.GroupRequest, st.sampled_from(["create", "setid"]), name, name, st.none() | stream_ids,
               st.none() | u63),
     st.builds(m.GroupRequest, st.just("create"), name, name, st.none() | stream_ids, st.none() | u63,
-              st.integers(1, 100), st.none() | name))
+              st.integers(1, 100), st.none() | name),
+    st.builds(m.GroupRequest, st.sampled_from(["createconsumer", "delconsumer"]), name, name, consumer=name),
+    st.builds(m.GroupRequest, st.just("config"), name, name, max_deliveries=st.integers(0, 100),
+              dead_letter_key=st.none() | name))
 group_read_requests = st.builds(m.GroupReadRequest, st.lists(
     st.builds(m.GroupPart, name, u32, name, name, st.sampled_from([m.GROUP_READ_NEW, m.GROUP_READ_HISTORY,
-                                                                 m.GROUP_PENDING]),
+                                                                 m.GROUP_PENDING, m.GROUP_HAND_OVER]),
               u32, st.booleans(), st.integers(-1, 2**62), stream_ids, st.booleans(),
               st.lists(stream_ids, max_size=3).map(tuple)), min_size=1, max_size=3).map(tuple))
 requests = st.one_of(fetch_requests, epoch_requests, pause_requests, raft_requests, beat_requests,
@@ -129,7 +132,8 @@ exchanges = st.one_of(
     st.tuples(beat_requests, st.builds(m.BeatResponse, u63)),
     st.tuples(append_requests, st.builds(m.AppendResponse, st.binary(min_size=3, max_size=41))),
     group_requests.flatmap(lambda request: st.tuples(st.just(request), st.builds(
-        m.GroupResponse, st.integers(0, 1) if request.op == "destroy" else st.none()))),
+        m.GroupResponse, st.integers(0, 1) if request.op in ("destroy", "createconsumer", "delconsumer")
+        else st.none()))),
     read_requests.flatmap(lambda request: st.tuples(st.just(request), st.builds(m.ReadResponse, st.tuples(*(
         st.lists(st.tuples(stream_ids, blob), max_size=3).flatmap(lambda found: st.builds(
             m.PartRead, u63, st.just(tuple(i for i, _ in found)), st.just(tuple(e for _, e in found)), stream_ids))
@@ -160,7 +164,8 @@ def test_every_response_round_trips_through_its_reply(exchange):
     [b"XADD", b"t#1", b"MAXLEN"],
     [b"XADD", b"t#1", b"*", b"f"],
     [b"REPLVIEW", b"x"],
-    [b"XGROUP", b"CREATECONSUMER", b"t#1", b"g", b"c"],
+    [b"XGROUP", b"CREATECONSUMER", b"t#1", b"g"],
+    [b"XGROUP", b"CONFIG", b"t#1", b"g", b"DEADLETTER", b"d"],
     [b"XGROUP", b"DESTROY", b"t#1"],
     [b"XGROUP", b"CREATE", b"t#1", b"g", b"$", b"MKSTREAM"],
     [b"REPLREAD", b"0"],
