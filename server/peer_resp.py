@@ -59,8 +59,9 @@ EPOCH_FIELDS = 3  # topic, n, epoch
 END_FIELDS = 6  # topic, n, end offset, high watermark, state token, group token
 READ_FIELDS = 6  # topic, n, op, start ID, end ID, count
 READ_OPS = ("len", "range", "revrange", "after", "after-last")  # cluster.peer.messages.READ_*
-# topic, n, group, consumer, op, count, noack, claim ms, after ID, take over, IDs to redeliver (comma-separated)
-GROUP_READ_FIELDS = 11
+# topic, n, group, consumer, op, count, noack, claim ms, after ID, take over, IDs to redeliver (comma-separated),
+# max count, max size, served
+GROUP_READ_FIELDS = 14
 GROUP_READ_OPS = ("new", "history", "pending", "handover")  # cluster.peer.messages.GROUP_*
 
 # The command naming each request on the bus.
@@ -159,7 +160,8 @@ def encode_request(request: Request) -> list[bytes]:
         for p in request.parts:
             args += [p.topic, b"%d" % p.n, p.group, p.consumer, p.op.encode(), b"%d" % p.count,
                      b"1" if p.noack else b"0", b"%d" % p.claim_ms, _id_text(p.after), b"1" if p.take_over else b"0",
-                     b",".join(_id_text(i) for i in p.redeliver)]
+                     b",".join(_id_text(i) for i in p.redeliver), b"%d" % p.max_count, b"%d" % p.max_size,
+                     b"%d" % p.served]
         return args
     assert kind is AppendRequest, kind
     return [name, request.key, *request.options, *request.fields]
@@ -228,12 +230,13 @@ def decode_request(argv: list[bytes]) -> Request:
     if name == b"GROUPREAD":
         parts = []
         for (topic, n, group, consumer, op, count, noack, claim_ms, after, take_over,
-             redeliver) in _groups(argv[1:], GROUP_READ_FIELDS, "partition"):
+             redeliver, max_count, max_size, served) in _groups(argv[1:], GROUP_READ_FIELDS, "partition"):
             if op.decode() not in GROUP_READ_OPS:
                 raise ValueError(f"unknown group read {op!r}")
             parts.append(GroupPart(topic, _int(n), group, consumer, op.decode(), _int(count), noack == b"1",
                                    _int(claim_ms), _id(after), take_over == b"1",
-                                   tuple(_id(i) for i in redeliver.split(b",")) if redeliver else ()))
+                                   tuple(_id(i) for i in redeliver.split(b",")) if redeliver else (),
+                                   _int(max_count), _int(max_size), _int(served)))
         if not parts:
             raise ValueError("no partition")
         return GroupReadRequest(tuple(parts))
@@ -315,7 +318,7 @@ def encode_response(response: Response) -> Any:
     if kind is GroupReadResponse:
         return [[p.count, [list(c) if c.__class__ is tuple else c for c in p.chunks],
                  None if p.claims is None else [x for pair in p.claims for x in pair],
-                 [_id_text(i) for i in p.queue], p.pending, _id_text(p.position)]
+                 [_id_text(i) for i in p.queue], p.pending, _id_text(p.position), p.size]
                 for p in response.parts]
     if kind is ReadResponse:
         return [[p.length, [_id_text(i) for i in p.ids], list(p.entries), _id_text(p.position)]
@@ -370,11 +373,11 @@ def decode_response(request: Request, reply: Any) -> Response:
         return GroupResponse(reply)
     if kind is GroupReadRequest:
         found = []
-        for count, chunks, claims, queue, pending, position in reply:
+        for count, chunks, claims, queue, pending, position, size in reply:
             found.append(GroupPartRead(
                 _int(count), tuple(tuple(_int(x) for x in c) if isinstance(c, list) else c for c in chunks),
                 None if claims is None else tuple(zip(claims[::2], claims[1::2])), tuple(_id(i) for i in queue),
-                _int(pending), _id(position)))
+                _int(pending), _id(position), _int(size)))
         if len(found) != len(request.parts):
             raise ValueError("expected an answer per partition")
         return GroupReadResponse(tuple(found))

@@ -761,10 +761,13 @@ class GroupOps:
                 targets.append(_Target(key, stream, store, group, start))
         return targets
 
-    def _serve(self, targets: list, read: GroupRead, now_ms: int) -> list[Delivery]:
+    def _serve(self, targets: list, read: GroupRead, now_ms: int, budget: ReadBudget | None = None) -> list[Delivery]:
+        """The read's ``targets`` served in order within ``budget`` (None: the
+        read's own MAXCOUNT / MAXSIZE)."""
         served: list[Delivery] = []
         consumer = read.consumer
-        budget = ReadBudget(read.max_count, read.max_size)
+        if budget is None:
+            budget = ReadBudget(read.max_count, read.max_size)
         for t in targets:
             if budget.spent:
                 break  # MAXCOUNT / MAXSIZE reached: the keys after are not served

@@ -49,7 +49,10 @@ led elsewhere handed to their new owners by their leaders
 (``GROUP_HAND_OVER``), before their leaders delete the consumer
 (``_delete_member_across``).
 
-Not across nodes (refused): MAXCOUNT / MAXSIZE; inside MULTI. A leader that
+MAXCOUNT / MAXSIZE count over the partitions in order, as on one node: a
+read with them asks the leaders one partition at a time, each within what
+is left of them (``GroupPart.max_count`` ...), and charges what it served.
+Not across nodes (refused): inside MULTI. A leader that
 cannot be reached fails the read with ``TryAgain`` when no other partition
 served anything (entries it may have delivered stay pending for the member:
 its history read, ID 0, gets them).
@@ -178,9 +181,6 @@ class TopicGroupOps:
         topic = next(t.key for t in targets if t.__class__ is _TopicTarget)
         if not self.may_block:
             raise self.broker.replication.fanout.in_transaction(topic)
-        if read.max_count or read.max_size:
-            raise ClusterError(f"topic '{_text(topic)}' has partitions led by other nodes: XREADGROUP's MAXCOUNT "
-                               "and MAXSIZE do not reach across nodes; use partition keys ('<topic>#<n>')")
         clock_ms = self.broker.clock_ms
         memberships = [t.membership for t in targets if t.__class__ is _TopicTarget]
         deadline = None if not read.block_ms else trio.current_time() + read.block_ms / 1000
@@ -208,22 +208,55 @@ class TopicGroupOps:
                     m.end_read(read.consumer, clock_ms())
 
     async def _serve_across(self, targets: list, read: GroupRead) -> tuple[list[Delivery], dict]:
-        """One round of the read over its keys, in order: what it served,
-        and per topic the positions to wait after (``{n: group's last ID}``
-        of its assigned partitions led elsewhere)."""
+        """One round of the read over its keys, in order, within one
+        MAXCOUNT / MAXSIZE: what it served, and per topic the positions to
+        wait after (``{n: group's last ID}`` of its assigned partitions led
+        elsewhere)."""
         fanout = self.broker.replication.fanout
         served: list[Delivery] = []
         positions: dict[bytes, dict[int, tuple[int, int]]] = {}
+        budget = ReadBudget(read.max_count, read.max_size)
         for t in targets:
+            if budget.spent:
+                break  # the keys after are not served
             if t.__class__ is not _TopicTarget or not fanout.led_elsewhere(t.key):
-                served.extend(self._serve([t], read, self.broker.clock_ms()))
+                served.extend(self._serve([t], read, self.broker.clock_ms(), budget))
             elif t.after is None:
-                served.extend(await self._serve_members_across(t, read, positions.setdefault(t.key, {})))
+                served.extend(await self._serve_members_across(t, read, positions.setdefault(t.key, {}), budget))
             else:
-                served.extend(await self._serve_history_across(t, read))
+                served.extend(await self._serve_history_across(t, read, budget))
         return served, positions
 
-    async def _serve_members_across(self, t: _TopicTarget, read: GroupRead, positions: dict) -> list[Delivery]:
+    async def _serve_in_order(self, m: Any, partitions: Any, budget: ReadBudget, serve_here: Any, part_of: Any,
+                              ask: Any, take: Any) -> None:
+        """``partitions`` of ``m``'s topic served in order: those led here by
+        ``serve_here(p)``, the others by their leaders (``part_of(p, (max
+        count, max size, served))``, asked with ``ask``, each answer given
+        to ``take(part, answer)``): all at once when the read has no MAXCOUNT
+        / MAXSIZE, else one at a time within what is left of them, as one
+        node serves them."""
+        capped = budget.count_left is not None or budget.bytes_left is not None
+        batch: list[GroupPart] = []
+        for p in partitions:
+            if budget.spent:
+                break
+            if not m.away(p):
+                serve_here(p)
+                continue
+            part = part_of(p, budget.left() if capped else (0, 0, 0))
+            if not capped:
+                batch.append(part)
+                continue
+            (answer,) = await ask([part])
+            take(part, answer)
+            if not isinstance(answer, ClusterError):
+                budget.charge(partition_key(m.topic, p), answer.count, answer.size)
+        if batch:
+            for part, answer in zip(batch, await ask(batch)):
+                take(part, answer)
+
+    async def _serve_members_across(self, t: _TopicTarget, read: GroupRead, positions: dict,
+                                    budget: ReadBudget) -> list[Delivery]:
         """``>`` on a topic: the member heartbeats (joins), the membership
         syncs (dead members expire, revocations end, handovers), then each
         partition assigned to it is served, here or by its leader."""
@@ -238,49 +271,53 @@ class TopicGroupOps:
         if stores or m.coordinator.generation != generation:
             self.broker.keys.signal(m.topic)  # other blocked members re-check
         self._persist_membership(m)
-        budget = ReadBudget()
         deliveries: dict[int, Delivery] = {}
-        parts: list[GroupPart] = []
-        for p in m.assigned(consumer):
-            if not m.away(p):
-                delivery = self._serve_partition(m, p, read, now_ms, budget)
-                if delivery is not None:
-                    deliveries[p] = delivery
-                continue
+        failures: list[ClusterError] = []
+
+        def serve_here(p: int) -> None:
+            delivery = self._serve_partition(m, p, read, now_ms, budget)
+            if delivery is not None:
+                deliveries[p] = delivery
+
+        def part_of(p: int, caps: tuple[int, int, int]) -> GroupPart:
             take = m.take_over.get(p) == consumer
             if take:
                 del m.take_over[p]
-            parts.append(GroupPart(m.topic, p, m.group, consumer, GROUP_READ_NEW, read.count, read.noack,
-                                   -1 if read.claim_ms is None else read.claim_ms, take_over=take,
-                                   redeliver=tuple(m.take_queue(p))))
-        for part in parts:  # (a revocation waits for these: ``_ask_revoking``)
-            m.reading[part.n] = m.reading.get(part.n, 0) + 1
-        try:
-            answers = await self._ask_parts(parts)
-        finally:
-            for part in parts:
-                left = m.reading.get(part.n, 1) - 1
-                if left > 0:
-                    m.reading[part.n] = left
-                else:
-                    m.reading.pop(part.n, None)
-        failure = None
-        for part, answer in zip(parts, answers):
+            return GroupPart(m.topic, p, m.group, consumer, GROUP_READ_NEW, read.count, read.noack,
+                             -1 if read.claim_ms is None else read.claim_ms, take_over=take,
+                             redeliver=tuple(m.take_queue(p)), max_count=caps[0], max_size=caps[1], served=caps[2])
+
+        async def ask(parts: list[GroupPart]) -> list:
+            for part in parts:  # (a revocation waits for these: ``_ask_revoking``)
+                m.reading[part.n] = m.reading.get(part.n, 0) + 1
+            try:
+                return await self._ask_parts(parts)
+            finally:
+                for part in parts:
+                    left = m.reading.get(part.n, 1) - 1
+                    if left > 0:
+                        m.reading[part.n] = left
+                    else:
+                        m.reading.pop(part.n, None)
+
+        def take(part: GroupPart, answer: Any) -> None:
             p = part.n
             if isinstance(answer, ClusterError):
-                failure = failure or answer
+                failures.append(answer)
                 if part.take_over:  # (it may have been applied: applied again, it changes nothing more)
                     m.take_over.setdefault(p, consumer)
                 if m.owner_of(p) == consumer and p not in m.take_over:
                     m.requeue(p, list(part.redeliver))
-                continue
+                return
             if m.owner_of(p) == consumer and p not in m.take_over:  # (still the member's after the await)
                 m.requeue(p, list(answer.queue))
             positions[p] = answer.position
             if answer.count:
                 deliveries[p] = _delivery(partition_key(m.topic, p), answer)
-        if failure is not None and not deliveries:
-            raise failure
+
+        await self._serve_in_order(m, m.assigned(consumer), budget, serve_here, part_of, ask, take)
+        if failures and not deliveries:
+            raise failures[0]
         return [deliveries[p] for p in sorted(deliveries)]
 
     def _restore_membership(self, m: Any) -> None:
@@ -423,30 +460,33 @@ class TopicGroupOps:
                 counts[part.n] = answer.pending
         m.remote_pending = counts
 
-    async def _serve_history_across(self, t: _TopicTarget, read: GroupRead) -> list[Delivery]:
+    async def _serve_history_across(self, t: _TopicTarget, read: GroupRead, budget: ReadBudget) -> list[Delivery]:
         """An explicit ID on a topic: the consumer's pending entries after it
         on every partition (those led elsewhere by their leaders)."""
         m = self._locate(t.membership)
         now_ms = self.broker.clock_ms()
-        budget = ReadBudget()
         deliveries: dict[int, Delivery] = {}
-        parts: list[GroupPart] = []
-        for p in range(self.broker.topics.partition_count(m.topic)):
-            if m.away(p):
-                parts.append(GroupPart(m.topic, p, m.group, read.consumer, GROUP_READ_HISTORY, read.count,
-                                       after=tuple(t.after)))
-                continue
+        failures: list[ClusterError] = []
+
+        def serve_here(p: int) -> None:
             delivery = self._serve_partition_history(m, p, t.after, read, now_ms, budget)
             if delivery is not None and delivery.count:
                 deliveries[p] = delivery
-        failure = None
-        for part, answer in zip(parts, await self._ask_parts(parts)):
+
+        def part_of(p: int, caps: tuple[int, int, int]) -> GroupPart:
+            return GroupPart(m.topic, p, m.group, read.consumer, GROUP_READ_HISTORY, read.count,
+                             after=tuple(t.after), max_count=caps[0], max_size=caps[1], served=caps[2])
+
+        def take(part: GroupPart, answer: Any) -> None:
             if isinstance(answer, ClusterError):
-                failure = failure or answer
+                failures.append(answer)
             elif answer.count:
                 deliveries[part.n] = _delivery(partition_key(m.topic, part.n), answer)
-        if failure is not None and not deliveries:
-            raise failure
+
+        await self._serve_in_order(m, range(self.broker.topics.partition_count(m.topic)), budget, serve_here,
+                                   part_of, self._ask_parts, take)
+        if failures and not deliveries:
+            raise failures[0]
         if not deliveries:
             return [Delivery(t.key, 0, [])]
         return [deliveries[p] for p in sorted(deliveries)]
@@ -556,6 +596,7 @@ class TopicGroupOps:
         consumer = part.consumer
         delivery = None
         queue: tuple = ()
+        budget = ReadBudget.of(part.max_count, part.max_size, part.served)  # (what the read has left)
         if part.op == GROUP_READ_NEW:
             read = GroupRead(part.group, consumer, [pkey], [None], part.count, part.noack,
                              claim_ms=part.claim_ms if part.claim_ms >= 0 else None)
@@ -565,9 +606,9 @@ class TopicGroupOps:
                     self.wrote_group(store)
             else:
                 ids = list(part.redeliver)
-            mine, gone_through = take_queued(ids, group.consumer(consumer), part.count)
+            mine, gone_through = take_queued(ids, group.consumer(consumer), budget.count_for(part.count))
             queue = tuple(ids[gone_through:])
-            delivery = self._serve_owned(pkey, stream, store, group, read, mine, now_ms, ReadBudget())
+            delivery = self._serve_owned(pkey, stream, store, group, read, mine, now_ms, budget)
         elif part.op == GROUP_HAND_OVER:
             ids, wrote = hand_over(store, part.group, consumer, now_ms)
             if wrote:
@@ -575,7 +616,7 @@ class TopicGroupOps:
             queue = tuple(ids)
         elif part.op == GROUP_READ_HISTORY and group.consumer(consumer) is not None:
             delivery = self._serve_history(_Target(pkey, stream, store, group, StreamId(*part.after)), consumer,
-                                           part.count, now_ms, ReadBudget())
+                                           part.count, now_ms, budget)
         c = group.consumer(consumer)
         pending = len(c.pending) if c is not None else 0
         position = tuple(group.last_id)
@@ -583,4 +624,5 @@ class TopicGroupOps:
             return GroupPartRead(queue=queue, pending=pending, position=position)
         chunks = tuple(c if c.__class__ is tuple else bytes(c) for c in delivery.chunks)
         claims = tuple(delivery.claims) if delivery.claims is not None else None
-        return GroupPartRead(delivery.count, chunks, claims, queue, pending, position)
+        size = part.max_size - budget.bytes_left if part.max_size else 0
+        return GroupPartRead(delivery.count, chunks, claims, queue, pending, position, size)

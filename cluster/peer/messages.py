@@ -262,7 +262,9 @@ class GroupPart:
     the IDs), delivery count +1, then with ``claim_ms`` >= 0 the group's idle
     pending entries, then new ones (unless ``noack``, into the PEL); ``count``
     (0: no limit) over all of them. For ``GROUP_READ_HISTORY``: the
-    consumer's pending entries after ``after``, at most ``count``."""
+    consumer's pending entries after ``after``, at most ``count``. Either
+    within what is left of the read's MAXCOUNT / MAXSIZE (``max_count``,
+    ``max_size``: 0 none; ``served``: entries the read served before)."""
 
     topic: bytes
     n: int
@@ -275,6 +277,9 @@ class GroupPart:
     after: tuple[int, int] = (0, 0)
     take_over: bool = False
     redeliver: tuple[tuple[int, int], ...] = ()
+    max_count: int = 0
+    max_size: int = 0
+    served: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,7 +301,7 @@ class GroupPartRead:
     before)`` for a read with CLAIM (else None); ``queue``: handed-over IDs
     still to deliver first on the next read; ``pending``: how many entries
     the consumer has pending there now; ``position``: the group's
-    last-delivered-id there."""
+    last-delivered-id there; ``size``: the bytes of MAXSIZE it took."""
 
     count: int = 0
     chunks: tuple = ()
@@ -304,6 +309,7 @@ class GroupPartRead:
     queue: tuple[tuple[int, int], ...] = ()
     pending: int = 0
     position: tuple[int, int] = (0, 0)
+    size: int = 0
 
 
 @dataclass(frozen=True, slots=True)

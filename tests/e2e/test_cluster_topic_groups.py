@@ -120,6 +120,25 @@ def test_a_lone_member_reads_as_on_one_node(single, cluster, protocol):
             assert conn.request(_command(*read)) == one.request(_command(*read)), read
 
 
+CAPPED_READS = [  # MAXCOUNT / MAXSIZE count over the partitions in order, here or on their leaders
+    (b"XREADGROUP", b"GROUP", b"cap", b"c", b"COUNT", b"2", b"MAXCOUNT", b"5", b"STREAMS", TOPIC, b">"),
+    (b"XREADGROUP", b"GROUP", b"cap", b"c", b"MAXSIZE", b"150", b"STREAMS", TOPIC, b">"),
+    (b"XREADGROUP", b"GROUP", b"cap", b"c", b"MAXCOUNT", b"7", b"STREAMS", TOPIC, b"0"),
+    (b"XREADGROUP", b"GROUP", b"cap", b"c", b"MAXSIZE", b"100", b"STREAMS", TOPIC, b"1002-0"),
+    (b"XREADGROUP", b"GROUP", b"cap", b"c", b"MAXCOUNT", b"9", b"MAXSIZE", b"400", b"STREAMS", TOPIC, b">"),
+    (b"XREADGROUP", b"GROUP", b"cap", b"c", b"MAXCOUNT", b"100", b"STREAMS", TOPIC, b">"),
+]
+
+
+def test_maxcount_and_maxsize_reach_across_nodes_as_on_one_node(single, cluster):
+    coordinator = cluster.leader_of(TOPIC)
+    with RawConn(single.port) as one, RawConn(coordinator.port) as conn:
+        for c in (one, conn):
+            assert c.request(_command(b"XGROUP", b"CREATE", TOPIC, b"cap", b"0")) == b"+OK\r\n"
+        for read in CAPPED_READS:
+            assert conn.request(_command(*read)) == one.request(_command(*read)), read
+
+
 def test_other_nodes_send_the_reader_to_the_coordinator(cluster):
     coordinator = cluster.leader_of(TOPIC)
     other = next(node for node in cluster.nodes if node is not coordinator)

@@ -93,7 +93,7 @@ group_read_requests = st.builds(m.GroupReadRequest, st.lists(
     st.builds(m.GroupPart, name, u32, name, name, st.sampled_from([m.GROUP_READ_NEW, m.GROUP_READ_HISTORY,
                                                                  m.GROUP_PENDING, m.GROUP_HAND_OVER]),
               u32, st.booleans(), st.integers(-1, 2**62), stream_ids, st.booleans(),
-              st.lists(stream_ids, max_size=3).map(tuple)), min_size=1, max_size=3).map(tuple))
+              st.lists(stream_ids, max_size=3).map(tuple), u32, u32, u32), min_size=1, max_size=3).map(tuple))
 requests = st.one_of(fetch_requests, epoch_requests, pause_requests, raft_requests, beat_requests,
                      propose_requests, join_requests, move_requests, append_requests, read_requests, group_requests,
                      group_read_requests)
@@ -124,7 +124,7 @@ pause_responses = st.builds(m.PauseResponse, st.lists(st.builds(m.PartitionEnd, 
                                                       max_size=3).map(tuple))
 group_part_reads = st.builds(m.GroupPartRead, u32, st.lists(blob | stream_ids, max_size=3).map(tuple),
                              st.none() | st.lists(st.tuples(st.integers(-1, 2**62), u63), max_size=3).map(tuple),
-                             st.lists(stream_ids, max_size=3).map(tuple), u32, stream_ids)
+                             st.lists(stream_ids, max_size=3).map(tuple), u32, stream_ids, u32)
 exchanges = st.one_of(
     st.tuples(fetch_requests, fetch_responses),
     st.tuples(epoch_requests, st.builds(m.EpochResponse, st.lists(epoch_ends, max_size=3).map(tuple))),
@@ -174,9 +174,9 @@ def test_every_response_round_trips_through_its_reply(exchange):
     [b"REPLREAD", b"0", b"t", b"1", b"range", b"5", b"0-0", b"0"],
     [b"REPLREAD", b"t", b"1", b"len", b"0-0", b"0-0", b"0"],  # no wait
     [b"GROUPREAD"],
-    [b"GROUPREAD", b"t", b"1", b"g", b"c", b"new", b"0", b"0", b"-1", b"0-0", b"0"],  # a partition cut short
-    [b"GROUPREAD", b"t", b"1", b"g", b"c", b"drop", b"0", b"0", b"-1", b"0-0", b"0", b""],
-    [b"GROUPREAD", b"t", b"1", b"g", b"c", b"new", b"0", b"0", b"-1", b"0-0", b"0", b"1-1,x"],
+    [b"GROUPREAD", b"t", b"1", b"g", b"c", b"new", b"0", b"0", b"-1", b"0-0", b"0", b"", b"0", b"0"],  # cut short
+    [b"GROUPREAD", b"t", b"1", b"g", b"c", b"drop", b"0", b"0", b"-1", b"0-0", b"0", b"", b"0", b"0", b"0"],
+    [b"GROUPREAD", b"t", b"1", b"g", b"c", b"new", b"0", b"0", b"-1", b"0-0", b"0", b"1-1,x", b"0", b"0", b"0"],
 ])
 def test_what_does_not_decode_is_refused(argv):
     with pytest.raises((ValueError, IndexError, TypeError)):
