@@ -366,27 +366,34 @@ class TopicGroupOps:
         if key is not None and topics.get(key) is not None and topics.delete(key):
             self.broker.keys.signal(key)
 
+    def _members_streams(self, topic: bytes) -> list[tuple[bytes, bytes]]:
+        """``(group, members stream)`` of every group of ``topic`` that has
+        one (in a cluster; in the topic key's slot, so led where the topic's
+        partition 0 is)."""
+        topics = self.broker.topics
+        if self.broker.replication is None or not topics.exists(topic):
+            return []
+        stream = topics.get(partition_key(topic, 0))
+        found = []
+        for group in list(groups_of(stream).groups) if stream is not None else ():
+            key = members_key(topic, group)
+            if key is not None and topics.get(key) is not None:
+                found.append((group, key))
+        return found
+
     def _memberships_to_rename(self, topic: bytes, dst: bytes) -> list[tuple[bytes, bytes | None]]:
         """Before RENAME ``topic`` ``dst`` in a cluster: the members streams
         to rename once the topic is ``dst`` (``(key, new key)``), those of
         a topic ``dst`` it replaces to delete (``(key, None)``), deleted
         first. A slot's keys both (RENAME's keys are), so led here."""
-        topics = self.broker.topics
-        if self.broker.replication is None:
-            return []
-        found: list[tuple[bytes, bytes | None]] = []
-        for name, new in ((dst, None), (topic, dst)):
-            stream = topics.get(partition_key(name, 0)) if topics.exists(name) else None
-            for group in list(groups_of(stream).groups) if stream is not None else ():
-                key = members_key(name, group)
-                if key is not None and topics.get(key) is not None:
-                    found.append((key, None if new is None else members_key(new, group)))
-        return found
+        doomed: list[tuple[bytes, bytes | None]] = [(key, None) for _, key in self._members_streams(dst)]
+        return doomed + [(key, members_key(dst, group)) for group, key in self._members_streams(topic)]
 
     def _rename_memberships(self, renames: list[tuple[bytes, bytes | None]]) -> None:
         """``_memberships_to_rename``'s streams renamed or deleted, after the
         topic's RENAME: its members keep their partitions under the new name
-        (the next read restores them, ``_restore_membership``)."""
+        (the next read restores them, ``_restore_membership``); or
+        ``_members_streams``' as ``(key, None)`` after a topic's deletion."""
         topics = self.broker.topics
         for key, new in renames:
             if new is None:

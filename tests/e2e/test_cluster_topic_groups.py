@@ -297,6 +297,17 @@ def test_a_group_destroyed_and_created_again_through_any_node_starts_with_no_mem
     assert {key for key, _ in got} == {_pkey(n, topic) for n in range(PARTITIONS)}, got
 
 
+def test_a_deleted_topic_takes_its_members_streams_along(cluster):
+    topic = b"gone"
+    _create(cluster, topic)
+    client = cluster.leader_of(topic).client()
+    assert client.xgroup_create(topic, "g", id="$") is True
+    client.xreadgroup("g", "a", {topic: ">"})
+    assert _members_streams(cluster, topic) == [b"__topic_members{gone}" + b"g".hex().encode()]
+    assert client.execute_command("TOPIC", "DELETE", topic) == b"OK"
+    eventually(lambda: _members_streams(cluster, topic) == [], what="the members stream deleted")
+
+
 ADMIN = [  # one consumer's life in a group, XGROUP's replies as one node gives them
     (b"XGROUP", b"CREATE", TOPIC, b"adm", b"0"),
     (b"XGROUP", b"CREATECONSUMER", TOPIC, b"adm", b"c"),  # 1
