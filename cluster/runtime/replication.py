@@ -197,10 +197,10 @@ class Replication:
         multi-partition topic key whose partitions are not all led here,
         except those of ``SLOT_LED``: they run where the topic key's slot is
         led (XADD forwards to the chosen partition's leader,
-        cluster/runtime/forwarding.py; XREADGROUP's group coordinator is
-        there, cluster/broker/topic_groups.py), and the commands of ``FANS_OUT``: they run on any node, which reads
-        the partitions led elsewhere from their leaders (cluster/runtime/fanout.py)
-        or has them change their groups (cluster/broker/groups.py).
+        cluster/runtime/forwarding.py; the group coordinator of XREADGROUP
+        and XGROUP is there, cluster/broker/topic_groups.py), and the
+        commands of ``FANS_OUT``: they run on any node, which reads the
+        partitions led elsewhere from their leaders (cluster/runtime/fanout.py).
         ``replica_reads`` (a READONLY connection): the commands of
         ``FOLLOWER_READS`` run here on keys whose partition this node holds
         a follower copy of that has heard from its leader
