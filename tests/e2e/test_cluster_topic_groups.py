@@ -7,8 +7,13 @@ get disjoint entries covering the topic, acknowledge them with XACK on the
 partition keys, and when one stops reading past the session timeout its
 partitions and pending entries pass to the other (delivered first, delivery
 count +1). A lone member's replies are compared byte for byte with a single
-node's, where they are deterministic. When the coordinator is killed, the
-slot's next leader goes on with the membership it kept."""
+node's, where they are deterministic (MAXCOUNT / MAXSIZE too). XGROUP on
+the topic key runs on the coordinator too: DESTROY and CREATE reset the
+membership and delete its stream, CREATECONSUMER / DELCONSUMER / CONFIG
+answer as one node (DELCONSUMER hands the member's partitions over first);
+RENAME and TOPIC DELETE take the members streams along. When the
+coordinator is killed, the slot's next leader goes on with the membership
+it kept."""
 
 from __future__ import annotations
 
@@ -65,6 +70,15 @@ def _add(rc, feed) -> None:
 def _entries(reply) -> set[tuple[bytes, bytes]]:
     """``(partition key, ID)`` of every entry of an XREADGROUP reply (redis-py's RESP2 shape)."""
     return {(key, entry_id) for key, entries in (reply or []) for entry_id, _ in entries}
+
+
+def _cli(port: int, *args: str, cluster_mode: bool = False) -> str:
+    return subprocess.run(["redis-cli", *(["-c"] if cluster_mode else []), "-p", str(port), *args],
+                          capture_output=True, text=True, timeout=30, check=True).stdout
+
+
+def _members_streams(cluster: Cluster, topic: bytes) -> list:
+    return cluster.nodes[0].client().execute_command("TOPIC", "LIST", b"__topic_members{%s}*" % topic)
 
 
 @pytest.fixture(scope="module")
@@ -247,28 +261,15 @@ def test_a_blocked_member_wakes_on_an_append_to_a_partition_another_node_leads(c
 def test_redis_cli_c_reads_the_topic_key_through_any_node(single, cluster):
     """redis-cli -c follows the ``-MOVED`` to the coordinator: a lone
     member's reads through each node are the single node's, in turn."""
-    def cli(port: int, *args: str, cluster_mode: bool = False) -> str:
-        return subprocess.run(["redis-cli", *(["-c"] if cluster_mode else []), "-p", str(port), *args],
-                              capture_output=True, text=True, timeout=30, check=True).stdout
-
     create = ("XGROUP", "CREATE", "events", "cli", "0")
-    assert cli(cluster.ports[1], *create, cluster_mode=True) == cli(single.port, *create)
+    assert _cli(cluster.ports[1], *create, cluster_mode=True) == _cli(single.port, *create)
     read = ("XREADGROUP", "GROUP", "cli", "c", "COUNT", "1", "STREAMS", "events", ">")
     history = ("XREADGROUP", "GROUP", "cli", "c", "STREAMS", "events", "0")
     for args in (read, history):
         for port in cluster.ports:
-            want = cli(single.port, *args)
+            want = _cli(single.port, *args)
             assert "events#5" in want
-            assert cli(port, *args, cluster_mode=True) == want, (port, args)
-
-
-def _cli(port: int, *args: str, cluster_mode: bool = False) -> str:
-    return subprocess.run(["redis-cli", *(["-c"] if cluster_mode else []), "-p", str(port), *args],
-                          capture_output=True, text=True, timeout=30, check=True).stdout
-
-
-def _members_streams(cluster: Cluster, topic: bytes) -> list:
-    return cluster.nodes[0].client().execute_command("TOPIC", "LIST", b"__topic_members{%s}*" % topic)
+            assert _cli(port, *args, cluster_mode=True) == want, (port, args)
 
 
 def test_a_group_destroyed_and_created_again_through_any_node_starts_with_no_members(cluster):
