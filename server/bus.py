@@ -18,7 +18,7 @@ malformed <NAME> request: <why>``; the service's other refusals become
 their Redis texts (server/failures.py). A forwarded append arrives as the
 XADD command itself and runs as any XADD, with the bus connection's
 durability and acks=all waits before its reply; a forwarded group change
-(a topic's XGROUP CREATE / SETID / DESTROY, one partition) likewise as
+(a topic's XGROUP, one partition) likewise as
 XGROUP. A member's read of partitions this node leads, from the group's
 coordinator (``GROUPREAD``), runs in the bus connection's broker session
 too, so its reply waits for the durability and acks=all replication of the

@@ -59,9 +59,10 @@ EPOCH_FIELDS = 3  # topic, n, epoch
 END_FIELDS = 6  # topic, n, end offset, high watermark, state token, group token
 READ_FIELDS = 6  # topic, n, op, start ID, end ID, count
 READ_OPS = ("len", "range", "revrange", "after", "after-last")  # cluster.peer.messages.READ_*
-# topic, n, group, consumer, op, count, noack, claim ms, after ID, take over, IDs to redeliver (comma-separated)
-GROUP_READ_FIELDS = 11
-GROUP_READ_OPS = ("new", "history", "pending")  # cluster.peer.messages.GROUP_*
+# topic, n, group, consumer, op, count, noack, claim ms, after ID, take over, IDs to redeliver (comma-separated),
+# max count, max size, served
+GROUP_READ_FIELDS = 14
+GROUP_READ_OPS = ("new", "history", "pending", "handover")  # cluster.peer.messages.GROUP_*
 
 # The command naming each request on the bus.
 NAMES: dict[type, bytes] = {
@@ -70,7 +71,8 @@ NAMES: dict[type, bytes] = {
     AppendRequest: b"XADD", ReadRequest: b"REPLREAD", GroupRequest: b"XGROUP", GroupReadRequest: b"GROUPREAD",
     GroupInfoRequest: b"GROUPINFO",
 }
-GROUP_OPS = ("create", "setid", "destroy")
+GROUP_OPS = ("create", "setid", "destroy", "createconsumer", "delconsumer", "config")
+GROUP_COUNTS = ("destroy", "createconsumer", "delconsumer")  # the XGROUP answering an integer
 
 
 def _int(raw: Any) -> int:
@@ -145,6 +147,11 @@ def encode_request(request: Request) -> list[bytes]:
         args = [name, request.op.upper().encode(), request.key, request.group]
         if request.op == "destroy":
             return args
+        if request.op in ("createconsumer", "delconsumer"):
+            return args + [request.consumer]
+        if request.op == "config":
+            args += [b"MAXDELIVERIES", b"%d" % request.max_deliveries]
+            return args + ([b"DEADLETTER", request.dead_letter_key] if request.dead_letter_key is not None else [])
         args.append(b"$" if request.last_id is None else _id_text(request.last_id))
         if request.entries_read is not None:
             args += [b"ENTRIESREAD", b"%d" % request.entries_read]
@@ -158,7 +165,8 @@ def encode_request(request: Request) -> list[bytes]:
         for p in request.parts:
             args += [p.topic, b"%d" % p.n, p.group, p.consumer, p.op.encode(), b"%d" % p.count,
                      b"1" if p.noack else b"0", b"%d" % p.claim_ms, _id_text(p.after), b"1" if p.take_over else b"0",
-                     b",".join(_id_text(i) for i in p.redeliver)]
+                     b",".join(_id_text(i) for i in p.redeliver), b"%d" % p.max_count, b"%d" % p.max_size,
+                     b"%d" % p.served]
         return args
     if kind is GroupInfoRequest:  # topic, members (1/0), only given (1/0), only, partition ...
         return [name, request.topic, b"1" if request.members else b"0", b"0" if request.only is None else b"1",
@@ -230,12 +238,13 @@ def decode_request(argv: list[bytes]) -> Request:
     if name == b"GROUPREAD":
         parts = []
         for (topic, n, group, consumer, op, count, noack, claim_ms, after, take_over,
-             redeliver) in _groups(argv[1:], GROUP_READ_FIELDS, "partition"):
+             redeliver, max_count, max_size, served) in _groups(argv[1:], GROUP_READ_FIELDS, "partition"):
             if op.decode() not in GROUP_READ_OPS:
                 raise ValueError(f"unknown group read {op!r}")
             parts.append(GroupPart(topic, _int(n), group, consumer, op.decode(), _int(count), noack == b"1",
                                    _int(claim_ms), _id(after), take_over == b"1",
-                                   tuple(_id(i) for i in redeliver.split(b",")) if redeliver else ()))
+                                   tuple(_id(i) for i in redeliver.split(b",")) if redeliver else (),
+                                   _int(max_count), _int(max_size), _int(served)))
         if not parts:
             raise ValueError("no partition")
         return GroupReadRequest(tuple(parts))
@@ -263,6 +272,16 @@ def _decode_group(argv: list[bytes]) -> GroupRequest:
         if len(argv) != 4:
             raise ValueError("expected key group")
         return GroupRequest(op, key, group)
+    if op in ("createconsumer", "delconsumer"):
+        if len(argv) != 5:
+            raise ValueError("expected key group consumer")
+        return GroupRequest(op, key, group, consumer=argv[4])
+    if op == "config":
+        options = dict(zip(argv[4::2], argv[5::2]))
+        if len(argv) % 2 or b"MAXDELIVERIES" not in options or set(options) - {b"MAXDELIVERIES", b"DEADLETTER"}:
+            raise ValueError("expected MAXDELIVERIES [DEADLETTER]")
+        return GroupRequest(op, key, group, max_deliveries=_int(options[b"MAXDELIVERIES"]),
+                            dead_letter_key=options.get(b"DEADLETTER"))
     last_id = None if argv[4] == b"$" else _id(argv[4])
     options = dict(zip(argv[5::2], argv[6::2]))
     if len(argv) % 2 == 0 or set(options) - {b"ENTRIESREAD", b"MAXDELIVERIES", b"DEADLETTER"}:
@@ -309,11 +328,11 @@ def encode_response(response: Response) -> Any:
     if kind is BeatResponse:
         return response.commit_index
     if kind is GroupResponse:
-        return OK if response.destroyed is None else response.destroyed
+        return OK if response.count is None else response.count
     if kind is GroupReadResponse:
         return [[p.count, [list(c) if c.__class__ is tuple else c for c in p.chunks],
                  None if p.claims is None else [x for pair in p.claims for x in pair],
-                 [_id_text(i) for i in p.queue], p.pending, _id_text(p.position)]
+                 [_id_text(i) for i in p.queue], p.pending, _id_text(p.position), p.size]
                 for p in response.parts]
     if kind is GroupInfoResponse:
         return [[[[g.name, g.pending, _id_text(g.last_id), g.entries_read, g.lag,
@@ -365,18 +384,19 @@ def decode_response(request: Request, reply: Any) -> Response:
             raise ValueError("expected the commit index")
         return BeatResponse(reply)
     if kind is GroupRequest:
-        if reply == b"OK" and request.op != "destroy":
+        counts = request.op in GROUP_COUNTS
+        if reply == b"OK" and not counts:
             return GroupResponse()
-        if not isinstance(reply, int) or request.op != "destroy":
-            raise ValueError("expected OK, or DESTROY's count")
+        if not isinstance(reply, int) or not counts:
+            raise ValueError("expected OK, or the XGROUP's count")
         return GroupResponse(reply)
     if kind is GroupReadRequest:
         found = []
-        for count, chunks, claims, queue, pending, position in reply:
+        for count, chunks, claims, queue, pending, position, size in reply:
             found.append(GroupPartRead(
                 _int(count), tuple(tuple(_int(x) for x in c) if isinstance(c, list) else c for c in chunks),
                 None if claims is None else tuple(zip(claims[::2], claims[1::2])), tuple(_id(i) for i in queue),
-                _int(pending), _id(position)))
+                _int(pending), _id(position), _int(size)))
         if len(found) != len(request.parts):
             raise ValueError("expected an answer per partition")
         return GroupReadResponse(tuple(found))

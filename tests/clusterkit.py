@@ -253,6 +253,12 @@ class Cluster:
             time.sleep(0.3)
         raise AssertionError(f"the nodes do not agree on the shard leaders: {last}")
 
+    def wait_leading(self, timeout_s: float = 20.0) -> None:
+        """Every node leads a slot range (as the preferred leaders do once
+        settled: just after the start one node may lead another's range)."""
+        eventually(lambda: {entry[2][1] for entry in self.alive().client().execute_command("CLUSTER", "SLOTS")}
+                   == set(self.ports), timeout_s, what="every node leading a slot range")
+
     def node_at(self, port: int) -> PartitaProcess:
         return self.nodes[self._owner[port]]
 

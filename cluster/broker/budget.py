@@ -74,6 +74,32 @@ class ReadBudget:
                 self.count_left -= n
         return n
 
+    def charge(self, key: bytes, n: int, size_bytes: int) -> None:
+        """``n`` entries of ``key`` served elsewhere within what was left
+        (another node's ``ReadBudget``: ``left``), taking ``size_bytes``."""
+        if n:
+            self._keys.add(key)
+            self.served += n
+            if self.count_left is not None:
+                self.count_left -= n
+        if self.bytes_left is not None:
+            self.bytes_left -= size_bytes
+
+    def left(self) -> tuple[int, int, int]:
+        """``(max count, max size, served)`` for a ``ReadBudget`` of what is
+        left on another node (``of``); 0: no cap."""
+        count = 0 if self.count_left is None else max(self.count_left, 0)
+        size = 0 if self.bytes_left is None else max(self.bytes_left, 0)
+        assert not self.spent  # (so a cap left is > 0, not "none")
+        return count, size, self.served
+
+    @classmethod
+    def of(cls, max_count: int, max_size: int, served: int) -> "ReadBudget":
+        """What ``left`` gave, here: a budget of those caps, ``served`` entries in."""
+        budget = cls(max_count, max_size)
+        budget.served = served
+        return budget
+
     def took(self, key: bytes, n: int) -> None:
         """A key served ``n`` entries read within ``count_for`` (no MAXSIZE)."""
         assert self.bytes_left is None

@@ -27,10 +27,12 @@ deletions that mind the groups are ``cluster.broker.references``'):
 - ``reject``: pending entries given up on (a Kafka share consumer's REJECT):
   dead-lettered, or acknowledged when the group has no dead-letter stream;
 - a group command on a topic key: the same command on every partition;
-  in a cluster, XGROUP CREATE / SETID / DESTROY of a topic whose partitions
-  other nodes lead sends each such partition's command to its leader
-  (``GroupRequest`` through ``Forwarder.forward``, all at once) and
-  returns the awaitable of the combined answer (``_each_partition_led``);
+  in a cluster (run by the topic's group coordinator), XGROUP of a topic
+  whose partitions other nodes lead sends each such partition's command to
+  its leader (``GroupRequest`` through ``Forwarder.forward``, all at once)
+  and returns the awaitable of the combined answer (``_each_partition_led``;
+  DELCONSUMER's, which moves the member's partitions first:
+  ``cluster.broker.topic_groups``);
 - a topic's group views (XINFO GROUPS / CONSUMERS, TOPIC GROUPS): the facts
   of each partition's groups (``partition_groups``) and of each group's
   membership (``membership_of``), merged by the one merge (``topic_views``,
@@ -450,6 +452,12 @@ def _first_error(replies: list) -> BaseException | None:
     return None
 
 
+def in_transaction(topic: bytes) -> ClusterError:
+    """The refusal of a group change of ``topic`` across nodes inside MULTI / EXEC (it would wait for peers)."""
+    return ClusterError(f"topic '{topic.decode('utf-8', 'replace')}' has partitions led by other nodes, and a "
+                        "transaction cannot change their groups; use partition keys ('<topic>#<n>') inside MULTI")
+
+
 def _attempt(op: Callable[[bytes], Any], pkey: bytes, late: BaseException | None) -> Any:
     """``op(pkey)``, or its refusal (``late``: the front-end's parse error)."""
     try:
@@ -500,7 +508,8 @@ class GroupOps:
     __slots__ = ()
 
     # The Session provides these (``_led_across``, ``_group_read_across``,
-    # ``_locate`` and ``_persist_membership``: cluster.broker.topic_groups.TopicGroupOps).
+    # ``_locate``, ``_persist_membership``, ``_forget_membership`` and
+    # ``_delete_member_across``: cluster.broker.topic_groups.TopicGroupOps).
     broker: Any
     may_block: bool
     commit_deferred: Callable[[], None]
@@ -550,9 +559,7 @@ class GroupOps:
         if late is not None:
             raise late
         if not self.may_block:
-            raise ClusterError(f"topic '{key.decode('utf-8', 'replace')}' has partitions led by other nodes, and "
-                               "a transaction cannot change their groups; use partition keys ('<topic>#<n>') "
-                               "inside MULTI")
+            raise in_transaction(key)
         return self._each_partition_away(key, request_of, op)
 
     async def _each_partition_away(self, key: bytes, request_of: Callable[[bytes], GroupRequest],
@@ -580,7 +587,7 @@ class GroupOps:
             if answer is None:  # led here (or its leadership moved here meanwhile)
                 results.append(_attempt(op, pkey, None))
             else:
-                results.append(answer.destroyed if answer.__class__ is GroupResponse else answer)
+                results.append(answer.count if answer.__class__ is GroupResponse else answer)
         return results
 
     @staticmethod
@@ -617,7 +624,7 @@ class GroupOps:
                 for e in errors:
                     if not _is_busy(e):
                         raise e
-                topics.drop_membership(key, name)
+                self._forget_membership(key, name)
 
             def op(pkey: bytes) -> None:
                 self.group_create(pkey, name, last_id, mkstream=mkstream, entries_read=entries_read,
@@ -685,7 +692,7 @@ class GroupOps:
         if topics.is_multi(key):
             def finish(replies: list) -> int:
                 _raise_first_error(replies)
-                topics.drop_membership(key, name)
+                self._forget_membership(key, name)
                 return 1 if any(replies) else 0
 
             def op(pkey: bytes) -> int:
@@ -702,13 +709,25 @@ class GroupOps:
         self.broker.keys.signal(key)
         return 1
 
-    def group_create_consumer(self, key: bytes, name: bytes, consumer: bytes) -> int:
-        """XGROUP CREATECONSUMER: 1 if created (on any partition), else 0."""
+    def group_create_consumer(self, key: bytes, name: bytes, consumer: bytes) -> Any:
+        """XGROUP CREATECONSUMER: 1 if created (on any partition), else 0 (in
+        a cluster, on a topic whose partitions other nodes lead: the
+        awaitable of it, each such partition's consumer created by its
+        leader)."""
         self.commit_deferred()
         if self.broker.topics.is_multi(key):
-            replies = self._each_partition_ok(key, lambda pkey: self.group_create_consumer(pkey, name, consumer),
-                                              None)
-            return 1 if any(replies) else 0
+            def finish(replies: list) -> int:
+                _raise_first_error(replies)
+                return 1 if any(replies) else 0
+
+            def op(pkey: bytes) -> int:
+                return self.group_create_consumer(pkey, name, consumer)
+
+            away = self._each_partition_led(
+                key, lambda pkey: GroupRequest("createconsumer", pkey, name, consumer=consumer), op, None)
+            if away is not None:
+                return self._finish_after(away, finish)
+            return finish(self._each_partition(key, op, None))
         _, store = self._store_of(key)
         if store.group(name) is None:
             raise GroupOpError(NO_GROUP_FOR_KEY, key=key, group=name)
@@ -717,16 +736,21 @@ class GroupOps:
             self.wrote_group(store)
         return 1 if created else 0
 
-    def group_delete_consumer(self, key: bytes, name: bytes, consumer: bytes) -> int:
+    def group_delete_consumer(self, key: bytes, name: bytes, consumer: bytes) -> Any:
         """XGROUP DELCONSUMER: how many entries the consumer had pending
         (they leave the PEL). On a topic the member leaves first: its
         partitions and their pending entries go to the remaining members;
-        the count is what it had pending before."""
+        the count is what it had pending before. In a cluster, on a topic
+        whose partitions other nodes lead: the awaitable of it
+        (``_delete_member_across``)."""
         self.commit_deferred()
         topics = self.broker.topics
         if topics.is_multi(key):
-            if self._partition_group(key, 0, name)[2] is None:
+            if self._partition_group(key, 0, name)[2] is None:  # (partition 0 is led with the topic key)
                 raise GroupOpError(NO_GROUP_FOR_KEY, key=key, group=name)
+            away = self._delete_member_across(key, name, consumer)
+            if away is not None:
+                return away
             pending = 0
             for p in range(topics.partition_count(key)):
                 group = self._partition_group(key, p, name)[2]
@@ -751,17 +775,24 @@ class GroupOps:
 
     def group_configure(self, key: bytes, name: bytes, max_deliveries: int, dead_letter_key: bytes | None, *,
                         late: BaseException | None = None,
-                        check_key: Callable[[bytes], None] | None = None) -> None:
+                        check_key: Callable[[bytes], None] | None = None) -> Any:
         """XGROUP CONFIG: set (``max_deliveries`` > 0) or clear (0) the
         group's dead-letter setting. ``dead_letter_key`` None with
         ``max_deliveries`` > 0 keeps the group's key, which ``check_key``
         (the front-end's permission check: raises if this client may not
-        write it) sees first. On a topic: every partition."""
+        write it) sees first. On a topic: every partition (in a cluster, by
+        its leader: then the awaitable of it)."""
         self.commit_deferred()
         if self.broker.topics.is_multi(key):
-            self._each_partition_ok(key, lambda pkey: self.group_configure(
-                pkey, name, max_deliveries, dead_letter_key, late=late, check_key=check_key), late)
-            return
+            def op(pkey: bytes) -> None:
+                self.group_configure(pkey, name, max_deliveries, dead_letter_key, late=late, check_key=check_key)
+
+            away = self._each_partition_led(key, lambda pkey: GroupRequest(
+                "config", pkey, name, max_deliveries=max_deliveries, dead_letter_key=dead_letter_key), op, late)
+            if away is not None:
+                return self._finish_after(away, _raise_first_error)
+            self._each_partition_ok(key, op, late)
+            return None
         _, store = self._store_of(key)
         group = store.group(name)
         if group is None:
@@ -833,10 +864,13 @@ class GroupOps:
                 targets.append(_Target(key, stream, store, group, start))
         return targets
 
-    def _serve(self, targets: list, read: GroupRead, now_ms: int) -> list[Delivery]:
+    def _serve(self, targets: list, read: GroupRead, now_ms: int, budget: ReadBudget | None = None) -> list[Delivery]:
+        """The read's ``targets`` served in order within ``budget`` (None: the
+        read's own MAXCOUNT / MAXSIZE)."""
         served: list[Delivery] = []
         consumer = read.consumer
-        budget = ReadBudget(read.max_count, read.max_size)
+        if budget is None:
+            budget = ReadBudget(read.max_count, read.max_size)
         for t in targets:
             if budget.spent:
                 break  # MAXCOUNT / MAXSIZE reached: the keys after are not served

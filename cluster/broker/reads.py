@@ -545,9 +545,11 @@ class ReadOps:
         topics = broker.topics
         deleted = 0
         for key in keys:
+            doomed = [(k, None) for _, k in self._members_streams(topics.topic_of(key))] if topics.exists(key) else []
             if topics.delete(key):
                 deleted += 1
                 broker.keys.signal(key)
+                self._rename_memberships(doomed)  # (its groups' members streams: cluster/broker/topic_groups.py)
         return deleted
 
     def key_names(self) -> list[bytes]:
@@ -653,10 +655,12 @@ class ReadOps:
         broker = self.broker
         topics = broker.topics
         woken = _stream_keys(topics, topic) | _stream_keys(topics, dst)
+        memberships = self._memberships_to_rename(topic, dst)  # (cluster/broker/topic_groups.py)
         if broker.replication is not None:
             broker.replication.rename(self, topic, dst)
         else:
             topics.rename(topic, dst)
+        self._rename_memberships(memberships)
         woken |= _stream_keys(topics, dst)
         signal = broker.keys.signal
         for key in woken:
@@ -740,8 +744,10 @@ class ReadOps:
         if b"#" in topic and topics.topic_of(topic) != topic:
             raise TopicError(TOPIC_DELETE_NEEDS_TOPIC, key=topic)
         keys = topics.expand(topic) if topics.exists(topic) else []
+        doomed = [(key, None) for _, key in self._members_streams(topic)]
         if not topics.delete(topic):
             raise TopicError(UNKNOWN_TOPIC, topic=topic)
+        self._rename_memberships(doomed)  # (its groups' members streams: cluster/broker/topic_groups.py)
         for key in {topic, *keys}:
             broker.keys.signal(key)
 

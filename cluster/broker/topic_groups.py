@@ -42,6 +42,12 @@ The membership survives the coordinator's failover: every change of it
 coordinator that leads every partition too), before the read that made it
 replies, and the slot's next leader restores the last one on its first
 read of the group (``_restore_membership``, ``TopicGroupMembership.restore``).
+XGROUP on the topic key runs here too (``route`` sends it here): CREATE of
+a new group and DESTROY forget the membership and delete its stream
+(``_forget_membership``); DELCONSUMER has the member leave, its partitions
+led elsewhere handed to their new owners by their leaders
+(``GROUP_HAND_OVER``), before their leaders delete the consumer
+(``_delete_member_across``).
 
 A topic's group views (XINFO GROUPS / CONSUMERS, TOPIC GROUPS) on any node
 gather their facts where they are kept (``_group_facts_across``): each
@@ -50,7 +56,10 @@ partition's groups from its leader, the memberships from the coordinator
 node (``GROUPINFO`` on the bus, ``serve_group_info``), all at once; the
 merge is the single node's (``cluster.broker.groups.topic_views`` ...).
 
-Not across nodes (refused): MAXCOUNT / MAXSIZE; inside MULTI. A leader that
+MAXCOUNT / MAXSIZE count over the partitions in order, as on one node: a
+read with them asks the leaders one partition at a time, each within what
+is left of them (``GroupPart.max_count`` ...), and charges what it served.
+Not across nodes (refused): inside MULTI. A leader that
 cannot be reached fails the read with ``TryAgain`` when no other partition
 served anything (entries it may have delivered stay pending for the member:
 its history read, ID 0, gets them).
@@ -68,12 +77,13 @@ from typing import Any, NamedTuple
 import trio
 
 from cluster.broker.budget import ReadBudget
-from cluster.broker.groups import Delivery, GroupRead, _Target, _TopicTarget
+from cluster.broker.groups import Delivery, GroupRead, _raise_first_error, _Target, _TopicTarget, in_transaction
 from cluster.errors import ClusterError, TryAgain
 from cluster.membership import hand_over, take_queued
 from cluster.peer.link import Unreachable
-from cluster.peer.messages import (GROUP_PENDING, GROUP_READ_HISTORY, GROUP_READ_NEW, GroupInfoRequest,
-                                   GroupInfoResponse, GroupPart, GroupPartRead, GroupReadRequest, GroupReadResponse)
+from cluster.peer.messages import (GROUP_HAND_OVER, GROUP_PENDING, GROUP_READ_HISTORY, GROUP_READ_NEW,
+                                   GroupInfoRequest, GroupInfoResponse, GroupPart, GroupPartRead, GroupReadRequest,
+                                   GroupReadResponse, GroupRequest)
 from cluster.peer.service import check_leads
 from cluster.runtime.fanout import READ_TIMEOUT_S, unreachable
 from cluster.topics import MEMBERS_PREFIX, partition_key
@@ -93,13 +103,15 @@ def members_key(topic: bytes, group: bytes) -> bytes | None:
     """The internal stream keeping ``group``'s membership on ``topic``, in
     the topic key's slot (the topic's hash tag, or its name as one), so the
     slot's followers, one of which becomes the next coordinator, copy it;
-    the group's name in hex (a ``#<digits>`` end would name a partition).
-    None when the topic's name cannot be made a hash tag."""
+    the group's name in hex (a ``#<digits>`` end would name a partition),
+    after a hash tag's the topic's name in hex (topics of one hash tag have
+    streams of their own). None when the topic's name cannot be made a
+    hash tag."""
     start = topic.find(b"{")
     if start >= 0:
         end = topic.find(b"}", start + 1)
         if end > start + 1:
-            return MEMBERS_PREFIX + topic[start + 1:end] + b"}" + group.hex().encode()
+            return MEMBERS_PREFIX + topic[start + 1:end] + b"}" + topic.hex().encode() + b"." + group.hex().encode()
     if b"{" in topic or b"}" in topic:
         return None
     return MEMBERS_PREFIX + topic + b"}" + group.hex().encode()
@@ -186,9 +198,6 @@ class TopicGroupOps:
         topic = next(t.key for t in targets if t.__class__ is _TopicTarget)
         if not self.may_block:
             raise self.broker.replication.fanout.in_transaction(topic)
-        if read.max_count or read.max_size:
-            raise ClusterError(f"topic '{_text(topic)}' has partitions led by other nodes: XREADGROUP's MAXCOUNT "
-                               "and MAXSIZE do not reach across nodes; use partition keys ('<topic>#<n>')")
         clock_ms = self.broker.clock_ms
         memberships = [t.membership for t in targets if t.__class__ is _TopicTarget]
         deadline = None if not read.block_ms else trio.current_time() + read.block_ms / 1000
@@ -216,22 +225,55 @@ class TopicGroupOps:
                     m.end_read(read.consumer, clock_ms())
 
     async def _serve_across(self, targets: list, read: GroupRead) -> tuple[list[Delivery], dict]:
-        """One round of the read over its keys, in order: what it served,
-        and per topic the positions to wait after (``{n: group's last ID}``
-        of its assigned partitions led elsewhere)."""
+        """One round of the read over its keys, in order, within one
+        MAXCOUNT / MAXSIZE: what it served, and per topic the positions to
+        wait after (``{n: group's last ID}`` of its assigned partitions led
+        elsewhere)."""
         fanout = self.broker.replication.fanout
         served: list[Delivery] = []
         positions: dict[bytes, dict[int, tuple[int, int]]] = {}
+        budget = ReadBudget(read.max_count, read.max_size)
         for t in targets:
+            if budget.spent:
+                break  # the keys after are not served
             if t.__class__ is not _TopicTarget or not fanout.led_elsewhere(t.key):
-                served.extend(self._serve([t], read, self.broker.clock_ms()))
+                served.extend(self._serve([t], read, self.broker.clock_ms(), budget))
             elif t.after is None:
-                served.extend(await self._serve_members_across(t, read, positions.setdefault(t.key, {})))
+                served.extend(await self._serve_members_across(t, read, positions.setdefault(t.key, {}), budget))
             else:
-                served.extend(await self._serve_history_across(t, read))
+                served.extend(await self._serve_history_across(t, read, budget))
         return served, positions
 
-    async def _serve_members_across(self, t: _TopicTarget, read: GroupRead, positions: dict) -> list[Delivery]:
+    async def _serve_in_order(self, m: Any, partitions: Any, budget: ReadBudget, serve_here: Any, part_of: Any,
+                              ask: Any, take: Any) -> None:
+        """``partitions`` of ``m``'s topic served in order: those led here by
+        ``serve_here(p)``, the others by their leaders (``part_of(p, (max
+        count, max size, served))``, asked with ``ask``, each answer given
+        to ``take(part, answer)``): all at once when the read has no MAXCOUNT
+        / MAXSIZE, else one at a time within what is left of them, as one
+        node serves them."""
+        capped = budget.count_left is not None or budget.bytes_left is not None
+        batch: list[GroupPart] = []
+        for p in partitions:
+            if budget.spent:
+                break
+            if not m.away(p):
+                serve_here(p)
+                continue
+            part = part_of(p, budget.left() if capped else (0, 0, 0))
+            if not capped:
+                batch.append(part)
+                continue
+            (answer,) = await ask([part])
+            take(part, answer)
+            if not isinstance(answer, ClusterError):
+                budget.charge(partition_key(m.topic, p), answer.count, answer.size)
+        if batch:
+            for part, answer in zip(batch, await ask(batch)):
+                take(part, answer)
+
+    async def _serve_members_across(self, t: _TopicTarget, read: GroupRead, positions: dict,
+                                    budget: ReadBudget) -> list[Delivery]:
         """``>`` on a topic: the member heartbeats (joins), the membership
         syncs (dead members expire, revocations end, handovers), then each
         partition assigned to it is served, here or by its leader."""
@@ -246,49 +288,53 @@ class TopicGroupOps:
         if stores or m.coordinator.generation != generation:
             self.broker.keys.signal(m.topic)  # other blocked members re-check
         self._persist_membership(m)
-        budget = ReadBudget()
         deliveries: dict[int, Delivery] = {}
-        parts: list[GroupPart] = []
-        for p in m.assigned(consumer):
-            if not m.away(p):
-                delivery = self._serve_partition(m, p, read, now_ms, budget)
-                if delivery is not None:
-                    deliveries[p] = delivery
-                continue
+        failures: list[ClusterError] = []
+
+        def serve_here(p: int) -> None:
+            delivery = self._serve_partition(m, p, read, now_ms, budget)
+            if delivery is not None:
+                deliveries[p] = delivery
+
+        def part_of(p: int, caps: tuple[int, int, int]) -> GroupPart:
             take = m.take_over.get(p) == consumer
             if take:
                 del m.take_over[p]
-            parts.append(GroupPart(m.topic, p, m.group, consumer, GROUP_READ_NEW, read.count, read.noack,
-                                   -1 if read.claim_ms is None else read.claim_ms, take_over=take,
-                                   redeliver=tuple(m.take_queue(p))))
-        for part in parts:  # (a revocation waits for these: ``_ask_revoking``)
-            m.reading[part.n] = m.reading.get(part.n, 0) + 1
-        try:
-            answers = await self._ask_parts(parts)
-        finally:
-            for part in parts:
-                left = m.reading.get(part.n, 1) - 1
-                if left > 0:
-                    m.reading[part.n] = left
-                else:
-                    m.reading.pop(part.n, None)
-        failure = None
-        for part, answer in zip(parts, answers):
+            return GroupPart(m.topic, p, m.group, consumer, GROUP_READ_NEW, read.count, read.noack,
+                             -1 if read.claim_ms is None else read.claim_ms, take_over=take,
+                             redeliver=tuple(m.take_queue(p)), max_count=caps[0], max_size=caps[1], served=caps[2])
+
+        async def ask(parts: list[GroupPart]) -> list:
+            for part in parts:  # (a revocation waits for these: ``_ask_revoking``)
+                m.reading[part.n] = m.reading.get(part.n, 0) + 1
+            try:
+                return await self._ask_parts(parts)
+            finally:
+                for part in parts:
+                    left = m.reading.get(part.n, 1) - 1
+                    if left > 0:
+                        m.reading[part.n] = left
+                    else:
+                        m.reading.pop(part.n, None)
+
+        def take(part: GroupPart, answer: Any) -> None:
             p = part.n
             if isinstance(answer, ClusterError):
-                failure = failure or answer
+                failures.append(answer)
                 if part.take_over:  # (it may have been applied: applied again, it changes nothing more)
                     m.take_over.setdefault(p, consumer)
                 if m.owner_of(p) == consumer and p not in m.take_over:
                     m.requeue(p, list(part.redeliver))
-                continue
+                return
             if m.owner_of(p) == consumer and p not in m.take_over:  # (still the member's after the await)
                 m.requeue(p, list(answer.queue))
             positions[p] = answer.position
             if answer.count:
                 deliveries[p] = _delivery(partition_key(m.topic, p), answer)
-        if failure is not None and not deliveries:
-            raise failure
+
+        await self._serve_in_order(m, m.assigned(consumer), budget, serve_here, part_of, ask, take)
+        if failures and not deliveries:
+            raise failures[0]
         return [deliveries[p] for p in sorted(deliveries)]
 
     def _restore_membership(self, m: Any) -> None:
@@ -327,6 +373,104 @@ class TopicGroupOps:
                 removed.close()
         m.persisted, m.persisted_id = snapshot, tuple(new_id)
 
+    def _forget_membership(self, topic: bytes, group: bytes) -> None:
+        """``group``'s membership on ``topic`` gone (XGROUP DESTROY, or
+        CREATE of the group anew): here, and its members stream, so that no
+        next coordinator restores it."""
+        topics = self.broker.topics
+        topics.drop_membership(topic, group)
+        key = members_key(topic, group)
+        if key is not None and topics.get(key) is not None and topics.delete(key):
+            self.broker.keys.signal(key)
+
+    def _members_streams(self, topic: bytes) -> list[tuple[bytes, bytes]]:
+        """``(group, members stream)`` of every group of ``topic`` that has
+        one (in a cluster; in the topic key's slot, so led where the topic's
+        partition 0 is)."""
+        topics = self.broker.topics
+        if self.broker.replication is None or not topics.exists(topic):
+            return []
+        stream = topics.get(partition_key(topic, 0))
+        found = []
+        for group in list(groups_of(stream).groups) if stream is not None else ():
+            key = members_key(topic, group)
+            if key is not None and topics.get(key) is not None:
+                found.append((group, key))
+        return found
+
+    def _memberships_to_rename(self, topic: bytes, dst: bytes) -> list[tuple[bytes, bytes | None]]:
+        """Before RENAME ``topic`` ``dst`` in a cluster: the members streams
+        to rename once the topic is ``dst`` (``(key, new key)``), those of
+        a topic ``dst`` it replaces to delete (``(key, None)``), deleted
+        first. A slot's keys both (RENAME's keys are), so led here."""
+        doomed: list[tuple[bytes, bytes | None]] = [(key, None) for _, key in self._members_streams(dst)]
+        return doomed + [(key, members_key(dst, group)) for group, key in self._members_streams(topic)]
+
+    def _rename_memberships(self, renames: list[tuple[bytes, bytes | None]]) -> None:
+        """``_memberships_to_rename``'s streams renamed or deleted, after the
+        topic's RENAME: its members keep their partitions under the new name
+        (the next read restores them, ``_restore_membership``); or
+        ``_members_streams``' as ``(key, None)`` after a topic's deletion."""
+        topics = self.broker.topics
+        for key, new in renames:
+            if new is None:
+                topics.delete(key)
+            else:
+                self.broker.replication.rename(self, key, new)
+                self.broker.keys.signal(new)
+            self.broker.keys.signal(key)
+
+    def _delete_member_across(self, topic: bytes, group: bytes, consumer: bytes) -> Any:
+        """XGROUP DELCONSUMER of a topic whose partitions other nodes lead
+        (None when this node leads them all): the awaitable of how many
+        entries ``consumer`` had pending on the topic. The member leaves the
+        membership; the partitions it owned led elsewhere are handed to
+        their new owners by their leaders (every entry pending there made
+        the new owner's, to be delivered to it first, as a handover here
+        does) before each partition's leader deletes the consumer."""
+        replication = self.broker.replication
+        if replication is None or not replication.fanout.led_elsewhere(topic):
+            return None
+        if not self.may_block:
+            raise in_transaction(topic)
+        return self._delete_member(topic, group, consumer)
+
+    async def _delete_member(self, topic: bytes, group: bytes, consumer: bytes) -> int:
+        m = self._locate(self.broker.topics.membership(topic, group))
+        partitions = range(self.broker.topics.partition_count(topic))
+        pending = 0
+        for p in partitions:
+            if not m.away(p):
+                g = self._partition_group(topic, p, group)[2]
+                c = g.consumer(consumer) if g is not None else None
+                pending += len(c.pending) if c is not None else 0
+        asked = [GroupPart(topic, p, group, consumer, GROUP_PENDING) for p in partitions if m.away(p)]
+        for answer in await self._ask_parts(asked):
+            if isinstance(answer, ClusterError):
+                raise answer
+            pending += answer.pending
+        for store in m.leave(consumer, self.broker.clock_ms()):
+            self.wrote_group(store)
+        self.broker.keys.signal(topic)
+        handovers = [GroupPart(topic, p, group, owner, GROUP_HAND_OVER) for p, owner in m.take_over.items()]
+        failure = None
+        for part, answer in zip(handovers, await self._ask_parts(handovers)):
+            if isinstance(answer, ClusterError):  # (left to the owner's next read; the consumer stays)
+                failure = failure or answer
+            elif m.take_over.get(part.n) == part.consumer:
+                del m.take_over[part.n]
+                m.requeue(part.n, list(answer.queue))
+        self._persist_membership(m)
+        if failure is not None:
+            raise failure
+
+        def op(pkey: bytes) -> int:
+            return self.group_delete_consumer(pkey, group, consumer)
+
+        _raise_first_error(await self._each_partition_away(
+            topic, lambda pkey: GroupRequest("delconsumer", pkey, group, consumer=consumer), op))
+        return pending
+
     async def _ask_revoking(self, m: Any) -> None:
         """The pending count of each revoking partition's old owner, from the
         partition's leader, for the membership's next sync. Not while a read
@@ -340,30 +484,33 @@ class TopicGroupOps:
                 counts[part.n] = answer.pending
         m.remote_pending = counts
 
-    async def _serve_history_across(self, t: _TopicTarget, read: GroupRead) -> list[Delivery]:
+    async def _serve_history_across(self, t: _TopicTarget, read: GroupRead, budget: ReadBudget) -> list[Delivery]:
         """An explicit ID on a topic: the consumer's pending entries after it
         on every partition (those led elsewhere by their leaders)."""
         m = self._locate(t.membership)
         now_ms = self.broker.clock_ms()
-        budget = ReadBudget()
         deliveries: dict[int, Delivery] = {}
-        parts: list[GroupPart] = []
-        for p in range(self.broker.topics.partition_count(m.topic)):
-            if m.away(p):
-                parts.append(GroupPart(m.topic, p, m.group, read.consumer, GROUP_READ_HISTORY, read.count,
-                                       after=tuple(t.after)))
-                continue
+        failures: list[ClusterError] = []
+
+        def serve_here(p: int) -> None:
             delivery = self._serve_partition_history(m, p, t.after, read, now_ms, budget)
             if delivery is not None and delivery.count:
                 deliveries[p] = delivery
-        failure = None
-        for part, answer in zip(parts, await self._ask_parts(parts)):
+
+        def part_of(p: int, caps: tuple[int, int, int]) -> GroupPart:
+            return GroupPart(m.topic, p, m.group, read.consumer, GROUP_READ_HISTORY, read.count,
+                             after=tuple(t.after), max_count=caps[0], max_size=caps[1], served=caps[2])
+
+        def take(part: GroupPart, answer: Any) -> None:
             if isinstance(answer, ClusterError):
-                failure = failure or answer
+                failures.append(answer)
             elif answer.count:
                 deliveries[part.n] = _delivery(partition_key(m.topic, part.n), answer)
-        if failure is not None and not deliveries:
-            raise failure
+
+        await self._serve_in_order(m, range(self.broker.topics.partition_count(m.topic)), budget, serve_here,
+                                   part_of, self._ask_parts, take)
+        if failures and not deliveries:
+            raise failures[0]
         if not deliveries:
             return [Delivery(t.key, 0, [])]
         return [deliveries[p] for p in sorted(deliveries)]
@@ -537,6 +684,7 @@ class TopicGroupOps:
         consumer = part.consumer
         delivery = None
         queue: tuple = ()
+        budget = ReadBudget.of(part.max_count, part.max_size, part.served)  # (what the read has left)
         if part.op == GROUP_READ_NEW:
             read = GroupRead(part.group, consumer, [pkey], [None], part.count, part.noack,
                              claim_ms=part.claim_ms if part.claim_ms >= 0 else None)
@@ -546,12 +694,17 @@ class TopicGroupOps:
                     self.wrote_group(store)
             else:
                 ids = list(part.redeliver)
-            mine, gone_through = take_queued(ids, group.consumer(consumer), part.count)
+            mine, gone_through = take_queued(ids, group.consumer(consumer), budget.count_for(part.count))
             queue = tuple(ids[gone_through:])
-            delivery = self._serve_owned(pkey, stream, store, group, read, mine, now_ms, ReadBudget())
+            delivery = self._serve_owned(pkey, stream, store, group, read, mine, now_ms, budget)
+        elif part.op == GROUP_HAND_OVER:
+            ids, wrote = hand_over(store, part.group, consumer, now_ms)
+            if wrote:
+                self.wrote_group(store)
+            queue = tuple(ids)
         elif part.op == GROUP_READ_HISTORY and group.consumer(consumer) is not None:
             delivery = self._serve_history(_Target(pkey, stream, store, group, StreamId(*part.after)), consumer,
-                                           part.count, now_ms, ReadBudget())
+                                           part.count, now_ms, budget)
         c = group.consumer(consumer)
         pending = len(c.pending) if c is not None else 0
         position = tuple(group.last_id)
@@ -559,4 +712,5 @@ class TopicGroupOps:
             return GroupPartRead(queue=queue, pending=pending, position=position)
         chunks = tuple(c if c.__class__ is tuple else bytes(c) for c in delivery.chunks)
         claims = tuple(delivery.claims) if delivery.claims is not None else None
-        return GroupPartRead(delivery.count, chunks, claims, queue, pending, position)
+        size = part.max_size - budget.bytes_left if part.max_size else 0
+        return GroupPartRead(delivery.count, chunks, claims, queue, pending, position, size)

@@ -16,7 +16,7 @@ which request (``RESPONSE_OF``). A request is idempotent unless it says so
 | ``MoveRequest`` | ``Ack`` | the controller asks a preferred leader to take its shard back |
 | ``AppendRequest`` | ``AppendResponse`` | an XADD forwarded to the partition's leader |
 | ``ReadRequest`` (``ReadPart`` each) | ``ReadResponse`` (``PartRead`` each) | a topic-wide read fanned out to the partitions' leaders |
-| ``GroupRequest`` | ``GroupResponse`` | XGROUP CREATE / SETID / DESTROY of a topic key, for one partition's leader |
+| ``GroupRequest`` | ``GroupResponse`` | XGROUP of a topic key, for one partition's leader |
 | ``GroupReadRequest`` (``GroupPart`` each) | ``GroupReadResponse`` (``GroupPartRead`` each) | a member's XREADGROUP of a topic key: its partitions led elsewhere, from the group's coordinator |
 | ``GroupInfoRequest`` | ``GroupInfoResponse`` (``PartGroup`` per group and partition, ``Membership`` per group) | XINFO GROUPS / CONSUMERS, TOPIC GROUPS of a topic key: its partitions' groups from their leaders, the memberships from the coordinator |
 
@@ -221,10 +221,11 @@ class AppendResponse:
 
 @dataclass(frozen=True, slots=True)
 class GroupRequest:
-    """``XGROUP CREATE | SETID | DESTROY`` of a topic key, for one partition's
-    leader (``op``: ``create``, ``setid`` or ``destroy``): ``last_id`` None
-    is ``$`` (the partition's last ID there), ``entries_read`` None is not
-    given, ``max_deliveries`` 0 is no dead-lettering."""
+    """``XGROUP <op>`` of a topic key, for one partition's leader (``op``:
+    ``create``, ``setid``, ``destroy``, ``createconsumer``, ``delconsumer``
+    or ``config``): ``last_id`` None is ``$`` (the partition's last ID
+    there), ``entries_read`` None is not given, ``max_deliveries`` 0 is no
+    dead-lettering, ``consumer`` is CREATECONSUMER's / DELCONSUMER's."""
 
     idempotent = False  # never sent twice: a retried CREATE would answer BUSYGROUP
 
@@ -235,11 +236,12 @@ class GroupRequest:
     entries_read: int | None = None
     max_deliveries: int = 0
     dead_letter_key: bytes | None = None
+    consumer: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
 class GroupResponse:
-    destroyed: int | None = None  # DESTROY's answer (1: the group existed); None: OK
+    count: int | None = None  # DESTROY's, CREATECONSUMER's or DELCONSUMER's integer answer; None: OK
 
 
 # -- a member's group reads, from the group's coordinator ---------------------------------
@@ -248,6 +250,7 @@ class GroupResponse:
 GROUP_READ_NEW = "new"  # ``>``: handed-over entries first, then (CLAIM) idle pending ones, then new ones
 GROUP_READ_HISTORY = "history"  # the consumer's own pending entries after ``after``
 GROUP_PENDING = "pending"  # only how many entries the consumer has pending there
+GROUP_HAND_OVER = "handover"  # every entry pending there made the consumer's (``hand_over``), nothing read
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,7 +263,9 @@ class GroupPart:
     the IDs), delivery count +1, then with ``claim_ms`` >= 0 the group's idle
     pending entries, then new ones (unless ``noack``, into the PEL); ``count``
     (0: no limit) over all of them. For ``GROUP_READ_HISTORY``: the
-    consumer's pending entries after ``after``, at most ``count``."""
+    consumer's pending entries after ``after``, at most ``count``. Either
+    within what is left of the read's MAXCOUNT / MAXSIZE (``max_count``,
+    ``max_size``: 0 none; ``served``: entries the read served before)."""
 
     topic: bytes
     n: int
@@ -273,6 +278,9 @@ class GroupPart:
     after: tuple[int, int] = (0, 0)
     take_over: bool = False
     redeliver: tuple[tuple[int, int], ...] = ()
+    max_count: int = 0
+    max_size: int = 0
+    served: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,7 +302,7 @@ class GroupPartRead:
     before)`` for a read with CLAIM (else None); ``queue``: handed-over IDs
     still to deliver first on the next read; ``pending``: how many entries
     the consumer has pending there now; ``position``: the group's
-    last-delivered-id there."""
+    last-delivered-id there; ``size``: the bytes of MAXSIZE it took."""
 
     count: int = 0
     chunks: tuple = ()
@@ -302,6 +310,7 @@ class GroupPartRead:
     queue: tuple[tuple[int, int], ...] = ()
     pending: int = 0
     position: tuple[int, int] = (0, 0)
+    size: int = 0
 
 
 @dataclass(frozen=True, slots=True)

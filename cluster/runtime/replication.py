@@ -66,12 +66,11 @@ PARTITION_FIGURES = ("length", "log-start-offset", "log-end-offset", "segments",
                      "last-generated-id", "producers")
 # Commands that take a multi-partition topic key on any node: the broker
 # reads partitions led elsewhere from their leaders (cluster/runtime/fanout.py),
-# has their leaders change their groups (cluster/broker/groups.py), or asks
-# them and the group coordinator for the groups (XINFO GROUPS / CONSUMERS,
-# TOPIC GROUPS: cluster/broker/topic_groups.py). XINFO STREAM needs a
-# partition key: any node refuses a topic key as one node does.
-FANS_OUT = frozenset({"xlen", "xrange", "xrevrange", "xread", "xgroup|create", "xgroup|setid", "xgroup|destroy",
-                      "xinfo|groups", "xinfo|consumers", "topic|groups", "xinfo|stream"})
+# or asks them and the group coordinator for the groups (XINFO GROUPS /
+# CONSUMERS, TOPIC GROUPS: cluster/broker/topic_groups.py). XINFO STREAM
+# needs a partition key: any node refuses a topic key as one node does.
+FANS_OUT = frozenset({"xlen", "xrange", "xrevrange", "xread", "xinfo|groups", "xinfo|consumers", "topic|groups",
+                      "xinfo|stream"})
 # Commands a READONLY connection has served from a follower copy of the
 # key's partition, committed entries only (Redis Cluster's replica reads):
 # the stream reads. Writes and every group command (XREADGROUP, XPENDING,
@@ -79,9 +78,12 @@ FANS_OUT = frozenset({"xlen", "xrange", "xrevrange", "xread", "xgroup|create", "
 FOLLOWER_READS = frozenset({"xlen", "xrange", "xrevrange", "xread", "xinfo|stream"})
 # Commands that take a multi-partition topic key on the leader of its slot
 # (``-MOVED`` elsewhere): XADD picks the partition there and forwards the
-# entry (cluster/runtime/forwarding.py); XREADGROUP's group coordinator is
-# there (cluster/broker/topic_groups.py).
-SLOT_LED = frozenset({"xadd", "xreadgroup"})
+# entry (cluster/runtime/forwarding.py); the topic's group coordinator is
+# there (cluster/broker/topic_groups.py): XREADGROUP, and XGROUP, which
+# changes the membership it holds and has each partition's leader change
+# the partition's group (cluster/broker/groups.py).
+SLOT_LED = frozenset({"xadd", "xreadgroup", "xgroup|create", "xgroup|setid", "xgroup|destroy",
+                      "xgroup|createconsumer", "xgroup|delconsumer", "xgroup|config"})
 
 
 class FailoverError(Exception):
@@ -199,10 +201,10 @@ class Replication:
         multi-partition topic key whose partitions are not all led here,
         except those of ``SLOT_LED``: they run where the topic key's slot is
         led (XADD forwards to the chosen partition's leader,
-        cluster/runtime/forwarding.py; XREADGROUP's group coordinator is
-        there, cluster/broker/topic_groups.py), and the commands of ``FANS_OUT``: they run on any node, which reads
-        the partitions led elsewhere from their leaders (cluster/runtime/fanout.py)
-        or has them change their groups (cluster/broker/groups.py).
+        cluster/runtime/forwarding.py; the group coordinator of XREADGROUP
+        and XGROUP is there, cluster/broker/topic_groups.py), and the
+        commands of ``FANS_OUT``: they run on any node, which reads the
+        partitions led elsewhere from their leaders (cluster/runtime/fanout.py).
         ``replica_reads`` (a READONLY connection): the commands of
         ``FOLLOWER_READS`` run here on keys whose partition this node holds
         a follower copy of that has heard from its leader
@@ -254,7 +256,7 @@ class Replication:
 
     def fan_out_refusal(self, key: bytes) -> ClusterError | None:
         """Why a command on multi-partition topic ``key`` that reaches every
-        partition (XTRIM, XGROUP CREATECONSUMER ...) cannot run here: some
+        partition (XTRIM ...) cannot run here: some
         partitions are led by other nodes (only ``FANS_OUT`` and ``SLOT_LED``
         work across nodes yet); None when this node leads them
         all. ``route`` asks it before the command runs."""
@@ -271,8 +273,7 @@ class Replication:
             f"topic '{key.decode('utf-8', 'replace')}' has partitions led by other "
             f"nodes ({', '.join(away[:4])}{', ...' if len(away) > 4 else ''}): "
             "in a cluster only XADD, XREADGROUP, XLEN, XRANGE, XREVRANGE, XREAD, XINFO GROUPS / CONSUMERS, "
-            "TOPIC GROUPS and XGROUP CREATE / SETID / DESTROY take a topic key; for other commands use "
-            "partition keys ('<topic>#<n>')")
+            "TOPIC GROUPS and XGROUP take a topic key; for other commands use partition keys ('<topic>#<n>')")
 
     def unreplicated(self, topic: bytes) -> dict:
         """The acks=all writes to ``topic`` (led here) that the in-sync

@@ -11,14 +11,19 @@ Owns: these handlers' arguments and replies. What they do is
 Routing replies follow Redis Cluster: a node id is 40 hex characters (the
 configured node id, zero-padded). A Partita node leads some slot ranges and
 follows others at once, which Redis's one-role-per-node topology cannot
-say; so CLUSTER SLOTS, SHARDS and NODES agree on the picture a stock
-cluster client can use: every node once, as the master of the ranges it
-leads (none: a master without slots), and no replicas (a follower serves
+say; so SHARDS and NODES show every node once, as the master of the ranges
+it leads (none: a master without slots), and CLUSTER SLOTS lists each range
+with its leader first and its followers as replicas (a follower serves
 client reads only after READONLY, of its committed entries; without it they
-get -MOVED). Listing followers as replicas of each range
-made clients that key nodes by address (redis-py, coredis) see one primary
-in three and send FLUSHALL, SCAN and KEYS to it alone. INFO replication has
-the replica sets and per-partition roles.
+get -MOVED), so that clients that read from replicas (redis-py's
+``load_balancing_strategy``) spread reads over them. Clients key nodes by
+address and give a node the role of its first mention in CLUSTER SLOTS
+(redis-py) or its last (coredis); a node listed as a replica first or last
+would be left out of their fan-outs (FLUSHALL, SCAN, KEYS). So the reply
+opens with one slot of each leading node's first range, that node alone,
+and ends with that range's last slot, alone too; the rest of the range (and
+every other range) comes in between with its replicas (``_slot_entries``).
+INFO replication has the replica sets and per-partition roles.
 
 Must not know: sockets, storage formats.
 """
@@ -98,8 +103,31 @@ def _current_epoch(m) -> int:
 def cluster_slots(ctx, argv):
     """CLUSTER SLOTS
 
-    Each slot range with its leader only (see the module docstring)."""
-    return [[first, last, _node_entry(nodes[0])] for first, last, nodes in _shard_table(_repl(ctx).manager)]
+    Each slot range with its leader, then its followers as replicas; the
+    first and last slot of each leader's first range with the leader alone,
+    at the ends of the reply (see the module docstring)."""
+    return _slot_entries(_shard_table(_repl(ctx).manager))
+
+
+def _slot_entries(table: list[tuple[int, int, list]]) -> list[list]:
+    """CLUSTER SLOTS of the shard ``table``: every leading node's first
+    mention and last mention are as a master (the module docstring)."""
+    head: list[list] = []
+    middle: list[list] = []
+    tail: list[list] = []
+    ends: set[int] = set()  # leaders whose first range gave the ends
+    for first, last, nodes in table:
+        leader = nodes[0]
+        entries = [_node_entry(node) for node in nodes]
+        if leader.id not in ends:
+            ends.add(leader.id)
+            head.append([first, first, entries[0]])
+            if last > first:
+                tail.append([last, last, entries[0]])
+            first, last = first + 1, last - 1
+        if first <= last:
+            middle.append([first, last, *entries])
+    return head + middle + tail
 
 
 @command("cluster|shards", arity=2, flags="stale", group="cluster", since="7.0.0",

@@ -336,9 +336,8 @@ def xgroup_config(ctx, argv):
     parsed, late = _late(parse)
     md, dl = parsed or (0, None)
     client = ctx.client
-    ctx.session.group_configure(argv[2], argv[3], md, dl, late=late,
-                                check_key=lambda key: require_key(client, key))  # this user's reads will write it
-    return OK
+    return _ok(ctx.session.group_configure(argv[2], argv[3], md, dl, late=late,
+                                           check_key=lambda key: require_key(client, key)))  # its reads write it
 
 
 # ------------------------------------------------------------ XREADGROUP

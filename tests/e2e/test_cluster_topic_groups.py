@@ -7,8 +7,13 @@ get disjoint entries covering the topic, acknowledge them with XACK on the
 partition keys, and when one stops reading past the session timeout its
 partitions and pending entries pass to the other (delivered first, delivery
 count +1). A lone member's replies are compared byte for byte with a single
-node's, where they are deterministic. When the coordinator is killed, the
-slot's next leader goes on with the membership it kept."""
+node's, where they are deterministic (MAXCOUNT / MAXSIZE too). XGROUP on
+the topic key runs on the coordinator too: DESTROY and CREATE reset the
+membership and delete its stream, CREATECONSUMER / DELCONSUMER / CONFIG
+answer as one node (DELCONSUMER hands the member's partitions over first);
+RENAME and TOPIC DELETE take the members streams along. When the
+coordinator is killed, the slot's next leader goes on with the membership
+it kept."""
 
 from __future__ import annotations
 
@@ -67,6 +72,15 @@ def _entries(reply) -> set[tuple[bytes, bytes]]:
     return {(key, entry_id) for key, entries in (reply or []) for entry_id, _ in entries}
 
 
+def _cli(port: int, *args: str, cluster_mode: bool = False) -> str:
+    return subprocess.run(["redis-cli", *(["-c"] if cluster_mode else []), "-p", str(port), *args],
+                          capture_output=True, text=True, timeout=30, check=True).stdout
+
+
+def _members_streams(cluster: Cluster, topic: bytes) -> list:
+    return cluster.nodes[0].client().execute_command("TOPIC", "LIST", b"__topic_members{%s}*" % topic)
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     for c in running(tmp_path_factory.mktemp("groups"), extra=["--group-session-timeout-ms",
@@ -117,6 +131,25 @@ def test_a_lone_member_reads_as_on_one_node(single, cluster, protocol):
             c.request(hello)
             assert c.request(_command(b"XGROUP", b"CREATE", TOPIC, group, b"0")) == b"+OK\r\n"
         for read in reads:
+            assert conn.request(_command(*read)) == one.request(_command(*read)), read
+
+
+CAPPED_READS = [  # MAXCOUNT / MAXSIZE count over the partitions in order, here or on their leaders
+    (b"XREADGROUP", b"GROUP", b"cap", b"c", b"COUNT", b"2", b"MAXCOUNT", b"5", b"STREAMS", TOPIC, b">"),
+    (b"XREADGROUP", b"GROUP", b"cap", b"c", b"MAXSIZE", b"150", b"STREAMS", TOPIC, b">"),
+    (b"XREADGROUP", b"GROUP", b"cap", b"c", b"MAXCOUNT", b"7", b"STREAMS", TOPIC, b"0"),
+    (b"XREADGROUP", b"GROUP", b"cap", b"c", b"MAXSIZE", b"100", b"STREAMS", TOPIC, b"1002-0"),
+    (b"XREADGROUP", b"GROUP", b"cap", b"c", b"MAXCOUNT", b"9", b"MAXSIZE", b"400", b"STREAMS", TOPIC, b">"),
+    (b"XREADGROUP", b"GROUP", b"cap", b"c", b"MAXCOUNT", b"100", b"STREAMS", TOPIC, b">"),
+]
+
+
+def test_maxcount_and_maxsize_reach_across_nodes_as_on_one_node(single, cluster):
+    coordinator = cluster.leader_of(TOPIC)
+    with RawConn(single.port) as one, RawConn(coordinator.port) as conn:
+        for c in (one, conn):
+            assert c.request(_command(b"XGROUP", b"CREATE", TOPIC, b"cap", b"0")) == b"+OK\r\n"
+        for read in CAPPED_READS:
             assert conn.request(_command(*read)) == one.request(_command(*read)), read
 
 
@@ -228,19 +261,118 @@ def test_a_blocked_member_wakes_on_an_append_to_a_partition_another_node_leads(c
 def test_redis_cli_c_reads_the_topic_key_through_any_node(single, cluster):
     """redis-cli -c follows the ``-MOVED`` to the coordinator: a lone
     member's reads through each node are the single node's, in turn."""
-    def cli(port: int, *args: str, cluster_mode: bool = False) -> str:
-        return subprocess.run(["redis-cli", *(["-c"] if cluster_mode else []), "-p", str(port), *args],
-                              capture_output=True, text=True, timeout=30, check=True).stdout
-
     create = ("XGROUP", "CREATE", "events", "cli", "0")
-    assert cli(cluster.ports[1], *create, cluster_mode=True) == cli(single.port, *create)
+    assert _cli(cluster.ports[1], *create, cluster_mode=True) == _cli(single.port, *create)
     read = ("XREADGROUP", "GROUP", "cli", "c", "COUNT", "1", "STREAMS", "events", ">")
     history = ("XREADGROUP", "GROUP", "cli", "c", "STREAMS", "events", "0")
     for args in (read, history):
         for port in cluster.ports:
-            want = cli(single.port, *args)
+            want = _cli(single.port, *args)
             assert "events#5" in want
-            assert cli(port, *args, cluster_mode=True) == want, (port, args)
+            assert _cli(port, *args, cluster_mode=True) == want, (port, args)
+
+
+def test_a_group_destroyed_and_created_again_through_any_node_starts_with_no_members(cluster):
+    """XGROUP on a topic key is the coordinator's (other nodes answer
+    ``-MOVED`` to it, as for XREADGROUP): a group destroyed and created
+    again through any node (redis-cli -c) loses its members and their
+    members stream, so a new member owns every partition at once."""
+    topic = b"again"
+    _create(cluster, topic)
+    coordinator = cluster.leader_of(topic)
+    other = next(node for node in cluster.nodes if node is not coordinator)
+    with RawConn(other.port) as conn:
+        for args in ((b"CREATE", topic, b"g", b"0"), (b"DESTROY", topic, b"g"),
+                     (b"CREATECONSUMER", topic, b"g", b"c"), (b"DELCONSUMER", topic, b"g", b"c")):
+            reply = conn.request(_command(b"XGROUP", *args))
+            assert reply.startswith(b"-MOVED ") and reply.endswith(b" 127.0.0.1:%d\r\n" % coordinator.port), reply
+    client = coordinator.client()
+    assert client.xgroup_create(topic, "g", id="0") is True
+    client.xreadgroup("g", "a", {topic: ">"})  # a joins: every partition is a's
+    assert _members_streams(cluster, topic) == [b"__topic_members{again}" + b"g".hex().encode()]
+    assert _cli(other.port, "XGROUP", "DESTROY", "again", "g", cluster_mode=True) == "1\n"
+    eventually(lambda: _members_streams(cluster, topic) == [], what="the members stream deleted")
+    assert _cli(other.port, "XGROUP", "CREATE", "again", "g", "$", cluster_mode=True) == "OK\n"
+    _add(_cluster_client(cluster), _feed(1000, topic))
+    got = _entries(client.xreadgroup("g", "b", {topic: ">"}, count=100))
+    assert {key for key, _ in got} == {_pkey(n, topic) for n in range(PARTITIONS)}, got
+
+
+def test_a_deleted_topic_takes_its_members_streams_along(cluster):
+    topic = b"gone"
+    _create(cluster, topic)
+    client = cluster.leader_of(topic).client()
+    assert client.xgroup_create(topic, "g", id="$") is True
+    client.xreadgroup("g", "a", {topic: ">"})
+    assert _members_streams(cluster, topic) == [b"__topic_members{gone}" + b"g".hex().encode()]
+    assert client.execute_command("TOPIC", "DELETE", topic) == b"OK"
+    eventually(lambda: _members_streams(cluster, topic) == [], what="the members stream deleted")
+
+
+ADMIN = [  # one consumer's life in a group, XGROUP's replies as one node gives them
+    (b"XGROUP", b"CREATE", TOPIC, b"adm", b"0"),
+    (b"XGROUP", b"CREATECONSUMER", TOPIC, b"adm", b"c"),  # 1
+    (b"XGROUP", b"CREATECONSUMER", TOPIC, b"adm", b"c"),  # 0
+    (b"XGROUP", b"CREATECONSUMER", TOPIC, b"nope", b"c"),  # NOGROUP
+    (b"XREADGROUP", b"GROUP", b"adm", b"c", b"COUNT", b"1", b"STREAMS", TOPIC, b">"),
+    (b"XGROUP", b"CONFIG", TOPIC, b"adm", b"MAXDELIVERIES", b"0"),
+    (b"XGROUP", b"DELCONSUMER", TOPIC, b"adm", b"c"),  # its pending entries, summed over the partitions
+    (b"XGROUP", b"DELCONSUMER", TOPIC, b"adm", b"c"),  # 0
+    (b"XGROUP", b"DELCONSUMER", TOPIC, b"nope", b"c"),  # NOGROUP
+    (b"XGROUP", b"DESTROY", TOPIC, b"adm"),
+]
+
+
+def test_createconsumer_delconsumer_and_config_answer_as_on_one_node(single, cluster):
+    coordinator = cluster.leader_of(TOPIC)
+    with RawConn(single.port) as one, RawConn(coordinator.port) as conn:
+        for args in ADMIN:
+            assert conn.request(_command(*args)) == one.request(_command(*args)), args
+
+
+def test_a_deleted_consumers_pending_entries_go_to_the_member_that_takes_its_partitions(cluster):
+    """XGROUP DELCONSUMER of a member: its partitions pass to the other
+    member, whose next read gets the entries it had pending there first
+    (delivery count 2), as on one node."""
+    topic = b"leave"
+    _create(cluster, topic)
+    client = cluster.leader_of(topic).client()
+    assert client.xgroup_create(topic, "g", id="$") is True
+    for member in ("a", "b", "a", "b"):  # both join; a's extra partitions are revoked and handed to b
+        client.xreadgroup("g", member, {topic: ">"})
+    _add(_cluster_client(cluster), _feed(1000, topic))
+    got = {member: _entries(client.xreadgroup("g", member, {topic: ">"})) for member in ("a", "b")}
+    assert len(got["b"]) == 2 * PARTITIONS and not got["a"] & got["b"]
+    assert client.xgroup_delconsumer(topic, "g", "b") == len(got["b"])
+    handed = _entries(client.xreadgroup("g", "a", {topic: ">"}))
+    assert handed == got["b"]
+    for key in {key for key, _ in got["b"]}:
+        pending = cluster.leader_of(key).client().xpending_range(key, "g", min="-", max="+", count=100)
+        assert {(p["consumer"], p["times_delivered"]) for p in pending} == {(b"a", 2)}, (key, pending)
+
+
+def test_a_renamed_topics_members_keep_their_partitions(cluster):
+    """RENAME of a topic (in a cluster: to a name of the same slot, hash
+    tags alike) takes its groups' membership along: each member goes on
+    with its own partitions under the new name. Another topic of the same
+    hash tag with a group of the same name keeps its own membership."""
+    a, b, renamed = b"{rn}a", b"{rn}b", b"{rn}c"
+    client = cluster.leader_of(a).client()
+    for topic in (a, b):
+        assert client.execute_command("TOPIC", "CREATE", topic, "PARTITIONS", PARTITIONS) == b"OK"
+        assert client.xgroup_create(topic, "g", id="$") is True
+    for member in ("x", "y", "x", "y"):  # x's extra partitions are revoked and handed to y
+        client.xreadgroup("g", member, {a: ">"})
+    client.xreadgroup("g", "z", {b: ">"})  # z alone on b, in the same slot
+    for key, entry_id, fields in _feed(1000, a):
+        assert client.xadd(key, fields, id=entry_id) == entry_id
+    before = {m: {k for k, _ in _entries(client.xreadgroup("g", m, {a: ">"}))} for m in ("x", "y")}
+    assert len(before["x"]) == len(before["y"]) == PARTITIONS // 2
+    assert client.rename(a, renamed) is True
+    for key, entry_id, fields in _feed(2000, renamed):
+        assert client.xadd(key, fields, id=entry_id) == entry_id
+    after = {m: {k for k, _ in _entries(client.xreadgroup("g", m, {renamed: ">"}))} for m in ("x", "y")}
+    assert after == {m: {k.replace(a, renamed) for k in keys} for m, keys in before.items()}, (before, after)
 
 
 @pytest.fixture

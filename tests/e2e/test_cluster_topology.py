@@ -5,9 +5,11 @@ Redis's one-role-per-node topology cannot say. CLUSTER SLOTS once listed
 every node as a replica of every other node's ranges (replication factor >=
 2); clients that key nodes by address (coredis, redis-py) then saw one
 primary and sent fan-out commands (FLUSHALL, SCAN, KEYS) to one node in
-three. Now CLUSTER SLOTS, SHARDS and NODES agree and show each node once, as
-the master of the ranges it leads; these tests check the replies and two
-cluster clients, redis-py's RedisCluster and coredis's.
+three. SHARDS and NODES show each node once, as the master of the ranges it
+leads; CLUSTER SLOTS lists the followers as replicas (for replica reads,
+tests/e2e/test_follower_reads.py) but mentions every leading node first and
+last as a master, which is the role redis-py (first mention) and coredis
+(last mention) keep; these tests check the replies and both clients.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ KEYS = [f"topo-{i}".encode() for i in range(60)]
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     c = Cluster(tmp_path_factory.mktemp("topology"))  # 3 nodes, replication factor 3
+    c.wait_leading()
     yield c
     c.stop()
     assert not c.unexpected_log_lines(), c.unexpected_log_lines()[:5]
@@ -58,18 +61,36 @@ def _leader_ranges(cluster) -> dict[int, list[tuple[int, int]]]:
     return out
 
 
-def test_cluster_slots_shards_and_nodes_show_each_node_once_as_master_of_what_it_leads(cluster):
+def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Slot ranges, adjacent ones joined, in slot order."""
+    out: list[list[int]] = []
+    for first, last in sorted(ranges):
+        if out and out[-1][1] + 1 == first:
+            out[-1][1] = last
+        else:
+            out.append([first, last])
+    return [(first, last) for first, last in out]
+
+
+def test_cluster_slots_lists_followers_as_replicas_and_every_node_as_a_master_first_and_last(cluster):
     expected = _leader_ranges(cluster)
     assert sorted(expected) == sorted(cluster.ports)
     for node in cluster.nodes:
         client = node.client()
         slots = client.execute_command("CLUSTER", "SLOTS")
         by_port: dict[int, list[tuple[int, int]]] = {}
+        roles: list[tuple[int, str]] = []  # each node's mentions, in order
         for entry in slots:
             first, last, master, *replicas = entry
-            assert replicas == [], entry  # followers are not replicas a client may read from
+            assert not replicas or sorted(r[1] for r in replicas) == sorted(
+                p for p in cluster.ports if p != master[1]), entry  # followers are replicas (factor 3)
             by_port.setdefault(master[1], []).append((first, last))
-        assert by_port == expected
+            roles += [(master[1], "master")] + [(r[1], "replica") for r in replicas]
+        assert {port: _merged(ranges) for port, ranges in by_port.items()} == \
+            {port: _merged(ranges) for port, ranges in expected.items()}
+        for port in cluster.ports:  # redis-py keeps a node's first role, coredis its last
+            mentions = [role for p, role in roles if p == port]
+            assert mentions[0] == mentions[-1] == "master" and "replica" in mentions, (port, mentions)
 
         seen: dict[int, list[tuple[int, int]]] = {}
         for shard in _raw(node.port, b"CLUSTER", b"SHARDS"):

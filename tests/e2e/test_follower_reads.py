@@ -137,28 +137,57 @@ def test_an_entry_is_read_on_a_follower_only_once_its_high_watermark_passes_it(c
     assert ro.xlen(key) == 2
 
 
-def test_redis_py_cluster_reading_from_replicas_reads_what_the_leaders_hold(cluster):
+def _calls(node, command: str) -> int:
+    """How many times ``node`` ran ``command`` (INFO commandstats)."""
+    stats = node.client().info("commandstats").get(f"cmdstat_{command}")
+    return int(stats["calls"]) if stats else 0
+
+
+def test_redis_py_cluster_reading_from_replicas_reads_from_the_followers(cluster):
     """redis-py's replica reads (``load_balancing_strategy``, which replaced
-    ``read_from_replicas``) send READONLY on every connection; its reads (of
-    leaders: CLUSTER SLOTS lists no replicas, cluster.py of server/commands)
-    answer as without it."""
+    ``read_from_replicas``) send READONLY on every connection and spread a
+    slot's reads over the nodes CLUSTER SLOTS lists for it, the leader and
+    its followers (replicas): the followers answer from their committed
+    entries, a fetch round behind at most, so each read eventually shows
+    what the leader holds; writes and group commands still reach the
+    leader."""
     from redis.cluster import ClusterNode, LoadBalancingStrategy, RedisCluster
 
+    cluster.wait_leading()
     rc = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", cluster.ports[0])],
                       load_balancing_strategy=LoadBalancingStrategy.ROUND_ROBIN, socket_timeout=10)
     try:
+        assert sorted(n.port for n in rc.get_primaries()) == sorted(cluster.ports)
         keys = [f"replicated-{i}" for i in range(12)]
+        before = {node.port: _calls(node, "xadd") for node in cluster.nodes}
+
+        def expected_of(k):
+            return cluster.leader_of(k if isinstance(k, bytes) else k.encode()).client().xrange(k)
+
         for k in keys:
             leased(lambda: rc.xadd(k, {"v": k}, id="1-1"))
             leased(lambda: rc.xadd(k, {"v": "second"}, id="2-1"))
+        assert leased(lambda: rc.xgroup_create(keys[0], "g", id="0")) is True
         for k in keys:
-            expected = cluster.leader_of(k.encode()).client().xrange(k)
+            expected = expected_of(k)
             assert _ids(expected) == [b"1-1", b"2-1"]
-            assert rc.xrange(k) == expected
-            assert rc.xrevrange(k) == expected[::-1]
-            assert rc.xlen(k) == 2
-            assert rc.xread({k: "1-1"}) == [[k.encode(), expected[1:]]]
+            for _ in range(3):  # round robin: the leader and both followers
+                eventually(lambda: rc.xrange(k) == expected, what=f"XRANGE {k}")
+            eventually(lambda: rc.xrevrange(k) == expected[::-1], what=f"XREVRANGE {k}")
+            eventually(lambda: rc.xlen(k) == 2, what=f"XLEN {k}")
+            eventually(lambda: rc.xread({k: "1-1"}) == [[k.encode(), expected[1:]]], what=f"XREAD {k}")
             assert rc.xinfo_stream(k)["length"] == 2
+        assert rc.xreadgroup("g", "c", {keys[0]: ">"})[0][1] == expected_of(keys[0])
+        assert rc.xpending(keys[0], "g")["pending"] == 2
+        for node in cluster.nodes:  # writes only on the leaders
+            led = [k for k in keys if cluster.leader_of(k.encode()) is node]
+            assert _calls(node, "xadd") - before[node.port] == 2 * len(led), node.port
+        key = keys[0].encode()
+        followers = cluster.followers_of(key)
+        served = {node.port: _calls(node, "xrange") for node in followers}
+        for _ in range(6):  # only this key read now: its followers serve some of it
+            eventually(lambda: rc.xrange(key) == expected_of(key), what="XRANGE of the first key")
+        assert all(_calls(node, "xrange") > served[node.port] for node in followers), served
         for k in keys:  # every follower's copy holds the same, once committed there
             for follower in cluster.followers_of(k.encode()):
                 ro = _readonly(follower)

@@ -85,12 +85,15 @@ group_requests = st.one_of(
     st.builds(m.GroupRequest, st.sampled_from(["create", "setid"]), name, name, st.none() | stream_ids,
               st.none() | u63),
     st.builds(m.GroupRequest, st.just("create"), name, name, st.none() | stream_ids, st.none() | u63,
-              st.integers(1, 100), st.none() | name))
+              st.integers(1, 100), st.none() | name),
+    st.builds(m.GroupRequest, st.sampled_from(["createconsumer", "delconsumer"]), name, name, consumer=name),
+    st.builds(m.GroupRequest, st.just("config"), name, name, max_deliveries=st.integers(0, 100),
+              dead_letter_key=st.none() | name))
 group_read_requests = st.builds(m.GroupReadRequest, st.lists(
     st.builds(m.GroupPart, name, u32, name, name, st.sampled_from([m.GROUP_READ_NEW, m.GROUP_READ_HISTORY,
-                                                                 m.GROUP_PENDING]),
+                                                                 m.GROUP_PENDING, m.GROUP_HAND_OVER]),
               u32, st.booleans(), st.integers(-1, 2**62), stream_ids, st.booleans(),
-              st.lists(stream_ids, max_size=3).map(tuple)), min_size=1, max_size=3).map(tuple))
+              st.lists(stream_ids, max_size=3).map(tuple), u32, u32, u32), min_size=1, max_size=3).map(tuple))
 group_info_requests = st.builds(m.GroupInfoRequest, name, st.lists(u32, max_size=4).map(tuple),
                                 st.none() | blob, st.booleans())
 requests = st.one_of(fetch_requests, epoch_requests, pause_requests, raft_requests, beat_requests,
@@ -123,7 +126,7 @@ pause_responses = st.builds(m.PauseResponse, st.lists(st.builds(m.PartitionEnd, 
                                                       max_size=3).map(tuple))
 group_part_reads = st.builds(m.GroupPartRead, u32, st.lists(blob | stream_ids, max_size=3).map(tuple),
                              st.none() | st.lists(st.tuples(st.integers(-1, 2**62), u63), max_size=3).map(tuple),
-                             st.lists(stream_ids, max_size=3).map(tuple), u32, stream_ids)
+                             st.lists(stream_ids, max_size=3).map(tuple), u32, stream_ids, u32)
 part_groups = st.builds(m.PartGroup, blob, u63, stream_ids, st.none() | u63, st.none() | u63,
                         st.lists(st.tuples(blob, u63, u63), max_size=3).map(tuple))
 memberships = st.builds(m.Membership, blob, st.lists(st.tuples(blob, u63, st.lists(u32, max_size=3).map(tuple)),
@@ -136,7 +139,8 @@ exchanges = st.one_of(
     st.tuples(beat_requests, st.builds(m.BeatResponse, u63)),
     st.tuples(append_requests, st.builds(m.AppendResponse, st.binary(min_size=3, max_size=41))),
     group_requests.flatmap(lambda request: st.tuples(st.just(request), st.builds(
-        m.GroupResponse, st.integers(0, 1) if request.op == "destroy" else st.none()))),
+        m.GroupResponse, st.integers(0, 1) if request.op in ("destroy", "createconsumer", "delconsumer")
+        else st.none()))),
     read_requests.flatmap(lambda request: st.tuples(st.just(request), st.builds(m.ReadResponse, st.tuples(*(
         st.lists(st.tuples(stream_ids, blob), max_size=3).flatmap(lambda found: st.builds(
             m.PartRead, u63, st.just(tuple(i for i, _ in found)), st.just(tuple(e for _, e in found)), stream_ids))
@@ -170,7 +174,8 @@ def test_every_response_round_trips_through_its_reply(exchange):
     [b"XADD", b"t#1", b"MAXLEN"],
     [b"XADD", b"t#1", b"*", b"f"],
     [b"REPLVIEW", b"x"],
-    [b"XGROUP", b"CREATECONSUMER", b"t#1", b"g", b"c"],
+    [b"XGROUP", b"CREATECONSUMER", b"t#1", b"g"],
+    [b"XGROUP", b"CONFIG", b"t#1", b"g", b"DEADLETTER", b"d"],
     [b"XGROUP", b"DESTROY", b"t#1"],
     [b"XGROUP", b"CREATE", b"t#1", b"g", b"$", b"MKSTREAM"],
     [b"REPLREAD", b"0"],
@@ -179,9 +184,9 @@ def test_every_response_round_trips_through_its_reply(exchange):
     [b"REPLREAD", b"0", b"t", b"1", b"range", b"5", b"0-0", b"0"],
     [b"REPLREAD", b"t", b"1", b"len", b"0-0", b"0-0", b"0"],  # no wait
     [b"GROUPREAD"],
-    [b"GROUPREAD", b"t", b"1", b"g", b"c", b"new", b"0", b"0", b"-1", b"0-0", b"0"],  # a partition cut short
-    [b"GROUPREAD", b"t", b"1", b"g", b"c", b"drop", b"0", b"0", b"-1", b"0-0", b"0", b""],
-    [b"GROUPREAD", b"t", b"1", b"g", b"c", b"new", b"0", b"0", b"-1", b"0-0", b"0", b"1-1,x"],
+    [b"GROUPREAD", b"t", b"1", b"g", b"c", b"new", b"0", b"0", b"-1", b"0-0", b"0", b"", b"0", b"0"],  # cut short
+    [b"GROUPREAD", b"t", b"1", b"g", b"c", b"drop", b"0", b"0", b"-1", b"0-0", b"0", b"", b"0", b"0", b"0"],
+    [b"GROUPREAD", b"t", b"1", b"g", b"c", b"new", b"0", b"0", b"-1", b"0-0", b"0", b"1-1,x", b"0", b"0", b"0"],
     [b"GROUPINFO", b"t", b"1", b"0"],  # the group cut short
     [b"GROUPINFO", b"t", b"yes", b"0", b""],
     [b"GROUPINFO", b"t", b"1", b"0", b"", b"x"],
