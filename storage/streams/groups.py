@@ -1495,9 +1495,10 @@ class GroupStore:
     def _apply_remove(self, op, group, ids) -> None:
         g = self.groups[group]
         removed = g.pel.remove_many(ids)
-        if None in removed:
+        distinct = set(removed)  # a delivery's entries share one object
+        if None in distinct:
             raise ValueError("removing an ID that is not pending")
-        names = {pe.consumer for pe in set(removed)}  # a delivery's entries share one object
+        names = {pe.consumer for pe in distinct}
         if len(names) == 1:  # one owner (an XACK of a batch)
             name = names.pop()
             c = g.consumers.get(name) if name is not None else None

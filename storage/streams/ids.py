@@ -30,10 +30,14 @@ error texts. Errors are ``StreamIdError`` with a code (``INVALID_ID``,
 from __future__ import annotations
 
 from collections.abc import Iterable
-from itertools import repeat
 from typing import NamedTuple
 
 from storage.errors import Refusal
+
+try:  # XACK's IDs parsed in C (storage/streams/_ids.c); optional, as the other extensions
+    from storage.streams import _ids
+except ImportError:  # pragma: no cover - a build without a C compiler
+    _ids = None
 
 UINT64_MAX = 2**64 - 1
 
@@ -198,20 +202,15 @@ def parse_strict_id(raw: bytes) -> StreamId:
 
 def parse_strict_id_tuples(raws: Iterable[bytes]) -> list[tuple[int, int]]:
     """``[tuple(parse_strict_id(raw)) for raw in raws]`` (XACK's hundred
-    IDs). When every one is ``<digits>-<digits>`` (``_plain_id``'s form,
-    checked in C loops over them all: one dash each, ASCII digits on both
-    sides, at most 127 bytes, both numbers in 64 bits) the numbers are
-    converted all at once; else each goes through ``_plain_id`` or the
-    general path."""
-    raws = list(raws)
-    n = len(raws)
-    joined = b"-".join(raws)
-    parts = joined.split(b"-")
-    if (len(parts) == 2 * n and b"" not in parts and joined.replace(b"-", b"").isdigit()
-            and list(map(bytes.count, raws, repeat(b"-"))).count(1) == n and max(map(len, raws)) <= 127):
-        nums = list(map(int, parts))
-        if max(nums) <= UINT64_MAX:
-            return list(zip(nums[0::2], nums[1::2]))
+    IDs): when every one is ``<digits>-<digits>`` (``_plain_id``'s form) all
+    are parsed in one C call (``storage/streams/_ids.c``); else each goes
+    through ``_plain_id`` or the general path, without ``parse_id``'s
+    wrapping or a ``StreamId`` per ID."""
+    raws = raws if isinstance(raws, list) else list(raws)
+    if _ids is not None:
+        plain = _ids.plain_ids(raws)
+        if plain is not None:
+            return plain
     return [plain if (plain := _plain_id(raw)) is not None else tuple(_parse_id_general(raw, 0, True, False)[0])
             for raw in raws]
 
