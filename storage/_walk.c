@@ -67,10 +67,18 @@ static int
 append_ids(PyObject *entries, const unsigned char *ids, long long b_base, long long i0, long long r1)
 {
     for (long long k = i0; k < r1; k++) {
-        PyObject *t = Py_BuildValue("(LKK)", b_base + k, (unsigned long long)le64(ids + 16 * k),
-                                    (unsigned long long)le64(ids + 16 * k + 8));
-        if (t == NULL || PyList_Append(entries, t) != 0) {
-            Py_XDECREF(t);
+        PyObject *t = PyTuple_New(3);
+        if (t == NULL)
+            return -1;
+        PyObject *offset = PyLong_FromLongLong(b_base + k);
+        PyObject *ms = PyLong_FromUnsignedLongLong(le64(ids + 16 * k));
+        PyObject *seq = PyLong_FromUnsignedLongLong(le64(ids + 16 * k + 8));
+        /* SET_ITEM before the check: the tuple's dealloc drops whatever was made. */
+        PyTuple_SET_ITEM(t, 0, offset);
+        PyTuple_SET_ITEM(t, 1, ms);
+        PyTuple_SET_ITEM(t, 2, seq);
+        if (offset == NULL || ms == NULL || seq == NULL || PyList_Append(entries, t) != 0) {
+            Py_DECREF(t);
             return -1;
         }
         Py_DECREF(t);

@@ -60,12 +60,19 @@ plain_ids(PyObject *self, PyObject *raws)
         uint64_t ms, seq;
         if (dash == NULL || parse_u64(s, dash, &ms) != 0 || parse_u64(dash + 1, s + len, &seq) != 0)
             goto not_plain;
-        PyObject *t = Py_BuildValue("(KK)", (unsigned long long)ms, (unsigned long long)seq);
+        PyObject *t = PyTuple_New(2);
         if (t == NULL) {
             Py_DECREF(out);
             return NULL;
         }
         PyList_SET_ITEM(out, i, t);
+        PyObject *a = PyLong_FromUnsignedLongLong(ms), *b = PyLong_FromUnsignedLongLong(seq);
+        PyTuple_SET_ITEM(t, 0, a); /* the list's dealloc drops the tuple and what it holds */
+        PyTuple_SET_ITEM(t, 1, b);
+        if (a == NULL || b == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
     }
     return out;
 not_plain:
