@@ -309,6 +309,13 @@ class PendingList:
         self._maybe_compact()
         return entries
 
+    def clear(self) -> set[PendingEntry]:
+        """Remove every entry; returns the distinct entry objects removed."""
+        entries = set(self._map.values())
+        self._map = {}
+        self._ids = []
+        return entries
+
     def _maybe_compact(self) -> None:
         ids = self._ids
         live = len(self._map)
@@ -1493,31 +1500,39 @@ class GroupStore:
         return len(present)
 
     def _apply_remove(self, op, group, ids) -> None:
+        """Remove ``ids`` (distinct, each pending: the callers check, a
+        replayed record whole before) from the group's PEL and their
+        owners'. Removing a whole PEL (a consumer acking all it was
+        delivered) empties it without a lookup per ID."""
         g = self.groups[group]
-        removed = g.pel.remove_many(ids)
-        distinct = set(removed)  # a delivery's entries share one object
-        if None in distinct:
-            raise ValueError("removing an ID that is not pending")
-        names = {pe.consumer for pe in distinct}
-        if len(names) == 1:  # one owner (an XACK of a batch)
-            name = names.pop()
-            c = g.consumers.get(name) if name is not None else None
-            if c is not None:
-                c.pending.remove_many(ids)
-            if op == _OP_DEADLETTER:
-                g.dead_lettered_total += len(ids)
-            return
-        owners: dict[bytes, list[StreamIdT]] = {}
-        for sid, pe in zip(ids, removed):
-            owned = owners.get(pe.consumer)
-            if owned is None:
-                owners[pe.consumer] = [sid]
+        if len(ids) == len(g.pel):
+            owners = {pe.consumer for pe in g.pel.clear()}
+            for name in owners:
+                c = g.consumers.get(name) if name is not None else None
+                if c is not None:
+                    c.pending.clear()  # a consumer's PEL is a part of the group's
+        else:
+            removed = g.pel.remove_many(ids)
+            distinct = set(removed)  # a delivery's entries share one object
+            if None in distinct:
+                raise ValueError("removing an ID that is not pending")
+            owners = {pe.consumer for pe in distinct}
+            if len(owners) == 1:  # one owner (an XACK of a batch)
+                name = owners.pop()
+                c = g.consumers.get(name) if name is not None else None
+                if c is not None:
+                    if len(c.pending) == len(ids):
+                        c.pending.clear()
+                    else:
+                        c.pending.remove_many(ids)
             else:
-                owned.append(sid)
-        for name, owned in owners.items():
-            c = g.consumers.get(name) if name is not None else None
-            if c is not None:
-                c.pending.remove_many(owned)
+                owned: dict[bytes | None, list[StreamIdT]] = {}
+                for sid, pe in zip(ids, removed):
+                    owned.setdefault(pe.consumer, []).append(sid)
+                for name, sids in owned.items():
+                    c = g.consumers.get(name) if name is not None else None
+                    if c is not None:
+                        c.pending.remove_many(sids)
         if op == _OP_DEADLETTER:
             g.dead_lettered_total += len(ids)
 
