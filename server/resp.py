@@ -59,8 +59,18 @@ HANDBACK_MIN_BYTES = 1024
 _LIST = list
 _JOIN = b"".join
 # Input the fast path must not see: a huge array count, or an element typed
-# `+`, `(` or `=` (hiredis returns those as bytes; Redis refuses them).
-_NEEDS_EXACT = re.compile(rb"\*[0-9]{6}|\r\n[+(=]").search
+# `+`, `(` or `=` (hiredis returns those as bytes; Redis refuses them). Two
+# searches, each with a literal start that sre scans for quickly: one
+# pattern of both alternatives is tried at every byte (a 2 KB XACK of 100
+# IDs: 23 µs against 3.5).
+_HUGE_ARRAY = re.compile(rb"\*[0-9]{6}").search
+_TYPED_ELEMENT = re.compile(rb"\r\n[+(=]").search
+
+
+def _needs_exact(data: bytes) -> re.Match | None:
+    return _TYPED_ELEMENT(data) or _HUGE_ARRAY(data)
+
+
 _BYTES = bytes
 
 
@@ -141,7 +151,7 @@ class RequestParser:
         elif not self._chunks and data[0] != 42:  # not '*' at a boundary: inline
             self._slow = True
             self._buf += data
-        elif _NEEDS_EXACT(data) is not None:
+        elif _needs_exact(data) is not None:
             # hiredis allocates an array as soon as it reads ``*<count>``
             # (PyList_New(count)): a declared count of 100000 or more is
             # left to the exact parser, which allocates per element received;
@@ -283,7 +293,7 @@ class RequestParser:
         without this the Python parser would keep the whole stream.
         """
         data = bytes(self._buf[self._pos :])
-        if _NEEDS_EXACT(data) is not None:
+        if _needs_exact(data) is not None:
             return
         self._buf = bytearray()
         self._pos = 0

@@ -10,12 +10,14 @@
  * Walks the batches laid out in the buffer `mv` (a memoryview of a segment
  * file's mapping or of a pread buffer) from position p, as Segment.read's
  * Python loop does when no entry is deleted, no byte bound applies, entries
- * are not split one chunk each, no IDs are wanted and CRCs are not checked:
+ * are not split one chunk each and CRCs are not checked:
  * batches that end at or before offset `cur` are skipped; of each later
  * batch the entries in [cur, stop) are appended to the list `chunks` as ONE
  * memoryview slice of `mv` (their bytes are contiguous); at most `left`
  * entries in all (-1: no bound; `done` is true when the bound was reached,
- * as the Python loop sets acc.done).
+ * as the Python loop sets acc.done). With a list `entries` as an extra
+ * last argument (batches() and read()), each entry appended is also named
+ * there as an (offset, ms, seq) tuple, as the Python loop's with_ids does.
  *
  * It returns (taking nothing it is unsure of) at the first batch it cannot
  * handle whole: one whose header or body is not entirely in [p, size), or
@@ -58,11 +60,54 @@ le32(const unsigned char *b)
     return v;
 }
 
+/* (offset, ms, seq) of the entries [i0, r1) of the batch of base offset
+ * b_base whose IDs start at `ids`, appended to the list `entries`; 0, or -1
+ * with an exception set. */
+static int
+append_ids(PyObject *entries, const unsigned char *ids, long long b_base, long long i0, long long r1)
+{
+    for (long long k = i0; k < r1; k++) {
+        PyObject *t = PyTuple_New(3);
+        if (t == NULL)
+            return -1;
+        PyObject *offset = PyLong_FromLongLong(b_base + k);
+        PyObject *ms = PyLong_FromUnsignedLongLong(le64(ids + 16 * k));
+        PyObject *seq = PyLong_FromUnsignedLongLong(le64(ids + 16 * k + 8));
+        /* SET_ITEM before the check: the tuple's dealloc drops whatever was made. */
+        PyTuple_SET_ITEM(t, 0, offset);
+        PyTuple_SET_ITEM(t, 1, ms);
+        PyTuple_SET_ITEM(t, 2, seq);
+        if (offset == NULL || ms == NULL || seq == NULL || PyList_Append(entries, t) != 0) {
+            Py_DECREF(t);
+            return -1;
+        }
+        Py_DECREF(t);
+    }
+    return 0;
+}
+
+/* An optional list argument: NULL for None. */
+static int
+optional_list(PyObject *arg, PyObject **out)
+{
+    if (arg == Py_None) {
+        *out = NULL;
+        return 0;
+    }
+    if (!PyList_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "entries must be a list or None");
+        return -1;
+    }
+    *out = arg;
+    return 0;
+}
+
 /* The walk of batches() on an acquired buffer; returns 0, or -1 with an
  * exception set. */
 static int
 walk(PyObject *mv, const unsigned char *buf, Py_ssize_t *pp, Py_ssize_t size, long long *pcur,
-     long long stop, long long left, PyObject *chunks, long long *pcount, long long *pnbytes, int *pdone)
+     long long stop, long long left, PyObject *chunks, PyObject *entries, long long *pcount, long long *pnbytes,
+     int *pdone)
 {
     Py_ssize_t p = *pp;
     long long cur = *pcur, count = 0, nbytes = 0;
@@ -105,6 +150,8 @@ walk(PyObject *mv, const unsigned char *buf, Py_ssize_t *pp, Py_ssize_t size, lo
                 return -1;
             }
             Py_DECREF(chunk);
+            if (entries != NULL && append_ids(entries, h + HEADER_BYTES, b_base, i0, r1) != 0)
+                return -1;
             count += r1 - i0;
             nbytes += rel1 - rel0;
         }
@@ -128,10 +175,11 @@ walk(PyObject *mv, const unsigned char *buf, Py_ssize_t *pp, Py_ssize_t size, lo
 static PyObject *
 walk_batches(PyObject *self, PyObject *args)
 {
-    PyObject *mv, *chunks;
+    PyObject *mv, *chunks, *entries_arg = Py_None, *entries;
     Py_ssize_t p, size;
     long long cur, stop, left;
-    if (!PyArg_ParseTuple(args, "OnnLLLO!", &mv, &p, &size, &cur, &stop, &left, &PyList_Type, &chunks))
+    if (!PyArg_ParseTuple(args, "OnnLLLO!|O", &mv, &p, &size, &cur, &stop, &left, &PyList_Type, &chunks,
+                          &entries_arg) || optional_list(entries_arg, &entries) != 0)
         return NULL;
     Py_buffer view;
     if (PyObject_GetBuffer(mv, &view, PyBUF_SIMPLE) != 0)
@@ -140,14 +188,15 @@ walk_batches(PyObject *self, PyObject *args)
         size = view.len;
     long long count, nbytes;
     int done;
-    int rc = walk(mv, (const unsigned char *)view.buf, &p, size, &cur, stop, left, chunks, &count, &nbytes, &done);
+    int rc = walk(mv, (const unsigned char *)view.buf, &p, size, &cur, stop, left, chunks, entries, &count, &nbytes,
+                  &done);
     PyBuffer_Release(&view);
     if (rc != 0)
         return NULL;
     return Py_BuildValue("(nLLLO)", p, cur, count, nbytes, done ? Py_True : Py_False);
 }
 
-/* read(mv, size, keys, base, cur, stop, left, chunks)
+/* read(mv, size, keys, base, cur, stop, left, chunks[, entries])
  *     -> (p, cur, count, nbytes, done) or None
  *
  * Segment.read's start and walk in one call, for a segment whose file is
@@ -160,10 +209,11 @@ walk_batches(PyObject *self, PyObject *args)
 static PyObject *
 walk_read(PyObject *self, PyObject *args)
 {
-    PyObject *mv, *keys, *chunks;
+    PyObject *mv, *keys, *chunks, *entries_arg = Py_None, *entries;
     Py_ssize_t size;
     long long base, cur, stop, left;
-    if (!PyArg_ParseTuple(args, "OnOLLLLO!", &mv, &size, &keys, &base, &cur, &stop, &left, &PyList_Type, &chunks))
+    if (!PyArg_ParseTuple(args, "OnOLLLLO!|O", &mv, &size, &keys, &base, &cur, &stop, &left, &PyList_Type, &chunks,
+                          &entries_arg) || optional_list(entries_arg, &entries) != 0)
         return NULL;
     if (cur < base || cur - base > 0xFFFFFFFFLL)
         Py_RETURN_NONE;
@@ -201,7 +251,7 @@ walk_read(PyObject *self, PyObject *args)
     }
     long long count, nbytes;
     int done;
-    int rc = walk(mv, buf, &p, size, &cur, stop, left, chunks, &count, &nbytes, &done);
+    int rc = walk(mv, buf, &p, size, &cur, stop, left, chunks, entries, &count, &nbytes, &done);
     PyBuffer_Release(&view);
     if (rc != 0)
         return NULL;
@@ -359,7 +409,7 @@ walk_after(PyObject *self, PyObject *args)
     Py_ssize_t p = (Py_ssize_t)pos, walk_size = size < view.len ? size : view.len;
     long long count, nbytes;
     int done;
-    rc = walk(mv, (const unsigned char *)view.buf, &p, walk_size, &found, stop, left, chunks, &count, &nbytes,
+    rc = walk(mv, (const unsigned char *)view.buf, &p, walk_size, &found, stop, left, chunks, NULL, &count, &nbytes,
               &done);
     PyBuffer_Release(&view);
     if (rc != 0)

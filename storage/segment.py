@@ -586,11 +586,11 @@ class Segment:
         split, want_ids = acc.split, acc.want_ids
         use_map = acc.view
         # The common case's walk is C (storage/_walk.c): whole batches, no
-        # deleted entries, no byte bound, one chunk per batch, no IDs, no CRC.
+        # deleted entries, no byte bound, one chunk per batch, no CRC.
         # With CRCs to check, the C walk serves only the batches already
         # checked (``crc_ok_to``); this loop checks the others.
         walk = (_walk.batches if _walk is not None and not deleted and max_bytes is None
-                and not split and not want_ids else None)
+                and not split else None)
         started = None
         view = self.mapped(HEADER_BYTES) if use_map and walk is not None else None
         if view is not None:
@@ -598,7 +598,7 @@ class Segment:
             self.ensure_index()
             left = -1 if max_count is None else max_count - acc.count
             end = min(self.size, self._map_len, crc_ok_to if check_crc else self.size)
-            started = _walk.read(view, end, index.offset_keys(), base_offset, cur, stop, left, chunks)
+            started = _walk.read(view, end, index.offset_keys(), base_offset, cur, stop, left, chunks, acc.entries)
         if started is None:
             pos, h = self.locate(start)
             next_len = h[records.H_LENGTH]
@@ -636,7 +636,7 @@ class Segment:
                 if walk is not None and p < ok_end:
                     left = -1 if max_count is None else max_count - acc.count
                     p0 = p
-                    p, cur, count, nbytes, done = walk(mv, p, min(size, ok_end), cur, stop, left, chunks)
+                    p, cur, count, nbytes, done = walk(mv, p, min(size, ok_end), cur, stop, left, chunks, acc.entries)
                     if p != p0:
                         expect_base = None  # continuity across the walked batches was checked before
                     acc.count += count

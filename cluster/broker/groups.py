@@ -61,6 +61,7 @@ arguments were spelled.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Callable, Sequence
 
 import trio
@@ -88,6 +89,7 @@ from storage.streams.groups import (
 from storage.streams.ids import format_id
 
 StreamIdT = tuple[int, int]
+_ID_OF_ENTRY = itemgetter(1, 2)  # (ms, seq) of a log read's (offset, ms, seq)
 
 # What a group operation refuses (``GroupOpError.code``, with the fields
 # named); the texts clients see are the front-end's (server/failures.py).
@@ -957,7 +959,7 @@ class GroupOps:
         else:
             budget.took(t.key, n)
         self.broker.topics.note_entries_out(n)
-        ids = [(ms, seq) for _, ms, seq in res.entries[:n]]
+        ids = list(map(_ID_OF_ENTRY, res.entries[:n]))
         behind = None  # is last_id below the first entry? Without deleted entries that is at the log start:
         if log.live_count == log.log_end_offset - log.log_start_offset:
             behind = after <= log.log_start_offset

@@ -113,6 +113,7 @@ import os
 import struct
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import chain, repeat
 from pathlib import Path
 from typing import Iterable, Iterator, Protocol, Sequence
 
@@ -220,11 +221,15 @@ def check_dead_letter(max_deliveries: int, dead_letter_key: bytes | None) -> Non
 class PendingEntry:
     """One delivered, not yet acknowledged entry (Redis's ``streamNACK``).
 
-    The same object sits in the group's PEL and in its consumer's PEL.
-    ``consumer`` None: released by XNACK (Redis 8.8): no owner, so in the
+    The same object sits in the group's PEL and in its consumer's PEL, and
+    one object stands for every entry of one delivery (``deliver``): it is
+    never changed in place (a claim, redelivery or XNACK of an entry puts a
+    new one in both PELs), so a delivery of a hundred entries makes one
+    object, not a hundred. ``consumer`` None: released by XNACK (Redis 8.8): no owner, so in the
     group's PEL only, with delivery time 0 (idle since forever: any claim
     takes it). ``tick``: when its delivery time last changed, in its group's
-    order of such changes (the time order's tie-break, ``ConsumerGroup``).
+    order of such changes (the time order's tie-break, ``ConsumerGroup``;
+    the entries of one delivery share it, and their IDs order them).
     """
 
     __slots__ = ("consumer", "delivery_time_ms", "delivery_count", "tick")
@@ -278,6 +283,20 @@ class PendingList:
                     ids.insert(i, sid)
         self._map[sid] = entry
 
+    def add_run(self, sids: Sequence[StreamIdT], entry: PendingEntry) -> None:
+        """``add(sid, entry)`` for each of ``sids`` (ascending): one delivery.
+        IDs above every other (new entries) are appended whole."""
+        ids = self._ids
+        if ids and sids and sids[0] <= ids[-1]:
+            for sid in sids:
+                self.add(sid, entry)
+            return
+        ids.extend(sids)  # above every ID in the list, so none is in the map
+        self._map.update(zip(sids, repeat(entry)))
+
+    def isdisjoint(self, sids: Iterable[StreamIdT]) -> bool:
+        return self._map.keys().isdisjoint(sids)
+
     def remove(self, sid: StreamIdT) -> PendingEntry | None:
         entry = self._map.pop(sid, None)
         if entry is not None:
@@ -286,17 +305,22 @@ class PendingList:
 
     def remove_many(self, sids: Iterable[StreamIdT]) -> list[PendingEntry | None]:
         """``[remove(sid) for sid in sids]`` with one compaction (XACK)."""
-        pop = self._map.pop
-        entries = [pop(sid, None) for sid in sids]
+        entries = list(map(self._map.pop, sids, repeat(None)))
         self._maybe_compact()
+        return entries
+
+    def clear(self) -> set[PendingEntry]:
+        """Remove every entry; returns the distinct entry objects removed."""
+        entries = set(self._map.values())
+        self._map = {}
+        self._ids = []
         return entries
 
     def _maybe_compact(self) -> None:
         ids = self._ids
         live = len(self._map)
         if len(ids) > 64 and len(ids) > 2 * live:
-            m = self._map
-            self._ids = [sid for sid in ids if sid in m]
+            self._ids = list(filter(self._map.__contains__, ids))
         elif live == 0:
             ids.clear()
 
@@ -415,6 +439,19 @@ class ConsumerGroup:
             heapq.heappush(heap, (pe.delivery_time_ms, pe.tick, sid))
             if len(heap) > 2 * len(self.pel) + 64:
                 self._by_time = None  # mostly stale: rebuilt at the next use
+
+    def retimed_run(self, sids: Sequence[StreamIdT], pe: PendingEntry) -> None:
+        """``retimed`` for the entries ``sids`` (ascending) of one delivery,
+        all pending as ``pe``: one tick, the IDs order them within it."""
+        self._ticks += 1
+        pe.tick = self._ticks
+        heap = self._by_time
+        if heap is not None:
+            t, tick = pe.delivery_time_ms, pe.tick
+            for sid in sids:
+                heapq.heappush(heap, (t, tick, sid))
+            if len(heap) > 2 * len(self.pel) + 64:
+                self._by_time = None
 
     def _time_heap(self) -> list[tuple[int, int, StreamIdT]]:
         heap = self._by_time
@@ -580,7 +617,8 @@ def _er(entries_read: int | None) -> bytes:
 
 
 def _ids(ids: Sequence[StreamIdT]) -> bytes:
-    return _U32.pack(len(ids)) + b"".join([_ID.pack(ms, seq) for ms, seq in ids])
+    n = len(ids)
+    return _U32.pack(n) + struct.pack(f"<{2 * n}Q", *chain.from_iterable(ids))
 
 
 def _claims(claims: Sequence[tuple[StreamIdT, int, int]], wide: bool = False) -> bytes:
@@ -1424,24 +1462,18 @@ class GroupStore:
         c = self._apply_touch(group, consumer, now_ms)
         if ids:
             c.active_time_ms = now_ms
-        if not noack:
-            for sid in ids:
-                old = g.pel.get(sid)
-                if old is not None:
-                    # Pending already (SETID moved back): reassign, count 1.
-                    prev = g.consumers.get(old.consumer) if old.consumer is not None else None
+        if ids and not noack:
+            if not g.pel.isdisjoint(ids):
+                # Pending already (SETID moved back): reassigned, count 1.
+                for sid in ids:
+                    old = g.pel.get(sid)
+                    prev = g.consumers.get(old.consumer) if old is not None and old.consumer is not None else None
                     if prev is not None:
                         prev.pending.remove(sid)
-                    old.consumer = consumer
-                    old.delivery_time_ms = now_ms
-                    old.delivery_count = 1
-                    c.pending.add(sid, old)
-                    g.retimed(sid, old)
-                else:
-                    pe = PendingEntry(consumer, now_ms, 1)
-                    g.pel.add(sid, pe)
-                    c.pending.add(sid, pe)
-                    g.retimed(sid, pe)
+            pe = PendingEntry(consumer, now_ms, 1)  # one for the whole delivery
+            g.pel.add_run(ids, pe)
+            c.pending.add_run(ids, pe)
+            g.retimed_run(ids, pe)
         g.last_id = tuple(last_id)
         g.entries_read = entries_read
 
@@ -1451,15 +1483,15 @@ class GroupStore:
         c.seen_time_ms = now_ms
         c.active_time_ms = now_ms
         for sid in ids:
-            pe = c.pending.get(sid)
-            pe.delivery_time_ms = now_ms
-            pe.delivery_count = count_after(pe.delivery_count)
+            pe = PendingEntry(consumer, now_ms, count_after(c.pending.get(sid).delivery_count))
+            g.pel.add(sid, pe)
+            c.pending.add(sid, pe)
             g.retimed(sid, pe)
 
     def _remove_op(self, op: int, group: bytes, ids: Iterable[StreamIdT]) -> int:
         g = self._need(group)
-        pending = g.pel._map
-        present = list(dict.fromkeys([sid for sid in map(tuple, ids) if sid in pending]))  # in order, once each
+        # In order, once each; C loops (XACK's hundred IDs).
+        present = list(filter(g.pel._map.__contains__, dict.fromkeys(map(tuple, ids))))
         if not present:
             return 0
         self._write(_U8.pack(op) + _s(group) + _ids(present))
@@ -1468,21 +1500,39 @@ class GroupStore:
         return len(present)
 
     def _apply_remove(self, op, group, ids) -> None:
+        """Remove ``ids`` (distinct, each pending: the callers check, a
+        replayed record whole before) from the group's PEL and their
+        owners'. Removing a whole PEL (a consumer acking all it was
+        delivered) empties it without a lookup per ID."""
         g = self.groups[group]
-        removed = g.pel.remove_many(ids)
-        if None in removed:
-            raise ValueError("removing an ID that is not pending")
-        owners: dict[bytes, list[StreamIdT]] = {}
-        for sid, pe in zip(ids, removed):
-            owned = owners.get(pe.consumer)
-            if owned is None:
-                owners[pe.consumer] = [sid]
+        if len(ids) == len(g.pel):
+            owners = {pe.consumer for pe in g.pel.clear()}
+            for name in owners:
+                c = g.consumers.get(name) if name is not None else None
+                if c is not None:
+                    c.pending.clear()  # a consumer's PEL is a part of the group's
+        else:
+            removed = g.pel.remove_many(ids)
+            distinct = set(removed)  # a delivery's entries share one object
+            if None in distinct:
+                raise ValueError("removing an ID that is not pending")
+            owners = {pe.consumer for pe in distinct}
+            if len(owners) == 1:  # one owner (an XACK of a batch)
+                name = owners.pop()
+                c = g.consumers.get(name) if name is not None else None
+                if c is not None:
+                    if len(c.pending) == len(ids):
+                        c.pending.clear()
+                    else:
+                        c.pending.remove_many(ids)
             else:
-                owned.append(sid)
-        for name, owned in owners.items():
-            c = g.consumers.get(name) if name is not None else None
-            if c is not None:
-                c.pending.remove_many(owned)
+                owned: dict[bytes | None, list[StreamIdT]] = {}
+                for sid, pe in zip(ids, removed):
+                    owned.setdefault(pe.consumer, []).append(sid)
+                for name, sids in owned.items():
+                    c = g.consumers.get(name) if name is not None else None
+                    if c is not None:
+                        c.pending.remove_many(sids)
         if op == _OP_DEADLETTER:
             g.dead_lettered_total += len(ids)
 
@@ -1492,18 +1542,13 @@ class GroupStore:
         if claims:
             c.active_time_ms = now_ms
         for sid, t, count in claims:
-            pe = g.pel.get(sid)
-            if pe is None:
-                pe = PendingEntry(consumer, t, count)
-                g.pel.add(sid, pe)
-            else:
-                if pe.consumer != consumer and pe.consumer is not None:
-                    prev = g.consumers.get(pe.consumer)
-                    if prev is not None:
-                        prev.pending.remove(sid)
-                pe.consumer = consumer
-                pe.delivery_time_ms = t
-                pe.delivery_count = count
+            old = g.pel.get(sid)
+            if old is not None and old.consumer != consumer and old.consumer is not None:
+                prev = g.consumers.get(old.consumer)
+                if prev is not None:
+                    prev.pending.remove(sid)
+            pe = PendingEntry(consumer, t, count)
+            g.pel.add(sid, pe)
             c.pending.add(sid, pe)
             g.retimed(sid, pe)
         if last_id is not None and tuple(last_id) > g.last_id:
@@ -1512,18 +1557,13 @@ class GroupStore:
     def _apply_nack(self, group, entries) -> None:
         g = self.groups[group]
         for sid, count in entries:
-            pe = g.pel.get(sid)
-            if pe is None:
-                pe = PendingEntry(None, 0, count)
-                g.pel.add(sid, pe)
-            else:
-                if pe.consumer is not None:
-                    c = g.consumers.get(pe.consumer)
-                    if c is not None:
-                        c.pending.remove(sid)
-                pe.consumer = None
-                pe.delivery_time_ms = 0
-                pe.delivery_count = count
+            old = g.pel.get(sid)
+            if old is not None and old.consumer is not None:
+                c = g.consumers.get(old.consumer)
+                if c is not None:
+                    c.pending.remove(sid)
+            pe = PendingEntry(None, 0, count)
+            g.pel.add(sid, pe)
             g.retimed(sid, pe)
 
     # ----- helpers -----

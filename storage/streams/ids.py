@@ -34,6 +34,11 @@ from typing import NamedTuple
 
 from storage.errors import Refusal
 
+try:  # XACK's IDs parsed in C (storage/streams/_ids.c); optional, as the other extensions
+    from storage.streams import _ids
+except ImportError:  # pragma: no cover - a build without a C compiler
+    _ids = None
+
 UINT64_MAX = 2**64 - 1
 
 # Why an argument is not an ID (``StreamIdError.code``); Redis's texts for
@@ -197,8 +202,15 @@ def parse_strict_id(raw: bytes) -> StreamId:
 
 def parse_strict_id_tuples(raws: Iterable[bytes]) -> list[tuple[int, int]]:
     """``[tuple(parse_strict_id(raw)) for raw in raws]`` (XACK's hundred
-    IDs): the ``<digits>-<digits>`` form through ``_plain_id`` alone, without
-    ``parse_id``'s wrapping or a ``StreamId`` per ID."""
+    IDs): when every one is ``<digits>-<digits>`` (``_plain_id``'s form) all
+    are parsed in one C call (``storage/streams/_ids.c``); else each goes
+    through ``_plain_id`` or the general path, without ``parse_id``'s
+    wrapping or a ``StreamId`` per ID."""
+    raws = raws if isinstance(raws, list) else list(raws)
+    if _ids is not None:
+        plain = _ids.plain_ids(raws)
+        if plain is not None:
+            return plain
     return [plain if (plain := _plain_id(raw)) is not None else tuple(_parse_id_general(raw, 0, True, False)[0])
             for raw in raws]
 

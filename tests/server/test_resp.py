@@ -101,6 +101,12 @@ def test_every_byte_boundary_of_a_mixed_pipeline():
         (b"*1\r\nx\r\n", "expected '$', got 'x'"),
         (b"*2\r\n$1\r\na\r\n:5\r\n", "expected '$', got ':'"),
         (b"*1\r\n*1\r\n$1\r\na\r\n", "expected '$', got '*'"),
+        # Elements hiredis would take as bytes: the exact parser refuses them,
+        # after a long run of plain ones too (an XACK of many IDs).
+        (b"*2\r\n$1\r\na\r\n+5\r\n", "expected '$', got '+'"),
+        (b"*2\r\n$1\r\na\r\n(5\r\n", "expected '$', got '('"),
+        (b"*2\r\n$1\r\na\r\n=5\r\n", "expected '$', got '='"),
+        (b"*101\r\n" + b"$3\r\n1-1\r\n" * 100 + b"+5\r\n", "expected '$', got '+'"),
         (b'SET "a b\r\n', "unbalanced quotes in request"),
         (b"SET 'a\r\n", "unbalanced quotes in request"),
         (b'SET "a"b\r\n', "unbalanced quotes in request"),

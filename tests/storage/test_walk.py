@@ -32,24 +32,28 @@ def _batch_log(path: Path, sizes: list[int], payloads: list[int]) -> PartitionLo
     return log
 
 
-def _read(log, start, max_count, view, walk):
+def _read(log, start, max_count, view, walk, with_ids=False):
     saved = segment._walk
     segment._walk = walk
     try:
-        r = log.read(start, max_count=max_count, view=view)
+        r = log.read(start, max_count=max_count, view=view, with_ids=with_ids)
     finally:
         segment._walk = saved
-    return [bytes(c) for c in r.chunks], r.count, r.next_offset
+    return [bytes(c) for c in r.chunks], r.count, r.next_offset, r.entries
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     sizes=st.lists(st.integers(1, 40), min_size=1, max_size=30),
     payloads=st.lists(st.integers(0, 300), min_size=1, max_size=4),
-    reads=st.lists(st.tuples(st.floats(0, 1), st.one_of(st.none(), st.integers(1, 200)), st.booleans()),
+    reads=st.lists(st.tuples(st.floats(0, 1), st.one_of(st.none(), st.integers(1, 200)), st.booleans(),
+                             st.booleans()),
                    min_size=1, max_size=12),
 )
 def test_reads_match_the_python_walk(sizes, payloads, reads):
+    """The C walk gives what the Python loop gives: chunks, counts, next
+    offsets and, with ``with_ids`` (a group read), each entry's (offset, ms,
+    seq)."""
     from storage import _walk
 
     calls = []
@@ -65,19 +69,21 @@ def test_reads_match_the_python_walk(sizes, payloads, reads):
         log = _batch_log(Path(d) / "p", sizes, payloads)
         try:
             end = log.log_end_offset
-            for where, max_count, view in reads:
+            for where, max_count, view, with_ids in reads:
                 start = min(int(where * end), end - 1)
-                got = _read(log, start, max_count, view, c_walk)
-                assert got == _read(log, start, max_count, view, None), (start, max_count, view)
-                chunks, count, next_offset = got
+                got = _read(log, start, max_count, view, c_walk, with_ids)
+                assert got == _read(log, start, max_count, view, None, with_ids), (start, max_count, view)
+                chunks, count, next_offset, ids = got
                 assert count == min(end - start, max_count or end)
                 assert next_offset == start + count
+                assert ids is None if not with_ids else [offset for offset, _, _ in ids] == list(
+                    range(start, next_offset))
         finally:
             log.close()
     # The C walk did the reads compared: a view read starts in C over the
     # mapping (read), a pread one walks its buffer (batches).
-    assert ("read" in calls) == any(view for _, _, view in reads)
-    assert "batches" in calls or all(view for _, _, view in reads)
+    assert ("read" in calls) == any(view for _, _, view, _ in reads)
+    assert "batches" in calls or all(view for _, _, view, _ in reads)
 
 
 def _find(log, ms, seq, walk):

@@ -186,6 +186,61 @@ def test_redeliver_after_setid_back_reassigns_with_count_one(tmp_path):
     store.close()
 
 
+def test_a_change_to_one_entry_of_a_delivery_leaves_the_others_as_delivered(tmp_path):
+    """The entries of one delivery share their pending-entry object; a
+    redelivery, claim, XNACK or re-delivery after SETID of one of them
+    changes that one only (its delivery time, count, owner and place in the
+    time order), live and after a reopen."""
+    store = GroupStore.open(tmp_path)
+    store.create_group(b"g", (0, 0), 0)
+    ids = [(i, 0) for i in range(1, 7)]
+    store.deliver(b"g", b"a", ids, ids[-1], 6, now_ms=10)
+    store.redeliver(b"g", b"a", [(1, 0)], now_ms=20)
+    store.claim(b"g", b"b", [((2, 0), 30, 5)], now_ms=30)
+    store.nack(b"g", [((3, 0), 7)])
+    store.set_id(b"g", (3, 0), 3)
+    store.deliver(b"g", b"c", [(4, 0)], (4, 0), 4, now_ms=40)
+    want = {
+        (1, 0): (b"a", 20, 2), (2, 0): (b"b", 30, 5), (3, 0): (None, 0, 7), (4, 0): (b"c", 40, 1),
+        (5, 0): (b"a", 10, 1), (6, 0): (b"a", 10, 1),
+    }
+    for _ in range(2):
+        g = store.group(b"g")
+        assert {sid: (pe.consumer, pe.delivery_time_ms, pe.delivery_count) for sid, pe in g.pel.items()} == want
+        assert [sid for sid, _ in g.consumer(b"a").pending.items()] == [(1, 0), (5, 0), (6, 0)]
+        assert claim_order(g) == [(3, 0), (5, 0), (6, 0), (1, 0), (2, 0), (4, 0)]
+        dump(store)  # the invariants: each consumer's PEL holds the group's objects
+        store = reopen(store)
+    store.close()
+
+
+def test_acking_a_whole_pel_empties_it_and_only_it(tmp_path):
+    """An XACK of all a consumer's pending entries, then of all the group's
+    (two owners, one entry released by XNACK): each PEL left holds what it
+    should, live and after a reopen."""
+    store = GroupStore.open(tmp_path)
+    store.create_group(b"g", (0, 0), 0)
+    store.deliver(b"g", b"a", [(1, 0), (2, 0)], (2, 0), 2, now_ms=10)
+    store.deliver(b"g", b"b", [(3, 0), (4, 0), (5, 0)], (5, 0), 5, now_ms=20)
+    store.nack(b"g", [((5, 0), 1)])
+    assert store.ack(b"g", [(2, 0), (1, 0)]) == 2
+    g = store.group(b"g")
+    assert [sid for sid, _ in g.pel.items()] == [(3, 0), (4, 0), (5, 0)]
+    assert len(g.consumer(b"a").pending) == 0 and len(g.consumer(b"b").pending) == 2
+    dump(store)
+    store.deliver(b"g", b"a", [(6, 0)], (6, 0), 6, now_ms=30)
+    assert store.ack(b"g", [(3, 0), (4, 0), (5, 0), (6, 0)]) == 4
+    for _ in range(2):
+        g = store.group(b"g")
+        assert len(g.pel) == 0 and all(len(c.pending) == 0 for c in g.consumers.values())
+        assert claim_order(g) == []
+        dump(store)
+        store = reopen(store)
+    store.deliver(b"g", b"a", [(7, 0)], (7, 0), 7, now_ms=40)
+    assert claim_order(store.group(b"g")) == [(7, 0)]
+    store.close()
+
+
 def test_redeliver_requires_ids_pending_for_that_consumer(tmp_path):
     store = GroupStore.open(tmp_path)
     store.create_group(b"g", (0, 0), 0)

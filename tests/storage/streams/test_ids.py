@@ -121,3 +121,30 @@ def test_the_digits_dash_digits_shortcut_answers_as_the_general_parse(raw, stric
     if strict and not star:  # XACK's bulk parse: plain tuples, or the same error
         bulk = outcome(lambda: parse_strict_id_tuples([b"1-1", raw]))
         assert bulk == (general if isinstance(general, str) else [(1, 1), tuple(general[0])])
+
+
+def test_xacks_id_parser_is_built_and_used():
+    """Every install with a C compiler builds it (pyproject ext-modules); a
+    build that silently fell back to the Python parse must fail CI."""
+    from storage.streams import _ids, ids
+
+    assert ids._ids is _ids
+    assert _ids.plain_ids([b"1-2", b"0018446744073709551615-0"]) == [(1, 2), (2**64 - 1, 0)]
+    assert _ids.plain_ids([b"1-2", b"18446744073709551616-0"]) is None
+
+
+@settings(max_examples=1000, deadline=None)
+@given(raws=st.lists(st.one_of(_ID_BYTES, st.from_regex(rb"\A[0-9]{1,22}-[0-9]{1,22}\Z"),
+                               st.from_regex(rb"\A[0-9]{1,3}(-[0-9]{0,3}){0,3}\Z")), max_size=6))
+def test_xacks_bulk_parse_answers_as_each_id_parsed_alone(raws):
+    """XACK's IDs are parsed in one C call when every one is
+    ``<digits>-<digits>``; any list (IDs with no dash or two, empty sides,
+    overflow, other bytes) gets what parsing each alone gives."""
+    def outcome(parse):
+        try:
+            return parse()
+        except StreamIdError as e:
+            return e.code
+
+    each = outcome(lambda: [tuple(parse_id(raw, strict=True)[0]) for raw in raws])
+    assert outcome(lambda: parse_strict_id_tuples(raws)) == each
