@@ -4,6 +4,7 @@
 - ``storage``: the partition log on its own (bench/storage_bench.py).
 - ``replication``: a 3-node cluster, acks=all and acks=1, beside one node (bench/replication_bench.py).
 - ``failover``: how long a shard is unavailable after its leader's kill -9 (bench/failover_bench.py).
+- ``fetch-round``: the CPU of one replica fetch round in one process, by idle partitions (bench/fetch_round_bench.py).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import importlib
 import sys
 
 BENCHES = {"compare": "bench.compare", "storage": "bench.storage_bench",
-           "replication": "bench.replication_bench", "failover": "bench.failover_bench"}
+           "replication": "bench.replication_bench", "failover": "bench.failover_bench",
+           "fetch-round": "bench.fetch_round_bench"}
 
 
 def main() -> int:

@@ -277,7 +277,7 @@ def log_warnings(server: ServerProcess) -> list[str]:
 
 
 class Profiler:
-    """py-spy record of one process for the duration of a ``with`` block (raw collapsed stacks)."""
+    """py-spy record of one process's Python (``--gil``) for the duration of a ``with`` block (raw collapsed stacks)."""
 
     def __init__(self, pid: int, out: Path) -> None:
         self.pid, self.out = pid, out
@@ -285,8 +285,12 @@ class Profiler:
 
     def __enter__(self) -> "Profiler":
         exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+        # --gil: only samples that hold the GIL, i.e. run Python. Without it a
+        # process that is runnable but waits for one of the 2 shared cores
+        # (woken from epoll, preempted in a send) is sampled as busy where it
+        # waits: under load that was most of the leader's samples.
         self.proc = subprocess.Popen([exe, "record", "--pid", str(self.pid), "--format", "raw", "--rate", "200",
-                                      "--nonblocking", "-o", str(self.out)],
+                                      "--nonblocking", "--gil", "-o", str(self.out)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(0.5)  # let py-spy attach before the load starts
         return self

@@ -448,7 +448,8 @@ class ReplicaManager:
         results = []
         for part in request.partitions:
             res, item_news = self._serve_partition(replica, part, request.max_bytes, now)
-            results.append(res)
+            if res is not None:
+                results.append(res)
             news |= item_news
         self.fetch_counts["served"] += 1
         return FetchResponse(self.state.encode(), topics_token, discovered, tuple(results)), news
@@ -464,7 +465,10 @@ class ReplicaManager:
         return tuple(out)
 
     def _serve_partition(self, replica: int, part: FetchPartition, max_bytes: int,
-                         now: int) -> tuple[FetchedPartition, bool]:
+                         now: int) -> tuple[FetchedPartition | None, bool]:
+        """One partition's answer and whether it is news; None when the
+        answer would change nothing of the follower's copy as its request
+        shows it (left out of the response: ``FetchResponse``)."""
         reg = self.registry
         topic, n, offset, their_epoch = part.topic, part.n, part.offset, part.last_epoch
         their_state, their_groups = part.state_token, part.group_token
@@ -511,6 +515,10 @@ class ReplicaManager:
                 self.on_group_progress()
         gen, end, snapshot, records = group_changes(stream, gen, pos)
         group_token = prefix + b"%d:%d" % (gen, end)
+        hw = plog.high_watermark
+        if (not batches and state is None and snapshot is None and not records and group_token == their_groups
+                and part.high_watermark == hw and min(plog.log_start_offset, hw) <= part.log_start):
+            return None, False  # (apply_fetch would leave the copy as it is)
         news = (bool(batches) or state is not None or plog.high_watermark != hw_before
                 or snapshot is not None or bool(records))
         return FetchedPartition(topic, n, "", plog.high_watermark, plog.log_start_offset, plog.log_end_offset,
@@ -593,8 +601,10 @@ class ReplicaManager:
             plog = stream.log
             if plog.sync_failure is not None:
                 continue  # it could not apply them (offline after a failed fsync): not fetched, it leaves the ISR
+            known = f.hw_known  # (else the leader sends the high watermark and log start in any case)
             wanted.append(FetchPartition(f.topic, f.n, self.registry.topic_id(f.topic) or "", plog.log_end_offset,
-                                         plog.latest_epoch, f.state_token, f.group_token))
+                                         plog.latest_epoch, f.state_token, f.group_token,
+                                         plog.high_watermark if known else -1, plog.log_start_offset if known else -1))
         return FetchRequest(self.my_id, self.state.encode(), self.settings.fetch_wait_ms,
                             self.settings.fetch_max_bytes, token, tuple(wanted))
 

@@ -54,7 +54,7 @@ from cluster.replication import OUT_OF_RANGE, TOPIC_ID_MISMATCH
 from server.reply import OK
 
 CONNECT_TIMEOUT_S = 2.0
-FETCH_FIELDS = 7  # topic, n, topic id, offset, last epoch, state token, group token
+FETCH_FIELDS = 9  # topic, n, topic id, offset, last epoch, state token, group token, high watermark, log start
 EPOCH_FIELDS = 3  # topic, n, epoch
 END_FIELDS = 6  # topic, n, end offset, high watermark, state token, group token
 READ_FIELDS = 6  # topic, n, op, start ID, end ID, count
@@ -116,7 +116,7 @@ def encode_request(request: Request) -> list[bytes]:
                 b"%d" % request.max_bytes, request.topics_token]
         for p in request.partitions:
             args += [p.topic, b"%d" % p.n, p.topic_id.encode(), b"%d" % p.offset, b"%d" % p.last_epoch,
-                     p.state_token, p.group_token]
+                     p.state_token, p.group_token, b"%d" % p.high_watermark, b"%d" % p.log_start]
         return args
     if kind is EpochRequest:
         args = [name]
@@ -198,8 +198,9 @@ def decode_request(argv: list[bytes]) -> Request:
     TypeError) when it does not decode."""
     name = argv[0].upper()
     if name == b"REPLFETCH":
-        parts = tuple(FetchPartition(topic, _int(n), topic_id.decode(), _int(offset), _int(epoch), state, groups)
-                      for topic, n, topic_id, offset, epoch, state, groups
+        parts = tuple(FetchPartition(topic, _int(n), topic_id.decode(), _int(offset), _int(epoch), state, groups,
+                                     _int(hw), _int(start))
+                      for topic, n, topic_id, offset, epoch, state, groups, hw, start
                       in _groups(argv[6:], FETCH_FIELDS, "partition"))
         return FetchRequest(_int(argv[1]), argv[2], _int(argv[3]), _int(argv[4]), argv[5], parts)
     if name == b"REPLEPOCH":

@@ -53,6 +53,11 @@ class FetchPartition:
     last_epoch: int  # the epoch of its last batch (-1: none), checked by the leader (KIP-595)
     state_token: bytes  # the leader's stream state version it applied last
     group_token: bytes  # its position in the leader's group journal
+    # Its copy's high watermark and log start as a reply of this leader set
+    # them (-1: none applied yet). With them the leader leaves out of its
+    # response a partition the reply would not change (``FetchResponse``).
+    high_watermark: int = -1
+    log_start: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +103,13 @@ class FetchedPartition:
 
 @dataclass(frozen=True, slots=True)
 class FetchResponse:
+    """``partitions``: the asked partitions with something for the follower
+    (an error, batches, state or group changes, another high watermark or
+    log start than its request shows); one left out is unchanged, the
+    follower keeps it as it is (Kafka's incremental fetch, KIP-227, without
+    the session: the request still names every partition, so the leader
+    learns every offset, the ack, each round)."""
+
     view: bytes  # the leader's ClusterState
     topics_token: bytes
     discovered: tuple[Discovered, ...] | None  # None: the topics did not change since the follower's token

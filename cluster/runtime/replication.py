@@ -469,14 +469,20 @@ class Replication:
             trio.lowlevel.spawn_system_task(self._acked_then, client, pending, callback)
             return
         waiting = []
-        for pkey, stream in pending.items():
+        cached_stream, leader_state = self.topics.cached_stream, self.manager.leader_state
+        for pkey, stream in pending.items():  # (per batch: one key split and one leader state lookup)
             end = stream.log.log_end_offset
-            if stream.log.high_watermark < end and not self._written_away(pkey, stream):
-                refused = self._acks_refused(pkey)
-                if refused is not None:
-                    callback(refused)
-                    return
-                waiting.append((pkey, end, self._epoch_led(pkey)))
+            if stream.log.high_watermark >= end:
+                continue
+            topic, n = split_partition_key(pkey)
+            if cached_stream(topic, n or 0) is not stream:
+                continue  # written away (``_written_away``)
+            ls = leader_state(topic, n or 0)
+            refused = self._refusal(pkey, ls)
+            if refused is not None:
+                callback(refused)
+                return
+            waiting.append((pkey, end, ls.epoch))
         if not waiting:
             callback(None)
             return
@@ -522,7 +528,11 @@ class Replication:
     def _acks_refused(self, pkey: bytes) -> "AcksFailed | None":
         """Why an acks=all write to ``pkey`` can no longer be acknowledged, or None."""
         topic, n = split_partition_key(pkey)
-        ls = self.manager.leader_state(topic, n or 0)
+        return self._refusal(pkey, self.manager.leader_state(topic, n or 0))
+
+    @staticmethod
+    def _refusal(pkey: bytes, ls: Any) -> "AcksFailed | None":
+        """``_acks_refused`` given the partition's leader state here (None: not led here)."""
         if ls is None:
             return AcksFailed(f"{pkey!r}: this node no longer leads it")
         if not ls.accepts_acks_all():

@@ -348,6 +348,34 @@ async def test_follower_copies_batches_state_and_groups(pair, autojump_clock):
     assert copy.meta == stream.meta
 
 
+async def test_a_fetch_response_leaves_out_the_partitions_it_would_not_change(pair, autojump_clock):
+    """Kafka's incremental fetch: an idle partition costs the leader no
+    answer to build and send and the follower none to apply; the request
+    still names it, so the leader keeps counting the follower caught up."""
+    a, b = pair
+    placement = a.manager.placement
+    busy, idle = [k for k in (b"s%d" % i for i in range(10000))
+                  if placement.replicas(placement.shard_of_slot(key_slot(k)))[0] == 1][:2]
+    a.append(busy, 10)
+    a.append(idle, 10)
+    await _fetch_a_while(b, a, 1)
+    assert [b.registry.get(k).log.high_watermark for k in (busy, idle)] == [10, 10]
+
+    def answered() -> tuple[list[bytes], bool]:
+        response, news = a.manager.serve_fetch(b.manager.fetch_request(1))
+        b.manager.apply_fetch(1, response)
+        return [p.topic for p in response.partitions], news
+
+    assert answered() == ([], False)  # caught up on both: nothing to send
+    a.append(busy, 5)
+    assert answered() == ([busy], True)  # the new batches
+    assert answered() == ([busy], True)  # the high watermark that this fetch's offset moved
+    assert answered() == ([], False)
+    assert [b.registry.get(k).log.high_watermark for k in (busy, idle)] == [15, 10]
+    assert _files(a.registry, busy) == _files(b.registry, busy)
+    assert a.manager.leader_state(idle, 0).isr == {1, 2}
+
+
 async def test_isr_shrinks_when_the_follower_is_unreachable(pair, autojump_clock):
     a, b = pair
     key = _key_led_by(a.manager.placement, 1)

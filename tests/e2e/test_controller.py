@@ -356,7 +356,9 @@ def test_cluster_reassign_moves_a_shard_to_other_replicas_with_its_data(tmp_path
         _eventually(lambda: cluster.leader_of(key) is n3, timeout_s=30, what="node 3 leading")
         _eventually(lambda: "target" not in str(_info(n1)["controller_shard0"]), timeout_s=30,
                     what="the reassignment finished")
-        assert _info(n2)["controller_shard0"]["replicas"] == "3/2"
+        # Node 2 applies the committed metadata on its own time, after node 1 may.
+        _eventually(lambda: _info(n2)["controller_shard0"]["replicas"] == "3/2", timeout_s=30,
+                    what="node 2 applying the new replicas")
         assert [entry_id for entry_id, _ in n3.client().xrange(key)] == acked
         assert n3.client().xpending(key, "g")["pending"] == 10  # the group moved with it
         acked.append(n3.client().xadd(key, {"n": "after"}))

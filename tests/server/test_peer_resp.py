@@ -39,7 +39,7 @@ def _resp_reply(value) -> object:
     return reader.gets()
 
 
-fetch_partitions = st.builds(m.FetchPartition, name, u32, text, u63, signed, blob, blob)
+fetch_partitions = st.builds(m.FetchPartition, name, u32, text, u63, signed, blob, blob, signed, signed)
 fetch_requests = st.builds(m.FetchRequest, u32, blob, u32, u32, blob, st.tuples(fetch_partitions) | st.just(()))
 epoch_requests = st.builds(m.EpochRequest, st.lists(st.builds(m.EpochPartition, name, u32, signed),
                                                     max_size=3).map(tuple))
