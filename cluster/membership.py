@@ -174,6 +174,8 @@ class TopicGroupMembership:
         count +1, those of a departed member with them)."""
         if not self.coordinator.restore(members, owner, target, now_ms):
             return False
+        log.info("group '%s' on topic '%s': membership restored from the coordinator before (members %s)",
+                 _text(self.group), _text(self.topic), ", ".join(map(_text, members)) or "none")
         for p, name in enumerate(owner):
             if name is not None and name == target[p]:
                 self.take_over[p] = name
