@@ -118,12 +118,10 @@ class TopicGroupMembership:
         pending, apply handovers. Returns the group stores written to (the
         caller makes them durable by its fsync policy)."""
         c = self.coordinator
-        before = dict(c.members)
         c.expire(now_ms)
-        for name in [name for name in before if name not in c.members]:
+        for name, silent_ms in c.take_expired():
             log.info("group '%s' on topic '%s': member '%s' expired (silent for %d ms, session timeout %d ms)",
-                     _text(self.group), _text(self.topic), _text(name), now_ms - before[name].last_seen_ms,
-                     c.session_timeout_ms)
+                     _text(self.group), _text(self.topic), _text(name), silent_ms, c.session_timeout_ms)
         for p, old, _new in c.revoking():
             if self._away(p):
                 if self.remote_pending.get(p) == 0 and not self.reading.get(p):
