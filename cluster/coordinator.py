@@ -71,6 +71,7 @@ class GroupCoordinator:
         self.revoking_since_ms: dict[int, int] = {}
         self.generation = 0  # rebalances so far
         self._handovers: list[Handover] = []
+        self._expired: list[tuple[bytes, int]] = []  # (member, how long it had been silent, ms)
 
     # ------------------------------------------------------------ membership
 
@@ -115,7 +116,7 @@ class GroupCoordinator:
         dead = [name for name, m in self.members.items()
                 if m.reads_in_progress == 0 and now_ms - m.last_seen_ms >= self.session_timeout_ms]
         for name in dead:
-            del self.members[name]
+            self._expired.append((name, now_ms - self.members.pop(name).last_seen_ms))
         if dead:
             self._rebalance(now_ms)
         forced = [p for p, since in self.revoking_since_ms.items()
@@ -180,6 +181,12 @@ class GroupCoordinator:
 
     def take_handovers(self) -> list[Handover]:
         out, self._handovers = self._handovers, []
+        return out
+
+    def take_expired(self) -> list[tuple[bytes, int]]:
+        """The members expired since the last call, each with how long it
+        had been silent (ms)."""
+        out, self._expired = self._expired, []
         return out
 
     def member_count(self) -> int:

@@ -26,13 +26,15 @@ every pending entry over, ``hand_over`` there) and the revocation check uses
 the old owner's pending count as its leader last told it
 (``remote_pending``). The redelivery queue stays here for every partition.
 The coordinator keeps a ``snapshot`` where the next one finds it, which
-``restore`` takes over after a failover.
+``restore`` takes over after a failover; a node that led the group before
+``forget``s what it knew first (it is older than the snapshot).
 
 Must not know: sockets, RESP, trio, the stream's entries.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Callable
 
@@ -40,9 +42,15 @@ from cluster.coordinator import GroupCoordinator, Handover
 
 StreamIdT = tuple[int, int]
 
+log = logging.getLogger("partita.groups")
+
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _text(name: bytes) -> str:
+    return name.decode("utf-8", "replace")
 
 
 def hand_over(store, group_name: bytes, owner: bytes, now_ms: int) -> tuple[list[StreamIdT], bool]:
@@ -96,11 +104,12 @@ class TopicGroupMembership:
         self.remote_pending: dict[int, int] = {}
         self.reading: dict[int, int] = {}  # partition -> reads of it its leader has not answered yet
         # The membership as last kept where a next coordinator finds it
-        # (``snapshot``; cluster/broker/topic_groups.py), and whether this
-        # one has looked for an earlier coordinator's yet.
+        # (``snapshot``; cluster/broker/topic_groups.py), and the leader
+        # epoch of the topic key's slot at which this one took over the
+        # earlier coordinator's (None: not yet).
         self.persisted: tuple | None = None
         self.persisted_id: tuple[int, int] | None = None
-        self.restored = False
+        self.led_epoch: int | None = None
 
     # ----------------------------------------------------------- membership
 
@@ -110,6 +119,9 @@ class TopicGroupMembership:
         caller makes them durable by its fsync policy)."""
         c = self.coordinator
         c.expire(now_ms)
+        for name, silent_ms in c.take_expired():
+            log.info("group '%s' on topic '%s': member '%s' expired (silent for %d ms, session timeout %d ms)",
+                     _text(self.group), _text(self.topic), _text(name), silent_ms, c.session_timeout_ms)
         for p, old, _new in c.revoking():
             if self._away(p):
                 if self.remote_pending.get(p) == 0 and not self.reading.get(p):
@@ -160,10 +172,25 @@ class TopicGroupMembership:
         count +1, those of a departed member with them)."""
         if not self.coordinator.restore(members, owner, target, now_ms):
             return False
+        log.info("group '%s' on topic '%s': membership restored from the coordinator before (members %s)",
+                 _text(self.group), _text(self.topic), ", ".join(map(_text, members)) or "none")
         for p, name in enumerate(owner):
             if name is not None and name == target[p]:
                 self.take_over[p] = name
         return True
+
+    def forget(self) -> None:
+        """Another coordinator led the group since this one last did (the
+        slot's leadership left this node and came back): what this one knew
+        (members and when each last read, owners, targets, the redelivery
+        queue) is older than what the other kept, and is dropped for
+        ``restore`` of that. Reads on their way here (``reading``) stay."""
+        c = self.coordinator
+        self.coordinator = GroupCoordinator(c.partitions, c.session_timeout_ms)
+        self._redeliver.clear()
+        self.take_over.clear()
+        self.remote_pending.clear()
+        self.persisted = self.persisted_id = None
 
     def set_partition_count(self, partitions: int, now_ms: int | None = None) -> None:
         self.coordinator.set_partition_count(partitions, wall_clock_ms() if now_ms is None else now_ms)

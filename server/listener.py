@@ -94,7 +94,14 @@ async def accept_loop(server: Any, sock: socket.socket, nursery: trio.Nursery, c
     """
     config = server.config
     while True:
-        await wait_readable(sock)
+        try:
+            await wait_readable(sock)
+        except trio.ClosedResourceError:  # closed with notify_closing: the end
+            return
+        if sock.fileno() < 0:
+            # The shutdown (``app.serve``) closed it after a client's arrival
+            # woke this task, before its cancellation could: nothing to accept.
+            return
         for _ in range(ACCEPT_BATCH_MAX):
             try:
                 conn_sock, addr = sock.accept()

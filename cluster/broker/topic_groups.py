@@ -41,7 +41,8 @@ The membership survives the coordinator's failover: every change of it
 ``members_key`` in the topic key's slot (``_persist_membership``; on a
 coordinator that leads every partition too), before the read that made it
 replies, and the slot's next leader restores the last one on its first
-read of the group (``_restore_membership``, ``TopicGroupMembership.restore``).
+read of the group (``_restore_membership``, ``TopicGroupMembership.restore``),
+as does a node that led the slot before, at each new leader epoch.
 XGROUP on the topic key runs here too (``route`` sends it here): CREATE of
 a new group and DESTROY forget the membership and delete its stream
 (``_forget_membership``); DELCONSUMER has the member leave, its partitions
@@ -180,14 +181,23 @@ class TopicGroupOps:
 
     def _locate(self, m: Any) -> Any:
         """``m`` (a topic's membership), in a cluster: told which partitions
-        other nodes lead, and, when new here, what an earlier coordinator
-        kept of it (``_restore_membership``)."""
+        other nodes lead, and, once per leader epoch of the topic key's slot,
+        what the coordinator before kept of it (``_restore_membership``):
+        when new here, and when this node coordinated the group before
+        another did (its own view is older: members it last saw read then
+        would expire and their entries go to the others)."""
         replication = self.broker.replication
-        if replication is not None and m.away is None:
-            manager = replication.manager
+        if replication is None:
+            return m
+        manager = replication.manager
+        if m.away is None:
             topic = m.topic
             m.away = lambda p: manager.state.leader(manager.shard_of(topic, p)) != manager.my_id
-        if replication is not None and not m.restored:
+        epoch = manager.state.epoch(manager.shard_of(m.topic, 0))
+        if m.led_epoch != epoch:
+            if m.led_epoch is not None:
+                m.forget()
+            m.led_epoch = epoch
             self._restore_membership(m)
         return m
 
@@ -341,7 +351,6 @@ class TopicGroupOps:
         """A membership new here (this node became the coordinator: a
         failover, or its first read) takes over the one its members stream
         keeps, if any (``TopicGroupMembership.restore``)."""
-        m.restored = True
         key = members_key(m.topic, m.group)
         if key is None or m.coordinator.members or self.broker.topics.get(key) is None:
             return

@@ -18,6 +18,7 @@ it kept."""
 from __future__ import annotations
 
 import subprocess
+import time
 import threading
 
 import pytest
@@ -455,3 +456,47 @@ def test_after_the_coordinators_failover_each_member_keeps_its_partitions(lone_c
     for key, _ in got["b"]:
         pending = cluster.leader_of(key).client().xpending_range(key, "g", min="-", max="+", count=100)
         assert {(p["consumer"], p["times_delivered"]) for p in pending} == {(b"b", 2)}, (key, pending)
+
+
+@pytest.fixture
+def short_session_cluster(tmp_path):
+    yield from running(tmp_path, extra=["--group-session-timeout-ms", "2000"])
+
+
+def test_a_coordinator_that_leads_the_group_again_goes_on_from_its_successor(short_session_cluster):
+    """The coordinator's slot moves to a follower by CLUSTER FAILOVER, the
+    members go on reading there for longer than the session timeout, and
+    the slot moves back: the old coordinator must go on from what its
+    successor kept (both members alive, each on its own partitions), not
+    from its own membership of before, where both members have been silent
+    past their session (a soak saw 350 entries handed from one live member
+    to the other this way)."""
+    cluster = short_session_cluster
+    topic = b"back"
+    _create(cluster, topic)
+    first = cluster.leader_of(topic)
+    assert first.client().xgroup_create(topic, "g", id="$") is True
+    for member in ("a", "b", "a", "b"):  # both join; a's extra partitions are revoked and handed to b
+        first.client().xreadgroup("g", member, {topic: ">"})
+    for key, entry_id, fields in _feed(1000, topic):
+        assert eventually(lambda: cluster.leader_of(key).client().xadd(key, fields, id=entry_id)) == entry_id
+    got = {member: _entries(first.client().xreadgroup("g", member, {topic: ">"})) for member in ("a", "b")}
+    assert len(got["a"]) == len(got["b"]) == 2 * PARTITIONS and not got["a"] & got["b"]
+
+    second = cluster.followers_of(topic)[0]
+    assert leased(lambda: second.client().execute_command("CLUSTER", "FAILOVER")) == b"OK"
+    assert cluster.leader_of(topic) is second
+    since = time.monotonic()
+    while time.monotonic() - since < 3.0:  # both alive there, past the session timeout of `first`'s view
+        for member in ("a", "b"):  # (each gets its own pending entries again first: the redelivery after a failover)
+            read = _entries(leased(lambda: second.client().xreadgroup("g", member, {topic: ">"}, block=100)))  # noqa: B023
+            assert read <= got[member], (member, read - got[member])
+    assert leased(lambda: first.client().execute_command("CLUSTER", "FAILOVER")) == b"OK"
+    assert cluster.leader_of(topic) is first
+    for member in ("a", "b"):
+        read = _entries(leased(lambda: first.client().xreadgroup("g", member, {topic: ">"})))  # noqa: B023
+        assert read <= got[member], (member, read - got[member])
+    for member in ("a", "b"):
+        for key, _ in got[member]:
+            pending = cluster.leader_of(key).client().xpending_range(key, "g", min="-", max="+", count=100)
+            assert {p["consumer"] for p in pending} == {member.encode()}, (key, pending)
