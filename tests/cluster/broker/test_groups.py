@@ -432,7 +432,8 @@ class _InfoLeaders:
                     raise Unreachable("link down")
                 return leader_session.serve_group_info(request)
 
-        state = type("State", (), {"leader": staticmethod(lambda shard: 2 if away(shard) else 1)})
+        state = type("State", (), {"leader": staticmethod(lambda shard: 2 if away(shard) else 1),
+                                   "epoch": staticmethod(lambda shard: 1)})
         self.manager = type("Manager", (), {"my_id": 1, "state": state,
                                             "shard_of": staticmethod(lambda topic, n: n),
                                             "leader_state": staticmethod(lambda topic, n: object())})
