@@ -371,10 +371,16 @@ digits_u64(const char *s, Py_ssize_t n, unsigned long long *out)
  * Anything else is None: the parser and XREAD's handler take it (`$`,
  * `+`, `>`, a negative count, leading zeros, errors). */
 static PyObject *
-poll_xread(PyObject *self, PyObject *args)
+poll_xread(PyObject *self, PyObject *data)
 {
+    /* METH_O, and the result built without a format string: every poll
+     * calls it (bench/RESULTS.md "XREAD: the per-call Python"). */
     Py_buffer buf;
-    if (!PyArg_ParseTuple(args, "y*", &buf))
+    if (PyUnicode_Check(data)) {
+        PyErr_SetString(PyExc_TypeError, "poll_xread() argument must be a bytes-like object, not str");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE) != 0)
         return NULL;
     const char *p = (const char *)buf.buf, *end = p + buf.len;
     const char *arg, *key, *id;
@@ -398,7 +404,13 @@ poll_xread(PyObject *self, PyObject *args)
             goto none;
     } else if (digits_u64(id, dash - id, &ms) != 0 || digits_u64(dash + 1, id + idlen - dash - 1, &seq) != 0)
         goto none;
-    result = Py_BuildValue("(y#KKK)", key, klen, count, ms, seq);
+    result = PyTuple_New(4); /* (an item left NULL is fine to free) */
+    if (result != NULL
+        && ((PyTuple_GET_ITEM(result, 0) = PyBytes_FromStringAndSize(key, klen)) == NULL
+            || (PyTuple_GET_ITEM(result, 1) = PyLong_FromUnsignedLongLong(count)) == NULL
+            || (PyTuple_GET_ITEM(result, 2) = PyLong_FromUnsignedLongLong(ms)) == NULL
+            || (PyTuple_GET_ITEM(result, 3) = PyLong_FromUnsignedLongLong(seq)) == NULL))
+        Py_CLEAR(result);
     PyBuffer_Release(&buf);
     return result;
 none:
@@ -412,7 +424,7 @@ static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
      "scan(data, pos, key, last_ms, last_seq, now_ms, max_entry_bytes, budget)\n"
      "-> (end, entries, replies, last_ms, last_seq, used): a run of `XADD key * f v ...`."},
-    {"poll_xread", poll_xread, METH_VARARGS,
+    {"poll_xread", poll_xread, METH_O,
      "poll_xread(data) -> (key, count, ms, seq): data as exactly `XREAD COUNT n STREAMS key id`, or None."},
     {NULL, NULL, 0, NULL},
 };

@@ -105,6 +105,44 @@ def test_the_parse_takes_exactly_what_the_reference_takes(data):
     assert _xaddrun.poll_xread(data) == reference_poll(data)
 
 
+@settings(max_examples=600, deadline=None)
+@given(data=_request())
+def test_a_parse_taken_gives_the_plan_of_the_python_parser(data):
+    """The C parser is another parser of XREAD, not other rules: for every
+    input it takes, the handler's parse (``_parse_xread``) of the same
+    command gives the same plan (one key, its position, the count, no
+    BLOCK, no caps); malformed input it leaves alone (None) whatever the
+    Python parser makes of it."""
+    from server import _xaddrun
+    from server.commands.streams import _parse_xread
+
+    form = _xaddrun.poll_xread(data)
+    if form is None:
+        return
+    reader = hiredis.Reader()
+    reader.feed(data)
+    argv = reader.gets()
+    assert reader.gets() is False  # exactly one command
+    plan = _parse_xread(argv)
+    key, count, ms, seq = form
+    assert list(plan.keys) == [key]
+    assert [tuple(after) for after in plan.after] == [(ms, seq)]
+    assert (plan.count, plan.block_ms, plan.max_count, plan.max_size) == (count, None, 0, 0)
+
+
+def test_the_parse_takes_bytes_like_input_only():
+    from server import _xaddrun
+
+    data = encode_command([b"XREAD", b"COUNT", b"2", b"STREAMS", b"s", b"1-2"])
+    assert _xaddrun.poll_xread(bytearray(data)) == _xaddrun.poll_xread(memoryview(data)) == (b"s", 2, 1, 2)
+    with pytest.raises(TypeError):
+        _xaddrun.poll_xread(data.decode())
+    with pytest.raises(TypeError):
+        _xaddrun.poll_xread()
+    with pytest.raises(TypeError):
+        _xaddrun.poll_xread(data, data)
+
+
 def test_the_parse_of_a_plain_poll():
     from server import _xaddrun
 
