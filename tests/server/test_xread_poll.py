@@ -143,6 +143,34 @@ def test_the_parse_takes_bytes_like_input_only():
         _xaddrun.poll_xread(data, data)
 
 
+@settings(max_examples=300, deadline=None)
+@given(key=st.binary(max_size=300), count=st.one_of(st.integers(0, 2000), st.just(U64)), protocol=st.sampled_from([2, 3]))
+def test_the_head_of_a_found_poll_is_the_encoders(key, count, protocol):
+    """``poll_head``: a found poll's reply up to its entries, byte for byte
+    what ``encode_into`` writes for XREAD's reply of ``count`` entries."""
+    from server import _xaddrun
+    from server.reply import Map, encode_into
+    from storage.streams.stream import Entries
+
+    entries = Entries(count, [])
+    out: list = []
+    encode_into(out, Map([(key, entries)]) if protocol == 3 else [[key, entries]], protocol)
+    assert _xaddrun.poll_head(protocol, key, count) == b"".join(out)
+
+
+def test_the_head_declines_other_protocols_and_checks_its_arguments():
+    from server import _xaddrun
+
+    assert _xaddrun.poll_head(1, b"k", 1) is None
+    assert _xaddrun.poll_head(4, b"k", 1) is None
+    with pytest.raises(TypeError):
+        _xaddrun.poll_head(2, "k", 1)
+    with pytest.raises(TypeError):
+        _xaddrun.poll_head(2, b"k")
+    with pytest.raises(OverflowError):
+        _xaddrun.poll_head(2, b"k", -1)
+
+
 def test_the_parse_of_a_plain_poll():
     from server import _xaddrun
 
