@@ -540,13 +540,9 @@ class Dispatcher:
 
     def _count(self, spec: CommandSpec, ctx: Context, usec: int, reply: Any, blocking: bool = False) -> None:
         failed = reply.__class__ is CommandError
-        stats = self.stats
         if failed:
-            stats.record_error(reply.code)
-        stats.total_commands_processed += 1
-        stats.record_command(spec.name, usec, failed)
-        if not blocking:
-            stats.record_latency(spec.name, usec)
+            self.stats.record_error(reply.code)
+        self.stats.record_command(spec.name, usec, failed, not blocking)
         ctx.client.last_command = spec.name
 
     def failed_append(self, exc: BaseException) -> CommandError:

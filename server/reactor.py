@@ -119,15 +119,21 @@ class IdleWait:
             return None
         return cls(fd, runner, frame, loop_fd)
 
-    def _runnable(self) -> bool:
+    def _runnable(self, batch: bool) -> bool:
         """Whether the loop has a task to run: one scheduled for its next
-        batch, or one left in the batch it is running (this task's)."""
-        return bool(self._runner.runq or self._loop_frame.f_locals.get("batch"))
+        batch, or (``batch``) one left in the batch it is running (this
+        task's)."""
+        return bool(self._runner.runq or (batch and self._loop_frame.f_locals.get("batch")))
 
     @enable_ki_protection  # a ^C here is trio's to deliver, as in its own wait
-    def wait(self) -> bool:
+    def wait(self, first: bool = True) -> bool:
+        """``first``: the first wait of the task's step. The batch the loop
+        is running cannot change until the step ends (nothing else runs),
+        so only that wait reads it: the read (``f_locals``, every local of
+        the loop's frame copied to a dict) cost ~0.6 µs per wait, once per
+        XREAD COUNT 1000 (bench/RESULTS.md "XREAD: the per-call Python")."""
         runner = self._runner
-        if (self._runnable() or runner.waiting_for_idle or runner.ki_pending
+        if (self._runnable(first) or runner.waiting_for_idle or runner.ki_pending
                 or not _LOOP_WAIT_HOOKS.isdisjoint(runner.instruments.keys())):
             return False
         timeout_s = runner.clock.deadline_to_sleep_time(runner.deadlines.next_deadline())
@@ -221,11 +227,15 @@ class Reactor:
         try:
             while True:
                 await wait_readable(fd)
+                first = True  # (the task's step begins)
                 while True:
                     if self.dispatch() == MAX_EVENTS:
                         await trio.lowlevel.checkpoint()
-                    elif idle is None or not idle.wait():
+                        first = True
+                    elif idle is None or not idle.wait(first):
                         break
+                    else:
+                        first = False
         finally:
             self._on_ready.clear()
             self._epoll.close()

@@ -78,7 +78,13 @@ class Stats:
         self.latency: dict[str, Histogram] = {name: Histogram() for name in LATENCY_COMMANDS}
         self._ops_samples: list[tuple[float, int]] = []
 
-    def record_command(self, name: str, usec: int, failed: bool) -> None:
+    def record_command(self, name: str, usec: int, failed: bool, at_once: bool = True) -> None:
+        """A call of ``name`` that took ``usec``, counted once (one call on
+        every command's path: bench/RESULTS.md "XREAD: the per-call
+        Python"); ``at_once``: it was answered without waiting, so its
+        latency histogram, if it has one, sees it too (a read that waited in
+        BLOCK is counted, not timed)."""
+        self.total_commands_processed += 1
         entry = self.commands.get(name)
         if entry is None:
             entry = self.commands[name] = [0, 0, 0, 0]
@@ -86,13 +92,10 @@ class Stats:
         entry[1] += usec
         if failed:
             entry[3] += 1
-
-    def record_latency(self, name: str, usec: int) -> None:
-        """A call of ``name`` answered at once took ``usec`` (its histogram,
-        if it has one)."""
-        hist = self.latency.get(name)
-        if hist is not None:
-            hist.observe_us(usec)
+        if at_once:
+            hist = self.latency.get(name)
+            if hist is not None:
+                hist.observe_us(usec)
 
     def record_rejected(self, name: str | None) -> None:
         if name:

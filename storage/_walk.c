@@ -389,15 +389,29 @@ walk_find(PyObject *self, PyObject *args)
  * mapping's end, a header it cannot take, `stop`, `left`); the caller goes
  * on from the next offset returned. */
 static PyObject *
-walk_after(PyObject *self, PyObject *args)
+walk_after(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *mv, *ids, *chunks;
-    Py_ssize_t size;
-    long long base, lo, stop, left, found, pos;
-    unsigned long long ms, seq;
-    if (!PyArg_ParseTuple(args, "OnOLKKLLLO!", &mv, &size, &ids, &base, &ms, &seq, &lo, &stop, &left,
-                          &PyList_Type, &chunks))
+    /* METH_FASTCALL, its arguments converted one by one as the format
+     * "OnOLKKLLLO!" converted them: every XREAD calls it, and the tuple and
+     * the format's parse were a tenth of a poll's instructions
+     * (bench/RESULTS.md "XREAD: the per-call Python"). */
+    if (nargs != 10) {
+        PyErr_Format(PyExc_TypeError, "after() takes exactly 10 arguments (%zd given)", nargs);
         return NULL;
+    }
+    PyObject *mv = args[0], *ids = args[2], *chunks = args[9];
+    long long found, pos;
+    Py_ssize_t size = PyLong_AsSsize_t(args[1]);
+    long long base = PyLong_AsLongLong(args[3]);
+    unsigned long long ms = PyLong_AsUnsignedLongLongMask(args[4]);
+    unsigned long long seq = PyLong_AsUnsignedLongLongMask(args[5]);
+    long long lo = PyLong_AsLongLong(args[6]), stop = PyLong_AsLongLong(args[7]), left = PyLong_AsLongLong(args[8]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (!PyList_Check(chunks)) {
+        PyErr_SetString(PyExc_TypeError, "after(): chunks must be a list");
+        return NULL;
+    }
     Py_buffer view;
     int rc = lookup(mv, ids, size, base, ms, seq, &view, &found, &pos);
     if (rc < 0)
@@ -414,14 +428,21 @@ walk_after(PyObject *self, PyObject *args)
     PyBuffer_Release(&view);
     if (rc != 0)
         return NULL;
-    return Py_BuildValue("(LLO)", found, count, done ? Py_True : Py_False);
+    PyObject *result = PyTuple_New(3); /* (an item left NULL is fine to free) */
+    if (result == NULL)
+        return NULL;
+    PyTuple_SET_ITEM(result, 2, Py_NewRef(done ? Py_True : Py_False));
+    if ((PyTuple_GET_ITEM(result, 0) = PyLong_FromLongLong(found)) == NULL
+        || (PyTuple_GET_ITEM(result, 1) = PyLong_FromLongLong(count)) == NULL)
+        Py_CLEAR(result);
+    return result;
 }
 
 static PyMethodDef methods[] = {
     {"batches", walk_batches, METH_VARARGS, "Walk whole batches of a buffer, appending entry ranges as slices."},
     {"read", walk_read, METH_VARARGS, "Find the batch holding an offset in a mapped segment, then walk as batches()."},
     {"find", walk_find, METH_VARARGS, "The first offset of a mapped segment whose ID is at or above one, and its batch's position."},
-    {"after", walk_after, METH_VARARGS, "find() then batches() from the offset found, in one call: XREAD's read in a mapped segment."},
+    {"after", (PyCFunction)(void (*)(void))walk_after, METH_FASTCALL, "find() then batches() from the offset found, in one call: XREAD's read in a mapped segment."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1127,7 +1127,8 @@ class PartitionLog:
         (``Segment.read_after_mapped``); the rest of a read that goes on
         past it is ``read``'s."""
         stop = self._hw
-        above = _id_after(ms, seq)  # the lowest ID wanted
+        # The lowest ID wanted (``_id_after``, inline: every XREAD).
+        above = (ms, seq + 1) if seq < records.U64_MAX else _id_after(ms, seq)
         if view and above is not None and (max_count is None or max_count > 0):
             seg = self._segment_for_id(above)
             if seg is not None and not self.markers.get(seg.base_offset):

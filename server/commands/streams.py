@@ -604,10 +604,8 @@ def xread_now(ctx, argv):
     return None if found is None else _read_reply(ctx, found)
 
 
-# A found poll's reply up to its entries (RESP2: [[key, entries]]; RESP3:
-# {key: entries}), and a poll that found nothing; tests check them against
-# encode_into's.
-_POLL_HEAD = {2: b"*1\r\n*2\r\n$%d\r\n%s\r\n*%d\r\n", 3: b"%%1\r\n$%d\r\n%s\r\n*%d\r\n"}
+# The reply of a poll that found nothing, per protocol (a found poll's up to
+# its entries: ``_xaddrun.poll_head``); tests check both against encode_into's.
 _POLL_NONE = {2: b"*-1\r\n", 3: b"_\r\n"}
 
 
@@ -626,8 +624,7 @@ def xread_poll(ctx, data: bytes, out: list, route=None):
     if form is None:
         return None
     protocol = ctx.client.protocol
-    head = _POLL_HEAD.get(protocol)
-    if head is None:
+    if protocol not in _POLL_NONE:
         return None
     key, count, ms, seq = form
     if route is not None:
@@ -642,7 +639,7 @@ def xread_poll(ctx, data: bytes, out: list, route=None):
         out.append(_POLL_NONE[protocol])
         return True
     entries = found[0][1]
-    out.append(head % (len(key), key, entries.count))
+    out.append(_xaddrun.poll_head(protocol, key, entries.count))
     out.extend(entries.chunks)
     return True
 

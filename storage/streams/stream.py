@@ -174,12 +174,17 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Entries:
     """Encoded entries ready to follow ``*<count>``: what XRANGE/XREAD send.
     Read with ``view=True`` the chunks may be views of a segment file's
     mapping: send them at once or copy them (a log cut back later must never
-    be read through them)."""
+    be read through them).
+
+    Never changed once made (``EMPTY`` is shared), but not a frozen
+    dataclass: every XREAD makes one, and a frozen one's construction costs
+    2.5x (0.32 against 0.13 µs: bench/RESULTS.md "XREAD: the per-call
+    Python")."""
 
     count: int
     chunks: list

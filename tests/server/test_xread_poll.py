@@ -105,6 +105,72 @@ def test_the_parse_takes_exactly_what_the_reference_takes(data):
     assert _xaddrun.poll_xread(data) == reference_poll(data)
 
 
+@settings(max_examples=600, deadline=None)
+@given(data=_request())
+def test_a_parse_taken_gives_the_plan_of_the_python_parser(data):
+    """The C parser is another parser of XREAD, not other rules: for every
+    input it takes, the handler's parse (``_parse_xread``) of the same
+    command gives the same plan (one key, its position, the count, no
+    BLOCK, no caps); malformed input it leaves alone (None) whatever the
+    Python parser makes of it."""
+    from server import _xaddrun
+    from server.commands.streams import _parse_xread
+
+    form = _xaddrun.poll_xread(data)
+    if form is None:
+        return
+    reader = hiredis.Reader()
+    reader.feed(data)
+    argv = reader.gets()
+    assert reader.gets() is False  # exactly one command
+    plan = _parse_xread(argv)
+    key, count, ms, seq = form
+    assert list(plan.keys) == [key]
+    assert [tuple(after) for after in plan.after] == [(ms, seq)]
+    assert (plan.count, plan.block_ms, plan.max_count, plan.max_size) == (count, None, 0, 0)
+
+
+def test_the_parse_takes_bytes_like_input_only():
+    from server import _xaddrun
+
+    data = encode_command([b"XREAD", b"COUNT", b"2", b"STREAMS", b"s", b"1-2"])
+    assert _xaddrun.poll_xread(bytearray(data)) == _xaddrun.poll_xread(memoryview(data)) == (b"s", 2, 1, 2)
+    with pytest.raises(TypeError):
+        _xaddrun.poll_xread(data.decode())
+    with pytest.raises(TypeError):
+        _xaddrun.poll_xread()
+    with pytest.raises(TypeError):
+        _xaddrun.poll_xread(data, data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(key=st.binary(max_size=300), count=st.one_of(st.integers(0, 2000), st.just(U64)), protocol=st.sampled_from([2, 3]))
+def test_the_head_of_a_found_poll_is_the_encoders(key, count, protocol):
+    """``poll_head``: a found poll's reply up to its entries, byte for byte
+    what ``encode_into`` writes for XREAD's reply of ``count`` entries."""
+    from server import _xaddrun
+    from server.reply import Map, encode_into
+    from storage.streams.stream import Entries
+
+    entries = Entries(count, [])
+    out: list = []
+    encode_into(out, Map([(key, entries)]) if protocol == 3 else [[key, entries]], protocol)
+    assert _xaddrun.poll_head(protocol, key, count) == b"".join(out)
+
+
+def test_the_head_declines_other_protocols_and_checks_its_arguments():
+    from server import _xaddrun
+
+    assert _xaddrun.poll_head(1, b"k", 1) is None
+    assert _xaddrun.poll_head(4, b"k", 1) is None
+    with pytest.raises(TypeError):
+        _xaddrun.poll_head(2, "k", 1)
+    with pytest.raises(TypeError):
+        _xaddrun.poll_head(2, b"k")
+    with pytest.raises(OverflowError):
+        _xaddrun.poll_head(2, b"k", -1)
+
+
 def test_the_parse_of_a_plain_poll():
     from server import _xaddrun
 

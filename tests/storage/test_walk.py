@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -295,3 +296,24 @@ def test_a_plain_read_after_an_id_is_one_pass_in_c(tmp_path, monkeypatch):
         assert got.count == 50
     finally:
         log.close()
+
+
+def test_after_checks_its_arguments():
+    """``after`` takes its ten arguments as its format did: wrong count, a
+    chunks argument that is not a list, a number that is not an integer are
+    TypeErrors, nothing read."""
+    from storage import _walk
+
+    view = memoryview(bytes(200))
+    args = [view, 200, b"", 0, 1, 0, 0, 10, -1, []]
+    with pytest.raises(TypeError):
+        _walk.after(*args[:9])
+    with pytest.raises(TypeError):
+        _walk.after(*args, [])
+    with pytest.raises(TypeError):
+        _walk.after(*args[:9], ())
+    with pytest.raises(TypeError):
+        _walk.after(view, "200", *args[2:])
+    with pytest.raises(OverflowError):
+        _walk.after(view, 200, b"", 2**64, *args[4:])
+    assert args[9] == []
