@@ -94,7 +94,23 @@ class TopicGroupLedger:
     xacked: dict[tuple[bytes, bytes], float] = field(default_factory=dict)
     xack_unknown: set[tuple[bytes, bytes]] = field(default_factory=set)
     undone: list[tuple[bytes, bytes]] = field(default_factory=list)
+    # To diagnose an undone XACK from the report alone: who acknowledged it,
+    # when (wall clock, as in the node logs) and how many it found pending;
+    # and the first reads that delivered acknowledged entries again.
+    xack_by: dict[tuple[bytes, bytes], tuple[str, float, int]] = field(default_factory=dict)
+    undone_reads: list[str] = field(default_factory=list)
     failed_reads: int = 0
+
+    def note_undone(self, member: str, start: str, got: list[tuple[bytes, bytes]], sent: float) -> None:
+        undone = [e for e in got if self.xacked.get(e, sent) < sent]
+        self.undone.extend(undone)
+        if undone and len(self.undone_reads) < 5:
+            first = undone[0]
+            by, at, count = self.xack_by.get(first, ("?", 0.0, -1))
+            self.undone_reads.append(
+                f"{len(undone)} delivered again to {member} (XREADGROUP {start}) at "
+                f"{time.strftime('%H:%M:%S', time.gmtime())}, first {first}: its XACK answered "
+                f"{count} by {by} at {time.strftime('%H:%M:%S', time.gmtime(at))}.{int(at * 1000) % 1000:03d}")
 
 
 def _leader_client(cluster: Cluster, key: bytes) -> redis.Redis:
@@ -153,19 +169,21 @@ def _consume_topic(cluster: Cluster, member: str, ledger: TopicGroupLedger, stop
                 reply = client.xreadgroup(TOPIC_GROUP, member, {KAFKA_TOPIC: start}, count=50,
                                           block=100 if start == ">" else None)
                 got = [(key, entry_id) for key, entries in reply or [] for entry_id, _ in entries]
-                ledger.undone.extend(e for e in got if ledger.xacked.get(e, sent) < sent)
+                ledger.note_undone(member, start, got, sent)
                 for e in got:
                     ledger.delivered.setdefault(e, set()).add(member)
                 if got:
                     break
             for key in {key for key, _ in got}:
                 ids = [entry_id for k, entry_id in got if k == key]
+                leader = cluster.leader_of(key)
                 try:
-                    _leader_client(cluster, key).xack(key, TOPIC_GROUP, *ids)
+                    count = no_retry_client(leader, socket_timeout=5).xack(key, TOPIC_GROUP, *ids)
                 except (redis.ConnectionError, redis.TimeoutError, OSError):
                     ledger.xack_unknown.update((key, i) for i in ids)
                     raise
                 ledger.xacked.update(dict.fromkeys(((key, i) for i in ids), time.monotonic()))
+                ledger.xack_by.update(dict.fromkeys(((key, i) for i in ids), (leader.data_dir.name, time.time(), count)))
         except (redis.RedisError, OSError):
             ledger.failed_reads += 1
             client = None
@@ -189,7 +207,8 @@ def _check_topic_group(cluster: Cluster, ledger: TopicGroupLedger,
     drained it: no acknowledged XACK undone, nothing pending, every stored
     entry consumed and acknowledged. Returns how many entries went to both
     members (none: see below)."""
-    assert not ledger.undone, f"topic group: {len(ledger.undone)} acknowledged XACKs undone, first {ledger.undone[:3]}"
+    assert not ledger.undone, (f"topic group: {len(ledger.undone)} acknowledged XACKs undone, first "
+                               f"{ledger.undone[:3]}; " + "; ".join(ledger.undone_reads))
     done = ledger.xacked.keys() | ledger.xack_unknown
     for key in KAFKA_KEYS:
         pending = cluster.leader_of(key).client().xpending_range(key, TOPIC_GROUP, "-", "+", 100000)
