@@ -42,7 +42,12 @@ The membership survives the coordinator's failover: every change of it
 coordinator that leads every partition too), before the read that made it
 replies, and the slot's next leader restores the last one on its first
 read of the group (``_restore_membership``, ``TopicGroupMembership.restore``),
-as does a node that led the slot before, at each new leader epoch.
+as does a node that led the slot before, at each new leader epoch. A
+read during which this node stopped leading a shard of the topic it led
+(even if it leads it again at a later epoch by the end) is refused with
+``TryAgain`` (``_check_epochs_led``): what it wrote before awaiting the
+other leaders went to that epoch's logs, and its receipt, taken only once
+the read is done, would wait for the new epoch's log.
 XGROUP on the topic key runs here too (``route`` sends it here): CREATE of
 a new group and DESTROY forget the membership and delete its stream
 (``_forget_membership``); DELCONSUMER has the member leave, its partitions
@@ -211,10 +216,12 @@ class TopicGroupOps:
         clock_ms = self.broker.clock_ms
         memberships = [t.membership for t in targets if t.__class__ is _TopicTarget]
         deadline = None if not read.block_ms else trio.current_time() + read.block_ms / 1000
+        fence = self._epochs_led([m.topic for m in memberships])
         began = False
         try:
             while True:
                 served, positions = await self._serve_across(targets, read)
+                self._check_epochs_led(fence)
                 if served or read.block_ms is None:
                     return served
                 if not began:  # a blocked member stays alive while it waits
@@ -233,6 +240,31 @@ class TopicGroupOps:
             if began:
                 for m in memberships:
                     m.end_read(read.consumer, clock_ms())
+
+    def _epochs_led(self, topics: list[bytes]) -> dict[int, int]:
+        """``{shard: leader epoch}`` of the shards of ``topics``' partitions
+        (and so of their keys' slots: partition 0's) that this node leads."""
+        manager = self.broker.replication.manager
+        shards = {manager.shard_of(topic, p) for topic in topics
+                  for p in range(self.broker.topics.partition_count(topic))}
+        state = manager.state
+        return {s: state.epoch(s) for s in shards if state.leader(s) == manager.my_id}
+
+    def _check_epochs_led(self, fence: dict[int, int]) -> None:
+        """After an await of a read across nodes: every shard this node led
+        when the read began (``_epochs_led``) is led here still, at the same
+        epoch. Its writes before the await (the members stream's entry, the
+        PEL of the partitions served here) went to the logs of that epoch:
+        had this node lost a shard meanwhile, those writes may have been
+        truncated away, and once it leads again its receipt would wait for
+        the new epoch's log (its end offset as then), acknowledging a reply
+        whose writes are gone. Raises TryAgain (the member reads again)."""
+        manager = self.broker.replication.manager
+        state = manager.state
+        for shard, epoch in fence.items():
+            if state.leader(shard) != manager.my_id or state.epoch(shard) != epoch:
+                raise TryAgain("the group's coordinator lost or changed the leadership of a partition it "
+                               "wrote to during the read; read again")
 
     async def _serve_across(self, targets: list, read: GroupRead) -> tuple[list[Delivery], dict]:
         """One round of the read over its keys, in order, within one

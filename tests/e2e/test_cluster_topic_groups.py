@@ -17,6 +17,7 @@ it kept."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import time
 import threading
@@ -500,3 +501,83 @@ def test_a_coordinator_that_leads_the_group_again_goes_on_from_its_successor(sho
         for key, _ in got[member]:
             pending = cluster.leader_of(key).client().xpending_range(key, "g", min="-", max="+", count=100)
             assert {p["consumer"] for p in pending} == {member.encode()}, (key, pending)
+
+
+@pytest.fixture
+def rf2_cluster(tmp_path):
+    # Two replicas a shard: a node leads one shard and follows one other
+    # (CLUSTER FAILOVER takes every shard a node follows).
+    yield from running(tmp_path, extra=["--group-session-timeout-ms", "15000", "--replication-factor", "2"])
+
+
+def test_a_read_whose_coordinator_lost_and_regained_the_slot_meanwhile_is_refused(rf2_cluster):
+    """A member's read writes before it awaits the partitions' leaders: the
+    membership's entry, the PEL of the partitions served on the coordinator,
+    all at the slot's leader epoch then. Its reply waits for the in-sync
+    replicas only once the read is done: if the coordinator lost the slot
+    meanwhile (those writes possibly truncated away) and leads it again, the
+    wait looked at the new epoch's log and acknowledged writes that may be
+    gone (a soak: 50 entries went to both members). The read must be
+    refused with -TRYAGAIN (the member reads again), not answered."""
+    cluster = rf2_cluster
+    info = cluster.nodes[0].client().execute_command("INFO", "replication")
+    controller = int(info["controller_leader"])
+    ranges = [(*map(int, v["slots"].split("-")), [int(r) for r in str(v["replicas"]).split("/")])
+              for k, v in sorted(info.items()) if k.startswith("shard") and k[5:].isdigit()]
+    # The slot's shard: its leader coordinates, its follower takes it over; the
+    # third node (not the controller) leads a partition and is stopped.
+    (first_slot, last_slot, replicas), (stopped_first, stopped_last, _) = next(
+        (r, o) for r in ranges for o in ranges if o[2][0] not in r[2] and o[2][0] != controller)
+    slot = cluster.nodes[0].client().execute_command  # (CLUSTER KEYSLOT)
+
+    def placed(t: bytes) -> bool:
+        return (first_slot <= slot("CLUSTER", "KEYSLOT", t) <= last_slot
+                and any(stopped_first <= slot("CLUSTER", "KEYSLOT", _pkey(n, t)) <= stopped_last
+                        for n in range(1, PARTITIONS)))
+
+    topic = next(t for t in (b"st%d" % i for i in range(1000)) if placed(t))
+    _create(cluster, topic)
+    coordinator, successor = (cluster.nodes[r - 1] for r in replicas)
+    (stopped,) = (n for n in cluster.nodes if n not in (coordinator, successor))
+    assert cluster.leader_of(topic) is coordinator
+    for key, entry_id, fields in _feed(1000, topic):
+        assert eventually(lambda: cluster.leader_of(key).client().xadd(key, fields, id=entry_id)) == entry_id
+    assert coordinator.client().xgroup_create(topic, "g", id="0") is True
+    outcome: list = []
+
+    def read() -> None:
+        try:
+            outcome.append(coordinator.client(socket_timeout=60).xreadgroup("g", "a", {topic: ">"}))
+        except redis.ResponseError as e:
+            outcome.append(e)
+
+    def take_back() -> None:
+        outcome.append(coordinator.client(socket_timeout=60).execute_command("CLUSTER", "FAILOVER"))
+
+    def leads(node) -> bool:
+        slot = node.client().execute_command("CLUSTER", "KEYSLOT", topic)
+        return any(a <= slot <= b and leader[1] == coordinator.port
+                   for a, b, leader, *_ in node.client().execute_command("CLUSTER", "SLOTS"))
+
+    stopped.proc.send_signal(signal.SIGSTOP)
+    reader = threading.Thread(target=read)
+    taker = threading.Thread(target=take_back)
+    try:
+        reader.start()
+        # The read wrote the membership's first entry and awaits the stopped leader.
+        assert wait_for(lambda: _members_streams_on(coordinator, topic), timeout_s=10)
+        assert successor.client(socket_timeout=60).execute_command("CLUSTER", "FAILOVER") == b"OK"
+        assert wait_for(lambda: not leads(coordinator), timeout_s=10)
+        taker.start()  # (it then waits for the stopped node's shard, which it follows too)
+        assert wait_for(lambda: leads(coordinator), timeout_s=10)
+        assert reader.is_alive(), "the read must still be waiting for the stopped leader"
+    finally:
+        stopped.proc.send_signal(signal.SIGCONT)
+        reader.join(timeout=60)
+        taker.join(timeout=60)
+    read_outcome = next(o for o in outcome if not isinstance(o, bytes))
+    assert isinstance(read_outcome, redis.exceptions.TryAgainError), read_outcome
+
+
+def _members_streams_on(node, topic: bytes) -> list:
+    return node.client().execute_command("TOPIC", "LIST", b"__topic_members{%s}*" % topic)
