@@ -254,9 +254,7 @@ class RecordOps:
                 if not ls.accepts_acks_all():
                     raise NotEnoughReplicas(len(ls.isr), replication.manager.canonical_key(topic, n),
                                             ls.min_insync)
-                if self.repl_pending is None:
-                    self.repl_pending = {}
-                self.repl_pending[pkey] = stream
+                replication.note_pending(self, pkey, stream, (topic, n), ls.epoch)
         log = stream.log
         record = None
         if producer is not None:

@@ -392,11 +392,7 @@ class Session(GroupOps, TopicGroupOps, ReadOps, ReferenceOps, ProducerOps, Recor
         sync (raises NotLeaderError / NotEnoughReplicasError, nothing
         written); an acks=all append's reply then waits for the in-sync
         replicas (the receipt's ``repl_pending``)."""
-        if self.broker.replication.before_append(self, pkey, stream):
-            pending = self.repl_pending
-            if pending is None:
-                pending = self.repl_pending = {}
-            pending[pkey] = stream
+        self.broker.replication.before_append(self, pkey, stream)  # (notes it in ``repl_pending``)
 
     def trim(self, key: bytes, trim: Trim) -> Any:
         """XTRIM: entries removed (0 when the key does not exist), with the

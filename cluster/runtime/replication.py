@@ -90,6 +90,28 @@ class FailoverError(Exception):
     """A leadership move that could not be made (the reason is the message)."""
 
 
+class PendingWrites(dict):
+    """A receipt's ``repl_pending`` (``note_pending``): what its acks=all
+    wait checks, by key, and in ``epochs`` the leader epoch of each
+    partition ``(topic, n)`` at its first write among them. A wait fails
+    when the partition is led here at another epoch by then: in between this
+    node lost it (its writes truncated away as it followed the new leader)
+    and took it back, and the positions it would compare are of the new
+    epoch's log and journal, which the writes may not be in."""
+
+    __slots__ = ("epochs",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.epochs: dict[tuple[bytes, int], int] = {}
+
+
+def _written_epochs(pending: dict) -> dict[tuple[bytes, int], int]:
+    """The leader epochs ``pending``'s writes were made at (none recorded:
+    a plain dict, e.g. ``unreplicated``'s, waits as of now)."""
+    return pending.epochs if type(pending) is PendingWrites else {}
+
+
 class AcksFailed(Exception):
     """An acks=all write was appended but can no longer be acknowledged."""
 
@@ -328,11 +350,8 @@ class Replication:
         first = len(self._topic_news)
         self.topics.rename(topic, dst)
         if acks_all:
-            pending = client.repl_pending
-            if pending is None:
-                pending = client.repl_pending = {}
             for record in self._topic_news[first:]:  # (queued by ``broadcast_topic`` just now)
-                pending[("topics", record)] = record
+                self.note_pending(client, ("topics", record), record)
 
     def leads_key(self, key: bytes) -> bool:
         """Whether this node leads the slot of ``key`` (False while it joins
@@ -349,8 +368,9 @@ class Replication:
 
     def before_append(self, client: Any, pkey: bytes, stream: Any) -> bool:
         """Before an XADD to partition key ``topic#n`` appends. True when its
-        reply must wait for the in-sync replicas (acks=all). Raises
-        Moved / Paused / NotEnoughReplicas (nothing written).
+        reply must wait for the in-sync replicas (acks=all; noted in
+        ``client.repl_pending``, ``note_pending``). Raises Moved / Paused /
+        NotEnoughReplicas (nothing written).
 
         The hot path of every replicated XADD: what it needs per partition
         (leader state, acks) is cached until the cluster view, the topics or
@@ -361,7 +381,7 @@ class Replication:
         if cached is None or cached[0] != stamp:
             topic, n = split_partition_key(pkey)
             ls = manager.before_append(topic, n or 0)  # raises when not leader / too few in sync
-            cached = (stamp, ls, manager.acks_all(topic), manager.shard_of(topic, n or 0))
+            cached = (stamp, ls, manager.acks_all(topic), manager.shard_of(topic, n or 0), (topic, n or 0))
             if len(self._writes) >= 65536:
                 self._writes.clear()
             self._writes[pkey] = cached
@@ -375,21 +395,40 @@ class Replication:
         if writes is None:
             writes = client.repl_writes = {}
         writes[pkey] = stream
+        if cached[2]:
+            self.note_pending(client, pkey, stream, cached[4], ls.epoch)
         return cached[2]
+
+    @staticmethod
+    def note_pending(client: Any, key: Any, value: Any, partition: tuple[bytes, int] | None = None,
+                     epoch: int = -1) -> None:
+        """Add an acks=all write to ``client.repl_pending`` (``wait_acks``
+        says what ``key`` and ``value`` are), made to ``partition`` led here
+        at ``epoch``: the first write's epoch per partition is the one its
+        wait holds the partition to (``PendingWrites``)."""
+        pending = client.repl_pending
+        if pending is None:
+            pending = client.repl_pending = PendingWrites()
+        pending[key] = value
+        if partition is not None:
+            pending.epochs.setdefault(partition, epoch)
 
     def ack_marks(self, pending: dict) -> dict:
         """What an acks=all wait for ``pending`` must see, taken right after
         its writes: each partition's end offset and the leader epoch it was
-        written at (-1: not led here). A wait that starts later (a Kafka
+        written at (``PendingWrites.epochs``; not recorded: the one now, -1:
+        not led here). A wait that starts later (a Kafka
         response queued behind others) takes these, not the log as it is
         then: by then this node may have lost the partition, truncated the
         writes away and copied the new leader's log past their end."""
         marks = {}
+        written = _written_epochs(pending)
         for pkey, stream in pending.items():
             if type(pkey) is not tuple:
                 topic, n = split_partition_key(pkey)
                 ls = self.manager.leader_state(topic, n or 0)
-                marks[pkey] = (stream.log.log_end_offset, ls.epoch if ls is not None else -1)
+                epoch = ls.epoch if ls is not None else -1
+                marks[pkey] = (stream.log.log_end_offset, written.get((topic, n or 0), epoch))
         return marks
 
     async def wait_acks(self, client: Any, pending: dict, marks: dict | None = None) -> None:
@@ -399,16 +438,18 @@ class Replication:
         leading it still at the epoch it was written at, every in-sync
         replica has applied the group journal of each ``("groups", topic,
         n) -> group store`` and the stream state (deletion markers, trims,
-        metadata) of each ``("state", topic, n) -> stream`` as of now, and
-        the controller has committed each
-        ``("topics", record) -> record`` (a RENAME's topic changes,
-        ``rename``).
+        metadata) of each ``("state", topic, n) -> stream`` as of now, this
+        node leading each partition at the epoch its writes were made at
+        (``PendingWrites.epochs``; a plain dict: as of now), and the
+        controller has committed each ``("topics", record) -> record`` (a
+        RENAME's topic changes, ``rename``).
 
         Raises AcksFailed when the ISR fell below min-insync-replicas before
         that happened, or this node stopped leading the partition (or leads
-        it at another epoch: the high watermark is then another leader's log,
-        which the writes may not be in), or lost contact with the controller
-        before it committed a topic record.
+        it at another epoch: the high watermark and the followers' journal
+        positions are then of another leader's log and journal, which the
+        writes may not be in), or lost contact with the controller before it
+        committed a topic record.
         """
         groups = [(key, store, store.journal_position()) for key, store in pending.items()
                   if type(key) is tuple and key[0] == "groups"]
@@ -450,10 +491,13 @@ class Replication:
                             if not left:
                                 del self._ack_waiters[pkey]
 
+        written = _written_epochs(pending)
         for (_, topic, n), _store, target in groups:
-            await self._wait_followers(topic, n, lambda ls, target=target: ls.groups_replicated(target))
+            await self._wait_followers(topic, n, written.get((topic, n)),
+                                       lambda ls, target=target: ls.groups_replicated(target))
         for (_, topic, n), version in states:
-            await self._wait_followers(topic, n, lambda ls, version=version: ls.state_replicated(version))
+            await self._wait_followers(topic, n, written.get((topic, n)),
+                                       lambda ls, version=version: ls.state_replicated(version))
         if records:
             await self._wait_committed(records)
 
@@ -469,15 +513,19 @@ class Replication:
             trio.lowlevel.spawn_system_task(self._acked_then, client, pending, callback)
             return
         waiting = []
+        written = _written_epochs(pending)
         cached_stream, leader_state = self.topics.cached_stream, self.manager.leader_state
         for pkey, stream in pending.items():  # (per batch: one key split and one leader state lookup)
             end = stream.log.log_end_offset
-            if stream.log.high_watermark >= end:
-                continue
             topic, n = split_partition_key(pkey)
             if cached_stream(topic, n or 0) is not stream:
                 continue  # written away (``_written_away``)
             ls = leader_state(topic, n or 0)
+            if ls is not None and written.get((topic, n or 0), ls.epoch) != ls.epoch:
+                callback(self._moved(pkey))  # (its high watermark is of another epoch's log)
+                return
+            if stream.log.high_watermark >= end:
+                continue
             refused = self._refusal(pkey, ls)
             if refused is not None:
                 callback(refused)
@@ -574,16 +622,13 @@ class Replication:
         acknowledged XACK, XCLAIM or XGROUP survives a leader change as an
         acknowledged XADD does."""
         found = self.manager.partition_at(store.directory)
-        if found is None or self.manager.leader_state(*found) is None:
+        ls = self.manager.leader_state(*found) if found is not None else None
+        if ls is None:
             return
         if self.host is not None:  # now, not after replica-fetch-wait-max-ms
             self.host.signal_key_modified(groups_changed(*found))
-        if not self.manager.acks_all(found[0]):
-            return
-        pending = ctx.repl_pending
-        if pending is None:
-            pending = ctx.repl_pending = {}
-        pending[("groups", *found)] = store
+        if self.manager.acks_all(found[0]):
+            self.note_pending(ctx, ("groups", *found), store, found, ls.epoch)
 
     def note_state_write(self, ctx: Any, stream: Any) -> None:
         """A command changed a partition's stream state here (XDEL's and
@@ -593,16 +638,16 @@ class Replication:
         state (``wait_acks``), so an acknowledged XDEL is not undone by a
         leader change."""
         found = self.manager.partition_at(stream.log.directory)
-        if found is None or self.manager.leader_state(*found) is None or not self.manager.acks_all(found[0]):
-            return
-        pending = ctx.repl_pending
-        if pending is None:
-            pending = ctx.repl_pending = {}
-        pending[("state", *found)] = stream
+        ls = self.manager.leader_state(*found) if found is not None else None
+        if ls is not None and self.manager.acks_all(found[0]):
+            self.note_pending(ctx, ("state", *found), stream, found, ls.epoch)
 
-    async def _wait_followers(self, topic: bytes, n: int, applied: Callable[[Any], bool]) -> None:
+    async def _wait_followers(self, topic: bytes, n: int, epoch: int | None,
+                              applied: Callable[[Any], bool]) -> None:
         """Until ``applied(leader state)`` (every in-sync follower has
-        applied a group journal or stream state this far)."""
+        applied a group journal or stream state this far), this node leading
+        the partition at ``epoch`` (the write's, ``PendingWrites``; None: not
+        recorded, any) meanwhile."""
         name = self.manager.canonical_key(topic, n)
         while True:
             if self.topics.cached_stream(topic, n) is None:
@@ -610,6 +655,8 @@ class Replication:
             ls = self.manager.leader_state(topic, n)
             if ls is None:
                 raise AcksFailed(f"{name!r}: this node no longer leads it")
+            if epoch is not None and ls.epoch != epoch:
+                raise AcksFailed(f"{name!r}: this node leads it at epoch {ls.epoch}, not {epoch} as when it was written")
             if applied(ls):
                 return
             if not ls.accepts_acks_all():

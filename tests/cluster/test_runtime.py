@@ -22,6 +22,7 @@ from cluster.runtime import replication
 from cluster.runtime.fanout import merge_by_id
 from cluster.topics import TopicRegistry
 from storage.entry_codec import decode_entry
+from storage.streams.groups import groups_of
 from storage.streams import StreamId
 
 NODES = "1@127.0.0.1:7001,2@127.0.0.1:7002,3@127.0.0.1:7003"
@@ -86,7 +87,7 @@ def _key_led_by(repl, node_id: int) -> bytes:
 async def test_an_acks_all_write_waits_for_the_followers_over_memory_links(cluster, autojump_clock):
     leader = cluster.nodes[0]
     key = _key_led_by(leader, 1)
-    client = types.SimpleNamespace(repl_writes=None)
+    client = types.SimpleNamespace(repl_writes=None, repl_pending=None)
     stream, pkey = leader.topics.append_target(key, [b"f", b"v"])
     assert leader.before_append(client, pkey, stream)  # acks=all: the reply waits
     stream.add([b"f", b"v"])
@@ -128,7 +129,7 @@ async def test_an_acks_all_wait_fails_when_leadership_moved_even_once_the_high_w
     write (``ack_marks``) or without."""
     old = cluster.nodes[0]
     key = _key_led_by(old, 1)
-    client = types.SimpleNamespace(repl_writes=None)
+    client = types.SimpleNamespace(repl_writes=None, repl_pending=None)
 
     def write(node, value: bytes):
         stream, pkey = node.topics.append_target(key, [b"f", value])
@@ -221,7 +222,7 @@ async def test_a_topic_read_fans_out_to_the_partitions_leaders_committed_entries
     assert len({leader_of(n).manager.my_id for n in range(6)}) > 1
     for n in range(6):
         leader = leader_of(n)
-        client = types.SimpleNamespace(repl_writes=None)
+        client = types.SimpleNamespace(repl_writes=None, repl_pending=None)
         pkey = b"t#%d" % n
         stream = leader.topics.stream_of(b"t", n)
         leader.before_append(client, pkey, stream)
@@ -257,6 +258,43 @@ async def test_a_topic_read_fans_out_to_the_partitions_leaders_committed_entries
         await nodes[0].fanout.read(b"t", ReadPart(b"", 0, READ_LENGTH))
     with pytest.raises(TryAgain, match="unreachable"):
         await nodes[0].fanout.wait_for_entries(b"t", [(99, 0)] * 6, 1.0)
+
+
+@pytest.mark.parametrize("wait_for_acks", [_awaiting, _handed_over], ids=["wait_acks", "when_acked"])
+async def test_an_acks_all_wait_fails_when_the_partition_is_led_here_at_another_epoch_than_its_writes(
+        cluster, autojump_clock, wait_for_acks):
+    """A command writes (an entry, a group change) at leader epoch E, then
+    awaits other nodes; meanwhile this node loses the partition and leads it
+    again at E+1 (simulated: every node's view of the shard moves on), with its
+    log's high watermark and the followers' journals past the writes' marks.
+    Its wait starts only now, after the command: it must fail (the writes may
+    have been truncated away in between), not compare the new epoch's log
+    and journal with marks taken now, nor the marks' epoch taken now
+    (``ack_marks``)."""
+    leader = cluster.nodes[0]
+    key = _key_led_by(leader, 1)
+    client = types.SimpleNamespace(repl_writes=None, repl_pending=None)
+    stream, pkey = leader.topics.append_target(key, [b"f", b"v"])
+    assert leader.before_append(client, pkey, stream)
+    stream.add([b"f", b"v"])
+    store = groups_of(stream)
+    store.create_group(b"g", (0, 0), 0)
+    leader.note_group_write(client, store)
+    pending = client.repl_pending
+    assert ("groups", *leader.manager.partition_at(store.directory)) in pending
+    shard = leader.manager.shard_of(*leader.manager.partition_at(store.directory))
+    written_at = leader.manager.state.shards[shard][1]
+    for node in cluster.nodes:  # led here again, at the next epoch (as after a failover and back)
+        node.manager.state.shards[shard] = (1, written_at + 1)
+        node.manager.state.version += 1
+    with trio.fail_after(10):
+        await leader.wait_acks(client, dict(pending))  # (as of now: replicated at the new epoch)
+    assert [mark[1] for mark in leader.ack_marks(pending).values()] == [written_at]
+    with pytest.raises(replication.AcksFailed), trio.fail_after(10):
+        await wait_for_acks(leader, client, pending)
+    del pending[pkey]  # the group write alone
+    with pytest.raises(replication.AcksFailed), trio.fail_after(10):
+        await wait_for_acks(leader, client, pending)
 
 
 async def test_an_acks_all_deletion_waits_until_every_in_sync_replica_has_applied_it(cluster, autojump_clock):
@@ -295,7 +333,7 @@ async def test_a_readonly_connections_stream_reads_of_a_followed_key_run_here_an
     key = _key_led_by(leader, 1)
     xrange = (_spec("xrange", "readonly"), [b"XRANGE", key, b"-", b"+"])
     assert isinstance(follower.route(*xrange, True), Moved)  # no copy of the key here yet
-    client = types.SimpleNamespace(repl_writes=None)
+    client = types.SimpleNamespace(repl_writes=None, repl_pending=None)
     stream, pkey = leader.topics.append_target(key, [b"f", b"v"])
     leader.before_append(client, pkey, stream)
     stream.add([b"f", b"v"])

@@ -12,6 +12,7 @@ import trio.testing
 
 from cluster.broker import EntryTooLargeError, Trim, XAddPlan
 from cluster.errors import NotEnoughReplicas
+from cluster.runtime.replication import Replication
 from cluster.topics import PARTITION_OUT_OF_RANGE, UNKNOWN_TOPIC, TopicError
 from storage.entry_codec import decode_entry
 from storage.errors import OffsetOutOfRangeError
@@ -168,9 +169,11 @@ class OneLeaderReplication:
     def before_append(self, session, pkey: bytes, stream) -> bool:
         return False  # the topic is acks 1
 
+    note_pending = staticmethod(Replication.note_pending)
+
     def leader_state(self, topic: bytes, n: int):
         in_sync = self.in_sync
-        return types.SimpleNamespace(isr=list(range(in_sync)), min_insync=2,
+        return types.SimpleNamespace(isr=list(range(in_sync)), min_insync=2, epoch=1,
                                      accepts_acks_all=lambda: in_sync >= 2)
 
 
