@@ -46,8 +46,11 @@ as does a node that led the slot before, at each new leader epoch. A
 read during which this node stopped leading a shard of the topic it led
 (even if it leads it again at a later epoch by the end) is refused with
 ``TryAgain`` (``_check_epochs_led``): what it wrote before awaiting the
-other leaders went to that epoch's logs, and its receipt, taken only once
-the read is done, would wait for the new epoch's log.
+other leaders went to that epoch's logs. (The receipt, taken only once
+the read is done, fails too where the read wrote: every acks=all wait holds
+a partition to the epoch its writes were made at, ``PendingWrites``, and
+the connection closes instead of sending the -TRYAGAIN; this fence still
+refuses a read that lost a shard it led and did not write to.)
 XGROUP on the topic key runs here too (``route`` sends it here): CREATE of
 a new group and DESTROY forget the membership and delete its stream
 (``_forget_membership``); DELCONSUMER has the member leave, its partitions
