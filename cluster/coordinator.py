@@ -89,6 +89,13 @@ class GroupCoordinator:
         m.last_seen_ms = max(m.last_seen_ms, now_ms)
         return changed
 
+    def seen(self, member: bytes, now_ms: int) -> None:
+        """``member`` reads its pending entries (a history read) now: alive,
+        if it is a member (such a read never joins)."""
+        m = self.members.get(member)
+        if m is not None:
+            m.last_seen_ms = max(m.last_seen_ms, now_ms)
+
     def begin_read(self, member: bytes, now_ms: int) -> None:
         """A (blocking) read by ``member`` starts: alive until ``end_read``."""
         self.heartbeat(member, now_ms)

@@ -145,6 +145,10 @@ class TopicGroupMembership:
         self.coordinator.heartbeat(member, now_ms)
         return self.sync(now_ms)
 
+    def seen(self, member: bytes, now_ms: int) -> None:
+        """``member`` reads its history now: alive, not joined if new."""
+        self.coordinator.seen(member, now_ms)
+
     def begin_read(self, member: bytes, now_ms: int) -> None:
         self.coordinator.begin_read(member, now_ms)
 

@@ -1121,6 +1121,7 @@ class GroupOps:
     def _serve_topic_history(self, t: _TopicTarget, read: GroupRead, now_ms: int, served: list,
                              budget: ReadBudget) -> None:
         m = t.membership
+        m.seen(read.consumer, now_ms)  # a member re-reading its pending entries is alive
         found = False
         for p in range(self.broker.topics.partition_count(m.topic)):
             if budget.spent:

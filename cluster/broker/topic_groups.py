@@ -533,6 +533,7 @@ class TopicGroupOps:
         on every partition (those led elsewhere by their leaders)."""
         m = self._locate(t.membership)
         now_ms = self.broker.clock_ms()
+        m.seen(read.consumer, now_ms)  # alive, even if a leader cannot be reached
         deliveries: dict[int, Delivery] = {}
         failures: list[ClusterError] = []
 

@@ -173,6 +173,30 @@ def test_a_dead_members_entries_go_first_to_the_new_owner(broker):
     assert [(c.name, c.pending, c.member) for c in consumers] == [(b"a", 0, False), (b"b", 2, True)]
 
 
+def test_a_member_reading_only_its_pending_entries_stays_alive(broker):
+    """A member that re-reads its history (ID 0) for longer than the
+    session timeout, e.g. while its XACKs fail, is not silent: its
+    partitions and pending entries stay its own."""
+    session = broker.session()
+    clock = broker.clock_ms
+    broker.topics.create_topic(b"t", 2)
+    for p in (0, 1):
+        add(session, b"t#%d" % p, b"p", b"%d" % p)
+    session.group_create(b"t", b"g", (0, 0))
+    taken = trio.run(session.read_group, read(consumer=b"a", keys=[b"t"]))
+    assert sorted(d.key for d in taken) == [b"t#0", b"t#1"]  # alone: both partitions
+    for _ in range(3):
+        clock.now_ms += SESSION_TIMEOUT_MS // 2
+        again = trio.run(session.read_group, read(consumer=b"a", keys=[b"t"], starts=[parse_strict_id(b"0")]))
+        assert sorted(d.key for d in again) == [b"t#0", b"t#1"]
+    assert trio.run(session.read_group, read(consumer=b"b", keys=[b"t"])) == []  # b joins: a owns both still
+    (view,) = session.topic_groups(b"t")
+    assert [m.name for m in view.members] == [b"a", b"b"]
+    for p in (0, 1):
+        rows = session.pending(b"t#%d" % p, b"g", (0, 0), (2**64 - 1, 2**64 - 1), 10)
+        assert [owner for _, owner, _, _ in rows] == [b"a"]
+
+
 async def test_blocked_readers_are_served_in_arrival_order(broker, autojump_clock):
     session = broker.session()
     add(session, b"s", b"f", b"0")
