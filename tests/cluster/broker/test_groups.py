@@ -139,13 +139,19 @@ def test_dead_lettering_past_max_deliveries(broker):
     assert (info.pending, info.max_deliveries, info.dead_letter_key, info.dead_lettered) == (0, 1, b"dl", 1)
 
 
-def test_a_dead_members_entries_go_first_to_the_new_owner(broker):
+def _group_on_two_partitions(broker):
+    """A session and the clock, topic ``t`` of 2 partitions holding one
+    entry each, and group ``g`` on it from the start."""
     session = broker.session()
-    clock = broker.clock_ms
     broker.topics.create_topic(b"t", 2)
     for p in (0, 1):
         add(session, b"t#%d" % p, b"p", b"%d" % p)
     session.group_create(b"t", b"g", (0, 0))
+    return session, broker.clock_ms
+
+
+def test_a_dead_members_entries_go_first_to_the_new_owner(broker):
+    session, clock = _group_on_two_partitions(broker)
 
     a = session.read_group_nowait(read(consumer=b"a", keys=[b"t"]))
     assert a is None  # membership: the waiting read's
@@ -177,12 +183,7 @@ def test_a_member_reading_only_its_pending_entries_stays_alive(broker):
     """A member that re-reads its history (ID 0) for longer than the
     session timeout, e.g. while its XACKs fail, is not silent: its
     partitions and pending entries stay its own."""
-    session = broker.session()
-    clock = broker.clock_ms
-    broker.topics.create_topic(b"t", 2)
-    for p in (0, 1):
-        add(session, b"t#%d" % p, b"p", b"%d" % p)
-    session.group_create(b"t", b"g", (0, 0))
+    session, clock = _group_on_two_partitions(broker)
     taken = trio.run(session.read_group, read(consumer=b"a", keys=[b"t"]))
     assert sorted(d.key for d in taken) == [b"t#0", b"t#1"]  # alone: both partitions
     for _ in range(3):
