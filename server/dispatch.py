@@ -472,19 +472,10 @@ class Dispatcher:
         except Exception as e:  # a lower layer's refusal, or a bug: an error reply either way
             reply = reply_for(e) or self._internal_error(spec, e)
         usec = (_perf_ns() - started) // 1000
-        stats = self.stats
-        stats.total_commands_processed += 1
-        entry = stats.commands.get(name)
-        if entry is None:
-            entry = stats.commands[name] = [0, 0, 0, 0]
-        entry[0] += 1
-        entry[1] += usec
-        hist = stats.latency.get(name)
-        if hist is not None:
-            hist.observe_us(usec)
-        if reply.__class__ is CommandError:
-            entry[3] += 1
-            stats.record_error(reply.code)
+        failed = reply.__class__ is CommandError
+        self.stats.record_command(name, usec, failed)
+        if failed:
+            self.stats.record_error(reply.code)
         if usec >= self._observe_us:
             self._observe(spec, ctx, argv, usec)
         return reply
