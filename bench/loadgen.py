@@ -1,9 +1,11 @@
 """A small load generator for what redis-benchmark cannot express.
 
-Owns: filling a stream fast (pipelined XADD over one raw socket) and a
-consumer-group loop (XREADGROUP COUNT n then XACK of what came back). Talks
-RESP over a plain socket with hiredis parsing replies, so the client costs as
-little as it can and the server's cost is what the figures show.
+Owns: filling a stream fast (pipelined XADD over one raw socket) and
+consumer-group loops (XREADGROUP COUNT n then XACK of what came back): a
+group's consumers in processes of their own over a finished stream, or in
+threads beside running producers. Talks RESP over a plain socket with
+hiredis parsing replies, so the client costs as little as it can and the
+server's cost is what the figures show.
 """
 
 from __future__ import annotations
@@ -67,40 +69,118 @@ def fill_stream(port: int, key: str, count: int, *, value_bytes: int = 100, pipe
     client.close()
 
 
-def group_consume(port: int, key: str, total: int, *, count: int = 100, group: str = "g",
-                  consumer: str = "c1") -> tuple[float, int, int, float | None, float | None]:
-    """Read ``total`` entries through a group, acking each batch.
+def _percentiles_ms(latencies: list[float]) -> tuple[float | None, float | None]:
+    """(p50, p99) in ms of round-trip times in seconds; (None, None) for none."""
+    if not latencies:
+        return None, None
+    latencies = sorted(latencies)
+    return 1000 * latencies[len(latencies) // 2], 1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
 
-    Returns (seconds, requests, entries, p50_ms, p99_ms), a request being one
-    XREADGROUP or one XACK round trip.
+
+def _group_consumer(port: int, key: str, group: str, consumer: str, count: int, barrier, results) -> None:
+    """One consumer process of ``group_consumers``: connect, wait for the
+    others at ``barrier``, then XREADGROUP ``>`` and XACK each batch until a
+    read comes back empty. Puts (consumer, started, ended, requests, entries,
+    latencies, error) on ``results``, started and ended by ``time.monotonic``
+    (CLOCK_MONOTONIC, one clock for every process of the machine)."""
+    try:
+        client = Client(port)
+        read = _cmd("XREADGROUP", "GROUP", group, consumer, "COUNT", str(count), "STREAMS", key, ">")
+        latencies: list[float] = []
+        entries = requests = 0
+        barrier.wait(60)
+        started = time.monotonic()
+        while True:
+            t0 = time.monotonic()
+            client.send(read)
+            reply = client.replies(1)[0]
+            latencies.append(time.monotonic() - t0)
+            requests += 1
+            # Nothing prefilled is left undelivered in the group once ">"
+            # answers nothing (no producer runs): this consumer is done.
+            batches = [(k, [e[0] for e in batch]) for k, batch in reply or () if batch]
+            if not batches:
+                break
+            for batch_key, ids in batches:  # a Partita topic key replies with partition keys
+                t0 = time.monotonic()
+                acked = client.call("XACK", batch_key, group, *ids)
+                latencies.append(time.monotonic() - t0)
+                requests += 1
+                if acked != len(ids):
+                    raise RuntimeError(f"XACK of {len(ids)} IDs just read acked {acked}")
+                entries += len(ids)
+        ended = time.monotonic()
+        client.close()
+        results.put((consumer, started, ended, requests, entries, latencies, None))
+    except BaseException as e:  # reported by the parent, which then fails
+        barrier.abort()
+        results.put((consumer, None, None, 0, 0, [], f"{type(e).__name__}: {e}"))
+
+
+def group_consumers(port: int, key: str, consumers: int, *, count: int = 100, group: str = "g",
+                    timeout_s: float = 1800.0) -> tuple[float, int, int, float | None, float | None]:
+    """Consume the whole (prefilled, no longer written) stream ``key``
+    through a new group, ``consumers`` consumers c1..c<n> at once.
+
+    Each consumer is its own OS process on its own connection (one Python
+    process's threads share the GIL: the client would be what the figures
+    measure), looping ``XREADGROUP GROUP <group> c<i> COUNT <count> STREAMS
+    <key> >`` then ``XACK`` of the batch until its read comes back empty.
+    The processes connect first and start together; the time runs from that
+    start to the last consumer's end. Afterwards the group must have nothing
+    pending and the entries acked must be the stream's length, or this
+    raises. Returns (seconds, requests, entries, p50_ms, p99_ms), a request
+    being one XREADGROUP or one XACK round trip.
     """
-    client = Client(port)
-    client.call("XGROUP", "CREATE", key, group, "0")
-    latencies: list[float] = []
-    entries = requests = 0
-    started = time.monotonic()
-    while entries < total:
-        t0 = time.monotonic()
-        reply = client.call("XREADGROUP", "GROUP", group, consumer, "COUNT", str(count), "STREAMS", key, ">")
-        latencies.append(time.monotonic() - t0)
-        requests += 1
-        if not reply:
-            break
-        batch = reply[0][1]
-        ids = [e[0] for e in batch]
-        if not ids:
-            break
-        t0 = time.monotonic()
-        client.call("XACK", key, group, *ids)
-        latencies.append(time.monotonic() - t0)
-        requests += 1
-        entries += len(ids)
-    seconds = time.monotonic() - started
-    client.close()
-    latencies.sort()
-    p50 = 1000 * latencies[len(latencies) // 2] if latencies else None
-    p99 = 1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] if latencies else None
-    return seconds, requests, entries, p50, p99
+    import multiprocessing
+    import queue
+    import threading
+
+    admin = Client(port)
+    admin.call("XGROUP", "CREATE", key, group, "0")
+    admin.close()
+    ctx = multiprocessing.get_context("spawn")  # nothing of this process (servers, sockets) in the children
+    barrier = ctx.Barrier(consumers + 1)
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_group_consumer, args=(port, key, group, f"c{i}", count, barrier, results),
+                         name=f"group-consumer-c{i}", daemon=True)
+             for i in range(1, consumers + 1)]
+    outs = []
+    try:
+        for proc in procs:
+            proc.start()
+        try:
+            barrier.wait(60)
+        except threading.BrokenBarrierError:
+            pass  # a consumer failed before the start: its error is on the queue
+        deadline = time.monotonic() + timeout_s
+        while len(outs) < consumers:
+            try:
+                outs.append(results.get(timeout=max(1.0, deadline - time.monotonic())))
+            except queue.Empty:
+                raise RuntimeError(f"{consumers - len(outs)} group consumers still running after {timeout_s} s")
+            if outs[-1][-1] is not None:
+                break
+    finally:
+        for proc in procs:
+            proc.join(10 if len(outs) == consumers else 0)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join()
+    errors = [f"{out[0]}: {out[-1]}" for out in outs if out[-1] is not None]
+    if errors:
+        raise RuntimeError("group consumer failed: " + "; ".join(errors))
+    admin = Client(port)
+    pending = admin.call("XPENDING", key, group)[0]
+    length = admin.call("XLEN", key)
+    admin.close()
+    entries = sum(out[4] for out in outs)
+    if pending != 0 or entries != length:
+        raise RuntimeError(f"group {group!r} on {key!r}: {entries} entries acked of {length}, "
+                           f"{pending} still pending")
+    seconds = max(out[2] for out in outs) - min(out[1] for out in outs)
+    p50, p99 = _percentiles_ms([lat for out in outs for lat in out[5]])
+    return seconds, sum(out[3] for out in outs), entries, p50, p99
 
 
 def mixed_consume(port: int, consumer_keys: list[list[str]], total: int, *, group: str = "g",
@@ -163,9 +243,7 @@ def mixed_consume(port: int, consumer_keys: list[list[str]], total: int, *, grou
             if state["error"] is not None:
                 raise RuntimeError(f"consumer failed: {state['error']}")
             seconds = time.monotonic() - started
-            lats = sorted(state["latencies"])
-            p50 = 1000 * lats[len(lats) // 2] if lats else None
-            p99 = 1000 * lats[min(len(lats) - 1, int(len(lats) * 0.99))] if lats else None
+            p50, p99 = _percentiles_ms(state["latencies"])
             return seconds, state["requests"], state["entries"], p50, p99
 
     return Handle()
