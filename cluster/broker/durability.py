@@ -567,13 +567,16 @@ def _partial(ticket: Any) -> bool:
     return getattr(ticket, "partial", False)
 
 
-def _begin_chunk(queue: list[Any], fds_max: int) -> tuple[list[Any], list[Any]]:
+def _begin_chunk(queue: list[Any], fds_max: int,
+                 refused: list[tuple[Any, Exception]] | None = None) -> tuple[list[Any], list[Any]]:
     """Main thread: flush tickets for the logs at the end of ``queue``
     (taken off it) until they hold ``fds_max`` descriptors (the ticket that
     reaches it is the chunk's last; one at least). Returns (logs, tickets).
-    If a ``begin_flush`` raises, the tickets begun are ended (releasing
-    their descriptors), every log goes back to ``queue`` (the failing one
-    where it is taken last) and the error is raised."""
+    If a ``begin_flush`` raises: with ``refused``, that log and its error
+    are added to it and the chunk goes on without it; else the tickets
+    begun are ended (releasing their descriptors), every log goes back to
+    ``queue`` (the failing one where it is taken last) and the error is
+    raised."""
     logs: list[Any] = []
     tickets: list[Any] = []
     held = 0
@@ -583,7 +586,10 @@ def _begin_chunk(queue: list[Any], fds_max: int) -> tuple[list[Any], list[Any]]:
             continue
         try:
             ticket = lg.begin_flush()
-        except BaseException:
+        except BaseException as e:
+            if refused is not None and isinstance(e, Exception):
+                refused.append((lg, e))
+                continue
             queue.insert(0, lg)
             _end_tickets(queue, logs, tickets)
             raise
@@ -623,14 +629,26 @@ async def flush_logs(queue: list[Any], run_in_thread=None, fds_max: int = ROUND_
     """Flush every log of ``queue`` (taken off it as each is done), a chunk
     of tickets at a time holding at most ``fds_max`` descriptors: begun on
     this thread, run by ``run_in_thread`` (a worker thread by default),
-    ended here. Stops at the first failure and raises it; the logs not
+    ended here. A log whose flush cannot begin (a group store whose journal
+    cannot be rewritten after a failed sync: the disk under its partition
+    still fails) does not hold back the others: they are flushed (the
+    partition's own log among them, which then finds the failing disk and
+    goes offline), it stays in ``queue`` and its error is raised at the end.
+    Otherwise stops at the first failure and raises it; the logs not
     flushed are then left in ``queue``."""
     run = run_in_thread or trio.to_thread.run_sync
-    while queue:
-        logs, tickets = _begin_chunk(queue, fds_max)
-        try:
-            await run(_run_tickets, tickets)
-        finally:
-            error = _end_tickets(queue, logs, tickets)
-        if error is not None:
-            raise error
+    refused: list[tuple[Any, Exception]] = []
+    try:
+        while queue:
+            logs, tickets = _begin_chunk(queue, fds_max, refused)
+            try:
+                if tickets:
+                    await run(_run_tickets, tickets)
+            finally:
+                error = _end_tickets(queue, logs, tickets)
+            if error is not None:
+                raise error
+    finally:
+        queue.extend(lg for lg, _ in refused)
+    if refused:
+        raise refused[0][1]

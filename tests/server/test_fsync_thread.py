@@ -864,15 +864,17 @@ async def test_a_round_that_ends_at_a_poll_starts_the_next_there(tmp_path):
 
 class _FailingOnce:
     """A real log whose next ``begin_flush`` fails as one does when the
-    process is out of descriptors (EMFILE opening a file); then it works."""
+    process is out of descriptors (EMFILE opening a file); then it works
+    (``always``: every one fails)."""
 
-    def __init__(self, log):
+    def __init__(self, log, always=False):
         self.log = log
         self.fail = True
+        self.always = always
 
     def begin_flush(self):
         if self.fail:
-            self.fail = False
+            self.fail = self.always
             from storage.errors import raise_storage_error
 
             raise_storage_error(f"open {self.log.directory}", OSError(errno.EMFILE, os.strerror(errno.EMFILE)))
@@ -887,9 +889,10 @@ async def test_a_failure_half_way_through_building_tickets_releases_them_and_kee
         tmp_path, policy):
     """Tickets begun before a log's ``begin_flush`` failed hold descriptors:
     they are released at once, not left open; and no log of the round drops
-    out of durability: the once-a-second flush takes every one of them
-    again, without a new write (under ``always`` the round's writers get
-    the error: nothing they wrote is acknowledged)."""
+    out of durability: under ``always`` the round's writers get the error
+    (nothing they wrote is acknowledged) and the once-a-second flush takes
+    every log again, without a new write; under ``everysec`` the others are
+    flushed at once and the failing one the next second."""
     from storage.handles import FileCache
 
     cache = FileCache(64)
@@ -914,12 +917,42 @@ async def test_a_failure_half_way_through_building_tickets_releases_them_and_kee
             assert "Too many open files" in durability.last_flush_error
         assert not failing.fail  # it was asked
         assert cache.pinned == 0 and _open_fds() - len(cache) == outside  # nothing left held
-        assert [lg.recovery_point for lg in logs] == [1] * 5
+        assert [lg.recovery_point for lg in logs] == ([1] * 5 if policy == "always" else [4, 4, 1, 4, 4])
         durability.last_flush_error = None
         await durability.flush_everysec_now()  # no new write: they stayed dirty
         assert durability.last_flush_error is None
         assert [lg.recovery_point for lg in logs] == [4] * 5
         assert cache.pinned == 0 and _open_fds() - len(cache) == outside
+    finally:
+        durability.close()
+        for lg in logs:
+            lg.close()
+
+
+async def test_everysec_a_log_whose_flush_never_begins_does_not_hold_back_the_others(tmp_path):
+    """A disk failing under one partition: its group store's journal sync
+    failed, and the rewrite each later ``begin_flush`` tries fails too. The
+    logs noted with it (the partition's own log among them, which must find
+    the failing disk and go offline so that the controller moves the shard)
+    are still flushed every second; the failing one stays dirty and its
+    error is reported each time."""
+    logs = [PartitionLog.open(tmp_path / f"p{i}") for i in range(3)]
+    durability = Durability(run_in_thread=lambda fn, *args: _inline(fn, *args))
+    try:
+        failing = _FailingOnce(logs[1], always=True)
+        for round_ in (1, 2):
+            for lg in logs:
+                lg.append(entries(2 * round_ - 1, 2))
+                durability.note_write(failing if lg is logs[1] else lg, "everysec")
+            durability.last_flush_error = None
+            await durability.flush_everysec_now()
+            assert "Too many open files" in durability.last_flush_error
+            assert [lg.recovery_point for lg in logs] == [2 * round_, 0, 2 * round_]
+        failing.fail = False  # the disk works again: the next second flushes it, with no new write
+        durability.last_flush_error = None
+        await durability.flush_everysec_now()
+        assert durability.last_flush_error is None
+        assert [lg.recovery_point for lg in logs] == [4, 4, 4]
     finally:
         durability.close()
         for lg in logs:
