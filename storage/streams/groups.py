@@ -984,11 +984,21 @@ class GroupStore:
         return self._closed
 
     def close(self) -> None:
-        """Flush and close the journal. The store is unusable afterwards."""
+        """Flush and close the journal. The store is unusable afterwards.
+        On a disk that fails the journal's sync (or, after one failed, the
+        state's rewrite) the store is closed without it, as a partition log
+        offline after a failed sync is: the failure is logged, and the next
+        open recovers what the disk kept."""
         if self._closed:
             return
         if self._journaling:
-            self.flush()
+            try:
+                self.flush()
+            except OSError as exc:
+                if not self._sync_failed:
+                    raise
+                self.logger.error("%s: the groups' state was not made durable at close (%s); the next "
+                                  "open recovers what the disk kept", self.directory, exc)
         self._close_journal()
         self._closed = True
 

@@ -154,6 +154,51 @@ def test_a_leader_whose_disk_fails_an_fsync_hands_its_shard_to_an_in_sync_follow
         cluster.stop()
 
 
+def test_a_disk_that_fails_the_group_journal_first_still_moves_the_shard_at_the_next_append(tmp_path):
+    """The disk under a partition starts failing while only its consumer
+    group is written (XREADGROUP, XACK: the group journal's sync fails, and
+    every rewrite of it after). The partition's next appends still reach
+    the once-a-second fsync, which fails: the log goes offline and the
+    controller moves the shard, as when the log's own sync fails first
+    (the failing group journal used to keep the log from ever being synced,
+    so the shard stayed on the failing disk with its writes unsynced)."""
+    cluster = _failing_disk_cluster(tmp_path)
+    try:
+        key = b"disk"
+        old = cluster.leader_of(key)
+        client = old.client()
+        acked = [client.xadd(key, {"n": i}) for i in range(20)]
+        client.xgroup_create(key, "g", id="0")
+        cluster.wait_converged(key.decode())
+        # The log's entries synced (its recovery point checkpointed at its end): nothing left to sync.
+        checkpoint = old.data_dir / "topics" / partition_dir(key) / "recovery-point.checkpoint"
+        _eventually(lambda: checkpoint.read_bytes().endswith(b"\n20\n"), what="the log synced")
+        trigger = old.data_dir.with_name(old.data_dir.name + ".fail-fsync")
+        trigger.write_text(f"/{encode_topic(key)}/")
+
+        def group_journal_failed() -> bool:
+            for entry_id, _ in client.xreadgroup("g", "c", {key: ">"}, count=1)[0][1]:
+                client.xack(key, "g", entry_id)
+            return "fsync of the group journal failed" in old.log()
+
+        _eventually(group_journal_failed, what="the group journal's failed sync")
+        assert "offline for writes" not in old.log()  # (the log had nothing to sync)
+
+        def moved():
+            try:
+                acked.append(client.xadd(key, {"n": "more"}))
+            except redis.ResponseError:
+                pass  # -MISCONF while offline, then -MOVED
+            return cluster.leader_of(key) is not old
+
+        _eventually(moved, what="the shard moved off the failing disk")
+        assert "offline for writes after a failed fsync" in old.log()
+        assert old.terminate() == 0
+        _back_on_a_sound_disk(cluster, old, trigger, key, acked)
+    finally:
+        cluster.stop()
+
+
 def test_a_leader_whose_disk_fails_its_leader_epoch_checkpoint_hands_its_shard_over(tmp_path):
     """A new leader checkpoints its epoch before its first append; a disk
     that fails that fsync (EIO, only on ``leader-epoch.checkpoint``) takes

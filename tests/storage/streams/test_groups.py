@@ -420,6 +420,33 @@ def test_a_failed_journal_fsync_is_retried_as_a_rewrite_until_it_succeeds(tmp_pa
     assert_reopens_the_same(store)
 
 
+def test_a_store_on_a_disk_that_still_fails_is_closed_without_raising(tmp_path, monkeypatch, caplog):
+    """Closing a store whose journal's sync failed, on a disk that fails
+    the rewrite too, logs it and closes (as a partition log offline after
+    a failed sync is closed): a shutdown goes on to close everything else.
+    What was made durable before the failure is what the next open finds."""
+    store = GroupStore.open(tmp_path)
+    store.create_group(b"g", (0, 0), 0)
+    store.flush()
+
+    def eio(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", eio)
+    monkeypatch.setattr(os, "fsync", eio)
+    store.create_group(b"h", (0, 0), 0)
+    with pytest.raises(OSError):
+        store.flush()
+    with caplog.at_level(logging.ERROR):
+        store.close()
+    assert store.closed
+    assert any("not made durable at close" in r.getMessage() for r in caplog.records)
+    monkeypatch.undo()
+    reopened = GroupStore.open(tmp_path)
+    assert b"g" in dump(reopened)
+    reopened.close()
+
+
 # ---------------------------------------------------------------- descriptors
 
 
