@@ -124,10 +124,10 @@ def main(argv: list[str] | None = None) -> int:
         for e in _leaves(group):
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 continue
-            logging.getLogger("partita").error("Fatal: %s", e, exc_info=not isinstance(e, OSError) and not _explains_itself(e))
+            logging.getLogger("partita").error("Fatal: %s", e, exc_info=not _explains_itself(e))
         return 1
     except Exception as e:
-        logging.getLogger("partita").error("Fatal: %s", e, exc_info=not isinstance(e, OSError) and not _explains_itself(e))
+        logging.getLogger("partita").error("Fatal: %s", e, exc_info=not _explains_itself(e))
         return 1
     return 0
 
@@ -141,15 +141,18 @@ def _leaves(group: BaseExceptionGroup):
 
 
 def _explains_itself(e: BaseException) -> bool:
-    """A refusal to start that explains itself (busy port, damaged topic
-    metadata, bad cluster state, a bad aclfile): logged as one line, no traceback."""
+    """A refusal to start that explains itself (busy port, a file or
+    directory the system refused, damaged topic metadata, bad cluster
+    state, a bad aclfile): logged as one line, no traceback. Any other
+    error that ends the server (an ``OSError`` of a socket among them) is
+    logged with its traceback: it is a bug to find."""
     from cluster.nodes import ClusterConfigError
     from cluster.topics import TopicMetaError
     from server.acl import AclError
     from cluster.runtime.controller_driver import ControllerHalted
 
-    return type(e).__name__ == "BindError" or isinstance(e, (TopicMetaError, ClusterConfigError, ControllerHalted,
-                                                             AclError))
+    return (type(e).__name__ == "BindError" or (isinstance(e, OSError) and e.filename is not None)
+            or isinstance(e, (TopicMetaError, ClusterConfigError, ControllerHalted, AclError)))
 
 
 if __name__ == "__main__":
