@@ -46,6 +46,17 @@
 #define MAX_ARGS 1000000LL
 #define U64_MAX 0xFFFFFFFFFFFFFFFFULL
 
+/* Fill item ``i`` of a new tuple with ``item`` (a new reference, or NULL for a
+   failed constructor: -1, the item left NULL, which is fine to free). */
+static inline int
+fill(PyObject *tuple, Py_ssize_t i, PyObject *item)
+{
+    if (item == NULL)
+        return -1;
+    PyTuple_SET_ITEM(tuple, i, item);
+    return 0;
+}
+
 /* A canonical non-negative decimal ending in CRLF; returns the byte after
  * the CRLF, or NULL. */
 static const char *
@@ -406,10 +417,10 @@ poll_xread(PyObject *self, PyObject *data)
         goto none;
     result = PyTuple_New(4); /* (an item left NULL is fine to free) */
     if (result != NULL
-        && ((PyTuple_GET_ITEM(result, 0) = PyBytes_FromStringAndSize(key, klen)) == NULL
-            || (PyTuple_GET_ITEM(result, 1) = PyLong_FromUnsignedLongLong(count)) == NULL
-            || (PyTuple_GET_ITEM(result, 2) = PyLong_FromUnsignedLongLong(ms)) == NULL
-            || (PyTuple_GET_ITEM(result, 3) = PyLong_FromUnsignedLongLong(seq)) == NULL))
+        && (fill(result, 0, PyBytes_FromStringAndSize(key, klen)) != 0
+            || fill(result, 1, PyLong_FromUnsignedLongLong(count)) != 0
+            || fill(result, 2, PyLong_FromUnsignedLongLong(ms)) != 0
+            || fill(result, 3, PyLong_FromUnsignedLongLong(seq)) != 0))
         Py_CLEAR(result);
     PyBuffer_Release(&buf);
     return result;

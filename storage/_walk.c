@@ -44,6 +44,17 @@
  * storage/entry_codec.py ENTRY_FORMAT_MAX_READABLE. */
 #define ENTRY_FORMAT_MAX_READABLE 1
 
+/* Fill item ``i`` of a new tuple with ``item`` (a new reference, or NULL for a
+   failed constructor: -1, the item left NULL, which is fine to free). */
+static inline int
+fill(PyObject *tuple, Py_ssize_t i, PyObject *item)
+{
+    if (item == NULL)
+        return -1;
+    PyTuple_SET_ITEM(tuple, i, item);
+    return 0;
+}
+
 static uint64_t
 le64(const unsigned char *b)
 {
@@ -432,8 +443,8 @@ walk_after(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (result == NULL)
         return NULL;
     PyTuple_SET_ITEM(result, 2, Py_NewRef(done ? Py_True : Py_False));
-    if ((PyTuple_GET_ITEM(result, 0) = PyLong_FromLongLong(found)) == NULL
-        || (PyTuple_GET_ITEM(result, 1) = PyLong_FromLongLong(count)) == NULL)
+    if (fill(result, 0, PyLong_FromLongLong(found)) != 0
+        || fill(result, 1, PyLong_FromLongLong(count)) != 0)
         Py_CLEAR(result);
     return result;
 }
