@@ -65,6 +65,21 @@ def running(tmp_path, **kwargs):
     assert not c.unexpected_log_lines(), c.unexpected_log_lines()[:5]
 
 
+def key_in_shard(cluster: "Cluster", shard: int, prefix: str = "k") -> bytes:
+    """The first of ``{prefix}0``, ``{prefix}1``, ... whose slot is in
+    ``shard`` (a cluster started with n nodes has n shards, shard s holding
+    the s-th of n equal slot ranges). Pick a key by its shard, not by the
+    node leading it: just after the start, a node that came up late is
+    fenced and its shards are led by their other replica for a while."""
+    client = cluster.alive().client()
+    count = len(cluster.nodes)
+    for i in range(1000):
+        key = f"{prefix}{i}".encode()
+        if client.execute_command("CLUSTER", "KEYSLOT", key) * count // 16384 == shard:
+            return key
+    raise AssertionError(f"no key in shard {shard}")
+
+
 def partition_lines(server: PartitaProcess) -> dict[str, dict[str, str]]:
     """INFO replication's ``partitionN:key=...`` lines, by key."""
     with RawConn(server.port) as conn:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from tests.clusterkit import Cluster, eventually as _eventually, partition_lines, running
+from tests.clusterkit import Cluster, eventually as _eventually, key_in_shard, partition_lines, running
 from tests.conftest import RawConn
 
 FORGED_VIEW = b"2:999999999,2:1,3:1"  # shard 0 "led" by node 2 at a huge epoch
@@ -23,15 +23,6 @@ def _committed(node, shard: int) -> dict:
     raw = _info(node)[f"controller_shard{shard}"]
     text = raw if isinstance(raw, str) else ",".join(f"{k}={v}" for k, v in raw.items())
     return dict(item.split("=", 1) for item in text.split(","))
-
-
-def _key_in_shard0(cluster: Cluster) -> bytes:
-    client = cluster.nodes[0].client()
-    for i in range(1000):
-        key = f"forged{i}".encode()
-        if client.execute_command("CLUSTER", "KEYSLOT", key) < 16384 // 3:
-            return key
-    raise AssertionError("no key in shard 0")
 
 
 def _resp(*args: bytes) -> bytes:
@@ -55,7 +46,7 @@ def cluster(tmp_path):
 
 def test_a_forged_view_moves_no_leadership_and_loses_no_acknowledged_entry(cluster):
     node1, node2, _node3 = cluster.nodes
-    key = _key_in_shard0(cluster)
+    key = key_in_shard(cluster, 0, "forged")
     assert cluster.leader_of(key) is node1
     client = node1.client()
     acked = [client.xadd(key, {"n": i}) for i in range(29)]  # acks=all: on every ISR replica
