@@ -177,6 +177,8 @@ def _run_consumers(port: int, group: str, consumer_keys: list[list[str]], *, cou
                 break
     finally:
         for proc in procs:
+            if proc.pid is None:
+                continue  # a start failed (that error is raised): never started
             proc.join(10 if len(outs) == consumers else 0)
             if proc.is_alive():
                 proc.terminate()

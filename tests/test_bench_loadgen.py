@@ -116,3 +116,9 @@ def test_mixed_a_consumer_whose_read_fails_fails_the_run(partita_server):
     partition_keys = _topic_with_group(partita_server.port, 6)
     with pytest.raises(RuntimeError, match="group consumer failed: c1: .*not an integer"):
         loadgen.mixed_consume(partita_server.port, [["t"]], partition_keys, 1, lambda: None, count="x")
+
+
+def test_a_consumer_process_that_cannot_start_fails_the_run_with_its_own_error(partita_server):
+    partition_keys = _topic_with_group(partita_server.port, 6)
+    with pytest.raises(Exception, match="pickle"):  # a key no process can be handed
+        loadgen.mixed_consume(partita_server.port, [[lambda: b"t"]], partition_keys, 1, lambda: None)
