@@ -1,17 +1,18 @@
 """A small load generator for what redis-benchmark cannot express.
 
 Owns: filling a stream fast (pipelined XADD over one raw socket) and
-consumer-group loops (XREADGROUP COUNT n then XACK of what came back): a
-group's consumers in processes of their own over a finished stream, or in
-threads beside running producers. Talks RESP over a plain socket with
-hiredis parsing replies, so the client costs as little as it can and the
-server's cost is what the figures show.
+consumer-group loops (XREADGROUP COUNT n then XACK of what came back) by a
+group's consumers, each in a process of its own, over a finished stream or
+beside running producers, every run checked to have acked every entry.
+Talks RESP over a plain socket with hiredis parsing replies, so the client
+costs as little as it can and the server's cost is what the figures show.
 """
 
 from __future__ import annotations
 
 import socket
 import time
+from typing import Callable
 
 import hiredis
 
@@ -77,39 +78,51 @@ def _percentiles_ms(latencies: list[float]) -> tuple[float | None, float | None]
     return 1000 * latencies[len(latencies) // 2], 1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
 
 
-def _group_consumer(port: int, key: str, group: str, consumer: str, count: int, barrier, results) -> None:
-    """One consumer process of ``group_consumers``: connect, wait for the
-    others at ``barrier``, then XREADGROUP ``>`` and XACK each batch until a
-    read comes back empty. Puts (consumer, started, ended, requests, entries,
-    latencies, error) on ``results``, started and ended by ``time.monotonic``
-    (CLOCK_MONOTONIC, one clock for every process of the machine)."""
+def _consumer(port: int, group: str, consumer: str, keys: list[str], count: int, block_ms: int | None,
+              total: int | None, acked, barrier, results) -> None:
+    """One consumer process of ``_run_consumers``: connect, wait for the
+    others at ``barrier``, then XREADGROUP ``>`` on ``keys`` and XACK each
+    batch on the key the reply names (a Partita topic key replies with
+    partition keys). With ``total`` None it stops when a read comes back
+    empty (a finished stream: nothing is left undelivered in the group);
+    otherwise when ``acked`` (a shared counter every consumer adds its acked
+    entries to) has reached ``total``. Puts (consumer, started, ended,
+    requests, entries, latencies, error) on ``results``: started and ended by
+    ``time.monotonic`` (CLOCK_MONOTONIC, one clock for every process of the
+    machine), ended after the last empty read, or with ``total`` after this
+    consumer's last XACK."""
     try:
         client = Client(port)
-        read = _cmd("XREADGROUP", "GROUP", group, consumer, "COUNT", str(count), "STREAMS", key, ">")
+        block = [] if block_ms is None else ["BLOCK", str(block_ms)]
+        read = _cmd("XREADGROUP", "GROUP", group, consumer, "COUNT", str(count), *block,
+                    "STREAMS", *keys, *[">"] * len(keys))
         latencies: list[float] = []
         entries = requests = 0
         barrier.wait(60)
-        started = time.monotonic()
-        while True:
+        started = ended = time.monotonic()
+        while total is None or acked.value < total:
             t0 = time.monotonic()
             client.send(read)
             reply = client.replies(1)[0]
             latencies.append(time.monotonic() - t0)
             requests += 1
-            # Nothing prefilled is left undelivered in the group once ">"
-            # answers nothing (no producer runs): this consumer is done.
             batches = [(k, [e[0] for e in batch]) for k, batch in reply or () if batch]
-            if not batches:
+            if not batches and total is None:
                 break
-            for batch_key, ids in batches:  # a Partita topic key replies with partition keys
+            for batch_key, ids in batches:
                 t0 = time.monotonic()
-                acked = client.call("XACK", batch_key, group, *ids)
-                latencies.append(time.monotonic() - t0)
+                n = client.call("XACK", batch_key, group, *ids)
+                ended = time.monotonic()
+                latencies.append(ended - t0)
                 requests += 1
-                if acked != len(ids):
-                    raise RuntimeError(f"XACK of {len(ids)} IDs just read acked {acked}")
+                if n != len(ids):
+                    raise RuntimeError(f"XACK of {len(ids)} IDs just read acked {n}")
                 entries += len(ids)
-        ended = time.monotonic()
+                if total is not None:
+                    with acked.get_lock():
+                        acked.value += len(ids)
+        if total is None:
+            ended = time.monotonic()
         client.close()
         results.put((consumer, started, ended, requests, entries, latencies, None))
     except BaseException as e:  # reported by the parent, which then fails
@@ -117,35 +130,33 @@ def _group_consumer(port: int, key: str, group: str, consumer: str, count: int, 
         results.put((consumer, None, None, 0, 0, [], f"{type(e).__name__}: {e}"))
 
 
-def group_consumers(port: int, key: str, consumers: int, *, count: int = 100, group: str = "g",
-                    timeout_s: float = 1800.0) -> tuple[float, int, int, float | None, float | None]:
-    """Consume the whole (prefilled, no longer written) stream ``key``
-    through a new group, ``consumers`` consumers c1..c<n> at once.
+def _run_consumers(port: int, group: str, consumer_keys: list[list[str]], *, count: int,
+                   block_ms: int | None, total: int | None, while_running: Callable[[], None] | None,
+                   timeout_s: float) -> list[tuple]:
+    """Run one consumer process per entry of ``consumer_keys`` (consumer
+    c<i> reads the keys of entry i-1; see ``_consumer`` for when it stops)
+    and return their result tuples, or raise if one failed or they did not
+    all finish within ``timeout_s``.
 
     Each consumer is its own OS process on its own connection (one Python
     process's threads share the GIL: the client would be what the figures
-    measure), looping ``XREADGROUP GROUP <group> c<i> COUNT <count> STREAMS
-    <key> >`` then ``XACK`` of the batch until its read comes back empty.
-    The processes connect first and start together; the time runs from that
-    start to the last consumer's end. Afterwards the group must have nothing
-    pending and the entries acked must be the stream's length, or this
-    raises. Returns (seconds, requests, entries, p50_ms, p99_ms), a request
-    being one XREADGROUP or one XACK round trip.
+    measure). The processes connect first and start together;
+    ``while_running`` (the producers, if any) is called once they have.
     """
     import multiprocessing
     import queue
     import threading
 
-    admin = Client(port)
-    admin.call("XGROUP", "CREATE", key, group, "0")
-    admin.close()
     ctx = multiprocessing.get_context("spawn")  # nothing of this process (servers, sockets) in the children
+    consumers = len(consumer_keys)
     barrier = ctx.Barrier(consumers + 1)
     results = ctx.Queue()
-    procs = [ctx.Process(target=_group_consumer, args=(port, key, group, f"c{i}", count, barrier, results),
+    acked = ctx.Value("q", 0)
+    procs = [ctx.Process(target=_consumer, args=(port, group, f"c{i}", keys, count, block_ms, total, acked,
+                                                  barrier, results),
                          name=f"group-consumer-c{i}", daemon=True)
-             for i in range(1, consumers + 1)]
-    outs = []
+             for i, keys in enumerate(consumer_keys, start=1)]
+    outs: list[tuple] = []
     try:
         for proc in procs:
             proc.start()
@@ -153,6 +164,9 @@ def group_consumers(port: int, key: str, consumers: int, *, count: int = 100, gr
             barrier.wait(60)
         except threading.BrokenBarrierError:
             pass  # a consumer failed before the start: its error is on the queue
+        else:
+            if while_running is not None:
+                while_running()
         deadline = time.monotonic() + timeout_s
         while len(outs) < consumers:
             try:
@@ -163,6 +177,8 @@ def group_consumers(port: int, key: str, consumers: int, *, count: int = 100, gr
                 break
     finally:
         for proc in procs:
+            if proc.pid is None:
+                continue  # a start failed (that error is raised): never started
             proc.join(10 if len(outs) == consumers else 0)
             if proc.is_alive():
                 proc.terminate()
@@ -170,80 +186,76 @@ def group_consumers(port: int, key: str, consumers: int, *, count: int = 100, gr
     errors = [f"{out[0]}: {out[-1]}" for out in outs if out[-1] is not None]
     if errors:
         raise RuntimeError("group consumer failed: " + "; ".join(errors))
+    return outs
+
+
+def _check_drained(port: int, group: str, keys: list[str], outs: list[tuple], produced: int | None) -> int:
+    """Raise unless ``group`` has nothing pending on any of ``keys`` (plain
+    or partition keys: the streams the group reads) and the consumers acked
+    exactly the entries the keys hold (and ``produced`` of them, if given);
+    returns the entries acked."""
     admin = Client(port)
-    pending = admin.call("XPENDING", key, group)[0]
-    length = admin.call("XLEN", key)
+    pending = {key: admin.call("XPENDING", key, group)[0] for key in keys}
+    length = sum(admin.call("XLEN", key) for key in keys)
     admin.close()
     entries = sum(out[4] for out in outs)
-    if pending != 0 or entries != length:
-        raise RuntimeError(f"group {group!r} on {key!r}: {entries} entries acked of {length}, "
-                           f"{pending} still pending")
+    if any(pending.values()) or entries != length or produced not in (None, length):
+        left = {key: n for key, n in pending.items() if n}
+        raise RuntimeError(f"group {group!r} on {keys}: {entries} entries acked of {length}"
+                           f"{'' if produced is None else f' ({produced} produced)'}, "
+                           f"{sum(left.values())} still pending {left or ''}".rstrip())
+    return entries
+
+
+def _figures(outs: list[tuple], entries: int) -> tuple[float, int, int, float | None, float | None]:
+    """(seconds from the first consumer's start to the last one's end,
+    requests, entries, p50_ms, p99_ms) of ``_run_consumers``' results."""
     seconds = max(out[2] for out in outs) - min(out[1] for out in outs)
     p50, p99 = _percentiles_ms([lat for out in outs for lat in out[5]])
     return seconds, sum(out[3] for out in outs), entries, p50, p99
 
 
-def mixed_consume(port: int, consumer_keys: list[list[str]], total: int, *, group: str = "g",
-                  count: int = 100, block_ms: int = 100, timeout_s: float = 600.0):
-    """Start one consumer thread per entry of ``consumer_keys``; returns a handle.
+def group_consumers(port: int, key: str, consumers: int, *, count: int = 100, group: str = "g",
+                    timeout_s: float = 1800.0) -> tuple[float, int, int, float | None, float | None]:
+    """Consume the whole (prefilled, no longer written) stream ``key``
+    through a new group, ``consumers`` consumers c1..c<n> at once.
 
-    Each consumer loops ``XREADGROUP GROUP <group> c<i> COUNT <count> BLOCK
-    <block_ms> STREAMS <its keys> > ...`` and XACKs each batch on the key the
-    reply names (a Partita topic key replies with partition keys), until the
-    consumers together have read ``total`` entries. ``handle.join()`` returns
-    (seconds since start, requests, entries, p50_ms, p99_ms).
+    Each consumer, in its own process (``_run_consumers``), loops
+    ``XREADGROUP GROUP <group> c<i> COUNT <count> STREAMS <key> >`` then
+    ``XACK`` of the batch until its read comes back empty. The time runs
+    from the consumers' common start to the last one's end. Afterwards the
+    group must have nothing pending and the entries acked must be the
+    stream's length, or this raises. Returns (seconds, requests, entries,
+    p50_ms, p99_ms), a request being one XREADGROUP or one XACK round trip.
     """
-    import threading
+    admin = Client(port)
+    admin.call("XGROUP", "CREATE", key, group, "0")
+    admin.close()
+    outs = _run_consumers(port, group, [[key]] * consumers, count=count, block_ms=None, total=None,
+                          while_running=None, timeout_s=timeout_s)
+    return _figures(outs, _check_drained(port, group, [key], outs, None))
 
-    state = {"entries": 0, "requests": 0, "latencies": [], "error": None}
-    lock = threading.Lock()
-    started = time.monotonic()
-    deadline = started + timeout_s
 
-    def consume(i: int, keys: list[str]) -> None:
-        client = Client(port)
-        cmd = ["XREADGROUP", "GROUP", group, f"c{i}", "COUNT", str(count), "BLOCK", str(block_ms),
-               "STREAMS", *keys, *([">"] * len(keys))]
-        try:
-            while time.monotonic() < deadline:
-                with lock:
-                    if state["entries"] >= total:
-                        return
-                t0 = time.monotonic()
-                reply = client.call(*cmd)
-                lat = [time.monotonic() - t0]
-                got = 0
-                requests = 1
-                for key, batch in reply or ():
-                    ids = [e[0] for e in batch]
-                    if ids:
-                        t0 = time.monotonic()
-                        client.call("XACK", key, group, *ids)
-                        lat.append(time.monotonic() - t0)
-                        requests += 1
-                        got += len(ids)
-                with lock:
-                    state["entries"] += got
-                    state["requests"] += requests
-                    state["latencies"].extend(lat)
-        except Exception as e:  # noqa: BLE001 - reported by join()
-            state["error"] = e
-        finally:
-            client.close()
+def mixed_consume(port: int, consumer_keys: list[list[str]], stream_keys: list[str], total: int,
+                  produce: Callable[[], None], *, group: str = "g", count: int = 100, block_ms: int = 100,
+                  timeout_s: float = 600.0) -> tuple[float, int, int, float | None, float | None]:
+    """Consume ``total`` entries through the (existing) group ``group``
+    while ``produce()`` writes them.
 
-    threads = [threading.Thread(target=consume, args=(i, keys), daemon=True)
-               for i, keys in enumerate(consumer_keys)]
-    for t in threads:
-        t.start()
-
-    class Handle:
-        def join(self):
-            for t in threads:
-                t.join(max(0.0, deadline - time.monotonic()) + 5)
-            if state["error"] is not None:
-                raise RuntimeError(f"consumer failed: {state['error']}")
-            seconds = time.monotonic() - started
-            p50, p99 = _percentiles_ms(state["latencies"])
-            return seconds, state["requests"], state["entries"], p50, p99
-
-    return Handle()
+    One consumer process per entry of ``consumer_keys`` (``_run_consumers``)
+    loops ``XREADGROUP GROUP <group> c<i> COUNT <count> BLOCK <block_ms>
+    STREAMS <its keys> > ...`` and XACKs each batch on the key the reply
+    names (a Partita topic key replies with partition keys). The consumers
+    connect first; ``produce()`` runs once they have started together. Every
+    consumer adds what it acked to one shared counter and stops once the
+    counter reaches ``total``: all entries produced are then read and acked
+    (a consumer waiting in BLOCK sees it when its read returns). Afterwards
+    the group must have nothing pending on any of ``stream_keys`` (the
+    partition keys or streams the group reads) and they must hold exactly
+    ``total`` entries, all acked, or this raises. Returns (seconds from the
+    consumers' start to the last XACK, requests, entries, p50_ms, p99_ms);
+    requests are the consumers' XREADGROUPs and XACKs.
+    """
+    outs = _run_consumers(port, group, consumer_keys, count=count, block_ms=block_ms, total=total,
+                          while_running=produce, timeout_s=timeout_s)
+    return _figures(outs, _check_drained(port, group, stream_keys, outs, total))

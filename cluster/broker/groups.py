@@ -815,12 +815,13 @@ class GroupOps:
         """XREADGROUP without waiting: what it serves (history reads always
         give their key, if empty), ``[]`` when nothing and it may not wait
         (no BLOCK, or the session may not block), None when it should wait
-        (every key asked for ``>``, none had entries) or names a topic of
-        several partitions (membership: left to ``read_group``); a second
-        try then finds the state as this one left it."""
+        (every key asked for ``>``, none had entries) or names a topic with
+        partitions other nodes lead (left to ``read_group``); a second try
+        then finds the state as this one left it (a topic's member joined
+        or seen, which the second try's heartbeat repeats at no change)."""
         self.commit_deferred()
-        targets = self._read_targets(read, membership=False)
-        if targets is None:
+        targets = self._read_targets(read)
+        if self._led_across(targets):
             return None
         served = self._serve(targets, read, self.broker.clock_ms())
         if served or read.block_ms is None or not self.may_block:
@@ -843,17 +844,14 @@ class GroupOps:
             return served
         return await self._wait_and_serve(targets, read)
 
-    def _read_targets(self, read: GroupRead, membership: bool = True) -> list | None:
+    def _read_targets(self, read: GroupRead) -> list:
         """Each key's target, with Redis's checks in its order: per key, the
-        group, then the key's ID (the front-end's refusal, if any). None at
-        the first topic key unless ``membership`` (nothing done)."""
+        group, then the key's ID (the front-end's refusal, if any)."""
         topics = self.broker.topics
         targets: list = []
         name = read.group
         for key, start in zip(read.keys, read.starts):
             if topics.is_multi(key):
-                if not membership:
-                    return None
                 if self._partition_group(key, 0, name)[2] is None:
                     raise GroupOpError(NO_GROUP_TO_READ, key=key, group=name)
                 if isinstance(start, BaseException):

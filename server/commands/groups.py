@@ -481,9 +481,10 @@ async def xreadgroup(ctx, argv):
 def xreadgroup_now(ctx, argv):
     """XREADGROUP that will not wait (no BLOCK, or entries to serve): the
     handler's reply without its coroutine, the connection's await and the
-    send before it (a consumer's poll). None when it would block, or for a
-    topic of several partitions (membership): the handler then runs, and
-    finds nothing done (a call that served nothing changed nothing)."""
+    send before it (a consumer's poll, a topic member's too). None when it
+    would block, or for a topic with partitions other nodes lead: the
+    handler then runs, and finds nothing served (a topic's member has
+    joined or been seen; the handler's read repeats that at no change)."""
     served = ctx.session.read_group_nowait(_parse_xreadgroup(argv, ctx.read_view()))
     if served is None:
         return None

@@ -153,9 +153,7 @@ def _group_on_two_partitions(broker):
 def test_a_dead_members_entries_go_first_to_the_new_owner(broker):
     session, clock = _group_on_two_partitions(broker)
 
-    a = session.read_group_nowait(read(consumer=b"a", keys=[b"t"]))
-    assert a is None  # membership: the waiting read's
-    taken = trio.run(session.read_group, read(consumer=b"a", keys=[b"t"]))
+    taken = session.read_group_nowait(read(consumer=b"a", keys=[b"t"]))  # (a member's read needs no wait)
     assert sorted(d.key for d in taken) == [b"t#0", b"t#1"]  # alone: both partitions
     clock.now_ms += 10
     joined = trio.run(session.read_group, read(consumer=b"b", keys=[b"t"]))
@@ -196,6 +194,35 @@ def test_a_member_reading_only_its_pending_entries_stays_alive(broker):
     for p in (0, 1):
         rows = session.pending(b"t#%d" % p, b"g", (0, 0), (2**64 - 1, 2**64 - 1), 10)
         assert [owner for _, owner, _, _ in rows] == [b"a"]
+
+
+async def test_a_members_read_that_finds_nothing_is_left_to_read_group_which_waits(broker, autojump_clock):
+    """The no-wait call serves a topic's member too; one that finds nothing
+    and may wait returns None, having done what a read does first (b joins,
+    its partition is revoked from a), and ``read_group``'s wait then serves
+    b once the partition is released to it."""
+    session, clock = _group_on_two_partitions(broker)
+    taken = session.read_group_nowait(read(consumer=b"a", keys=[b"t"]))
+    assert sorted(d.key for d in taken) == [b"t#0", b"t#1"]
+    assert session.read_group_nowait(read(consumer=b"b", keys=[b"t"], block_ms=0)) is None
+    (view,) = session.topic_groups(b"t")
+    assert [m.name for m in view.members] == [b"a", b"b"]
+    (revoked,) = [p for p in view.partitions if p.owner is None]  # a still has its entry pending there
+    got: list = []
+
+    async def b_waits() -> None:
+        got.extend(await broker.session().read_group(read(consumer=b"b", keys=[b"t"], block_ms=0)))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(b_waits)
+        await trio.sleep(1)
+        assert got == []
+        ((sid, owner, _, _),) = session.pending(revoked.key, b"g", (0, 0), (2**64 - 1, 2**64 - 1), 10)
+        assert owner == b"a"
+        assert session.ack(revoked.key, b"g", [sid]) == 1
+        add(session, revoked.key, b"p", b"new")
+    assert [d.key for d in got] == [revoked.key]
+    assert fields_of(got[0]) == [[b"p", b"new"]]
 
 
 async def test_blocked_readers_are_served_in_arrival_order(broker, autojump_clock):
