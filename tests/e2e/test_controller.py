@@ -498,12 +498,6 @@ def test_a_manual_failover_sticks_past_the_rebalance_delay_and_a_restart_of_the_
 LONG_SESSION = ["--controller-session-timeout-ms", "20000", "--leader-rebalance-delay-ms", "-1"]
 
 
-def _controller_node(cluster: Cluster):
-    return _eventually(lambda: next((n for n in cluster.nodes if n.proc is not None and n.proc.poll() is None
-                                     and _info(n)["controller_role"] == "leader"), None),
-                       what="an elected controller")
-
-
 def _first_ack_after_kill(cluster: Cluster, key: bytes, old, timeout_s: float) -> tuple[float, list]:
     """kill -9 of ``old`` (``key``'s leader, with acknowledged entries), then
     the time until an XADD to ``key`` is acknowledged by another node, and
@@ -536,7 +530,7 @@ def test_a_killed_leader_is_replaced_at_once_not_after_the_session_timeout(tmp_p
     elect a new one at once rather than after an election timeout."""
     cluster = Cluster(tmp_path, extra=LONG_SESSION)
     try:
-        ctrl = _controller_node(cluster)
+        ctrl = cluster.controller()
         old = ctrl if controller_too else next(n for n in cluster.nodes if n is not ctrl)
         key = _key_led_by(cluster, old)
         took, _ = _first_ack_after_kill(cluster, key, old, timeout_s=10.0)
@@ -558,7 +552,7 @@ def test_a_paused_leader_is_fenced_only_after_its_session_timeout(tmp_path):
     cluster = Cluster(tmp_path, extra=["--controller-session-timeout-ms", str(session_ms),
                                        "--leader-rebalance-delay-ms", "-1"])
     try:
-        ctrl = _controller_node(cluster)
+        ctrl = cluster.controller()
         paused = next(n for n in cluster.nodes if n is not ctrl)
         paused_id = cluster.nodes.index(paused) + 1
         key = _key_led_by(cluster, paused)
