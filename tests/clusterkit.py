@@ -289,9 +289,41 @@ class Cluster:
                 return self.node_at(leader[1])
         raise AssertionError(slot)
 
-    def followers_of(self, key: bytes) -> list[PartitaProcess]:
+    def followers_of(self, key: bytes, *, but_controller: bool = False) -> list[PartitaProcess]:
+        """The nodes other than ``key``'s leader; ``but_controller``: not the
+        controller's elected leader either, for a test that stops or kills
+        "a follower" and means only that (stopping the controller's leader
+        lets every node's lease lapse until another is elected: leader
+        commands answer -TRYAGAIN meanwhile, and the ISR changes wait)."""
         leader = self.leader_of(key)
-        return [n for n in self.nodes if n is not leader]
+        controller = self.controller() if but_controller else None
+        followers = [n for n in self.nodes if n is not leader and n is not controller]
+        assert followers, "no follower that is not the controller's leader"
+        return followers
+
+    def controller(self) -> PartitaProcess:
+        """The running node that leads the controller quorum (INFO
+        replication's ``controller_role:leader``), once one is elected."""
+        def leading(node) -> bool:
+            info = node.client(socket_timeout=5).execute_command("INFO", "replication")
+            return info.get("controller_role") == "leader"
+
+        return eventually(lambda: next((n for n in self.nodes if n.proc is not None and n.proc.poll() is None
+                                        and leading(n)), None), what="an elected controller")
+
+    def on_leader(self, key: bytes, call, timeout_s: float = 15.0):
+        """``call(client)`` with a client of ``key``'s leader, with the
+        leader found again while it answers -MOVED (leadership moved after
+        it was looked up: a failover, a preferred leader taking its shard
+        back) and retried on a lapsed lease (``leased``)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return leased(lambda: call(self.leader_of(key).client()), timeout_s)
+            except redis.exceptions.MovedError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.1)
 
     def wait_converged(self, key: str, timeout_s: float = 20.0) -> None:
         """Every replica's end offset equals the leader's high watermark and end."""

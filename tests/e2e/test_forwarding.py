@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from cluster.partitioner import partition_for_key
-from tests.clusterkit import Cluster, eventually, running
+from tests.clusterkit import Cluster, eventually, leased, running
 from tests.conftest import RawConn
 
 PARTITIONS = 6
@@ -224,10 +224,21 @@ def _steady_cluster(tmp_path, topic: bytes):
     assert not cluster.unexpected_log_lines(), cluster.unexpected_log_lines()[:5]
 
 
+def _victim(cluster: Cluster, owner, leaders: list):
+    """A node other than the topic key's ``owner`` that leads a partition,
+    not the controller's leader when another does: stopped or killed, that
+    one would let the owner's lease lapse until another is elected, and the
+    owner's XADDs answer its -TRYAGAIN ("lost contact") besides the
+    forward's (retried with ``leased`` for when no other node will do)."""
+    controller = cluster.controller()
+    return min((n for n in cluster.nodes if n is not owner and any(x is n for x in leaders)),
+               key=lambda n: n is controller)
+
+
 def test_unreachable_leader_gives_a_clear_error_and_other_partitions_work(tmp_path):
     topic = b"orders"
     with _steady_cluster(tmp_path, topic) as (cluster, owner, leaders):
-        victim = next(n for n in cluster.nodes if n is not owner and any(x is n for x in leaders))
+        victim = _victim(cluster, owner, leaders)
         victim_id = cluster.nodes.index(victim) + 1
         away = {n for n in range(PARTITIONS) if leaders[n] is victim}
         client = owner.client(socket_timeout=30)
@@ -238,7 +249,7 @@ def test_unreachable_leader_gives_a_clear_error_and_other_partitions_work(tmp_pa
         failed: list[int] = []
         for i in range(2 * PARTITIONS):
             try:
-                assert ID.match(client.xadd(topic, {"i": i}))
+                assert ID.match(leased(lambda: client.xadd(topic, {"i": i})))  # noqa: B023
             except redis.exceptions.TryAgainError as e:  # -TRYAGAIN <the message>
                 m = re.fullmatch(rf"partition orders#(\d+) leader node {victim_id} unreachable: "
                                  r"link to 127\.0\.0\.1:\d+: .+; nothing was written", str(e))
@@ -264,14 +275,14 @@ def test_unreachable_leader_gives_a_clear_error_and_other_partitions_work(tmp_pa
         # given up long before), and it may or may not have been written.
         cluster.wait_settled()  # the returned node handed its shards over (it restarted)
         leaders = _leaders(cluster, topic)
-        victim = next(n for n in cluster.nodes if n is not owner and any(x is n for x in leaders))
+        victim = _victim(cluster, owner, leaders)
         victim_id = cluster.nodes.index(victim) + 1
         victim.proc.send_signal(signal.SIGSTOP)
         try:
             started = time.monotonic()
             for i in range(PARTITIONS):
                 try:
-                    client.xadd(topic, {"s": i})
+                    leased(lambda: client.xadd(topic, {"s": i}))  # noqa: B023
                 except redis.exceptions.TryAgainError as e:
                     assert re.fullmatch(rf"partition orders#\d+ leader node {victim_id} unreachable: "
                                         r"no reply within forward-timeout-ms \(1500 ms\); "
@@ -311,11 +322,14 @@ def test_a_forward_to_a_paused_leader_ends_at_its_deadline_and_an_idempotent_ret
     partition holds each entry once, in the producer's order."""
     topic = b"orders"
     with _steady_cluster(tmp_path, topic) as (cluster, owner, leaders):
-        # A producer whose partition (IDMP picks it by producer id) is led by another node.
+        # A producer whose partition (IDMP picks it by producer id) is led by
+        # another node, not the controller's leader when another will do
+        # (``_victim``: the forward must end at its deadline, not the lease).
+        victim = _victim(cluster, owner, leaders)
         pid = next(p for p in (f"svc-{i}" for i in range(100))
-                   if leaders[partition_for_key(p.encode(), PARTITIONS)] is not owner)
+                   if leaders[partition_for_key(p.encode(), PARTITIONS)] is victim)
         n = partition_for_key(pid.encode(), PARTITIONS)
-        victim, pkey = leaders[n], _pkey(topic, n)
+        pkey = _pkey(topic, n)
         client = owner.client(socket_timeout=30)
         slot = client.execute_command("CLUSTER", "KEYSLOT", topic if n == 0 else pkey)
 

@@ -18,7 +18,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from storage.records import H_BASE, H_LENGTH, KIND_SEQUENCE, producer_records, unpack_header
-from tests.clusterkit import Cluster, leased
+from tests.clusterkit import Cluster
 
 
 @dataclass
@@ -66,9 +66,10 @@ def final_entries(cluster: Cluster, key: bytes) -> list[tuple[bytes, dict]]:
     """The entries of ``key`` on its final leader, once every replica has
     them all, and every replica's log byte-identical."""
     cluster.wait_converged(key.decode(), timeout_s=30)
-    # The last fault may have restarted the controller's leader: a lease
-    # lapsing meanwhile refuses the read with -TRYAGAIN, retried.
-    stored = leased(lambda: cluster.leader_of(key).client().xrange(key))
+    # The last fault may have restarted the controller's leader (a lease
+    # lapsing meanwhile refuses the read with -TRYAGAIN) or a node that takes
+    # its shard back meanwhile (-MOVED): retried on the leader found again.
+    stored = cluster.on_leader(key, lambda client: client.xrange(key))
     logs = {cluster.log_bytes(n, key.decode()) for n in cluster.nodes}
     assert len(logs) == 1, f"{key!r}: replicas differ"
     return stored

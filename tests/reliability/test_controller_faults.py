@@ -45,7 +45,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.clusterkit import Cluster, eventually, leased, partition_dir, partition_lines
+from tests.clusterkit import Cluster, eventually, partition_dir, partition_lines
 from tests.reliability.faultkit import (KafkaLedger, Ledger, check_kafka, check_key, fault_seed, final_entries,
                                         kafka_producers, no_retry_client, produce, produce_kafka, soak_seconds)
 
@@ -362,7 +362,7 @@ def _kafka_partitions(cluster: Cluster) -> tuple[dict[bytes, list[tuple[bytes, d
     stored, producers = {}, {}
     for key in KAFKA_KEYS:
         stored[key] = final_entries(cluster, key)
-        added = leased(lambda: cluster.leader_of(key).client().xinfo_stream(key))["entries-added"]  # noqa: B023
+        added = cluster.on_leader(key, lambda client: client.xinfo_stream(key))["entries-added"]  # noqa: B023
         assert added == len(stored[key]), f"{key!r}: offsets with no entry: {added} added, {len(stored[key])} stored"
         producers[key] = kafka_producers(cluster.log_bytes(cluster.nodes[0], key.decode()))
     return stored, producers
