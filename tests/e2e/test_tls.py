@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.conftest import PartitaProcess, free_port, read_until_closed
+from tests.conftest import PartitaProcess, free_port, read_until_closed, wait_for
 
 def _tls_args(certs: Path, auth_clients: str = "no") -> list[str]:
     return ["--tls-port", str(free_port()), "--tls-cert-file", str(certs / "server.crt"),
@@ -50,10 +50,12 @@ def test_redis_py_over_tls_xadd_xread(partita_factory, certs):
     import threading
 
     got = {}
+    r.client_setname("tls-reader")
     t = threading.Thread(target=lambda: got.setdefault("r", r.xread({"orders": "$"}, block=5000)))
     t.start()
-    time.sleep(0.2)
-    server.client().xadd("orders", {"item": "pen"})
+    plain = server.client()
+    assert wait_for(lambda: any(c["name"] == "tls-reader" and "b" in c["flags"] for c in plain.client_list()))
+    plain.xadd("orders", {"item": "pen"})
     t.join(10)
     assert got["r"][0][1][0][1] == {b"item": b"pen"} and time.monotonic() - started < 5
     # big replies cross TLS records intact

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 
 import pytest
 import redis
 
 from cluster.partitioner import partition_for_key
+from tests.conftest import wait_for
 
 
 def _decode(value):
@@ -213,6 +213,7 @@ def test_xread_on_a_topic_replies_per_partition(partita_server):
     # $ means each partition's end; BLOCK wakes for an entry on any partition.
     other = partita_server.client()
     r2 = partita_server.client()
+    r2.client_setname("reader")
     import threading
 
     result = {}
@@ -222,7 +223,7 @@ def test_xread_on_a_topic_replies_per_partition(partita_server):
 
     t = threading.Thread(target=reader)
     t.start()
-    time.sleep(0.3)
+    assert wait_for(lambda: any(c["name"] == "reader" and "b" in c["flags"] for c in other.client_list()))
     other.xadd("x#2", {"late": 1})
     t.join(10)
     assert [key for key, _ in result["got"]] == [b"x#2"]
