@@ -311,6 +311,17 @@ class Cluster:
         return eventually(lambda: next((n for n in self.nodes if n.proc is not None and n.proc.poll() is None
                                         and leading(n)), None), what="an elected controller")
 
+    def taken_over(self, key: bytes, dead: PartitaProcess) -> PartitaProcess:
+        """The live node leading ``key`` once the controller moved it off
+        ``dead`` (just killed or stopped). With controller-fast-fencing (the
+        default) the controller fences a node whose port refuses its
+        connections at once and elects the first live in-sync replica: a
+        ``CLUSTER FAILOVER FORCE`` sent right after the kill races that
+        election and is refused when it loses ("not committed: shard N's
+        leadership moved meanwhile"), so wait for the election instead."""
+        return eventually(lambda: (leader := self.leader_of(key)) is not dead and leader,
+                          what=f"a live leader of {key!r}")
+
     def on_leader(self, key: bytes, call, timeout_s: float = 15.0):
         """``call(client)`` with a client of ``key``'s leader, with the
         leader found again while it answers -MOVED (leadership moved after
