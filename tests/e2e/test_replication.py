@@ -486,12 +486,22 @@ def test_the_whole_cluster_restarts_with_its_data(cluster):
                 time.sleep(0.2)
 
 
-def test_forced_failover_after_a_leader_dies_and_the_old_leader_rejoins(cluster):
+@pytest.fixture
+def slow_fencing_cluster(tmp_path):
+    # controller-fast-fencing no: a killed leader stays the leader (unreachable)
+    # for the session timeout, so the forced failover is what moves its shard;
+    # with it, the controller fences the node the moment its port refuses and
+    # elects a follower itself, and a FORCE racing that is refused ("not committed").
+    yield from running(tmp_path, extra=["--controller-fast-fencing", "no"])
+
+
+def test_forced_failover_after_a_leader_dies_and_the_old_leader_rejoins(slow_fencing_cluster):
+    cluster = slow_fencing_cluster
     key = b"orphan"
     old = cluster.leader_of(key)
     acked = [old.client().xadd(key, {"i": str(i)}) for i in range(50)]  # acks=all: on every replica
-    old.kill9()
     new = cluster.followers_of(key)[0]
+    old.kill9()
     assert new.client().execute_command("CLUSTER", "FAILOVER", "FORCE") == b"OK"
     assert cluster.leader_of(key) is new
     client = new.client()
