@@ -37,6 +37,7 @@ def cluster(tmp_path):
 
 def test_a_killed_leader_is_replaced_without_anyone_acting_and_takes_its_shard_back(cluster):
     _eventually(lambda: _info(cluster.nodes[0]).get("controller_metadata") == "ready", what="metadata ready")
+    cluster.wait_leading()  # the preferred leaders: no shard moves back under the writes below
     key = b"auto"
     old = cluster.leader_of(key)
     client = old.client()
@@ -69,12 +70,16 @@ def test_a_killed_leader_is_replaced_without_anyone_acting_and_takes_its_shard_b
 
 def _failing_disk_cluster(tmp_path) -> Cluster:
     """Three nodes whose disks fail on demand (tests/failing_fsync.py: write
-    a path fragment into ``<node dir>.fail-fsync``), metadata ready."""
+    a path fragment into ``<node dir>.fail-fsync``), metadata ready and each
+    node leading its own shard (a node that started late may have lost its
+    shard for a while, and takes it back after the rebalance delay: a key's
+    leader looked up before that is not its leader for long)."""
     launcher = [sys.executable, str(Path(__file__).resolve().parents[1] / "failing_fsync.py")]
     cluster = Cluster(tmp_path, extra=["--controller-session-timeout-ms", "1500",
                                        "--leader-rebalance-delay-ms", "1000"], launcher=launcher)
     try:
         _eventually(lambda: _info(cluster.nodes[0]).get("controller_metadata") == "ready", what="metadata ready")
+        cluster.wait_leading()
     except BaseException:
         cluster.stop()
         raise
@@ -208,7 +213,8 @@ def test_a_leader_whose_disk_fails_its_leader_epoch_checkpoint_hands_its_shard_o
     cluster = _failing_disk_cluster(tmp_path)
     try:
         failing = cluster.nodes[1]
-        key = _key_led_by(cluster, failing)  # its preferred leader
+        key = key_in_shard(cluster, 1)  # node 2 its preferred leader, leading it once every node is in
+        _eventually(lambda: cluster.leader_of(key) is failing, what="node 2 leading shard 1")
         acked = [failing.client().xadd(key, {"n": i}) for i in range(20)]
         cluster.wait_converged(key.decode())
         trigger = failing.data_dir.with_name(failing.data_dir.name + ".fail-fsync")
@@ -250,7 +256,8 @@ def test_a_node_that_cannot_write_its_controller_state_stops_and_the_others_go_o
     cluster = _failing_disk_cluster(tmp_path)
     try:
         victim = cluster.nodes[1]
-        key = _key_led_by(cluster, victim)
+        key = key_in_shard(cluster, 1)  # node 2 its preferred leader, leading it once every node is in
+        _eventually(lambda: cluster.leader_of(key) is victim, what="node 2 leading shard 1")
         acked = [victim.client().xadd(key, {"n": i}) for i in range(20)]
         cluster.wait_converged(key.decode())
         trigger = victim.data_dir.with_name(victim.data_dir.name + ".fail-fsync")
@@ -318,7 +325,8 @@ def test_unclean_leader_election_is_off_by_default_and_can_be_turned_on(tmp_path
         n1, n2, n3 = cluster.nodes
         _eventually(lambda: _info(n1).get("controller_metadata") == "ready", what="metadata ready")
         assert _info(n2)["controller_voters"] == 1
-        key = _key_led_by(cluster, n2)  # shard 1: replicas 2, 3
+        key = key_in_shard(cluster, 1)  # shard 1: replicas 2, 3
+        _eventually(lambda: cluster.leader_of(key) is n2, what="node 2 leading shard 1")
         n3.proc.send_signal(signal.SIGSTOP)
         _eventually(lambda: str(_info(n1)["controller_fenced"]) == "3", what="node 3 fenced")
         lost = [n2.client().xadd(key, {"n": i}) for i in range(50)]  # on node 2 alone (ISR {2})
@@ -425,7 +433,8 @@ def test_a_new_node_joins_the_running_cluster_and_takes_a_shard(tmp_path):
     cluster = Cluster(tmp_path, extra=["--replication-factor", "2", "--controller-session-timeout-ms", "1500"])
     try:
         n1, n2, n3 = cluster.nodes
-        key = _key_led_by(cluster, n1)
+        key = key_in_shard(cluster, 0)  # shard 0: replicas 1, 2 (as in the reassign test above)
+        _eventually(lambda: cluster.leader_of(key) is n1, what="node 1 leading shard 0")
         acked = [n1.client().xadd(key, {"n": i}) for i in range(200)]
         n4 = cluster.join_node(tmp_path, extra=["--replication-factor", "2",
                                                 "--controller-session-timeout-ms", "1500"])
