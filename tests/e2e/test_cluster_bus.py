@@ -173,6 +173,9 @@ def secured(tmp_path_factory):
 
 def test_with_a_secret_the_bus_runs_nothing_before_the_peer_presents_it(secured):
     key = b"guarded"
+    # The preferred leaders, so that nothing moves during the test (a node that
+    # started late takes its shard back after the rebalance delay).
+    secured.wait_leading()
     leader = secured.leader_of(key)
     leader.client().xadd(key, {"a": "1"})
     secured.wait_converged("guarded")  # the nodes fetch from each other with the secret
