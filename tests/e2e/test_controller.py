@@ -86,6 +86,15 @@ def _failing_disk_cluster(tmp_path) -> Cluster:
     return cluster
 
 
+def _fail_fsyncs(node, fragment: str) -> Path:
+    """From now on ``node``'s fsyncs of files whose path contains
+    ``fragment`` fail with EIO (tests/failing_fsync.py); the trigger file,
+    to unlink when the disk is sound again."""
+    trigger = node.data_dir.with_name(node.data_dir.name + ".fail-fsync")
+    trigger.write_text(fragment)
+    return trigger
+
+
 def _back_on_a_sound_disk(cluster: Cluster, node, trigger: Path, key: bytes, acked: list) -> None:
     """``node`` (stopped) starts again with its disk sound: it recovers what
     it persisted, catches up and takes its shard back (the preferred
@@ -113,8 +122,7 @@ def test_a_leader_whose_disk_fails_an_fsync_hands_its_shard_to_an_in_sync_follow
         client = old.client()
         acked = [client.xadd(key, {"n": i}) for i in range(50)]
         cluster.wait_converged(key.decode())
-        trigger = old.data_dir.with_name(old.data_dir.name + ".fail-fsync")
-        trigger.write_text(f"/{encode_topic(key)}/")
+        trigger = _fail_fsyncs(old, f"/{encode_topic(key)}/")
         refusals = []
 
         def moved():
@@ -178,8 +186,7 @@ def test_a_disk_that_fails_the_group_journal_first_still_moves_the_shard_at_the_
         # The log's entries synced (its recovery point checkpointed at its end): nothing left to sync.
         checkpoint = old.data_dir / "topics" / partition_dir(key) / "recovery-point.checkpoint"
         _eventually(lambda: checkpoint.read_bytes().endswith(b"\n20\n"), what="the log synced")
-        trigger = old.data_dir.with_name(old.data_dir.name + ".fail-fsync")
-        trigger.write_text(f"/{encode_topic(key)}/")
+        trigger = _fail_fsyncs(old, f"/{encode_topic(key)}/")
 
         def group_journal_failed() -> bool:
             for entry_id, _ in client.xreadgroup("g", "c", {key: ">"}, count=1)[0][1]:
@@ -217,8 +224,7 @@ def test_a_leader_whose_disk_fails_its_leader_epoch_checkpoint_hands_its_shard_o
         _eventually(lambda: cluster.leader_of(key) is failing, what="node 2 leading shard 1")
         acked = [failing.client().xadd(key, {"n": i}) for i in range(20)]
         cluster.wait_converged(key.decode())
-        trigger = failing.data_dir.with_name(failing.data_dir.name + ".fail-fsync")
-        trigger.write_text(f"/{partition_dir(key)}/leader-epoch.checkpoint")
+        trigger = _fail_fsyncs(failing, f"/{partition_dir(key)}/leader-epoch.checkpoint")
         # Leadership away and back (manual failovers stick, so a second one
         # brings it back): a new epoch on the failing disk.
         other = next(n for n in cluster.nodes if n is not failing)
@@ -260,8 +266,7 @@ def test_a_node_that_cannot_write_its_controller_state_stops_and_the_others_go_o
         _eventually(lambda: cluster.leader_of(key) is victim, what="node 2 leading shard 1")
         acked = [victim.client().xadd(key, {"n": i}) for i in range(20)]
         cluster.wait_converged(key.decode())
-        trigger = victim.data_dir.with_name(victim.data_dir.name + ".fail-fsync")
-        trigger.write_text("/controller/")
+        trigger = _fail_fsyncs(victim, "/controller/")
         # A metadata change: every node appends (and must persist) its record.
         topic = b"made-while-failing"
         _eventually(lambda: cluster.leader_of(topic).client().execute_command("TOPIC", "CREATE", topic) == b"OK",
@@ -290,8 +295,7 @@ def test_a_topic_a_node_cannot_create_does_not_stop_the_metadata_after_it(tmp_pa
     try:
         refused, after = b"refused-here", b"made-after"
         victim = next(n for n in cluster.nodes if n is not cluster.leader_of(refused))
-        trigger = victim.data_dir.with_name(victim.data_dir.name + ".fail-fsync")
-        trigger.write_text(f"/{encode_topic(refused)}/")
+        trigger = _fail_fsyncs(victim, f"/{encode_topic(refused)}/")
         for topic in (refused, after):
             _eventually(lambda t=topic: cluster.leader_of(t).client().execute_command("TOPIC", "CREATE", t) == b"OK",
                         what=f"{topic!r} created")
