@@ -11,7 +11,8 @@ fsync comparison), the same load is sent to each (redis-benchmark where it
 can express the workload, ``bench.loadgen`` where it cannot), and a row is
 recorded: req/s and entries/s for both, the ratio, p50/p99 latency, and each
 server's CPU time per request read from /proc. Results go to
-``bench/results/compare-<time>.md`` (and ``latest.md``), with PNG charts when
+``bench/results/compare-<time>.md`` (and ``latest.md`` for a full run, not
+for ``--only``), with PNG charts when
 matplotlib (the ``bench`` extra) is installed. Every process started here is
 stopped here, and only those.
 """
@@ -607,7 +608,8 @@ def main(argv: list[str] | None = None) -> int:
     text = markdown(rows, header)
     out = RESULTS_DIR / f"compare-{stamp}.md"
     out.write_text(text)
-    (RESULTS_DIR / "latest.md").write_text(text)
+    if not args.only:  # (latest.md is the last full run: one workload's rerun must not replace it)
+        (RESULTS_DIR / "latest.md").write_text(text)
     charts(rows, RESULTS_DIR / f"compare-{stamp}")
     print(text)
     return 0
