@@ -579,19 +579,25 @@ class Controller:
             pass  # proposed again after ISR_RETRY_MS
 
     async def elect(self, shard: int, epoch: int, timeout_s: float) -> None:
-        """Make this node the leader of ``shard`` (now at ``epoch``) and its
-        preferred replica through the controller and wait until the change
-        is applied here. Raises
-        NotReady (no controller) or RuntimeError (leadership moved otherwise)."""
+        """Make this node the leader of ``shard`` (at ``epoch`` when the
+        caller decided to) and its preferred replica through the controller
+        and wait until the change is applied here. If the leadership moved
+        meanwhile to this very node (the controller elected it: the old
+        leader died), what was asked for holds: only the preferred replica
+        is committed. Raises NotReady (no controller) or RuntimeError
+        (leadership moved to another node)."""
         with trio.move_on_after(timeout_s):
             while not self.meta.initialized:  # a cluster just started: its first controller is being elected
                 await self._applied_event.wait()
-            if self.meta.shards[shard].epoch != epoch:
-                raise RuntimeError(f"shard {shard}'s leadership moved meanwhile "
-                                   f"(epoch {self.meta.shards[shard].epoch})")
             # The record is conditional on the shard's version: when another
             # change (an ISR update) commits first, decide again.
-            while (sm := self.meta.shards[shard]).epoch == epoch:
+            while True:
+                sm = self.meta.shards[shard]
+                if sm.leader == self.my_id and sm.replicas[0] == self.my_id:
+                    return
+                if sm.leader != self.my_id and sm.epoch != epoch:
+                    raise RuntimeError(f"shard {shard}'s leadership moved meanwhile "
+                                       f"(to node {sm.leader} at epoch {sm.epoch})")
                 # (and this node becomes the shard's preferred replica: a
                 # manual failover sticks, Metadata.takeover_record)
                 record = self.meta.takeover_record(shard, self.my_id)
@@ -603,10 +609,6 @@ class Controller:
                 with trio.move_on_after(1.0):
                     while self.meta.shards[shard].version == sm.version:
                         await self._applied_event.wait()
-            now = self.meta.shards[shard]
-            if now.leader != self.my_id:
-                raise RuntimeError(f"shard {shard} went to node {now.leader} at epoch {now.epoch}")
-            return
         if not self.meta.initialized:
             raise NotReady("no controller has initialised the cluster metadata yet "
                            "(a majority of controller-nodes must be up)")

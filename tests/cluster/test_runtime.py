@@ -45,18 +45,32 @@ async def cluster(tmp_path):
     network = MemoryNetwork()
     nodes, registries = [], []
     links_from: dict[int, list] = {1: [], 2: [], 3: []}  # the links each node made, to cut it off
+    cut_off: set[int] = set()  # nodes whose links, also those made later, are down
 
     def links_of(me: int):
         def make(node):
             link = network.factory(node.id)
+            link.up = link.up and me not in cut_off
             links_from[me].append(link)
             return link
         return make
 
     def set_isolated(node_id: int, isolated: bool) -> None:
         network.set_up(node_id, not isolated)
+        (cut_off.add if isolated else cut_off.discard)(node_id)
         for link in links_from[node_id]:
             link.up = not isolated
+
+    def kill(node_id: int, dead) -> None:
+        """``node_id``'s process is gone: ``dead`` (a service) answers the
+        calls to it, and it sends nothing."""
+        for link in network.links:
+            if link.service is network.services[node_id]:
+                link.service = dead
+        network.services[node_id] = dead
+        cut_off.add(node_id)
+        for link in links_from[node_id]:
+            link.up = False
 
     for node_id in (1, 2, 3):
         config = _config(tmp_path / f"n{node_id}", node_id)
@@ -71,11 +85,26 @@ async def cluster(tmp_path):
         with trio.fail_after(30):
             while not all(r.controller.meta.initialized and r.controller.lease_ok() for r in nodes):
                 await trio.sleep(0.1)
-        yield types.SimpleNamespace(nodes=nodes, network=network, set_isolated=set_isolated, links_from=links_from)
+        yield types.SimpleNamespace(nodes=nodes, network=network, set_isolated=set_isolated, kill=kill,
+                                    links_from=links_from)
         nursery.cancel_scope.cancel()
     for repl, registry in zip(nodes, registries):
         repl.close()
         registry.close()
+
+
+class _Gone:
+    """The service of a node whose process is gone: every connection to it
+    is refused. ``pause_refused``, when given, is awaited before a
+    ``PauseRequest`` is (a failover's first call, to the old leader)."""
+
+    def __init__(self, pause_refused=None) -> None:
+        self.pause_refused = pause_refused
+
+    async def serve(self, request):
+        if isinstance(request, PauseRequest) and self.pause_refused is not None:
+            await self.pause_refused()
+        raise Unreachable("connection refused", refused=True)
 
 
 def _key_led_by(repl, node_id: int) -> bytes:
@@ -357,3 +386,30 @@ async def test_a_readonly_connections_stream_reads_of_a_followed_key_run_here_an
         moved = follower.route(spec, argv, True)
         assert isinstance(moved, Moved) and moved.leader.id == 1, spec.name
         assert leader.route(spec, argv, True) is None
+
+
+async def test_a_forced_failover_answers_ok_when_the_controller_made_the_asking_node_leader_meanwhile(
+        cluster, autojump_clock):
+    """CLUSTER FAILOVER FORCE on a follower right after its leader's process
+    died: before its pause request to the old leader is refused, the
+    controller fences the dead node (its connections are refused) and
+    elects this very node. The user asked for this node to lead the shard,
+    and it does: the failover answers OK (not 'not committed: leadership
+    moved meanwhile'), and, as any manual failover, makes it the shard's
+    preferred replica."""
+    key = _key_led_by(cluster.nodes[0], 1)
+    m = cluster.nodes[1].manager
+    shard = m.placement.shard_of_slot(key_slot(key))
+    asker = next(r for r in m.placement.replicas(shard) if r != 1)  # the one the controller elects first
+    node = cluster.nodes[asker - 1]
+
+    async def elected_meanwhile() -> None:
+        while node.manager.state.leader(shard) != asker:
+            await trio.sleep(0.01)
+
+    cluster.kill(1, _Gone(pause_refused=elected_meanwhile))
+    with trio.fail_after(30):
+        await node.take_shard(shard, force=True)
+    sm = node.controller.meta.shards[shard]
+    assert (sm.leader, sm.replicas[0]) == (asker, asker), sm
+    assert node.manager.state.leader(shard) == asker
