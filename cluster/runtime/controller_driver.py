@@ -57,9 +57,10 @@ class NotReady(Exception):
 
 
 class ControllerHalted(Halted):
-    """This node could not write its Raft state (``<dir>/controller/``): it
-    takes no further part and the process stops (``Controller._halt``). A
-    command that reaches the controller meanwhile gets ``-MISCONF``."""
+    """This node could not write its Raft state (``<dir>/controller/``) or
+    apply a committed metadata record: it takes no further part and the
+    process stops (``Controller._halt``). A command that reaches the
+    controller meanwhile gets ``-MISCONF``."""
 
 
 def _now_ms() -> int:
@@ -306,13 +307,18 @@ class Controller:
             try:
                 self.store.save(rd)
             except (StorageError, OSError) as e:
-                self._halt(e)
+                self._halt(self._unwritable(e))
             if rd.snapshot is not None and rd.snapshot.index > self.applied:
                 self._restore(rd.snapshot)
             for entry in rd.committed:
                 if entry.index <= self.applied:
                     continue
-                self._effects(self.meta.apply(entry.data))
+                try:
+                    self._effects(self.meta.apply(entry.data))
+                except Exception as e:  # noqa: BLE001 - a bug: see _halt
+                    log.exception("applying the committed metadata record %d failed", entry.index)
+                    self._halt(f"the committed metadata record {entry.index} could not be applied "
+                               f"({type(e).__name__}: {e})")
                 self.applied, self.applied_term = entry.index, entry.term
                 self.counts["applied"] += 1
             for msg in rd.messages:
@@ -329,7 +335,7 @@ class Controller:
             try:
                 self.store.save_snapshot(snap)
             except (StorageError, OSError) as e:
-                self._halt(e)
+                self._halt(self._unwritable(e))
             self.snapshot_index = snap.index
         leader = raft.role == "leader"
         if leader != self.is_leader:
@@ -341,17 +347,28 @@ class Controller:
             else:
                 self.logic.stepped_down()
 
-    def _halt(self, error: BaseException) -> None:
-        """Raft's state could not be written. ``Raft.ready`` was this node's
-        promise to persist before it sends or applies: going on would let
-        it vote or acknowledge entries it does not hold (and its metadata
-        would miss what it skipped). So it stops at once, as a Kafka
-        controller does when its metadata log's directory fails: no more
-        Raft, heartbeats or leadership (its lease ends now, so it refuses
-        writes), and the ticker ends the process (exit code 1) within a
-        tick; the controller fences it and its shards move. Restarted on a
-        sound disk, it recovers what it had persisted."""
-        self.halted = f"the controller state in {self.store.directory} could not be written ({error})"
+    def _unwritable(self, error: BaseException) -> str:
+        return f"the controller state in {self.store.directory} could not be written ({error})"
+
+    def _halt(self, why: str) -> None:
+        """This node cannot keep Raft's rules or its metadata: it stops at
+        once, as a Kafka controller does when its metadata log's directory
+        fails. No more Raft, heartbeats or
+        leadership (its lease ends now, so it refuses writes), and the ticker
+        ends the process (exit code 1) within a tick; the controller fences
+        it and its shards move to in-sync replicas.
+
+        - Raft's state could not be written: ``Raft.ready`` was this node's
+          promise to persist before it sends or applies; going on would let
+          it vote or acknowledge entries it does not hold (and its metadata
+          would miss what it skipped). Restarted on a sound disk, it
+          recovers what it had persisted.
+        - A committed record could not be applied (a bug): skipping it
+          would leave this node's metadata (who leads which shard, ISRs,
+          fencing, topics) different from every other node's while it
+          serves on it. The record is persisted; a restart applies it again
+          (and stops again, with the same message, until the bug is fixed)."""
+        self.halted = why
         self.lease_expiry_s = 0.0
         self._lease_from_ms = None
         log.critical("Fatal: %s; this node stops", self.halted)

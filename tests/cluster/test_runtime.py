@@ -18,7 +18,9 @@ from cluster.nodes import key_slot
 from cluster.peer.link import MemoryNetwork, Unreachable
 from cluster.peer.messages import (READ_AFTER, READ_LENGTH, READ_RANGE, AppendRequest, AppendResponse,
                                    PauseRequest, ReadPart, ReadRequest)
+from cluster.controller.metadata import Metadata
 from cluster.runtime import replication
+from cluster.runtime.controller_driver import ControllerHalted
 from cluster.runtime.fanout import merge_by_id
 from cluster.topics import TopicRegistry
 from storage.entry_codec import decode_entry
@@ -41,7 +43,9 @@ def _config(directory, node_id: int) -> types.SimpleNamespace:
 
 @pytest.fixture
 async def cluster(tmp_path):
-    """Three nodes' ``Replication``s running, each node's service on the network."""
+    """Three nodes' ``Replication``s running, each node's service on the
+    network; ``stopped``: the nodes whose controller halted (their run ended
+    with ``ControllerHalted``, as their process would)."""
     network = MemoryNetwork()
     nodes, registries = [], []
     links_from: dict[int, list] = {1: [], 2: [], 3: []}  # the links each node made, to cut it off
@@ -79,14 +83,22 @@ async def cluster(tmp_path):
         repl = replication.build(config, registry, links_of(node_id))
         network.add(node_id, repl.service)
         nodes.append(repl)
+    stopped: dict[int, BaseExceptionGroup] = {}  # node -> why it stopped (a process would exit)
+
+    async def run(repl) -> None:
+        try:
+            await repl.run()
+        except* ControllerHalted as group:
+            stopped[repl.manager.my_id] = group
+
     async with trio.open_nursery() as nursery:
         for repl in nodes:
-            nursery.start_soon(repl.run)
+            nursery.start_soon(run, repl)
         with trio.fail_after(30):
             while not all(r.controller.meta.initialized and r.controller.lease_ok() for r in nodes):
                 await trio.sleep(0.1)
         yield types.SimpleNamespace(nodes=nodes, network=network, set_isolated=set_isolated, kill=kill,
-                                    links_from=links_from)
+                                    links_from=links_from, stopped=stopped)
         nursery.cancel_scope.cancel()
     for repl, registry in zip(nodes, registries):
         repl.close()
@@ -413,3 +425,39 @@ async def test_a_forced_failover_answers_ok_when_the_controller_made_the_asking_
     sm = node.controller.meta.shards[shard]
     assert (sm.leader, sm.replicas[0]) == (asker, asker), sm
     assert node.manager.state.leader(shard) == asker
+
+
+async def test_a_node_that_cannot_apply_a_committed_metadata_record_stops_instead_of_skipping_it(
+        cluster, autojump_clock, caplog):
+    """A committed metadata record whose apply raises on one node (a bug, a
+    record it cannot take): going on would leave that node's metadata
+    different from everyone else's (the record skipped, the next ones
+    applied on top) while it serves on it. It stops instead, saying so, as
+    when it cannot write its controller state: its lease ends at once (no
+    write is acknowledged on what it believes), it applies nothing after
+    the record, its run ends (the process exits with code 1) and the others,
+    which applied it, go on."""
+    controller = next(r.controller for r in cluster.nodes if r.controller.is_leader)
+    victim = next(r.controller for r in cluster.nodes if not r.controller.is_leader)
+    apply = victim.meta.apply
+
+    def poisoned(data: bytes):
+        if b"poison" in data:
+            raise RuntimeError("cannot apply this one")
+        return apply(data)
+
+    victim.meta.apply = poisoned
+    await controller.propose(Metadata.topic_record(b"poison", None, "", -1))
+    poison_index = controller.raft.last_index
+    with trio.fail_after(30):
+        while victim.my_id not in cluster.stopped:
+            await trio.sleep(0.1)
+    assert not victim.lease_ok()
+    assert f"record {poison_index} could not be applied" in victim.halted
+    assert any(r.levelname == "CRITICAL" and f"record {poison_index} could not be applied" in r.getMessage()
+               for r in caplog.records)
+    await controller.propose(Metadata.topic_record(b"after", None, "", -1))
+    with trio.fail_after(30):
+        while not all(r.controller.applied > poison_index for r in cluster.nodes if r.controller is not victim):
+            await trio.sleep(0.1)
+    assert victim.applied < poison_index
