@@ -353,10 +353,10 @@ class Controller:
     def _halt(self, why: str) -> None:
         """This node cannot keep Raft's rules or its metadata: it stops at
         once, as a Kafka controller does when its metadata log's directory
-        fails. No more Raft, heartbeats or
-        leadership (its lease ends now, so it refuses writes), and the ticker
-        ends the process (exit code 1) within a tick; the controller fences
-        it and its shards move to in-sync replicas.
+        fails. No more Raft, heartbeats or leadership (its lease ends now,
+        so it refuses writes), and the ticker ends the process (exit code 1)
+        within a tick; the controller fences it and its shards move to
+        in-sync replicas.
 
         - Raft's state could not be written: ``Raft.ready`` was this node's
           promise to persist before it sends or applies; going on would let
