@@ -4,7 +4,9 @@ autojump clock: no sockets, no RESP. The controller quorum elects a leader
 over the links, an acks=all write waits for the followers' fetches, WAIT
 counts them, a forwarded append reaches the partition's leader and a
 refusal comes back as the leader's text, a topic read fans out to the
-partitions' leaders (the cluster run over the real bus is tests/e2e/)."""
+partitions' leaders, a forced failover the controller's own election
+overtakes, a node that cannot apply a committed metadata record stops (the
+cluster run over the real bus is tests/e2e/)."""
 
 from __future__ import annotations
 
