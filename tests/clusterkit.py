@@ -317,8 +317,9 @@ class Cluster:
         default) the controller fences a node whose port refuses its
         connections at once and elects the first live in-sync replica: a
         ``CLUSTER FAILOVER FORCE`` sent right after the kill races that
-        election and is refused when it loses ("not committed: shard N's
-        leadership moved meanwhile"), so wait for the election instead."""
+        election and is refused when it elects another node ("not
+        committed: shard N's leadership moved meanwhile"), so wait for the
+        election instead."""
         return eventually(lambda: (leader := self.leader_of(key)) is not dead and leader,
                           what=f"a live leader of {key!r}")
 

@@ -119,11 +119,14 @@ class Metadata:
         shard back to the node it replaced. Only a later failover or
         CLUSTER REASSIGN moves it. (For the preferred leader taking its shard
         back, and a reassignment's move to its first target replica, the
-        order is already so.)"""
+        order is already so.) A ``node`` that leads the shard already (the
+        controller elected it while its failover was on the way) keeps its
+        epoch and only becomes the preferred replica."""
         cur = self.shards[shard]
         replicas = [node] + [r for r in cur.replicas if r != node]
         moved = {"replicas": replicas} if replicas != cur.replicas else {}
-        return self.shard_record(shard, cur.version, node, cur.epoch + 1, set(cur.isr) | {node}, **moved)
+        epoch = cur.epoch + (node != cur.leader)
+        return self.shard_record(shard, cur.version, node, epoch, set(cur.isr) | {node}, **moved)
 
     def reassign_record(self, shard: int, target: list[int]) -> bytes:
         """Start moving ``shard`` to the replicas ``target`` (preferred leader

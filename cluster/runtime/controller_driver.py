@@ -57,9 +57,10 @@ class NotReady(Exception):
 
 
 class ControllerHalted(Halted):
-    """This node could not write its Raft state (``<dir>/controller/``): it
-    takes no further part and the process stops (``Controller._halt``). A
-    command that reaches the controller meanwhile gets ``-MISCONF``."""
+    """This node could not write its Raft state (``<dir>/controller/``) or
+    apply a committed metadata record: it takes no further part and the
+    process stops (``Controller._halt``). A command that reaches the
+    controller meanwhile gets ``-MISCONF``."""
 
 
 def _now_ms() -> int:
@@ -306,13 +307,18 @@ class Controller:
             try:
                 self.store.save(rd)
             except (StorageError, OSError) as e:
-                self._halt(e)
+                self._halt(self._unwritable(e))
             if rd.snapshot is not None and rd.snapshot.index > self.applied:
                 self._restore(rd.snapshot)
             for entry in rd.committed:
                 if entry.index <= self.applied:
                     continue
-                self._effects(self.meta.apply(entry.data))
+                try:
+                    self._effects(self.meta.apply(entry.data))
+                except Exception as e:  # noqa: BLE001 - a bug: see _halt
+                    log.exception("applying the committed metadata record %d failed", entry.index)
+                    self._halt(f"the committed metadata record {entry.index} could not be applied "
+                               f"({type(e).__name__}: {e})")
                 self.applied, self.applied_term = entry.index, entry.term
                 self.counts["applied"] += 1
             for msg in rd.messages:
@@ -329,7 +335,7 @@ class Controller:
             try:
                 self.store.save_snapshot(snap)
             except (StorageError, OSError) as e:
-                self._halt(e)
+                self._halt(self._unwritable(e))
             self.snapshot_index = snap.index
         leader = raft.role == "leader"
         if leader != self.is_leader:
@@ -341,17 +347,28 @@ class Controller:
             else:
                 self.logic.stepped_down()
 
-    def _halt(self, error: BaseException) -> None:
-        """Raft's state could not be written. ``Raft.ready`` was this node's
-        promise to persist before it sends or applies: going on would let
-        it vote or acknowledge entries it does not hold (and its metadata
-        would miss what it skipped). So it stops at once, as a Kafka
-        controller does when its metadata log's directory fails: no more
-        Raft, heartbeats or leadership (its lease ends now, so it refuses
-        writes), and the ticker ends the process (exit code 1) within a
-        tick; the controller fences it and its shards move. Restarted on a
-        sound disk, it recovers what it had persisted."""
-        self.halted = f"the controller state in {self.store.directory} could not be written ({error})"
+    def _unwritable(self, error: BaseException) -> str:
+        return f"the controller state in {self.store.directory} could not be written ({error})"
+
+    def _halt(self, why: str) -> None:
+        """This node cannot keep Raft's rules or its metadata: it stops at
+        once, as a Kafka controller does when its metadata log's directory
+        fails. No more Raft, heartbeats or leadership (its lease ends now,
+        so it refuses writes), and the ticker ends the process (exit code 1)
+        within a tick; the controller fences it and its shards move to
+        in-sync replicas.
+
+        - Raft's state could not be written: ``Raft.ready`` was this node's
+          promise to persist before it sends or applies; going on would let
+          it vote or acknowledge entries it does not hold (and its metadata
+          would miss what it skipped). Restarted on a sound disk, it
+          recovers what it had persisted.
+        - A committed record could not be applied (a bug): skipping it
+          would leave this node's metadata (who leads which shard, ISRs,
+          fencing, topics) different from every other node's while it
+          serves on it. The record is persisted; a restart applies it again
+          (and stops again, with the same message, until the bug is fixed)."""
+        self.halted = why
         self.lease_expiry_s = 0.0
         self._lease_from_ms = None
         log.critical("Fatal: %s; this node stops", self.halted)
@@ -579,19 +596,25 @@ class Controller:
             pass  # proposed again after ISR_RETRY_MS
 
     async def elect(self, shard: int, epoch: int, timeout_s: float) -> None:
-        """Make this node the leader of ``shard`` (now at ``epoch``) and its
-        preferred replica through the controller and wait until the change
-        is applied here. Raises
-        NotReady (no controller) or RuntimeError (leadership moved otherwise)."""
+        """Make this node the leader of ``shard`` (at ``epoch`` when the
+        caller decided to) and its preferred replica through the controller
+        and wait until the change is applied here. If the leadership moved
+        meanwhile to this very node (the controller elected it: the old
+        leader died), what was asked for holds: only the preferred replica
+        is committed. Raises NotReady (no controller) or RuntimeError
+        (leadership moved to another node)."""
         with trio.move_on_after(timeout_s):
             while not self.meta.initialized:  # a cluster just started: its first controller is being elected
                 await self._applied_event.wait()
-            if self.meta.shards[shard].epoch != epoch:
-                raise RuntimeError(f"shard {shard}'s leadership moved meanwhile "
-                                   f"(epoch {self.meta.shards[shard].epoch})")
             # The record is conditional on the shard's version: when another
             # change (an ISR update) commits first, decide again.
-            while (sm := self.meta.shards[shard]).epoch == epoch:
+            while True:
+                sm = self.meta.shards[shard]
+                if sm.leader == self.my_id and sm.replicas[0] == self.my_id:
+                    return
+                if sm.leader != self.my_id and sm.epoch != epoch:
+                    raise RuntimeError(f"shard {shard}'s leadership moved meanwhile "
+                                       f"(to node {sm.leader} at epoch {sm.epoch})")
                 # (and this node becomes the shard's preferred replica: a
                 # manual failover sticks, Metadata.takeover_record)
                 record = self.meta.takeover_record(shard, self.my_id)
@@ -603,10 +626,6 @@ class Controller:
                 with trio.move_on_after(1.0):
                     while self.meta.shards[shard].version == sm.version:
                         await self._applied_event.wait()
-            now = self.meta.shards[shard]
-            if now.leader != self.my_id:
-                raise RuntimeError(f"shard {shard} went to node {now.leader} at epoch {now.epoch}")
-            return
         if not self.meta.initialized:
             raise NotReady("no controller has initialised the cluster metadata yet "
                            "(a majority of controller-nodes must be up)")

@@ -4,7 +4,9 @@ autojump clock: no sockets, no RESP. The controller quorum elects a leader
 over the links, an acks=all write waits for the followers' fetches, WAIT
 counts them, a forwarded append reaches the partition's leader and a
 refusal comes back as the leader's text, a topic read fans out to the
-partitions' leaders (the cluster run over the real bus is tests/e2e/)."""
+partitions' leaders, a forced failover the controller's own election
+overtakes, a node that cannot apply a committed metadata record stops (the
+cluster run over the real bus is tests/e2e/)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,9 @@ from cluster.nodes import key_slot
 from cluster.peer.link import MemoryNetwork, Unreachable
 from cluster.peer.messages import (READ_AFTER, READ_LENGTH, READ_RANGE, AppendRequest, AppendResponse,
                                    PauseRequest, ReadPart, ReadRequest)
+from cluster.controller.metadata import Metadata
 from cluster.runtime import replication
+from cluster.runtime.controller_driver import ControllerHalted
 from cluster.runtime.fanout import merge_by_id
 from cluster.topics import TopicRegistry
 from storage.entry_codec import decode_entry
@@ -41,22 +45,38 @@ def _config(directory, node_id: int) -> types.SimpleNamespace:
 
 @pytest.fixture
 async def cluster(tmp_path):
-    """Three nodes' ``Replication``s running, each node's service on the network."""
+    """Three nodes' ``Replication``s running, each node's service on the
+    network; ``stopped``: the nodes whose controller halted (their run ended
+    with ``ControllerHalted``, as their process would)."""
     network = MemoryNetwork()
     nodes, registries = [], []
     links_from: dict[int, list] = {1: [], 2: [], 3: []}  # the links each node made, to cut it off
+    cut_off: set[int] = set()  # nodes whose links, also those made later, are down
 
     def links_of(me: int):
         def make(node):
             link = network.factory(node.id)
+            link.up = link.up and me not in cut_off
             links_from[me].append(link)
             return link
         return make
 
     def set_isolated(node_id: int, isolated: bool) -> None:
         network.set_up(node_id, not isolated)
+        (cut_off.add if isolated else cut_off.discard)(node_id)
         for link in links_from[node_id]:
             link.up = not isolated
+
+    def kill(node_id: int, dead) -> None:
+        """``node_id``'s process is gone: ``dead`` (a service) answers the
+        calls to it, and it sends nothing."""
+        for link in network.links:
+            if link.service is network.services[node_id]:
+                link.service = dead
+        network.services[node_id] = dead
+        cut_off.add(node_id)
+        for link in links_from[node_id]:
+            link.up = False
 
     for node_id in (1, 2, 3):
         config = _config(tmp_path / f"n{node_id}", node_id)
@@ -65,17 +85,40 @@ async def cluster(tmp_path):
         repl = replication.build(config, registry, links_of(node_id))
         network.add(node_id, repl.service)
         nodes.append(repl)
+    stopped: dict[int, BaseExceptionGroup] = {}  # node -> why it stopped (a process would exit)
+
+    async def run(repl) -> None:
+        try:
+            await repl.run()
+        except* ControllerHalted as group:
+            stopped[repl.manager.my_id] = group
+
     async with trio.open_nursery() as nursery:
         for repl in nodes:
-            nursery.start_soon(repl.run)
+            nursery.start_soon(run, repl)
         with trio.fail_after(30):
             while not all(r.controller.meta.initialized and r.controller.lease_ok() for r in nodes):
                 await trio.sleep(0.1)
-        yield types.SimpleNamespace(nodes=nodes, network=network, set_isolated=set_isolated, links_from=links_from)
+        yield types.SimpleNamespace(nodes=nodes, network=network, set_isolated=set_isolated, kill=kill,
+                                    links_from=links_from, stopped=stopped)
         nursery.cancel_scope.cancel()
     for repl, registry in zip(nodes, registries):
         repl.close()
         registry.close()
+
+
+class _Gone:
+    """The service of a node whose process is gone: every connection to it
+    is refused. ``pause_refused``, when given, is awaited before a
+    ``PauseRequest`` is (a failover's first call, to the old leader)."""
+
+    def __init__(self, pause_refused=None) -> None:
+        self.pause_refused = pause_refused
+
+    async def serve(self, request):
+        if isinstance(request, PauseRequest) and self.pause_refused is not None:
+            await self.pause_refused()
+        raise Unreachable("connection refused", refused=True)
 
 
 def _key_led_by(repl, node_id: int) -> bytes:
@@ -357,3 +400,66 @@ async def test_a_readonly_connections_stream_reads_of_a_followed_key_run_here_an
         moved = follower.route(spec, argv, True)
         assert isinstance(moved, Moved) and moved.leader.id == 1, spec.name
         assert leader.route(spec, argv, True) is None
+
+
+async def test_a_forced_failover_answers_ok_when_the_controller_made_the_asking_node_leader_meanwhile(
+        cluster, autojump_clock):
+    """CLUSTER FAILOVER FORCE on a follower right after its leader's process
+    died: before its pause request to the old leader is refused, the
+    controller fences the dead node (its connections are refused) and
+    elects this very node. The user asked for this node to lead the shard,
+    and it does: the failover answers OK (not 'not committed: leadership
+    moved meanwhile'), and, as any manual failover, makes it the shard's
+    preferred replica."""
+    key = _key_led_by(cluster.nodes[0], 1)
+    m = cluster.nodes[1].manager
+    shard = m.placement.shard_of_slot(key_slot(key))
+    asker = next(r for r in m.placement.replicas(shard) if r != 1)  # the one the controller elects first
+    node = cluster.nodes[asker - 1]
+
+    async def elected_meanwhile() -> None:
+        while node.manager.state.leader(shard) != asker:
+            await trio.sleep(0.01)
+
+    cluster.kill(1, _Gone(pause_refused=elected_meanwhile))
+    with trio.fail_after(30):
+        await node.take_shard(shard, force=True)
+    sm = node.controller.meta.shards[shard]
+    assert (sm.leader, sm.replicas[0]) == (asker, asker), sm
+    assert node.manager.state.leader(shard) == asker
+
+
+async def test_a_node_that_cannot_apply_a_committed_metadata_record_stops_instead_of_skipping_it(
+        cluster, autojump_clock, caplog):
+    """A committed metadata record whose apply raises on one node (a bug, a
+    record it cannot take): going on would leave that node's metadata
+    different from everyone else's (the record skipped, the next ones
+    applied on top) while it serves on it. It stops instead, saying so, as
+    when it cannot write its controller state: its lease ends at once (no
+    write is acknowledged on what it believes), it applies nothing after
+    the record, its run ends (the process exits with code 1) and the others,
+    which applied it, go on."""
+    controller = next(r.controller for r in cluster.nodes if r.controller.is_leader)
+    victim = next(r.controller for r in cluster.nodes if not r.controller.is_leader)
+    apply = victim.meta.apply
+
+    def poisoned(data: bytes):
+        if b"poison" in data:
+            raise RuntimeError("cannot apply this one")
+        return apply(data)
+
+    victim.meta.apply = poisoned
+    await controller.propose(Metadata.topic_record(b"poison", None, "", -1))
+    poison_index = controller.raft.last_index
+    with trio.fail_after(30):
+        while victim.my_id not in cluster.stopped:
+            await trio.sleep(0.1)
+    assert not victim.lease_ok()
+    assert f"record {poison_index} could not be applied" in victim.halted
+    assert any(r.levelname == "CRITICAL" and f"record {poison_index} could not be applied" in r.getMessage()
+               for r in caplog.records)
+    await controller.propose(Metadata.topic_record(b"after", None, "", -1))
+    with trio.fail_after(30):
+        while not all(r.controller.applied > poison_index for r in cluster.nodes if r.controller is not victim):
+            await trio.sleep(0.1)
+    assert victim.applied < poison_index

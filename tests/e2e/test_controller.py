@@ -1,7 +1,8 @@
 """The controller quorum end to end, real processes on loopback: automatic
 failover after kill -9, a preferred leader taking its shard back, unclean
 election off by default and on when configured, an isolated leader that
-can acknowledge nothing while the others elect a new one."""
+can acknowledge nothing while the others elect a new one, a forced failover
+racing the controller's own election."""
 
 from __future__ import annotations
 
@@ -633,5 +634,30 @@ def test_a_paused_leader_is_fenced_only_after_its_session_timeout(tmp_path):
         # fetch told them the high watermark, and the new one learns it from
         # the remaining follower's first fetch.
         _eventually(lambda: len(new.client().xrange(key)) == 1, what="the acknowledged entry on the new leader")
+    finally:
+        cluster.stop()
+
+
+def test_a_forced_failover_right_after_a_kill_answers_ok_on_the_node_the_controller_elects(tmp_path):
+    """CLUSTER FAILOVER FORCE sent to a follower right after its leader's
+    kill -9 races the controller's own election (fast fencing). When the
+    controller elects that very follower, the node leads the shard, as the
+    user asked: the failover answers OK whoever wins (not "not committed:
+    ... leadership moved meanwhile"). (Whether it also became the preferred
+    replica depends on the race: not when the election was applied before
+    the command arrived, which then leaves that shard alone.)"""
+    cluster = Cluster(tmp_path, extra=LONG_SESSION)
+    try:
+        ctrl = cluster.controller()
+        old = next(n for n in cluster.nodes if n is not ctrl)
+        key = _key_led_by(cluster, old)
+        _eventually(lambda: len(_shard_of(ctrl, key)["isr"].split("/")) == 3, what="every replica in sync")
+        old_id = str(cluster.nodes.index(old) + 1)
+        # (the first live in-sync replica: the one the controller elects)
+        asker_id = next(r for r in _shard_of(ctrl, key)["replicas"].split("/") if r != old_id)
+        asker = cluster.nodes[int(asker_id) - 1]
+        old.kill9()
+        assert asker.client(socket_timeout=20).execute_command("CLUSTER", "FAILOVER", "FORCE") == b"OK"
+        assert _shard_of(asker, key)["leader"] == asker_id
     finally:
         cluster.stop()
