@@ -59,7 +59,8 @@ class NotController(ClusterError):
 
 
 class Halted(ClusterError):
-    """This node could not write its controller state and is stopping."""
+    """This node could not write its controller state (or apply a committed
+    metadata record) and is stopping."""
 
     code = "MISCONF"
 

@@ -491,7 +491,8 @@ def slow_fencing_cluster(tmp_path):
     # controller-fast-fencing no: a killed leader stays the leader (unreachable)
     # for the session timeout, so the forced failover is what moves its shard;
     # with it, the controller fences the node the moment its port refuses and
-    # elects a follower itself, and a FORCE racing that is refused ("not committed").
+    # elects a follower itself, and a FORCE racing that is refused when the
+    # controller elected another follower (docs/controller.md "Moving leadership").
     yield from running(tmp_path, extra=["--controller-fast-fencing", "no"])
 
 
