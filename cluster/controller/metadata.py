@@ -9,13 +9,17 @@ heartbeating). Records are small JSON objects; a shard record is
 *conditional* (it names the shard version it was decided on and is ignored
 if another change committed first), so two proposers racing — a leader
 shrinking its ISR, the controller electing a new leader — never combine into
-a state neither decided. ``ControllerLogic`` — what the elected controller
-proposes: registrations, fencing a node that stopped heartbeating (or whose
-port refuses the controller's connections: its process is gone), electing
-a shard's new leader from its ISR when its leader is fenced or reports a
-log of it offline (``unclean-leader-election`` allowing any live replica
-when no ISR member lives), removing fenced, restarted or offline nodes
-from ISRs, and asking preferred leaders to take their shards back.
+a state neither decided. A record applies whole or not at all: it is
+checked against the state before anything changes, so one that does not
+apply (malformed, stale) changes nothing, on every node alike, and an
+exception while applying one is a bug, not a rejection. ``ControllerLogic``
+— what the elected controller proposes: registrations, fencing a node that
+stopped heartbeating (or whose port refuses the controller's connections:
+its process is gone), electing a shard's new leader from its ISR when its
+leader is fenced or reports a log of it offline (``unclean-leader-election``
+allowing any live replica when no ISR member lives), removing fenced,
+restarted or offline nodes from ISRs, and asking preferred leaders to take
+their shards back.
 
 Kafka's rules kept here (docs/controller.md):
 
@@ -41,7 +45,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from cluster.nodes import BUS_PORT_OFFSET
+from cluster.nodes import Node, parse_address
 
 
 class MetadataError(ValueError):
@@ -91,7 +95,9 @@ class Metadata:
     def join_record(node: int, host: str, port: int, bus_port: int) -> bytes:
         """A node not in the cluster's first node list joins it (as a Raft
         learner, holding no shard until CLUSTER REASSIGN gives it some), at
-        client port ``port`` and cluster bus port ``bus_port``."""
+        client port ``port`` and cluster bus port ``bus_port`` (0: port +
+        10000). ValueError: an address the nodes could not read back."""
+        _join_address(node, host, port, bus_port)
         return _dump({"t": "join", "node": node, "host": host, "port": port, "bus": bus_port})
 
     @staticmethod
@@ -147,129 +153,138 @@ class Metadata:
 
     @staticmethod
     def check_record(data: bytes) -> None:
-        """Raise ValueError unless ``data`` is a record this module makes."""
-        try:
-            rec = json.loads(data)
-        except ValueError as e:
-            raise ValueError(f"not a metadata record ({e})") from None
-        fields = {"init": ("nodes", "shards"), "node": ("node", "inc", "fenced"),
-                  "shard": ("s", "expect", "leader", "epoch", "isr"),
-                  "topic": ("name", "blob", "id", "origin", "nonce"), "join": ("node", "host", "port")}
-        if not isinstance(rec, dict) or rec.get("t") not in fields:
-            raise ValueError("not a metadata record (unknown kind)")
-        missing = [f for f in fields[rec["t"]] if f not in rec]
-        if missing:
-            raise ValueError(f"{rec['t']} record without {', '.join(missing)}")
+        """Raise ValueError (``MetadataError``) unless ``data`` has the shape
+        of a record this module makes: a kind and its fields."""
+        _decode_record(data)
 
     def apply(self, data: bytes) -> list[tuple[str, Any]]:
         """Apply one committed record; the changes it made: ``("shard", s)`` /
-        ``("node", n)`` / ``("init", 0)`` / ``("topic", name)``. A record that
-        does not apply (a stale conditional one, or garbage) changes nothing."""
+        ``("node", n)`` / ``("init", 0)`` / ``("join", n)`` / ``("topic", ...)``.
+
+        All or nothing: the record is read and checked against the metadata
+        first (``_decide``, which changes nothing), then what it changes is
+        written at once (``_write``). A record that does not apply changes
+        nothing — garbage or a field of the wrong type (``MetadataError``),
+        or one the state turns down (a stale conditional shard record, a
+        second ``init``, a join of a known node) — and that is decided by the
+        record and the metadata alone, so every node turns it down alike.
+        Any other exception is a bug and propagates: the driver halts the
+        node rather than serve on metadata that may not be the others'."""
         if not data:
             return []  # a new Raft leader's no-op entry
         try:
-            rec = json.loads(data)
-            kind = rec["t"]
-        except (ValueError, KeyError, TypeError):
+            update = self._decide(_decode_record(data))
+        except MetadataError:
             return []
-        try:
-            if kind == "init":
-                return self._apply_init(rec)
-            if kind == "node":
-                return self._apply_node(rec)
-            if kind == "shard":
-                return self._apply_shard(rec)
-            if kind == "topic":
-                return self._apply_topic(rec)
-            if kind == "join":
-                return self._apply_join(rec)
-        except (KeyError, TypeError, ValueError, IndexError):
-            return []
-        return []
+        return self._write(update)
 
-    def _apply_init(self, rec: dict) -> list[tuple[str, int]]:
+    def _decide(self, rec: dict) -> _Update:
+        """What ``rec`` changes (nothing if the state turns it down); reads
+        the metadata, never writes it. MetadataError: a malformed record."""
+        kind = rec["t"]
+        if kind == "init":
+            return self._decide_init(rec)
+        if kind == "join":
+            return self._decide_join(rec)
+        if kind == "node":
+            return self._decide_node(rec)
+        if kind == "shard":
+            return self._decide_shard(rec)
+        assert kind == "topic", kind  # _decode_record knows no other kind
+        return self._decide_topic(rec)
+
+    def _write(self, update: _Update) -> list[tuple[str, Any]]:
+        """Write a decided update: assignments only, nothing left to check."""
+        if update.init is not None:
+            self.shards, self.nodes = update.init
+            self.initialized = True
+        for s, shard in update.shards.items():
+            self.shards[s] = shard
+        self.nodes.update(update.nodes)
+        for name, topic in update.topics.items():
+            if topic is None:
+                del self.topics[name]
+            else:
+                self.topics[name] = topic
+        return update.changes
+
+    def _decide_init(self, rec: dict) -> _Update:
+        shards = [_shard_from_json(s) for s in _field(rec, "shards", list)]
+        nodes = {n: NodeMeta() for n in _ids(rec, "nodes")}
         if self.initialized:
-            return []
-        self.shards = [ShardMeta(list(s["replicas"]), int(s["leader"]), int(s["epoch"]), sorted(s["isr"]))
-                       for s in rec["shards"]]
-        self.nodes = {int(n): NodeMeta() for n in rec["nodes"]}
-        self.initialized = True
-        return [("init", 0)]
+            return _Update()
+        return _Update([("init", 0)], init=(shards, nodes))
 
-    def _apply_join(self, rec: dict) -> list[tuple[str, Any]]:
-        node, host, port = int(rec["node"]), str(rec["host"]), int(rec["port"])
-        bus = int(rec.get("bus", 0)) or port + BUS_PORT_OFFSET
-        if (node < 1 or not host or not 0 < port < 65536 or not 0 < bus < 65536 or node in self.nodes
-                or not self.initialized):
-            return []
-        self.nodes[node] = NodeMeta(address=f"{host}:{port}@{bus}")
-        return [("join", node)]
+    def _decide_join(self, rec: dict) -> _Update:
+        node = _field(rec, "node", int)
+        address = _join_address(node, _field(rec, "host", str), _field(rec, "port", int),
+                                _field(rec, "bus", int, 0))
+        if node in self.nodes or not self.initialized:
+            return _Update()
+        return _Update([("join", node)], nodes={node: NodeMeta(address=address)})
 
-    def _apply_node(self, rec: dict) -> list[tuple[str, int]]:
-        node = int(rec["node"])
-        if node not in self.nodes:
-            return []
-        meta = NodeMeta(str(rec["inc"]), bool(rec["fenced"]), self.nodes[node].address)
-        old = self.nodes[node]
+    def _decide_node(self, rec: dict) -> _Update:
+        node = _field(rec, "node", int)
+        incarnation, fenced = _field(rec, "inc", str), _field(rec, "fenced", bool)
+        old = self.nodes.get(node)
+        if old is None:
+            return _Update()
+        meta = NodeMeta(incarnation, fenced, old.address)
         if meta == old:
-            return []
-        self.nodes[node] = meta
-        changes = [("node", node)]
+            return _Update()
+        update = _Update([("node", node)], nodes={node: meta})
         if old.incarnation and meta.incarnation != old.incarnation:
-            changes += self._rejoin(node)
-        return changes
+            update.shards = self._rejoined(node)
+            update.changes += [("shard", s) for s in update.shards]
+        return update
 
-    def _rejoin(self, node: int) -> list[tuple[str, int]]:
-        changes = []
+    def _rejoined(self, node: int) -> dict[int, ShardMeta]:
+        """The shards ``node`` restarting changes: shard -> its new state."""
+        shards = {}
         for s, cur in enumerate(self.shards):
             if node not in cur.isr:
                 continue
             others = [r for r in cur.replicas if r in cur.isr and r != node and self.live(r)]
             isr = [r for r in cur.isr if r != node]
             if cur.leader != node:
-                self.shards[s] = ShardMeta(cur.replicas, cur.leader, cur.epoch, isr, cur.version + 1, cur.target)
+                shards[s] = ShardMeta(cur.replicas, cur.leader, cur.epoch, isr, cur.version + 1, cur.target)
             elif others:
-                self.shards[s] = ShardMeta(cur.replicas, others[0], cur.epoch + 1, isr, cur.version + 1, cur.target)
-            else:
-                continue  # its last live member: stays (there is no better copy)
-            changes.append(("shard", s))
-        return changes
+                shards[s] = ShardMeta(cur.replicas, others[0], cur.epoch + 1, isr, cur.version + 1, cur.target)
+            # else its last live member: stays (there is no better copy)
+        return shards
 
-    def _apply_shard(self, rec: dict) -> list[tuple[str, int]]:
-        s = int(rec["s"])
+    def _decide_shard(self, rec: dict) -> _Update:
+        s, expect = _field(rec, "s", int), _field(rec, "expect", int)
+        leader, epoch, isr = _field(rec, "leader", int), _field(rec, "epoch", int), sorted(set(_ids(rec, "isr")))
         if not 0 <= s < len(self.shards):
-            return []
+            return _Update()
         cur = self.shards[s]
-        leader, epoch, isr = int(rec["leader"]), int(rec["epoch"]), sorted({int(x) for x in rec["isr"]})
-        replicas = [int(r) for r in rec.get("replicas", cur.replicas)]
-        target = rec.get("target", cur.target)
-        target = None if target is None else [int(r) for r in target]
+        replicas = _ids(rec, "replicas", cur.replicas)
+        target = _ids(rec, "target", cur.target, nullable=True)
         if len(set(replicas)) != len(replicas) or any(r not in self.nodes for r in replicas):
-            return []
+            return _Update()
         if target is not None and not set(target) <= set(replicas):
-            return []
-        if int(rec["expect"]) != cur.version or leader not in replicas or leader not in isr:
-            return []
+            return _Update()
+        if expect != cur.version or leader not in replicas or leader not in isr:
+            return _Update()
         # A record moves the epoch by one at most, and only with the leader:
         # whatever proposes it, no record can take a shard to an epoch the
         # next controller's election would not reach (issue 28).
         if not set(isr) <= set(replicas) or epoch != cur.epoch + (leader != cur.leader):
-            return []
-        self.shards[s] = ShardMeta(replicas, leader, epoch, isr, cur.version + 1, target)
-        return [("shard", s)]
+            return _Update()
+        return _Update([("shard", s)], shards={s: ShardMeta(replicas, leader, epoch, isr, cur.version + 1, target)})
 
-    def _apply_topic(self, rec: dict) -> list[tuple[str, Any]]:
-        name = str(rec["name"]).encode("latin-1")
-        blob, topic_id, origin = rec["blob"], str(rec["id"]), int(rec["origin"])
+    def _decide_topic(self, rec: dict) -> _Update:
+        name = _latin1(_field(rec, "name", str))
+        blob = _field(rec, "blob", str, nullable=True)
+        topic_id, origin, nonce = _field(rec, "id", str), _field(rec, "origin", int), _field(rec, "nonce", str)
         if blob is None:
             known = self.topics.get(name)
             if known is None or known[1] != topic_id:
-                return [("topic", (name, None, topic_id, -1, rec.get("nonce")))]  # seen, nothing to do
-            del self.topics[name]
-            return [("topic", (name, None, topic_id, origin, rec.get("nonce")))]
-        raw = str(blob).encode("latin-1")
-        self.topics[name] = (raw, topic_id, origin)
-        return [("topic", (name, raw, topic_id, origin, rec.get("nonce")))]
+                return _Update([("topic", (name, None, topic_id, -1, nonce))])  # seen, nothing to do
+            return _Update([("topic", (name, None, topic_id, origin, nonce))], topics={name: None})
+        raw = _latin1(blob)
+        return _Update([("topic", (name, raw, topic_id, origin, nonce))], topics={name: (raw, topic_id, origin)})
 
     # -- snapshots ----------------------------------------------------------
 
@@ -286,8 +301,7 @@ class Metadata:
             return cls()
         try:
             obj = json.loads(data)
-            return cls([ShardMeta(list(s["replicas"]), int(s["leader"]), int(s["epoch"]), list(s["isr"]),
-                                  int(s["version"]), s.get("target")) for s in obj["shards"]],
+            return cls([_shard_from_json(s) for s in obj["shards"]],
                        {int(n): NodeMeta(str(v[0]), bool(v[1]), str(v[2]) if len(v) > 2 else "")
                         for n, v in obj["nodes"].items()},
                        bool(obj["initialized"]),
@@ -303,6 +317,91 @@ class Metadata:
 
 def _dump(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
+
+
+@dataclass
+class _Update:
+    """What one record changes, decided before anything is written."""
+    changes: list[tuple[str, Any]] = field(default_factory=list)  # what ``apply`` returns
+    init: tuple[list[ShardMeta], dict[int, NodeMeta]] | None = None  # the first record: shards and nodes
+    shards: dict[int, ShardMeta] = field(default_factory=dict)  # shard -> its new state
+    nodes: dict[int, NodeMeta] = field(default_factory=dict)  # node -> its new state
+    topics: dict[bytes, tuple[bytes, str, int] | None] = field(default_factory=dict)  # None: deleted
+
+
+# Each record kind and the fields it cannot be without.
+_RECORD_FIELDS = {"init": ("nodes", "shards"), "node": ("node", "inc", "fenced"),
+                  "shard": ("s", "expect", "leader", "epoch", "isr"),
+                  "topic": ("name", "blob", "id", "origin", "nonce"), "join": ("node", "host", "port")}
+
+
+def _decode_record(data: bytes) -> dict:
+    try:
+        rec = json.loads(data)
+    except ValueError as e:
+        raise MetadataError(f"not a metadata record ({e})") from None
+    if not isinstance(rec, dict) or not isinstance(rec.get("t"), str) or rec["t"] not in _RECORD_FIELDS:
+        raise MetadataError("not a metadata record (unknown kind)")
+    missing = [f for f in _RECORD_FIELDS[rec["t"]] if f not in rec]
+    if missing:
+        raise MetadataError(f"{rec['t']} record without {', '.join(missing)}")
+    return rec
+
+
+_REQUIRED: Any = object()
+
+
+def _field(obj: Any, key: str, kind: type, default: Any = _REQUIRED, *, nullable: bool = False) -> Any:
+    """``obj[key]`` (``default`` when missing), which must be a ``kind`` as
+    JSON decodes it (``true`` is no integer, ``2.0`` no node), or None if
+    ``nullable``. Nothing is coerced: a value of another type is not one this
+    module wrote (MetadataError)."""
+    value = obj.get(key, default) if isinstance(obj, dict) else _REQUIRED
+    if value is _REQUIRED:
+        raise MetadataError(f"no {key!r} in {obj!r}")
+    if type(value) is not kind and not (nullable and value is None):
+        raise MetadataError(f"{key!r}: {value!r} is not a {kind.__name__}")
+    return value
+
+
+def _ids(obj: Any, key: str, default: Any = _REQUIRED, *, nullable: bool = False) -> Any:
+    """A list of node ids (``_field``), copied."""
+    value = _field(obj, key, list, default, nullable=nullable)
+    if value is None:
+        return None
+    if any(type(n) is not int for n in value):
+        raise MetadataError(f"{key!r}: {value!r} is not a list of node ids")
+    return list(value)
+
+
+def _latin1(text: str) -> bytes:
+    try:
+        return text.encode("latin-1")
+    except UnicodeEncodeError:
+        raise MetadataError(f"{text!r} is not bytes (latin-1)") from None
+
+
+def _shard_from_json(obj: Any) -> ShardMeta:
+    """A shard as a snapshot or an ``init`` record has it (the latter's
+    shards are at version 0, without a reassignment target)."""
+    return ShardMeta(_ids(obj, "replicas"), _field(obj, "leader", int), _field(obj, "epoch", int),
+                     sorted(_ids(obj, "isr")), _field(obj, "version", int, 0),
+                     _ids(obj, "target", None, nullable=True))
+
+
+def _join_address(node: int, host: str, port: int, bus_port: int) -> str:
+    """The address a ``join`` record gives node ``node``: ``host:port@bus``
+    (bus 0: port + 10000), which every node reads back with
+    ``parse_address`` when it applies the record (MetadataError unless it
+    reads back as this node)."""
+    joined = Node(node, host, port, bus_port)
+    try:
+        back = parse_address(node, joined.entry)
+    except ValueError:
+        back = None
+    if node < 1 or back != joined:
+        raise MetadataError(f"node {node} cannot join at {joined.entry!r}")
+    return joined.entry
 
 
 @dataclass
@@ -391,7 +490,7 @@ class ControllerLogic:
         records: list[bytes] = []
         # What the decisions below assume about each node, as of this call.
         fenced = {n for n, m in meta.nodes.items() if m.fenced}
-        restarted: set[int] = set()  # re-registering: its record moves its shards (Metadata._rejoin)
+        restarted: set[int] = set()  # re-registering: its record moves its shards (Metadata._rejoined)
         for node, m in meta.nodes.items():
             heard = self.heard.get(node)
             if self.alive(node, now_ms) and heard is not None:

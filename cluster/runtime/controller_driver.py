@@ -363,10 +363,12 @@ class Controller:
           it vote or acknowledge entries it does not hold (and its metadata
           would miss what it skipped). Restarted on a sound disk, it
           recovers what it had persisted.
-        - A committed record could not be applied (a bug): skipping it
-          would leave this node's metadata (who leads which shard, ISRs,
-          fencing, topics) different from every other node's while it
-          serves on it. The record is persisted; a restart applies it again
+        - A committed record could not be applied (a bug: a malformed or
+          stale record is no failure, ``Metadata.apply`` turns it down
+          whole, on every node alike): skipping it would leave this
+          node's metadata (who leads which shard, ISRs, fencing, topics)
+          different from every other node's while it serves on it. The
+          record is persisted; a restart applies it again
           (and stops again, with the same message, until the bug is fixed)."""
         self.halted = why
         self.lease_expiry_s = 0.0

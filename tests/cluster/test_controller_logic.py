@@ -2,9 +2,13 @@
 step by step with a hand-driven clock: what it proposes is applied as Raft
 would after commit, and the result checked against Kafka's rules."""
 
+import json
+
 from cluster.controller.metadata import ControllerLogic, Metadata, MetadataError
+from cluster.nodes import Node, parse_address
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 # 3 nodes, 3 shards, replication factor 3: shard i prefers node i+1.
 REPLICAS = [[1, 2, 3], [2, 3, 1], [3, 1, 2]]
@@ -326,3 +330,107 @@ def test_a_refusal_counts_only_for_a_registered_node_and_on_the_controller_that_
     logic.connect_refused(3, 600)
     run(logic, 600)
     assert logic.meta.nodes[3].fenced
+
+
+# -- applying a record is all or nothing --------------------------------------------------
+
+def test_an_init_record_that_does_not_decode_whole_changes_nothing():
+    """A first record whose shards decode but whose node list does not is
+    turned down whole: it used to install the shards and then fail on the
+    nodes, leaving shards on a node that is not initialised (and in its
+    next snapshot)."""
+    shards = [(r, r[0], 1) for r in REPLICAS]
+    for nodes in (["x"], [1, None], None, [1, [2]]):
+        meta = Metadata()
+        assert meta.apply(Metadata.init_record(shards, nodes)) == []
+        assert meta.encode() == Metadata().encode()
+    assert fresh().encode() != Metadata().encode()  # the same record, whole, applies whole
+
+
+def test_a_record_with_a_field_of_the_wrong_type_changes_nothing():
+    """Fields are taken as they are made, not coerced: ``"fenced": "false"``
+    is not ``False`` and ``"leader": "2"`` is not node 2 (any such record
+    was not made by this module: it is turned down, on every node alike)."""
+    meta = fresh()
+    before = meta.encode()
+    for record in (b'{"t":"node","node":2,"inc":"b2","fenced":"false"}',
+                   b'{"t":"node","node":2.0,"inc":"b2","fenced":false}',
+                   b'{"t":"shard","s":0,"expect":0,"leader":"2","epoch":2,"isr":[1,2,3]}',
+                   b'{"t":"shard","s":0,"expect":0,"leader":2,"epoch":2,"isr":[1,2,true]}',
+                   b'{"t":"topic","name":"t","blob":"b","id":"i","origin":1,"nonce":["n"]}',
+                   b'{"t":"topic","name":"\\u20ac","blob":"b","id":"i","origin":1,"nonce":"n"}'):
+        assert meta.apply(record) == [], record
+        assert meta.encode() == before, record
+
+
+def test_a_join_whose_address_does_not_read_back_is_refused_and_not_applied():
+    """Every node reads a joined node's address back with ``parse_address``
+    when it applies the record (``_sync_members``): a host that breaks that
+    (an ``@`` in it) would make every node fail on the committed record and
+    stop. ``join_record`` refuses it before it is proposed, and a record that
+    has one anyway is turned down."""
+    with pytest.raises(ValueError):
+        Metadata.join_record(4, "h@x", 7004, 17104)
+    meta = fresh()
+    before = meta.encode()
+    record = b'{"t":"join","node":4,"host":"h@x","port":7004,"bus":17104}'
+    assert meta.apply(record) == [] and meta.encode() == before
+    assert meta.apply(Metadata.join_record(4, "::1", 7004, 17104)) == [("join", 4)]
+    assert parse_address(4, meta.nodes[4].address) == Node(4, "::1", 7004, 17104)
+
+
+# Arbitrary JSON values to put in a record's fields.
+_SCALARS = st.none() | st.booleans() | st.integers(-2, 5) | st.floats(0, 3) | st.text("ab1@\u20ac", max_size=3)
+_JSON = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.text("ab", max_size=2), inner, max_size=2), max_leaves=5)
+
+
+def _states() -> list[Metadata]:
+    registered = fresh()
+    for n in (1, 2, 3):
+        assert registered.apply(Metadata.node_record(n, f"a{n}", False))
+    registered.apply(Metadata.topic_record(b"t", b"blob", "id1", 1))
+    registered.apply(Metadata.join_record(4, "h", 7004, 17104))
+    registered.apply(registered.reassign_record(1, [4, 3]))
+    return [Metadata(), fresh(), registered]
+
+
+def _records(meta: Metadata) -> list[bytes]:
+    records = [Metadata.init_record([(r, r[0], 1) for r in REPLICAS], [1, 2, 3]),
+               Metadata.join_record(5, "h", 7005, 17105),
+               Metadata.node_record(2, "b2", False),  # a restart, where node 2 was registered
+               Metadata.node_record(3, "a3", True),
+               Metadata.topic_record(b"t", b"new", "id1", 2),
+               Metadata.topic_record(b"t", None, "id1", 2),
+               Metadata.topic_record(b"u", b"blob", "id2", 3)]
+    if meta.initialized:
+        records += [Metadata.shard_record(0, 0, 2, 2, {1, 2, 3}), meta.takeover_record(2, 1),
+                    meta.reassign_record(0, [3, 2]),
+                    Metadata.shard_record(1, meta.shards[1].version, 2, 1, {2, 3}, replicas=[4, 3], target=None)]
+    return records
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_a_record_applies_whole_or_not_at_all_and_alike_on_every_node(data):
+    """Any record, made here or one of its fields replaced by any JSON value
+    or removed, on any state: ``apply`` does not raise; a record it turns
+    down leaves the state exactly as it was (its snapshot encoding); and a
+    node that restored the state from a snapshot does exactly the same."""
+    meta = data.draw(st.sampled_from(_states()))
+    rec = json.loads(data.draw(st.sampled_from(_records(meta))))
+    key = data.draw(st.none() | st.sampled_from(sorted(rec)))
+    if key is not None:
+        value = data.draw(st.none() | _JSON)
+        if data.draw(st.booleans()):
+            rec.pop(key)
+        else:
+            rec[key] = value
+    record = json.dumps(rec).encode()
+    before = meta.encode()
+    twin = Metadata.decode(before)
+    changes = meta.apply(record)
+    if not changes:
+        assert meta.encode() == before
+    assert twin.apply(record) == changes
+    assert twin.encode() == meta.encode()
