@@ -61,6 +61,9 @@ plain_ids(PyObject *self, PyObject *raws)
     PyObject *out = PyList_New(n);
     if (out == NULL)
         return NULL;
+    /* IDs of one millisecond share its int (a batch's IDs mostly do). */
+    uint64_t last_ms = 0;
+    PyObject *last_a = NULL; /* borrowed from the previous tuple */
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *raw = PyList_GET_ITEM(raws, i);
         if (!PyBytes_Check(raw))
@@ -79,7 +82,15 @@ plain_ids(PyObject *self, PyObject *raws)
             return NULL;
         }
         PyList_SET_ITEM(out, i, t);
-        PyObject *a = PyLong_FromUnsignedLongLong(ms), *b = PyLong_FromUnsignedLongLong(seq);
+        PyObject *a, *b = PyLong_FromUnsignedLongLong(seq);
+        if (last_a != NULL && ms == last_ms) {
+            a = last_a;
+            Py_INCREF(a);
+        } else {
+            a = PyLong_FromUnsignedLongLong(ms);
+            last_a = a;
+            last_ms = ms;
+        }
         PyTuple_SET_ITEM(t, 0, a); /* the list's dealloc drops the tuple and what it holds */
         PyTuple_SET_ITEM(t, 1, b);
         if (a == NULL || b == NULL) {
