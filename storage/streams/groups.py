@@ -338,14 +338,21 @@ class PendingList:
         self._runs[sids[0]] = (list(sids), entry)
         self._in_runs += len(sids)
 
+    def _run_of(self, sids: Iterable[StreamIdT]) -> tuple[list[StreamIdT], PendingEntry] | None:
+        """The run whose IDs are exactly ``sids`` (a list of tuples): one
+        dict lookup and one list comparison; None when there is none."""
+        if sids.__class__ is list and sids and sids[0].__class__ is tuple:
+            run = self._runs.get(sids[0])
+            if run is not None and run[0] == sids:
+                return run
+        return None
+
     def take_run(self, sids: Sequence[StreamIdT]) -> PendingEntry | None:
         """When ``sids`` are exactly the IDs of a run (a delivery none of
         which was acked, claimed or looked up one at a time since): remove
         them, return their entry; else None, nothing changed."""
-        if not sids or sids[0].__class__ is not tuple:
-            return None
-        run = self._runs.get(sids[0])
-        if run is None or run[0] != sids:
+        run = self._run_of(sids)
+        if run is None:
             return None
         del self._runs[sids[0]]
         self._in_runs -= len(sids)
@@ -356,10 +363,9 @@ class PendingList:
         each. A run's IDs exactly: the run's list. An ascending list (an
         XACK of what a consumer was given) has no duplicate: one C pass
         (``_ids.pending_ids``); else C loops."""
-        if sids.__class__ is list and sids and sids[0].__class__ is tuple:
-            run = self._runs.get(sids[0])
-            if run is not None and run[0] == sids:
-                return run[0]
+        run = self._run_of(sids)
+        if run is not None:
+            return run[0]
         self._spread()
         if _c_ids is not None and sids.__class__ is list:
             present = _c_ids.pending_ids(sids, self._map)
