@@ -17,7 +17,9 @@
  * entries in all (-1: no bound; `done` is true when the bound was reached,
  * as the Python loop sets acc.done). With a list `entries` as an extra
  * last argument (batches() and read()), each entry appended is also named
- * there as an (offset, ms, seq) tuple, as the Python loop's with_ids does.
+ * there as an (offset, ms, seq) tuple, as the Python loop's with_ids does;
+ * with a true `pairs` after it as an (ms, seq) tuple (ReadAccumulator's
+ * id_pairs: what a group's delivery journals and keeps pending).
  *
  * It returns (taking nothing it is unsure of) at the first batch it cannot
  * handle whole: one whose header or body is not entirely in [p, size), or
@@ -72,27 +74,44 @@ le32(const unsigned char *b)
 }
 
 /* (offset, ms, seq) of the entries [i0, r1) of the batch of base offset
- * b_base whose IDs start at `ids`, appended to the list `entries`; 0, or -1
- * with an exception set. */
+ * b_base whose IDs start at `ids`, appended to the list `entries`, or with
+ * `pairs` (ms, seq) (the entries of one millisecond share its int); 0, or
+ * -1 with an exception set. */
 static int
-append_ids(PyObject *entries, const unsigned char *ids, long long b_base, long long i0, long long r1)
+append_ids(PyObject *entries, const unsigned char *ids, long long b_base, long long i0, long long r1, int pairs)
 {
+    PyObject *last_ms = NULL; /* pairs: the previous pair's ms, held by it (in `entries`) */
+    uint64_t last_msv = 0;
     for (long long k = i0; k < r1; k++) {
-        PyObject *t = PyTuple_New(3);
+        uint64_t msv = le64(ids + 16 * k);
+        PyObject *t = PyTuple_New(pairs ? 2 : 3);
         if (t == NULL)
             return -1;
-        PyObject *offset = PyLong_FromLongLong(b_base + k);
-        PyObject *ms = PyLong_FromUnsignedLongLong(le64(ids + 16 * k));
+        PyObject *offset = NULL, *ms;
+        if (pairs && last_ms != NULL && msv == last_msv) {
+            ms = last_ms;
+            Py_INCREF(ms);
+        } else {
+            ms = PyLong_FromUnsignedLongLong(msv);
+        }
         PyObject *seq = PyLong_FromUnsignedLongLong(le64(ids + 16 * k + 8));
         /* SET_ITEM before the check: the tuple's dealloc drops whatever was made. */
-        PyTuple_SET_ITEM(t, 0, offset);
-        PyTuple_SET_ITEM(t, 1, ms);
-        PyTuple_SET_ITEM(t, 2, seq);
-        if (offset == NULL || ms == NULL || seq == NULL || PyList_Append(entries, t) != 0) {
+        if (pairs) {
+            PyTuple_SET_ITEM(t, 0, ms);
+            PyTuple_SET_ITEM(t, 1, seq);
+        } else {
+            offset = PyLong_FromLongLong(b_base + k);
+            PyTuple_SET_ITEM(t, 0, offset);
+            PyTuple_SET_ITEM(t, 1, ms);
+            PyTuple_SET_ITEM(t, 2, seq);
+        }
+        if ((!pairs && offset == NULL) || ms == NULL || seq == NULL || PyList_Append(entries, t) != 0) {
             Py_DECREF(t);
             return -1;
         }
         Py_DECREF(t);
+        last_ms = ms;
+        last_msv = msv;
     }
     return 0;
 }
@@ -117,8 +136,8 @@ optional_list(PyObject *arg, PyObject **out)
  * exception set. */
 static int
 walk(PyObject *mv, const unsigned char *buf, Py_ssize_t *pp, Py_ssize_t size, long long *pcur,
-     long long stop, long long left, PyObject *chunks, PyObject *entries, long long *pcount, long long *pnbytes,
-     int *pdone)
+     long long stop, long long left, PyObject *chunks, PyObject *entries, int pairs, long long *pcount,
+     long long *pnbytes, int *pdone)
 {
     Py_ssize_t p = *pp;
     long long cur = *pcur, count = 0, nbytes = 0;
@@ -161,7 +180,7 @@ walk(PyObject *mv, const unsigned char *buf, Py_ssize_t *pp, Py_ssize_t size, lo
                 return -1;
             }
             Py_DECREF(chunk);
-            if (entries != NULL && append_ids(entries, h + HEADER_BYTES, b_base, i0, r1) != 0)
+            if (entries != NULL && append_ids(entries, h + HEADER_BYTES, b_base, i0, r1, pairs) != 0)
                 return -1;
             count += r1 - i0;
             nbytes += rel1 - rel0;
@@ -189,8 +208,9 @@ walk_batches(PyObject *self, PyObject *args)
     PyObject *mv, *chunks, *entries_arg = Py_None, *entries;
     Py_ssize_t p, size;
     long long cur, stop, left;
-    if (!PyArg_ParseTuple(args, "OnnLLLO!|O", &mv, &p, &size, &cur, &stop, &left, &PyList_Type, &chunks,
-                          &entries_arg) || optional_list(entries_arg, &entries) != 0)
+    int pairs = 0;
+    if (!PyArg_ParseTuple(args, "OnnLLLO!|Op", &mv, &p, &size, &cur, &stop, &left, &PyList_Type, &chunks,
+                          &entries_arg, &pairs) || optional_list(entries_arg, &entries) != 0)
         return NULL;
     Py_buffer view;
     if (PyObject_GetBuffer(mv, &view, PyBUF_SIMPLE) != 0)
@@ -199,15 +219,15 @@ walk_batches(PyObject *self, PyObject *args)
         size = view.len;
     long long count, nbytes;
     int done;
-    int rc = walk(mv, (const unsigned char *)view.buf, &p, size, &cur, stop, left, chunks, entries, &count, &nbytes,
-                  &done);
+    int rc = walk(mv, (const unsigned char *)view.buf, &p, size, &cur, stop, left, chunks, entries, pairs, &count,
+                  &nbytes, &done);
     PyBuffer_Release(&view);
     if (rc != 0)
         return NULL;
     return Py_BuildValue("(nLLLO)", p, cur, count, nbytes, done ? Py_True : Py_False);
 }
 
-/* read(mv, size, keys, base, cur, stop, left, chunks[, entries])
+/* read(mv, size, keys, base, cur, stop, left, chunks[, entries[, pairs]])
  *     -> (p, cur, count, nbytes, done) or None
  *
  * Segment.read's start and walk in one call, for a segment whose file is
@@ -223,8 +243,9 @@ walk_read(PyObject *self, PyObject *args)
     PyObject *mv, *keys, *chunks, *entries_arg = Py_None, *entries;
     Py_ssize_t size;
     long long base, cur, stop, left;
-    if (!PyArg_ParseTuple(args, "OnOLLLLO!|O", &mv, &size, &keys, &base, &cur, &stop, &left, &PyList_Type, &chunks,
-                          &entries_arg) || optional_list(entries_arg, &entries) != 0)
+    int pairs = 0;
+    if (!PyArg_ParseTuple(args, "OnOLLLLO!|Op", &mv, &size, &keys, &base, &cur, &stop, &left, &PyList_Type, &chunks,
+                          &entries_arg, &pairs) || optional_list(entries_arg, &entries) != 0)
         return NULL;
     if (cur < base || cur - base > 0xFFFFFFFFLL)
         Py_RETURN_NONE;
@@ -262,7 +283,7 @@ walk_read(PyObject *self, PyObject *args)
     }
     long long count, nbytes;
     int done;
-    int rc = walk(mv, buf, &p, size, &cur, stop, left, chunks, entries, &count, &nbytes, &done);
+    int rc = walk(mv, buf, &p, size, &cur, stop, left, chunks, entries, pairs, &count, &nbytes, &done);
     PyBuffer_Release(&view);
     if (rc != 0)
         return NULL;
@@ -434,8 +455,8 @@ walk_after(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t p = (Py_ssize_t)pos, walk_size = size < view.len ? size : view.len;
     long long count, nbytes;
     int done;
-    rc = walk(mv, (const unsigned char *)view.buf, &p, walk_size, &found, stop, left, chunks, NULL, &count, &nbytes,
-              &done);
+    rc = walk(mv, (const unsigned char *)view.buf, &p, walk_size, &found, stop, left, chunks, NULL, 0, &count,
+              &nbytes, &done);
     PyBuffer_Release(&view);
     if (rc != 0)
         return NULL;

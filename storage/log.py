@@ -143,7 +143,7 @@ class ReadResult:
     count: int
     chunks: list
     next_offset: int
-    entries: list | None = None  # [(offset, ms, seq)] when with_ids=True
+    entries: list | None = None  # [(offset, ms, seq)] when with_ids=True ((ms, seq) with id_pairs)
 
 
 @dataclass(frozen=True)
@@ -1015,17 +1015,20 @@ class PartitionLog:
 
     def read(self, start_offset: int, end_offset: int | None = None, max_count: int | None = None,
              max_bytes: int | None = None, with_ids: bool = False, view: bool = False,
-             past_hw: bool = False) -> ReadResult:
+             past_hw: bool = False, id_pairs: bool = False) -> ReadResult:
         """Entries from ``start_offset`` on, stopping at ``end_offset`` (exclusive),
         the high watermark (the log's end with ``past_hw``: a reader that takes
         what a new leader holds, as a Kafka group coordinator loads its offsets),
         ``max_count`` live entries or ``max_bytes`` (at least one entry is
         returned when any is available). ``view``: chunks may be views of the
-        file's mapping (``ReadAccumulator.view``: use them at once)."""
+        file's mapping (``ReadAccumulator.view``: use them at once).
+        ``with_ids``: ``entries`` names each entry's (offset, ms, seq), or
+        with ``id_pairs`` its (ms, seq) (a group's delivery)."""
         self._check_start(start_offset)
         limit = self.log_end_offset if past_hw else self._hw
         stop = limit if end_offset is None else min(end_offset, limit)
-        acc = ReadAccumulator(max_count, max_bytes, False, with_ids, [], [] if with_ids else None, view=view)
+        acc = ReadAccumulator(max_count, max_bytes, False, with_ids, [], [] if with_ids else None, view=view,
+                              id_pairs=id_pairs)
         cur = start_offset
         if max_count is not None and max_count <= 0:
             return ReadResult(0, [], cur, acc.entries)

@@ -83,7 +83,7 @@ class ReadAccumulator:
     split: bool          # one chunk per entry (reverse reads)
     want_ids: bool
     chunks: list = field(default_factory=list)
-    entries: list | None = None
+    entries: list | None = None  # with want_ids: (offset, ms, seq) per entry, or (ms, seq) with id_pairs
     count: int = 0
     nbytes: int = 0
     done: bool = False
@@ -92,6 +92,7 @@ class ReadAccumulator:
     # once and keeps none: a view of a file truncated meanwhile (a follower
     # cutting its log back) would fault when read.
     view: bool = False
+    id_pairs: bool = False
 
 
 class Segment:
@@ -598,7 +599,8 @@ class Segment:
             self.ensure_index()
             left = -1 if max_count is None else max_count - acc.count
             end = min(self.size, self._map_len, crc_ok_to if check_crc else self.size)
-            started = _walk.read(view, end, index.offset_keys(), base_offset, cur, stop, left, chunks, acc.entries)
+            started = _walk.read(view, end, index.offset_keys(), base_offset, cur, stop, left, chunks, acc.entries,
+                                  acc.id_pairs)
         if started is None:
             pos, h = self.locate(start)
             next_len = h[records.H_LENGTH]
@@ -636,7 +638,8 @@ class Segment:
                 if walk is not None and p < ok_end:
                     left = -1 if max_count is None else max_count - acc.count
                     p0 = p
-                    p, cur, count, nbytes, done = walk(mv, p, min(size, ok_end), cur, stop, left, chunks, acc.entries)
+                    p, cur, count, nbytes, done = walk(mv, p, min(size, ok_end), cur, stop, left, chunks,
+                                                       acc.entries, acc.id_pairs)
                     if p != p0:
                         expect_base = None  # continuity across the walked batches was checked before
                     acc.count += count
@@ -719,7 +722,10 @@ class Segment:
                         acc.nbytes += ends[r1 - 1] - rel0
                         if want_ids:
                             q = mv[p + HEADER_BYTES: d - 4 * n].cast("Q")[2 * r0: 2 * r1].tolist()
-                            acc.entries.extend(zip(range(b_base + r0, b_base + r1), q[0::2], q[1::2]))
+                            if acc.id_pairs:
+                                acc.entries.extend(zip(q[0::2], q[1::2]))
+                            else:
+                                acc.entries.extend(zip(range(b_base + r0, b_base + r1), q[0::2], q[1::2]))
                     if acc.done:
                         reached = r1
                         break

@@ -89,7 +89,6 @@ from storage.streams.groups import (
 from storage.streams.ids import format_id
 
 StreamIdT = tuple[int, int]
-_ID_OF_ENTRY = itemgetter(1, 2)  # (ms, seq) of a log read's (offset, ms, seq)
 
 # What a group operation refuses (``GroupOpError.code``, with the fields
 # named); the texts clients see are the front-end's (server/failures.py).
@@ -943,7 +942,7 @@ class GroupOps:
             return None
         after = log.find_offset(last_id[0], last_id[1], inclusive=False)
         start = max(after, log.log_start_offset)
-        res = log.read(start, log.log_end_offset, max_count=count or None, with_ids=True, view=view)
+        res = log.read(start, log.log_end_offset, max_count=count or None, with_ids=True, view=view, id_pairs=True)
         if not res.count:
             return None
         n, chunks = res.count, res.chunks
@@ -957,7 +956,7 @@ class GroupOps:
         else:
             budget.took(t.key, n)
         self.broker.topics.note_entries_out(n)
-        ids = list(map(_ID_OF_ENTRY, res.entries[:n]))
+        ids = res.entries if n == res.count else res.entries[:n]  # (ms, seq) each
         behind = None  # is last_id below the first entry? Without deleted entries that is at the log start:
         if log.live_count == log.log_end_offset - log.log_start_offset:
             behind = after <= log.log_start_offset

@@ -123,6 +123,11 @@ from storage import salvage
 from storage.errors import Refusal, raise_storage_error
 from storage.handles import FileCache
 
+try:  # a batch's IDs packed and filtered in C (storage/streams/_ids.c); optional, as the other extensions
+    from storage.streams import _ids as _c_ids
+except ImportError:  # pragma: no cover - the extension is built by the install
+    _c_ids = None
+
 StreamIdT = tuple[int, int]
 
 ZERO_ID: StreamIdT = (0, 0)
@@ -251,28 +256,65 @@ class PendingList:
     stays in the list until the next compaction of the list), so acking the
     oldest entries is O(1) amortised; appending an ID above every other is
     O(1); inserting in the middle (XCLAIM) is a bisect plus a list insert.
+
+    Besides, whole deliveries kept as runs: a delivery of IDs above every
+    other (XREADGROUP ``>``'s) is kept as its list of IDs and its one entry,
+    outside the dict and the list, until something needs its IDs one at a
+    time (a lookup, a partial ack, a claim, a listing: ``_spread`` puts the
+    runs in the dict and the list first). An XACK of exactly a run's IDs (a
+    consumer acks what it was given) takes the run out whole (``take_run``):
+    nothing hashed or popped per ID, here or at its delivery.
     """
 
-    __slots__ = ("_map", "_ids")
+    __slots__ = ("_map", "_ids", "_runs", "_in_runs")
 
     def __init__(self) -> None:
         self._map: dict[StreamIdT, PendingEntry] = {}
         self._ids: list[StreamIdT] = []  # sorted; may hold IDs no longer in _map
+        # first ID -> (the run's IDs, ascending; its entry); in ID order, all
+        # above every ID in _ids (live or stale).
+        self._runs: dict[StreamIdT, tuple[list[StreamIdT], PendingEntry]] = {}
+        self._in_runs = 0  # IDs in _runs
 
     def __len__(self) -> int:
-        return len(self._map)
+        return len(self._map) + self._in_runs
 
     def __contains__(self, sid: StreamIdT) -> bool:
+        self._spread()
         return sid in self._map
 
     def __bool__(self) -> bool:
-        return bool(self._map)
+        return bool(self._map) or bool(self._runs)
+
+    def _spread(self) -> None:
+        """Put the runs' IDs in the dict and the list (they are above every
+        ID of the list, in order)."""
+        if self._runs:
+            ids, m = self._ids, self._map
+            for run, entry in self._runs.values():
+                ids.extend(run)
+                m.update(zip(run, repeat(entry)))
+            self._runs = {}
+            self._in_runs = 0
+
+    def _top(self) -> StreamIdT | None:
+        """The highest ID in the runs or the list (which may be stale)."""
+        if self._runs:
+            return next(reversed(self._runs.values()))[0][-1]
+        return self._ids[-1] if self._ids else None
+
+    def mapping(self) -> dict[StreamIdT, PendingEntry]:
+        """Every pending ID's entry (read only: change it through the methods)."""
+        self._spread()
+        return self._map
 
     def get(self, sid: StreamIdT) -> PendingEntry | None:
+        self._spread()
         return self._map.get(sid)
 
     def add(self, sid: StreamIdT, entry: PendingEntry) -> None:
         """Insert or replace ``sid``."""
+        self._spread()
         ids = self._ids
         if sid not in self._map:
             if not ids or sid > ids[-1]:
@@ -284,20 +326,63 @@ class PendingList:
         self._map[sid] = entry
 
     def add_run(self, sids: Sequence[StreamIdT], entry: PendingEntry) -> None:
-        """``add(sid, entry)`` for each of ``sids`` (ascending): one delivery.
-        IDs above every other (new entries) are appended whole."""
-        ids = self._ids
-        if ids and sids and sids[0] <= ids[-1]:
+        """``add(sid, entry)`` for each of ``sids`` (ascending tuples): one
+        delivery. IDs above every other (new entries) are kept as a run."""
+        if not sids:
+            return
+        top = self._top()
+        if top is not None and sids[0] <= top:
             for sid in sids:
                 self.add(sid, entry)
             return
-        ids.extend(sids)  # above every ID in the list, so none is in the map
-        self._map.update(zip(sids, repeat(entry)))
+        self._runs[sids[0]] = (list(sids), entry)
+        self._in_runs += len(sids)
 
-    def isdisjoint(self, sids: Iterable[StreamIdT]) -> bool:
+    def _run_of(self, sids: Iterable[StreamIdT]) -> tuple[list[StreamIdT], PendingEntry] | None:
+        """The run whose IDs are exactly ``sids`` (a list of tuples): one
+        dict lookup and one list comparison; None when there is none."""
+        if sids.__class__ is list and sids and sids[0].__class__ is tuple:
+            run = self._runs.get(sids[0])
+            if run is not None and run[0] == sids:
+                return run
+        return None
+
+    def take_run(self, sids: Sequence[StreamIdT]) -> PendingEntry | None:
+        """When ``sids`` are exactly the IDs of a run (a delivery none of
+        which was acked, claimed or looked up one at a time since): remove
+        them, return their entry; else None, nothing changed."""
+        run = self._run_of(sids)
+        if run is None:
+            return None
+        del self._runs[sids[0]]
+        self._in_runs -= len(sids)
+        return run[1]
+
+    def pending_of(self, sids: Iterable[StreamIdT]) -> list[StreamIdT]:
+        """The IDs of ``sids`` that are pending, as tuples, in order, once
+        each. A run's IDs exactly: the run's list. An ascending list (an
+        XACK of what a consumer was given) has no duplicate: one C pass
+        (``_ids.pending_ids``); else C loops."""
+        run = self._run_of(sids)
+        if run is not None:
+            return run[0]
+        self._spread()
+        if _c_ids is not None and sids.__class__ is list:
+            present = _c_ids.pending_ids(sids, self._map)
+            if present is not None:
+                return present
+        return list(filter(self._map.__contains__, dict.fromkeys(map(tuple, sids))))
+
+    def isdisjoint(self, sids: Sequence[StreamIdT]) -> bool:
+        """No ID of ``sids`` (ascending) is pending."""
+        top = self._top()
+        if not sids or top is None or sids[0] > top:
+            return True
+        self._spread()
         return self._map.keys().isdisjoint(sids)
 
     def remove(self, sid: StreamIdT) -> PendingEntry | None:
+        self._spread()
         entry = self._map.pop(sid, None)
         if entry is not None:
             self._maybe_compact()
@@ -305,6 +390,7 @@ class PendingList:
 
     def remove_many(self, sids: Iterable[StreamIdT]) -> list[PendingEntry | None]:
         """``[remove(sid) for sid in sids]`` with one compaction (XACK)."""
+        self._spread()
         entries = list(map(self._map.pop, sids, repeat(None)))
         self._maybe_compact()
         return entries
@@ -312,8 +398,11 @@ class PendingList:
     def clear(self) -> set[PendingEntry]:
         """Remove every entry; returns the distinct entry objects removed."""
         entries = set(self._map.values())
+        entries.update(entry for _, entry in self._runs.values())
         self._map = {}
         self._ids = []
+        self._runs = {}
+        self._in_runs = 0
         return entries
 
     def _maybe_compact(self) -> None:
@@ -330,6 +419,7 @@ class PendingList:
         return None
 
     def last(self) -> StreamIdT | None:
+        self._spread()
         ids, m = self._ids, self._map
         for i in range(len(ids) - 1, -1, -1):
             if ids[i] in m:
@@ -338,6 +428,7 @@ class PendingList:
 
     def ids_from(self, start: StreamIdT, end: StreamIdT = MAX_ID) -> Iterator[StreamIdT]:
         """IDs in ``[start, end]`` in order. Do not mutate while iterating."""
+        self._spread()
         ids, m = self._ids, self._map
         i = bisect.bisect_left(ids, start)
         n = len(ids)
@@ -356,7 +447,7 @@ class PendingList:
         out: list[tuple[StreamIdT, PendingEntry]] = []
         if count is not None and count <= 0:
             return out
-        m = self._map
+        m = self.mapping()
         for sid in self.ids_from(start, end):
             out.append((sid, m[sid]))
             if count is not None and len(out) >= count:
@@ -427,7 +518,7 @@ class ConsumerGroup:
 
     def nacked_count(self) -> int:
         """Pending entries with no owner (released by XNACK): Redis's ``nacked-count``."""
-        return sum(1 for pe in self.pel._map.values() if pe.consumer is None)
+        return sum(1 for pe in self.pel.mapping().values() if pe.consumer is None)
 
     def retimed(self, sid: StreamIdT, pe: PendingEntry) -> None:
         """``pe`` (pending as ``sid``) is new or got a new delivery time: it
@@ -456,14 +547,14 @@ class ConsumerGroup:
     def _time_heap(self) -> list[tuple[int, int, StreamIdT]]:
         heap = self._by_time
         if heap is None:
-            heap = [(pe.delivery_time_ms, pe.tick, sid) for sid, pe in self.pel._map.items()]
+            heap = [(pe.delivery_time_ms, pe.tick, sid) for sid, pe in self.pel.mapping().items()]
             heapq.heapify(heap)
             self._by_time = heap
         return heap
 
     def _time_head(self, heap: list) -> tuple[int, int, StreamIdT] | None:
         """The heap's first item that is not stale (stale ones are dropped)."""
-        pel = self.pel._map
+        pel = self.pel.mapping()
         while heap:
             item = heap[0]
             pe = pel.get(item[2])
@@ -492,7 +583,7 @@ class ConsumerGroup:
                 if head is None or now_ms - head[0] < min_idle_ms:
                     return
                 taken.append(heapq.heappop(heap))
-                yield head[2], self.pel._map[head[2]]
+                yield head[2], self.pel.get(head[2])
 
         try:
             yield walk()
@@ -617,6 +708,10 @@ def _er(entries_read: int | None) -> bytes:
 
 
 def _ids(ids: Sequence[StreamIdT]) -> bytes:
+    """A record's ID list: a u32 count, then each ID's ms and seq as u64
+    (one C call for a delivery's or an XACK's hundred, ``_ids.pack_ids``)."""
+    if _c_ids is not None:
+        return _c_ids.pack_ids(ids)
     n = len(ids)
     return _U32.pack(n) + struct.pack(f"<{2 * n}Q", *chain.from_iterable(ids))
 
@@ -1377,11 +1472,11 @@ class GroupStore:
             pel = self._replay_group(group, lenient).pel
             # Checked whole before anything changes (as a live removal is):
             # a record that cannot apply leaves the state as it was.
-            if len(set(ids)) != len(ids) or any(sid not in pel for sid in ids):
+            present = pel.pending_of(ids)
+            if len(present) != len(ids):
                 if not lenient:
                     raise ValueError("removed ID not pending, or named twice")
-                ids = [sid for sid in dict.fromkeys(ids) if sid in pel]
-            self._apply_remove(op, group, ids)
+            self._apply_remove(op, group, present)
         elif op == _OP_CLAIM or op == _OP_CLAIM64:
             group, consumer, now, has_last, last_id, claims = (
                 r.s(), r.s(), r.i64(), r.u8(), r.sid(), r.claims(op == _OP_CLAIM64)
@@ -1500,8 +1595,7 @@ class GroupStore:
 
     def _remove_op(self, op: int, group: bytes, ids: Iterable[StreamIdT]) -> int:
         g = self._need(group)
-        # In order, once each; C loops (XACK's hundred IDs).
-        present = list(filter(g.pel._map.__contains__, dict.fromkeys(map(tuple, ids))))
+        present = g.pel.pending_of(ids)
         if not present:
             return 0
         self._write(_U8.pack(op) + _s(group) + _ids(present))
@@ -1521,6 +1615,10 @@ class GroupStore:
                 c = g.consumers.get(name) if name is not None else None
                 if c is not None:
                     c.pending.clear()  # a consumer's PEL is a part of the group's
+        elif (pe := g.pel.take_run(ids)) is not None:  # exactly one delivery, whole (an XACK of a batch)
+            c = g.consumers.get(pe.consumer) if pe.consumer is not None else None
+            if c is not None and c.pending.take_run(ids) is None:
+                c.pending.remove_many(ids)
         else:
             removed = g.pel.remove_many(ids)
             distinct = set(removed)  # a delivery's entries share one object
@@ -1672,7 +1770,7 @@ class GroupStore:
                         + _claims(chunk, wide)
                     )
                     count += 1
-            released = sorted((pe.tick, sid, pe.delivery_count) for sid, pe in g.pel._map.items()
+            released = sorted((pe.tick, sid, pe.delivery_count) for sid, pe in g.pel.mapping().items()
                               if pe.consumer is None)  # the NACK zone, in its order
             for i in range(0, len(released), _SNAP_PENDING_CHUNK):
                 chunk = [(sid, n) for _, sid, n in released[i:i + _SNAP_PENDING_CHUNK]]

@@ -210,6 +210,58 @@ def test_xack_and_xpending(pair):
         pair.similar("XPENDING", *argv, idle_paths=[("*", 2)])
 
 
+def test_xack_of_whole_deliveries_parts_duplicates_and_claimed_ids(pair):
+    """XACK of exactly what a consumer was given (a delivery taken out
+    whole), of part of one, across deliveries and consumers, with
+    duplicates, twice, and after a claim or a listing of the consumer's
+    PEL; the PEL seen by XPENDING's forms and XINFO after each."""
+    lines = ["XADD s %d-0 f %d" % (i, i) for i in range(1, 25)]
+    pair.script("\n".join(lines) + """
+        XGROUP CREATE s g 0
+        XREADGROUP GROUP g a COUNT 3 STREAMS s >
+        XREADGROUP GROUP g b COUNT 3 STREAMS s >
+        XREADGROUP GROUP g a COUNT 3 STREAMS s >
+        XREADGROUP GROUP g c COUNT 3 STREAMS s >
+    """)
+    pair.similar("XPENDING", "s", "g", "-", "+", "20", "b", idle_paths=[("*", 2)])  # lists b's PEL
+    pair.script("""
+        XACK s g 4-0 5-0 6-0
+        XACK s g 4-0 5-0 6-0
+        XPENDING s g
+        XACK s g 1-0 2-0
+        XPENDING s g
+        XACK s g 3-0 7-0
+        XCLAIM s g b 0 8-0 JUSTID
+        XACK s g 7-0 8-0 9-0
+        XPENDING s g
+        XACK s g 12-0 10-0 10-0 11-0 11-0
+        XPENDING s g
+        XREADGROUP GROUP g a COUNT 3 STREAMS s >
+        XREADGROUP GROUP g b COUNT 3 STREAMS s >
+        XREADGROUP GROUP g d COUNT 3 STREAMS s >
+        XREADGROUP GROUP g a COUNT 3 STREAMS s >
+        XREADGROUP GROUP g b COUNT 3 STREAMS s 0
+        XACK s g 16-0 17-0 18-0
+        XACK s g 13-0 14-0 15-0 19-0 20-0 21-0
+        XPENDING s g
+        XACK s g 22-0 22-0 23-0 24-0
+        XPENDING s g
+        XACK s g 22-0 23-0 24-0
+        XREADGROUP GROUP g a STREAMS s 0
+        XINFO GROUPS s
+        XADD s 25-0 f 25
+        XADD s 26-0 f 26
+        XADD s 27-0 f 27
+        XREADGROUP GROUP g e COUNT 3 STREAMS s >
+        XAUTOCLAIM s g z 0 0 COUNT 1 JUSTID
+        XACK s g 25-0 26-0 27-0
+        XPENDING s g
+        XREADGROUP GROUP g e COUNT 3 STREAMS s >
+    """)
+    pair.similar("XPENDING", "s", "g", "-", "+", "10", idle_paths=[("*", 2)])
+    pair.similar("XINFO", "CONSUMERS", "s", "g", idle_paths=[("*", b"idle")], partita_only=[(("*",), b"inactive")])
+
+
 def test_xpending_idle_filter_with_generous_margins(pair):
     pair.script("""
         XADD s 1-0 a 1

@@ -33,11 +33,12 @@ def _batch_log(path: Path, sizes: list[int], payloads: list[int]) -> PartitionLo
     return log
 
 
-def _read(log, start, max_count, view, walk, with_ids=False):
+def _read(log, start, max_count, view, walk, ids=None):
+    """``ids``: None, ``"triples"`` (with_ids) or ``"pairs"`` (with_ids, id_pairs)."""
     saved = segment._walk
     segment._walk = walk
     try:
-        r = log.read(start, max_count=max_count, view=view, with_ids=with_ids)
+        r = log.read(start, max_count=max_count, view=view, with_ids=ids is not None, id_pairs=ids == "pairs")
     finally:
         segment._walk = saved
     return [bytes(c) for c in r.chunks], r.count, r.next_offset, r.entries
@@ -48,13 +49,13 @@ def _read(log, start, max_count, view, walk, with_ids=False):
     sizes=st.lists(st.integers(1, 40), min_size=1, max_size=30),
     payloads=st.lists(st.integers(0, 300), min_size=1, max_size=4),
     reads=st.lists(st.tuples(st.floats(0, 1), st.one_of(st.none(), st.integers(1, 200)), st.booleans(),
-                             st.booleans()),
+                             st.sampled_from([None, "triples", "pairs"])),
                    min_size=1, max_size=12),
 )
 def test_reads_match_the_python_walk(sizes, payloads, reads):
     """The C walk gives what the Python loop gives: chunks, counts, next
-    offsets and, with ``with_ids`` (a group read), each entry's (offset, ms,
-    seq)."""
+    offsets and, with ``with_ids``, each entry's (offset, ms, seq), or with
+    ``id_pairs`` too (a group read) its (ms, seq)."""
     from storage import _walk
 
     calls = []
@@ -77,8 +78,13 @@ def test_reads_match_the_python_walk(sizes, payloads, reads):
                 chunks, count, next_offset, ids = got
                 assert count == min(end - start, max_count or end)
                 assert next_offset == start + count
-                assert ids is None if not with_ids else [offset for offset, _, _ in ids] == list(
-                    range(start, next_offset))
+                if with_ids is None:
+                    assert ids is None
+                elif with_ids == "triples":
+                    assert [offset for offset, _, _ in ids] == list(range(start, next_offset))
+                else:
+                    triples = _read(log, start, max_count, view, None, "triples")[3]
+                    assert ids == [(ms, seq) for _, ms, seq in triples]
         finally:
             log.close()
     # The C walk did the reads compared: a view read starts in C over the

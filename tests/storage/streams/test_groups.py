@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from storage.handles import FileCache
@@ -981,6 +981,8 @@ ops = st.lists(
                   st.integers(0, 4), st.booleans()),
         st.tuples(st.just("redeliver"), st.sampled_from(GROUPS), st.sampled_from(CONSUMERS), st.integers(1, 3)),
         st.tuples(st.just("ack"), st.sampled_from(GROUPS), st.lists(st.integers(0, 30), max_size=4)),
+        st.tuples(st.just("acklast"), st.sampled_from(GROUPS), st.integers(1, 5)),
+        st.tuples(st.just("listconsumer"), st.sampled_from(GROUPS), st.sampled_from(CONSUMERS)),
         st.tuples(st.just("drop"), st.sampled_from(GROUPS), st.lists(st.integers(0, 30), max_size=3)),
         st.tuples(st.just("deadletter"), st.sampled_from(GROUPS), st.lists(st.integers(0, 30), max_size=3)),
         st.tuples(st.just("claim"), st.sampled_from(GROUPS), st.sampled_from(CONSUMERS),
@@ -1034,6 +1036,12 @@ def _run(store: GroupStore, op: tuple, now: int) -> GroupStore:
     elif kind in ("ack", "drop", "deadletter"):
         fn = {"ack": store.ack, "drop": store.drop_pending, "deadletter": store.dead_letter}[kind]
         fn(op[1], [(i, 0) for i in op[2]])
+    elif kind == "acklast":  # the op[2] IDs up to last_id, ascending: often exactly the last delivery
+        store.ack(op[1], [(i, 0) for i in range(max(g.last_id[0] - op[2] + 1, 0), g.last_id[0] + 1)])
+    elif kind == "listconsumer":  # XPENDING's consumer form: looks at that consumer's PEL only
+        c = g.consumer(op[2])
+        if c is not None:
+            c.pending.range(count=2)
     elif kind == "claim":
         claims = [((i, 0), now - op[4], op[4]) for i in op[3]]
         if not op[5]:  # without FORCE only pending IDs are claimed
@@ -1067,3 +1075,33 @@ def test_replayed_state_equals_memory_state(op_list, compact_min_bytes):
                 assert claim_order(g)[:len(expected[name][-1])] == expected[name][-1]
         replayed.close()
         store.close()
+
+
+_CREATE_AND_DELIVER = [("create", b"g1", 0, True), ("deliver", b"g1", b"a", 3, False),
+                       ("deliver", b"g1", b"b", 2, False), ("deliver", b"g1", b"a", 4, False)]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops)
+@example(_CREATE_AND_DELIVER + [("acklast", b"g1", 4), ("ack", b"g1", [3, 4, 5])])  # whole deliveries
+@example(_CREATE_AND_DELIVER + [("listconsumer", b"g1", b"a"), ("acklast", b"g1", 4)])  # its consumer's listed
+@example(_CREATE_AND_DELIVER + [("acklast", b"g1", 2), ("acklast", b"g1", 5), ("ack", b"g1", [1, 1, 2])])
+@example(_CREATE_AND_DELIVER + [("claim", b"g1", b"c", [7], 0, False), ("acklast", b"g1", 4),
+                                ("acklast", b"g1", 4), ("reopen",), ("ack", b"g1", [1, 2, 3])])
+@example(_CREATE_AND_DELIVER + [("redeliver", b"g1", b"b", 1), ("ack", b"g1", [4, 5]),
+                                ("nack", b"g1", [1], 0, False), ("ack", b"g1", [1, 2, 3])])
+def test_state_is_the_same_whether_or_not_listed_between_steps(op_list):
+    """A PEL keeps whole deliveries as runs until something lists or looks
+    up its IDs (``dump`` does): the same operations end in the same state
+    when nothing looks in between (runs acked or claimed as runs) as when
+    everything is listed after every step."""
+    with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
+        quiet = GroupStore.open(Path(d1))
+        listed = GroupStore.open(Path(d2))
+        for now, op in enumerate(op_list, start=1000):
+            quiet = _run(quiet, op, now)
+            listed = _run(listed, op, now)
+            dump(listed)
+        assert dump(quiet) == dump(listed)
+        quiet.close()
+        listed.close()

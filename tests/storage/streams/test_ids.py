@@ -1,5 +1,7 @@
 """Stream ID parsing and formatting, with Redis's edge cases (checked against redis-server 7.0)."""
 
+import struct
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -148,3 +150,30 @@ def test_xacks_bulk_parse_answers_as_each_id_parsed_alone(raws):
 
     each = outcome(lambda: [tuple(parse_id(raw, strict=True)[0]) for raw in raws])
     assert outcome(lambda: parse_strict_id_tuples(raws)) == each
+
+
+_U64 = st.one_of(st.integers(0, 3), st.just(2**64 - 1))
+
+
+@settings(max_examples=500, deadline=None)
+@given(sids=st.lists(st.tuples(_U64, _U64), max_size=6), pending=st.sets(st.tuples(_U64, _U64), max_size=6))
+def test_the_group_journals_id_helpers_answer_as_their_python_forms(sids, pending):
+    """``pack_ids``: a journal record's ID list (u32 count, u64 ms and seq
+    each); ``pending_ids``: the pending IDs of a strictly ascending list in
+    order, None for any other list (its caller dedupes in Python)."""
+    from storage.streams import _ids
+
+    assert _ids.pack_ids(sids) == struct.pack(f"<I{2 * len(sids)}Q", len(sids), *[n for sid in sids for n in sid])
+    pel = dict.fromkeys(pending, 0)
+    ascending = all(a < b for a, b in zip(sids, sids[1:]))
+    assert _ids.pending_ids(sids, pel) == ([sid for sid in sids if sid in pel] if ascending else None)
+
+
+def test_the_group_journals_id_packer_refuses_what_is_not_an_id():
+    from storage.streams import _ids
+
+    for bad, error in (([(2**64, 0)], OverflowError), ([(-1, 0)], OverflowError), ([(1,)], TypeError),
+                       ([(1, "2")], TypeError), ([5], TypeError)):
+        with pytest.raises(error):
+            _ids.pack_ids(bad)
+    assert _ids.pending_ids([(1, 2), [1, 3]], {}) is None  # not all tuples: the Python path
