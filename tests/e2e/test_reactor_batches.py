@@ -150,3 +150,9 @@ def test_an_idle_timeout_still_closes_a_client_after_its_batches(partita_factory
             b"$1\r\na\r\n$1\r\nb\r\n")
         a.sock.settimeout(10)
         assert read_until_closed(a.sock) == b""
+
+
+def test_a_protocol_error_after_commands_answers_them_then_closes(port):
+    with _parked(port) as a:
+        a.sock.sendall(resp_command(b"ECHO", b"a") + b"*1\r\n$x\r\n" + resp_command(b"ECHO", b"never"))
+        assert read_until_closed(a.sock) == b"$1\r\na\r\n-ERR Protocol error: invalid bulk length\r\n"
