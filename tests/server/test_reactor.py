@@ -507,6 +507,25 @@ async def test_batches_of_commands_are_run_while_the_task_stays_parked_and_recei
             encode_command([b"ECHO", b"a"]) + waits + encode_command([b"ECHO", b"b"])]
 
 
+async def test_a_restricted_users_reads_without_a_wait_are_run_while_the_task_stays_parked(tmp_path):
+    h = TopicsHarness(tmp_path)
+    _fill(h)
+    reader = hiredis.Reader()
+    async with _serving(h) as (served, sock, conn):
+        await sock.send(encode_command([b"ACL", b"SETUSER", b"u", b"on", b">pw", b"~s", b"+@all"])
+                        + encode_command([b"AUTH", b"u", b"pw"]))
+        assert await read_exactly(sock, 10) == b"+OK\r\n+OK\r\n"
+        await _park(sock)
+        read = encode_command([b"XREAD", b"COUNT", b"2", b"STREAMS", b"s", b"0"])
+        steps = served.steps.count
+        await sock.send(read)
+        assert await _reply(sock, reader) == await _general_reply(h, read)
+        await wait_all_tasks_blocked()
+        assert served.steps.count == steps  # XREAD's no-wait path, as for any client
+        await sock.send(encode_command([b"XREAD", b"COUNT", b"2", b"STREAMS", b"other", b"0"]))
+        assert (await _reply(sock, reader)).startswith(b"-NOPERM")
+
+
 async def test_a_reply_the_socket_does_not_take_is_finished_by_the_task(tmp_path):
     h = TopicsHarness(tmp_path)
     _fill(h, n=300, value=b"x" * 2000)
