@@ -15,9 +15,10 @@ encoding rules (``server.reply``), request framing (``server.resp``), TLS
 State: one ``State`` value (docs/architecture.md "The connection's
 states"), changed only by the transitions below, each of which says which
 states it leaves: the task's own (a batch begins, blocks, is held, is
-answered), the reactor's (``_on_ready``: a poll answered while the task is
-parked, a batch of XADD runs taken while it waits for a held one, input
-handed to it), a held batch's (``_Held`` calls ``_held_out`` once its
+answered), the reactor's (``_on_ready``: a batch run while the task is
+parked, with the task's own executor ``_run_batch``, and what it could not
+finish handed to the task; a batch of XADD runs taken while it waits for a
+held one; input handed to it), a held batch's (``_Held`` calls ``_held_out`` once its
 replies are out), and a close's (``kill``, ``stop``). CLOSING absorbs every
 transition but the last (CLOSED, in ``run``), so whoever acts on a
 connection that is closing does nothing. What arrives is classified by one
@@ -149,6 +150,25 @@ def classify(data: bytes, at_boundary: bool) -> Receive:
     return RUNS
 
 
+# -- what running a batch came to --------------------------------------------
+
+class Ran(enum.Enum):
+    """What ``Connection._run_batch`` (the one executor of a batch, the
+    task's and the reactor's step's) came to. Every outcome but DONE is
+    the task's to go on from: the executor never waits."""
+
+    DONE = "done"  # every complete command ran: answer the batch (its receipt, one send)
+    AWAITS = "awaits"  # a command returned a coroutine: the replies before it leave, it is awaited, the batch goes on
+    FLUSH = "flush"  # the replies passed SEND_AT_BYTES: they leave, the batch goes on
+    STOPPED = "stopped"  # a command left RUNNING (MONITOR, closing) or asked to close after its reply (QUIT)
+    FAULT = "fault"  # a protocol error: its reply after the replies so far, then close
+
+    __hash__ = object.__hash__
+
+
+DONE, AWAITS, FLUSH, STOPPED, FAULT = Ran
+
+
 # The input mark of a plain socket in the reactor's set: whether input may be
 # waiting. The set reports arrivals (edge-triggered), so a connection keeps
 # this, set by ``_on_ready`` and cleared by a receive that drained the socket;
@@ -197,7 +217,10 @@ class Connection:
         self._parked = _Waiter()
         self._gone = _Waiter()
         self._taken: list | None = None
-        self._polls = False  # whether the poll form is served (Dispatcher.read_poll; set by _serve)
+        # The fast paths of the port's table, set by ``_serve`` (None: not served).
+        self._poll: Any = None  # a consumer's poll (Dispatcher.read_poll)
+        self._xadd_run: Any = None  # runs of XADDs (Dispatcher.xadd_run)
+        self._timed = False  # the task waits for input under an idle timeout's timer
         self._lines = _Waiter()  # MONITOR: the task waiting for lines (or input)
         client._kill = self.kill
         client._on_monitor = self._begin_monitor
@@ -265,7 +288,16 @@ class Connection:
         ``rest`` (replies the reactor's step could not send whole)."""
         assert self._parked.task is not None and (self.state is IDLE or self.state is OWNED), self.state
         self.state = RUNNING
-        self._parked.wake((data, kind, out, rest))
+        self._parked.wake((data, kind, out, rest, None))
+
+    def _hand_rest(self, ran: tuple) -> None:
+        """From ``_serve_parked``: the batch it ran (``ran``: what
+        ``_run_batch`` came to) is the parked task's to go on from, in the
+        state the batch left (RUNNING; MONITOR; closing: a killed task was
+        cancelled and does not take it). The task runs later: views of log
+        mappings in the replies are copied now."""
+        _own(ran[2], self.ctx)
+        self._parked.wake((None, None, None, None, ran))
 
     def _close_parked(self) -> None:
         """The reactor's step found the peer's EOF, or failed: → CLOSING; the
@@ -375,8 +407,8 @@ class Connection:
 
     def _on_ready(self, events: int) -> None:
         """The reactor's report of new input (or EOF: ``events & SHUT``).
-        Parked IDLE: a consumer's poll is answered here, without the task
-        (``_answer_parked``); OWNED: the next batch of XADD runs is taken
+        Parked IDLE: the batch is run here, without the task
+        (``_serve_parked``); OWNED: the next batch of XADD runs is taken
         here (``_take_runs``); anything else is the task's, which receives
         it when it gets there. From an EOF on, the input mark stays set
         (``_SHUT``): the next receive finds the EOF, in whatever state;
@@ -400,7 +432,7 @@ class Connection:
                 self._mark = _READY
             if state is IDLE:
                 if self._parked.task is not None:  # (else the task is running: it receives)
-                    self._answer_parked()
+                    self._serve_parked()
             elif state is OWNED:
                 self._take_runs()
             elif state is MONITOR:
@@ -429,37 +461,49 @@ class Connection:
             self._hand_over(data, kind)
         return None
 
-    def _answer_parked(self) -> None:
-        """IDLE, the task parked: the task's step for one request in the
-        poll form (``Dispatcher.read_poll``), taken in the reactor's step:
-        receive, answer, send; the task stays parked. Anything else is
-        handed to it (``_hand_over``): other input, a reply the socket did
-        not take whole; EOF and errors close it."""
-        if not self._polls or self.server.config.timeout:
-            self._parked.wake()  # the task receives (an idle timeout is the task's to restart)
+    def _serve_parked(self) -> None:
+        """IDLE, the task parked: the task's step for what came, taken in the
+        reactor's step: receive, run the batch with the task's executor
+        (``_run_batch``), send its replies; the task stays parked. Whatever
+        cannot end here is handed to it, RUNNING (``_hand_rest``): a batch
+        the executor stopped (a command to await, replies to send before
+        the rest, MONITOR, a close, a protocol error), replies that wait
+        for a receipt (deferred appends, fsync, acks=all: the task settles
+        them), a reply the socket did not take whole. The EOF and errors
+        close it. With an idle ``timeout`` configured, or the task's wait
+        timed by one (configured when it began), the task receives (its
+        timer restarts)."""
+        if self._timed or self.server.config.timeout:
+            self._parked.wake()
             return
-        data = self._receive(POLL)
+        data = self._recv_now(self.sock.recv)
         if data is None:
             return
-        ctx = self.ctx
-        out: list = []
-        if not self.dispatcher.read_poll(ctx, data, out):
-            self._hand_over(data, COMMANDS)  # (declined: the parser's)
-            return
-        stats = self.server.stats
-        stats.total_net_input_bytes += len(data)
-        self.client.last_interaction = _now()
-        sock = self.sock
-        try:
-            rest = _send_now(sock.sendmsg, sock.send, out, ctx, stats)
-        except OSError:
+        if not data:
             self._close_parked()
             return
-        if rest is not None:
-            self._hand_over(None, rest=rest)
-        elif self._mark != _DRAINED:
+        self.state = RUNNING  # (IDLE → RUNNING: _on_ready found it IDLE)
+        ctx = self.ctx
+        ran = self._run_batch(data, None, [])
+        out = ran[2]
+        session = ctx.session
+        if ran[0] is not DONE or ctx.deferred_marks or session.flush_seq or session.repl_pending:
+            self._hand_rest(ran)
+            return
+        self.state = IDLE  # (RUNNING → IDLE: DONE, so nothing left RUNNING)
+        if out:
+            sock = self.sock
+            try:
+                rest = _send_now(sock.sendmsg, sock.send, out, ctx, self.server.stats)
+            except OSError:
+                self._close_parked()
+                return
+            if rest is not None:
+                self._hand_over(None, rest=rest)
+                return
+        if self._mark != _DRAINED:
             # A receive that filled its buffer left input behind, or the EOF
-            # came with the poll: no new report will come, the task goes on.
+            # came with the batch: no new report will come, the task goes on.
             self._parked.wake()
 
     def _take_runs(self) -> None:
@@ -517,6 +561,79 @@ class Connection:
         self.server.stats.total_net_output_bytes += len(payload)
         self._hand_over(None, rest=payload)
 
+    # -- the batch: one executor for the task and the reactor's step --------
+
+    def _run_batch(self, data: bytes | None, kind: Receive | None, out: list,
+                   pending: tuple | None = None) -> tuple:
+        """RUNNING: run what was received: ``data`` (``classify``'d as
+        ``kind``, None: not yet; None: nothing new), offered to the fast
+        paths first (a consumer's poll, runs of XADDs), the rest to the
+        parser; then every complete command the parser holds, in order,
+        their replies appended to ``out`` and their deferred appends marked
+        (``ctx.deferred_marks``). ``pending``: the ``(argv, reply)`` of the
+        command the task awaited (AWAITS): its reply first, then the rest.
+        It never waits, so the task (``_serve``) and the reactor's step
+        (``_serve_parked``) run batches with it alike. Returns ``(outcome,
+        arg, out)``: ``Ran.DONE``; AWAITS with ``(argv, coroutine)`` (the
+        parser keeps what follows); FLUSH; STOPPED; FAULT with the
+        ``ProtocolError`` (nothing after it runs)."""
+        ctx = self.ctx
+        client = self.client
+        parser = self.parser
+        if data is not None:
+            self.server.stats.total_net_input_bytes += len(data)
+            if kind is None:
+                kind = classify(data, parser.at_boundary())
+            if kind is POLL and self._poll is not None and self._poll(ctx, data, out):
+                # A consumer's poll (one XREAD), answered from the bytes (``Dispatcher.read_poll``).
+                client.last_interaction = _now()
+                return DONE, None, out
+            if kind is RUNS and self._xadd_run is not None:
+                # Runs of `XADD key * f v ...` are taken from the bytes as
+                # they are; the rest is parsed.
+                pos = _take_xadd_runs(self._xadd_run, ctx, data, out)
+                if pos:
+                    data = data[pos:]
+            parser.feed(data)
+        get_command = parser.get_command
+        call = self.dispatcher.call
+        session = ctx.session
+        marks = ctx.deferred_marks
+        check_at = SIZE_CHECK_CHUNKS
+        argv, reply = pending if pending is not None else (None, None)
+        while True:
+            if argv is None:
+                try:
+                    argv = get_command()
+                except ProtocolError as e:
+                    return FAULT, e, out
+                if argv is None:
+                    break
+                reply = call(ctx, argv)
+                if type(reply) is COROUTINE:
+                    return AWAITS, (argv, reply), out
+            if reply is not NO_REPLY:
+                if session.deferred is not None:  # an XADD whose entry awaits a commit
+                    marks.append((len(out), session.deferred, 0))
+                    session.deferred = None
+                # Read per reply: HELLO may switch protocol mid-batch.
+                if encode_into(out, reply, client.protocol):
+                    ctx.views = True  # entries as views of log mappings: sent at once or copied
+            if client.close_after_reply or self.state is not RUNNING:
+                return STOPPED, None, out
+            # limits hook (server/outbuf.py): a reply read from a log is few
+            # chunks but can be megabytes; weigh such replies as they come.
+            if len(out) >= check_at or (reply.__class__ in outbuf.WEIGHED
+                                        and outbuf.weigh(self, out) >= SEND_AT_BYTES):
+                # Checked every 4096 chunks, not per reply: a long
+                # pipeline must not cost quadratic time here.
+                if sum(map(len, out)) >= SEND_AT_BYTES:
+                    return FLUSH, None, out
+                check_at = len(out) + SIZE_CHECK_CHUNKS
+            argv = None
+        client.last_interaction = _now()
+        return DONE, None, out
+
     # -- the command loop (both transports) --------------------------------
 
     async def _serve(self) -> None:
@@ -525,14 +642,12 @@ class Connection:
         ctx = self.ctx
         stats = self.server.stats
         config = self.server.config
-        call = self.dispatcher.call
         parser = self.parser = RequestParser(
             config.proto_max_bulk_len,
             config.client_query_buffer_limit,
             authenticated=lambda: client.authenticated,
         )
         get_command = parser.get_command
-        at_boundary = parser.at_boundary
         wait, recv, send = self._transport()
         gather = self._gathering_send()
         hold_send = send if gather is not None else None  # plain sockets hand held replies over (_hold)
@@ -540,15 +655,14 @@ class Connection:
         appends = self.server.broker.appends
         marks = ctx.deferred_marks
         table = self.dispatcher.table
-        xadd_run = self.dispatcher.xadd_run if "xadd" in table.runs else None
-        poll = self.dispatcher.read_poll if "xread" in table.polls else None
-        self._polls = poll is not None
+        self._xadd_run = self.dispatcher.xadd_run if "xadd" in table.runs else None
+        self._poll = self.dispatcher.read_poll if "xread" in table.polls else None
         # The next request's early try (_SPECULATE_MAX_MISSES), plain sockets only.
         speculate = False
         misses = skips = 0
         while True:
             # -- the next input: where it comes from is the state's ----------
-            data = kind = out = None
+            data = kind = out = ran = None
             state = self.state
             if state is RUNNING:
                 # The batch is answered, nothing is in flight (hot path).
@@ -577,7 +691,7 @@ class Connection:
                     got = self._after_held(recv)
                     if got is None:
                         continue  # owned by the reactor now, or nothing received yet
-                data, kind, out, rest = got
+                data, kind, out, rest, ran = got
                 if rest is not None:  # replies the reactor's step left to send
                     await self._send_rest(rest)
                     continue
@@ -585,15 +699,17 @@ class Connection:
                 # IDLE: wait for input (the reactor may hand it over).
                 idle_timeout_s = config.timeout
                 if idle_timeout_s:  # (the reactor leaves such waits to the task)
+                    self._timed = True
                     with trio.move_on_after(idle_timeout_s) as idle_scope:
                         got = await wait(sock)
+                    self._timed = False
                     if idle_scope.cancelled_caught:
                         log.info("closing idle client %d (timeout %ds)", client.id, idle_timeout_s)
                         return
                 else:
                     got = await wait(sock)
-                if got is not None:  # RUNNING: what the reactor's step received or left
-                    data, kind, out, rest = got
+                if got is not None:  # RUNNING: what the reactor's step received, ran or left
+                    data, kind, out, rest, ran = got
                     if rest is not None:
                         await self._send_rest(rest)
                         continue
@@ -609,71 +725,34 @@ class Connection:
                         return
                     if len(data) < RECV_BYTES and self._mark != _SHUT:
                         self._mark = _DRAINED
-            if not data:
-                return  # EOF (or a failed receive)
-            # -- run the batch ------------------------------------------------
-            if self.state is IDLE:
-                self.state = RUNNING
-            stats.total_net_input_bytes += len(data)
-            if out is None:
-                out = []
-            if kind is None:  # (the reactor's step classified what it handed over)
-                kind = classify(data, at_boundary())
-            if kind is POLL and poll is not None and poll(ctx, data, out):
-                pass  # a consumer's poll (one XREAD), answered from the bytes (``Dispatcher.read_poll``)
-            else:
-                if kind is RUNS and xadd_run is not None:
-                    # Runs of `XADD key * f v ...` are taken from the bytes as
-                    # they are; the rest is parsed.
-                    pos = _take_xadd_runs(xadd_run, ctx, data, out)
-                    if pos:
-                        data = data[pos:]
-                parser.feed(data)
-                check_at = SIZE_CHECK_CHUNKS
-                while True:
-                    try:
-                        argv = get_command()
-                    except ProtocolError as e:
-                        await self._protocol_error(e, out)
+            if ran is None:
+                if not data:
+                    return  # EOF (or a failed receive)
+                if self.state is IDLE:
+                    self.state = RUNNING
+                ran = self._run_batch(data, kind, out if out is not None else [])
+            # -- what only the task can do: the batch goes on after it --------
+            outcome, arg, out = ran
+            while outcome is not DONE:
+                if outcome is AWAITS:
+                    argv, reply = arg
+                    await self._flush(out)  # (the replies before it leave first)
+                    reply = await self._block(argv, reply)
+                    outcome, arg, out = self._run_batch(None, None, [], (argv, reply))
+                elif outcome is FLUSH:
+                    await self._flush(out)
+                    outcome, arg, out = self._run_batch(None, None, [])
+                elif outcome is FAULT:
+                    await self._protocol_error(arg, out)
+                    return
+                elif self.state is MONITOR:  # STOPPED by MONITOR
+                    if not await self._monitor(out, get_command, wait, recv):
                         return
-                    if argv is None:
-                        break
-                    reply = call(ctx, argv)
-                    if type(reply) is COROUTINE:
+                    outcome, arg, out = self._run_batch(None, None, [])  # RESET ended it: the batch goes on
+                else:  # STOPPED: close after these replies (QUIT, CLIENT KILL, SHUTDOWN, ...)
+                    if not client.kill_requested:  # killed by its own command (POST): nothing is sent
                         await self._flush(out)
-                        out = []
-                        check_at = SIZE_CHECK_CHUNKS
-                        reply = await self._block(argv, reply)
-                    if reply is not NO_REPLY:
-                        if session.deferred is not None:  # an XADD whose entry awaits a commit
-                            marks.append((len(out), session.deferred, 0))
-                            session.deferred = None
-                        # Read per reply: HELLO may switch protocol mid-batch.
-                        if encode_into(out, reply, client.protocol):
-                            ctx.views = True  # entries as views of log mappings: sent at once or copied
-                    if client.close_after_reply or self.state is not RUNNING:
-                        if self.state is MONITOR:  # (MONITOR ran)
-                            if not await self._monitor(out, get_command, wait, recv):
-                                return
-                            out = []  # RESET ended it: the batch goes on
-                            check_at = SIZE_CHECK_CHUNKS
-                            continue
-                        if not client.kill_requested:  # killed by its own command (POST): nothing is sent
-                            await self._flush(out)
-                        return
-                    # limits hook (server/outbuf.py): a reply read from a log is few
-                    # chunks but can be megabytes; weigh such replies as they come.
-                    if len(out) >= check_at or (reply.__class__ in outbuf.WEIGHED
-                                                and outbuf.weigh(self, out) >= SEND_AT_BYTES):
-                        # Checked every 4096 chunks, not per reply: a long
-                        # pipeline must not cost quadratic time here.
-                        if sum(map(len, out)) >= SEND_AT_BYTES:
-                            await self._flush(out)
-                            out = []
-                            check_at = SIZE_CHECK_CHUNKS
-                        else:
-                            check_at = len(out) + SIZE_CHECK_CHUNKS
-            client.last_interaction = _now()
+                    return
             # -- answer it ------------------------------------------------------
             if marks:
                 if appends.streams and marks[-1][1][1] == appends.round:
@@ -832,7 +911,7 @@ class Connection:
             self._to(OWNED)
             return None
         data = self._recv_now(recv)
-        return None if data is None else (data, None, None, None)
+        return None if data is None else (data, None, None, None, None)
 
     def _recv_now(self, recv: Any) -> bytes | None:
         """A receive that does not wait, keeping the input mark (the loop's

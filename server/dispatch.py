@@ -437,6 +437,8 @@ class Dispatcher:
             client.multi_queue.append((spec, argv))
             return QUEUED
         if spec.is_async:
+            if spec.now is not None:  # (its no-wait path, as on the hot path)
+                return self._call_now(spec, ctx, argv)
             return self._call_async(spec, ctx, argv)
         return self._call_sync(spec, ctx, argv)
 

@@ -5,7 +5,7 @@ edge-triggered, for its whole life (``register`` / ``unregister``), and the
 task that watches it (``run``): when the set reports sockets with new input,
 each one's ``on_ready`` is called right there, in one task step for all of
 them, with the events the set reported (``EPOLLRDHUP``: the peer shut its
-side). What a connection does then (mark itself readable, answer a poll,
+side). What a connection does then (mark itself readable, run a batch,
 wake its task) is ``server.connection``'s.
 
 Must not know: RESP, commands, what a connection is.

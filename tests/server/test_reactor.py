@@ -473,31 +473,57 @@ async def test_polls_are_answered_while_the_task_stays_parked(tmp_path):
         assert b"cmdstat_xread:calls=8," in await _reply(sock, reader)
 
 
-async def test_other_input_while_parked_is_handed_to_the_task_unread_once(tmp_path):
+async def test_batches_of_commands_are_run_while_the_task_stays_parked_and_received_once(tmp_path):
     h = TopicsHarness(tmp_path)
     _fill(h)
     async with _serving(h) as (served, sock, conn):
         await _park(sock)
         h.recvs.clear()
-        # Not a lone poll: two pipelined, a poll of a BLOCK form, a plain command.
-        for request, expected in [
+        # Not a lone poll: two pipelined, a plain command, a range.
+        xrange = encode_command([b"XRANGE", b"s", b"-", b"+", b"COUNT", b"2"])
+        requests = [
             (_poll() + _poll(b"1"), await _general_reply(h, _poll()) + await _general_reply(h, _poll(b"1"))),
-            (encode_command([b"XREAD", b"BLOCK", b"1", b"STREAMS", b"s", b"0"]), None),
             (encode_command([b"ECHO", b"hi"]), b"$2\r\nhi\r\n"),
-        ]:
+            (xrange, await _general_reply(h, xrange)),
+        ]
+        for request, expected in requests:
             steps = served.steps.count
             await sock.send(request)
-            if expected is None:
-                assert await _reply(sock, hiredis.Reader())
-            else:
-                assert await read_exactly(sock, len(expected)) == expected
+            assert await read_exactly(sock, len(expected)) == expected
             await wait_all_tasks_blocked()
-            assert served.steps.count > steps  # the task answered it
+            assert served.steps.count == steps  # the task never ran for it
+        # A command that must wait is the task's: it awaits it, and goes on
+        # with the rest of the batch after it.
+        steps = served.steps.count
+        waits = encode_command([b"XREAD", b"BLOCK", b"1", b"STREAMS", b"s", b"$"])
+        await sock.send(encode_command([b"ECHO", b"a"]) + waits + encode_command([b"ECHO", b"b"]))
+        assert await read_exactly(sock, 7 + 5 + 7) == b"$1\r\na\r\n*-1\r\n$1\r\nb\r\n"
+        await wait_all_tasks_blocked()
+        assert served.steps.count > steps
         # Each request was received once, whole (in the reactor's step), and
         # the task did not receive it again.
         received = [data for data in h.recvs if data is not None]
-        assert received == [_poll() + _poll(b"1"), encode_command([b"XREAD", b"BLOCK", b"1", b"STREAMS", b"s", b"0"]),
-                            encode_command([b"ECHO", b"hi"])]
+        assert received == [request for request, _ in requests] + [
+            encode_command([b"ECHO", b"a"]) + waits + encode_command([b"ECHO", b"b"])]
+
+
+async def test_a_restricted_users_reads_without_a_wait_are_run_while_the_task_stays_parked(tmp_path):
+    h = TopicsHarness(tmp_path)
+    _fill(h)
+    reader = hiredis.Reader()
+    async with _serving(h) as (served, sock, conn):
+        await sock.send(encode_command([b"ACL", b"SETUSER", b"u", b"on", b">pw", b"~s", b"+@all"])
+                        + encode_command([b"AUTH", b"u", b"pw"]))
+        assert await read_exactly(sock, 10) == b"+OK\r\n+OK\r\n"
+        await _park(sock)
+        read = encode_command([b"XREAD", b"COUNT", b"2", b"STREAMS", b"s", b"0"])
+        steps = served.steps.count
+        await sock.send(read)
+        assert await _reply(sock, reader) == await _general_reply(h, read)
+        await wait_all_tasks_blocked()
+        assert served.steps.count == steps  # XREAD's no-wait path, as for any client
+        await sock.send(encode_command([b"XREAD", b"COUNT", b"2", b"STREAMS", b"other", b"0"]))
+        assert (await _reply(sock, reader)).startswith(b"-NOPERM")
 
 
 async def test_a_reply_the_socket_does_not_take_is_finished_by_the_task(tmp_path):
@@ -548,6 +574,18 @@ async def test_with_an_idle_timeout_polls_wake_the_task(tmp_path, autojump_clock
         assert trio.current_time() >= 59
 
 
+async def test_an_idle_timeout_turned_off_while_parked_does_not_close_a_busy_client(tmp_path, autojump_clock):
+    h = TopicsHarness(tmp_path, timeout=30)
+    async with _serving(h) as (served, sock, conn):
+        await _park(sock)  # the task waits for input with a 30 s timer
+        other = Context(h.state, h.state.new_client("t:2", "t:0", -1), h.dispatcher)
+        assert h.dispatcher.call(other, [b"CONFIG", b"SET", b"timeout", b"0"]) is not None
+        for _ in range(3):  # busy past the old timer's end
+            await trio.sleep(20)
+            await sock.send(b"PING\r\n")
+            assert await read_exactly(sock, 7) == b"+PONG\r\n"
+
+
 async def test_shutdown_closes_a_parked_connection(tmp_path):
     h = Harness()
     async with _serving(h) as (served, sock, conn):
@@ -561,14 +599,14 @@ async def test_a_fault_while_answering_a_parked_connection_closes_it(tmp_path, c
     h = TopicsHarness(tmp_path)
     _fill(h)
 
-    def broken(ctx, data, out):
+    def broken(ctx, argv):
         raise RuntimeError("boom")
 
     async with _serving(h) as (served, sock, conn):
         await _park(sock)
-        h.dispatcher.read_poll = broken
+        h.dispatcher.call = broken
         with caplog.at_level(logging.ERROR, logger="partita.connection"):
-            await sock.send(_poll())
+            await sock.send(encode_command([b"ECHO", b"hi"]))
             assert await read_exactly(sock, 1) == b""  # closed, not left waiting
         assert "connection %d failed" % conn.client.id in caplog.text
         assert served.reactor.registered == 0
