@@ -62,6 +62,11 @@ from server.errors import ProtocolError
 from server.reply import encode, encode_into
 from server.resp import QueryBufferLimitError, RequestParser
 
+try:  # replies holding log mappings spliced into the socket, not copied (server/_mapsend.c)
+    from server import _mapsend
+except ImportError:  # pragma: no cover - built by the install; without it sendmsg copies them
+    _mapsend = None
+
 log = logging.getLogger("partita.connection")
 
 RECV_BYTES = 64 * 1024
@@ -219,6 +224,7 @@ class Connection:
         self._taken: list | None = None
         # The fast paths of the port's table, set by ``_serve`` (None: not served).
         self._poll: Any = None  # a consumer's poll (Dispatcher.read_poll)
+        self._gather: Any = None  # the gathering send (``_gathering_send``), set by ``_serve``
         self._xadd_run: Any = None  # runs of XADDs (Dispatcher.xadd_run)
         self._timed = False  # the task waits for input under an idle timeout's timer
         self._lines = _Waiter()  # MONITOR: the task waiting for lines (or input)
@@ -362,8 +368,10 @@ class Connection:
         return (wait_readable if self._reactor is None else self._wait_input), sock.recv, sock.send
 
     def _gathering_send(self) -> Any:
-        """``sendmsg``-like ``send(buffers)`` without waiting, or None (TLS)."""
-        return self.sock.sendmsg
+        """``sendmsg``-like ``send(buffers)`` without waiting, or None (TLS):
+        a reply holding views of log mappings is spliced into the socket
+        without copying them (``server._mapsend``) when it can be."""
+        return _splicing_send(self.sock)
 
     async def _send_rest(self, data: bytes | memoryview) -> None:
         """Send bytes ``send`` did not take, under the output buffer limits."""
@@ -494,7 +502,7 @@ class Connection:
         if out:
             sock = self.sock
             try:
-                rest = _send_now(sock.sendmsg, sock.send, out, ctx, self.server.stats)
+                rest = _send_now(self._gather, sock.send, out, ctx, self.server.stats)
             except OSError:
                 self._close_parked()
                 return
@@ -649,7 +657,7 @@ class Connection:
         )
         get_command = parser.get_command
         wait, recv, send = self._transport()
-        gather = self._gathering_send()
+        gather = self._gather = self._gathering_send()
         hold_send = send if gather is not None else None  # plain sockets hand held replies over (_hold)
         session = ctx.session
         appends = self.server.broker.appends
@@ -1067,6 +1075,23 @@ class Connection:
 # spares the hot path a call): the views are sent at once, or copied before
 # anything is awaited (a log file may be truncated meanwhile:
 # ``ReadAccumulator.view``).
+
+def _splicing_send(sock: socket.socket) -> Any:
+    """``sock.sendmsg``, or, with ``server._mapsend`` built, a send of
+    buffers that splices views of log mappings (``_mapsend.send``), and
+    sendmsg when that declines (a small reply, one too large for its pipe)."""
+    sendmsg = sock.sendmsg
+    if _mapsend is None:
+        return sendmsg
+    fd = sock.fileno()
+    splice = _mapsend.send
+
+    def gather(out: list) -> int:
+        sent = splice(fd, out)
+        return sendmsg(out) if sent is None else sent
+
+    return gather
+
 
 def _send_now(gather: Any, send: Any, out: list, ctx: Context, stats: Any) -> bytes | memoryview | None:
     """Send a batch's replies ``out`` without waiting: one gathering send
