@@ -13,12 +13,10 @@ Owns: the choice of a partition for one entry of a multi-partition topic:
   that recorded the first attempt;
 - otherwise round-robin over the partitions, one counter per topic (soft
   state: it restarts at 0 with the server). The counter moves on per entry
-  for XADDs taken one by one (``choose``) and per commit round for the
-  pipelined runs of keyless XADDs: every run deferred before one commit
-  goes to one partition (``run_partition`` then ``took_run``), Kafka's
-  sticky partitioner for keyless records (KIP-480: sticky until the batch
-  is sent), so the pipelines of every producer served in one scheduler
-  tick become one log batch, one write, instead of one per partition.
+  for XADDs taken one by one (``choose``) and per run for a pipelined run
+  of keyless XADDs, which all go to one partition (``peek`` then
+  ``advance``): Kafka's sticky partitioner for keyless records (KIP-480),
+  so a pipeline becomes one log batch instead of one batch per partition.
 
 Must not know: streams, files, sockets, RESP. Pure functions and a counter.
 """
@@ -77,7 +75,6 @@ class Partitioner:
 
     def __init__(self) -> None:
         self._next: dict[bytes, int] = {}
-        self._rounds: dict[bytes, tuple[int, int]] = {}  # topic -> (round, counter it took)
 
     def choose(self, topic: bytes, partitions: int, fields: Sequence[bytes],
                key_field: bytes | None, sticky: bytes | None = None) -> int:
@@ -105,23 +102,5 @@ class Partitioner:
         """Move ``topic``'s round-robin counter on by one (after ``peek``)."""
         self._next[topic] = self._next.get(topic, 0) + 1
 
-    def run_partition(self, topic: bytes, partitions: int, round_: int) -> int:
-        """The partition a pipelined run of keyless entries of ``topic``
-        deferred in commit round ``round_`` goes to: the one the round's
-        runs took already, else the one the counter points at."""
-        taken = self._rounds.get(topic)
-        if taken is not None and taken[0] == round_:
-            return taken[1] % partitions
-        return self.peek(topic, partitions)
-
-    def took_run(self, topic: bytes, round_: int) -> None:
-        """A run of ``round_`` went where ``run_partition`` said: the round's
-        first moves the counter on by one, the others stick to it."""
-        taken = self._rounds.get(topic)
-        if taken is None or taken[0] != round_:
-            self._rounds[topic] = (round_, self._next.get(topic, 0))
-            self.advance(topic)
-
     def forget(self, topic: bytes) -> None:
         self._next.pop(topic, None)
-        self._rounds.pop(topic, None)

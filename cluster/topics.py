@@ -752,14 +752,14 @@ class TopicRegistry:
         partitioner); None otherwise."""
         return self._append_cache.get(key)
 
-    def run_target(self, key: bytes, round_: int) -> tuple[Stream, bytes, list[bytes]] | None:
-        """Where a pipelined run of keyless ``XADD <topic> * ...`` deferred in
-        commit round ``round_`` goes (the sticky partitioner): for the bare
-        key of an existing topic of several partitions without a
-        ``partition-key-field``, ``(stream, partition key, sibling keys)``
-        of the round's partition (``Partitioner.run_partition``). The counter
-        stays; ``took_run`` notes the run once it is taken. None for anything
-        else (the general path then picks per entry, or gives the errors)."""
+    def run_target(self, key: bytes) -> tuple[Stream, bytes, list[bytes]] | None:
+        """Where a pipelined run of keyless ``XADD <topic> * ...`` goes (the
+        sticky partitioner): for the bare key of an existing topic of several
+        partitions without a ``partition-key-field``, ``(stream, partition
+        key, sibling keys)`` of the partition the round-robin counter points
+        at. The counter stays; ``took_run`` moves it on once the run is
+        taken. None for anything else (the general path then picks per
+        entry, or gives the errors)."""
         try:
             topic, partition = self._split(key)
         except TopicError:
@@ -768,13 +768,13 @@ class TopicRegistry:
         if partition is not None or meta is None or meta.partitions < 2 \
                 or self.config_value(topic, "partition-key-field"):
             return None
-        n = self.partitioner.run_partition(topic, meta.partitions, round_)
+        n = self.partitioner.peek(topic, meta.partitions)
         pkey = partition_key(topic, n)
         return self._stream_for(topic, n), pkey, self._siblings(key, pkey)
 
-    def took_run(self, key: bytes, round_: int) -> None:
-        """A run ``run_target`` pointed at was deferred in ``round_``."""
-        self.partitioner.took_run(self.topic_of(key), round_)
+    def took_run(self, key: bytes) -> None:
+        """A run ``run_target`` pointed at was written: the next goes on."""
+        self.partitioner.advance(self.topic_of(key))
 
     def read_target(self, key: bytes) -> Stream | None:
         """The stream of a key that names one existing partition (a bare

@@ -343,8 +343,8 @@ class Session(GroupOps, TopicGroupOps, ReadOps, ReferenceOps, ProducerOps, Recor
         commands one by one, which gives every error): the key must name a
         partition written through before (no creation), or, on a single
         node, be the bare key of a topic of several partitions without a
-        ``partition-key-field`` (the sticky partitioner sends every run of
-        one commit round to one partition); in a cluster this node must accept the append
+        ``partition-key-field`` (the sticky partitioner sends the whole run
+        to one partition); in a cluster this node must accept the append
         (leader, enough in-sync replicas for acks=all).
         """
         broker = self.broker
@@ -357,7 +357,7 @@ class Session(GroupOps, TopicGroupOps, ReadOps, ReferenceOps, ProducerOps, Recor
         if sticky:
             if replication is not None:
                 return None  # in a cluster each entry is routed on its own
-            target = topics.run_target(key, broker.appends.round)
+            target = topics.run_target(key)
             if target is None:
                 return None
         stream, pkey, siblings = target
@@ -376,9 +376,9 @@ class Session(GroupOps, TopicGroupOps, ReadOps, ReferenceOps, ProducerOps, Recor
             except (NotLeaderError, NotEnoughReplicasError):
                 return None  # nothing deferred: each command gets the general path's error
         stream.defer_encoded(entries, (last_ms, last_seq), used)
-        appends = broker.appends
         if sticky:
-            topics.took_run(key, appends.round)
+            topics.took_run(key)
+        appends = broker.appends
         appends.defer(stream, key, siblings)
         self._deferred_any = True
         token = (stream, appends.round)

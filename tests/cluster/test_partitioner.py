@@ -72,22 +72,3 @@ def test_peek_and_advance_share_the_round_robin_counter():
     assert p.peek(b"t", 3) == 2
     p.advance(b"t")
     assert p.peek(b"t", 3) == 0 and p.peek(b"other", 3) == 0
-
-
-def test_runs_stick_to_one_partition_per_round():
-    """``run_partition`` / ``took_run``: every run of one commit round goes
-    where the round's first went; the counter moves on once per round, and a
-    topic forgotten (deleted) starts over."""
-    p = Partitioner()
-    assert p.run_partition(b"t", 3, 7) == 0
-    p.took_run(b"t", 7)
-    assert p.peek(b"t", 3) == 1  # moved on once...
-    p.took_run(b"t", 7)
-    assert p.run_partition(b"t", 3, 7) == 0 and p.peek(b"t", 3) == 1  # ...for the whole round
-    assert p.choose(b"t", 3, [b"n", b"1"], None) == 1  # entries taken one by one go on per entry
-    assert p.run_partition(b"t", 3, 7) == 0
-    assert p.run_partition(b"t", 3, 8) == 2
-    p.took_run(b"t", 8)
-    assert p.run_partition(b"t", 3, 8) == 2 and p.run_partition(b"t", 2, 8) == 0  # (fewer partitions: modulo)
-    p.forget(b"t")
-    assert p.run_partition(b"t", 3, 8) == 0

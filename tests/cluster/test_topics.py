@@ -285,27 +285,23 @@ def test_logs_under_fsync_always_write_zeros_ahead(tmp_path):
 def test_run_target_is_the_sticky_partitioners_choice(registry):
     """A pipelined run of keyless XADDs to a topic of several partitions
     goes to the partition the round-robin counter points at; the counter
-    moves on only when the run is taken (``took_run``), once per commit
-    round: the other runs of the round stick to its partition."""
+    moves on only when the run is taken (``took_run``)."""
     registry.create_topic(b"t", 3)
-    first = registry.run_target(b"t", 1)
+    first = registry.run_target(b"t")
     assert first[1] == b"t#0" and first[0] is registry.get(b"t#0")
     assert first[2] == [b"t#0"]  # readers of the partition key wake too; the topic key is the one written
-    assert registry.run_target(b"t", 1)[1] == b"t#0"  # not taken: the counter stays
-    registry.took_run(b"t", 1)
-    assert registry.run_target(b"t", 1)[1] == b"t#0"  # round 1 sticks to its partition
-    registry.took_run(b"t", 1)
-    assert registry.run_target(b"t", 2)[1] == b"t#1"  # the next round: the next partition
-    registry.took_run(b"t", 2)
+    assert registry.run_target(b"t")[1] == b"t#0"  # not taken: the counter stays
+    registry.took_run(b"t")
+    assert registry.run_target(b"t")[1] == b"t#1"
+    registry.took_run(b"t")
     # The per-entry choice shares the counter.
     assert registry.append_target(b"t", [b"f", b"v"])[1] == b"t#2"
-    assert registry.run_target(b"t", 2)[1] == b"t#1"  # (round 2's partition still)
-    assert registry.run_target(b"t", 3)[1] == b"t#0"
+    assert registry.run_target(b"t")[1] == b"t#0"
     # Nothing to choose (or the general path's error to give): None.
     registry.create_topic(b"one", 1)
     registry.create_topic(b"keyed", 4, [(b"partition-key-field", b"user")])
     for key in (b"t#1", b"one", b"keyed", b"missing", b"t#9", b"t#01"):
-        assert registry.run_target(key, 3) is None, key
+        assert registry.run_target(key) is None, key
 
 
 def _fail_epoch_checkpoint(stream) -> None:

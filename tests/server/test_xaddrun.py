@@ -332,36 +332,6 @@ async def test_a_run_to_a_topic_key_goes_to_one_partition_and_the_next_run_to_th
     topics.close()
 
 
-async def test_the_runs_of_one_round_go_to_one_partition_as_one_batch(tmp_path):
-    """Sticky per commit round (KIP-480's "until the batch is sent"): the
-    runs to a topic key deferred before one commit (here: one read holding
-    a run to ``t``, one to another topic, one more to ``t``) all go to the
-    partition the counter points at and become one log batch there; the
-    counter moves on once for the round, so the next round goes to the next
-    partition."""
-    h = TopicsHarness(tmp_path)
-    async with trio.open_nursery() as nursery:
-        sock, _ = h.connect(nursery)
-        await sock.send(encode_command([b"TOPIC", b"CREATE", b"t", b"PARTITIONS", b"3"])
-                        + encode_command([b"TOPIC", b"CREATE", b"u", b"PARTITIONS", b"2"]))
-        assert await read_replies(sock, 2) == [b"OK", b"OK"]
-        first = [b"a%d" % i for i in range(3)] + [b"b%d" % i for i in range(2)]
-        await sock.send(b"".join(xadd_request(b"t", v) for v in first[:3]) + xadd_request(b"u", b"w")
-                        + b"".join(xadd_request(b"t", v) for v in first[3:]))
-        await read_replies(sock, 6)
-        assert h.state.stats.xadd_run_commands == 6  # three runs, all taken as runs
-        await sock.send(xadd_request(b"t", b"c0") + xadd_request(b"t", b"c1"))
-        await read_replies(sock, 2)
-        await sock.send(b"".join(encode_command([b"XRANGE", b"t#%d" % n, b"-", b"+"]) for n in range(3)))
-        ranges = await read_replies(sock, 3)
-        nursery.cancel_scope.cancel()
-    assert [[entry[1][1] for entry in r] for r in ranges] == [first, [b"c0", b"c1"], []]
-    topics = h.state.topics
-    assert batch_counts(topics.get(b"t#0").log) == [5]  # one batch for the round
-    assert batch_counts(topics.get(b"t#1").log) == [2]
-    topics.close()
-
-
 async def test_a_refused_run_to_a_topic_key_does_not_move_the_counter(tmp_path):
     """An XADD the run path leaves (an entry over the topic's max-entry-bytes)
     gets the general path's error, writes nothing and leaves the round-robin
