@@ -421,19 +421,23 @@ def _parse_xreadgroup(argv: list[bytes], view: bool) -> GroupRead:
 
 # Parsed reads by their arguments: a consumer polls with the same command
 # again and again, and a plan is read only (the broker never changes it).
+# At most _PLANS_MAX kept, each of at most _PLAN_ARGS_MAX_BYTES of arguments.
 _PLANS: dict[tuple, GroupRead] = {}
 _PLANS_MAX = 1024
+_PLAN_ARGS_MAX_BYTES = 1024
 
 
 def _xreadgroup_plan(argv: list[bytes], view: bool) -> GroupRead:
     """``_parse_xreadgroup(argv, view)``, parsed once per distinct command.
     A read whose parse refused something (raised, or a key's start to be
-    raised later) is parsed every time: each refusal is a new exception."""
+    raised later) is parsed every time: each refusal is a new exception;
+    so is one of long arguments (what the cache holds stays small)."""
     key = (view, *argv)
     plan = _PLANS.get(key)
     if plan is None:
         plan = _parse_xreadgroup(argv, view)
-        if not any(isinstance(start, BaseException) for start in plan.starts):
+        if (not any(isinstance(start, BaseException) for start in plan.starts)
+                and sum(map(len, argv)) <= _PLAN_ARGS_MAX_BYTES):
             if len(_PLANS) >= _PLANS_MAX:
                 _PLANS.clear()
             _PLANS[key] = plan
