@@ -299,17 +299,38 @@ class TopicGroupView:
 
 
 class _Counters:
-    """A stream's counters for the lag rules; the first ID is read lazily."""
+    """A stream's counters for the lag rules, each read on first use and
+    kept (a group read's entries-read usually needs only two of them)."""
 
-    __slots__ = ("_stream", "length", "entries_added", "last_id", "max_deleted_entry_id", "_first")
+    __slots__ = ("_stream", "_length", "_added", "_last", "_deleted", "_first")
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
-        self.length = stream.length
-        self.entries_added = stream.entries_added
-        self.last_id = tuple(stream.last_id)
-        self.max_deleted_entry_id = tuple(stream.max_deleted_entry_id)
-        self._first = None
+        self._length = self._added = self._last = self._deleted = self._first = None
+
+    @property
+    def length(self) -> int:
+        if self._length is None:
+            self._length = self._stream.length
+        return self._length
+
+    @property
+    def entries_added(self) -> int:
+        if self._added is None:
+            self._added = self._stream.entries_added
+        return self._added
+
+    @property
+    def last_id(self):
+        if self._last is None:
+            self._last = tuple(self._stream.last_id)
+        return self._last
+
+    @property
+    def max_deleted_entry_id(self):
+        if self._deleted is None:
+            self._deleted = tuple(self._stream.max_deleted_entry_id)
+        return self._deleted
 
     @property
     def first_id(self):
@@ -931,9 +952,12 @@ class GroupOps:
                    view: bool, budget: ReadBudget) -> Delivery | None:
         """Deliver entries after the group's last_id (None: none)."""
         stream, group, store = t.stream, t.group, t.store
-        if not stream.length:
-            return None
         log = stream.log
+        live = log.live_count  # the stream's length
+        if not live:
+            return None
+        first, end = log.log_start_offset, log.log_end_offset
+        deleted = end - first - live  # entries deleted inside the log (none: the usual)
         last_id = group.last_id
         if tuple(log.last_id) <= last_id:  # cheap: no entry after last_id at all
             return None
@@ -941,8 +965,7 @@ class GroupOps:
         if count < 0:
             return None
         after = log.find_offset(last_id[0], last_id[1], inclusive=False)
-        start = max(after, log.log_start_offset)
-        res = log.read(start, log.log_end_offset, max_count=count or None, with_ids=True, view=view, id_pairs=True)
+        res = log.read(max(after, first), end, max_count=count or None, with_ids=True, view=view, id_pairs=True)
         if not res.count:
             return None
         n, chunks = res.count, res.chunks
@@ -957,9 +980,8 @@ class GroupOps:
             budget.took(t.key, n)
         self.broker.topics.note_entries_out(n)
         ids = res.entries if n == res.count else res.entries[:n]  # (ms, seq) each
-        behind = None  # is last_id below the first entry? Without deleted entries that is at the log start:
-        if log.live_count == log.log_end_offset - log.log_start_offset:
-            behind = after <= log.log_start_offset
+        # Is last_id below the first entry? Without deleted entries that is at the log start:
+        behind = None if deleted else after <= first
         entries_read = entries_read_after(_Counters(stream), last_id, group.entries_read, ids, behind)
         store.deliver(group.name, consumer, ids, ids[-1], entries_read, now_ms, noack=noack)
         self.wrote_group(store)

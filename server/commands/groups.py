@@ -419,6 +419,31 @@ def _parse_xreadgroup(argv: list[bytes], view: bool) -> GroupRead:
                      claim_ms, max_count, max_size)
 
 
+# Parsed reads by their arguments: a consumer polls with the same command
+# again and again, and a plan is read only (the broker never changes it).
+# At most _PLANS_MAX kept, each of at most _PLAN_ARGS_MAX_BYTES of arguments.
+_PLANS: dict[tuple, GroupRead] = {}
+_PLANS_MAX = 1024
+_PLAN_ARGS_MAX_BYTES = 1024
+
+
+def _xreadgroup_plan(argv: list[bytes], view: bool) -> GroupRead:
+    """``_parse_xreadgroup(argv, view)``, parsed once per distinct command.
+    A read whose parse refused something (raised, or a key's start to be
+    raised later) is parsed every time: each refusal is a new exception;
+    so is one of long arguments (what the cache holds stays small)."""
+    key = (view, *argv)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _parse_xreadgroup(argv, view)
+        if (not any(isinstance(start, BaseException) for start in plan.starts)
+                and sum(map(len, argv)) <= _PLAN_ARGS_MAX_BYTES):
+            if len(_PLANS) >= _PLANS_MAX:
+                _PLANS.clear()
+            _PLANS[key] = plan
+    return plan
+
+
 def _claimed_entry(encoded, idle_ms: int, deliveries: int) -> bytes:
     """An entry of a read with CLAIM (Redis 8.4): ``[id, fields, ms idle,
     times delivered before]``, from the stored ``[id, fields]``."""
@@ -428,7 +453,8 @@ def _claimed_entry(encoded, idle_ms: int, deliveries: int) -> bytes:
 
 
 def _read_reply(ctx, served: list) -> Any:
-    """The reply to a read that served ``served`` (``Delivery`` per key)."""
+    """The reply to a read that served ``served`` (``Delivery`` per key):
+    per key ``[key, entries]``, a map of them in RESP3."""
     if not served:
         return NULL_ARRAY
     protocol = ctx.client.protocol
@@ -441,10 +467,8 @@ def _read_reply(ctx, served: list) -> Any:
             chunks = [_nil_entry(c, protocol) if isinstance(c, tuple) else c for c in chunks]
         if d.claims is not None:
             chunks = [_claimed_entry(c, idle, n) for c, (idle, n) in zip(chunks, d.claims)]
-        pairs.append((d.key, Raw(d.count, chunks)))
-    if protocol == 3:
-        return Map(pairs)
-    return [[key, value] for key, value in pairs]
+        pairs.append([d.key, Raw(d.count, chunks)])
+    return Map(pairs) if protocol == 3 else pairs
 
 
 @command(
@@ -473,7 +497,7 @@ async def xreadgroup(ctx, argv):
     # No views of the log's mappings here: the reply reaches the connection
     # across awaits (the wait, the peer watch's nursery), and a log cut back
     # meanwhile would leave a view of a truncated mapping (SIGBUS when sent).
-    read = _parse_xreadgroup(argv, False)
+    read = _xreadgroup_plan(argv, False)
     return _read_reply(ctx, await ctx.session.read_group(read))
 
 
@@ -485,7 +509,7 @@ def xreadgroup_now(ctx, argv):
     would block, or for a topic with partitions other nodes lead: the
     handler then runs, and finds nothing served (a topic's member has
     joined or been seen; the handler's read repeats that at no change)."""
-    served = ctx.session.read_group_nowait(_parse_xreadgroup(argv, ctx.read_view()))
+    served = ctx.session.read_group_nowait(_xreadgroup_plan(argv, ctx.read_view()))
     if served is None:
         return None
     return _read_reply(ctx, served)

@@ -148,6 +148,9 @@ _U8 = struct.Struct("<B")
 _U32 = struct.Struct("<I")
 _I64 = struct.Struct("<q")
 _ID = struct.Struct("<QQ")
+# A deliver record's fixed fields after its names, in one pack: now_ms,
+# noack, last_id, entries_read (the same bytes as _I64, _U8, _ID, _er).
+_DELIVER_FIXED = struct.Struct("<qBQQq")
 _CLAIM = struct.Struct("<QQqI")  # id ms, id seq, delivery_time_ms, delivery_count
 _CLAIM64 = struct.Struct("<QQqQ")  # the same with a u64 delivery_count (XNACK FATAL's, and past it)
 _NACKED = struct.Struct("<QQQ")  # id ms, id seq, delivery_count (released: no owner, delivery time 0)
@@ -160,6 +163,7 @@ _OP_CREATECONSUMER = 4  # group, consumer, now_ms
 _OP_DELCONSUMER = 5  # group, consumer
 _OP_TOUCH = 6  # group, consumer, now_ms
 _OP_DELIVER = 7  # group, consumer, now_ms, noack u8, last_id, entries_read, n, ids
+_DELIVER_OP = bytes((_OP_DELIVER,))
 _OP_REDELIVER = 8  # group, consumer, now_ms, n, ids
 _OP_ACK = 9  # group, n, ids
 _OP_CLAIM = 10  # group, consumer, now_ms, has_last u8, last_id, n, (id, time, count)*
@@ -1325,10 +1329,12 @@ class GroupStore:
         g = self._need(group)
         if ids and not (ids[0] > g.last_id and last_id >= ids[-1]):
             raise GroupError(NOT_AFTER_LAST_ID, group=group)
-        self._write(
-            _U8.pack(_OP_DELIVER) + _s(group) + _s(consumer) + _I64.pack(now_ms)
-            + _U8.pack(1 if noack else 0) + _ID.pack(*last_id) + _er(entries_read) + _ids(ids)
-        )
+        self._write(b"".join((
+            _DELIVER_OP, _s(group), _s(consumer),
+            _DELIVER_FIXED.pack(now_ms, 1 if noack else 0, last_id[0], last_id[1],
+                                -1 if entries_read is None else entries_read),
+            _ids(ids),
+        )))
         self._apply_deliver(group, consumer, now_ms, noack, last_id, entries_read, ids)
         self._maybe_compact()
 

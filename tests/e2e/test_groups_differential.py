@@ -166,6 +166,33 @@ def test_xreadgroup_several_keys_noack_and_new_consumers(pair):
     """)
 
 
+def test_the_same_xreadgroup_again_across_changes_and_refusals(pair):
+    # A consumer's poll is one command sent again and again: each time it
+    # answers the state of that moment (the group gone, made again, the key
+    # gone), and a refused ID or $ is refused every time, not only the first.
+    pair.script("""
+        XADD s 1-0 f 1
+        XADD s 2-0 f 2
+        XGROUP CREATE s g 0
+        XREADGROUP GROUP g c COUNT 1 STREAMS s >
+        XREADGROUP GROUP g c COUNT 1 STREAMS s >
+        XREADGROUP GROUP g c COUNT 1 STREAMS s >
+        XGROUP DESTROY s g
+        XREADGROUP GROUP g c COUNT 1 STREAMS s >
+        XGROUP CREATE s g 0
+        XREADGROUP GROUP g c COUNT 1 STREAMS s >
+        XREADGROUP GROUP g c COUNT 1 STREAMS s $
+        XREADGROUP GROUP g c COUNT 1 STREAMS s $
+        XREADGROUP GROUP g c COUNT 1 STREAMS s bad-id
+        XREADGROUP GROUP g c COUNT 1 STREAMS s bad-id
+        XREADGROUP GROUP g c COUNT 1 STREAMS s 0
+        XREADGROUP GROUP g c COUNT 1 STREAMS s 0
+        DEL s
+        XREADGROUP GROUP g c COUNT 1 STREAMS s >
+        XREADGROUP GROUP g c COUNT 1 STREAMS s $
+    """)
+
+
 def test_xack_and_xpending(pair):
     pair.script("""
         XADD s 1-0 a 1
