@@ -410,18 +410,21 @@ async def test_a_forced_failover_answers_ok_when_the_controller_made_the_asking_
     elects this very node. The user asked for this node to lead the shard,
     and it does: the failover answers OK (not 'not committed: leadership
     moved meanwhile'), and, as any manual failover, makes it the shard's
-    preferred replica."""
-    key = _key_led_by(cluster.nodes[0], 1)
-    m = cluster.nodes[1].manager
+    preferred replica. (The dead node does not lead the controller: a
+    controller elected anew would fence it only once its session timed out,
+    on the monotonic clock, which the test's clock does not move.)"""
+    dead = next(r.manager.my_id for r in cluster.nodes if not r.controller.is_leader)
+    key = _key_led_by(cluster.nodes[0], dead)
+    m = cluster.nodes[0].manager
     shard = m.placement.shard_of_slot(key_slot(key))
-    asker = next(r for r in m.placement.replicas(shard) if r != 1)  # the one the controller elects first
+    asker = next(r for r in m.placement.replicas(shard) if r != dead)  # the one the controller elects first
     node = cluster.nodes[asker - 1]
 
     async def elected_meanwhile() -> None:
         while node.manager.state.leader(shard) != asker:
             await trio.sleep(0.01)
 
-    cluster.kill(1, _Gone(pause_refused=elected_meanwhile))
+    cluster.kill(dead, _Gone(pause_refused=elected_meanwhile))
     with trio.fail_after(30):
         await node.take_shard(shard, force=True)
     sm = node.controller.meta.shards[shard]
