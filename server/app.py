@@ -31,7 +31,7 @@ import trio
 
 import server.commands  # noqa: F401  (registers every command)
 from server.config import Config
-from server.connection import Connection
+from server.connection import Connection, close_idle_clients
 from server.dispatch import Dispatcher
 from cluster.broker.durability import Durability
 from server.listener import accept_loop, bind_sockets
@@ -181,6 +181,7 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
             state.reactor = Reactor()
             root.start_soon(state.reactor.run)
             root.start_soon(_sample_ops, state)
+            root.start_soon(close_idle_clients, connections, config)  # the idle `timeout`
             root.start_soon(kafka_front.groups.run)  # Kafka groups' session and rebalance timeouts
             root.start_soon(kafka_front.consumer_groups.run)  # KIP-848 members' session timeouts
             if hasattr(topics, "retention_targets"):

@@ -241,7 +241,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("client-query-buffer-limit", "size", 1024**3, minimum=1024 * 1024, maximum=I64,
            doc="largest pending request of one client"),
     Option("timeout", "int", 0, minimum=0, maximum=2**31 - 1,
-           doc="close idle clients after this many seconds (0: never)"),
+           doc="close clients idle more than this many seconds (0: never); checked about once a second "
+               "against the value in force (a CONFIG SET reaches connected clients)"),
     Option("shutdown-timeout", "int", 10, minimum=0, maximum=2**31 - 1,
            doc="seconds SHUTDOWN / SIGTERM waits for in-flight commands"),
     # Topic defaults (per-topic overrides come with TOPIC CREATE / ALTER).

@@ -6,7 +6,8 @@ in order; their replies leave in one ``send``), holding a batch's replies
 until its receipt is settled (its writes durable, ``cluster.broker.durability``, and
 replicated for acks=all), sending what is ready before awaiting a blocking
 command, protocol errors (reply, then close), closing the client on QUIT /
-CLIENT KILL / SHUTDOWN, and the connection's state.
+CLIENT KILL / SHUTDOWN, closing idle clients (``timeout``:
+``close_idle_clients``), and the connection's state.
 
 Must not know: what any command means (``server.dispatch``), RESP reply
 encoding rules (``server.reply``), request framing (``server.resp``), TLS
@@ -226,7 +227,6 @@ class Connection:
         self._poll: Any = None  # a consumer's poll (Dispatcher.read_poll)
         self._gather: Any = None  # the gathering send (``_gathering_send``), set by ``_serve``
         self._xadd_run: Any = None  # runs of XADDs (Dispatcher.xadd_run)
-        self._timed = False  # the task waits for input under an idle timeout's timer
         self._lines = _Waiter()  # MONITOR: the task waiting for lines (or input)
         client._kill = self.kill
         client._on_monitor = self._begin_monitor
@@ -252,12 +252,31 @@ class Connection:
         """Shutdown: close now if nothing is in flight, else once the batch
         in flight is answered (its replies out: ``_held_out``)."""
         state = self.state
-        held = self.held
-        if (state is IDLE or state is BLOCKED or state is MONITOR
-                or (state is OWNED and (held is None or held.phase is _OUT))):
+        if self._quiet() or state is BLOCKED or state is MONITOR:
             self.kill()
         else:
             self._to(CLOSING)
+
+    def _quiet(self) -> bool:
+        """Nothing in flight and nothing awaited: IDLE, or OWNED with its
+        held batch out (the task waits for input either way)."""
+        state = self.state
+        if state is IDLE:
+            return True
+        held = self.held
+        return state is OWNED and (held is None or held.phase is _OUT)
+
+    def close_if_idle(self, now_s: float, timeout_s: float) -> bool:
+        """``close_idle_clients``: close this client if it waits for input
+        (``_quiet``) and has been idle for more than ``timeout_s`` at
+        ``now_s`` (wall clock, as ``Client.last_interaction``). A client
+        that waits for something else is not idle, as in Redis: a BLOCK,
+        MONITOR, a batch in flight (its receipt, a slow reader)."""
+        if not self._quiet() or now_s - self.client.last_interaction <= timeout_s:
+            return False
+        log.info("closing idle client %d (timeout %ds)", self.client.id, timeout_s)
+        self.kill()
+        return True
 
     def _held_out(self, held: "_Held") -> None:
         """``held``'s replies are out (``_Held``). HELD / OWNED → OWNED if
@@ -280,10 +299,8 @@ class Connection:
         """Whether the reactor may take this connection's next batch while
         its task stays parked (OWNED): the replies of ``held`` left from the
         round's thread (so the client may answer any moment), the client
-        has sent nothing since, the socket is in the reactor's set, and no
-        idle timeout is configured (its timer is the task's to restart)."""
-        return (held.early and self._mark == _DRAINED and self._reactor is not None
-                and not self.server.config.timeout)
+        has sent nothing since, and the socket is in the reactor's set."""
+        return held.early and self._mark == _DRAINED and self._reactor is not None
 
     def _hand_over(self, data: bytes | None, kind: Receive | None = None, out: list | None = None,
                    rest: Any = None) -> None:
@@ -478,12 +495,7 @@ class Connection:
         the rest, MONITOR, a close, a protocol error), replies that wait
         for a receipt (deferred appends, fsync, acks=all: the task settles
         them), a reply the socket did not take whole. The EOF and errors
-        close it. With an idle ``timeout`` configured, or the task's wait
-        timed by one (configured when it began), the task receives (its
-        timer restarts)."""
-        if self._timed or self.server.config.timeout:
-            self._parked.wake()
-            return
+        close it."""
         data = self._recv_now(self.sock.recv)
         if data is None:
             return
@@ -523,14 +535,10 @@ class Connection:
         the task staying parked. Anything else goes to the task: input
         (after the replies of the runs taken before it), the EOF (closes),
         a held batch not out yet (→ HELD: the task waits for it and reads
-        then), an idle timeout configured meanwhile (→ IDLE)."""
+        then)."""
         held = self.held
         if held is not None and held.phase is not _OUT:
             self._to(HELD)  # its release finds input waiting and wakes the task
-            return
-        if self.server.config.timeout:
-            self._to(IDLE)
-            self._parked.wake()
             return
         data = self._receive(RUNS)
         if data is None:
@@ -704,18 +712,9 @@ class Connection:
                     await self._send_rest(rest)
                     continue
             if data is None:
-                # IDLE: wait for input (the reactor may hand it over).
-                idle_timeout_s = config.timeout
-                if idle_timeout_s:  # (the reactor leaves such waits to the task)
-                    self._timed = True
-                    with trio.move_on_after(idle_timeout_s) as idle_scope:
-                        got = await wait(sock)
-                    self._timed = False
-                    if idle_scope.cancelled_caught:
-                        log.info("closing idle client %d (timeout %ds)", client.id, idle_timeout_s)
-                        return
-                else:
-                    got = await wait(sock)
+                # IDLE: wait for input (the reactor may hand it over; an
+                # idle timeout closes it: close_idle_clients).
+                got = await wait(sock)
                 if got is not None:  # RUNNING: what the reactor's step received, ran or left
                     data, kind, out, rest, ran = got
                     if rest is not None:
@@ -1067,6 +1066,33 @@ class Connection:
         data = b"".join(out) if len(out) != 1 else out[0]
         self.server.stats.total_net_output_bytes += len(data)
         await self._send_rest(data)
+
+
+# -- the idle timeout ------------------------------------------------------------
+
+# How often idle clients are looked for (Redis's clientsCron visits every
+# client about once a second too): a client is closed between ``timeout``
+# and ``timeout`` + this many seconds after its last request.
+IDLE_CHECK_INTERVAL_S = 1.0
+
+
+async def close_idle_clients(connections: Any, config: Any) -> None:
+    """Close the clients idle for more than ``timeout`` seconds (0: never),
+    as Redis's clientsCron does: one pass over every connection each
+    ``IDLE_CHECK_INTERVAL_S``, against the value in force then, so a
+    CONFIG SET of ``timeout`` reaches every client, one waiting for input
+    included, and the reactor serves parked clients alike with or without
+    a timeout (no timer per wait). ``connections``: the server's set (a
+    Kafka connection keeps its own timer)."""
+    while True:
+        await trio.sleep(IDLE_CHECK_INTERVAL_S)
+        timeout_s = config.timeout
+        if not timeout_s:
+            continue
+        now_s = _now()
+        for conn in list(connections):
+            if isinstance(conn, Connection):
+                conn.close_if_idle(now_s, timeout_s)
 
 
 # -- zero-copy replies: a handler sets ``ctx.views`` when replies in the batch

@@ -570,26 +570,6 @@ async def test_failed_flush_is_never_acknowledged():
         await durability.wait_for_flush(seq)
 
 
-@pytest.mark.parametrize("fsync, request_, reply", [
-    ("everysec", b"PING\r\n", b"+PONG\r\n"),
-    # The last replies were handed to the group commit (Connection._hold):
-    # the wait for more input still times out.
-    ("always", b"TEST-WRITE a\r\n", b"$3\r\nw:a\r\n"),
-])
-async def test_idle_timeout_closes_quiet_clients(test_commands, autojump_clock, fsync, request_, reply):
-    h = Harness(commands=test_commands.commands, fsync=fsync, timeout=30)
-    with trio.fail_after(100):  # virtual seconds
-        async with trio.open_nursery() as nursery:
-            sock, _ = h.connect(nursery)
-            await sock.send(request_)
-            assert await read_exactly(sock, len(reply)) == reply
-            await trio.sleep(29)
-            await sock.send(request_)
-            assert await read_exactly(sock, len(reply)) == reply
-            assert await read_exactly(sock, 100) == b""  # closed after 30 s idle
-            assert trio.current_time() >= 59
-
-
 async def test_big_pipelined_replies_are_sent_in_pieces():
     h = Harness()
     value = b"v" * 10_000

@@ -449,8 +449,11 @@ async def _general_reply(h, request) -> bytes:
     return encode(reply, 2)
 
 
-async def test_polls_are_answered_while_the_task_stays_parked(tmp_path):
-    h = TopicsHarness(tmp_path)
+# An idle timeout changes nothing here: idle clients are closed by a sweep
+# (close_idle_clients), not by a timer of the task's wait.
+@pytest.mark.parametrize("timeout_s", [0, 30])
+async def test_polls_are_answered_while_the_task_stays_parked(tmp_path, timeout_s):
+    h = TopicsHarness(tmp_path, timeout=timeout_s)
     _fill(h)
     reader = hiredis.Reader()
     async with _serving(h) as (served, sock, conn):
@@ -556,36 +559,6 @@ async def test_a_client_that_leaves_while_parked_is_closed_and_unregistered():
         assert served.reactor.registered == 0
 
 
-async def test_with_an_idle_timeout_polls_wake_the_task(tmp_path, autojump_clock):
-    h = TopicsHarness(tmp_path, timeout=30)
-    _fill(h)
-    reader = hiredis.Reader()
-    async with _serving(h) as (served, sock, conn):
-        await sock.send(_poll())
-        assert await _reply(sock, reader) == await _general_reply(h, _poll())
-        await trio.sleep(29)
-        steps = served.steps.count
-        await sock.send(_poll())
-        assert await _reply(sock, reader) == await _general_reply(h, _poll())
-        assert served.steps.count > steps
-        # The timeout runs from the last poll, which the task itself served.
-        with trio.fail_after(100):  # virtual seconds
-            assert await _read_exactly(sock, 100) == b""
-        assert trio.current_time() >= 59
-
-
-async def test_an_idle_timeout_turned_off_while_parked_does_not_close_a_busy_client(tmp_path, autojump_clock):
-    h = TopicsHarness(tmp_path, timeout=30)
-    async with _serving(h) as (served, sock, conn):
-        await _park(sock)  # the task waits for input with a 30 s timer
-        other = Context(h.state, h.state.new_client("t:2", "t:0", -1), h.dispatcher)
-        assert h.dispatcher.call(other, [b"CONFIG", b"SET", b"timeout", b"0"]) is not None
-        for _ in range(3):  # busy past the old timer's end
-            await trio.sleep(20)
-            await sock.send(b"PING\r\n")
-            assert await read_exactly(sock, 7) == b"+PONG\r\n"
-
-
 async def test_shutdown_closes_a_parked_connection(tmp_path):
     h = Harness()
     async with _serving(h) as (served, sock, conn):
@@ -660,8 +633,9 @@ async def _batch_answered(h, sock, n, start=0):
     return ids
 
 
-async def test_a_held_connections_next_batches_are_taken_without_its_task(tmp_path):
-    h = _always(tmp_path)
+@pytest.mark.parametrize("timeout_s", [0, 30])
+async def test_a_held_connections_next_batches_are_taken_without_its_task(tmp_path, timeout_s):
+    h = _always(tmp_path, timeout=timeout_s)
     async with _serving(h) as (served, sock, conn):
         ids = await _batch_answered(h, sock, 16)
         steps = served.steps.count
@@ -749,16 +723,6 @@ async def test_a_client_that_leaves_or_is_killed_while_taken_is_closed(tmp_path)
         await _batch_answered(h, sock, 16)
         conn.kill()  # CLIENT KILL
         assert await _closed(sock) == b""
-
-
-async def test_with_an_idle_timeout_the_task_takes_its_batches(tmp_path):
-    h = _always(tmp_path, timeout=30)
-    async with _serving(h) as (served, sock, conn):
-        await _batch_answered(h, sock, 4)
-        for i in range(1, 3):
-            steps = served.steps.count
-            await _batch_answered(h, sock, 4, start=4 * i)
-            assert served.steps.count > steps  # woken for each next batch
 
 
 async def test_a_fault_while_handing_taken_runs_over_closes_the_connection(tmp_path, caplog):
