@@ -1082,8 +1082,9 @@ async def close_idle_clients(connections: Any, config: Any) -> None:
     ``IDLE_CHECK_INTERVAL_S``, against the value in force then, so a
     CONFIG SET of ``timeout`` reaches every client, one waiting for input
     included, and the reactor serves parked clients alike with or without
-    a timeout (no timer per wait). ``connections``: the server's set (a
-    Kafka connection keeps its own timer)."""
+    a timeout (no timer per wait). ``connections``: the server's set, each
+    with ``close_if_idle`` (the Kafka port's too:
+    ``server.kafka_front.connection``)."""
     while True:
         await trio.sleep(IDLE_CHECK_INTERVAL_S)
         timeout_s = config.timeout
@@ -1091,8 +1092,7 @@ async def close_idle_clients(connections: Any, config: Any) -> None:
             continue
         now_s = _now()
         for conn in list(connections):
-            if isinstance(conn, Connection):
-                conn.close_if_idle(now_s, timeout_s)
+            conn.close_if_idle(now_s, timeout_s)
 
 
 # -- zero-copy replies: a handler sets ``ctx.views`` when replies in the batch

@@ -107,6 +107,19 @@ class KafkaConnection:
             if scope is not None:
                 scope.cancel()
 
+    def close_if_idle(self, now_s: float, timeout_s: float) -> bool:
+        """The idle ``timeout`` (``server.connection.close_idle_clients``):
+        close this connection if it waits for the next request, none being
+        handled, and the client sent nothing for more than ``timeout_s``
+        at ``now_s`` (wall clock, as ``Client.last_interaction``)."""
+        receiving = self._receiving
+        if (receiving is None or self._handling is not None or self._stopping
+                or now_s - self.client.last_interaction <= timeout_s):
+            return False
+        log.info("Kafka client %s idle for %ds: closing", self.client.addr, timeout_s)
+        receiving.cancel()
+        return True
+
     async def run(self) -> None:
         try:
             with self.cancel_scope:
@@ -149,17 +162,12 @@ class KafkaConnection:
     async def _read(self, reader: framing.RequestReader, send: Any, max_frame: int) -> None:
         stats = self.server.stats
         auth = self.ctx.sasl
-        timeout_s = self.server.config.timeout or None
         while not self._stopping:
             with trio.CancelScope() as scope:
-                self._receiving = scope
-                if timeout_s is not None:
-                    scope.deadline = trio.current_time() + timeout_s
+                self._receiving = scope  # (cancelled by stop, or by the idle timeout: close_if_idle)
                 data = await self.stream.receive_some(RECV_BYTES)
             self._receiving = None
             if scope.cancelled_caught:
-                if not self._stopping:
-                    log.info("Kafka client %s idle for %ds: closing", self.client.addr, timeout_s)
                 return
             if not data:
                 return

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import RawConn, read_until_closed, resp_command, wait_for
+from server.kafka import codec
+from tests.conftest import KafkaRaw, RawConn, read_until_closed, resp_command, wait_for
 
 
 def _parked(port: int) -> RawConn:
@@ -97,3 +98,20 @@ def test_a_timeout_spares_blocked_and_monitor_clients(partita_factory):
             chunk = monitor.sock.recv(65536)
             assert chunk, "the monitor was closed"
             lines += chunk
+
+
+def test_a_timeout_set_while_a_kafka_client_is_idle_closes_it(kafka_partita):
+    """The Kafka port's clients are the server's clients too (CLIENT LIST,
+    maxclients): the timeout in force reaches them as it reaches RESP ones."""
+    server = kafka_partita()
+    with RawConn(server.port) as admin, KafkaRaw(server.kafka_port) as kafka:
+        assert kafka.call(codec.ApiVersionsRequest(), 3).error_code == 0
+
+        def kafka_idle_s() -> int:
+            line = next(line for line in admin.request(resp_command(b"CLIENT", b"LIST")).split(b"\n")
+                        if b"lib-name=kafka" in line)
+            return int(line.split(b" idle=")[1].split(b" ")[0])
+
+        assert wait_for(lambda: kafka_idle_s() >= 1)  # its connection waits for the next request
+        _config_set_timeout(admin, 1)
+        assert kafka.read_frame() is None  # closed (a socket timeout of 10 s fails it)
