@@ -715,6 +715,9 @@ class Controller:
                  f"controller_metadata:{'ready' if self.meta.initialized else 'waiting'}",
                  f"controller_lease:{'ok' if self.lease_ok() else 'expired'}",
                  f"controller_fenced:{','.join(str(n) for n in sorted(self.state.fenced)) or '-'}",
+                 # the nodes whose registration (incarnation) is committed: fenced at once when their
+                 # port refuses the controller (ControllerLogic.connect_refused), the others after their session
+                 f"controller_registered:{','.join(str(n) for n, m in sorted(self.meta.nodes.items()) if m.incarnation) or '-'}",
                  # 'restricted': its raft.log lost records (docs/controller.md)
                  f"controller_votes:{'ok' if raft.lost_log_end is None else 'restricted'}"]
         if self.meta.initialized:
