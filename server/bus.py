@@ -5,7 +5,7 @@ entry: ``<id>@<host>:<port>@<bus-port>``, or ``port + 10000`` as Redis
 Cluster's bus), binding it on the ``bind`` addresses, the bus's command table
 (the internal ``peer`` commands declared below, plus XADD and XGROUP for
 forwarded writes and PING / QUIT), its connections' clients (not in CLIENT LIST, not
-counted against ``maxclients``) and their authentication: with
+counted against ``maxclients``, never closed by the idle ``timeout``) and their authentication: with
 ``cluster-secret`` set a bus connection runs nothing before ``REPLAUTH
 <secret>``; without one the bus is unauthenticated, which the start-up log
 says. A wrong secret is logged with the peer's address, never what it sent.
@@ -91,6 +91,7 @@ def new_client(config: Any, addr: str, laddr: str, fd: int) -> Client:
     after REPLAUTH with one. Peers are not users: no ACL applies."""
     client = Client(next(_ids), addr, laddr, fd)
     client.authenticated = not config.cluster_secret
+    client.peer = True
     return client
 
 

@@ -271,10 +271,12 @@ class Connection:
         (``_quiet``) and has been idle for more than ``timeout_s`` at
         ``now_s`` (wall clock, as ``Client.last_interaction``). A client
         that waits for something else is not idle, as in Redis: a BLOCK,
-        MONITOR, a batch in flight (its receipt, a slow reader)."""
-        if not self._quiet() or now_s - self.client.last_interaction <= timeout_s:
+        MONITOR, a batch in flight (its receipt, a slow reader). A cluster
+        peer's bus connection is not a client (``Client.peer``)."""
+        client = self.client
+        if client.peer or not self._quiet() or now_s - client.last_interaction <= timeout_s:
             return False
-        log.info("closing idle client %d (timeout %ds)", self.client.id, timeout_s)
+        log.info("closing idle client %d (timeout %ds)", client.id, timeout_s)
         self.kill()
         return True
 

@@ -158,7 +158,7 @@ class Client:
         "multi_queue", "multi_bytes", "multi_error", "watched", "watch_dirty", "lib_name", "lib_ver",
         "addr", "laddr", "fd", "created", "last_interaction", "last_command",
         "close_after_reply", "kill_requested", "no_evict", "no_touch", "blocked", "readonly",
-        "_kill", "acl", "monitor", "_on_monitor",
+        "_kill", "acl", "monitor", "_on_monitor", "peer",
     )
 
     def __init__(self, client_id: int, addr: str = "", laddr: str = "", fd: int = -1) -> None:
@@ -199,6 +199,10 @@ class Client:
         # connection's hook that serves it (set by the connection).
         self.monitor: Any = None
         self._on_monitor: Callable[[], None] | None = None
+        # A cluster peer's connection on the bus (``server.bus.new_client``),
+        # not a client: no idle ``timeout`` closes it, as Redis's cluster
+        # bus and replication links are not clients.
+        self.peer = False
 
     def begin_monitor(self, feed: Any) -> None:
         """MONITOR: from now on this client is sent ``feed``'s lines (its

@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from tests.clusterkit import Cluster, eventually as _eventually, key_in_shard, partition_lines, running
-from tests.conftest import RawConn
+from tests.conftest import RawConn, read_until_closed
 
 FORGED_VIEW = b"2:999999999,2:1,3:1"  # shard 0 "led" by node 2 at a huge epoch
 
@@ -161,6 +161,21 @@ def test_the_bus_serves_the_peers_commands_only(cluster):
         if n is not node)) in node.log()
     nodes = node.client().execute_command("CLUSTER", "NODES").decode()
     assert f"127.0.0.1:{node.port}@{node.bus_port} myself,master" in nodes
+
+
+def test_the_idle_timeout_closes_clients_never_peers(cluster):
+    """Redis closes clients idle past ``timeout``; its cluster bus is not a
+    client. A bus connection idle for longer than a client the timeout
+    closed is still served."""
+    node = cluster.nodes[0]
+    with RawConn(node.bus_port) as peer:
+        assert peer.request(b"PING\r\n") == b"+PONG\r\n"
+        with RawConn(node.port, timeout_s=10) as client:  # idle from after the peer's last request
+            assert client.request(b"PING\r\n") == b"+PONG\r\n"
+            assert _call(node.port, b"CONFIG", b"SET", b"timeout", b"1") == b"OK"
+            assert read_until_closed(client.sock) == b""  # the sweep that closed it saw the peer idle longer
+        assert peer.request(b"PING\r\n") == b"+PONG\r\n"
+    assert _call(node.port, b"CONFIG", b"SET", b"timeout", b"0") == b"OK"
 
 
 SECRET = "bus-s3cret-value"
