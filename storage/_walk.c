@@ -5,7 +5,8 @@
  *       -> (p, cur, count, nbytes, done)
  *
  * and, below, read() (find an offset's batch, then batches()), find() (the
- * first offset at or above an ID) and after() (find(), then batches()).
+ * first offset at or above an ID), after() (find(), then batches()) and
+ * map_file() (a segment file mapped longer than it is, for appends to come).
  *
  * Walks the batches laid out in the buffer `mv` (a memoryview of a segment
  * file's mapping or of a pread buffer) from position p, as Segment.read's
@@ -40,6 +41,8 @@
 #include <limits.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define HEADER_BYTES 72
 /* The largest entry_format byte (header byte 28) read as stream-v1:
@@ -470,11 +473,50 @@ walk_after(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
+/* map_file(m, fd) -> None
+ *
+ * Turn `m`, an anonymous read-only mmap.mmap (mmap.mmap(-1, length,
+ * flags=MAP_PRIVATE, prot=PROT_READ): address space, no memory charged),
+ * into a shared read-only mapping of the file `fd`
+ * from its start, over the same addresses and length (mmap(2) MAP_FIXED
+ * replaces the anonymous pages in one call). The length may exceed the
+ * file's size, which mmap.mmap(fd, length) refuses: bytes appended to the
+ * file later are read through the mapping without a new one (a shared
+ * file mapping shows the page cache, which pwrite fills). Pages wholly
+ * past the file's end fault with SIGBUS when touched: the caller reads
+ * only bytes the file holds (storage/segment.py). `m` stays an mmap.mmap
+ * (server._mapsend splices its slices; close() and the object's end unmap
+ * the same range). OSError when the mapping fails: `m` must then be
+ * closed, never read (its range may have been unmapped). */
+static PyObject *
+walk_map_file(PyObject *self, PyObject *args)
+{
+    PyObject *m;
+    int fd;
+    if (!PyArg_ParseTuple(args, "Oi", &m, &fd))
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(m, &view, PyBUF_SIMPLE) != 0)
+        return NULL;
+    void *addr = view.buf;
+    size_t length = (size_t)view.len;
+    PyBuffer_Release(&view); /* m keeps the range mapped: only its address is used */
+    long page = sysconf(_SC_PAGESIZE);
+    if (length == 0 || page <= 0 || (uintptr_t)addr % (uintptr_t)page != 0) {
+        PyErr_SetString(PyExc_ValueError, "map_file() needs a whole, non-empty mmap");
+        return NULL;
+    }
+    if (mmap(addr, length, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"batches", walk_batches, METH_VARARGS, "Walk whole batches of a buffer, appending entry ranges as slices."},
     {"read", walk_read, METH_VARARGS, "Find the batch holding an offset in a mapped segment, then walk as batches()."},
     {"find", walk_find, METH_VARARGS, "The first offset of a mapped segment whose ID is at or above one, and its batch's position."},
     {"after", (PyCFunction)(void (*)(void))walk_after, METH_FASTCALL, "find() then batches() from the offset found, in one call: XREAD's read in a mapped segment."},
+    {"map_file", walk_map_file, METH_VARARGS, "Map a file over an anonymous read-only mmap's range, past the file's end if longer."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -20,8 +20,9 @@ eighth of it, a flush round a quarter); were every descriptor pinned, ``get``
 would open one past the limit rather than fail.
 
 Mapped segments (``Mappings``, the cache's ``mappings``): zero-copy reads
-slice a read-only mapping of a segment file, and a mapping holds a ``dup``
-of the file's descriptor and address space until unmapped; the cache that
+slice a read-only mapping of a segment file, and a mapping holds address
+space (and, made by ``mmap.mmap`` of the file, a ``dup`` of its descriptor)
+until unmapped; the cache that
 bounds a data dir's descriptors bounds its mappings too, least recently used
 unmapped first.
 

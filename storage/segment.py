@@ -13,7 +13,11 @@ shared ``FileCache`` and keep only a few numbers in memory. Reads that ask
 for views (``ReadAccumulator.view``) slice a read-only mapping of the file
 instead; the ``FileCache``'s ``mappings`` bound how many are mapped at
 once, and how many more stay alive unmapped because a reader still holds
-views of them (past that, reads copy instead of mapping).
+views of them (past that, reads copy instead of mapping). A mapping
+reaches ``_MAP_AHEAD_BYTES`` past the file's end (``_map_file``), so the
+batches appended after it was made, which consumers chasing producers
+read, are sliced from it too; only the bytes below ``size`` are ever
+sliced (``_view``): the pages past the file's end would fault (SIGBUS).
 
 Preallocation (``LogConfig.preallocate_bytes``, on under ``fsync always``):
 the active segment's file is kept zero-filled a little past its last batch
@@ -62,9 +66,14 @@ _WINDOW_BYTES = 64 * 1024
 _READ_CAP_BYTES = 16 * 1024 * 1024
 _SCAN_CHUNK_BYTES = 4 * 1024 * 1024
 # Zero-copy reads (``ReadAccumulator.view``) slice a read-only shared mapping
-# of the ``.log`` file. A mapping covers the file as it was when mapped; the
-# active segment is remapped once it has grown this much past its mapping
-# (reads of the newer tail use ``pread`` meanwhile).
+# of the ``.log`` file. A mapping covers the file as it was when mapped and,
+# with the C helper (``_map_file``), this much past its end: the active
+# segment's appends until then need no new mapping.
+_MAP_AHEAD_BYTES = 64 * 1024 * 1024
+# A file grown past its mapping is remapped once it has grown this much
+# since it was mapped (reads of the newer tail use ``pread`` meanwhile): a
+# mapping of the file's size alone (no C helper) would otherwise be made
+# anew for every read of a few new batches.
 _REMAP_BYTES = 4 * 1024 * 1024
 _ZEROS = bytes(1024 * 1024)  # written ahead of the active segment's end (preallocation)
 _ZEROS_VIEW = memoryview(_ZEROS)  # slices without a copy
@@ -131,8 +140,11 @@ class Segment:
         self._first_id: tuple[int, int] | None = None
         self._first_ts: int | None = None
         self._last_info: tuple[int, int, int] | None = None  # last_ms, last_seq, max_ts
-        self._map: memoryview | None = None  # read-only view of a mapping of [0, _map_len)
+        self._map: memoryview | None = None  # read-only view of the mapping's [0, _map_len), see _view
         self._map_len = 0
+        self._map_whole: memoryview | None = None  # the whole mapping: [0, _map_cap), past the file's end
+        self._map_cap = 0
+        self._mapped_at = 0  # the segment's size when mapped
         self._ahead = 0  # the last stretch of zeros zero_ahead wrote
 
     def __repr__(self) -> str:
@@ -174,43 +186,56 @@ class Segment:
         except OSError as exc:
             raise_storage_error(f"read {self.log_path}", exc, READ_FAILED)
 
-    def mapped(self, end: int) -> memoryview | None:
-        """A memoryview of the whole mapped file when it covers ``[0, end)``,
-        mapping (or remapping a grown file) when worthwhile; else None and the
-        caller uses ``pread``."""
+    def _view(self) -> memoryview | None:
+        """The mapping's view of the segment's bytes (None when unmapped):
+        of ``[0, size)``, or of as much of it as the mapping reaches. Cut
+        anew when batches were appended inside the mapping since the last
+        cut; never longer than ``size`` (past the file's end, pages fault)."""
         view = self._map
+        if view is not None and self._map_len < self.size and self._map_len < self._map_cap:
+            self._map_len = min(self.size, self._map_cap)
+            self._map = view = self._map_whole[:self._map_len]
+        return view
+
+    def mapped(self, end: int) -> memoryview | None:
+        """A memoryview of the mapped file (``_view``) when it covers ``[0,
+        end)``, mapping (or remapping a file grown past its mapping) when
+        worthwhile; else None and the caller uses ``pread``."""
+        view = self._view()
         mappings = self.cache.mappings
         if view is not None and end <= self._map_len:
             mappings.touch(self)
             return view
         size = self.size
-        if end > size or (view is not None and size - self._map_len < _REMAP_BYTES) or size < HEADER_BYTES:
+        if end > size or (view is not None and size - self._mapped_at < _REMAP_BYTES) or size < HEADER_BYTES:
             return None
         if not mappings.may_map():
             return None
         self.unmap()
-        fd = self._read_fd()
         try:
-            m = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+            whole = memoryview(_map_file(self._read_fd(), size))
         except (OSError, ValueError):
             return None  # no mapping (an odd file system, a file shorter than expected): pread
-        self._map = memoryview(m)
-        self._map_len = size
+        self._map_whole = whole
+        self._map_cap = len(whole)
+        self._mapped_at = self._map_len = size
+        self._map = whole[:size]
         mappings.add(self)
         return self._map
 
     def unmap(self) -> None:
         """Drop the mapping (before truncating or deleting the file). Views a
         reader still holds keep it alive until they go."""
-        view = self._map
+        view, whole = self._map, self._map_whole
         if view is None:
             return
-        self._map = None
-        self._map_len = 0
+        self._map = self._map_whole = None
+        self._map_len = self._map_cap = 0
         self.cache.mappings.remove(self)
-        m = view.obj
+        m = whole.obj
         try:
             view.release()
+            whole.release()
             m.close()
         except BufferError:
             self.cache.mappings.retire(m)  # slices still exported: unmapped when the last one is dropped
@@ -435,7 +460,9 @@ class Segment:
 
     def _headers(self, pos: int, stop_pos: int):
         """Yield ``(pos, header)`` for each batch from ``pos`` up to ``stop_pos``."""
-        mapped = self._map if stop_pos <= self._map_len else None  # mapped by a read already
+        mapped = self._view()  # mapped by a read already
+        if stop_pos > self._map_len:
+            mapped = None
         buf = b"" if mapped is None else mapped
         buf_pos = 0 if mapped is not None else pos
         while pos < stop_pos:
@@ -509,7 +536,7 @@ class Segment:
         """``find_id``'s walk in C over the file's mapping (``storage._walk.
         find``): ``(offset, position of its batch)``, ``(-1, -1)`` for
         ``end_offset``; None when the file is not mapped far enough."""
-        view = self._map
+        view = self._view()
         if view is None or _walk is None:
             return None
         self.ensure_index()
@@ -528,7 +555,7 @@ class Segment:
         and at a batch it cannot take whole, as ``read``'s C walk does."""
         if self.check_crc or _walk is None:
             return None
-        view = self._map
+        view = self._view()
         if view is None:
             view = self.mapped(HEADER_BYTES)
             if view is None:
@@ -842,3 +869,21 @@ class Segment:
                 pass
             except OSError as exc:
                 raise_storage_error(f"delete {path}", exc)
+
+
+def _map_file(fd: int, size: int) -> mmap.mmap:
+    """A read-only shared mapping of the file ``fd`` from its start: of its
+    ``size`` bytes and, with the C helper (``storage._walk.map_file``),
+    ``_MAP_AHEAD_BYTES`` more past its end, which only bytes appended later
+    may be read through (``Segment._view``). An ``mmap.mmap`` either way:
+    ``server._mapsend`` splices its slices, and ``close`` refuses while
+    views of it are alive (``Segment.unmap``)."""
+    if _walk is None:
+        return mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+    m = mmap.mmap(-1, size + _MAP_AHEAD_BYTES, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)  # address space only
+    try:
+        _walk.map_file(m, fd)
+    except BaseException:
+        m.close()  # its range may be unmapped: never read
+        raise
+    return m

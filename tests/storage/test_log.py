@@ -1,5 +1,6 @@
 """PartitionLog core behaviour: append, read, find_offset, flush, reopen."""
 
+import mmap
 import os
 
 import pytest
@@ -212,10 +213,10 @@ def test_segments_info(tmp_path):
 def test_view_reads_match_copies_while_the_active_segment_grows_and_is_cut(tmp_path, monkeypatch):
     from storage import segment
 
-    monkeypatch.setattr(segment, "_REMAP_BYTES", 1000)
+    monkeypatch.setattr(segment, "_MAP_AHEAD_BYTES", 1000)  # the mapping reaches 1000 bytes past the file's end
+    monkeypatch.setattr(segment, "_REMAP_BYTES", 4000)
     log = make(tmp_path, LogConfig(segment_bytes=1 << 20, index_interval_bytes=256))
     fill(log, 10)
-    seg = log._segs[-1]
 
     def same(start=0):
         viewed = log.read(start, view=True)
@@ -225,23 +226,66 @@ def test_view_reads_match_copies_while_the_active_segment_grows_and_is_cut(tmp_p
         return viewed.chunks
 
     chunks = same()
-    assert seg._map_len == seg.size  # mapped at the first view read
-    assert all(c.obj is seg._map.obj for c in chunks)
-    mapped_len = seg._map_len
-    fill(log, 3)  # grows less than _REMAP_BYTES: the new tail is read with pread
+    mapping = chunks[0].obj
+    assert all(c.obj is mapping for c in chunks)  # mapped at the first view read
+    fill(log, 3)  # within the mapping's reach: the new tail is sliced from it
     chunks = same()
-    assert seg._map_len == mapped_len
-    assert chunks[0].obj is seg._map.obj and isinstance(chunks[-1].obj, bytes)
+    assert all(c.obj is mapping for c in chunks)
+    fill(log, 6)  # past the mapping, less than _REMAP_BYTES since it was made: the newest tail is read with pread
+    chunks = same()
+    assert chunks[0].obj is mapping and isinstance(chunks[-1].obj, bytes)
     assert same(28) and same(log.log_end_offset - 1)
-    fill(log, 20)  # now past it: remapped
-    same()
-    assert seg._map_len == seg.size > mapped_len
-    del chunks
+    fill(log, 20)  # now _REMAP_BYTES past it: remapped (the read's first chunks still slice the old mapping)
+    chunks = same()
+    remapped = chunks[-1].obj
+    assert isinstance(remapped, mmap.mmap) and remapped is not mapping
+    chunks = same()
+    assert all(c.obj is remapped for c in chunks)
+    del chunks, remapped, mapping
     log.truncate_to(7)  # cutting the file drops the mapping first
-    assert seg._map is None
     assert len(same()) and log.read(0, view=True).count == 7
     log.close()
-    assert seg._map is None
+
+
+def test_a_view_read_of_the_active_segments_tail_slices_the_mapping_right_after_an_append(tmp_path):
+    """A consumer chasing producers reads the batches appended since its
+    last read: they come as views of the mapping made by an earlier read
+    (the mapping reaches past the file's end), not as copies read anew."""
+    log = make(tmp_path, LogConfig(segment_bytes=1 << 20, index_interval_bytes=256))
+    fill(log, 10)
+    mapping = log.read(0, view=True).chunks[0].obj
+    for _ in range(20):
+        start = log.log_end_offset
+        fill(log, 1)
+        tail = log.read(start, view=True)
+        assert tail.count == 3 and all(isinstance(c, memoryview) and c.obj is mapping for c in tail.chunks)
+        assert b"".join(tail.chunks) == b"".join(log.read(start).chunks)
+    log.close()
+
+
+def test_a_cut_after_view_reads_of_the_mapped_tail_serves_only_the_new_bytes(tmp_path):
+    """A follower cutting its log back after reads of the tail through the
+    mapping (which reaches past the file's end): views held of bytes below
+    the cut stay readable, reads after it see the batches appended since,
+    never the cut ones, and nothing touches a page past the file's end (a
+    SIGBUS would end the test process)."""
+    log = make(tmp_path, LogConfig(segment_bytes=1 << 20, index_interval_bytes=256))
+    fill(log, 10)
+    log.read(0, view=True)
+    fill(log, 10)
+    held = log.read(0, max_count=6, view=True)
+    held_bytes = [bytes(c) for c in held.chunks]
+    log.read(20, view=True)  # the tail, through the mapping
+    log.truncate_to(9)
+    assert [bytes(c) for c in held.chunks] == held_bytes
+    assert log.read(9, view=True).count == 0
+    log.append(entries(log.last_id[0] + 1000, 3, b"w" * 20))
+    viewed = log.read(0, view=True)
+    copied = log.read(0)
+    assert viewed.count == 12 and b"".join(viewed.chunks) == b"".join(copied.chunks)
+    assert b"".join(log.read(9, view=True).chunks) == b"".join(enc(log.last_id[0] - 2 + i, 0, b"w" * 20)
+                                                             for i in range(3))
+    log.close()
 
 
 def test_mapped_segments_are_bounded(tmp_path):

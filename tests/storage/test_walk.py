@@ -66,7 +66,8 @@ def test_reads_match_the_python_walk(sizes, payloads, reads):
             return fn(*args)
         return call
 
-    c_walk = SimpleNamespace(batches=counted(_walk.batches), read=counted(_walk.read), find=_walk.find)
+    c_walk = SimpleNamespace(batches=counted(_walk.batches), read=counted(_walk.read), find=_walk.find,
+                             map_file=_walk.map_file)
     with tempfile.TemporaryDirectory() as d:
         log = _batch_log(Path(d) / "p", sizes, payloads)
         try:
