@@ -2,7 +2,7 @@
  * server._mapsend: a reply holding views of log files' mappings sent
  * without copying the mapped bytes.
  *
- *   send(fd, out) -> bytes sent, or None (declined: nothing was sent)
+ *   send(fd, out) -> bytes sent
  *
  * `out` is a list of reply pieces (bytes, bytearray, memoryview), the
  * encoded replies of a batch in order, as Connection's gathering send
@@ -25,15 +25,20 @@
  * that may be freed and reused once the call returns, a pread buffer) is
  * copied into the pipe.
  *
- * Declined (None, nothing sent, the pipe left empty; the caller sends as
- * before, with sendmsg) when the mapped bytes are fewer than
+ * Not spliced, but sent as one gathering sendmsg of the pieces (what
+ * socket.sendmsg(out) does, in this same call: a Python frame and the
+ * socket module's wrapper less on every small reply, bench/RESULTS.md
+ * "XREAD COUNT 10: the poll's CPU") when the mapped bytes are fewer than
  * MIN_MAPPED_BYTES (for a small reply three system calls cost more than
- * the copy saves), when the reply would not fit the pipe, and when the
- * pipe cannot be made or filled. Otherwise the bytes the socket took, as
- * sendmsg returns them (fewer when it would block: what it did not take is
- * dropped from the pipe, and the caller keeps the rest of `out` as it
- * keeps the rest of a gathering send); an error of the socket (reset,
- * broken pipe) raises OSError, with the pipe emptied.
+ * the copy saves), when the pieces are more than MAX_PIECES, when the
+ * reply would not fit the pipe, and when the pipe cannot be made or filled
+ * (the pipe emptied first: nothing of it reached the socket). Either way
+ * the bytes the socket took, as sendmsg returns them (fewer when it would
+ * block: what it did not take is dropped from the pipe, and the caller
+ * keeps the rest of `out` as it keeps the rest of a gathering send); a
+ * sendmsg that would block at once raises BlockingIOError, as
+ * socket.sendmsg does; an error of the socket (reset, broken pipe) raises
+ * OSError, with the pipe emptied.
  *
  * The pipe is one per process and always empty between calls; the GIL is
  * held throughout (every call is non-blocking: O_NONBLOCK pipe, and the
@@ -45,6 +50,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -159,6 +165,44 @@ write_in(const char *buf, Py_ssize_t len)
     return 0;
 }
 
+/* The pieces sent as one gathering sendmsg, as socket.sendmsg(out) sends
+ * them (at most IOV_MAX of them: the caller keeps what was not taken): the
+ * bytes the socket took; would-block raises BlockingIOError, another error
+ * OSError (errno's subclass), as socket.sendmsg raises them. */
+static PyObject *
+send_copied(int fd, Py_buffer *bufs, Py_ssize_t n)
+{
+    struct iovec small[MAX_PIECES], *iov = small;
+    if (n > IOV_MAX)
+        n = IOV_MAX;
+    if (n > MAX_PIECES) {
+        iov = PyMem_New(struct iovec, n);
+        if (iov == NULL)
+            return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        iov[i].iov_base = bufs[i].buf;
+        iov[i].iov_len = (size_t)bufs[i].len;
+    }
+    struct msghdr msg = {0};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = (size_t)n;
+    ssize_t r;
+    while ((r = sendmsg(fd, &msg, 0)) < 0 && errno == EINTR) {
+        if (PyErr_CheckSignals() != 0)
+            break; /* a signal handler raised: socket.sendmsg raises it too */
+    }
+    int err = errno;
+    if (iov != small)
+        PyMem_Free(iov);
+    if (r >= 0)
+        return PyLong_FromSsize_t(r);
+    if (PyErr_Occurred())
+        return NULL;
+    errno = err;
+    return PyErr_SetFromErrno(PyExc_OSError);
+}
+
 static PyObject *
 mapsend_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -179,10 +223,13 @@ mapsend_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     Py_ssize_t n = PyList_GET_SIZE(out);
-    if (n > MAX_PIECES)
-        Py_RETURN_NONE;
-    Py_buffer bufs[MAX_PIECES];
+    Py_buffer small_bufs[MAX_PIECES], *bufs = small_bufs;
     char mapped[MAX_PIECES];
+    if (n > MAX_PIECES) {
+        bufs = PyMem_New(Py_buffer, n);
+        if (bufs == NULL)
+            return PyErr_NoMemory();
+    }
     Py_ssize_t got = 0, total = 0, mapped_bytes = 0, sent = 0;
     PyObject *result = NULL;
     for (; got < n; got++) {
@@ -190,16 +237,16 @@ mapsend_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (PyObject_GetBuffer(piece, &bufs[got], PyBUF_SIMPLE) != 0)
             goto done;
         total += bufs[got].len;
-        mapped[got] = (char)is_mapped(piece);
-        if (mapped[got])
-            mapped_bytes += bufs[got].len;
+        if (n <= MAX_PIECES) {
+            mapped[got] = (char)is_mapped(piece);
+            if (mapped[got])
+                mapped_bytes += bufs[got].len;
+        }
     }
     /* Each piece may start a pipe slot of its own (a page each): half the
      * pipe for the bytes leaves room for MAX_PIECES of them. */
-    if (mapped_bytes < MIN_MAPPED_BYTES || ensure_pipe() != 0 || total > pipe_bytes / 2) {
-        result = Py_NewRef(Py_None);
-        goto done;
-    }
+    if (n > MAX_PIECES || mapped_bytes < MIN_MAPPED_BYTES || ensure_pipe() != 0 || total > pipe_bytes / 2)
+        goto copied;
     struct iovec iov[MAX_PIECES];
     int run = 0; /* mapped pieces waiting for one vmsplice */
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -241,16 +288,19 @@ mapsend_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     goto done;
 declined:
     drain(); /* (nothing reached the socket) */
-    result = Py_NewRef(Py_None);
+copied:
+    result = send_copied((int)fd, bufs, n);
 done:
     for (Py_ssize_t i = 0; i < got; i++)
         PyBuffer_Release(&bufs[i]);
+    if (bufs != small_bufs)
+        PyMem_Free(bufs);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"send", (PyCFunction)(void (*)(void))mapsend_send, METH_FASTCALL,
-     "send(fd, out): a reply holding mmap views spliced into the socket without copying them; None if declined."},
+     "send(fd, out): a batch's replies sent, mmap views spliced into the socket without copying them; bytes sent."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -47,6 +47,7 @@ from __future__ import annotations
 import enum
 import logging
 import socket
+from functools import partial
 from time import time as _now
 from typing import Any
 
@@ -1105,20 +1106,13 @@ async def close_idle_clients(connections: Any, config: Any) -> None:
 # ``ReadAccumulator.view``).
 
 def _splicing_send(sock: socket.socket) -> Any:
-    """``sock.sendmsg``, or, with ``server._mapsend`` built, a send of
-    buffers that splices views of log mappings (``_mapsend.send``), and
-    sendmsg when that declines (a small reply, one too large for its pipe)."""
-    sendmsg = sock.sendmsg
+    """``sock.sendmsg``, or, with ``server._mapsend`` built, its alternative
+    in C (``_mapsend.send``): the same gathering send, in which views of
+    log mappings are spliced instead of copied when that pays (a large
+    reply that fits its pipe); a small reply is one sendmsg in that call."""
     if _mapsend is None:
-        return sendmsg
-    fd = sock.fileno()
-    splice = _mapsend.send
-
-    def gather(out: list) -> int:
-        sent = splice(fd, out)
-        return sendmsg(out) if sent is None else sent
-
-    return gather
+        return sock.sendmsg
+    return partial(_mapsend.send, sock.fileno())
 
 
 def _send_now(gather: Any, send: Any, out: list, ctx: Context, stats: Any) -> bytes | memoryview | None:

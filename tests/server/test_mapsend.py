@@ -92,16 +92,28 @@ def test_other_memory_is_copied_not_referenced(pair, mapping):
 @pytest.mark.parametrize("out", [
     lambda view: [b"head", view[:MIN_MAPPED - 1], b"tail"],  # too few mapped bytes: sendmsg's
     lambda view: [b"small", b"replies", memoryview(b"only")],
-    lambda view: [view[i * 1000:(i + 1) * 1000] for i in range(65)],  # more pieces than it takes
+    lambda view: [view[i * 1000:(i + 1) * 1000] for i in range(65)],  # more pieces than it splices
     lambda view: [view[:], view[:]],  # more than the pipe holds
 ])
-def test_it_declines_and_sends_nothing(pair, mapping, out):
+def test_what_it_does_not_splice_it_sends_as_sendmsg(pair, mapping, out):
+    """Not spliced, the pieces are one gathering sendmsg in the same call:
+    what the socket took counted as sendmsg counts it, the rest the caller's."""
     sender, receiver = pair
     view, _ = mapping
-    assert _mapsend.send(sender.fileno(), out(view)) is None
-    receiver.setblocking(False)
+    pieces = out(view)
+    sent, got = _send_all(sender, receiver, pieces)
+    assert sent > 0 and got == b"".join(bytes(p) for p in pieces)
+
+
+def test_a_full_socket_raises_would_block_as_sendmsg(pair):
+    sender, receiver = pair
     with pytest.raises(BlockingIOError):
-        receiver.recv(1)
+        while True:
+            sender.send(b"x" * 65536)
+    with pytest.raises(BlockingIOError):
+        sender.sendmsg([b"y"])
+    with pytest.raises(BlockingIOError):
+        _mapsend.send(sender.fileno(), [b"y"])
 
 
 def _send_all(sender, receiver, out) -> tuple[int, bytes]:
