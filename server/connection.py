@@ -17,9 +17,10 @@ State: one ``State`` value (docs/architecture.md "The connection's
 states"), changed only by the transitions below, each of which says which
 states it leaves: the task's own (a batch begins, blocks, is held, is
 answered), the reactor's (``_on_ready``: a batch run while the task is
-parked, with the task's own executor ``_run_batch``, and what it could not
-finish handed to the task; a batch of XADD runs taken while it waits for a
-held one; input handed to it), a held batch's (``_Held`` calls ``_held_out`` once its
+parked, with the task's own executor ``_run_batch``, its replies sent or
+held there or at the end of the step, and what it could not finish handed
+to the task; a batch of XADD runs taken while it waits for a held one;
+input handed to it), a held batch's (``_Held`` calls ``_held_out`` once its
 replies are out), and a close's (``kill``, ``stop``). CLOSING absorbs every
 transition but the last (CLOSED, in ``run``), so whoever acts on a
 connection that is closing does nothing. What arrives is classified by one
@@ -214,10 +215,12 @@ class Connection:
         # until the task goes on.
         self.held: _Held | None = None
         # Plain sockets in the server's epoll set (server.reactor): the set,
-        # the input mark (``_DRAINED``...), the task parked for input (IDLE)
+        # the input mark (``_DRAINED``...), the task parked for input (IDLE;
+        # still so in HELD and OWNED when the reactor's step held the batch)
         # or for its held batch (HELD, OWNED), the watch for the peer's EOF
         # during a BLOCK, and the replies of XADD runs taken in the
-        # reactor's current step (OWNED, until ``_hand_taken``).
+        # reactor's current step (OWNED), or of a batch run there (RUNNING),
+        # until the step's end (``_hand_taken``).
         self._reactor: Any = None
         self._fd = -1
         self._mark = _READY
@@ -492,13 +495,14 @@ class Connection:
     def _serve_parked(self) -> None:
         """IDLE, the task parked: the task's step for what came, taken in the
         reactor's step: receive, run the batch with the task's executor
-        (``_run_batch``), send its replies; the task stays parked. Whatever
-        cannot end here is handed to it, RUNNING (``_hand_rest``): a batch
-        the executor stopped (a command to await, replies to send before
-        the rest, MONITOR, a close, a protocol error), replies that wait
-        for a receipt (deferred appends, fsync, acks=all: the task settles
-        them), a reply the socket did not take whole. The EOF and errors
-        close it."""
+        (``_run_batch``), send its replies; the task stays parked. Replies
+        that wait for a commit or a receipt (deferred appends, fsync
+        always, acks=all) are answered at the end of the step, with every
+        other connection's of that step (``_take_at_step_end``). Whatever
+        cannot end here is handed to the task, RUNNING (``_hand_rest``): a
+        batch the executor stopped (a command to await, replies to send
+        before the rest, MONITOR, a close, a protocol error), a reply the
+        socket did not take whole. The EOF and errors close it."""
         data = self._recv_now(self.sock.recv)
         if data is None:
             return
@@ -508,16 +512,24 @@ class Connection:
         self.state = RUNNING  # (IDLE → RUNNING: _on_ready found it IDLE)
         ctx = self.ctx
         ran = self._run_batch(data, None, [])
-        out = ran[2]
-        session = ctx.session
-        if ran[0] is not DONE or ctx.deferred_marks or session.flush_seq or session.repl_pending:
+        if ran[0] is not DONE:
             self._hand_rest(ran)
             return
-        self.state = IDLE  # (RUNNING → IDLE: DONE, so nothing left RUNNING)
+        session = ctx.session
+        if ctx.deferred_marks or session.flush_seq or session.repl_pending:
+            self._take_at_step_end(ran[2])
+            return
+        self._send_parked(ran[2])
+
+    def _send_parked(self, out: list) -> None:
+        """RUNNING / OWNED → IDLE, from the reactor's step, the task parked:
+        send ``out`` (replies that wait for nothing); what the socket did
+        not take whole goes to the task (``_hand_over``), and so does input
+        left behind. A failed send closes."""
+        self.state = IDLE
         if out:
-            sock = self.sock
             try:
-                rest = _send_now(self._gather, sock.send, out, ctx, self.server.stats)
+                rest = _send_now(self._gather, self.sock.send, out, self.ctx, self.server.stats)
             except OSError:
                 self._close_parked()
                 return
@@ -533,12 +545,11 @@ class Connection:
         """OWNED: its task waits for a held batch whose replies are out, and
         the next batch is taken here if it is runs of ``XADD key * field
         value ...`` (``Dispatcher.xadd_run``): appended (deferred, as by the
-        task) and, at the end of the reactor's step, handed to the group
-        commit with every other connection's of that step (``_hand_taken``),
-        the task staying parked. Anything else goes to the task: input
-        (after the replies of the runs taken before it), the EOF (closes),
-        a held batch not out yet (→ HELD: the task waits for it and reads
-        then)."""
+        task) and answered at the end of the reactor's step
+        (``_take_at_step_end``), the task staying parked. Anything else goes
+        to the task: input (after the replies of the runs taken before it),
+        the EOF (closes), a held batch not out yet (→ HELD: the task waits
+        for it and reads then)."""
         held = self.held
         if held is not None and held.phase is not _OUT:
             self._to(HELD)  # its release finds input waiting and wakes the task
@@ -555,18 +566,34 @@ class Connection:
             # (None taken: the parser's. Else the task classifies the rest.)
             self._hand_over(data[pos:] if pos else data, None if pos else COMMANDS, out)
             return
+        self._take_at_step_end(out)
+
+    def _take_at_step_end(self, out: list) -> None:
+        """RUNNING (``_serve_parked``) or OWNED (``_take_runs``), the task
+        parked: the batch's replies ``out`` wait for its deferred appends'
+        commit or a receipt; they are answered at the end of the reactor's
+        step (``_hand_taken``), once every connection of the step has
+        appended. Views of log mappings in them are copied now."""
+        _own(out, self.ctx)
         self._taken = out
         self._reactor.after_step(self._hand_taken)
 
     def _hand_taken(self) -> None:
-        """The end of the reactor's step after ``_take_runs``: commit (the
-        first connection of the step commits every one's entries, one log
-        batch per stream), then hand the replies over as the task's
-        ``_hold`` does, staying OWNED; if their writes wait for nothing (a
-        topic of another fsync policy, a failed commit) the task sends them."""
+        """The end of the reactor's step after ``_take_at_step_end``: commit
+        (the first connection of the step commits every one's entries, one
+        log batch per stream; ``_settle``), then hand the replies over as
+        the task's ``_hold`` does (RUNNING → HELD; OWNED stays) if they wait
+        for a receipt, else send them now (→ IDLE: ``_send_parked``); the
+        task stays parked either way. Closing meanwhile (a SHUTDOWN): the
+        task closes, committing the entries (``run``); their replies are
+        lost with the client."""
         out, self._taken = self._taken, None
-        if out is None or self.state is not OWNED:
-            return  # closing: ``run`` commits the entries; their replies are lost with the client
+        state = self.state
+        if out is None:
+            return
+        if state is not RUNNING and state is not OWNED:
+            self.cancel_scope.cancel()  # (a parked task never sees CLOSING otherwise)
+            return
         try:
             receipt = self._settle(out)
             if receipt is not None:
@@ -576,9 +603,7 @@ class Connection:
             log.exception("connection %d failed", self.client.id)
             self.kill()
             return
-        payload = _JOIN(out)
-        self.server.stats.total_net_output_bytes += len(payload)
-        self._hand_over(None, rest=payload)
+        self._send_parked(out)
 
     # -- the batch: one executor for the task and the reactor's step --------
 
@@ -714,15 +739,18 @@ class Connection:
                 if rest is not None:  # replies the reactor's step left to send
                     await self._send_rest(rest)
                     continue
-            if data is None:
+            if data is None and ran is None:
                 # IDLE: wait for input (the reactor may hand it over; an
                 # idle timeout closes it: close_idle_clients).
                 got = await wait(sock)
                 if got is not None:  # RUNNING: what the reactor's step received, ran or left
+                    self.held = None  # (one the reactor's step held is out: _hand_over)
                     data, kind, out, rest, ran = got
                     if rest is not None:
                         await self._send_rest(rest)
                         continue
+                elif self.held is not None:
+                    continue  # a batch the reactor's step held (_hand_taken): as after the task's own
                 elif self.state is not IDLE:
                     return  # closing (stop, kill; the EOF or an error in the reactor's step)
                 else:

@@ -3,10 +3,10 @@
 End to end on a real ``partita`` process. A client that waits for each reply
 before its next request finds its connection's task parked, and what it
 sends next is run in the reactor's step with the task's own executor
-(``Connection._serve_parked``, docs/architecture.md step 1); whatever
-cannot finish there (a command that waits, replies that wait for a commit,
-MONITOR, a close, a reply the socket does not take whole) goes on in the
-task, in order. Each test sends such a batch after a reply (``_parked``) and
+(``Connection._serve_parked``, docs/architecture.md step 1); replies that
+wait for a commit are answered at the end of the reactor's step; whatever
+cannot finish there (a command that waits, MONITOR, a close, a reply the
+socket does not take whole) goes on in the task, in order. Each test sends such a batch after a reply (``_parked``) and
 checks what any client can see: the replies and their order, what other
 clients see (MONITOR, CLIENT KILL, INFO), the close.
 """
@@ -156,3 +156,27 @@ def test_a_protocol_error_after_commands_answers_them_then_closes(port):
     with _parked(port) as a:
         a.sock.sendall(resp_command(b"ECHO", b"a") + b"*1\r\n$x\r\n" + resp_command(b"ECHO", b"never"))
         assert read_until_closed(a.sock) == b"$1\r\na\r\n-ERR Protocol error: invalid bulk length\r\n"
+
+
+def test_a_lone_xadd_is_answered_before_what_its_client_sends_next(port):
+    """A lone XADD is committed and answered at the end of the reactor's
+    step; a read the client sends before that reply comes runs after it and
+    sees the entry."""
+    with _parked(port) as a:
+        for i in range(1, 51):
+            a.sock.sendall(resp_command(b"XADD", b"s", b"*", b"f", b"%d" % i))
+            a.sock.sendall(resp_command(b"XLEN", b"s"))
+            got = a.request(b"", replies=2)
+            assert got.count(b"\r\n") == 3 and got.endswith(b":%d\r\n" % i), got
+
+
+def test_a_client_that_closes_right_after_its_xadd_has_it_written(port):
+    for i in range(20):
+        with _parked(port) as a:
+            assert a.request(b"PING\r\n") == b"+PONG\r\n"  # (answered in the reactor's step, as what follows)
+            a.sock.sendall(resp_command(b"XADD", b"s", b"*", b"f", b"%d" % i))
+        # (closed without reading the reply)
+    with RawConn(port) as b:
+        # Each connection closed (its entry committed, as a closing one's are).
+        assert wait_for(lambda: _info_field(b, b"clients", b"connected_clients") == b"1")
+        assert b.request(resp_command(b"XLEN", b"s")) == b":20\r\n"

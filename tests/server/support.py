@@ -235,6 +235,16 @@ def answered(reply):
     return reply
 
 
+def full_disk_append(entries, *args, **kwargs):
+    """A log's ``append`` on a full disk: put it in place of a stream's
+    ``log.append`` for a commit that fails."""
+    import errno
+
+    from storage.errors import StorageError
+
+    raise StorageError("append: No space left on device", errno=errno.ENOSPC)
+
+
 def xadd_request(key=b"s", value=b"v"):
     return encode_command([b"XADD", key, b"*", b"f", value])
 

@@ -17,8 +17,8 @@ from server.connection import Receive, classify
 from cluster.broker.durability import Durability
 from server.registry import command
 from server.resp import encode_command
-from tests.server.support import (FakeLog, Harness, RoundGate, TopicsHarness, batch_counts, read_exactly,
-                                  read_replies, scribble, unread_bytes, xadd_request)
+from tests.server.support import (FakeLog, Harness, RoundGate, TopicsHarness, batch_counts, full_disk_append,
+                                  read_exactly, read_replies, scribble, unread_bytes, xadd_request)
 
 
 # -- what a receive is (server.connection.classify: pure, no sockets) --------
@@ -660,10 +660,6 @@ async def test_pipelined_xadds_inside_multi_are_visible_to_later_queued_commands
 
 
 async def test_a_failed_commit_turns_every_deferred_reply_into_the_error(tmp_path):
-    import errno
-
-    from storage.errors import StorageError
-
     h = TopicsHarness(tmp_path)
     async with trio.open_nursery() as nursery:
         sock, _ = h.connect(nursery)
@@ -672,10 +668,7 @@ async def test_a_failed_commit_turns_every_deferred_reply_into_the_error(tmp_pat
         stream = h.state.topics.get(b"s")
         real_append = stream.log.append
 
-        def failing_append(entries, *a, **kw):
-            raise StorageError("append: No space left on device", errno=errno.ENOSPC)
-
-        stream.log.append = failing_append
+        stream.log.append = full_disk_append
         await sock.send(encode_command([b"PING"]) + xadd_request() * 2 + encode_command([b"PING"]) + xadd_request())
         r = await read_replies(sock, 5)
         assert r[0] == b"PONG" and r[3] == b"PONG"
@@ -776,10 +769,6 @@ async def test_runs_of_xadds_get_the_replies_and_batches_of_the_general_path(tmp
 
 
 async def test_a_failed_commit_turns_a_runs_replies_into_the_error(tmp_path, runs_taken):
-    import errno
-
-    from storage.errors import StorageError
-
     h = runs_taken.watch(TopicsHarness(tmp_path))
     async with trio.open_nursery() as nursery:
         sock, _ = h.connect(nursery)
@@ -788,10 +777,7 @@ async def test_a_failed_commit_turns_a_runs_replies_into_the_error(tmp_path, run
         stream = h.state.topics.get(b"s")
         real_append = stream.log.append
 
-        def failing_append(entries, *a, **kw):
-            raise StorageError("append: No space left on device", errno=errno.ENOSPC)
-
-        stream.log.append = failing_append
+        stream.log.append = full_disk_append
         await sock.send(xadd_request() * 3 + encode_command([b"PING"]))
         r = await read_replies(sock, 4)
         assert runs_taken == [3] and r[3] == b"PONG"

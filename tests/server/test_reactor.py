@@ -21,7 +21,7 @@ from trio.testing import wait_all_tasks_blocked
 from server.dispatch import Context
 from server.reactor import MAX_EVENTS, SHUT, Reactor
 from server.resp import encode_command
-from tests.server.support import Harness, TopicsHarness, one_reply, read_replies
+from tests.server.support import Harness, RoundGate, TopicsHarness, full_disk_append, one_reply, read_replies
 from tests.server.support import read_exactly as _read_exactly
 
 _PATIENCE_S = 10
@@ -677,24 +677,17 @@ async def test_input_after_runs_taken_goes_to_the_task_after_their_replies(tmp_p
 
 
 async def test_a_failed_commit_of_taken_runs_answers_the_error(tmp_path):
-    import errno
-
-    from storage.errors import StorageError
-
     h = _always(tmp_path)
     async with _serving(h) as (served, sock, conn):
         await _batch_answered(h, sock, 1)
         stream = h.state.topics.get(b"s")
         real_append = stream.log.append
 
-        def failing_append(entries, *a, **kw):
-            raise StorageError("append: No space left on device", errno=errno.ENOSPC)
-
         # Twice: handed over with a sequence already durable (the usual
-        # case), then with none at all (``_hand_taken`` leaves them to the
-        # task), as on a server whose first commit fails.
+        # case), then with none at all (``_hand_taken`` sends them at
+        # once), as on a server whose first commit fails.
         for forget_seq in (False, True):
-            stream.log.append = failing_append
+            stream.log.append = full_disk_append
             if forget_seq:
                 h.state.broker.appends.flush_seq = 0
             steps = served.steps.count
@@ -704,13 +697,105 @@ async def test_a_failed_commit_of_taken_runs_answers_the_error(tmp_path):
             for reply in replies:
                 assert isinstance(reply, Exception) and str(reply).startswith("MISCONF Errors writing"), replies
             await wait_all_tasks_blocked()
-            assert served.steps.count > steps  # the task goes on (nothing to wait for)
+            if forget_seq:  # nothing to wait for: sent in the reactor's step, the task parked
+                assert served.steps.count == steps
+            else:  # released by the loop, not sent from the round's thread: the task goes on
+                assert served.steps.count > steps
             # Back to the reactor after the next good batch.
             stream.log.append = real_append
             await _batch_answered(h, sock, 1, start=4)
         await sock.send(encode_command([b"XLEN", b"s"]))
         with trio.fail_after(_PATIENCE_S):
             assert await read_replies(sock, 1) == [3]  # nothing of the failed runs
+
+
+# -- a parked client's XADDs: committed and answered at the end of the step ----
+# (Run in the reactor's step, their appends deferred: every connection's of
+# the step are committed together once the step's handlers have run, and
+# their replies sent or held from there; the task stays parked.)
+
+async def test_a_parked_clients_xadds_are_answered_in_order_while_the_task_stays_parked(tmp_path):
+    h = TopicsHarness(tmp_path)
+    async with _serving(h) as (served, sock, conn):
+        await _park(sock)
+        steps = served.steps.count
+        for i in range(5):  # lone XADDs, as an unpipelined client sends them
+            await sock.send(_batch(1, start=i))
+            await _ids(sock, 1)
+            assert h.state.topics.get(b"s").log.log_end_offset == i + 1  # written before the reply
+            await wait_all_tasks_blocked()
+        # A read of the same client after its XADD, in the same batch, and
+        # one sent before the XADD's reply came.
+        await sock.send(_batch(1, start=5) + encode_command([b"XLEN", b"s"]))
+        with trio.fail_after(_PATIENCE_S):
+            entry_id, length = await read_replies(sock, 2)
+        assert b"-" in entry_id and length == 6
+        await sock.send(_batch(1, start=6))
+        await sock.send(encode_command([b"XRANGE", b"s", b"-", b"+", b"COUNT", b"100"]))
+        with trio.fail_after(_PATIENCE_S):
+            entry_id, entries = await read_replies(sock, 2)
+        assert entries[-1] == [entry_id, [b"f", b"v6"]] and len(entries) == 7
+        await wait_all_tasks_blocked()
+        assert served.steps.count == steps  # the task never ran for them
+
+
+async def test_fsync_always_a_parked_clients_xadd_is_answered_after_its_round(tmp_path):
+    with RoundGate() as gate:
+        h = TopicsHarness(tmp_path, fsync="always", rounds=gate)
+        async with _serving(h) as (served, sock, conn):
+            await _park(sock)
+            steps, sends = served.steps.count, len(h.sends)
+            await sock.send(_batch(1))
+            await _until(lambda: h.state.topics.get(b"s") is not None)
+            await wait_all_tasks_blocked()
+            # Committed at the end of the step, its reply held for the
+            # round, which waits for the gate: nothing sent, the task parked.
+            assert h.state.topics.get(b"s").log.log_end_offset == 1
+            assert len(h.sends) == sends and served.steps.count == steps
+            gate.open()
+            await _ids(sock, 1)
+            assert h.state.topics.get(b"s").log.recovery_point == 1
+
+
+async def test_a_failed_commit_of_a_parked_clients_xadd_answers_the_error(tmp_path):
+    h = TopicsHarness(tmp_path)
+    async with _serving(h) as (served, sock, conn):
+        await _park(sock)
+        await sock.send(_batch(1))
+        await _ids(sock, 1)
+        stream = h.state.topics.get(b"s")
+        real_append = stream.log.append
+
+        stream.log.append = full_disk_append
+        await wait_all_tasks_blocked()
+        steps = served.steps.count
+        await sock.send(_batch(1, start=1))
+        with trio.fail_after(_PATIENCE_S):
+            [reply] = await read_replies(sock, 1)
+        assert isinstance(reply, Exception) and str(reply).startswith("MISCONF Errors writing"), reply
+        await wait_all_tasks_blocked()
+        assert served.steps.count == steps  # answered in the reactor's step
+        stream.log.append = real_append
+        await sock.send(_batch(1, start=2) + encode_command([b"XLEN", b"s"]))
+        with trio.fail_after(_PATIENCE_S):
+            assert (await read_replies(sock, 2))[1] == 2  # nothing of the failed one
+
+
+async def test_a_parked_client_that_leaves_right_after_its_xadd_has_it_written(tmp_path):
+    h = TopicsHarness(tmp_path)
+    async with _serving(h) as (served, sock, conn):
+        await _park(sock)
+        served.leave_with(_batch(1))  # its EOF in the same arrival
+        replies = hiredis.Reader()
+        replies.feed(await _closed(sock))
+        assert b"-" in replies.gets() and replies.gets() is False
+        await _until(lambda: _gone(h, served, conn))
+        sock, conn = h.connect(served.nursery)
+        await _park(sock)
+        await sock.send(_batch(1, start=1))
+        sock.close()  # gone without reading the reply
+        await _until(lambda: _gone(h, served, conn))
+        assert h.state.topics.get(b"s").log.log_end_offset == 2
 
 
 async def test_a_client_that_leaves_or_is_killed_while_taken_is_closed(tmp_path):
