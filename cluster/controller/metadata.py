@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from cluster.nodes import Node, parse_address
+from storage.checkpoint import parse_json
 
 
 class MetadataError(ValueError):
@@ -300,7 +301,7 @@ class Metadata:
         if not data:
             return cls()
         try:
-            obj = json.loads(data)
+            obj = parse_json(data)
             return cls([_shard_from_json(s) for s in _field(obj, "shards", list)],
                        {_node_key(n): _node_from_json(v) for n, v in _field(obj, "nodes", dict).items()},
                        _field(obj, "initialized", bool),
@@ -335,8 +336,8 @@ _RECORD_FIELDS = {"init": ("nodes", "shards"), "node": ("node", "inc", "fenced")
 
 def _decode_record(data: bytes) -> dict:
     try:
-        rec = json.loads(data)
-    except ValueError as e:
+        rec = parse_json(data)
+    except ValueError as e:  # (nested too deep too: parse_json)
         raise MetadataError(f"not a metadata record ({e})") from None
     if not isinstance(rec, dict) or not isinstance(rec.get("t"), str) or rec["t"] not in _RECORD_FIELDS:
         raise MetadataError("not a metadata record (unknown kind)")

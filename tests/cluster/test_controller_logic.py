@@ -392,6 +392,21 @@ def test_a_record_with_a_field_of_the_wrong_type_changes_nothing():
         assert meta.encode() == before, record
 
 
+def test_a_record_or_snapshot_nested_too_deep_for_the_parser_is_a_metadata_error():
+    """JSON nested deeper than the parser goes (json raises RecursionError,
+    not ValueError) is a record or snapshot that does not decode like any
+    other garbage: a MetadataError, not an unexpected exception (which
+    ``apply`` propagates as a bug, stopping the node)."""
+    meta = fresh()
+    before = meta.encode()
+    for blob in (b"[" * 100000, b'{"t":"node","node":2,"inc":' + b"[" * 100000):
+        assert meta.apply(blob) == [] and meta.encode() == before
+        with pytest.raises(MetadataError):
+            Metadata.check_record(blob)
+        with pytest.raises(MetadataError):
+            Metadata.decode(blob)
+
+
 def test_a_join_whose_address_does_not_read_back_is_refused_and_not_applied():
     """Every node reads a joined node's address back with ``parse_address``
     when it applies the record (``_sync_members``): a host that breaks that
