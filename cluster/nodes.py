@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from storage.checkpoint import read_file, write_atomic
+from storage.checkpoint import parse_json, read_file, write_atomic
 from storage.errors import StorageError
 
 SLOTS = 16384
@@ -251,7 +251,7 @@ class ClusterState:
         if data is None or self.placement.shard_count == 0:
             return  # (a joining node: its shards come from the controller's metadata)
         try:
-            obj = json.loads(data)
+            obj = parse_json(data)
             shards = [(int(a), int(b)) for a, b in obj["shards"]]
         except (ValueError, KeyError, TypeError) as e:
             raise ClusterConfigError(f"{self.path}: unreadable cluster state ({e}); "

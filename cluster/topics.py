@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from cluster.partitioner import Partitioner
+from storage.checkpoint import parse_json
 from storage.errors import Refusal, StorageError
 from storage.log import PartitionLog
 from storage.salvage import keep_aside
@@ -257,9 +258,14 @@ class TopicMeta:
 
     @classmethod
     def from_bytes(cls, blob: bytes | None) -> TopicMeta:
+        """A ``topic.meta`` (from disk, or a peer's). ValueError: garbage,
+        anything but a JSON object with a config object (PartitionCountError
+        for a partition count out of range)."""
         if not blob:
             return cls(1, {})
-        obj = json.loads(blob)
+        obj = parse_json(blob)
+        if not isinstance(obj, dict) or not isinstance(obj.get("config"), (dict, type(None))):
+            raise ValueError("not a topic's metadata: a JSON object with a config object")
         config = {k: v for k, v in (obj.get("config") or {}).items() if k in TOPIC_OPTIONS_BY_NAME}
         meta = cls(obj.get("partitions", 1), config, str(obj.get("id", "")))
         if type(meta.partitions) is not int or not 1 <= meta.partitions <= MAX_PARTITIONS:

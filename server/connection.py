@@ -584,9 +584,11 @@ class Connection:
         log batch per stream; ``_settle``), then hand the replies over as
         the task's ``_hold`` does (RUNNING → HELD; OWNED stays) if they wait
         for a receipt, else send them now (→ IDLE: ``_send_parked``); the
-        task stays parked either way. Closing meanwhile (a SHUTDOWN): the
-        task closes, committing the entries (``run``); their replies are
-        lost with the client."""
+        task stays parked either way. Closing meanwhile (killed by a
+        connection of the same step, CLIENT KILL: a SHUTDOWN stops the
+        connections after the step): the task closes, committing the
+        entries (``run``, if no connection after it in the step did); their
+        replies are lost with the client."""
         out, self._taken = self._taken, None
         state = self.state
         if out is None:

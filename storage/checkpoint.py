@@ -1,7 +1,9 @@
 """Small files that must be replaced atomically: checkpoints and metadata blobs.
 
 Owns: ``write_atomic`` (write ``<name>.tmp``, fsync it, rename over ``<name>``,
-fsync the directory) and ``read_file``; plus the text checkpoint format used
+fsync the directory) and ``read_file``; ``parse_json``, which the JSON blobs'
+readers use (from disk or a peer: garbage of any shape is a ValueError);
+plus the text checkpoint format used
 by the partition log (recovery point, log start offset, leader epochs):
 
     line 1: the format version (``0``)
@@ -21,8 +23,10 @@ Must not know: what the numbers mean.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 from storage.errors import READ_FAILED, raise_storage_error
 
@@ -95,6 +99,17 @@ def read_file(path: Path) -> bytes | None:
         return None
     except OSError as exc:
         raise_storage_error(f"read {path}", exc, READ_FAILED)
+
+
+def parse_json(data: bytes) -> Any:
+    """``json.loads``, except that JSON nested deeper than the parser goes
+    (``json`` raises RecursionError for it: ``b"[" * 100000``) is a
+    ValueError like any other text that does not parse, so a reader that
+    turns down garbage turns that down too."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("JSON nested too deep") from None
 
 
 def encode_rows(rows: list[tuple[int, ...]]) -> bytes:

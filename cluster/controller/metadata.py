@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from cluster.nodes import Node, parse_address
+from storage.checkpoint import parse_json
 
 
 class MetadataError(ValueError):
@@ -300,14 +301,12 @@ class Metadata:
         if not data:
             return cls()
         try:
-            obj = json.loads(data)
-            return cls([_shard_from_json(s) for s in obj["shards"]],
-                       {int(n): NodeMeta(str(v[0]), bool(v[1]), str(v[2]) if len(v) > 2 else "")
-                        for n, v in obj["nodes"].items()},
-                       bool(obj["initialized"]),
-                       {str(t).encode("latin-1"): (str(b).encode("latin-1"), str(i), int(o))
-                        for t, b, i, o in obj.get("topics", [])})
-        except (ValueError, KeyError, TypeError, IndexError) as e:
+            obj = parse_json(data)
+            return cls([_shard_from_json(s) for s in _field(obj, "shards", list)],
+                       {_node_key(n): _node_from_json(v) for n, v in _field(obj, "nodes", dict).items()},
+                       _field(obj, "initialized", bool),
+                       dict(_topic_from_json(t) for t in _field(obj, "topics", list, [])))
+        except ValueError as e:  # (MetadataError is one)
             raise MetadataError(f"metadata snapshot does not decode: {e}") from None
 
     def live(self, node: int) -> bool:
@@ -337,8 +336,8 @@ _RECORD_FIELDS = {"init": ("nodes", "shards"), "node": ("node", "inc", "fenced")
 
 def _decode_record(data: bytes) -> dict:
     try:
-        rec = json.loads(data)
-    except ValueError as e:
+        rec = parse_json(data)
+    except ValueError as e:  # (nested too deep too: parse_json)
         raise MetadataError(f"not a metadata record ({e})") from None
     if not isinstance(rec, dict) or not isinstance(rec.get("t"), str) or rec["t"] not in _RECORD_FIELDS:
         raise MetadataError("not a metadata record (unknown kind)")
@@ -359,8 +358,14 @@ def _field(obj: Any, key: str, kind: type, default: Any = _REQUIRED, *, nullable
     value = obj.get(key, default) if isinstance(obj, dict) else _REQUIRED
     if value is _REQUIRED:
         raise MetadataError(f"no {key!r} in {obj!r}")
+    return _typed(value, kind, repr(key), nullable=nullable)
+
+
+def _typed(value: Any, kind: type, what: str, *, nullable: bool = False) -> Any:
+    """``value`` (``what``, for the error), which must be a ``kind`` as
+    ``_field`` says."""
     if type(value) is not kind and not (nullable and value is None):
-        raise MetadataError(f"{key!r}: {value!r} is not a {kind.__name__}")
+        raise MetadataError(f"{what}: {value!r} is not a {kind.__name__}")
     return value
 
 
@@ -387,6 +392,36 @@ def _shard_from_json(obj: Any) -> ShardMeta:
     return ShardMeta(_ids(obj, "replicas"), _field(obj, "leader", int), _field(obj, "epoch", int),
                      sorted(_ids(obj, "isr")), _field(obj, "version", int, 0),
                      _ids(obj, "target", None, nullable=True))
+
+
+def _node_key(key: str) -> int:
+    """A node id as a snapshot's ``nodes`` object has it: the decimal the
+    encoder wrote (``str(n)``), not any text ``int`` reads."""
+    node = int(key) if key.isdecimal() and key.isascii() else None
+    if node is None or str(node) != key:
+        raise MetadataError(f"node {key!r} is not a node id")
+    return node
+
+
+def _node_from_json(value: Any) -> NodeMeta:
+    """A node as a snapshot has it: ``[incarnation, fenced, address]``
+    (the address missing from snapshots older than it)."""
+    fields = _typed(value, list, "node")
+    if len(fields) not in (2, 3):
+        raise MetadataError(f"node: {value!r} is not [incarnation, fenced, address]")
+    return NodeMeta(_typed(fields[0], str, "incarnation"), _typed(fields[1], bool, "fenced"),
+                    _typed(fields[2], str, "address") if len(fields) > 2 else "")
+
+
+def _topic_from_json(value: Any) -> tuple[bytes, tuple[bytes, str, int]]:
+    """A topic as a snapshot has it: ``[name, blob, topic id, origin]``."""
+    fields = _typed(value, list, "topic")
+    if len(fields) != 4:
+        raise MetadataError(f"topic: {value!r} is not [name, blob, id, origin]")
+    name, blob, topic_id, origin = fields
+    return (_latin1(_typed(name, str, "topic name")),
+            (_latin1(_typed(blob, str, "topic blob")), _typed(topic_id, str, "topic id"),
+             _typed(origin, int, "topic origin")))
 
 
 def _join_address(node: int, host: str, port: int, bus_port: int) -> str:

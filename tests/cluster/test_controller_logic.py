@@ -81,6 +81,35 @@ def test_snapshot_round_trip():
         Metadata.decode(b"{}")
 
 
+def test_a_snapshot_with_a_field_of_the_wrong_type_does_not_decode():
+    """As for records, a snapshot's fields are taken as they are made, not
+    coerced: a node incarnation of 5, fenced of "yes" or a topic origin of
+    "3" was not written by this module (MetadataError), where it used to
+    become "5", True and 3."""
+    meta = fresh()
+    meta.apply(Metadata.node_record(2, "x", True))
+    meta.apply(Metadata.join_record(4, "h", 7004, 17104))
+    meta.apply(Metadata.topic_record(b"t", b"blob", "id1", 3))
+    good = json.loads(meta.encode())
+    assert Metadata.decode(json.dumps(good).encode()) == meta
+    wrong = [("nodes", "2", ["x", "yes", ""]), ("nodes", "2", [5, True, ""]), ("nodes", "2", ["x", 1, ""]),
+             ("nodes", "4", ["", False, 7004]), ("nodes", "2", ["x", True, "", "more"]), ("nodes", "2", "x"),
+             ("topics", 0, ["t", "blob", "id1", "3"]), ("topics", 0, ["t", "blob", 1, 3]),
+             ("topics", 0, [["t"], "blob", "id1", 3]), ("topics", 0, ["t", None, "id1", 3]),
+             ("topics", 0, ["t", "blob", "id1"]), ("topics", 0, ["\u20ac", "blob", "id1", 3])]
+    for part, key, value in wrong:
+        snapshot = json.loads(meta.encode())
+        snapshot[part][key] = value
+        with pytest.raises(MetadataError):
+            Metadata.decode(json.dumps(snapshot).encode())
+    for key, value in (("initialized", 1), ("nodes", [["2", "x", True, ""]]), ("topics", {}),
+                       ("nodes", {"02": ["x", True, ""]}), ("nodes", {"two": ["x", True, ""]})):
+        snapshot = json.loads(meta.encode())
+        snapshot[key] = value
+        with pytest.raises(MetadataError):
+            Metadata.decode(json.dumps(snapshot).encode())
+
+
 def test_registration_then_fencing_elects_from_the_isr_in_preferred_order():
     logic = controller()
     beat_all(logic, 100)
@@ -361,6 +390,21 @@ def test_a_record_with_a_field_of_the_wrong_type_changes_nothing():
                    b'{"t":"topic","name":"\\u20ac","blob":"b","id":"i","origin":1,"nonce":"n"}'):
         assert meta.apply(record) == [], record
         assert meta.encode() == before, record
+
+
+def test_a_record_or_snapshot_nested_too_deep_for_the_parser_is_a_metadata_error():
+    """JSON nested deeper than the parser goes (json raises RecursionError,
+    not ValueError) is a record or snapshot that does not decode like any
+    other garbage: a MetadataError, not an unexpected exception (which
+    ``apply`` propagates as a bug, stopping the node)."""
+    meta = fresh()
+    before = meta.encode()
+    for blob in (b"[" * 100000, b'{"t":"node","node":2,"inc":' + b"[" * 100000):
+        assert meta.apply(blob) == [] and meta.encode() == before
+        with pytest.raises(MetadataError):
+            Metadata.check_record(blob)
+        with pytest.raises(MetadataError):
+            Metadata.decode(blob)
 
 
 def test_a_join_whose_address_does_not_read_back_is_refused_and_not_applied():

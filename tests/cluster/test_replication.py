@@ -77,6 +77,15 @@ def test_cluster_state_adopts_only_newer_epochs_and_persists(tmp_path):
     assert st.adopt(0, 3, 1, {3}, rewind=True) and st.shards[0] == (3, 1)
 
 
+@pytest.mark.parametrize("content", [b"{not json", b"[" * 100000, b'{"shards": [[1, "x"]]}'])
+def test_an_unreadable_cluster_state_refuses_to_start_naming_the_file(tmp_path, content):
+    """Nested deeper than the parser goes (RecursionError) included."""
+    p = Placement(parse_cluster_nodes("1@h:1,2@h:2,3@h:3"), 1)
+    (tmp_path / "cluster.state").write_bytes(content)
+    with pytest.raises(ClusterConfigError, match="cluster.state: unreadable cluster state"):
+        ClusterState(p, tmp_path)
+
+
 def test_a_peer_view_moves_nothing_and_is_logged_rate_limited(tmp_path, caplog):
     """Issue 28: a view from anywhere but the committed metadata (here a
     forged one naming node 2 at epoch 999999999) changes no leader and no

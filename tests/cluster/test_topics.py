@@ -83,6 +83,39 @@ def test_reopen_keeps_topics_and_stream_state(tmp_path):
         reg.close()
 
 
+def test_a_topic_meta_nested_too_deep_for_the_parser_is_unreadable(tmp_path):
+    """JSON nested deeper than the parser goes (json raises RecursionError):
+    a ValueError like any other garbage, for a blob from a peer
+    (``adopt_topic``'s callers turn those down), and on disk the server
+    refuses to start naming the file."""
+    nested = b"[" * 100000
+    with pytest.raises(ValueError):
+        topics.TopicMeta.from_bytes(nested)
+    config = types.SimpleNamespace()
+    reg = TopicRegistry.open(tmp_path / "d", config)
+    reg.get_or_create(b"t")
+    with pytest.raises(ValueError):
+        reg.adopt_topic(b"u", nested)
+    path = reg.log_manager.topic_dir(b"t") / "topic.meta"
+    reg.close()
+    path.write_bytes(nested)
+    with pytest.raises(topics.TopicMetaError, match=f"unreadable topic metadata {path}"):
+        TopicRegistry.open(tmp_path / "d", config)
+
+
+@pytest.mark.parametrize("blob", [b"[]", b"null", b"7", b'{"config": []}', b'{"config": "x"}'])
+def test_a_topic_meta_that_is_not_an_object_is_a_value_error(registry, blob):
+    """A ``topic.meta`` (from disk, or a peer's in a committed topic record)
+    that is JSON but not an object, or whose config is not one: a ValueError,
+    which ``adopt_topic``'s callers turn down, not an AttributeError (which
+    the metadata driver takes for a bug and stops the node on)."""
+    with pytest.raises(ValueError):
+        topics.TopicMeta.from_bytes(blob)
+    with pytest.raises(ValueError):
+        registry.adopt_topic(b"u", blob)
+    assert not registry.exists(b"u")
+
+
 def test_delete_removes_files(registry, tmp_path):
     s = registry.get_or_create(b"gone")
     s.add([b"a", b"1"], id_given=StreamId(1, 0))

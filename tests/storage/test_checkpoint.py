@@ -3,7 +3,7 @@ import os
 import pytest
 
 from storage.checkpoint import (
-    CorruptCheckpointError, decode_rows, encode_rows, read_rows, remove_stale_tmp,
+    CorruptCheckpointError, decode_rows, encode_rows, parse_json, read_rows, remove_stale_tmp,
     write_atomic, write_rows,
 )
 from storage.errors import StorageError
@@ -51,3 +51,14 @@ def test_values_out_of_bounds_are_corrupt(data):
     with pytest.raises(CorruptCheckpointError, match="out of range"):
         decode_rows(data, 2, (10, 2**32 - 1))
     assert decode_rows(b"0\n1\n10 4294967295\n", 2, (10, 2**32 - 1)) == [(10, 2**32 - 1)]
+
+
+def test_parse_json_makes_nesting_too_deep_for_the_parser_a_value_error():
+    """json raises RecursionError for it, which a reader turning down
+    ValueError would let escape."""
+    assert parse_json(b'{"a": [[1]]}') == {"a": [[1]]}
+    for data in (b"[" * 100000, b'{"a": ' + b"[" * 100000):
+        with pytest.raises(ValueError, match="nested too deep"):
+            parse_json(data)
+    with pytest.raises(ValueError):
+        parse_json(b"{not json")
