@@ -33,6 +33,7 @@ import os
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
+from storage.checkpoint import parse_json
 from storage.errors import raise_storage_error
 
 log = logging.getLogger("partita.storage")
@@ -98,7 +99,7 @@ class GroupOffsets:
         self.applied = entry_id
         try:
             kind, payload = fields
-            rows = json.loads(payload)
+            rows = parse_json(payload)
             if kind in (COMMIT, SNAPSHOT):
                 parsed = {(str(t), int(p)): Committed(int(o), int(e), str(m), int(ms)) for t, p, o, e, m, ms in rows}
             elif kind == DELETE:
@@ -141,7 +142,7 @@ def read_journal(directory: str | os.PathLike) -> dict[str, Offsets]:
     out: dict[str, Offsets] = {}
     for line in data.splitlines():
         try:
-            rec = json.loads(line)
+            rec = parse_json(line)
             group = rec["g"]
             if rec.get("del"):
                 out.pop(group, None)

@@ -46,7 +46,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from storage.checkpoint import fsync_dir, read_file, write_atomic
+from storage.checkpoint import fsync_dir, parse_json, read_file, write_atomic
 from storage.errors import StorageError, raise_storage_error
 from storage.handles import FileCache
 from storage.log import LogConfig, PartitionLog, wall_clock_ms
@@ -318,7 +318,7 @@ class LogManager:
         if blob is None:
             return
         try:
-            intent = json.loads(blob)
+            intent = parse_json(blob)
             src, dst, meta = (bytes.fromhex(intent[k]) for k in ("from", "to", "meta"))
         except (ValueError, KeyError, TypeError) as exc:
             aside = keep_aside(path)

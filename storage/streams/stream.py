@@ -67,7 +67,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from storage.checkpoint import read_file, write_atomic
+from storage.checkpoint import parse_json, read_file, write_atomic
 from storage.entry_codec import encode_entry, encode_pair, split_entries
 from storage.errors import Refusal
 from storage.records import ProducerRecord
@@ -139,7 +139,7 @@ class StreamMeta:
         """Raises ValueError (or KeyError, TypeError) for a file that does not
         parse or holds a number out of range (IDs are two u64, the
         adjustment a signed 64-bit number): nothing unbounded is used."""
-        obj = json.loads(data)
+        obj = parse_json(data)
         adjust = obj["entries_added_adjust"]
         if type(adjust) is not int or not -(2**63) <= adjust < 2**63:
             raise ValueError(f"entries_added_adjust {adjust!r} out of range")

@@ -98,9 +98,11 @@ def test_a_rename_without_a_crash(tmp_path):
     lm.close()
 
 
-def test_an_unreadable_intent_renames_nothing_and_is_kept_aside(tmp_path, caplog):
+@pytest.mark.parametrize("content", [b"{not json", b"[" * 100000])
+def test_an_unreadable_intent_renames_nothing_and_is_kept_aside(tmp_path, caplog, content):
+    """Nested deeper than the parser goes (json raises RecursionError) included."""
     _make(tmp_path, b"a", 1000).close()
-    (tmp_path / RENAME_INTENT).write_bytes(b"{not json")
+    (tmp_path / RENAME_INTENT).write_bytes(content)
     with caplog.at_level("WARNING", logger="partita.storage"):
         lm = LogManager(tmp_path)
     assert lm.topics() == [b"a"]

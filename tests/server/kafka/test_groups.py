@@ -218,6 +218,18 @@ def test_a_groups_offsets_replay_from_its_stream_the_latest_entry_winning():
     assert list(dropped.offsets) == [("t", 1)]  # the group deleted, then committed to again
 
 
+def test_an_entry_nested_too_deep_for_the_parser_is_skipped_as_unreadable(caplog):
+    """JSON nested deeper than the parser goes (json raises RecursionError,
+    not ValueError): skipped with a warning like any unreadable entry."""
+    with caplog.at_level("WARNING", logger="partita.storage"):
+        state = _replay([group_offsets.commit_fields([("t", 0, 5, 0, "")], 1000),
+                         [b"commit", b"[" * 100000],
+                         group_offsets.commit_fields([("t", 1, 7, 0, "")], 2000)])
+    assert "skipping an unreadable offsets entry 2-0" in caplog.text
+    assert {k: v.offset for k, v in state.offsets.items()} == {("t", 0): 5, ("t", 1): 7}
+    assert state.applied == StreamId(3, 0) and state.since_snapshot == 3
+
+
 def test_a_snapshot_replaces_what_came_before_and_is_due_every_so_many_entries():
     commits = [group_offsets.commit_fields([("t", i % 3, i, 0, "")], i) for i in range(12)]
     state = _replay(commits)
@@ -240,6 +252,16 @@ def test_the_journal_of_older_versions_is_read_once_for_an_upgrade(tmp_path):
     (tmp_path / group_offsets.FILE_NAME).write_bytes(data)
     assert group_offsets.read_journal(tmp_path) == {"g": {("t", 0): group_offsets.Committed(5, 0, "m", 1)}}
     assert group_offsets.read_journal(tmp_path / "none") == {}
+
+
+def test_a_journal_line_nested_too_deep_for_the_parser_is_skipped_as_torn(tmp_path, caplog):
+    """Nested deeper than the parser goes (json raises RecursionError): the
+    line is skipped with a warning like a torn one; the others are read."""
+    good = json.dumps({"g": "g", "t": "t", "p": 0, "o": 5}).encode()
+    (tmp_path / group_offsets.FILE_NAME).write_bytes(b"[" * 100000 + b"\n" + good + b"\n")
+    with caplog.at_level("WARNING", logger="partita.storage"):
+        assert group_offsets.read_journal(tmp_path) == {"g": {("t", 0): group_offsets.Committed(5, -1, "", 0)}}
+    assert "skipping an unreadable line" in caplog.text
 
 
 async def test_a_group_with_no_members_left_is_forgotten(nursery, autojump_clock):

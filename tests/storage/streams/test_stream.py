@@ -147,6 +147,24 @@ def test_xdel_markers_and_metadata(make_stream):
     assert again.max_deleted_entry_id == (5, 0) and again.last_id == (5, 0)
 
 
+@pytest.mark.parametrize("content", [b"{garbage", b"[" * 100000])
+def test_a_corrupt_stream_meta_is_rebuilt_from_the_log(make_stream, caplog, content):
+    """A ``stream.meta`` that does not parse (nested deeper than the parser
+    goes, which json raises RecursionError for, included): the stream opens
+    with what the log knows, last-generated-id and max-deleted-entry-id its
+    last ID, and says so."""
+    s = make_stream()
+    for i in range(1, 6):
+        s.add([b"n", b"%d" % i], id_given=StreamId(i, 0))
+    s.delete([StreamId(2, 0)])
+    s.set_id(StreamId(9, 0), entries_added=20)
+    s.meta_path.write_bytes(content)
+    with caplog.at_level("WARNING", logger="partita.storage"):
+        again = Stream(s.log, s.meta_path)
+    assert "stream.meta: corrupt stream metadata" in caplog.text
+    assert (again.last_id, again.max_deleted_entry_id, again.entries_added) == ((5, 0), (5, 0), 5)
+
+
 def test_delete_everything_then_first_id_is_zero(make_stream):
     s = make_stream()
     s.add([b"a", b"1"], id_given=StreamId(1, 1))
