@@ -100,6 +100,8 @@ class GroupOffsets:
         try:
             kind, payload = fields
             rows = parse_json(payload)
+            if type(rows) is not list or any(type(row) is not list for row in rows):
+                raise ValueError("not a list of rows")  # (a string or object would unpack by character or key)
             if kind in (COMMIT, SNAPSHOT):
                 parsed = {(str(t), int(p)): Committed(int(o), int(e), str(m), int(ms)) for t, p, o, e, m, ms in rows}
             elif kind == DELETE:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import trio
 
 from server.kafka import errors as E
@@ -228,6 +229,19 @@ def test_an_entry_nested_too_deep_for_the_parser_is_skipped_as_unreadable(caplog
     assert "skipping an unreadable offsets entry 2-0" in caplog.text
     assert {k: v.offset for k, v in state.offsets.items()} == {("t", 0): 5, ("t", 1): 7}
     assert state.applied == StreamId(3, 0) and state.since_snapshot == 3
+
+
+@pytest.mark.parametrize("payload", [b'{"a12345": 0}', b'"a12345"', b'[{"t": 0}]', b'["a1"]'])
+def test_an_entry_whose_rows_are_not_lists_is_skipped_as_unreadable(caplog, payload):
+    """A payload that is not a list of rows (written there by hand): an
+    object or a string is not taken apart into a row, character by
+    character, as a commit of topic "a", partition 1, offset 2."""
+    for kind in (b"commit", b"delete"):
+        with caplog.at_level("WARNING", logger="partita.storage"):
+            state = _replay([group_offsets.commit_fields([("t", 0, 5, 0, "")], 1000), [kind, payload]])
+        assert "skipping an unreadable offsets entry 2-0" in caplog.text
+        assert {k: v.offset for k, v in state.offsets.items()} == {("t", 0): 5}
+        caplog.clear()
 
 
 def test_a_snapshot_replaces_what_came_before_and_is_due_every_so_many_entries():
