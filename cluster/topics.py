@@ -266,11 +266,29 @@ class TopicMeta:
         obj = parse_json(blob)
         if not isinstance(obj, dict) or not isinstance(obj.get("config"), (dict, type(None))):
             raise ValueError("not a topic's metadata: a JSON object with a config object")
+        topic_id = obj.get("id", "")
+        if type(topic_id) is not str:
+            raise ValueError(f"not a topic's metadata: a topic id of {json.dumps(topic_id)}")
         config = {k: v for k, v in (obj.get("config") or {}).items() if k in TOPIC_OPTIONS_BY_NAME}
-        meta = cls(obj.get("partitions", 1), config, str(obj.get("id", "")))
+        meta = cls(obj.get("partitions", 1), config, topic_id)
         if type(meta.partitions) is not int or not 1 <= meta.partitions <= MAX_PARTITIONS:
             raise PartitionCountError(meta)
         return meta
+
+
+def _drop_refused_values(meta: TopicMeta, topic: bytes, source: Any) -> None:
+    """Drop from ``meta``'s config (read from ``source``: a file on disk,
+    a peer's) each value TOPIC ALTER would refuse, with a warning: the
+    server's value applies instead of one that would fail where it is used."""
+    for name, value in list(meta.config.items()):
+        try:
+            fits = TOPIC_OPTIONS_BY_NAME[name].parse(str(value)) == value
+        except TopicError:
+            fits = False
+        if not fits:
+            log.warning("%s: topic '%s' has %s %s, a value TOPIC ALTER refuses: ignored, the "
+                        "server's value applies", source, _text(topic), name, json.dumps(value))
+            del meta.config[name]
 
 
 @dataclass(frozen=True)
@@ -394,15 +412,7 @@ class TopicRegistry:
         except (ValueError, TypeError, AttributeError) as exc:
             raise TopicMetaError(f"unreadable topic metadata {path}: {exc}; refusing to start "
                              f"(partitions on disk: {on_disk}); restore or remove the file") from None
-        for name, value in list(meta.config.items()):
-            try:
-                fits = TOPIC_OPTIONS_BY_NAME[name].parse(str(value)) == value
-            except TopicError:
-                fits = False
-            if not fits:
-                log.warning("%s: topic '%s' has %s %s, a value TOPIC ALTER refuses: ignored, the "
-                            "server's value applies", path, _text(topic), name, json.dumps(value))
-                del meta.config[name]
+        _drop_refused_values(meta, topic, path)
         if on_disk and max(on_disk) >= meta.partitions:
             log.warning("%s says %d partition(s) but partition %d exists on disk: using %d",
                         path, meta.partitions, max(on_disk), max(on_disk) + 1)
@@ -611,6 +621,7 @@ class TopicRegistry:
 
     def _adopt(self, topic: bytes, blob: bytes) -> None:
         theirs = TopicMeta.from_bytes(blob)
+        _drop_refused_values(theirs, topic, "the leader's topic.meta")
         mine = self._meta.get(topic)
         if mine is not None and mine.topic_id != theirs.topic_id:
             self.delete(topic)

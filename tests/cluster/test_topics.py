@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import types
 from contextlib import contextmanager
 
@@ -103,10 +105,12 @@ def test_a_topic_meta_nested_too_deep_for_the_parser_is_unreadable(tmp_path):
         TopicRegistry.open(tmp_path / "d", config)
 
 
-@pytest.mark.parametrize("blob", [b"[]", b"null", b"7", b'{"config": []}', b'{"config": "x"}'])
+@pytest.mark.parametrize("blob", [b"[]", b"null", b"7", b'{"config": []}', b'{"config": "x"}',
+                                  b'{"id": 5}', b'{"id": null}', b'{"id": ["x"]}'])
 def test_a_topic_meta_that_is_not_an_object_is_a_value_error(registry, blob):
     """A ``topic.meta`` (from disk, or a peer's in a committed topic record)
-    that is JSON but not an object, or whose config is not one: a ValueError,
+    that is JSON but not an object, or whose config is not one, or whose
+    topic id is not a string (never coerced into one): a ValueError,
     which ``adopt_topic``'s callers turn down, not an AttributeError (which
     the metadata driver takes for a bug and stops the node on)."""
     with pytest.raises(ValueError):
@@ -165,6 +169,23 @@ def test_a_follower_renames_its_copy_when_it_adopts_the_new_name(registry):
     blob = registry.topic_meta_blob(b"a")  # the leader's topic.meta under its new name: same ID
     registry.adopt_topic(b"z", blob)
     assert sorted(registry.keys()) == [b"z"] and registry.get(b"z").length == 1
+
+
+def test_a_leaders_config_value_that_topic_alter_refuses_is_ignored_when_adopted(registry, caplog):
+    """A peer's topic.meta is read by the rule a topic.meta on disk is:
+    a config value TOPIC ALTER refuses (not a number, out of range) is
+    ignored with a warning and the server's value applies, instead of
+    being taken as it is and failing where it is used."""
+    registry.create_topic(b"a", 1, [(b"retention-ms", b"60000")])
+    meta = json.loads(registry.topic_meta_blob(b"a"))
+    meta["config"] = {"retention-ms": [1], "segment-bytes": -5, "max-entry-bytes": 10}
+    with caplog.at_level("WARNING", logger="partita.topics"):
+        registry.adopt_topic(b"a", json.dumps(meta).encode())
+    assert registry.config_value(b"a", "retention-ms") == registry.config_value(b"zz", "retention-ms")
+    assert registry.config_value(b"a", "max-entry-bytes") == 10  # (a good value of the same blob applies)
+    assert "topic 'a' has retention-ms [1], a value TOPIC ALTER refuses: ignored" in caplog.text
+    assert "topic 'a' has segment-bytes -5, a value TOPIC ALTER refuses: ignored" in caplog.text
+    registry.log_config_for(b"a")  # builds: nothing of the refused values is left
 
 
 # ------------------------------------------------------- multi-partition topics
