@@ -172,6 +172,29 @@ def test_admin_client_creates_alters_describes_and_deletes(kafka_shared):
     assert failed.value.args[0].name() == "UNKNOWN_TOPIC_OR_PART"
 
 
+def test_topic_names_kafka_refuses_are_refused_as_kafka_does(kafka_shared):
+    """Kafka's ``Topic.validate``: at most 249 characters of ASCII letters, digits, '.', '_' and '-',
+    and not '.' or '..' (CreateTopics and a Metadata naming a missing topic, auto-create or not)."""
+    pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": kafka_shared.bootstrap})
+    for name in [".", "..", "a" * 250, "has space", "has/slash", "caf\u00e9"]:
+        with pytest.raises(Exception) as failed:
+            admin.create_topics([NewTopic(name, 1, 1)])[name].result(10)
+        assert failed.value.args[0].name() == "TOPIC_EXCEPTION", (name, failed.value)
+        with KafkaRaw(kafka_shared.kafka_port) as raw:
+            for auto in (True, False):
+                assert metadata(raw, [name], auto=auto).topics[0].error_code == E.INVALID_TOPIC_EXCEPTION, name
+    legal = "Ok.name_-" + "9" * 240
+    admin.create_topics([NewTopic(legal, 1, 1)])[legal].result(10)
+    # a topic made through Redis under a name Kafka could not make is still found
+    kafka_shared.client().execute_command("TOPIC", "CREATE", "made by redis")
+    with KafkaRaw(kafka_shared.kafka_port) as raw:
+        (found,) = metadata(raw, ["made by redis"]).topics
+        assert (found.error_code, len(found.partitions)) == (E.NONE, 1)
+
+
 def test_describe_cluster_and_broker_configs(kafka_shared):
     with KafkaRaw(kafka_shared.kafka_port) as raw:
         resp = raw.call(C.DescribeClusterRequest(), 1)

@@ -7,7 +7,7 @@ docs/replication.md); manual ``assignments`` are refused
 (INVALID_REPLICA_ASSIGNMENT); configs by their Kafka names
 (``topic_configs``: INVALID_CONFIG for others). ``validate_only`` checks
 everything and creates nothing. Errors: TOPIC_ALREADY_EXISTS,
-INVALID_TOPIC_EXCEPTION (an empty name, a '#', more than 249 bytes),
+INVALID_TOPIC_EXCEPTION (a name Kafka refuses: ``metadata.topic_name_error``),
 INVALID_PARTITIONS, TOPIC_AUTHORIZATION_FAILED (the user may not run
 TOPIC CREATE on it: ``access``). From v5 the answer carries the partition count,
 replication factor and the topic's configs. In a cluster the topic is
@@ -21,7 +21,7 @@ from server.kafka import codec
 from server.kafka import errors as E
 from server.kafka_front import access, topic_configs
 from server.kafka_front.apis.describe_configs import topic_entries
-from server.kafka_front.apis.metadata import MAX_TOPIC_NAME_BYTES
+from server.kafka_front.apis.metadata import topic_name_error
 from server.kafka_front.errors import refused
 
 API_KEY = 19
@@ -44,9 +44,8 @@ async def handle(ctx, req):
             out.error_code, out.error_message = E.INVALID_REQUEST, f"topic '{topic.name}' is named twice"
             continue
         seen.add(name)
-        if len(name) > MAX_TOPIC_NAME_BYTES:
-            out.error_code = E.INVALID_TOPIC_EXCEPTION
-            out.error_message = f"topic names have at most {MAX_TOPIC_NAME_BYTES} bytes"
+        if (why := topic_name_error(name)) is not None:
+            out.error_code, out.error_message = E.INVALID_TOPIC_EXCEPTION, why
             continue
         if topic.assignments:
             out.error_code = E.INVALID_REPLICA_ASSIGNMENT
