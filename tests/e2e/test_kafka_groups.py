@@ -251,6 +251,20 @@ def test_commits_outside_a_generation_are_answered_as_kafkas_coordinator_does(ka
         assert commit(raw, simple, 3, "") == E.UNKNOWN_MEMBER_ID
 
 
+def test_committed_offsets_of_unknown_partitions_are_none_not_errors(kafka_shared):
+    """Kafka's coordinator answers OffsetFetch from the committed offsets alone: a partition or topic
+    that does not exist has no committed offset (-1), not UNKNOWN_TOPIC_OR_PARTITION."""
+    TP = confluent_kafka.TopicPartition
+    topic = make_topic(kafka_shared, partitions=1)
+    c = consumer(kafka_shared, fresh("g"), **{"enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TP(topic, 0, 1)], asynchronous=False)
+        got = c.committed([TP(topic, 0), TP(topic, 9), TP(fresh("missing"), 0)], timeout=10)
+    finally:
+        c.close()
+    assert [(tp.offset, tp.error) for tp in got] == [(1, None), (-1001, None), (-1001, None)]
+
+
 def test_admin_client_lists_describes_and_deletes_groups(kafka_shared):
     from confluent_kafka.admin import AdminClient
 

@@ -42,12 +42,21 @@ R = codec.OffsetCommitResponse
 METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes
 
 
-def partition_error(ctx, name: bytes | None, n: int) -> int:
-    """Whether a group may name partition ``n`` of topic ``name`` (None: an unknown topic ID)."""
+def access_error(ctx, name: bytes | None, n: int) -> int:
+    """Whether a group's offsets of partition ``n`` of topic ``name`` (None: an unknown topic ID)
+    may be named, existing or not."""
     if name is None:
         return E.UNKNOWN_TOPIC_ID
     if not access.allowed(ctx, access.READ, name, n):
         return E.TOPIC_AUTHORIZATION_FAILED
+    return E.NONE
+
+
+def partition_error(ctx, name: bytes | None, n: int) -> int:
+    """Whether a group may name partition ``n`` of topic ``name``: ``access_error``, and it exists."""
+    error = access_error(ctx, name, n)
+    if error != E.NONE:
+        return error
     layout = ctx.session.record_topics([name])[name]
     if layout is None or not 0 <= n < len(layout.partitions):
         return E.UNKNOWN_TOPIC_OR_PARTITION
