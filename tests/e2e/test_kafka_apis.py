@@ -195,6 +195,33 @@ def test_topic_names_kafka_refuses_are_refused_as_kafka_does(kafka_shared):
         assert (found.error_code, len(found.partitions)) == (E.NONE, 1)
 
 
+def test_a_topic_named_twice_in_one_admin_request_is_refused_and_left_alone(kafka_shared):
+    """Kafka's controller (``ControllerApis``) answers a topic named twice in CreateTopics,
+    CreatePartitions or DeleteTopics once, INVALID_REQUEST "Duplicate topic name.", and acts on
+    none of its occurrences; the other topics of the request are handled."""
+    r = kafka_shared.client()
+    twice, other, grown = fresh_topic(), fresh_topic(), fresh_topic()
+    CT, CP, DT = C.CreateTopicsRequest, C.CreatePartitionsRequest, C.DeleteTopicsRequest
+    with KafkaRaw(kafka_shared.kafka_port) as raw:
+        made = raw.call(CT(topics=[CT.CreatableTopic(name=n, num_partitions=1, replication_factor=-1)
+                                   for n in (twice, other, twice)], timeout_ms=5000), 7).topics
+        assert sorted((t.name, t.error_code, t.error_message) for t in made) == sorted([
+            (twice, E.INVALID_REQUEST, "Duplicate topic name."), (other, E.NONE, None)])
+        assert not r.exists(twice) and r.exists(other)
+
+        r.execute_command("TOPIC", "CREATE", grown)
+        res = raw.call(CP(topics=[CP.CreatePartitionsTopic(name=n, count=c, assignments=None) for n, c in
+                                  ((grown, 2), (other, 3), (grown, 4))], timeout_ms=5000), 3).results
+        assert sorted((t.name, t.error_code, t.error_message) for t in res) == sorted([
+            (grown, E.INVALID_REQUEST, "Duplicate topic name."), (other, E.NONE, None)])
+        assert [len(t.partitions) for t in metadata(raw, [grown, other]).topics] == [1, 3]
+
+        gone = raw.call(DT(topic_names=[grown, other, grown], timeout_ms=5000), 5).responses
+        assert sorted((t.name, t.error_code, t.error_message) for t in gone) == sorted([
+            (grown, E.INVALID_REQUEST, "Duplicate topic name."), (other, E.NONE, None)])
+        assert r.exists(grown) and not r.exists(other)
+
+
 def test_describe_cluster_and_broker_configs(kafka_shared):
     with KafkaRaw(kafka_shared.kafka_port) as raw:
         resp = raw.call(C.DescribeClusterRequest(), 1)

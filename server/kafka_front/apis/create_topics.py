@@ -7,6 +7,8 @@ docs/replication.md); manual ``assignments`` are refused
 (INVALID_REPLICA_ASSIGNMENT); configs by their Kafka names
 (``topic_configs``: INVALID_CONFIG for others). ``validate_only`` checks
 everything and creates nothing. Errors: TOPIC_ALREADY_EXISTS,
+INVALID_REQUEST (a topic named twice: none of its entries is created, as
+Kafka's controller answers),
 INVALID_TOPIC_EXCEPTION (a name Kafka refuses: ``metadata.topic_name_error``),
 INVALID_PARTITIONS, TOPIC_AUTHORIZATION_FAILED (the user may not run
 TOPIC CREATE on it: ``access``). From v5 the answer carries the partition count,
@@ -22,7 +24,7 @@ from server.kafka import errors as E
 from server.kafka_front import access, topic_configs
 from server.kafka_front.apis.describe_configs import topic_entries
 from server.kafka_front.apis.metadata import topic_name_error
-from server.kafka_front.errors import refused
+from server.kafka_front.errors import DUPLICATE_TOPIC, refused, split_repeated
 
 API_KEY = 19
 NAME = "CreateTopics"
@@ -35,15 +37,11 @@ async def handle(ctx, req):
     body, version = req.body, req.api_version
     session = ctx.session
     results = []
-    seen = set()
-    for topic in body.topics:
+    once, repeated = split_repeated(body.topics, lambda t: t.name)
+    for topic in once:
         out = R.CreatableTopicResult(name=topic.name, error_message=None, configs=None)
         results.append(out)
         name = topic.name.encode()
-        if name in seen:
-            out.error_code, out.error_message = E.INVALID_REQUEST, f"topic '{topic.name}' is named twice"
-            continue
-        seen.add(name)
         if (why := topic_name_error(name)) is not None:
             out.error_code, out.error_message = E.INVALID_TOPIC_EXCEPTION, why
             continue
@@ -74,4 +72,6 @@ async def handle(ctx, req):
                 out.configs = [R.CreatableTopicConfigs(name=e.name, value=e.value, read_only=e.read_only,
                                                        config_source=e.config_source, is_sensitive=False)
                                for e in topic_entries(ctx, name, None, 4, False, False)]
+    results += [R.CreatableTopicResult(name=n, error_code=E.INVALID_REQUEST, error_message=DUPLICATE_TOPIC,
+                                       configs=None) for n in repeated]
     return R(topics=results)
