@@ -222,6 +222,39 @@ def test_a_topic_named_twice_in_one_admin_request_is_refused_and_left_alone(kafk
         assert r.exists(grown) and not r.exists(other)
 
 
+def test_malformed_config_requests_are_refused_as_kafka_refuses_them(kafka_shared):
+    """Kafka's ``ConfigAdminManager.preprocess`` refuses a legacy AlterConfigs resource named twice
+    (each occurrence), a config key named twice and a null value with INVALID_REQUEST, changing
+    nothing; CreateTopics refuses a null config value INVALID_CONFIG (``ReplicationControlManager``)."""
+    r = kafka_shared.client()
+    topic, other = fresh_topic(), fresh_topic()
+    r.execute_command("TOPIC", "CREATE", topic, "CONFIG", "retention-ms", "60000")
+    r.execute_command("TOPIC", "CREATE", other)
+    A, CT = C.AlterConfigsRequest, C.CreateTopicsRequest
+
+    def alter(raw, *resources):
+        body = A(resources=[A.AlterConfigsResource(resource_type=2, resource_name=name, configs=[
+            A.AlterableConfig(name=k, value=v) for k, v in configs]) for name, configs in resources],
+            validate_only=False)
+        return [(x.resource_name, x.error_code, x.error_message) for x in raw.call(body, 2).responses]
+
+    with KafkaRaw(kafka_shared.kafka_port) as raw:
+        assert alter(raw, (topic, [("segment.ms", "3600000"), ("segment.ms", "7200000")])) == [
+            (topic, E.INVALID_REQUEST, "Error due to duplicate config keys")]
+        assert alter(raw, (topic, [("retention.ms", None), ("segment.ms", None)])) == [
+            (topic, E.INVALID_REQUEST, "Null value not supported for : retention.ms, segment.ms")]
+        twice = "Each resource must appear at most once."
+        assert alter(raw, (topic, [("segment.ms", "1")]), (other, []), (topic, [])) == [
+            (topic, E.INVALID_REQUEST, twice), (other, E.NONE, None), (topic, E.INVALID_REQUEST, twice)]
+        made = raw.call(CT(topics=[CT.CreatableTopic(name=fresh_topic(), num_partitions=1, replication_factor=-1,
+                                                     configs=[CT.CreatableTopicConfig(name="retention.ms", value=None)])],
+                           timeout_ms=5000), 7).topics[0]
+        assert (made.error_code, made.error_message) == (
+            E.INVALID_CONFIG, "Null value not supported for topic configs: retention.ms")
+    # nothing changed: the retention set at creation is still there
+    assert b"60000" in str(r.execute_command("TOPIC", "DESCRIBE", topic)).encode()
+
+
 def test_describe_cluster_and_broker_configs(kafka_shared):
     with KafkaRaw(kafka_shared.kafka_port) as raw:
         resp = raw.call(C.DescribeClusterRequest(), 1)
