@@ -303,6 +303,24 @@ def test_list_offsets_by_time_is_the_id_index(kafka_shared):
 
 # -- what each API refuses ------------------------------------------------------------------------
 
+def test_list_offsets_refuses_a_partition_asked_for_twice(kafka_shared):
+    """Kafka's ``ListOffsetsRequest.duplicatePartitions``: each request for a partition named twice
+    (in one topic entry or two) is INVALID_REQUEST, the others are answered."""
+    topic = fresh_topic()
+    kafka_shared.client().execute_command("TOPIC", "CREATE", topic, "PARTITIONS", "2")
+    L = C.ListOffsetsRequest
+
+    def entry(*partitions):
+        return L.ListOffsetsTopic(name=topic, partitions=[
+            L.ListOffsetsPartition(partition_index=n, timestamp=-1) for n in partitions])
+
+    with KafkaRaw(kafka_shared.kafka_port) as raw:
+        for topics in ([entry(0, 1, 0)], [entry(0), entry(1, 0)]):
+            resp = raw.call(L(replica_id=-1, topics=topics), 7)
+            assert sorted((p.partition_index, p.error_code, p.offset) for t in resp.topics for p in t.partitions) == [
+                (0, E.INVALID_REQUEST, -1), (0, E.INVALID_REQUEST, -1), (1, E.NONE, 0)]
+
+
 def test_produce_refusals_are_kafka_error_codes(kafka_partita):
     server = kafka_partita(["--max-entry-bytes", "100"])
     r = server.client()
