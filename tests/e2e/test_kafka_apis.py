@@ -195,6 +195,31 @@ def test_topic_names_kafka_refuses_are_refused_as_kafka_does(kafka_shared):
         assert (found.error_code, len(found.partitions)) == (E.NONE, 1)
 
 
+def test_a_topic_colliding_with_another_in_metric_names_is_refused(kafka_shared):
+    """Kafka's ``ReplicationControlManager``: '.' and '_' are one character in metric names, so a new
+    topic that differs from an existing one only there is INVALID_TOPIC_EXCEPTION (CreateTopics and
+    an auto-creating Metadata); the existing topic itself is still TOPIC_ALREADY_EXISTS."""
+    pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": kafka_shared.bootstrap})
+    base = fresh_topic()
+    dotted, underscored = base + ".a_b", base + "_a.b"
+    admin.create_topics([NewTopic(dotted, 1, 1)])[dotted].result(10)
+    for name, code in [(underscored, "TOPIC_EXCEPTION"), (dotted, "TOPIC_ALREADY_EXISTS")]:
+        with pytest.raises(Exception) as failed:
+            admin.create_topics([NewTopic(name, 1, 1)])[name].result(10)
+        assert failed.value.args[0].name() == code, failed.value
+    with KafkaRaw(kafka_shared.kafka_port) as raw:
+        made = raw.call(C.CreateTopicsRequest(topics=[C.CreateTopicsRequest.CreatableTopic(
+            name=underscored, num_partitions=1, replication_factor=-1)], timeout_ms=5000), 7).topics[0]
+        assert (made.error_code, made.error_message) == (
+            E.INVALID_TOPIC_EXCEPTION, f"Topic '{underscored}' collides with existing topic: {dotted}")
+        assert metadata(raw, [underscored], auto=True).topics[0].error_code == E.INVALID_TOPIC_EXCEPTION
+        assert metadata(raw, [underscored], auto=False).topics[0].error_code == E.UNKNOWN_TOPIC_OR_PARTITION
+    assert not kafka_shared.client().exists(underscored)
+
+
 def test_a_topic_named_twice_in_one_admin_request_is_refused_and_left_alone(kafka_shared):
     """Kafka's controller (``ControllerApis``) answers a topic named twice in CreateTopics,
     CreatePartitions or DeleteTopics once, INVALID_REQUEST "Duplicate topic name.", and acts on

@@ -9,7 +9,8 @@ docs/replication.md); manual ``assignments`` are refused
 everything and creates nothing. Errors: TOPIC_ALREADY_EXISTS,
 INVALID_REQUEST (a topic named twice: none of its entries is created, as
 Kafka's controller answers),
-INVALID_TOPIC_EXCEPTION (a name Kafka refuses: ``metadata.topic_name_error``),
+INVALID_TOPIC_EXCEPTION (a name Kafka refuses: ``metadata.topic_name_error``,
+or one colliding with an existing topic's: ``metadata.topic_collision``),
 INVALID_PARTITIONS, TOPIC_AUTHORIZATION_FAILED (the user may not run
 TOPIC CREATE on it: ``access``). From v5 the answer carries the partition count,
 replication factor and the topic's configs. In a cluster the topic is
@@ -23,7 +24,7 @@ from server.kafka import codec
 from server.kafka import errors as E
 from server.kafka_front import access, topic_configs
 from server.kafka_front.apis.describe_configs import topic_entries
-from server.kafka_front.apis.metadata import topic_name_error
+from server.kafka_front.apis.metadata import topic_collision, topic_name_error
 from server.kafka_front.errors import DUPLICATE_TOPIC, refused, split_repeated
 
 API_KEY = 19
@@ -42,7 +43,7 @@ async def handle(ctx, req):
         out = R.CreatableTopicResult(name=topic.name, error_message=None, configs=None)
         results.append(out)
         name = topic.name.encode()
-        if (why := topic_name_error(name)) is not None:
+        if (why := topic_name_error(name) or topic_collision(session, name)) is not None:
             out.error_code, out.error_message = E.INVALID_TOPIC_EXCEPTION, why
             continue
         if topic.assignments:

@@ -9,7 +9,9 @@ request allows it (v4+; before v4 requests always do), as Kafka's
 ``auto.create.topics.enable``; else UNKNOWN_TOPIC_OR_PARTITION. A missing
 topic under a name Kafka refuses (``topic_name_error``: '.', '..', more
 than 249 characters, any but ASCII letters, digits, '.', '_', '-') is
-INVALID_TOPIC_EXCEPTION, auto-create or not, as Kafka answers. Topics are
+INVALID_TOPIC_EXCEPTION, auto-create or not, as Kafka answers; so is one
+auto-creation would make next to a topic it collides with
+(``topic_collision``: '.' against '_'). Topics are
 named, or (v10+) identified by their topic IDs (UNKNOWN_TOPIC_ID).
 Partita's internal streams (a group's offsets ``__kafka_offsets{<group>}``,
 a topic group's membership: ``cluster.topics.is_internal``) are not listed, and named they are INVALID_TOPIC_EXCEPTION. A user sees the topics it may do anything on (``access``:
@@ -50,6 +52,22 @@ def topic_name_error(name: bytes) -> str | None:
         return f"topic names have at most {MAX_TOPIC_NAME_BYTES} characters"
     if not _LEGAL_TOPIC_NAME.fullmatch(name):
         return "topic names are non-empty and have only ASCII letters, digits, '.', '_' and '-'"
+    return None
+
+
+def topic_collision(session, name: bytes) -> str | None:
+    """Why Kafka would not create ``name`` next to an existing topic that differs from it only in
+    '.' against '_' (one character in Kafka's metric names), or None (no such topic, or ``name``
+    itself exists)."""
+    if b"." not in name and b"_" not in name:
+        return None
+    unified = name.replace(b".", b"_")
+    existing = session.topic_names()
+    if name in existing:
+        return None
+    for other in existing:
+        if other.replace(b".", b"_") == unified:
+            return f"Topic '{name.decode()}' collides with existing topic: {other.decode('utf-8', 'replace')}"
     return None
 
 
@@ -103,6 +121,8 @@ def _named(ctx, name: bytes, auto: bool, operations: bool):
             layout is None and auto and not access.allowed(ctx, access.CREATE, name)):
         return R.MetadataResponseTopic(error_code=E.TOPIC_AUTHORIZATION_FAILED, name=shown)
     if layout is None and auto:
+        if topic_collision(session, name) is not None:
+            return R.MetadataResponseTopic(error_code=E.INVALID_TOPIC_EXCEPTION, name=shown)
         try:
             session.create_topic(name)
         except Exception as exc:  # noqa: BLE001 - refused (another node made it meanwhile...)
