@@ -4,12 +4,16 @@ Owns: ``code_for(exc)``, the one table from the lower layers' exceptions
 (topic refusals, the cluster's, a too large entry, disk failures, records
 the codec refuses) to Kafka's error codes, and ``message_for(exc)``, the
 explanation Kafka's ``error_message`` fields get (the RESP front-end's text
-for the same refusal: one wording for both protocols).
+for the same refusal: one wording for both protocols); ``split_repeated``,
+the topics an admin request names twice, which Kafka's controller refuses.
 
 Must not know: which API asked, sockets.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from cluster import topics
 from cluster.broker import FENCED, EntryTooLargeError, ProducerRefused
@@ -19,6 +23,10 @@ from server.kafka import errors as E
 from server.kafka.records import CorruptRecordError
 from server.kafka_front.access import AuthorizationFailed
 from storage.errors import BatchTooLargeError, OffsetOutOfRangeError, Refusal, StorageError
+
+T = TypeVar("T")
+DUPLICATE_TOPIC = "Duplicate topic name."  # Kafka's words for a topic named twice
+
 
 _TOPIC_CODES = {
     topics.UNKNOWN_TOPIC: E.UNKNOWN_TOPIC_OR_PARTITION,
@@ -84,3 +92,15 @@ def refused(exc: BaseException) -> tuple[int, str]:
     if not handled(exc):
         raise exc
     return code_for(exc), message_for(exc)
+
+
+def split_repeated(items: Iterable[T], key: Callable[[T], object]) -> tuple[list[T], list]:
+    """``(items whose key is named once, keys named more than once)``, both in request order.
+    Kafka's controller (``ControllerApis``: CreateTopics, CreatePartitions, DeleteTopics) answers
+    each repeated topic once, INVALID_REQUEST with ``DUPLICATE_TOPIC``, and acts on none of its
+    occurrences."""
+    items = list(items)
+    counts: dict = {}
+    for item in items:
+        counts[key(item)] = counts.get(key(item), 0) + 1
+    return [i for i in items if counts[key(i)] == 1], [k for k, n in counts.items() if n > 1]

@@ -478,13 +478,17 @@ class Coordinator(DeadlineTimer):
 
     # -- offsets: who may commit ---------------------------------------------------------
 
-    def check_commit(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> int:
-        """Whether this member may commit offsets now (Kafka's rules for a classic group)."""
+    def check_commit(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
+                     version: int) -> int:
+        """Whether this member may commit offsets now with OffsetCommit ``version`` (Kafka's rules
+        for a classic group: ``OffsetMetadataManager.validateOffsetCommit``)."""
         g = self.groups.get(group_id)
         if g is None or (g.state == EMPTY and not g.members):
-            if generation < 0 and not member_id:
-                return E.NONE  # a simple consumer (or an admin) commits for an empty group
-            return E.UNKNOWN_MEMBER_ID if g is None or member_id else E.ILLEGAL_GENERATION
+            if generation < 0:
+                return E.NONE  # a simple consumer (or an admin) commits for an empty or missing group
+            if g is None and not (self.store is not None and self.store.has_group(group_id)):
+                return E.GROUP_ID_NOT_FOUND if version >= 9 else E.ILLEGAL_GENERATION
+            return E.UNKNOWN_MEMBER_ID
         if g.state == DEAD:
             return E.COORDINATOR_NOT_AVAILABLE
         if instance_id is not None and instance_id in g.static and g.static[instance_id] != member_id:

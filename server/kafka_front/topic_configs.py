@@ -71,18 +71,21 @@ class ConfigRefused(ValueError):
 
 
 def partita_pairs(configs: list[tuple[str, str | None]]) -> list[tuple[bytes, bytes]]:
-    """Partita's ``(name, value)`` pairs for Kafka ``(name, value)`` configs
-    (a null value: the default, ``b"default"``). Raises ConfigRefused."""
+    """Partita's ``(name, value)`` pairs for Kafka ``(name, value)`` configs. Raises
+    ConfigRefused (a null value too, as Kafka's ``ReplicationControlManager`` does)."""
+    nulls = [name for name, value in configs if value is None]
+    if nulls:
+        raise ConfigRefused("Null value not supported for topic configs: " + ",".join(nulls))
     pairs = []
     for name, value in configs:
         known = BY_KAFKA.get(name)
         if known is None:
             raise ConfigRefused(f"unknown topic config '{name}' (known: {', '.join(c.kafka for c in ALL)})")
         if known.partita is None:
-            if value is not None and value != known.fixed:
+            if value != known.fixed:
                 raise ConfigRefused(f"{name} can only be '{known.fixed}' ({known.doc})")
             continue
-        pairs.append((known.partita.encode(), b"default" if value is None else value.encode()))
+        pairs.append((known.partita.encode(), value.encode()))
     return pairs
 
 

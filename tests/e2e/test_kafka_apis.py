@@ -172,6 +172,114 @@ def test_admin_client_creates_alters_describes_and_deletes(kafka_shared):
     assert failed.value.args[0].name() == "UNKNOWN_TOPIC_OR_PART"
 
 
+def test_topic_names_kafka_refuses_are_refused_as_kafka_does(kafka_shared):
+    """Kafka's ``Topic.validate``: at most 249 characters of ASCII letters, digits, '.', '_' and '-',
+    and not '.' or '..' (CreateTopics and a Metadata naming a missing topic, auto-create or not)."""
+    pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": kafka_shared.bootstrap})
+    for name in [".", "..", "a" * 250, "has space", "has/slash", "caf\u00e9"]:
+        with pytest.raises(Exception) as failed:
+            admin.create_topics([NewTopic(name, 1, 1)])[name].result(10)
+        assert failed.value.args[0].name() == "TOPIC_EXCEPTION", (name, failed.value)
+        with KafkaRaw(kafka_shared.kafka_port) as raw:
+            for auto in (True, False):
+                assert metadata(raw, [name], auto=auto).topics[0].error_code == E.INVALID_TOPIC_EXCEPTION, name
+    legal = "Ok.name_-" + "9" * 240
+    admin.create_topics([NewTopic(legal, 1, 1)])[legal].result(10)
+    # a topic made through Redis under a name Kafka could not make is still found
+    kafka_shared.client().execute_command("TOPIC", "CREATE", "made by redis")
+    with KafkaRaw(kafka_shared.kafka_port) as raw:
+        (found,) = metadata(raw, ["made by redis"]).topics
+        assert (found.error_code, len(found.partitions)) == (E.NONE, 1)
+
+
+def test_a_topic_colliding_with_another_in_metric_names_is_refused(kafka_shared):
+    """Kafka's ``ReplicationControlManager``: '.' and '_' are one character in metric names, so a new
+    topic that differs from an existing one only there is INVALID_TOPIC_EXCEPTION (CreateTopics and
+    an auto-creating Metadata); the existing topic itself is still TOPIC_ALREADY_EXISTS."""
+    pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": kafka_shared.bootstrap})
+    base = fresh_topic()
+    dotted, underscored = base + ".a_b", base + "_a.b"
+    admin.create_topics([NewTopic(dotted, 1, 1)])[dotted].result(10)
+    for name, code in [(underscored, "TOPIC_EXCEPTION"), (dotted, "TOPIC_ALREADY_EXISTS")]:
+        with pytest.raises(Exception) as failed:
+            admin.create_topics([NewTopic(name, 1, 1)])[name].result(10)
+        assert failed.value.args[0].name() == code, failed.value
+    with KafkaRaw(kafka_shared.kafka_port) as raw:
+        made = raw.call(C.CreateTopicsRequest(topics=[C.CreateTopicsRequest.CreatableTopic(
+            name=underscored, num_partitions=1, replication_factor=-1)], timeout_ms=5000), 7).topics[0]
+        assert (made.error_code, made.error_message) == (
+            E.INVALID_TOPIC_EXCEPTION, f"Topic '{underscored}' collides with existing topic: {dotted}")
+        assert metadata(raw, [underscored], auto=True).topics[0].error_code == E.INVALID_TOPIC_EXCEPTION
+        assert metadata(raw, [underscored], auto=False).topics[0].error_code == E.UNKNOWN_TOPIC_OR_PARTITION
+    assert not kafka_shared.client().exists(underscored)
+
+
+def test_a_topic_named_twice_in_one_admin_request_is_refused_and_left_alone(kafka_shared):
+    """Kafka's controller (``ControllerApis``) answers a topic named twice in CreateTopics,
+    CreatePartitions or DeleteTopics once, INVALID_REQUEST "Duplicate topic name.", and acts on
+    none of its occurrences; the other topics of the request are handled."""
+    r = kafka_shared.client()
+    twice, other, grown = fresh_topic(), fresh_topic(), fresh_topic()
+    CT, CP, DT = C.CreateTopicsRequest, C.CreatePartitionsRequest, C.DeleteTopicsRequest
+    with KafkaRaw(kafka_shared.kafka_port) as raw:
+        made = raw.call(CT(topics=[CT.CreatableTopic(name=n, num_partitions=1, replication_factor=-1)
+                                   for n in (twice, other, twice)], timeout_ms=5000), 7).topics
+        assert sorted((t.name, t.error_code, t.error_message) for t in made) == sorted([
+            (twice, E.INVALID_REQUEST, "Duplicate topic name."), (other, E.NONE, None)])
+        assert not r.exists(twice) and r.exists(other)
+
+        r.execute_command("TOPIC", "CREATE", grown)
+        res = raw.call(CP(topics=[CP.CreatePartitionsTopic(name=n, count=c, assignments=None) for n, c in
+                                  ((grown, 2), (other, 3), (grown, 4))], timeout_ms=5000), 3).results
+        assert sorted((t.name, t.error_code, t.error_message) for t in res) == sorted([
+            (grown, E.INVALID_REQUEST, "Duplicate topic name."), (other, E.NONE, None)])
+        assert [len(t.partitions) for t in metadata(raw, [grown, other]).topics] == [1, 3]
+
+        gone = raw.call(DT(topic_names=[grown, other, grown], timeout_ms=5000), 5).responses
+        assert sorted((t.name, t.error_code, t.error_message) for t in gone) == sorted([
+            (grown, E.INVALID_REQUEST, "Duplicate topic name."), (other, E.NONE, None)])
+        assert r.exists(grown) and not r.exists(other)
+
+
+def test_malformed_config_requests_are_refused_as_kafka_refuses_them(kafka_shared):
+    """Kafka's ``ConfigAdminManager.preprocess`` refuses a legacy AlterConfigs resource named twice
+    (each occurrence), a config key named twice and a null value with INVALID_REQUEST, changing
+    nothing; CreateTopics refuses a null config value INVALID_CONFIG (``ReplicationControlManager``)."""
+    r = kafka_shared.client()
+    topic, other = fresh_topic(), fresh_topic()
+    r.execute_command("TOPIC", "CREATE", topic, "CONFIG", "retention-ms", "60000")
+    r.execute_command("TOPIC", "CREATE", other)
+    A, CT = C.AlterConfigsRequest, C.CreateTopicsRequest
+
+    def alter(raw, *resources):
+        body = A(resources=[A.AlterConfigsResource(resource_type=2, resource_name=name, configs=[
+            A.AlterableConfig(name=k, value=v) for k, v in configs]) for name, configs in resources],
+            validate_only=False)
+        return [(x.resource_name, x.error_code, x.error_message) for x in raw.call(body, 2).responses]
+
+    with KafkaRaw(kafka_shared.kafka_port) as raw:
+        assert alter(raw, (topic, [("segment.ms", "3600000"), ("segment.ms", "7200000")])) == [
+            (topic, E.INVALID_REQUEST, "Error due to duplicate config keys")]
+        assert alter(raw, (topic, [("retention.ms", None), ("segment.ms", None)])) == [
+            (topic, E.INVALID_REQUEST, "Null value not supported for : retention.ms, segment.ms")]
+        twice = "Each resource must appear at most once."
+        assert alter(raw, (topic, [("segment.ms", "1")]), (other, []), (topic, [])) == [
+            (topic, E.INVALID_REQUEST, twice), (other, E.NONE, None), (topic, E.INVALID_REQUEST, twice)]
+        made = raw.call(CT(topics=[CT.CreatableTopic(name=fresh_topic(), num_partitions=1, replication_factor=-1,
+                                                     configs=[CT.CreatableTopicConfig(name="retention.ms", value=None)])],
+                           timeout_ms=5000), 7).topics[0]
+        assert (made.error_code, made.error_message) == (
+            E.INVALID_CONFIG, "Null value not supported for topic configs: retention.ms")
+    # nothing changed: the retention set at creation is still there
+    assert b"60000" in str(r.execute_command("TOPIC", "DESCRIBE", topic)).encode()
+
+
 def test_describe_cluster_and_broker_configs(kafka_shared):
     with KafkaRaw(kafka_shared.kafka_port) as raw:
         resp = raw.call(C.DescribeClusterRequest(), 1)
@@ -219,6 +327,24 @@ def test_list_offsets_by_time_is_the_id_index(kafka_shared):
 
 
 # -- what each API refuses ------------------------------------------------------------------------
+
+def test_list_offsets_refuses_a_partition_asked_for_twice(kafka_shared):
+    """Kafka's ``ListOffsetsRequest.duplicatePartitions``: each request for a partition named twice
+    (in one topic entry or two) is INVALID_REQUEST, the others are answered."""
+    topic = fresh_topic()
+    kafka_shared.client().execute_command("TOPIC", "CREATE", topic, "PARTITIONS", "2")
+    L = C.ListOffsetsRequest
+
+    def entry(*partitions):
+        return L.ListOffsetsTopic(name=topic, partitions=[
+            L.ListOffsetsPartition(partition_index=n, timestamp=-1) for n in partitions])
+
+    with KafkaRaw(kafka_shared.kafka_port) as raw:
+        for topics in ([entry(0, 1, 0)], [entry(0), entry(1, 0)]):
+            resp = raw.call(L(replica_id=-1, topics=topics), 7)
+            assert sorted((p.partition_index, p.error_code, p.offset) for t in resp.topics for p in t.partitions) == [
+                (0, E.INVALID_REQUEST, -1), (0, E.INVALID_REQUEST, -1), (1, E.NONE, 0)]
+
 
 def test_produce_refusals_are_kafka_error_codes(kafka_partita):
     server = kafka_partita(["--max-entry-bytes", "100"])

@@ -223,6 +223,48 @@ def test_find_coordinator_refuses_transactions_and_names_this_node_for_groups(ka
 
 
 
+def test_commits_outside_a_generation_are_answered_as_kafkas_coordinator_does(kafka_shared):
+    """Kafka's ``OffsetMetadataManager.validateOffsetCommit`` for a group with no members: generation
+    -1 commits whatever the member id (a missing group becomes a simple one); a generation >= 0 for a
+    group that does not exist is GROUP_ID_NOT_FOUND from v9 (ILLEGAL_GENERATION before), and for an
+    empty group that exists UNKNOWN_MEMBER_ID (no such member)."""
+    from server.kafka import codec
+    from server.kafka import errors as E
+
+    topic = make_topic(kafka_shared, partitions=1)
+    C = codec.OffsetCommitRequest
+
+    def commit(raw, group, generation, member, version=8):
+        body = C(group_id=group, generation_id_or_member_epoch=generation, member_id=member, topics=[
+            C.OffsetCommitRequestTopic(name=topic, partitions=[
+                C.OffsetCommitRequestPartition(partition_index=0, committed_offset=1)])])
+        return raw.call(body, version).topics[0].partitions[0].error_code
+
+    with KafkaRaw(kafka_shared.kafka_port) as raw:
+        assert commit(raw, fresh("g"), 3, "gone-member", version=8) == E.ILLEGAL_GENERATION
+        assert commit(raw, fresh("g"), 3, "gone-member", version=9) == E.GROUP_ID_NOT_FOUND
+        assert commit(raw, fresh("g"), 3, "", version=9) == E.GROUP_ID_NOT_FOUND
+        simple = fresh("g")
+        assert commit(raw, simple, -1, "gone-member") == E.NONE  # made a simple group
+        assert commit(raw, simple, -1, "") == E.NONE
+        assert commit(raw, simple, 3, "gone-member") == E.UNKNOWN_MEMBER_ID
+        assert commit(raw, simple, 3, "") == E.UNKNOWN_MEMBER_ID
+
+
+def test_committed_offsets_of_unknown_partitions_are_none_not_errors(kafka_shared):
+    """Kafka's coordinator answers OffsetFetch from the committed offsets alone: a partition or topic
+    that does not exist has no committed offset (-1), not UNKNOWN_TOPIC_OR_PARTITION."""
+    TP = confluent_kafka.TopicPartition
+    topic = make_topic(kafka_shared, partitions=1)
+    c = consumer(kafka_shared, fresh("g"), **{"enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TP(topic, 0, 1)], asynchronous=False)
+        got = c.committed([TP(topic, 0), TP(topic, 9), TP(fresh("missing"), 0)], timeout=10)
+    finally:
+        c.close()
+    assert [(tp.offset, tp.error) for tp in got] == [(1, None), (-1001, None), (-1001, None)]
+
+
 def test_admin_client_lists_describes_and_deletes_groups(kafka_shared):
     from confluent_kafka.admin import AdminClient
 

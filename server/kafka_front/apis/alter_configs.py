@@ -4,12 +4,17 @@ Versions 0-2. The configs given become the topic's overrides and every
 other override is dropped (the server's default applies again), as Kafka's
 (non-incremental) AlterConfigs does; names and values by ``topic_configs``
 (INVALID_CONFIG for others). ``validate_only`` checks and changes nothing.
+A resource named twice (each occurrence), a config named twice or a null
+value is INVALID_REQUEST before anything else, as Kafka's
+``ConfigAdminManager.preprocess`` answers.
 Broker resources are refused (INVALID_REQUEST: server settings change with
 CONFIG SET); an unknown topic is UNKNOWN_TOPIC_OR_PARTITION, one the user may not
 TOPIC ALTER TOPIC_AUTHORIZATION_FAILED (``access``).
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 from server.kafka import codec
 from server.kafka import errors as E
@@ -25,14 +30,33 @@ R = codec.AlterConfigsResponse
 TOPIC = 2
 
 
+def _malformed(res, repeated: set) -> str | None:
+    """Why Kafka's ``ConfigAdminManager.preprocess`` refuses this resource before anything else
+    (INVALID_REQUEST), or None."""
+    if (res.resource_type, res.resource_name) in repeated:
+        return "Each resource must appear at most once."
+    names = [c.name for c in res.configs]
+    if len(set(names)) < len(names):
+        return "Error due to duplicate config keys"
+    nulls = [c.name for c in res.configs if c.value is None]
+    if nulls:
+        return "Null value not supported for : " + ", ".join(nulls)
+    return None
+
+
 async def handle(ctx, req):
     body = req.body
     session = ctx.session
     results = []
+    counts = Counter((res.resource_type, res.resource_name) for res in body.resources)
+    repeated = {key for key, n in counts.items() if n > 1}
     for res in body.resources:
         out = R.AlterConfigsResourceResponse(resource_type=res.resource_type, resource_name=res.resource_name,
                                              error_message=None)
         results.append(out)
+        if (why := _malformed(res, repeated)) is not None:
+            out.error_code, out.error_message = E.INVALID_REQUEST, why
+            continue
         if res.resource_type != TOPIC:
             out.error_code = E.INVALID_REQUEST
             out.error_message = "only topic configs change here (server settings: CONFIG SET)"

@@ -6,7 +6,8 @@ fewer than it has: INVALID_PARTITIONS, the same count: INVALID_PARTITIONS
 (as Kafka answers); manual ``assignments``: INVALID_REPLICA_ASSIGNMENT;
 ``validate_only`` checks and changes nothing; a topic the user may not
 TOPIC ALTER: TOPIC_AUTHORIZATION_FAILED (``access``), before it is even
-looked up. Keys hashed to a partition
+looked up; a topic named twice: INVALID_REQUEST, and neither entry acted on
+(Kafka's controller). Keys hashed to a partition
 (``partition-key-field``, a Kafka client's partitioner) move with the
 count, as in Kafka.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 from server.kafka import codec
 from server.kafka import errors as E
 from server.kafka_front import access
-from server.kafka_front.errors import refused
+from server.kafka_front.errors import DUPLICATE_TOPIC, refused, split_repeated
 
 API_KEY = 37
 NAME = "CreatePartitions"
@@ -29,7 +30,8 @@ async def handle(ctx, req):
     body = req.body
     session = ctx.session
     results = []
-    for topic in body.topics:
+    once, repeated = split_repeated(body.topics, lambda t: t.name)
+    for topic in once:
         out = R.CreatePartitionsTopicResult(name=topic.name)
         results.append(out)
         name = topic.name.encode()
@@ -58,4 +60,6 @@ async def handle(ctx, req):
                 session.alter_topic_partitions(name, topic.count)
         except Exception as exc:  # noqa: BLE001 - every refusal is the topic's error
             out.error_code, out.error_message = refused(exc)
+    results += [R.CreatePartitionsTopicResult(name=n, error_code=E.INVALID_REQUEST, error_message=DUPLICATE_TOPIC)
+                for n in repeated]
     return R(results=results)

@@ -7,7 +7,10 @@ docs/replication.md); manual ``assignments`` are refused
 (INVALID_REPLICA_ASSIGNMENT); configs by their Kafka names
 (``topic_configs``: INVALID_CONFIG for others). ``validate_only`` checks
 everything and creates nothing. Errors: TOPIC_ALREADY_EXISTS,
-INVALID_TOPIC_EXCEPTION (an empty name, a '#', more than 249 bytes),
+INVALID_REQUEST (a topic named twice: none of its entries is created, as
+Kafka's controller answers),
+INVALID_TOPIC_EXCEPTION (a name Kafka refuses: ``metadata.topic_name_error``,
+or one colliding with an existing topic's: ``metadata.topic_collision``),
 INVALID_PARTITIONS, TOPIC_AUTHORIZATION_FAILED (the user may not run
 TOPIC CREATE on it: ``access``). From v5 the answer carries the partition count,
 replication factor and the topic's configs. In a cluster the topic is
@@ -21,8 +24,8 @@ from server.kafka import codec
 from server.kafka import errors as E
 from server.kafka_front import access, topic_configs
 from server.kafka_front.apis.describe_configs import topic_entries
-from server.kafka_front.apis.metadata import MAX_TOPIC_NAME_BYTES
-from server.kafka_front.errors import refused
+from server.kafka_front.apis.metadata import topic_collision, topic_name_error
+from server.kafka_front.errors import DUPLICATE_TOPIC, refused, split_repeated
 
 API_KEY = 19
 NAME = "CreateTopics"
@@ -35,18 +38,13 @@ async def handle(ctx, req):
     body, version = req.body, req.api_version
     session = ctx.session
     results = []
-    seen = set()
-    for topic in body.topics:
+    once, repeated = split_repeated(body.topics, lambda t: t.name)
+    for topic in once:
         out = R.CreatableTopicResult(name=topic.name, error_message=None, configs=None)
         results.append(out)
         name = topic.name.encode()
-        if name in seen:
-            out.error_code, out.error_message = E.INVALID_REQUEST, f"topic '{topic.name}' is named twice"
-            continue
-        seen.add(name)
-        if len(name) > MAX_TOPIC_NAME_BYTES:
-            out.error_code = E.INVALID_TOPIC_EXCEPTION
-            out.error_message = f"topic names have at most {MAX_TOPIC_NAME_BYTES} bytes"
+        if (why := topic_name_error(name) or topic_collision(session, name)) is not None:
+            out.error_code, out.error_message = E.INVALID_TOPIC_EXCEPTION, why
             continue
         if topic.assignments:
             out.error_code = E.INVALID_REPLICA_ASSIGNMENT
@@ -75,4 +73,6 @@ async def handle(ctx, req):
                 out.configs = [R.CreatableTopicConfigs(name=e.name, value=e.value, read_only=e.read_only,
                                                        config_source=e.config_source, is_sensitive=False)
                                for e in topic_entries(ctx, name, None, 4, False, False)]
+    results += [R.CreatableTopicResult(name=n, error_code=E.INVALID_REQUEST, error_message=DUPLICATE_TOPIC,
+                                       configs=None) for n in repeated]
     return R(topics=results)

@@ -4,7 +4,9 @@ Versions 1-6 (v6 names topics by name or by ID). The topic goes with its
 partitions and consumer groups, as TOPIC DELETE / DEL do. Errors:
 UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID, TOPIC_AUTHORIZATION_FAILED
 (the user may not run TOPIC DELETE on it: ``access``), INVALID_TOPIC_EXCEPTION
-(a group's internal offsets stream, ``__kafka_offsets{<group>}``).
+(a group's internal offsets stream, ``__kafka_offsets{<group>}``),
+INVALID_REQUEST (a topic named, or identified, twice: not deleted, as Kafka's
+controller answers).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from server.kafka import codec
 from server.kafka import errors as E
 from server.kafka_front import access
 from server.kafka_front.context import ZERO_UUID
-from server.kafka_front.errors import refused
+from server.kafka_front.errors import DUPLICATE_TOPIC, refused, split_repeated
 from server.kafka_front.offsets import is_offsets_key
 
 API_KEY = 20
@@ -31,6 +33,7 @@ async def handle(ctx, req):
     else:
         wanted = [(name, ZERO_UUID) for name in body.topic_names]
     results = []
+    wanted, repeated = split_repeated(wanted, lambda w: w[0] if w[0] is not None else w[1])
     for name, topic_id in wanted:
         out = R.DeletableTopicResult(name=name, topic_id=topic_id)
         results.append(out)
@@ -55,4 +58,9 @@ async def handle(ctx, req):
             out.error_code, message = refused(exc)
             if version >= 5:
                 out.error_message = message
+    for key in repeated:  # a name, or (v6+) a topic ID
+        by_name = isinstance(key, str)
+        results.append(R.DeletableTopicResult(
+            name=key if by_name else None, topic_id=ZERO_UUID if by_name else key, error_code=E.INVALID_REQUEST,
+            error_message=(DUPLICATE_TOPIC if by_name else "Duplicate topic id.") if version >= 5 else None))
     return R(responses=results)

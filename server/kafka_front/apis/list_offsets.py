@@ -16,12 +16,16 @@ Versions 1-11. A partition's answer by ``timestamp``:
 The timestamp of the earliest and latest answers is -1. Errors:
 UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER (offsets are the
 leader's), TOPIC_AUTHORIZATION_FAILED (the user may not read it:
-``access``).
+``access``), INVALID_REQUEST (each request for a partition named twice, as
+Kafka's ``duplicatePartitions``).
 """
 
 from __future__ import annotations
 
+from collections import Counter
+
 from server.kafka import codec
+from server.kafka import errors as E
 from server.kafka_front import access
 from server.kafka_front.errors import refused
 
@@ -42,6 +46,7 @@ EARLIEST_PENDING_UPLOAD = -6
 async def handle(ctx, req):
     session = ctx.session
     topics = []
+    asked = Counter((t.name, p.partition_index) for t in req.body.topics for p in t.partitions)
     for topic in req.body.topics:
         name = topic.name.encode()
         parts = []
@@ -50,6 +55,9 @@ async def handle(ctx, req):
             parts.append(out)
             try:
                 access.require(ctx, access.READ, name, p.partition_index)
+                if asked[topic.name, p.partition_index] > 1:
+                    out.error_code = E.INVALID_REQUEST
+                    continue
                 out.offset, out.timestamp = _offset(session, name, p.partition_index, p.timestamp)
             except Exception as exc:  # noqa: BLE001 - every refusal is the partition's error
                 out.error_code, _ = refused(exc)

@@ -6,7 +6,12 @@ leader epoch, replicas and in-sync replicas from the committed cluster
 metadata (on a single node: this node, epoch 0). A missing topic is created
 with ``default-partitions`` when ``auto-create-topics`` is yes and the
 request allows it (v4+; before v4 requests always do), as Kafka's
-``auto.create.topics.enable``; else UNKNOWN_TOPIC_OR_PARTITION. Topics are
+``auto.create.topics.enable``; else UNKNOWN_TOPIC_OR_PARTITION. A missing
+topic under a name Kafka refuses (``topic_name_error``: '.', '..', more
+than 249 characters, any but ASCII letters, digits, '.', '_', '-') is
+INVALID_TOPIC_EXCEPTION, auto-create or not, as Kafka answers; so is one
+auto-creation would make next to a topic it collides with
+(``topic_collision``: '.' against '_'). Topics are
 named, or (v10+) identified by their topic IDs (UNKNOWN_TOPIC_ID).
 Partita's internal streams (a group's offsets ``__kafka_offsets{<group>}``,
 a topic group's membership: ``cluster.topics.is_internal``) are not listed, and named they are INVALID_TOPIC_EXCEPTION. A user sees the topics it may do anything on (``access``:
@@ -17,6 +22,8 @@ TOPIC CREATE it, as Kafka answers. Authorized operations, when asked for
 """
 
 from __future__ import annotations
+
+import re
 
 from cluster.topics import is_internal
 from server.kafka import codec
@@ -33,6 +40,35 @@ R = codec.MetadataResponse
 # DESCRIBE_CONFIGS, ALTER_CONFIGS, CREATE, IDEMPOTENT_WRITE ...); a topic's: ``access``.
 CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 MAX_TOPIC_NAME_BYTES = 249  # Kafka's limit
+_LEGAL_TOPIC_NAME = re.compile(rb"[a-zA-Z0-9._-]+")
+
+
+def topic_name_error(name: bytes) -> str | None:
+    """Why Kafka could not have a topic of this name (``Topic.validate``), or None. A topic is
+    created from the Kafka port only under such a name; one made through Redis keeps any name."""
+    if name in (b".", b".."):
+        return "topic name cannot be '.' or '..'"
+    if len(name) > MAX_TOPIC_NAME_BYTES:
+        return f"topic names have at most {MAX_TOPIC_NAME_BYTES} characters"
+    if not _LEGAL_TOPIC_NAME.fullmatch(name):
+        return "topic names are non-empty and have only ASCII letters, digits, '.', '_' and '-'"
+    return None
+
+
+def topic_collision(session, name: bytes) -> str | None:
+    """Why Kafka would not create ``name`` next to an existing topic that differs from it only in
+    '.' against '_' (one character in Kafka's metric names), or None (no such topic, or ``name``
+    itself exists)."""
+    if b"." not in name and b"_" not in name:
+        return None
+    unified = name.replace(b".", b"_")
+    existing = session.topic_names()
+    if name in existing:
+        return None
+    for other in existing:
+        if other.replace(b".", b"_") == unified:
+            return f"Topic '{name.decode()}' collides with existing topic: {other.decode('utf-8', 'replace')}"
+    return None
 
 
 def topic_entry(ctx, name: bytes, layout, with_operations: bool):
@@ -78,13 +114,15 @@ async def handle(ctx, req):
 def _named(ctx, name: bytes, auto: bool, operations: bool):
     session = ctx.session
     shown = name.decode("utf-8", "replace")
-    if not name or b"#" in name or len(name) > MAX_TOPIC_NAME_BYTES or is_internal(name):
+    layout = None if is_internal(name) else session.record_topics([name])[name]
+    if layout is None and (is_internal(name) or topic_name_error(name)):
         return R.MetadataResponseTopic(error_code=E.INVALID_TOPIC_EXCEPTION, name=shown)
-    layout = session.record_topics([name])[name]
     if not access.may_describe(ctx, name, len(layout.partitions) if layout is not None else 0) or (
             layout is None and auto and not access.allowed(ctx, access.CREATE, name)):
         return R.MetadataResponseTopic(error_code=E.TOPIC_AUTHORIZATION_FAILED, name=shown)
     if layout is None and auto:
+        if topic_collision(session, name) is not None:
+            return R.MetadataResponseTopic(error_code=E.INVALID_TOPIC_EXCEPTION, name=shown)
         try:
             session.create_topic(name)
         except Exception as exc:  # noqa: BLE001 - refused (another node made it meanwhile...)

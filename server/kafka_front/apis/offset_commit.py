@@ -2,8 +2,9 @@
 
 Versions 2-10 (v10: topics by topic ID). Who may commit is
 ``groups.Coordinator.check_commit`` (Kafka's rules for a classic group: a
-member of the current generation; generation -1 with no member id for an
-Empty group, as a simple consumer or an admin tool commits), or for a
+member of the current generation; generation -1 for an Empty or missing
+group, as a simple consumer or an admin tool commits; a generation for a
+missing group GROUP_ID_NOT_FOUND from v9, ILLEGAL_GENERATION before), or for a
 consumer group (KIP-848) ``consumer_groups.ConsumerCoordinator.check_commit``
 (v9+, a member at its current member epoch, else STALE_MEMBER_EPOCH;
 UNSUPPORTED_VERSION before v9; epoch -1 only once the group is empty); the offsets are
@@ -41,12 +42,21 @@ R = codec.OffsetCommitResponse
 METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes
 
 
-def partition_error(ctx, name: bytes | None, n: int) -> int:
-    """Whether a group may name partition ``n`` of topic ``name`` (None: an unknown topic ID)."""
+def access_error(ctx, name: bytes | None, n: int) -> int:
+    """Whether a group's offsets of partition ``n`` of topic ``name`` (None: an unknown topic ID)
+    may be named, existing or not."""
     if name is None:
         return E.UNKNOWN_TOPIC_ID
     if not access.allowed(ctx, access.READ, name, n):
         return E.TOPIC_AUTHORIZATION_FAILED
+    return E.NONE
+
+
+def partition_error(ctx, name: bytes | None, n: int) -> int:
+    """Whether a group may name partition ``n`` of topic ``name``: ``access_error``, and it exists."""
+    error = access_error(ctx, name, n)
+    if error != E.NONE:
+        return error
     layout = ctx.session.record_topics([name])[name]
     if layout is None or not 0 <= n < len(layout.partitions):
         return E.UNKNOWN_TOPIC_OR_PARTITION
@@ -64,7 +74,7 @@ async def handle(ctx, req):
                                                              body.generation_id_or_member_epoch, req.api_version)
     elif group_error is None:
         group_error = ctx.front.groups.check_commit(body.group_id, body.generation_id_or_member_epoch,
-                                                    body.member_id, body.group_instance_id)
+                                                    body.member_id, body.group_instance_id, req.api_version)
     topics, todo = [], []
     for topic in body.topics:
         name = ctx.front.topic_name(ctx.session, topic.topic_id) if by_id else topic.name.encode()

@@ -10,15 +10,17 @@ member at its current epoch (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH;
 admin's read, not checked.
 
 Errors: NOT_COORDINATOR, GROUP_AUTHORIZATION_FAILED (the group's, top level
-from v2, per partition in v1), TOPIC_AUTHORIZATION_FAILED,
-UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID per partition.
+from v2, per partition in v1), TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID
+per partition. A partition or topic that does not exist is not an error
+(offset -1, or the offset committed before the topic went), as Kafka's
+coordinator answers from the committed offsets alone.
 """
 
 from __future__ import annotations
 
 from server.kafka import codec
 from server.kafka import errors as E
-from server.kafka_front.apis.offset_commit import partition_error
+from server.kafka_front.apis.offset_commit import access_error
 from server.kafka_front.group_checks import refusal
 
 API_KEY = 9
@@ -50,9 +52,7 @@ def _group(ctx, group_id: str, wanted, by_id: bool, member: tuple[str | None, in
         rows = []
         for n in partitions:
             found = committed.get((name, n)) if name is not None else None
-            error = partition_error(ctx, name.encode() if name is not None else None, n)
-            if found is not None and error == E.UNKNOWN_TOPIC_OR_PARTITION:
-                error = E.NONE  # an offset committed before the topic went: Kafka answers it
+            error = access_error(ctx, name.encode() if name is not None else None, n)
             if error != E.NONE or found is None:
                 rows.append((n, -1, -1, "", error))
             else:

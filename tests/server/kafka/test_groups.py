@@ -186,14 +186,14 @@ async def _settle(c, gen):
 
 async def test_offset_commit_rules(nursery, autojump_clock):
     c = await start(nursery)
-    assert c.check_commit("g", -1, "", None) == E.NONE  # a simple consumer, no group yet
+    assert c.check_commit("g", -1, "", None, 8) == E.NONE  # a simple consumer, no group yet
     r = await join(c)
-    assert c.check_commit("g", 1, r.member_id, None) == E.REBALANCE_IN_PROGRESS  # awaiting sync
+    assert c.check_commit("g", 1, r.member_id, None, 8) == E.REBALANCE_IN_PROGRESS  # awaiting sync
     await c.sync("g", 1, r.member_id, None, None, None, {r.member_id: b""})
-    assert c.check_commit("g", 1, r.member_id, None) == E.NONE
-    assert c.check_commit("g", 0, r.member_id, None) == E.ILLEGAL_GENERATION
-    assert c.check_commit("g", 1, "other", None) == E.UNKNOWN_MEMBER_ID
-    assert c.check_commit("g", -1, "", None) == E.UNKNOWN_MEMBER_ID  # the group has members
+    assert c.check_commit("g", 1, r.member_id, None, 8) == E.NONE
+    assert c.check_commit("g", 0, r.member_id, None, 8) == E.ILLEGAL_GENERATION
+    assert c.check_commit("g", 1, "other", None, 8) == E.UNKNOWN_MEMBER_ID
+    assert c.check_commit("g", -1, "", None, 8) == E.UNKNOWN_MEMBER_ID  # the group has members
 
 
 def _replay(entries):
