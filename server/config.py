@@ -115,6 +115,7 @@ class Option:
     maximum: int | None = None
     choices: tuple[str, ...] = ()
     protected: bool = False  # Redis's "can't set protected config" (dir)
+    multi_arg: bool = False  # Redis's MULTI_ARG_CONFIG: `save 900 1` in a file, `--save 900 1`: words joined
 
     @property
     def attr(self) -> str:
@@ -169,9 +170,15 @@ class Option:
             text = format_size(value)
         else:
             text = self.format(value)
-        if text == "" or any(c in text for c in " \t\"'\\#"):
-            return quote(text)
-        return text
+        return quote_if_needed(text)
+
+
+def quote_if_needed(text: str) -> str:
+    """``text`` as one word of a config line: quoted when empty or when it
+    holds a space, a quote, a backslash or a ``#``."""
+    if text == "" or any(c in text for c in " \t\"'\\#"):
+        return quote(text)
+    return text
 
 
 def quote(text: str) -> str:
@@ -201,7 +208,7 @@ COMPATIBLE = "accepted for compatibility with Redis; changes nothing in Partita"
 OPTIONS: tuple[Option, ...] = (
     Option("port", "int", 6379, mutable=False, doc="TCP port to listen on (0: pick a free one)",
            minimum=0, maximum=65535),
-    Option("bind", "string", "127.0.0.1", mutable=False, doc="addresses to listen on, space separated"),
+    Option("bind", "string", "127.0.0.1", mutable=False, multi_arg=True, doc="addresses to listen on, space separated"),
     Option("dir", "path", "./partita-data", mutable=False, protected=True,
            doc="data directory: one sub-directory per topic"),
     Option("fsync", "enum", "everysec", choices=("everysec", "always", "no"),
@@ -214,7 +221,7 @@ OPTIONS: tuple[Option, ...] = (
            doc="descriptors of partition files kept open at most (least recently used closed first); "
                "flush rounds sync through them"),
     # Limits and access control (docs/security.md).
-    Option("client-output-buffer-limit", "obuf", DEFAULT_OUTPUT_BUFFER_LIMITS,
+    Option("client-output-buffer-limit", "obuf", DEFAULT_OUTPUT_BUFFER_LIMITS, multi_arg=True,
            doc="reply bytes a client may leave unread: `<class> <hard> <soft> <soft-seconds>`"),
     Option("max-blocked-clients", "int", 0, minimum=0, maximum=U32,
            doc="clients waiting in XREAD/XREADGROUP BLOCK at most (0: only maxclients bounds them)"),
@@ -344,7 +351,7 @@ OPTIONS: tuple[Option, ...] = (
            doc="idempotent ids of XADD IDMP remembered per producer (streams XCFGSET did not configure)"),
     Option("appendonly", "bool", True, mutable=False,
            doc="always yes: every write goes to a partition log"),
-    Option("save", "string", "", doc="accepted for compatibility; Partita has no snapshots"),
+    Option("save", "string", "", multi_arg=True, doc="accepted for compatibility; Partita has no snapshots"),
     Option("databases", "int", 1, mutable=False, minimum=1, maximum=1, doc="only db 0 exists"),
     Option("daemonize", "bool", False, mutable=False, doc="accepted; Partita stays in the foreground"),
     Option("maxmemory", "size", 0, minimum=0, maximum=I64,
@@ -358,8 +365,10 @@ OPTIONS: tuple[Option, ...] = (
 # ones refused by CONFIG SET), the value is kept and shown, and nothing in
 # Partita changes. One per line: name, kind (bool, int, size, string, or the
 # choices a|b|c), Redis's default ("" empty), then ``immutable`` or
-# ``protected`` as in Redis; ``name =other``: Redis's alias of ``other``
-# (both show the value, setting either sets both). The names and defaults
+# ``protected`` as in Redis, and ``multi-arg`` for a value of several
+# words in a file line (`oom-score-adj-values 0 200 800`), as Redis's
+# MULTI_ARG_CONFIG; ``name =other``: Redis's alias of ``other`` (both show
+# the value, setting either sets both). The names and defaults
 # are Redis 7.0.15's CONFIG GET *, plus those Redis 7.2 to 8.6 added
 # (locale-collate ... cluster-slot-stats-enabled) and 8.6's two eviction
 # policies.
@@ -435,7 +444,7 @@ io-threads int 1 immutable
 io-threads-do-reads bool no immutable
 jemalloc-bg-thread bool yes
 latency-tracking bool yes
-latency-tracking-info-percentiles string '50 99 99.9'
+latency-tracking-info-percentiles string '50 99 99.9' multi-arg
 lazyfree-lazy-eviction bool no
 lazyfree-lazy-expire bool no
 lazyfree-lazy-server-del bool no
@@ -463,7 +472,7 @@ min-slaves-to-write =min-replicas-to-write
 no-appendfsync-on-rewrite bool no
 notify-keyspace-events string ""
 oom-score-adj no|yes|relative|absolute no
-oom-score-adj-values string '0 200 800'
+oom-score-adj-values string '0 200 800' multi-arg
 pidfile string "" immutable
 proc-title-template string '{title} {listen-addr} {server-mode}'
 propagation-error-behavior ignore|panic|panic-on-replicas ignore
@@ -492,7 +501,7 @@ replica-lazy-flush bool no
 replica-priority int 100
 replica-read-only bool yes
 replica-serve-stale-data bool yes
-replicaof string "" immutable
+replicaof string "" immutable multi-arg
 sanitize-dump-payload bool no
 server-cpulist string "" immutable
 server_cpulist =server-cpulist
@@ -560,7 +569,7 @@ def _compatible_options() -> tuple[tuple[Option, ...], dict[str, str]]:
         if "|" in kind:
             kind, choices = "enum", tuple(kind.split("|"))
         option = Option(name, kind, None, mutable="immutable" not in flags, doc=COMPATIBLE,
-                        choices=choices, protected="protected" in flags)
+                        choices=choices, protected="protected" in flags, multi_arg="multi-arg" in flags)
         options.append(dataclasses.replace(option, default=option.parse(text)))
     return tuple(options), aliases
 
@@ -616,8 +625,8 @@ class Config:
     # -- building ----------------------------------------------------------
 
     @classmethod
-    def load(cls, path: Path | None, overrides: list[tuple[str, str]] = ()) -> "Config":
-        """Read ``path`` (if any), then apply ``--name value`` overrides.
+    def load(cls, path: Path | None, overrides: list[tuple[str, list[str]]] = ()) -> "Config":
+        """Read ``path`` (if any), then apply ``--name value ...`` overrides.
 
         Raises ConfigError with a message naming the file and line.
         """
@@ -627,19 +636,24 @@ class Config:
                 text = path.read_text(encoding="utf-8", errors="surrogateescape")
             except OSError as e:
                 raise ConfigError(f"Fatal error, can't open config file '{path}': {e.strerror}") from None
-            for lineno, name, value, line in iter_config_lines(text, str(path)):
-                config._set_from_text(name, value, where=f"{path}, line {lineno}", line=line)
-        for name, value in overrides:
-            config._set_from_text(name, value, where=f"command line option --{name}", line=f"{name} {value}")
+            for lineno, name, values, line in iter_config_lines(text, str(path)):
+                config._set_from_text(name, values, where=f"{path}, line {lineno}", line=line)
+        for name, values in overrides:
+            line = " ".join([name, *map(quote_if_needed, values)])
+            config._set_from_text(name, values, where=f"command line option --{name}", line=line)
         config.dir = str(Path(config.dir))
         return config
 
-    def _set_from_text(self, name: str, value: str, *, where: str, line: str) -> None:
+    def _set_from_text(self, name: str, values: list[str], *, where: str, line: str) -> None:
+        """One directive: a name and its value's words (several only for a
+        ``multi_arg`` option, joined by spaces; else Redis's texts)."""
         option = OPTIONS_BY_NAME.get(name.lower())
         if option is None:
             raise ConfigError(_fatal(where, line, "Bad directive or wrong number of arguments"))
+        if len(values) != 1 and not (option.multi_arg and values):
+            raise ConfigError(_fatal(where, line, "wrong number of arguments"))
         try:
-            parsed = option.parse(value)
+            parsed = option.parse(" ".join(values))
         except ConfigError as e:
             raise ConfigError(_fatal(where, line, e.message)) from None
         self._assign(option, parsed)
@@ -764,9 +778,9 @@ class Config:
 
 
 def iter_config_lines(text: str, source: str):
-    """Yield ``(lineno, name, value, line)`` for each directive in a config text.
+    """Yield ``(lineno, name, values, line)`` for each directive in a config text.
 
-    Raises ConfigError naming the line for lines that are not ``name value``.
+    Raises ConfigError naming the line for a line that does not split into words.
     """
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
@@ -776,23 +790,25 @@ def iter_config_lines(text: str, source: str):
         where = f"{source}, line {lineno}"
         if args is None:
             raise ConfigError(_fatal(where, line, "Unbalanced quotes in configuration line"))
-        if len(args) != 2:
-            raise ConfigError(_fatal(where, line, "Bad directive or wrong number of arguments"))
-        name, value = (a.decode("utf-8", "surrogateescape") for a in args)
-        yield lineno, name, value, line
+        name, *values = (a.decode("utf-8", "surrogateescape") for a in args)
+        yield lineno, name, values, line
 
 
 def _fatal(where: str, line: str, reason: str) -> str:
     return f"*** FATAL CONFIG FILE ERROR ***\nReading the configuration: {where}\n>>> '{line}'\n{reason}"
 
 
-def parse_command_line(argv: list[str]) -> tuple[Path | None, list[tuple[str, str]]]:
-    """``[path] [--name value ...]`` -> (path, overrides).
+def parse_command_line(argv: list[str]) -> tuple[Path | None, list[tuple[str, list[str]]]]:
+    """``[path] [--name value ...]`` -> (path, [(name, values)]).
 
-    As redis-server, ``--save ''`` passes an empty value. Raises ConfigError.
+    As redis-server: ``--save ''`` passes an empty value, the argument after
+    ``--name`` is its value even when it starts with ``--``, and the ones
+    after it up to the next ``--`` are more words of the value (``--save 900
+    1``; ``Config.load`` refuses them for an option of one word). Raises
+    ConfigError.
     """
     path: Path | None = None
-    overrides: list[tuple[str, str]] = []
+    overrides: list[tuple[str, list[str]]] = []
     i = 0
     if argv and not argv[0].startswith("--"):
         path = Path(argv[0])
@@ -807,11 +823,15 @@ def parse_command_line(argv: list[str]) -> tuple[Path | None, list[tuple[str, st
         name = arg[2:]
         if "=" in name:
             name, value = name.split("=", 1)
+            values = [value]
+            i += 1
         else:
             if i + 1 >= len(argv):
                 raise ConfigError(f"*** FATAL CONFIG ERROR ***\nMissing value for command line option '{arg}'")
-            value = argv[i + 1]
+            values = [argv[i + 1]]
+            i += 2
+        while i < len(argv) and not argv[i].startswith("--"):
+            values.append(argv[i])
             i += 1
-        overrides.append((name, value))
-        i += 1
+        overrides.append((name, values))
     return path, overrides
