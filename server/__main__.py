@@ -142,17 +142,19 @@ def _leaves(group: BaseExceptionGroup):
 
 def _explains_itself(e: BaseException) -> bool:
     """A refusal to start that explains itself (busy port, a file or
-    directory the system refused, damaged topic metadata, bad cluster
-    state, a bad aclfile): logged as one line, no traceback. Any other
+    directory the system refused, a data directory in use or unusable,
+    damaged topic metadata, bad cluster state, a bad aclfile): logged as
+    one line, no traceback. Any other
     error that ends the server (an ``OSError`` of a socket among them) is
     logged with its traceback: it is a bug to find."""
     from cluster.nodes import ClusterConfigError
     from cluster.topics import TopicMetaError
     from server.acl import AclError
+    from server.app import DataDirError
     from cluster.runtime.controller_driver import ControllerHalted
 
     return (type(e).__name__ == "BindError" or (isinstance(e, OSError) and e.filename is not None)
-            or isinstance(e, (TopicMetaError, ClusterConfigError, ControllerHalted, AclError)))
+            or isinstance(e, (TopicMetaError, ClusterConfigError, ControllerHalted, AclError, DataDirError)))
 
 
 if __name__ == "__main__":

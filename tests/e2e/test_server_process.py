@@ -292,3 +292,42 @@ def test_bad_cluster_configuration_exits_1_and_writes_nothing(tmp_path, args, wh
     assert result.returncode == 1
     assert "Fatal: cluster configuration:" in result.stderr and why in result.stderr
     assert not data.exists()
+
+
+def test_a_second_server_on_a_data_dir_in_use_exits_1_and_leaves_the_first_serving(partita_server):
+    r = partita_server.client()
+    r.xadd("kept", {"a": "1"})
+    result = _run_partita(["--port", "0", "--dir", str(partita_server.data_dir)], partita_server.data_dir.parent)
+    assert result.returncode == 1
+    out = result.stdout + result.stderr
+    assert f"data directory {partita_server.data_dir} is in use by another Partita process " \
+           f"(pid {partita_server.proc.pid})" in out
+    assert "Traceback" not in out and "Ready to accept connections" not in out
+    assert r.xlen("kept") == 1
+    partita_server.restart()  # a clean stop leaves no lock behind
+    assert partita_server.client().xlen("kept") == 1
+
+
+@pytest.mark.parametrize("make, reason", [
+    (lambda p: p.write_text("x"), "Not a directory"),
+    (lambda p: (p.parent / "file").write_text("x"), "Not a directory"),
+], ids=["dir-is-a-file", "parent-is-a-file"])
+def test_a_data_dir_the_system_refuses_exits_1_naming_the_option_and_why(tmp_path, make, reason):
+    data = tmp_path / "data"
+    make(data)
+    where = data if data.exists() else tmp_path / "file" / "data"
+    result = _run_partita(["--port", "0", "--dir", str(where)], tmp_path)
+    assert result.returncode == 1
+    out = result.stdout + result.stderr
+    assert f"Fatal: can't use data directory {where} (dir): {reason}" in out
+    assert "Traceback" not in out
+
+
+def test_redis_multi_word_directives_of_a_config_file_start(partita_factory, tmp_path):
+    conf = tmp_path / "multi.conf"  # as redis.conf writes them
+    conf.write_text("save 900 1 300 10\nclient-output-buffer-limit normal 0 0 0 pubsub 32mb 8mb 60\n")
+    server = partita_factory(config_file=conf)
+    r = server.client()
+    assert r.config_get("save") == {"save": "900 1 300 10"}
+    limits = r.config_get("client-output-buffer-limit")["client-output-buffer-limit"]
+    assert limits.startswith("normal 0 0 0 ") and limits.endswith(f"pubsub {32 * 1024**2} {8 * 1024**2} 60")
