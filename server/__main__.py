@@ -117,7 +117,12 @@ def main(argv: list[str] | None = None) -> int:
         except ClusterConfigError as e:
             print(f"Fatal: cluster configuration: {e}", file=sys.stderr)
             return 1
-    setup_logging(config)
+    try:
+        setup_logging(config)
+    except OSError as e:  # as Redis, a log file that can't be opened stops the start
+        print(f"*** FATAL CONFIG ERROR ***\nlogfile '{config.logfile}': Can't open the log file: {e.strerror}",
+              file=sys.stderr)
+        return 1
     try:
         trio.run(run, config)
     except BaseExceptionGroup as group:
@@ -143,18 +148,20 @@ def _leaves(group: BaseExceptionGroup):
 def _explains_itself(e: BaseException) -> bool:
     """A refusal to start that explains itself (busy port, a file or
     directory the system refused, a data directory in use or unusable,
-    damaged topic metadata, bad cluster state, a bad aclfile): logged as
-    one line, no traceback. Any other
+    damaged topic metadata, bad cluster state, a bad aclfile, a TLS
+    setting that can't work): logged as one line, no traceback. Any other
     error that ends the server (an ``OSError`` of a socket among them) is
     logged with its traceback: it is a bug to find."""
     from cluster.nodes import ClusterConfigError
     from cluster.topics import TopicMetaError
     from server.acl import AclError
     from server.app import DataDirError
+    from server.tls import TlsConfigError
     from cluster.runtime.controller_driver import ControllerHalted
 
     return (type(e).__name__ == "BindError" or (isinstance(e, OSError) and e.filename is not None)
-            or isinstance(e, (TopicMetaError, ClusterConfigError, ControllerHalted, AclError, DataDirError)))
+            or isinstance(e, (TopicMetaError, ClusterConfigError, ControllerHalted, AclError, DataDirError,
+                              TlsConfigError)))
 
 
 if __name__ == "__main__":

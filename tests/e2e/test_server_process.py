@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import RawConn, partita_command, raw_exchange, wait_for
+from tests.conftest import RawConn, free_port, partita_command, raw_exchange, wait_for
 
 
 def test_start_up_log_names_version_pid_port_dir(partita_server):
@@ -331,3 +331,21 @@ def test_redis_multi_word_directives_of_a_config_file_start(partita_factory, tmp
     assert r.config_get("save") == {"save": "900 1 300 10"}
     limits = r.config_get("client-output-buffer-limit")["client-output-buffer-limit"]
     assert limits.startswith("normal 0 0 0 ") and limits.endswith(f"pubsub {32 * 1024**2} {8 * 1024**2} 60")
+
+
+def test_a_logfile_that_cannot_be_opened_exits_1_naming_it_and_writes_nothing(tmp_path):
+    data, logfile = tmp_path / "data", tmp_path / "no-such-dir" / "partita.log"
+    result = _run_partita(["--port", "0", "--dir", str(data), "--logfile", str(logfile)], tmp_path)
+    assert result.returncode == 1
+    assert result.stderr == (f"*** FATAL CONFIG ERROR ***\nlogfile '{logfile}': "
+                             f"Can't open the log file: No such file or directory\n")
+    assert not data.exists()
+
+
+def test_tls_port_without_its_files_exits_1_in_one_line_and_writes_nothing(tmp_path):
+    data = tmp_path / "data"
+    result = _run_partita(["--port", "0", "--dir", str(data), "--tls-port", str(free_port())], tmp_path)
+    assert result.returncode == 1
+    out = result.stdout + result.stderr
+    assert "# Fatal: tls-port needs tls-cert-file and tls-key-file\n" in out and "Traceback" not in out
+    assert not data.exists()
