@@ -162,4 +162,4 @@ def bind(config: Any) -> tuple[list[socket.socket], ssl.SSLContext | None]:
     from server.listener import bind_sockets
 
     context = make_server_context(config)
-    return bind_sockets(config.bind, config.tls_port), context
+    return bind_sockets(config.bind, config.tls_port, "tls"), context

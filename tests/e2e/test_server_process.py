@@ -349,3 +349,13 @@ def test_tls_port_without_its_files_exits_1_in_one_line_and_writes_nothing(tmp_p
     out = result.stdout + result.stderr
     assert "# Fatal: tls-port needs tls-cert-file and tls-key-file\n" in out and "Traceback" not in out
     assert not data.exists()
+
+
+@pytest.mark.parametrize("option", ["http-port", "kafka-port"])
+def test_a_listener_port_clashing_with_another_names_its_option(tmp_path, option):
+    data, port = tmp_path / "data", free_port()
+    result = _run_partita(["--port", str(port), f"--{option}", str(port), "--dir", str(data)], tmp_path)
+    assert result.returncode == 1
+    assert (f"Fatal: Failed listening on port {port} ({option}), aborting: 127.0.0.1: Address already in use"
+            in result.stdout + result.stderr)
+    assert not data.exists()
