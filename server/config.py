@@ -100,6 +100,17 @@ def parse_output_buffer_limits(text: str) -> dict[str, tuple[int, int, int]]:
     return out
 
 
+def parse_save(text: str) -> str:
+    """``<seconds> <changes> ...`` as Redis's ``setConfigSaveOption``
+    checks it (seconds >= 1, changes >= 0; empty: none), words joined by
+    one space."""
+    words = text.split()
+    if len(words) % 2 or not all(re.fullmatch(r"-?\d+", w) for w in words) or any(
+            int(w) < (1 if i % 2 == 0 else 0) for i, w in enumerate(words)):
+        raise ConfigError("Invalid save parameters")
+    return " ".join(str(int(w)) for w in words)
+
+
 def format_output_buffer_limits(value: dict[str, tuple[int, int, int]]) -> str:
     return " ".join(f"{cls} {h} {s} {sec}" for cls in OUTPUT_BUFFER_CLASSES for h, s, sec in [value[cls]])
 
@@ -107,7 +118,7 @@ def format_output_buffer_limits(value: dict[str, tuple[int, int, int]]) -> str:
 @dataclass(frozen=True)
 class Option:
     name: str  # Redis spelling
-    kind: str  # int | size | string | enum | bool | path
+    kind: str  # int | size | string | enum | bool | path | obuf | save
     default: Any
     mutable: bool = True
     doc: str = ""
@@ -143,6 +154,8 @@ class Option:
             return low == "yes"
         if self.kind == "obuf":
             return parse_output_buffer_limits(text)
+        if self.kind == "save":
+            return parse_save(text)
         if self.kind == "enum":
             low = text.lower()
             if low not in self.choices:
@@ -351,7 +364,7 @@ OPTIONS: tuple[Option, ...] = (
            doc="idempotent ids of XADD IDMP remembered per producer (streams XCFGSET did not configure)"),
     Option("appendonly", "bool", True, mutable=False,
            doc="always yes: every write goes to a partition log"),
-    Option("save", "string", "", multi_arg=True, doc="accepted for compatibility; Partita has no snapshots"),
+    Option("save", "save", "", multi_arg=True, doc="accepted for compatibility; Partita has no snapshots"),
     Option("databases", "int", 1, mutable=False, minimum=1, maximum=1, doc="only db 0 exists"),
     Option("daemonize", "bool", False, mutable=False, doc="accepted; Partita stays in the foreground"),
     Option("maxmemory", "size", 0, minimum=0, maximum=I64,

@@ -51,6 +51,8 @@ def test_file_with_comments_quotes_and_overrides(tmp_path: Path):
         ("port", "\nwrong number of arguments"),
         ("port 1 2", "\nwrong number of arguments"),
         ("maxmemory 1 2", "\nwrong number of arguments"),
+        ("save 900", "Invalid save parameters"),
+        ("save 0 1", "Invalid save parameters"),
         ("port abc", "argument couldn't be parsed into an integer"),
         ("fsync sometimes", "argument(s) must be one of the following: everysec, always, no"),
         ("maxclients 0", "argument must be between 1 and 4294967295 inclusive"),
