@@ -107,8 +107,11 @@ def prepare_data_dir(config: Config) -> tuple[Path, int]:
     except BaseException:
         os.close(fd)
         raise
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    try:  # information only: written in place at a fixed width, so a full disk refuses at most a new file's block
+        os.pwrite(fd, f"{os.getpid():<20}\n".encode(), 0)
+    except OSError as e:
+        log.warning("%s: the pid not written (%s); the directory is locked all the same",
+                    path / DATA_DIR_LOCK_FILE, e.strerror)
     config.dir = str(path)
     return path, fd
 

@@ -69,7 +69,8 @@ def test_bad_file_lines_name_file_and_line(tmp_path: Path, line, reason):
 
 
 def test_command_line_parsing():
-    assert parse_command_line(["a.conf", "--port", "1", "--save", ""]) == (Path("a.conf"), [("port", ["1"]), ("save", [""])])
+    assert parse_command_line(["a.conf", "--port", "1", "--save", ""]) == (
+        Path("a.conf"), [("port", ["1"]), ("save", [""])])
     assert parse_command_line(["--port=2"]) == (None, [("port", ["2"])])
     # As redis-server: the words up to the next --name are the value's; the first may start with --.
     assert parse_command_line(["--save", "900", "1", "--requirepass", "--x", "--port", "3"]) == (
