@@ -51,10 +51,11 @@ _UNITS = {
 _SIZE_RE = re.compile(r"^(-?\d+)([a-z]*)$")
 
 
-def parse_size(text: str) -> int:
-    """Redis's ``memtoull``: ``4k`` = 4000, ``4kb`` = 4096, ``1gb`` = 2**30."""
+def parse_size(text: str, signed: bool = False) -> int:
+    """Redis's ``memtoull``: ``4k`` = 4000, ``4kb`` = 4096, ``1gb`` = 2**30;
+    a negative one only when ``signed`` (Partita's ``retention-bytes -1``)."""
     m = _SIZE_RE.match(text.strip().lower())
-    if not m or m.group(2) not in _UNITS:
+    if not m or m.group(2) not in _UNITS or (m.group(1).startswith("-") and not signed):
         raise ConfigError("argument must be a memory value")
     return int(m.group(1)) * _UNITS[m.group(2)]
 
@@ -144,7 +145,7 @@ class Option:
             self._check_range(value)
             return value
         if self.kind == "size":
-            value = parse_size(text)
+            value = parse_size(text, signed=self.minimum is not None and self.minimum < 0)
             self._check_range(value)
             return value
         if self.kind == "bool":

@@ -17,10 +17,20 @@ def test_sizes_take_redis_units(text, value):
     assert parse_size(text) == value
 
 
-@pytest.mark.parametrize("text", ["", "1x", "mb", "1.5mb", "-"])
+@pytest.mark.parametrize("text", ["", "1x", "mb", "1.5mb", "-", "-1", "-1mb"])
 def test_bad_sizes(text):
     with pytest.raises(ConfigError):
         parse_size(text)
+
+
+def test_a_negative_size_is_a_memory_value_error_unless_the_option_takes_minus_one():
+    for name in ("maxmemory", "segment-bytes", "repl-backlog-size"):  # Partita's, Redis's, a compatible one
+        with pytest.raises(ConfigError) as info:
+            Config().set_many([(name, "-1")])
+        assert info.value.message == "argument must be a memory value"
+    config = Config()
+    config.set_many([("retention-bytes", "-1")])
+    assert config.retention_bytes == -1
 
 
 def test_defaults():
