@@ -84,17 +84,20 @@ class DataDirError(Exception):
 
 
 def prepare_data_dir(config: Config) -> tuple[Path, int]:
-    """Create the data directory (after the config was fully validated) and
-    lock it for this process, before anything in it is read or written:
+    """Create the data directory (after the config was fully validated; its
+    parent must exist) and lock it for this process, before anything in it is read or written:
     ``(path, the lock's descriptor)``. Closing the descriptor (or the
     process's end) releases the lock; a second server on the directory gets
     DataDirError naming the first one's pid."""
     path = Path(config.dir).expanduser().resolve()
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(exist_ok=True)  # not its parents: a mistyped path or an unmounted volume is refused
         fd = os.open(path / DATA_DIR_LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except FileExistsError:  # mkdir's answer for a file in the way
         raise DataDirError(f"can't use data directory {path} (dir): Not a directory") from None
+    except FileNotFoundError:
+        raise DataDirError(f"can't use data directory {path} (dir): "
+                           f"its parent directory {path.parent} does not exist") from None
     except OSError as e:
         raise DataDirError(f"can't use data directory {path} (dir): {e.strerror}") from None
     try:

@@ -224,7 +224,8 @@ OPTIONS: tuple[Option, ...] = (
            minimum=0, maximum=65535),
     Option("bind", "string", "127.0.0.1", mutable=False, multi_arg=True, doc="addresses to listen on, space separated"),
     Option("dir", "path", "./partita-data", mutable=False, protected=True,
-           doc="data directory: one sub-directory per topic"),
+           doc="data directory: one sub-directory per topic; created at start if missing (not its parent), "
+               "locked while a server uses it"),
     Option("fsync", "enum", "everysec", choices=("everysec", "always", "no"),
            doc="when writes reach the disk before the reply: always (group commit), everysec, no"),
     Option("appendfsync", "enum", "everysec", choices=("everysec", "always", "no"),

@@ -323,6 +323,19 @@ def test_a_data_dir_the_system_refuses_exits_1_naming_the_option_and_why(tmp_pat
     assert "Traceback" not in out
 
 
+def test_a_data_dir_whose_parent_is_missing_is_refused_not_created(tmp_path):
+    """A mistyped path, or a volume not mounted yet: creating the whole path
+    would serve an empty server and hide what it writes once the volume is
+    there. As Redis refuses a missing dir; Partita creates only the last one."""
+    data = tmp_path / "not-mounted" / "data"
+    result = _run_partita(["--port", "0", "--dir", str(data)], tmp_path)
+    assert result.returncode == 1
+    out = result.stdout + result.stderr
+    assert (f"Fatal: can't use data directory {data} (dir): its parent directory {data.parent} does not exist"
+            in out)
+    assert "Traceback" not in out and not data.parent.exists()
+
+
 def test_redis_multi_word_directives_of_a_config_file_start(partita_factory, tmp_path):
     conf = tmp_path / "multi.conf"  # as redis.conf writes them
     conf.write_text("save 900 1 300 10\nclient-output-buffer-limit normal 0 0 0 pubsub 32mb 8mb 60\n")
