@@ -42,7 +42,7 @@ def bind(config: Any) -> tuple[list[socket.socket], list[socket.socket], ssl.SSL
     if not config.kafka_tls_port:
         return plain, [], None
     try:
-        context = tls.make_server_context(config)
+        context = tls.make_server_context(config, "kafka-tls-port")
         secure = bind_sockets(config.bind, config.kafka_tls_port, "kafka-tls-port")
     except BaseException:
         for sock in plain:

@@ -355,12 +355,13 @@ def test_a_logfile_that_cannot_be_opened_exits_1_naming_it_and_writes_nothing(tm
     assert not data.exists()
 
 
-def test_tls_port_without_its_files_exits_1_in_one_line_and_writes_nothing(tmp_path):
+@pytest.mark.parametrize("option", ["tls-port", "kafka-tls-port"])
+def test_a_tls_port_without_its_files_exits_1_in_one_line_naming_it_and_writes_nothing(tmp_path, option):
     data = tmp_path / "data"
-    result = _run_partita(["--port", "0", "--dir", str(data), "--tls-port", str(free_port())], tmp_path)
+    result = _run_partita(["--port", "0", "--dir", str(data), f"--{option}", str(free_port())], tmp_path)
     assert result.returncode == 1
     out = result.stdout + result.stderr
-    assert "# Fatal: tls-port needs tls-cert-file and tls-key-file\n" in out and "Traceback" not in out
+    assert f"# Fatal: {option} needs tls-cert-file and tls-key-file\n" in out and "Traceback" not in out
     assert not data.exists()
 
 
