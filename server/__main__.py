@@ -106,17 +106,20 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(e.message, file=sys.stderr)
         return 1
-    if config.cluster_nodes:  # a bad cluster description stops the start before anything is touched
-        from cluster.nodes import ClusterConfigError, Placement, parse_cluster_nodes
-        from cluster.runtime.controller_driver import check_controller_config
+    # A bad cluster description stops the start before anything is touched.
+    from cluster.nodes import ClusterConfigError, Placement, check_single_node, parse_cluster_nodes
+    from cluster.runtime.controller_driver import check_controller_config
 
-        try:
+    try:
+        if config.cluster_nodes:
             nodes = parse_cluster_nodes(config.cluster_nodes)
             Placement(nodes, config.node_id, config.replication_factor)
             check_controller_config(config, [n.id for n in nodes])
-        except ClusterConfigError as e:
-            print(f"Fatal: cluster configuration: {e}", file=sys.stderr)
-            return 1
+        else:
+            check_single_node(config)
+    except ClusterConfigError as e:
+        print(f"Fatal: cluster configuration: {e}", file=sys.stderr)
+        return 1
     try:
         setup_logging(config)
     except OSError as e:  # as Redis, a log file that can't be opened stops the start

@@ -285,6 +285,9 @@ def test_fsync_always_group_commits_concurrent_writers(partita_factory):
      "node(s) 5 not in cluster-nodes"),
     (["--cluster-nodes", "1@127.0.0.1:7001,2@127.0.0.1:7002", "--node-id", "2", "--cluster-join", "yes"],
      "a node joining a running cluster is not a controller voter"),
+    (["--node-id", "3"], "node-id 3 needs cluster-nodes"),
+    (["--cluster-join", "yes"], "cluster-join yes needs cluster-nodes"),
+    (["--controller-nodes", "1,2"], "controller-nodes 1,2 needs cluster-nodes"),
 ])
 def test_bad_cluster_configuration_exits_1_and_writes_nothing(tmp_path, args, why):
     data = tmp_path / "data"
