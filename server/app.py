@@ -136,6 +136,8 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
     log.info("Partita %s (Redis %s protocol) starting, pid=%d", partita_version(), REDIS_VERSION, os.getpid())
     log.info("Configuration: %s", config.path if config.path else "no config file, using defaults")
     check_open_files_limit(config)
+    if inert := config.inert_settings():
+        log.warning("Accepted for compatibility with Redis, changing nothing in Partita: %s", ", ".join(inert))
     # Bind first: a busy port fails the start before the data dir is touched.
     sockets = bind_sockets(config.bind, config.port)
     try:  # TLS hook (server/tls.py): the context is checked and the port bound before the data dir

@@ -128,6 +128,7 @@ class Option:
     choices: tuple[str, ...] = ()
     protected: bool = False  # Redis's "can't set protected config" (dir)
     multi_arg: bool = False  # Redis's MULTI_ARG_CONFIG: `save 900 1` in a file, `--save 900 1`: words joined
+    inert: bool = False  # accepted for compatibility with Redis, no value changes anything (named at start)
 
     @property
     def attr(self) -> str:
@@ -358,18 +359,18 @@ OPTIONS: tuple[Option, ...] = (
     # Redis's names with a meaning of their own here, or none.
     Option("stream-node-max-entries", "int", 100, minimum=0, maximum=I64,
            doc="entries of a stream node, as Redis's: what `~` trims remove whole (0: 100)"),
-    Option("stream-node-max-bytes", "size", 4096, minimum=0, maximum=I64, doc=COMPATIBLE),
+    Option("stream-node-max-bytes", "size", 4096, minimum=0, maximum=I64, doc=COMPATIBLE, inert=True),
     # Redis 8.6's defaults of XADD IDMP's window, per stream unless XCFGSET sets one (docs/streams.md).
     Option("stream-idmp-duration", "int", 100, minimum=1, maximum=86400,
            doc="seconds an idempotent id of XADD IDMP is remembered (streams XCFGSET did not configure)"),
     Option("stream-idmp-maxsize", "int", 100, minimum=1, maximum=10000,
            doc="idempotent ids of XADD IDMP remembered per producer (streams XCFGSET did not configure)"),
-    Option("appendonly", "bool", True, mutable=False,
+    Option("appendonly", "bool", True, mutable=False, inert=True,
            doc="always yes: every write goes to a partition log"),
-    Option("save", "save", "", multi_arg=True, doc="accepted for compatibility; Partita has no snapshots"),
+    Option("save", "save", "", multi_arg=True, inert=True, doc="accepted for compatibility; Partita has no snapshots"),
     Option("databases", "int", 1, mutable=False, minimum=1, maximum=1, doc="only db 0 exists"),
-    Option("daemonize", "bool", False, mutable=False, doc="accepted; Partita stays in the foreground"),
-    Option("maxmemory", "size", 0, minimum=0, maximum=I64,
+    Option("daemonize", "bool", False, mutable=False, inert=True, doc="accepted; Partita stays in the foreground"),
+    Option("maxmemory", "size", 0, minimum=0, maximum=I64, inert=True,
            doc="accepted for compatibility; data lives on disk"),
 )
 
@@ -583,7 +584,7 @@ def _compatible_options() -> tuple[tuple[Option, ...], dict[str, str]]:
         choices: tuple[str, ...] = ()
         if "|" in kind:
             kind, choices = "enum", tuple(kind.split("|"))
-        option = Option(name, kind, None, mutable="immutable" not in flags, doc=COMPATIBLE,
+        option = Option(name, kind, None, mutable="immutable" not in flags, doc=COMPATIBLE, inert=True,
                         choices=choices, protected="protected" in flags, multi_arg="multi-arg" in flags)
         options.append(dataclasses.replace(option, default=option.parse(text)))
     return tuple(options), aliases
@@ -679,6 +680,16 @@ class Config:
         setattr(self, option.attr, value)
         for alias in _ALIASES.get(option.name, ()):
             setattr(self, OPTIONS_BY_NAME[alias].attr, value)
+
+    def inert_settings(self) -> list[str]:
+        """``name value`` of every ``inert`` option set to other than its
+        default (an alias once): what a redis.conf asks of Partita in vain."""
+        out: dict[str, str] = {}
+        for option in OPTIONS:
+            value = getattr(self, option.attr)
+            if option.inert and value != option.default and not any(a in out for a in _ALIASES.get(option.name, ())):
+                out[option.name] = option.format(value)
+        return [f"{name} {text}" for name, text in out.items()]
 
     # -- CONFIG GET / SET --------------------------------------------------
 

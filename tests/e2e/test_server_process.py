@@ -376,3 +376,13 @@ def test_a_listener_port_clashing_with_another_names_its_option(tmp_path, option
     assert (f"Fatal: Failed listening on port {port} ({option}), aborting: 127.0.0.1: Address already in use"
             in result.stdout + result.stderr)
     assert not data.exists()
+
+
+def test_settings_partita_accepts_but_does_not_honour_are_named_at_start(partita_factory):
+    server = partita_factory(["--daemonize", "yes", "--appendonly", "no", "--maxmemory", "1gb", "--hz", "10"])
+    assert ("# Accepted for compatibility with Redis, changing nothing in Partita: appendonly no, daemonize yes, "
+            "maxmemory 1073741824\n") in server.log()  # hz 10 is Redis's default: not named
+
+
+def test_no_such_warning_with_the_defaults(partita_server):
+    assert "changing nothing in Partita" not in partita_server.log()
