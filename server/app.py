@@ -85,10 +85,10 @@ class DataDirError(Exception):
 
 def prepare_data_dir(config: Config) -> tuple[Path, int]:
     """Create the data directory (after the config was fully validated; its
-    parent must exist) and lock it for this process, before anything in it is read or written:
-    ``(path, the lock's descriptor)``. Closing the descriptor (or the
-    process's end) releases the lock; a second server on the directory gets
-    DataDirError naming the first one's pid."""
+    parent must exist) and lock it for this process, before anything in it
+    is read or written: ``(path, the lock's descriptor)``. Closing the
+    descriptor (or the process's end) releases the lock; a second server on
+    the directory gets DataDirError naming the first one's pid."""
     path = Path(config.dir).expanduser().resolve()
     try:
         path.mkdir(exist_ok=True)  # not its parents: a mistyped path or an unmounted volume is refused
@@ -110,7 +110,7 @@ def prepare_data_dir(config: Config) -> tuple[Path, int]:
     except BaseException:
         os.close(fd)
         raise
-    try:  # information only: written in place at a fixed width, so a full disk refuses at most a new file's block
+    try:  # information only; in place at a fixed width: on a full disk, only a new file's block can fail
         os.pwrite(fd, f"{os.getpid():<20}\n".encode(), 0)
     except OSError as e:
         log.warning("%s: the pid not written (%s); the directory is locked all the same",

@@ -223,7 +223,8 @@ COMPATIBLE = "accepted for compatibility with Redis; changes nothing in Partita"
 OPTIONS: tuple[Option, ...] = (
     Option("port", "int", 6379, mutable=False, doc="TCP port to listen on (0: pick a free one)",
            minimum=0, maximum=65535),
-    Option("bind", "string", "127.0.0.1", mutable=False, multi_arg=True, doc="addresses to listen on, space separated"),
+    Option("bind", "string", "127.0.0.1", mutable=False, multi_arg=True,
+           doc="addresses to listen on, space separated"),
     Option("dir", "path", "./partita-data", mutable=False, protected=True,
            doc="data directory: one sub-directory per topic; created at start if missing (not its parent), "
                "locked while a server uses it"),
@@ -367,7 +368,8 @@ OPTIONS: tuple[Option, ...] = (
            doc="idempotent ids of XADD IDMP remembered per producer (streams XCFGSET did not configure)"),
     Option("appendonly", "bool", True, mutable=False, inert=True,
            doc="always yes: every write goes to a partition log"),
-    Option("save", "save", "", multi_arg=True, inert=True, doc="accepted for compatibility; Partita has no snapshots"),
+    Option("save", "save", "", multi_arg=True, inert=True,
+           doc="accepted for compatibility; Partita has no snapshots"),
     Option("databases", "int", 1, mutable=False, minimum=1, maximum=1, doc="only db 0 exists"),
     Option("daemonize", "bool", False, mutable=False, inert=True, doc="accepted; Partita stays in the foreground"),
     Option("maxmemory", "size", 0, minimum=0, maximum=I64, inert=True,
