@@ -383,23 +383,25 @@ OPTIONS: tuple[Option, ...] = (
 # ones refused by CONFIG SET), the value is kept and shown, and nothing in
 # Partita changes. One per line: name, kind (bool, int, size, string, or the
 # choices a|b|c), Redis's default ("" empty), then ``immutable`` or
-# ``protected`` as in Redis, and ``multi-arg`` for a value of several
+# ``protected`` as in Redis, ``<min>..<max>`` Redis's bounds of an int (its
+# "argument must be between" text), and ``multi-arg`` for a value of several
 # words in a file line (`oom-score-adj-values 0 200 800`), as Redis's
 # MULTI_ARG_CONFIG; ``name =other``: Redis's alias of ``other`` (both show
 # the value, setting either sets both). The names and defaults
 # are Redis 7.0.15's CONFIG GET *, plus those Redis 7.2 to 8.6 added
 # (locale-collate ... cluster-slot-stats-enabled) and 8.6's two eviction
-# policies.
+# policies; the bounds are those redis-server 7.0.15's CONFIG SET names
+# (none for its immutable ones and the later names).
 _COMPATIBLE_NAMES = """
 acl-pubsub-default allchannels|resetchannels resetchannels
-acllog-max-len int 128
-active-defrag-cycle-max int 25
-active-defrag-cycle-min int 1
+acllog-max-len int 128 0..9223372036854775807
+active-defrag-cycle-max int 25 1..99
+active-defrag-cycle-min int 1 1..99
 active-defrag-ignore-bytes size 104857600
-active-defrag-max-scan-fields int 1000
-active-defrag-threshold-lower int 10
-active-defrag-threshold-upper int 100
-active-expire-effort int 1
+active-defrag-max-scan-fields int 1000 1..9223372036854775807
+active-defrag-threshold-lower int 10 0..1000
+active-defrag-threshold-upper int 100 0..1000
+active-expire-effort int 1 1..10
 activedefrag bool no
 activerehashing bool yes
 always-show-logo bool no immutable
@@ -413,31 +415,31 @@ aof_rewrite_cpulist =aof-rewrite-cpulist
 appenddirname string appendonlydir immutable
 appendfilename string appendonly.aof immutable
 auto-aof-rewrite-min-size size 67108864
-auto-aof-rewrite-percentage int 100
+auto-aof-rewrite-percentage int 100 0..2147483647
 bgsave-cpulist string "" immutable
 bgsave_cpulist =bgsave-cpulist
 bind-source-addr string ""
 bio-cpulist string "" immutable
 bio_cpulist =bio-cpulist
-busy-reply-threshold int 5000
+busy-reply-threshold int 5000 0..9223372036854775807
 cluster-allow-pubsubshard-when-down bool yes
 cluster-allow-reads-when-down bool no
 cluster-allow-replica-migration bool yes
-cluster-announce-bus-port int 0
+cluster-announce-bus-port int 0 0..65535
 cluster-announce-hostname string ""
 cluster-announce-human-nodename string ""
 cluster-announce-ip string ""
-cluster-announce-port int 0
-cluster-announce-tls-port int 0
+cluster-announce-port int 0 0..65535
+cluster-announce-tls-port int 0 0..65535
 cluster-compatibility-sample-ratio int 0
 cluster-config-file string nodes.conf immutable
 cluster-enabled bool no immutable
 cluster-link-sendbuf-limit size 0
-cluster-migration-barrier int 1
-cluster-node-timeout int 15000
+cluster-migration-barrier int 1 0..2147483647
+cluster-node-timeout int 15000 0..9223372036854775807
 cluster-preferred-endpoint-type ip|hostname|unknown-endpoint ip
 cluster-replica-no-failover bool no
-cluster-replica-validity-factor int 10
+cluster-replica-validity-factor int 10 0..2147483647
 cluster-require-full-coverage bool yes
 cluster-slave-no-failover =cluster-replica-no-failover
 cluster-slave-validity-factor =cluster-replica-validity-factor
@@ -450,13 +452,13 @@ dynamic-hz bool yes
 enable-debug-command no|yes|local no immutable
 enable-module-command no|yes|local no immutable
 enable-protected-configs no|yes|local no immutable
-hash-max-listpack-entries int 512
+hash-max-listpack-entries int 512 0..9223372036854775807
 hash-max-listpack-value size 64
 hash-max-ziplist-entries =hash-max-listpack-entries
 hash-max-ziplist-value =hash-max-listpack-value
 hide-user-data-from-log bool no
 hll-sparse-max-bytes size 3000
-hz int 10
+hz int 10 0..2147483647
 ignore-warnings string ""
 io-threads int 1 immutable
 io-threads-do-reads bool no immutable
@@ -468,10 +470,10 @@ lazyfree-lazy-expire bool no
 lazyfree-lazy-server-del bool no
 lazyfree-lazy-user-del bool no
 lazyfree-lazy-user-flush bool no
-lfu-decay-time int 1
-lfu-log-factor int 10
-list-compress-depth int 0
-list-max-listpack-size int -2
+lfu-decay-time int 1 0..2147483647
+lfu-log-factor int 10 0..2147483647
+list-compress-depth int 0 0..2147483647
+list-max-listpack-size int -2 -2147483648..2147483647
 list-max-ziplist-size =list-max-listpack-size
 locale-collate string ""
 lua-time-limit =busy-reply-threshold
@@ -480,11 +482,11 @@ masteruser string ""
 max-new-connections-per-cycle int 10
 max-new-tls-connections-per-cycle int 1
 maxmemory-clients string 0
-maxmemory-eviction-tenacity int 10
+maxmemory-eviction-tenacity int 10 0..100
 maxmemory-policy volatile-lru|volatile-lfu|volatile-random|volatile-ttl|allkeys-lru|allkeys-lfu|allkeys-random|noeviction|volatile-lrm|allkeys-lrm noeviction
-maxmemory-samples int 5
-min-replicas-max-lag int 10
-min-replicas-to-write int 0
+maxmemory-samples int 5 1..2147483647
+min-replicas-max-lag int 10 0..2147483647
+min-replicas-to-write int 0 0..2147483647
 min-slaves-max-lag =min-replicas-max-lag
 min-slaves-to-write =min-replicas-to-write
 no-appendfsync-on-rewrite bool no
@@ -500,30 +502,30 @@ rdb-save-incremental-fsync bool yes
 rdbchecksum bool yes immutable
 rdbcompression bool yes
 repl-backlog-size size 1048576
-repl-backlog-ttl int 3600
+repl-backlog-ttl int 3600 0..9223372036854775807
 repl-disable-tcp-nodelay bool no
 repl-diskless-load disabled|on-empty-db|swapdb disabled
 repl-diskless-sync bool yes
-repl-diskless-sync-delay int 5
-repl-diskless-sync-max-replicas int 0
-repl-ping-replica-period int 10
+repl-diskless-sync-delay int 5 0..2147483647
+repl-diskless-sync-max-replicas int 0 0..2147483647
+repl-ping-replica-period int 10 1..2147483647
 repl-ping-slave-period =repl-ping-replica-period
-repl-timeout int 60
+repl-timeout int 60 1..2147483647
 replica-announce-ip string ""
-replica-announce-port int 0
+replica-announce-port int 0 0..65535
 replica-announced bool yes
 replica-full-sync-buffer-limit size 0
 replica-ignore-disk-write-errors bool no
 replica-ignore-maxmemory bool yes
 replica-lazy-flush bool no
-replica-priority int 100
+replica-priority int 100 0..2147483647
 replica-read-only bool yes
 replica-serve-stale-data bool yes
 replicaof string "" immutable multi-arg
 sanitize-dump-payload bool no
 server-cpulist string "" immutable
 server_cpulist =server-cpulist
-set-max-intset-entries int 512
+set-max-intset-entries int 512 0..9223372036854775807
 set-max-listpack-entries int 128
 set-max-listpack-value size 64
 set-proc-title bool yes immutable
@@ -544,7 +546,7 @@ syslog-enabled bool no immutable
 syslog-facility string local0 immutable
 syslog-ident string redis immutable
 tcp-backlog int 511 immutable
-tcp-keepalive int 300
+tcp-keepalive int 300 0..2147483647
 tls-ca-cert-dir string ""
 tls-ciphers string ""
 tls-ciphersuites string ""
@@ -557,13 +559,13 @@ tls-key-file-pass string ""
 tls-prefer-server-ciphers bool no
 tls-protocols string ""
 tls-replication bool no
-tls-session-cache-size int 20480
-tls-session-cache-timeout int 300
+tls-session-cache-size int 20480 0..2147483647
+tls-session-cache-timeout int 300 0..2147483647
 tls-session-caching bool yes
-tracking-table-max-keys int 1000000
+tracking-table-max-keys int 1000000 0..9223372036854775807
 unixsocket string "" immutable
 unixsocketperm string 0 immutable
-zset-max-listpack-entries int 128
+zset-max-listpack-entries int 128 0..9223372036854775807
 zset-max-listpack-value size 64
 zset-max-ziplist-entries =zset-max-listpack-entries
 zset-max-ziplist-value =zset-max-listpack-value
@@ -586,8 +588,10 @@ def _compatible_options() -> tuple[tuple[Option, ...], dict[str, str]]:
         choices: tuple[str, ...] = ()
         if "|" in kind:
             kind, choices = "enum", tuple(kind.split("|"))
+        bounds = [tuple(map(int, flag.split(".."))) for flag in flags if ".." in flag] or [(None, None)]
         option = Option(name, kind, None, mutable="immutable" not in flags, doc=COMPATIBLE, inert=True,
-                        choices=choices, protected="protected" in flags, multi_arg="multi-arg" in flags)
+                        choices=choices, protected="protected" in flags, multi_arg="multi-arg" in flags,
+                        minimum=bounds[0][0], maximum=bounds[0][1])
         options.append(dataclasses.replace(option, default=option.parse(text)))
     return tuple(options), aliases
 
