@@ -5,7 +5,8 @@ Owns: parsing ``--cluster-nodes 1@127.0.0.1:7001,2@...`` (each entry
 cluster bus port peers talk on, ``port + 10000`` when not named (or 0), as
 Redis Cluster's bus; ``bus_port_of`` gives this node's own; then the port
 its Kafka listener is reached on, when named: ``kafka_port``, 0 when not,
-and the Kafka front-end derives it); Redis Cluster's
+and the Kafka front-end derives it), and the settings that need it
+(``check_single_node``); Redis Cluster's
 key → slot function (CRC16/XMODEM of the key or of its ``{hash tag}``,
 modulo 16384); the deterministic placement every node computes alike with no
 coordination (slots cut into one equal range per node, range ``i`` is
@@ -31,6 +32,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from storage.checkpoint import parse_json, read_file, write_atomic
 from storage.errors import StorageError
@@ -109,6 +111,19 @@ def parse_cluster_nodes(text: str) -> list[Node]:
             raise ClusterConfigError(f"cluster-nodes names node {node_id} twice")
         nodes[node_id] = node
     return [nodes[k] for k in sorted(nodes)]
+
+
+# Settings that mean something only in a cluster: on a single node (no
+# cluster-nodes) they are a mistake, most likely a cluster-nodes forgotten.
+CLUSTER_ONLY_OPTIONS = ("node-id", "cluster-join", "controller-nodes", "cluster-port")
+
+
+def check_single_node(config: Any) -> None:
+    """ClusterConfigError naming a cluster-only setting given without cluster-nodes."""
+    for name in CLUSTER_ONLY_OPTIONS:
+        if config.get(name):
+            raise ClusterConfigError(f"{name} {config.text(name)} needs cluster-nodes (empty: a single node); "
+                                     "name every node there, or drop it")
 
 
 def bus_port_of(nodes: list[Node], my_id: int, cluster_port: int = 0) -> int:

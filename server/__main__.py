@@ -106,18 +106,26 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(e.message, file=sys.stderr)
         return 1
-    if config.cluster_nodes:  # a bad cluster description stops the start before anything is touched
-        from cluster.nodes import ClusterConfigError, Placement, parse_cluster_nodes
-        from cluster.runtime.controller_driver import check_controller_config
+    # A bad cluster description stops the start before anything is touched.
+    from cluster.nodes import ClusterConfigError, Placement, check_single_node, parse_cluster_nodes
+    from cluster.runtime.controller_driver import check_controller_config
 
-        try:
+    try:
+        if config.cluster_nodes:
             nodes = parse_cluster_nodes(config.cluster_nodes)
             Placement(nodes, config.node_id, config.replication_factor)
             check_controller_config(config, [n.id for n in nodes])
-        except ClusterConfigError as e:
-            print(f"Fatal: cluster configuration: {e}", file=sys.stderr)
-            return 1
-    setup_logging(config)
+        else:
+            check_single_node(config)
+    except ClusterConfigError as e:
+        print(f"Fatal: cluster configuration: {e}", file=sys.stderr)
+        return 1
+    try:
+        setup_logging(config)
+    except OSError as e:  # as Redis, a log file that can't be opened stops the start
+        print(f"*** FATAL CONFIG ERROR ***\nlogfile '{config.logfile}': Can't open the log file: {e.strerror}",
+              file=sys.stderr)
+        return 1
     try:
         trio.run(run, config)
     except BaseExceptionGroup as group:
@@ -142,17 +150,21 @@ def _leaves(group: BaseExceptionGroup):
 
 def _explains_itself(e: BaseException) -> bool:
     """A refusal to start that explains itself (busy port, a file or
-    directory the system refused, damaged topic metadata, bad cluster
-    state, a bad aclfile): logged as one line, no traceback. Any other
+    directory the system refused, a data directory in use or unusable,
+    damaged topic metadata, bad cluster state, a bad aclfile, a TLS
+    setting that can't work): logged as one line, no traceback. Any other
     error that ends the server (an ``OSError`` of a socket among them) is
     logged with its traceback: it is a bug to find."""
     from cluster.nodes import ClusterConfigError
     from cluster.topics import TopicMetaError
     from server.acl import AclError
+    from server.app import DataDirError
+    from server.tls import TlsConfigError
     from cluster.runtime.controller_driver import ControllerHalted
 
     return (type(e).__name__ == "BindError" or (isinstance(e, OSError) and e.filename is not None)
-            or isinstance(e, (TopicMetaError, ClusterConfigError, ControllerHalted, AclError)))
+            or isinstance(e, (TopicMetaError, ClusterConfigError, ControllerHalted, AclError, DataDirError,
+                              TlsConfigError)))
 
 
 if __name__ == "__main__":

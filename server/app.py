@@ -18,6 +18,7 @@ Must not know: RESP, what commands do, storage file formats.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import gc
 import logging
@@ -49,7 +50,8 @@ log = logging.getLogger("partita")
 OPS_SAMPLE_INTERVAL_S = 0.1
 # Descriptors the process may hold beyond max-open-files (partition files,
 # flush rounds included) and maxclients (docs/guarantees.md): 40 for the
-# standard streams and the log file, the event loop's, the listening
+# standard streams and the log file, the data directory's lock
+# (DATA_DIR_LOCK_FILE), the event loop's, the listening
 # sockets, the fsync thread's eventfd, up to 16 segment mappings
 # (storage.segment: a mapping keeps a copy of its file's; 8 mapped, 8 more
 # retired but still held by unsent replies), a checkpoint and a group
@@ -72,14 +74,57 @@ def check_open_files_limit(config: Config) -> None:
                     RESERVED_FDS, needed)
 
 
-def prepare_data_dir(config: Config) -> Path:
-    """Create the data directory (after the config was fully validated)."""
+# In the data directory: the pid of the server using it, locked (flock) while it runs.
+DATA_DIR_LOCK_FILE = "partita.lock"
+
+
+class DataDirError(Exception):
+    """The data directory can't be used; the message says which and why
+    (logged as one line, no traceback: server.__main__)."""
+
+
+def prepare_data_dir(config: Config) -> tuple[Path, int]:
+    """Create the data directory (after the config was fully validated; its
+    parent must exist) and lock it for this process, before anything in it
+    is read or written: ``(path, the lock's descriptor)``. Closing the
+    descriptor (or the process's end) releases the lock; a second server on
+    the directory gets DataDirError naming the first one's pid."""
     path = Path(config.dir).expanduser().resolve()
-    path.mkdir(parents=True, exist_ok=True)
-    if not os.access(path, os.W_OK):
-        raise OSError(f"data directory {path} is not writable")
+    try:
+        path.mkdir(exist_ok=True)  # not its parents: a mistyped path or an unmounted volume is refused
+        fd = os.open(path / DATA_DIR_LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except FileExistsError:  # mkdir's answer for a file in the way
+        raise DataDirError(f"can't use data directory {path} (dir): Not a directory") from None
+    except FileNotFoundError:
+        raise DataDirError(f"can't use data directory {path} (dir): "
+                           f"its parent directory {path.parent} does not exist") from None
+    except OSError as e:
+        raise DataDirError(f"can't use data directory {path} (dir): {e.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        owner = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        os.close(fd)
+        raise DataDirError(f"data directory {path} is in use by another Partita process (pid {owner or '?'}): "
+                           f"two servers must not write one directory") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    try:  # information only; in place at a fixed width: on a full disk, only a new file's block can fail
+        os.pwrite(fd, f"{os.getpid():<20}\n".encode(), 0)
+    except OSError as e:
+        log.warning("%s: the pid not written (%s); the directory is locked all the same",
+                    path / DATA_DIR_LOCK_FILE, e.strerror)
     config.dir = str(path)
-    return path
+    return path, fd
+
+
+def _close_before_serving(sockets: list, data_lock: int | None) -> None:
+    """A start that fails after binding: the sockets closed, the data directory unlocked."""
+    for sock in sockets:
+        sock.close()
+    if data_lock is not None:
+        os.close(data_lock)
 
 
 async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics: Any = None) -> None:
@@ -91,6 +136,8 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
     log.info("Partita %s (Redis %s protocol) starting, pid=%d", partita_version(), REDIS_VERSION, os.getpid())
     log.info("Configuration: %s", config.path if config.path else "no config file, using defaults")
     check_open_files_limit(config)
+    if inert := config.inert_settings():
+        log.warning("Accepted for compatibility with Redis, changing nothing in Partita: %s", ", ".join(inert))
     # Bind first: a busy port fails the start before the data dir is touched.
     sockets = bind_sockets(config.bind, config.port)
     try:  # TLS hook (server/tls.py): the context is checked and the port bound before the data dir
@@ -118,8 +165,9 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
             sock.close()
         raise
     sockets_to_close = sockets + tls_sockets + bus_sockets + http_sockets + kafka_sockets + kafka_tls_sockets
+    data_lock = None
     try:
-        data_dir = prepare_data_dir(config)
+        data_dir, data_lock = prepare_data_dir(config)
         log.info("Data directory: %s", data_dir)
         if config.cluster_nodes:
             log.info("Cluster node %d; peers: %s", config.node_id, ", ".join(
@@ -128,8 +176,7 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
         if topics is None:
             topics = open_topics(config)
     except BaseException:
-        for sock in sockets_to_close:
-            sock.close()
+        _close_before_serving(sockets_to_close, data_lock)
         raise
     state = ServerState(config, topics)
 
@@ -139,8 +186,7 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
     try:
         state.replication = replication.build(config, topics, connect)
     except ValueError:
-        for sock in sockets_to_close:
-            sock.close()
+        _close_before_serving(sockets_to_close, data_lock)
         raise
     if state.replication is not None:
         state.replication.host = state
@@ -252,6 +298,7 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
             sock.close()
         with trio.CancelScope(shield=True):
             await _close_topics(state)
+        os.close(data_lock)  # the last: the next server may start once the topics are closed
         log.info("Partita is now ready to exit, bye bye...")
 
 

@@ -75,7 +75,7 @@ def bind(config: Any) -> list[socket.socket]:
     """The bus's listening sockets on the ``bind`` addresses; none on a single node."""
     if not config.cluster_nodes:
         return []
-    return bind_sockets(config.bind, port(config))
+    return bind_sockets(config.bind, port(config), "cluster-port")
 
 
 def table() -> CommandTable:

@@ -51,10 +51,11 @@ _UNITS = {
 _SIZE_RE = re.compile(r"^(-?\d+)([a-z]*)$")
 
 
-def parse_size(text: str) -> int:
-    """Redis's ``memtoull``: ``4k`` = 4000, ``4kb`` = 4096, ``1gb`` = 2**30."""
+def parse_size(text: str, signed: bool = False) -> int:
+    """Redis's ``memtoull``: ``4k`` = 4000, ``4kb`` = 4096, ``1gb`` = 2**30;
+    a negative one only when ``signed`` (Partita's ``retention-bytes -1``)."""
     m = _SIZE_RE.match(text.strip().lower())
-    if not m or m.group(2) not in _UNITS:
+    if not m or m.group(2) not in _UNITS or (m.group(1).startswith("-") and not signed):
         raise ConfigError("argument must be a memory value")
     return int(m.group(1)) * _UNITS[m.group(2)]
 
@@ -100,6 +101,17 @@ def parse_output_buffer_limits(text: str) -> dict[str, tuple[int, int, int]]:
     return out
 
 
+def parse_save(text: str) -> str:
+    """``<seconds> <changes> ...`` as Redis's ``setConfigSaveOption``
+    checks it (seconds >= 1, changes >= 0; empty: none), words joined by
+    one space."""
+    words = text.split()
+    if len(words) % 2 or not all(re.fullmatch(r"-?\d+", w) for w in words) or any(
+            int(w) < (1 if i % 2 == 0 else 0) for i, w in enumerate(words)):
+        raise ConfigError("Invalid save parameters")
+    return " ".join(str(int(w)) for w in words)
+
+
 def format_output_buffer_limits(value: dict[str, tuple[int, int, int]]) -> str:
     return " ".join(f"{cls} {h} {s} {sec}" for cls in OUTPUT_BUFFER_CLASSES for h, s, sec in [value[cls]])
 
@@ -107,7 +119,7 @@ def format_output_buffer_limits(value: dict[str, tuple[int, int, int]]) -> str:
 @dataclass(frozen=True)
 class Option:
     name: str  # Redis spelling
-    kind: str  # int | size | string | enum | bool | path
+    kind: str  # int | size | string | enum | bool | path | obuf | save
     default: Any
     mutable: bool = True
     doc: str = ""
@@ -115,6 +127,8 @@ class Option:
     maximum: int | None = None
     choices: tuple[str, ...] = ()
     protected: bool = False  # Redis's "can't set protected config" (dir)
+    multi_arg: bool = False  # Redis's MULTI_ARG_CONFIG: `save 900 1` in a file, `--save 900 1`: words joined
+    inert: bool = False  # accepted for compatibility with Redis, no value changes anything (named at start)
 
     @property
     def attr(self) -> str:
@@ -132,7 +146,7 @@ class Option:
             self._check_range(value)
             return value
         if self.kind == "size":
-            value = parse_size(text)
+            value = parse_size(text, signed=self.minimum is not None and self.minimum < 0)
             self._check_range(value)
             return value
         if self.kind == "bool":
@@ -142,6 +156,8 @@ class Option:
             return low == "yes"
         if self.kind == "obuf":
             return parse_output_buffer_limits(text)
+        if self.kind == "save":
+            return parse_save(text)
         if self.kind == "enum":
             low = text.lower()
             if low not in self.choices:
@@ -169,9 +185,15 @@ class Option:
             text = format_size(value)
         else:
             text = self.format(value)
-        if text == "" or any(c in text for c in " \t\"'\\#"):
-            return quote(text)
-        return text
+        return quote_if_needed(text)
+
+
+def quote_if_needed(text: str) -> str:
+    """``text`` as one word of a config line: quoted when empty or when it
+    holds a space, a quote, a backslash or a ``#``."""
+    if text == "" or any(c in text for c in " \t\"'\\#"):
+        return quote(text)
+    return text
 
 
 def quote(text: str) -> str:
@@ -201,9 +223,11 @@ COMPATIBLE = "accepted for compatibility with Redis; changes nothing in Partita"
 OPTIONS: tuple[Option, ...] = (
     Option("port", "int", 6379, mutable=False, doc="TCP port to listen on (0: pick a free one)",
            minimum=0, maximum=65535),
-    Option("bind", "string", "127.0.0.1", mutable=False, doc="addresses to listen on, space separated"),
+    Option("bind", "string", "127.0.0.1", mutable=False, multi_arg=True,
+           doc="addresses to listen on, space separated"),
     Option("dir", "path", "./partita-data", mutable=False, protected=True,
-           doc="data directory: one sub-directory per topic"),
+           doc="data directory: one sub-directory per topic; created at start if missing (not its parent), "
+               "locked while a server uses it"),
     Option("fsync", "enum", "everysec", choices=("everysec", "always", "no"),
            doc="when writes reach the disk before the reply: always (group commit), everysec, no"),
     Option("appendfsync", "enum", "everysec", choices=("everysec", "always", "no"),
@@ -214,7 +238,7 @@ OPTIONS: tuple[Option, ...] = (
            doc="descriptors of partition files kept open at most (least recently used closed first); "
                "flush rounds sync through them"),
     # Limits and access control (docs/security.md).
-    Option("client-output-buffer-limit", "obuf", DEFAULT_OUTPUT_BUFFER_LIMITS,
+    Option("client-output-buffer-limit", "obuf", DEFAULT_OUTPUT_BUFFER_LIMITS, multi_arg=True,
            doc="reply bytes a client may leave unread: `<class> <hard> <soft> <soft-seconds>`"),
     Option("max-blocked-clients", "int", 0, minimum=0, maximum=U32,
            doc="clients waiting in XREAD/XREADGROUP BLOCK at most (0: only maxclients bounds them)"),
@@ -336,18 +360,19 @@ OPTIONS: tuple[Option, ...] = (
     # Redis's names with a meaning of their own here, or none.
     Option("stream-node-max-entries", "int", 100, minimum=0, maximum=I64,
            doc="entries of a stream node, as Redis's: what `~` trims remove whole (0: 100)"),
-    Option("stream-node-max-bytes", "size", 4096, minimum=0, maximum=I64, doc=COMPATIBLE),
+    Option("stream-node-max-bytes", "size", 4096, minimum=0, maximum=I64, doc=COMPATIBLE, inert=True),
     # Redis 8.6's defaults of XADD IDMP's window, per stream unless XCFGSET sets one (docs/streams.md).
     Option("stream-idmp-duration", "int", 100, minimum=1, maximum=86400,
            doc="seconds an idempotent id of XADD IDMP is remembered (streams XCFGSET did not configure)"),
     Option("stream-idmp-maxsize", "int", 100, minimum=1, maximum=10000,
            doc="idempotent ids of XADD IDMP remembered per producer (streams XCFGSET did not configure)"),
-    Option("appendonly", "bool", True, mutable=False,
+    Option("appendonly", "bool", True, mutable=False, inert=True,
            doc="always yes: every write goes to a partition log"),
-    Option("save", "string", "", doc="accepted for compatibility; Partita has no snapshots"),
+    Option("save", "save", "", multi_arg=True, inert=True,
+           doc="accepted for compatibility; Partita has no snapshots"),
     Option("databases", "int", 1, mutable=False, minimum=1, maximum=1, doc="only db 0 exists"),
-    Option("daemonize", "bool", False, mutable=False, doc="accepted; Partita stays in the foreground"),
-    Option("maxmemory", "size", 0, minimum=0, maximum=I64,
+    Option("daemonize", "bool", False, mutable=False, inert=True, doc="accepted; Partita stays in the foreground"),
+    Option("maxmemory", "size", 0, minimum=0, maximum=I64, inert=True,
            doc="accepted for compatibility; data lives on disk"),
 )
 
@@ -358,21 +383,25 @@ OPTIONS: tuple[Option, ...] = (
 # ones refused by CONFIG SET), the value is kept and shown, and nothing in
 # Partita changes. One per line: name, kind (bool, int, size, string, or the
 # choices a|b|c), Redis's default ("" empty), then ``immutable`` or
-# ``protected`` as in Redis; ``name =other``: Redis's alias of ``other``
-# (both show the value, setting either sets both). The names and defaults
+# ``protected`` as in Redis, ``<min>..<max>`` Redis's bounds of an int (its
+# "argument must be between" text), and ``multi-arg`` for a value of several
+# words in a file line (`oom-score-adj-values 0 200 800`), as Redis's
+# MULTI_ARG_CONFIG; ``name =other``: Redis's alias of ``other`` (both show
+# the value, setting either sets both). The names and defaults
 # are Redis 7.0.15's CONFIG GET *, plus those Redis 7.2 to 8.6 added
 # (locale-collate ... cluster-slot-stats-enabled) and 8.6's two eviction
-# policies.
+# policies; the bounds are those redis-server 7.0.15's CONFIG SET names
+# (none for its immutable ones and the later names).
 _COMPATIBLE_NAMES = """
 acl-pubsub-default allchannels|resetchannels resetchannels
-acllog-max-len int 128
-active-defrag-cycle-max int 25
-active-defrag-cycle-min int 1
+acllog-max-len int 128 0..9223372036854775807
+active-defrag-cycle-max int 25 1..99
+active-defrag-cycle-min int 1 1..99
 active-defrag-ignore-bytes size 104857600
-active-defrag-max-scan-fields int 1000
-active-defrag-threshold-lower int 10
-active-defrag-threshold-upper int 100
-active-expire-effort int 1
+active-defrag-max-scan-fields int 1000 1..9223372036854775807
+active-defrag-threshold-lower int 10 0..1000
+active-defrag-threshold-upper int 100 0..1000
+active-expire-effort int 1 1..10
 activedefrag bool no
 activerehashing bool yes
 always-show-logo bool no immutable
@@ -386,31 +415,31 @@ aof_rewrite_cpulist =aof-rewrite-cpulist
 appenddirname string appendonlydir immutable
 appendfilename string appendonly.aof immutable
 auto-aof-rewrite-min-size size 67108864
-auto-aof-rewrite-percentage int 100
+auto-aof-rewrite-percentage int 100 0..2147483647
 bgsave-cpulist string "" immutable
 bgsave_cpulist =bgsave-cpulist
 bind-source-addr string ""
 bio-cpulist string "" immutable
 bio_cpulist =bio-cpulist
-busy-reply-threshold int 5000
+busy-reply-threshold int 5000 0..9223372036854775807
 cluster-allow-pubsubshard-when-down bool yes
 cluster-allow-reads-when-down bool no
 cluster-allow-replica-migration bool yes
-cluster-announce-bus-port int 0
+cluster-announce-bus-port int 0 0..65535
 cluster-announce-hostname string ""
 cluster-announce-human-nodename string ""
 cluster-announce-ip string ""
-cluster-announce-port int 0
-cluster-announce-tls-port int 0
+cluster-announce-port int 0 0..65535
+cluster-announce-tls-port int 0 0..65535
 cluster-compatibility-sample-ratio int 0
 cluster-config-file string nodes.conf immutable
 cluster-enabled bool no immutable
 cluster-link-sendbuf-limit size 0
-cluster-migration-barrier int 1
-cluster-node-timeout int 15000
+cluster-migration-barrier int 1 0..2147483647
+cluster-node-timeout int 15000 0..9223372036854775807
 cluster-preferred-endpoint-type ip|hostname|unknown-endpoint ip
 cluster-replica-no-failover bool no
-cluster-replica-validity-factor int 10
+cluster-replica-validity-factor int 10 0..2147483647
 cluster-require-full-coverage bool yes
 cluster-slave-no-failover =cluster-replica-no-failover
 cluster-slave-validity-factor =cluster-replica-validity-factor
@@ -423,28 +452,28 @@ dynamic-hz bool yes
 enable-debug-command no|yes|local no immutable
 enable-module-command no|yes|local no immutable
 enable-protected-configs no|yes|local no immutable
-hash-max-listpack-entries int 512
+hash-max-listpack-entries int 512 0..9223372036854775807
 hash-max-listpack-value size 64
 hash-max-ziplist-entries =hash-max-listpack-entries
 hash-max-ziplist-value =hash-max-listpack-value
 hide-user-data-from-log bool no
 hll-sparse-max-bytes size 3000
-hz int 10
+hz int 10 0..2147483647
 ignore-warnings string ""
 io-threads int 1 immutable
 io-threads-do-reads bool no immutable
 jemalloc-bg-thread bool yes
 latency-tracking bool yes
-latency-tracking-info-percentiles string '50 99 99.9'
+latency-tracking-info-percentiles string '50 99 99.9' multi-arg
 lazyfree-lazy-eviction bool no
 lazyfree-lazy-expire bool no
 lazyfree-lazy-server-del bool no
 lazyfree-lazy-user-del bool no
 lazyfree-lazy-user-flush bool no
-lfu-decay-time int 1
-lfu-log-factor int 10
-list-compress-depth int 0
-list-max-listpack-size int -2
+lfu-decay-time int 1 0..2147483647
+lfu-log-factor int 10 0..2147483647
+list-compress-depth int 0 0..2147483647
+list-max-listpack-size int -2 -2147483648..2147483647
 list-max-ziplist-size =list-max-listpack-size
 locale-collate string ""
 lua-time-limit =busy-reply-threshold
@@ -453,17 +482,17 @@ masteruser string ""
 max-new-connections-per-cycle int 10
 max-new-tls-connections-per-cycle int 1
 maxmemory-clients string 0
-maxmemory-eviction-tenacity int 10
+maxmemory-eviction-tenacity int 10 0..100
 maxmemory-policy volatile-lru|volatile-lfu|volatile-random|volatile-ttl|allkeys-lru|allkeys-lfu|allkeys-random|noeviction|volatile-lrm|allkeys-lrm noeviction
-maxmemory-samples int 5
-min-replicas-max-lag int 10
-min-replicas-to-write int 0
+maxmemory-samples int 5 1..2147483647
+min-replicas-max-lag int 10 0..2147483647
+min-replicas-to-write int 0 0..2147483647
 min-slaves-max-lag =min-replicas-max-lag
 min-slaves-to-write =min-replicas-to-write
 no-appendfsync-on-rewrite bool no
 notify-keyspace-events string ""
 oom-score-adj no|yes|relative|absolute no
-oom-score-adj-values string '0 200 800'
+oom-score-adj-values string '0 200 800' multi-arg
 pidfile string "" immutable
 proc-title-template string '{title} {listen-addr} {server-mode}'
 propagation-error-behavior ignore|panic|panic-on-replicas ignore
@@ -473,30 +502,30 @@ rdb-save-incremental-fsync bool yes
 rdbchecksum bool yes immutable
 rdbcompression bool yes
 repl-backlog-size size 1048576
-repl-backlog-ttl int 3600
+repl-backlog-ttl int 3600 0..9223372036854775807
 repl-disable-tcp-nodelay bool no
 repl-diskless-load disabled|on-empty-db|swapdb disabled
 repl-diskless-sync bool yes
-repl-diskless-sync-delay int 5
-repl-diskless-sync-max-replicas int 0
-repl-ping-replica-period int 10
+repl-diskless-sync-delay int 5 0..2147483647
+repl-diskless-sync-max-replicas int 0 0..2147483647
+repl-ping-replica-period int 10 1..2147483647
 repl-ping-slave-period =repl-ping-replica-period
-repl-timeout int 60
+repl-timeout int 60 1..2147483647
 replica-announce-ip string ""
-replica-announce-port int 0
+replica-announce-port int 0 0..65535
 replica-announced bool yes
 replica-full-sync-buffer-limit size 0
 replica-ignore-disk-write-errors bool no
 replica-ignore-maxmemory bool yes
 replica-lazy-flush bool no
-replica-priority int 100
+replica-priority int 100 0..2147483647
 replica-read-only bool yes
 replica-serve-stale-data bool yes
-replicaof string "" immutable
+replicaof string "" immutable multi-arg
 sanitize-dump-payload bool no
 server-cpulist string "" immutable
 server_cpulist =server-cpulist
-set-max-intset-entries int 512
+set-max-intset-entries int 512 0..9223372036854775807
 set-max-listpack-entries int 128
 set-max-listpack-value size 64
 set-proc-title bool yes immutable
@@ -517,7 +546,7 @@ syslog-enabled bool no immutable
 syslog-facility string local0 immutable
 syslog-ident string redis immutable
 tcp-backlog int 511 immutable
-tcp-keepalive int 300
+tcp-keepalive int 300 0..2147483647
 tls-ca-cert-dir string ""
 tls-ciphers string ""
 tls-ciphersuites string ""
@@ -530,13 +559,13 @@ tls-key-file-pass string ""
 tls-prefer-server-ciphers bool no
 tls-protocols string ""
 tls-replication bool no
-tls-session-cache-size int 20480
-tls-session-cache-timeout int 300
+tls-session-cache-size int 20480 0..2147483647
+tls-session-cache-timeout int 300 0..2147483647
 tls-session-caching bool yes
-tracking-table-max-keys int 1000000
+tracking-table-max-keys int 1000000 0..9223372036854775807
 unixsocket string "" immutable
 unixsocketperm string 0 immutable
-zset-max-listpack-entries int 128
+zset-max-listpack-entries int 128 0..9223372036854775807
 zset-max-listpack-value size 64
 zset-max-ziplist-entries =zset-max-listpack-entries
 zset-max-ziplist-value =zset-max-listpack-value
@@ -559,8 +588,10 @@ def _compatible_options() -> tuple[tuple[Option, ...], dict[str, str]]:
         choices: tuple[str, ...] = ()
         if "|" in kind:
             kind, choices = "enum", tuple(kind.split("|"))
-        option = Option(name, kind, None, mutable="immutable" not in flags, doc=COMPATIBLE,
-                        choices=choices, protected="protected" in flags)
+        bounds = [tuple(map(int, flag.split(".."))) for flag in flags if ".." in flag] or [(None, None)]
+        option = Option(name, kind, None, mutable="immutable" not in flags, doc=COMPATIBLE, inert=True,
+                        choices=choices, protected="protected" in flags, multi_arg="multi-arg" in flags,
+                        minimum=bounds[0][0], maximum=bounds[0][1])
         options.append(dataclasses.replace(option, default=option.parse(text)))
     return tuple(options), aliases
 
@@ -616,8 +647,8 @@ class Config:
     # -- building ----------------------------------------------------------
 
     @classmethod
-    def load(cls, path: Path | None, overrides: list[tuple[str, str]] = ()) -> "Config":
-        """Read ``path`` (if any), then apply ``--name value`` overrides.
+    def load(cls, path: Path | None, overrides: list[tuple[str, list[str]]] = ()) -> "Config":
+        """Read ``path`` (if any), then apply ``--name value ...`` overrides.
 
         Raises ConfigError with a message naming the file and line.
         """
@@ -627,19 +658,24 @@ class Config:
                 text = path.read_text(encoding="utf-8", errors="surrogateescape")
             except OSError as e:
                 raise ConfigError(f"Fatal error, can't open config file '{path}': {e.strerror}") from None
-            for lineno, name, value, line in iter_config_lines(text, str(path)):
-                config._set_from_text(name, value, where=f"{path}, line {lineno}", line=line)
-        for name, value in overrides:
-            config._set_from_text(name, value, where=f"command line option --{name}", line=f"{name} {value}")
+            for lineno, name, values, line in iter_config_lines(text, str(path)):
+                config._set_from_text(name, values, where=f"{path}, line {lineno}", line=line)
+        for name, values in overrides:
+            line = " ".join([name, *map(quote_if_needed, values)])
+            config._set_from_text(name, values, where=f"command line option --{name}", line=line)
         config.dir = str(Path(config.dir))
         return config
 
-    def _set_from_text(self, name: str, value: str, *, where: str, line: str) -> None:
+    def _set_from_text(self, name: str, values: list[str], *, where: str, line: str) -> None:
+        """One directive: a name and its value's words (several only for a
+        ``multi_arg`` option, joined by spaces; else Redis's texts)."""
         option = OPTIONS_BY_NAME.get(name.lower())
         if option is None:
             raise ConfigError(_fatal(where, line, "Bad directive or wrong number of arguments"))
+        if len(values) != 1 and not (option.multi_arg and values):
+            raise ConfigError(_fatal(where, line, "wrong number of arguments"))
         try:
-            parsed = option.parse(value)
+            parsed = option.parse(" ".join(values))
         except ConfigError as e:
             raise ConfigError(_fatal(where, line, e.message)) from None
         self._assign(option, parsed)
@@ -650,6 +686,16 @@ class Config:
         setattr(self, option.attr, value)
         for alias in _ALIASES.get(option.name, ()):
             setattr(self, OPTIONS_BY_NAME[alias].attr, value)
+
+    def inert_settings(self) -> list[str]:
+        """``name value`` of every ``inert`` option set to other than its
+        default (an alias once): what a redis.conf asks of Partita in vain."""
+        out: dict[str, str] = {}
+        for option in OPTIONS:
+            value = getattr(self, option.attr)
+            if option.inert and value != option.default and not any(a in out for a in _ALIASES.get(option.name, ())):
+                out[option.name] = option.format(value)
+        return [f"{name} {text}" for name, text in out.items()]
 
     # -- CONFIG GET / SET --------------------------------------------------
 
@@ -764,9 +810,9 @@ class Config:
 
 
 def iter_config_lines(text: str, source: str):
-    """Yield ``(lineno, name, value, line)`` for each directive in a config text.
+    """Yield ``(lineno, name, values, line)`` for each directive in a config text.
 
-    Raises ConfigError naming the line for lines that are not ``name value``.
+    Raises ConfigError naming the line for a line that does not split into words.
     """
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
@@ -776,23 +822,25 @@ def iter_config_lines(text: str, source: str):
         where = f"{source}, line {lineno}"
         if args is None:
             raise ConfigError(_fatal(where, line, "Unbalanced quotes in configuration line"))
-        if len(args) != 2:
-            raise ConfigError(_fatal(where, line, "Bad directive or wrong number of arguments"))
-        name, value = (a.decode("utf-8", "surrogateescape") for a in args)
-        yield lineno, name, value, line
+        name, *values = (a.decode("utf-8", "surrogateescape") for a in args)
+        yield lineno, name, values, line
 
 
 def _fatal(where: str, line: str, reason: str) -> str:
     return f"*** FATAL CONFIG FILE ERROR ***\nReading the configuration: {where}\n>>> '{line}'\n{reason}"
 
 
-def parse_command_line(argv: list[str]) -> tuple[Path | None, list[tuple[str, str]]]:
-    """``[path] [--name value ...]`` -> (path, overrides).
+def parse_command_line(argv: list[str]) -> tuple[Path | None, list[tuple[str, list[str]]]]:
+    """``[path] [--name value ...]`` -> (path, [(name, values)]).
 
-    As redis-server, ``--save ''`` passes an empty value. Raises ConfigError.
+    As redis-server: ``--save ''`` passes an empty value, the argument after
+    ``--name`` is its value even when it starts with ``--``, and the ones
+    after it up to the next ``--`` are more words of the value (``--save 900
+    1``; ``Config.load`` refuses them for an option of one word). Raises
+    ConfigError.
     """
     path: Path | None = None
-    overrides: list[tuple[str, str]] = []
+    overrides: list[tuple[str, list[str]]] = []
     i = 0
     if argv and not argv[0].startswith("--"):
         path = Path(argv[0])
@@ -807,11 +855,15 @@ def parse_command_line(argv: list[str]) -> tuple[Path | None, list[tuple[str, st
         name = arg[2:]
         if "=" in name:
             name, value = name.split("=", 1)
+            values = [value]
+            i += 1
         else:
             if i + 1 >= len(argv):
                 raise ConfigError(f"*** FATAL CONFIG ERROR ***\nMissing value for command line option '{arg}'")
-            value = argv[i + 1]
+            values = [argv[i + 1]]
+            i += 2
+        while i < len(argv) and not argv[i].startswith("--"):
+            values.append(argv[i])
             i += 1
-        overrides.append((name, value))
-        i += 1
+        overrides.append((name, values))
     return path, overrides

@@ -33,10 +33,12 @@ class BindError(Exception):
     pass
 
 
-def bind_sockets(bind: str, port: int) -> list[socket.socket]:
+def bind_sockets(bind: str, port: int, what: str = "tcp") -> list[socket.socket]:
     """Bound, listening, non-blocking sockets for ``bind`` (space separated).
 
     With ``port`` 0 the first socket picks a free port and the others reuse it.
+    ``what`` names the listener in BindError's text: Redis's ``tcp`` and
+    ``tls`` for ``port`` and ``tls-port``, else the option of the port.
     """
     sockets: list[socket.socket] = []
     addrs = bind.split() or ["127.0.0.1"]
@@ -62,12 +64,12 @@ def bind_sockets(bind: str, port: int) -> list[socket.socket]:
                 continue
             for s in sockets:
                 s.close()
-            raise BindError(f"Failed listening on port {port} (tcp), aborting: {addr}: {e.strerror}") from None
+            raise BindError(f"Failed listening on port {port} ({what}), aborting: {addr}: {e.strerror}") from None
         if port == 0:
             port = sock.getsockname()[1]
         sockets.append(sock)
     if not sockets:
-        raise BindError(f"Failed listening on port {port} (tcp), aborting: no address in '{bind}'")
+        raise BindError(f"Failed listening on port {port} ({what}), aborting: no address in '{bind}'")
     return sockets
 
 

@@ -38,10 +38,11 @@ class TlsConfigError(OSError):
     """A TLS setting that stops the start (message says which; logged without a traceback)."""
 
 
-def make_server_context(config: Any) -> ssl.SSLContext:
-    """The SSL context for ``tls-port``; TlsConfigError naming the bad setting."""
+def make_server_context(config: Any, port_option: str = "tls-port") -> ssl.SSLContext:
+    """The SSL context for ``port_option`` (``tls-port``, ``kafka-tls-port``);
+    TlsConfigError naming the bad setting."""
     if not config.tls_cert_file or not config.tls_key_file:
-        raise TlsConfigError("tls-port needs tls-cert-file and tls-key-file")
+        raise TlsConfigError(f"{port_option} needs tls-cert-file and tls-key-file")
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
@@ -162,4 +163,4 @@ def bind(config: Any) -> tuple[list[socket.socket], ssl.SSLContext | None]:
     from server.listener import bind_sockets
 
     context = make_server_context(config)
-    return bind_sockets(config.bind, config.tls_port), context
+    return bind_sockets(config.bind, config.tls_port, "tls"), context

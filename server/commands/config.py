@@ -10,7 +10,7 @@ connections (``Config.on_change`` hooks registered by the app).
 from __future__ import annotations
 
 from server.config import SENSITIVE, ConfigError
-from server.errors import err
+from server.errors import err, syntax_error
 from server.registry import command, container
 from server.reply import OK, Map, Simple
 
@@ -36,8 +36,8 @@ def config_get(ctx, argv):
                               if argv[i].decode("latin-1").lower() in SENSITIVE])
 def config_set(ctx, argv):
     """CONFIG SET parameter value [parameter value ...]"""
-    if len(argv) % 2 != 0:
-        raise err(f"Unknown option or number of arguments for CONFIG SET - '{argv[-1].decode('utf-8', 'replace')}'")
+    if len(argv) % 2 != 0:  # a name without its value: Redis 7+'s syntax error
+        raise syntax_error()
     pairs = [
         (argv[i].decode("utf-8", "surrogateescape"), argv[i + 1].decode("utf-8", "surrogateescape"))
         for i in range(2, len(argv), 2)

@@ -38,12 +38,12 @@ log = logging.getLogger("partita.kafka")
 
 def bind(config: Any) -> tuple[list[socket.socket], list[socket.socket], ssl.SSLContext | None]:
     """``(plain sockets, TLS sockets, TLS context)``; empty when the ports are 0."""
-    plain = bind_sockets(config.bind, config.kafka_port) if config.kafka_port else []
+    plain = bind_sockets(config.bind, config.kafka_port, "kafka-port") if config.kafka_port else []
     if not config.kafka_tls_port:
         return plain, [], None
     try:
-        context = tls.make_server_context(config)
-        secure = bind_sockets(config.bind, config.kafka_tls_port)
+        context = tls.make_server_context(config, "kafka-tls-port")
+        secure = bind_sockets(config.bind, config.kafka_tls_port, "kafka-tls-port")
     except BaseException:
         for sock in plain:
             sock.close()

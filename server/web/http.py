@@ -84,7 +84,7 @@ def bind(config: Any) -> list[socket.socket]:
     ``server.listener.BindError`` when the port is taken."""
     if not config.http_port:
         return []
-    return bind_sockets(config.bind, config.http_port)
+    return bind_sockets(config.bind, config.http_port, "http-port")
 
 
 # -- who may read --------------------------------------------------------------

@@ -234,7 +234,7 @@ def test_http_port_taken_stops_the_start(tmp_path):
         busy.listen(1)
         port = busy.getsockname()[1]
         server = PartitaProcess(tmp_path / "data", ["--http-port", str(port)])
-        with pytest.raises(RuntimeError, match=rf"Failed listening on port {port} \(tcp\)"):
+        with pytest.raises(RuntimeError, match=rf"Failed listening on port {port} \(http-port\)"):
             server.start()
     assert not (tmp_path / "data").exists()  # refused before the data directory was made
 

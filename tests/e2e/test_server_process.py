@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import RawConn, partita_command, raw_exchange, wait_for
+from tests.conftest import RawConn, free_port, partita_command, raw_exchange, wait_for
 
 
 def test_start_up_log_names_version_pid_port_dir(partita_server):
@@ -285,6 +285,9 @@ def test_fsync_always_group_commits_concurrent_writers(partita_factory):
      "node(s) 5 not in cluster-nodes"),
     (["--cluster-nodes", "1@127.0.0.1:7001,2@127.0.0.1:7002", "--node-id", "2", "--cluster-join", "yes"],
      "a node joining a running cluster is not a controller voter"),
+    (["--node-id", "3"], "node-id 3 needs cluster-nodes"),
+    (["--cluster-join", "yes"], "cluster-join yes needs cluster-nodes"),
+    (["--controller-nodes", "1,2"], "controller-nodes 1,2 needs cluster-nodes"),
 ])
 def test_bad_cluster_configuration_exits_1_and_writes_nothing(tmp_path, args, why):
     data = tmp_path / "data"
@@ -292,3 +295,94 @@ def test_bad_cluster_configuration_exits_1_and_writes_nothing(tmp_path, args, wh
     assert result.returncode == 1
     assert "Fatal: cluster configuration:" in result.stderr and why in result.stderr
     assert not data.exists()
+
+
+def test_a_second_server_on_a_data_dir_in_use_exits_1_and_leaves_the_first_serving(partita_server):
+    r = partita_server.client()
+    r.xadd("kept", {"a": "1"})
+    result = _run_partita(["--port", "0", "--dir", str(partita_server.data_dir)], partita_server.data_dir.parent)
+    assert result.returncode == 1
+    out = result.stdout + result.stderr
+    assert f"data directory {partita_server.data_dir} is in use by another Partita process " \
+           f"(pid {partita_server.proc.pid})" in out
+    assert "Traceback" not in out and "Ready to accept connections" not in out
+    assert r.xlen("kept") == 1
+    partita_server.restart()  # a clean stop leaves no lock behind
+    assert partita_server.client().xlen("kept") == 1
+
+
+@pytest.mark.parametrize("make, reason", [
+    (lambda p: p.write_text("x"), "Not a directory"),
+    (lambda p: (p.parent / "file").write_text("x"), "Not a directory"),
+], ids=["dir-is-a-file", "parent-is-a-file"])
+def test_a_data_dir_the_system_refuses_exits_1_naming_the_option_and_why(tmp_path, make, reason):
+    data = tmp_path / "data"
+    make(data)
+    where = data if data.exists() else tmp_path / "file" / "data"
+    result = _run_partita(["--port", "0", "--dir", str(where)], tmp_path)
+    assert result.returncode == 1
+    out = result.stdout + result.stderr
+    assert f"Fatal: can't use data directory {where} (dir): {reason}" in out
+    assert "Traceback" not in out
+
+
+def test_a_data_dir_whose_parent_is_missing_is_refused_not_created(tmp_path):
+    """A mistyped path, or a volume not mounted yet: creating the whole path
+    would serve an empty server and hide what it writes once the volume is
+    there. As Redis refuses a missing dir; Partita creates only the last one."""
+    data = tmp_path / "not-mounted" / "data"
+    result = _run_partita(["--port", "0", "--dir", str(data)], tmp_path)
+    assert result.returncode == 1
+    out = result.stdout + result.stderr
+    assert (f"Fatal: can't use data directory {data} (dir): its parent directory {data.parent} does not exist"
+            in out)
+    assert "Traceback" not in out and not data.parent.exists()
+
+
+def test_redis_multi_word_directives_of_a_config_file_start(partita_factory, tmp_path):
+    conf = tmp_path / "multi.conf"  # as redis.conf writes them
+    conf.write_text("save 900 1 300 10\nclient-output-buffer-limit normal 0 0 0 pubsub 32mb 8mb 60\n")
+    server = partita_factory(config_file=conf)
+    r = server.client()
+    assert r.config_get("save") == {"save": "900 1 300 10"}
+    limits = r.config_get("client-output-buffer-limit")["client-output-buffer-limit"]
+    assert limits.startswith("normal 0 0 0 ") and limits.endswith(f"pubsub {32 * 1024**2} {8 * 1024**2} 60")
+
+
+def test_a_logfile_that_cannot_be_opened_exits_1_naming_it_and_writes_nothing(tmp_path):
+    data, logfile = tmp_path / "data", tmp_path / "no-such-dir" / "partita.log"
+    result = _run_partita(["--port", "0", "--dir", str(data), "--logfile", str(logfile)], tmp_path)
+    assert result.returncode == 1
+    assert result.stderr == (f"*** FATAL CONFIG ERROR ***\nlogfile '{logfile}': "
+                             f"Can't open the log file: No such file or directory\n")
+    assert not data.exists()
+
+
+@pytest.mark.parametrize("option", ["tls-port", "kafka-tls-port"])
+def test_a_tls_port_without_its_files_exits_1_in_one_line_naming_it_and_writes_nothing(tmp_path, option):
+    data = tmp_path / "data"
+    result = _run_partita(["--port", "0", "--dir", str(data), f"--{option}", str(free_port())], tmp_path)
+    assert result.returncode == 1
+    out = result.stdout + result.stderr
+    assert f"# Fatal: {option} needs tls-cert-file and tls-key-file\n" in out and "Traceback" not in out
+    assert not data.exists()
+
+
+@pytest.mark.parametrize("option", ["http-port", "kafka-port"])
+def test_a_listener_port_clashing_with_another_names_its_option(tmp_path, option):
+    data, port = tmp_path / "data", free_port()
+    result = _run_partita(["--port", str(port), f"--{option}", str(port), "--dir", str(data)], tmp_path)
+    assert result.returncode == 1
+    assert (f"Fatal: Failed listening on port {port} ({option}), aborting: 127.0.0.1: Address already in use"
+            in result.stdout + result.stderr)
+    assert not data.exists()
+
+
+def test_settings_partita_accepts_but_does_not_honour_are_named_at_start(partita_factory):
+    server = partita_factory(["--daemonize", "yes", "--appendonly", "no", "--maxmemory", "1gb", "--hz", "10"])
+    assert ("# Accepted for compatibility with Redis, changing nothing in Partita: appendonly no, daemonize yes, "
+            "maxmemory 1073741824\n") in server.log()  # hz 10 is Redis's default: not named
+
+
+def test_no_such_warning_with_the_defaults(partita_server):
+    assert "changing nothing in Partita" not in partita_server.log()

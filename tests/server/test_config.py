@@ -17,10 +17,20 @@ def test_sizes_take_redis_units(text, value):
     assert parse_size(text) == value
 
 
-@pytest.mark.parametrize("text", ["", "1x", "mb", "1.5mb", "-"])
+@pytest.mark.parametrize("text", ["", "1x", "mb", "1.5mb", "-", "-1", "-1mb"])
 def test_bad_sizes(text):
     with pytest.raises(ConfigError):
         parse_size(text)
+
+
+def test_a_negative_size_is_a_memory_value_error_unless_the_option_takes_minus_one():
+    for name in ("maxmemory", "segment-bytes", "repl-backlog-size"):  # Partita's, Redis's, a compatible one
+        with pytest.raises(ConfigError) as info:
+            Config().set_many([(name, "-1")])
+        assert info.value.message == "argument must be a memory value"
+    config = Config()
+    config.set_many([("retention-bytes", "-1")])
+    assert config.retention_bytes == -1
 
 
 def test_defaults():
@@ -39,7 +49,7 @@ def test_file_with_comments_quotes_and_overrides(tmp_path: Path):
         "fsync always\n"
         "save ''\n"
     )
-    c = Config.load(path, [("port", "7001"), ("default-partitions", "4")])
+    c = Config.load(path, [("port", ["7001"]), ("default-partitions", ["4"])])
     assert c.port == 7001 and c.requirepass == "p w#d" and c.proto_max_bulk_len == 2 * 2**20
     assert c.fsync == "always" and c.appendfsync == "always" and c.default_partitions == 4 and c.save == ""
 
@@ -48,7 +58,11 @@ def test_file_with_comments_quotes_and_overrides(tmp_path: Path):
     "line, reason",
     [
         ("nosuch 1", "Bad directive or wrong number of arguments"),
-        ("port", "Bad directive or wrong number of arguments"),
+        ("port", "\nwrong number of arguments"),
+        ("port 1 2", "\nwrong number of arguments"),
+        ("maxmemory 1 2", "\nwrong number of arguments"),
+        ("save 900", "Invalid save parameters"),
+        ("save 0 1", "Invalid save parameters"),
         ("port abc", "argument couldn't be parsed into an integer"),
         ("fsync sometimes", "argument(s) must be one of the following: everysec, always, no"),
         ("maxclients 0", "argument must be between 1 and 4294967295 inclusive"),
@@ -65,8 +79,12 @@ def test_bad_file_lines_name_file_and_line(tmp_path: Path, line, reason):
 
 
 def test_command_line_parsing():
-    assert parse_command_line(["a.conf", "--port", "1", "--save", ""]) == (Path("a.conf"), [("port", "1"), ("save", "")])
-    assert parse_command_line(["--port=2"]) == (None, [("port", "2")])
+    assert parse_command_line(["a.conf", "--port", "1", "--save", ""]) == (
+        Path("a.conf"), [("port", ["1"]), ("save", [""])])
+    assert parse_command_line(["--port=2"]) == (None, [("port", ["2"])])
+    # As redis-server: the words up to the next --name are the value's; the first may start with --.
+    assert parse_command_line(["--save", "900", "1", "--requirepass", "--x", "--port", "3"]) == (
+        None, [("save", ["900", "1"]), ("requirepass", ["--x"]), ("port", ["3"])])
     with pytest.raises(ConfigError):
         parse_command_line(["--port"])
     with pytest.raises(ConfigError):
@@ -140,3 +158,22 @@ def test_readme_config_table_lists_every_name():
     missing = [o.name for o in OPTIONS if f"| `{o.name}` |" not in readme
                and (o.doc != COMPATIBLE or f"`{o.name}`" not in listed)]
     assert not missing, f"README.md's config table (or its list of names accepted for compatibility) lacks {missing}"
+
+
+def test_multi_word_values_of_redis_multi_arg_options_in_file_and_command_line(tmp_path: Path):
+    path = tmp_path / "p.conf"
+    path.write_text("save 900 1 300 10\nclient-output-buffer-limit pubsub 1mb 512kb 10\nbind 127.0.0.1 ::1\n"
+                    "oom-score-adj-values 0 100 800\nreplicaof 10.0.0.1 6380\n")
+    c = Config.load(path, parse_command_line(["--bind", "0.0.0.0", "::"])[1])
+    assert c.text("save") == "900 1 300 10"
+    assert c.client_output_buffer_limit["pubsub"] == (1024**2, 512 * 1024, 10)
+    assert c.text("bind") == "0.0.0.0 ::"
+    assert c.text("oom-score-adj-values") == "0 100 800"
+    assert c.text("replicaof") == c.text("slaveof") == "10.0.0.1 6380"
+
+
+def test_extra_words_of_a_one_word_option_on_the_command_line_name_it():
+    with pytest.raises(ConfigError) as info:
+        Config.load(None, parse_command_line(["--port", "7000", "7001"])[1])
+    assert info.value.message == ("*** FATAL CONFIG FILE ERROR ***\nReading the configuration: command line option "
+                                  "--port\n>>> 'port 7000 7001'\nwrong number of arguments")
