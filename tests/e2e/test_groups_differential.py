@@ -146,6 +146,22 @@ def test_xreadgroup_new_history_and_errors(pair):
     """)
 
 
+def test_xreadgroup_largest_id_reads_new_entries_as_redis(pair):
+    """Redis parses ``>`` as the largest ID, so ``18446744073709551615-18446744073709551615``
+    given to XREADGROUP is ``>``: it delivers new entries (not the consumer's history)."""
+    pair.script("""
+        XADD s 1-0 a 1
+        XGROUP CREATE s g 0
+        XREADGROUP GROUP g c STREAMS s 18446744073709551615-18446744073709551615
+        XPENDING s g
+        XREADGROUP GROUP g c STREAMS s 18446744073709551615-18446744073709551615
+        XREADGROUP GROUP g c BLOCK 10 STREAMS s 18446744073709551615-18446744073709551615
+        XADD s 2-0 b 2
+        XREADGROUP GROUP g d COUNT 5 STREAMS s 18446744073709551615-18446744073709551615
+        XINFO GROUPS s
+    """)
+
+
 def test_xreadgroup_several_keys_noack_and_new_consumers(pair):
     pair.script("""
         XADD a 1-0 f 1
