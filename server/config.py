@@ -48,12 +48,15 @@ _UNITS = {
     "g": 1000**3,
     "gb": 1024**3,
 }
-_SIZE_RE = re.compile(r"^(-?\d+)([a-z]*)$")
+_SIZE_RE = re.compile(r"^(\d+)([a-z]*)$")
+_SIGNED_SIZE_RE = re.compile(r"^(-?\d+)([a-z]*)$")
 
 
-def parse_size(text: str) -> int:
-    """Redis's ``memtoull``: ``4k`` = 4000, ``4kb`` = 4096, ``1gb`` = 2**30."""
-    m = _SIZE_RE.match(text.strip().lower())
+def parse_size(text: str, signed: bool = False) -> int:
+    """Redis's ``memtoull``: ``4k`` = 4000, ``4kb`` = 4096, ``1gb`` = 2**30;
+    a sign is not a memory value (Redis's options) unless ``signed``
+    (Partita's, whose -1 means no limit)."""
+    m = (_SIGNED_SIZE_RE if signed else _SIZE_RE).match(text.strip().lower())
     if not m or m.group(2) not in _UNITS:
         raise ConfigError("argument must be a memory value")
     return int(m.group(1)) * _UNITS[m.group(2)]
@@ -132,7 +135,7 @@ class Option:
             self._check_range(value)
             return value
         if self.kind == "size":
-            value = parse_size(text)
+            value = parse_size(text, signed=self.minimum is not None and self.minimum < 0)
             self._check_range(value)
             return value
         if self.kind == "bool":
