@@ -371,6 +371,20 @@ def test_xclaim_options_and_errors(pair):
     pair.similar("XINFO", "CONSUMERS", "s", "g", idle_paths=[("*", b"idle")], partita_only=[(("*",), b"inactive")])
 
 
+def test_xclaim_time_0_is_idle_since_the_epoch(pair):
+    """``XCLAIM ... TIME 0`` sets the delivery time to the epoch: XPENDING
+    shows it idle since then, as any owned entry (not -1, which is for an
+    entry XNACK released)."""
+    pair.script("""
+        XADD s 1-0 a 1
+        XGROUP CREATE s g 0
+        XREADGROUP GROUP g c STREAMS s >
+        XCLAIM s g d 0 1-0 TIME 0 JUSTID
+    """)
+    pair.similar("XPENDING", "s", "g", "-", "+", "10", idle_paths=[("*", 2)])
+    pair.similar("XPENDING", "s", "g", "-", "+", "10", "d", idle_paths=[("*", 2)])
+
+
 def test_xautoclaim_cursor_count_and_deleted_ids(pair):
     lines = ["XADD s %d-0 f %d" % (i, i) for i in range(1, 11)]
     pair.script("\n".join(lines) + """
