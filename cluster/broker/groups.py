@@ -1017,8 +1017,7 @@ class GroupOps:
                     continue
                 if budget.sized and not budget.take(t.key, [len(encoded)]):
                     break
-                picked.append((sid, bytes(encoded), now_ms - pe.delivery_time_ms if pe.delivery_time_ms else -1,
-                               pe.delivery_count))
+                picked.append((sid, bytes(encoded), pe.idle_ms(now_ms), pe.delivery_count))
         if not budget.sized:
             budget.took(t.key, len(picked))
         if gone:
@@ -1120,8 +1119,7 @@ class GroupOps:
                 live.append(sid)
                 head.chunks.append(encoded)
                 pe = group.pel.get(sid)
-                before.append((now_ms - pe.delivery_time_ms if pe and pe.delivery_time_ms else -1,
-                               pe.delivery_count if pe else 0))
+                before.append((pe.idle_ms(now_ms), pe.delivery_count) if pe else (-1, 0))
             if budget.sized:
                 budget.take(pkey, [0] * len(live))  # handed over whole: they are this member's already
             else:
@@ -1540,8 +1538,7 @@ class GroupOps:
             idle = now - pe.delivery_time_ms
             if min_idle_ms and idle < min_idle_ms:
                 continue
-            # Released by XNACK: no owner (None), delivery time 0, shown idle -1 (Redis 8.8).
-            out.append((sid, pe.consumer, max(idle, 0) if pe.delivery_time_ms else -1, pe.delivery_count))
+            out.append((sid, pe.consumer, pe.idle_ms(now), pe.delivery_count))
             if len(out) >= count:
                 break
         return out

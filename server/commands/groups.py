@@ -42,7 +42,8 @@ from server.registry import command, container, nowait_path
 from server.reply import NULL_ARRAY, OK, Map, Raw, Simple
 from storage.errors import Refusal
 from storage.streams.ids import (
-    StreamIdError, format_id, parse_id, parse_range_end, parse_range_start, parse_strict_id, parse_strict_id_tuples,
+    MAX_ID, StreamIdError, format_id, parse_id, parse_range_end, parse_range_start, parse_strict_id,
+    parse_strict_id_tuples,
 )
 
 DOLLAR_IN_XREADGROUP = (
@@ -412,9 +413,11 @@ def _parse_xreadgroup(argv: list[bytes], view: bool) -> GroupRead:
             starts.append(err(DOLLAR_IN_XREADGROUP))
         else:
             try:
-                starts.append(parse_strict_id(raw))
+                start = parse_strict_id(raw)
             except StreamIdError as e:
                 starts.append(e)
+            else:  # Redis's ">" is the largest ID: that ID in digits reads new entries too
+                starts.append(None if start == MAX_ID else start)
     return GroupRead(group, consumer, argv[streams_arg:streams_arg + half], starts, count, noack, block_ms, view,
                      claim_ms, max_count, max_size)
 

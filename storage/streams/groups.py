@@ -252,6 +252,12 @@ class PendingEntry:
     def __repr__(self) -> str:
         return f"PendingEntry({self.consumer!r}, {self.delivery_time_ms}, {self.delivery_count})"
 
+    def idle_ms(self, now_ms: int) -> int:
+        """Idle time as XPENDING shows it: -1 when released by XNACK (no
+        owner), else ms since delivery (a delivery at time 0, XCLAIM's
+        ``TIME 0``, is idle since the epoch, as in Redis)."""
+        return -1 if self.consumer is None else max(now_ms - self.delivery_time_ms, 0)
+
 
 class PendingList:
     """A PEL: stream ID -> ``PendingEntry``, iterated in ID order.

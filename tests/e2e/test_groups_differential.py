@@ -146,6 +146,22 @@ def test_xreadgroup_new_history_and_errors(pair):
     """)
 
 
+def test_xreadgroup_largest_id_reads_new_entries_as_redis(pair):
+    """Redis parses ``>`` as the largest ID, so ``18446744073709551615-18446744073709551615``
+    given to XREADGROUP is ``>``: it delivers new entries (not the consumer's history)."""
+    pair.script("""
+        XADD s 1-0 a 1
+        XGROUP CREATE s g 0
+        XREADGROUP GROUP g c STREAMS s 18446744073709551615-18446744073709551615
+        XPENDING s g
+        XREADGROUP GROUP g c STREAMS s 18446744073709551615-18446744073709551615
+        XREADGROUP GROUP g c BLOCK 10 STREAMS s 18446744073709551615-18446744073709551615
+        XADD s 2-0 b 2
+        XREADGROUP GROUP g d COUNT 5 STREAMS s 18446744073709551615-18446744073709551615
+        XINFO GROUPS s
+    """)
+
+
 def test_xreadgroup_several_keys_noack_and_new_consumers(pair):
     pair.script("""
         XADD a 1-0 f 1
@@ -353,6 +369,20 @@ def test_xclaim_options_and_errors(pair):
     """)
     pair.similar("XPENDING", "s", "g", "-", "+", "10", idle_paths=[("*", 2)])
     pair.similar("XINFO", "CONSUMERS", "s", "g", idle_paths=[("*", b"idle")], partita_only=[(("*",), b"inactive")])
+
+
+def test_xclaim_time_0_is_idle_since_the_epoch(pair):
+    """``XCLAIM ... TIME 0`` sets the delivery time to the epoch: XPENDING
+    shows it idle since then, as any owned entry (not -1, which is for an
+    entry XNACK released)."""
+    pair.script("""
+        XADD s 1-0 a 1
+        XGROUP CREATE s g 0
+        XREADGROUP GROUP g c STREAMS s >
+        XCLAIM s g d 0 1-0 TIME 0 JUSTID
+    """)
+    pair.similar("XPENDING", "s", "g", "-", "+", "10", idle_paths=[("*", 2)])
+    pair.similar("XPENDING", "s", "g", "-", "+", "10", "d", idle_paths=[("*", 2)])
 
 
 def test_xautoclaim_cursor_count_and_deleted_ids(pair):

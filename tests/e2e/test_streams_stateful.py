@@ -29,6 +29,10 @@ BOUNDS = st.one_of(st.just(b"-"), st.just(b"+"), IDS, IDS.map(lambda i: b"(" + i
 FIELDS = st.lists(st.binary(max_size=5), min_size=2, max_size=6).filter(lambda f: len(f) % 2 == 0)
 
 
+def without_node_counts(pairs: list) -> list:
+    return [(k, v) for k, v in pairs if k not in (b"radix-tree-keys", b"radix-tree-nodes")]
+
+
 def run_machine(partita_port: int, redis_port: int, protocol: int) -> None:
     class StreamsMatchRedis(RuleBasedStateMachine):
         @initialize()
@@ -114,8 +118,14 @@ def run_machine(partita_port: int, redis_port: int, protocol: int) -> None:
                 mine, theirs = self.p.call(b"XINFO", b"STREAM", key), self.r.call(b"XINFO", b"STREAM", key)
                 if theirs.startswith(b"-"):
                     assert mine == theirs
-                else:
-                    assert without_idempotence_fields(info_pairs(mine)) == info_pairs(theirs)
+                    continue
+                mine_pairs, their_pairs = without_idempotence_fields(info_pairs(mine)), info_pairs(theirs)
+                if dict(their_pairs)[b"length"] == 0:
+                    # An exact trim can leave Redis a node of deleted entries
+                    # only; Partita counts nodes holding a live entry
+                    # (docs/streams.md, "Known differences").
+                    mine_pairs, their_pairs = without_node_counts(mine_pairs), without_node_counts(their_pairs)
+                assert mine_pairs == their_pairs
 
     StreamsMatchRedis.TestCase.settings = settings(
         max_examples=20, stateful_step_count=25, deadline=None,
