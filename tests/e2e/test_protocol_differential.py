@@ -99,7 +99,6 @@ COMMAND_ERRORS = [
     b"CONFIG SET proto-max-bulk-len 12q\r\n",
     b"CONFIG SET proto-max-bulk-len -5mb\r\n",
     b"CONFIG SET stream-node-max-bytes -1\r\n",
-    b"CONFIG SET maxmemory -1\r\n",
     b"CONFIG SET daemonize yes\r\n",
     b"CONFIG SET dir /tmp\r\n",
     b"CONFIG SET maxclients 10 foo 1\r\n",
