@@ -9,10 +9,15 @@ Must not know: sockets, storage, what any particular command means.
 
 from __future__ import annotations
 
+from cluster.broker.references import KEEPREF, REF_POLICIES
 from server.errors import NOT_INTEGER, CommandError, syntax_error
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
+
+# The reference policies of XDELEX / XACKDEL and of XADD / XTRIM's trims
+# (Redis 8.2), as their arguments spell them.
+REF_POLICY_WORDS = tuple(p.encode() for p in REF_POLICIES)
 
 
 def parse_int(raw: bytes, message: str = NOT_INTEGER) -> int:
@@ -45,16 +50,17 @@ def parse_positive(raw: bytes, name: str) -> int:
     return value
 
 
-def parse_ids_block(argv: list[bytes], start: int, words: tuple[bytes, ...]) -> tuple[bytes | None, list[bytes]]:
-    """Redis 8.2's ``[<word>] IDS numids id [id ...]`` at ``argv[start:]``
-    (XDELEX, XACKDEL: the IDS block and one of ``words`` in either order,
-    each at most once): ``(the word upper-cased or None, the raw IDs)``."""
+def parse_ids_block(argv: list[bytes], start: int) -> tuple[str, list[bytes]]:
+    """Redis 8.2's ``[KEEPREF | DELREF | ACKED] IDS numids id [id ...]`` at
+    ``argv[start:]`` (XDELEX, XACKDEL: the IDS block and one reference policy
+    in either order, each at most once): ``(the policy, KEEPREF when none was
+    given; the raw IDs)``."""
     word = None
     raw_ids = None
     i = start
     while i < len(argv):
         upper = argv[i].upper()
-        if upper in words and word is None:
+        if upper in REF_POLICY_WORDS and word is None:
             word = upper
             i += 1
         elif upper == b"IDS" and raw_ids is None and i + 1 < len(argv):
@@ -69,7 +75,7 @@ def parse_ids_block(argv: list[bytes], start: int, words: tuple[bytes, ...]) -> 
             raise syntax_error()
     if raw_ids is None:
         raise syntax_error()
-    return word, raw_ids
+    return (word.decode() if word is not None else KEEPREF), raw_ids
 
 
 class ArgCursor:

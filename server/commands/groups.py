@@ -25,7 +25,6 @@ from __future__ import annotations
 from typing import Any
 
 from cluster.broker.groups import NACK_MODES, GroupRead, TopicConsumerInfo, TopicGroupInfo
-from cluster.broker.references import REF_POLICIES
 from server.acl import require_key
 from server.args import parse_ids_block, parse_int, parse_positive
 from server.errors import (
@@ -538,8 +537,6 @@ def xack(ctx, argv):
 
 # --------------------------------------------------------------- XACKDEL
 
-_REF_POLICY_WORDS = tuple(p.encode() for p in REF_POLICIES)
-
 
 @command(
     "xackdel", arity=-6, flags="write fast", keys=(1, 1, 1), group="stream", since="8.2.0",
@@ -556,9 +553,9 @@ def xackdel(ctx, argv):
     KEEPREF (the default) leaves the other groups' references, DELREF
     removes them (``cluster.broker.references``).
     """
-    policy, raw_ids = parse_ids_block(argv, 3, _REF_POLICY_WORDS)
+    policy, raw_ids = parse_ids_block(argv, 3)
     ids = [tuple(parse_strict_id(raw)) for raw in raw_ids]
-    return ctx.session.ack_delete(argv[1], argv[2], ids, (policy or b"KEEPREF").decode())
+    return ctx.session.ack_delete(argv[1], argv[2], ids, policy)
 
 
 # ----------------------------------------------------------------- XNACK

@@ -31,8 +31,7 @@ import time
 from dataclasses import dataclass
 
 from cluster.broker import AFTER_LAST, LAST_ENTRY, Idempotence, ReadPlan, Trim, XAddPlan
-from cluster.broker.references import REF_POLICIES
-from server.args import parse_ids_block, parse_int, parse_positive
+from server.args import REF_POLICY_WORDS, parse_ids_block, parse_int, parse_positive
 from server.errors import (
     MAXCOUNT_BELOW_COUNT,
     TIMEOUT_NEGATIVE,
@@ -59,9 +58,6 @@ from storage.streams.ids import (
 from storage.streams.stream import ID_ZERO, IDMP_DURATION_MAX_S, IDMP_MAXSIZE_MAX, StreamError
 
 NO_SUCH_KEY = "no such key"
-
-# The reference policies of XDELEX and the trims of XADD / XTRIM (Redis 8.2).
-REF_POLICY_WORDS = tuple(p.encode() for p in REF_POLICIES)
 
 
 def _keyword(raw: bytes) -> bytes:
@@ -443,9 +439,9 @@ def xdelex(ctx, argv):
     as XDEL does; DELREF removes them; ACKED deletes only what no group
     needs (``cluster.broker.references``).
     """
-    policy, raw_ids = parse_ids_block(argv, 2, REF_POLICY_WORDS)
+    policy, raw_ids = parse_ids_block(argv, 2)
     ids = [parse_strict_id(raw) for raw in raw_ids]
-    return ctx.session.delete_each(argv[1], ids, (policy or b"KEEPREF").decode())
+    return ctx.session.delete_each(argv[1], ids, policy)
 
 
 @command(
