@@ -204,3 +204,29 @@ def test_keys_no_one_node_leads_get_crossslot_not_a_moved_loop(cluster, keys):
     assert out.strip() == b"CROSSSLOT Keys in request don't hash to the same slot"
     both = _raw(port_a, b"XREAD", b"STREAMS", a, a2, b"0", b"0")
     assert [stream[0] for stream in both] == [a, a2]
+
+
+def test_countkeysinslot_and_getkeysinslot_list_the_keys_a_node_leads(cluster, keys):
+    """CLUSTER COUNTKEYSINSLOT / GETKEYSINSLOT as Redis (its errors word for
+    word): the keys of a slot on the node leading it, none elsewhere."""
+    for key in KEYS[:6]:
+        slot = _raw(cluster.ports[0], b"CLUSTER", b"KEYSLOT", key)
+        leader = cluster.leader_of(key)
+        in_slot = [k for k in KEYS if _raw(leader.port, b"CLUSTER", b"KEYSLOT", k) == slot]
+        assert _raw(leader.port, b"CLUSTER", b"COUNTKEYSINSLOT", b"%d" % slot) == len(in_slot)
+        assert sorted(_raw(leader.port, b"CLUSTER", b"GETKEYSINSLOT", b"%d" % slot, b"100")) == sorted(in_slot)
+        assert _raw(leader.port, b"CLUSTER", b"GETKEYSINSLOT", b"%d" % slot, b"0") == []
+        for node in cluster.followers_of(key):
+            assert _raw(node.port, b"CLUSTER", b"COUNTKEYSINSLOT", b"%d" % slot) == 0
+    port = cluster.ports[0]
+    for argv, error in [
+        ((b"COUNTKEYSINSLOT", b"-1"), "ERR Invalid slot"),
+        ((b"COUNTKEYSINSLOT", b"16384"), "ERR Invalid slot"),
+        ((b"COUNTKEYSINSLOT", b"abc"), "ERR value is not an integer or out of range"),
+        ((b"COUNTKEYSINSLOT",), "ERR wrong number of arguments for 'cluster|countkeysinslot' command"),
+        ((b"GETKEYSINSLOT", b"1", b"-1"), "ERR Invalid slot or number of keys"),
+        ((b"GETKEYSINSLOT", b"16384", b"1"), "ERR Invalid slot or number of keys"),
+        ((b"GETKEYSINSLOT", b"1", b"abc"), "ERR value is not an integer or out of range"),
+        ((b"GETKEYSINSLOT", b"1"), "ERR wrong number of arguments for 'cluster|getkeysinslot' command"),
+    ]:
+        assert _raw(port, b"CLUSTER", *argv) == Error(error), argv
