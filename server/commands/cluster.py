@@ -183,15 +183,19 @@ def cluster_shards(ctx, argv):
          acl_categories=("slow",), summary="Returns the cluster configuration for a node.",
          syntax="CLUSTER NODES")
 def cluster_nodes(ctx, argv):
-    """CLUSTER NODES"""
+    """CLUSTER NODES
+
+    A node the controller fenced (it stopped heartbeating) is ``fail`` and
+    its link ``disconnected``, as Redis shows a master it lost."""
     m = _repl(ctx).manager
     epoch = _current_epoch(m)
     lines = []
     for node, ranges in _led_ranges(m):
-        flags = ("myself," if node.id == m.my_id else "") + "master" + (",fail" if node.id in m.state.fenced else "")
+        failed = node.id in m.state.fenced
+        flags = ("myself," if node.id == m.my_id else "") + "master" + (",fail" if failed else "")
         slots = [f"{first}-{last}" for first, last in ranges]
-        lines.append(f"{node_name(node.id)} {node.entry} {flags} - 0 0 {epoch} connected"
-                     + (" " + " ".join(slots) if slots else ""))
+        lines.append(f"{node_name(node.id)} {node.entry} {flags} - 0 0 {epoch} "
+                     f"{'disconnected' if failed else 'connected'}" + (" " + " ".join(slots) if slots else ""))
     return Verbatim("\n".join(lines) + "\n")
 
 
