@@ -86,7 +86,7 @@ def _keys_in_slot(ctx, argv, message: str) -> list[bytes]:
 
 
 @command("cluster|countkeysinslot", arity=3, flags="stale", group="cluster", since="3.0.0",
-         acl_categories=("slow",), summary="Returns the number of keys in a hash slot.",
+         acl_categories=("slow",), summary="Return the number of local keys in the specified hash slot.",
          syntax="CLUSTER COUNTKEYSINSLOT slot")
 def cluster_countkeysinslot(ctx, argv):
     """CLUSTER COUNTKEYSINSLOT slot"""
@@ -94,7 +94,7 @@ def cluster_countkeysinslot(ctx, argv):
 
 
 @command("cluster|getkeysinslot", arity=4, flags="stale", group="cluster", since="3.0.0",
-         acl_categories=("slow",), summary="Returns the key names in a hash slot.",
+         acl_categories=("slow",), summary="Return local key names in the specified hash slot.",
          syntax="CLUSTER GETKEYSINSLOT slot count")
 def cluster_getkeysinslot(ctx, argv):
     """CLUSTER GETKEYSINSLOT slot count"""
