@@ -429,6 +429,13 @@ def require_key(client: Any, key: bytes) -> None:
         raise CommandError("NOPERM", KEY_DENIED)
 
 
+def visible_keys(client: Any, names: list[bytes]) -> list[bytes]:
+    """The key ``names`` (KEYS, CLUSTER GETKEYSINSLOT) that ``client`` may
+    see (``key_filter``)."""
+    visible = key_filter(client)
+    return names if visible is None else [k for k in names if visible(k)]
+
+
 def key_filter(client: Any) -> Any:
     """For commands that list key names (KEYS, SCAN, TOPIC LIST): None when
     ``client`` may see every key, else a test ``name -> bool``.

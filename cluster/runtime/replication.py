@@ -219,7 +219,8 @@ class Replication:
     # -- routing ------------------------------------------------------------
 
     def route(self, spec: Any, argv: list[bytes], replica_reads: bool = False) -> ClusterError | None:
-        """``Moved`` for the first key this node does not lead; an error for a
+        """``Moved`` for the first key this node does not lead when one node
+        leads every key, ``CrossSlot`` when none does; an error for a
         multi-partition topic key whose partitions are not all led here,
         except those of ``SLOT_LED``: they run where the topic key's slot is
         led (XADD forwards to the chosen partition's leader,
@@ -249,12 +250,15 @@ class Replication:
             return CrossSlot()
         admin = spec.name.startswith("topic|")  # TOPIC ... runs where the topic name's slot is led
         copies = 0  # keys served from a follower copy (``replica_reads``)
+        moved: Moved | None = None  # the first key led elsewhere
+        leaders: set[int] = set()  # of the keys routed by their slot
         for i in indexes:
             key = argv[i]
             try:
                 if (not admin or spec.name in FANS_OUT) and topics.is_multi(key):
                     if spec.name in SLOT_LED:
                         manager.check_key(key)  # -MOVED to the topic key's slot leader
+                        leaders.add(manager.my_id)
                         continue
                     if spec.name in FANS_OUT:
                         continue
@@ -263,13 +267,19 @@ class Replication:
                         return refusal
                     continue
                 shard = manager.check_key(key)
+                leaders.add(manager.my_id)
                 if manager.is_paused(shard) and "write" in spec.flags:
                     return Paused()
             except Moved as e:
                 if replica_reads and spec.name in FOLLOWER_READS and manager.committed_copy(key):
                     copies += 1
                     continue
-                return e
+                leaders.add(e.leader.id)
+                moved = moved or e
+        if moved is not None:
+            # No one node leads every key: the command runs nowhere, and a
+            # -MOVED would send the client to and fro; Redis's -CROSSSLOT.
+            return moved if len(leaders) == 1 else CrossSlot()
         if len(indexes) > copies and time.monotonic() >= self.controller.lease_expiry_s:  # (lease_ok, inlined)
             # Every key is led here (or a follower copy's), but this node may have been replaced.
             return TryAgain("this node has lost contact with the cluster controller "

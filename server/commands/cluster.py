@@ -33,6 +33,7 @@ from __future__ import annotations
 from cluster.nodes import SLOTS, key_slot
 from cluster.runtime.controller_driver import NotReady
 from cluster.runtime.replication import FailoverError
+from server.acl import visible_keys
 from server.args import parse_int
 from server.errors import CommandError, err
 from server.registry import command, container
@@ -69,6 +70,35 @@ def cluster_keyslot(ctx, argv):
     """CLUSTER KEYSLOT key"""
     _repl(ctx)
     return key_slot(argv[2])
+
+
+def _keys_in_slot(ctx, argv, message: str) -> list[bytes]:
+    """CLUSTER COUNTKEYSINSLOT / GETKEYSINSLOT: the keys KEYS lists here
+    whose slot (CLUSTER KEYSLOT) is ``argv[2]``, none where the slot is led
+    elsewhere (Redis: the keys a node holds); ``message`` for a slot out of
+    range or a negative count (``argv[3]``)."""
+    _repl(ctx)
+    slot = parse_int(argv[2])
+    count = parse_int(argv[3]) if len(argv) > 3 else 0
+    if not 0 <= slot < SLOTS or count < 0:
+        raise err(message)
+    return [key for key in visible_keys(ctx.client, ctx.session.key_names()) if key_slot(key) == slot]
+
+
+@command("cluster|countkeysinslot", arity=3, flags="stale", group="cluster", since="3.0.0",
+         acl_categories=("slow",), summary="Return the number of local keys in the specified hash slot.",
+         syntax="CLUSTER COUNTKEYSINSLOT slot")
+def cluster_countkeysinslot(ctx, argv):
+    """CLUSTER COUNTKEYSINSLOT slot"""
+    return len(_keys_in_slot(ctx, argv, "Invalid slot"))
+
+
+@command("cluster|getkeysinslot", arity=4, flags="stale", group="cluster", since="3.0.0",
+         acl_categories=("slow",), summary="Return local key names in the specified hash slot.",
+         syntax="CLUSTER GETKEYSINSLOT slot count")
+def cluster_getkeysinslot(ctx, argv):
+    """CLUSTER GETKEYSINSLOT slot count"""
+    return _keys_in_slot(ctx, argv, "Invalid slot or number of keys")[:parse_int(argv[3])]
 
 
 def _node_entry(node) -> list:
@@ -153,15 +183,19 @@ def cluster_shards(ctx, argv):
          acl_categories=("slow",), summary="Returns the cluster configuration for a node.",
          syntax="CLUSTER NODES")
 def cluster_nodes(ctx, argv):
-    """CLUSTER NODES"""
+    """CLUSTER NODES
+
+    A node the controller fenced (it stopped heartbeating) is ``fail`` and
+    its link ``disconnected``, as Redis shows a master it lost."""
     m = _repl(ctx).manager
     epoch = _current_epoch(m)
     lines = []
     for node, ranges in _led_ranges(m):
-        flags = ("myself," if node.id == m.my_id else "") + "master" + (",fail" if node.id in m.state.fenced else "")
+        failed = node.id in m.state.fenced
+        flags = ("myself," if node.id == m.my_id else "") + "master" + (",fail" if failed else "")
         slots = [f"{first}-{last}" for first, last in ranges]
-        lines.append(f"{node_name(node.id)} {node.entry} {flags} - 0 0 {epoch} connected"
-                     + (" " + " ".join(slots) if slots else ""))
+        lines.append(f"{node_name(node.id)} {node.entry} {flags} - 0 0 {epoch} "
+                     f"{'disconnected' if failed else 'connected'}" + (" " + " ".join(slots) if slots else ""))
     return Verbatim("\n".join(lines) + "\n")
 
 
@@ -190,6 +224,8 @@ def cluster_help(ctx, argv):
         "FAILOVER [FORCE|TAKEOVER]", "    Make this replica the leader of the shard it follows (manual failover).",
         "REASSIGN <slot> <node-id> [<node-id> ...]",
         "    Move the slot range holding <slot> to these replicas, the first its preferred leader.",
+        "COUNTKEYSINSLOT <slot>", "    Return the number of keys in <slot>.",
+        "GETKEYSINSLOT <slot> <count>", "    Return key names stored by current node in a slot.",
         "INFO", "    Return information about the cluster.",
         "KEYSLOT <key>", "    Return the hash slot for <key>.",
         "MYID", "    Return the node id.",

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from types import CoroutineType
 
-from server.acl import key_filter
+from server.acl import key_filter, visible_keys
 from server.args import parse_int
 from server.errors import err, syntax_error
 from server.glob import glob_match
@@ -91,9 +91,7 @@ def keys(ctx, argv):
     """
     pattern = argv[1]
     everything = pattern == b"*"
-    found = [k for k in ctx.session.key_names() if everything or glob_match(pattern, k)]
-    visible = key_filter(ctx.client)
-    return found if visible is None else [k for k in found if visible(k)]
+    return visible_keys(ctx.client, [k for k in ctx.session.key_names() if everything or glob_match(pattern, k)])
 
 
 def _parse_cursor(raw: bytes) -> int:

@@ -14,6 +14,8 @@ last as a master, which is the role redis-py (first mention) and coredis
 
 from __future__ import annotations
 
+import subprocess
+
 import anyio
 import coredis
 import pytest
@@ -21,7 +23,7 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 
 from tests.clusterkit import Cluster, leased
-from tests.e2e.streams_support import RespClient, parse
+from tests.e2e.streams_support import Error, RespClient, parse
 
 KEYS = [f"topo-{i}".encode() for i in range(60)]
 
@@ -180,3 +182,51 @@ def test_a_follower_redirects_what_a_client_sends_it(cluster):
         with pytest.raises(redis.exceptions.MovedError):
             node.client().xlen(key)
     assert leader.client().xlen(key) >= 0
+
+
+def test_keys_no_one_node_leads_get_crossslot_not_a_moved_loop(cluster, keys):
+    """A multi-key command whose keys are led by different nodes cannot run
+    anywhere: -CROSSSLOT, as Redis answers keys of several slots, not a
+    -MOVED to one key's leader that then sends the client back for the other
+    (``redis-cli -c`` followed that forever). Keys of several slots that one
+    node leads still run there (docs/replication.md)."""
+    by_leader: dict[int, list[bytes]] = {}
+    for key in KEYS:
+        by_leader.setdefault(cluster.leader_of(key).port, []).append(key)
+    (port_a, (a, a2, *_)), (_, (b, *_)) = list(by_leader.items())[:2]
+    crossslot = Error("CROSSSLOT Keys in request don't hash to the same slot")
+    for node in cluster.nodes:
+        assert _raw(node.port, b"XREAD", b"STREAMS", a, b, b"0", b"0") == crossslot
+        assert _raw(node.port, b"XREADGROUP", b"GROUP", b"g", b"c", b"STREAMS", a, b, b">", b">") == crossslot
+        assert _raw(node.port, b"XREAD", b"STREAMS", b, a, b"0", b"0") == crossslot
+    out = subprocess.run(["redis-cli", "-c", "-p", str(cluster.ports[0]), "XREAD", "STREAMS", a, b, "0", "0"],
+                         capture_output=True, timeout=20, check=True).stdout
+    assert out.strip() == b"CROSSSLOT Keys in request don't hash to the same slot"
+    both = _raw(port_a, b"XREAD", b"STREAMS", a, a2, b"0", b"0")
+    assert [stream[0] for stream in both] == [a, a2]
+
+
+def test_countkeysinslot_and_getkeysinslot_list_the_keys_a_node_leads(cluster, keys):
+    """CLUSTER COUNTKEYSINSLOT / GETKEYSINSLOT as Redis (its errors word for
+    word): the keys of a slot on the node leading it, none elsewhere."""
+    for key in KEYS[:6]:
+        slot = _raw(cluster.ports[0], b"CLUSTER", b"KEYSLOT", key)
+        leader = cluster.leader_of(key)
+        in_slot = [k for k in KEYS if _raw(leader.port, b"CLUSTER", b"KEYSLOT", k) == slot]
+        assert _raw(leader.port, b"CLUSTER", b"COUNTKEYSINSLOT", b"%d" % slot) == len(in_slot)
+        assert sorted(_raw(leader.port, b"CLUSTER", b"GETKEYSINSLOT", b"%d" % slot, b"100")) == sorted(in_slot)
+        assert _raw(leader.port, b"CLUSTER", b"GETKEYSINSLOT", b"%d" % slot, b"0") == []
+        for node in cluster.followers_of(key):
+            assert _raw(node.port, b"CLUSTER", b"COUNTKEYSINSLOT", b"%d" % slot) == 0
+    port = cluster.ports[0]
+    for argv, error in [
+        ((b"COUNTKEYSINSLOT", b"-1"), "ERR Invalid slot"),
+        ((b"COUNTKEYSINSLOT", b"16384"), "ERR Invalid slot"),
+        ((b"COUNTKEYSINSLOT", b"abc"), "ERR value is not an integer or out of range"),
+        ((b"COUNTKEYSINSLOT",), "ERR wrong number of arguments for 'cluster|countkeysinslot' command"),
+        ((b"GETKEYSINSLOT", b"1", b"-1"), "ERR Invalid slot or number of keys"),
+        ((b"GETKEYSINSLOT", b"16384", b"1"), "ERR Invalid slot or number of keys"),
+        ((b"GETKEYSINSLOT", b"1", b"abc"), "ERR value is not an integer or out of range"),
+        ((b"GETKEYSINSLOT", b"1"), "ERR wrong number of arguments for 'cluster|getkeysinslot' command"),
+    ]:
+        assert _raw(port, b"CLUSTER", *argv) == Error(error), argv

@@ -54,10 +54,12 @@ def test_a_killed_leader_is_replaced_without_anyone_acting_and_takes_its_shard_b
     # passed them (it trails by one fetch round of the remaining follower).
     _eventually(lambda: [entry_id for entry_id, _ in fresh.xrange(key)] == acked, what="acknowledged entries")
     acked.append(fresh.xadd(key, {"n": "after"}))
-    # The dead node is flagged; its slots are served by the new leader.
+    # The dead node is flagged, its link down (Redis's link-state field);
+    # its slots are served by the new leader.
     nodes = new.client().execute_command("CLUSTER", "NODES").decode()
-    assert any(line.split()[1].endswith(f":{old.port}@{old.bus_port}") and "fail" in line.split()[2]
-               for line in nodes.splitlines())
+    (dead,) = [line.split() for line in nodes.splitlines()
+               if line.split()[1].endswith(f":{old.port}@{old.bus_port}")]
+    assert dead[2:] == ["master,fail", "-", "0", "0", dead[6], "disconnected"]
     assert b"cluster_state:ok" in new.client().execute_command("CLUSTER", "INFO")
     assert _info(new)["controller_fenced"] == cluster.nodes.index(old) + 1
     # It comes back, catches up, and takes its shard back (the preferred leader).

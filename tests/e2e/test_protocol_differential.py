@@ -163,6 +163,8 @@ COMMAND_ERRORS = [
     b"CLUSTER KEYSLOT foo\r\n",
     b"CLUSTER SLOTS\r\n",
     b"CLUSTER MYID\r\n",
+    b"CLUSTER COUNTKEYSINSLOT 1\r\n",
+    b"CLUSTER GETKEYSINSLOT 1 1\r\n",
     b"CLUSTER FAILOVER\r\n",
     b"CLUSTER NOSUCH\r\n",
     b"CLUSTER\r\n",
