@@ -359,7 +359,8 @@ async def _receive_request(conn: h11.Connection, stream: trio.SocketStream,
                            client: _Client) -> h11.Request | None:
     """The next whole request (its body read and dropped), or None when the
     client closed the connection. ``_Refused`` for one answered at once:
-    another HTTP version, a body declared or grown too large."""
+    another HTTP version, a body declared or grown too large, a body framed
+    two ways (which a proxy in front may have read the other way)."""
     event = await _next_event(conn, stream, client)
     if isinstance(event, h11.ConnectionClosed):
         return None
@@ -368,7 +369,10 @@ async def _receive_request(conn: h11.Connection, stream: trio.SocketStream,
     if event.http_version not in (b"1.0", b"1.1"):
         raise _Refused(_text(505, f"HTTP version not supported: HTTP/{event.http_version.decode()}; "
                                   f"this port speaks HTTP/1.1 (and 1.0)."))
-    length = dict(event.headers).get(b"content-length")
+    headers = dict(event.headers)
+    length = headers.get(b"content-length")
+    if length is not None and b"transfer-encoding" in headers:  # RFC 9112 section 6.3: reject, or close after
+        raise _Refused(_text(400, "Bad request: both Content-Length and Transfer-Encoding."))
     if length is not None and int(length) > BODY_BYTES_MAX:  # h11 checked it is digits
         raise _Refused(_BODY_TOO_LARGE)
     if conn.they_are_waiting_for_100_continue:

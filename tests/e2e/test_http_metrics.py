@@ -341,6 +341,14 @@ def test_a_chunked_body_too_large_gets_413(node):
     assert reply.startswith(b"HTTP/1.1 413 ")
 
 
+def test_a_body_framed_both_ways_gets_400_and_a_close(node):
+    # RFC 9112 section 6.3: the connection must not go on after such a request
+    # (a proxy in front may have framed it by Content-Length: request smuggling).
+    reply = _exchange(node.http_port, b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
+                                      b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 400 ") and reply.count(b"HTTP/1.1 ") == 1
+
+
 def test_expect_100_continue_is_answered(node):
     with socket.create_connection(("127.0.0.1", node.http_port), timeout=10) as s:
         s.sendall(b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
