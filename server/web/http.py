@@ -324,18 +324,24 @@ async def _next_event(conn: h11.Connection, stream: trio.SocketStream, client: _
         if event is not h11.NEED_DATA:
             return event
         receive = RECV_BYTES
+        before_request_line = False
         if conn.their_state is h11.IDLE:  # in the request line and headers: at most REQUEST_BYTES_MAX
             buffered = conn.trailing_data[0]
             if buffered:  # part of a pipelined request: not idle
                 client.waiting_since = None
             _check_request_line(buffered)
             receive = max(1, min(RECV_BYTES, REQUEST_BYTES_MAX + 1 - len(buffered)))
+            before_request_line = not buffered
         try:
             data = await stream.receive_some(receive)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             data = b""
         if data:
             client.waiting_since = None
+            if before_request_line:  # RFC 9112 section 2.2: empty lines before a request line are ignored
+                data = data.lstrip(b"\r\n")
+                if not data:
+                    continue
         conn.receive_data(data)
 
 

@@ -322,6 +322,12 @@ def test_what_is_not_an_http_request_line_gets_400_at_once(node):
     assert node.client().ping()
 
 
+def test_empty_lines_before_a_request_line_are_ignored(node):
+    # RFC 9112 section 2.2: a server should ignore at least one (it answered 400).
+    reply = _exchange(node.http_port, b"\r\n\r\nGET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 200 ")
+
+
 def test_other_http_versions_get_505(node):
     for data in (b"GET / HTTP/2.0\r\nHost: x\r\n\r\n", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
                  b"GET / HTTP/3.1\r\nHost: x\r\n\r\n"):
