@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import base64
 import http.client
+import os
 import re
+import socket
 
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
@@ -214,8 +216,6 @@ def test_keep_alive_serves_several_requests_on_one_connection(node):
 
 
 def test_garbage_gets_400_and_the_server_goes_on(node):
-    import socket
-
     with socket.create_connection(("127.0.0.1", node.http_port), timeout=10) as s:
         s.sendall(b"NOT HTTP AT ALL\r\n\r\n")
         reply = b""
@@ -227,8 +227,6 @@ def test_garbage_gets_400_and_the_server_goes_on(node):
 
 
 def test_http_port_taken_stops_the_start(tmp_path):
-    import socket
-
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)
@@ -283,3 +281,133 @@ def test_the_grafana_dashboard_uses_documented_metrics():
             for name in re.findall(r"partita_[a-z_]+", target["expr"])}
     documented = set().union(*documented_metrics().values())
     assert used and not used - documented, used - documented
+
+
+# -- what a scanner or a wrong client sends ---------------------------------------
+
+CONNECTIONS_MAX = 64  # docs/metrics.md: "at most 64 connections at once"
+
+
+def _exchange(port: int, data: bytes, timeout_s: float = 10.0) -> bytes:
+    """Send ``data`` on a fresh connection; everything the server sends back
+    until it closes (``socket.timeout`` if it does not within ``timeout_s``)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+        s.sendall(data)
+        reply = b""
+        while chunk := s.recv(65536):
+            reply += chunk
+    return reply
+
+
+def _open_fds(node) -> int:
+    return len(os.listdir(f"/proc/{node.proc.pid}/fd"))
+
+
+def _closed_by_server(s: socket.socket, timeout_s: float = 10.0) -> bool:
+    s.settimeout(timeout_s)
+    try:
+        while s.recv(65536):
+            pass
+    except ConnectionResetError:
+        pass
+    return True
+
+
+def test_what_is_not_an_http_request_line_gets_400_at_once(node):
+    # HTTP/0.9, a RESP command, an inline command: no headers will follow, so
+    # the answer may not wait for them (it did, 30 s).
+    for data in (b"GET /\r\n", b"*1\r\n$4\r\nPING\r\n", b"PING\r\n"):
+        reply = _exchange(node.http_port, data)
+        assert reply.startswith(b"HTTP/1.1 400 ") and b"HTTP port" in reply, (data, reply)
+    assert node.client().ping()
+
+
+def test_empty_lines_before_a_request_line_are_ignored(node):
+    # RFC 9112 section 2.2: a server should ignore at least one (it answered 400).
+    reply = _exchange(node.http_port, b"\r\n\r\nGET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 200 ")
+
+
+def test_other_http_versions_get_505(node):
+    for data in (b"GET / HTTP/2.0\r\nHost: x\r\n\r\n", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+                 b"GET / HTTP/3.1\r\nHost: x\r\n\r\n"):
+        reply = _exchange(node.http_port, data)
+        assert reply.startswith(b"HTTP/1.1 505 "), (data, reply)
+
+
+def test_a_body_declared_too_large_gets_413_before_it_is_sent(node):
+    reply = _exchange(node.http_port, b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 413 ") and b"Connection: close" in reply
+
+
+def test_a_chunked_body_too_large_gets_413(node):
+    chunk = b"4000\r\n" + b"x" * 0x4000 + b"\r\n"
+    reply = _exchange(node.http_port, b"GET /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                      + chunk * 3 + b"0\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 413 ")
+
+
+def test_a_body_framed_both_ways_gets_400_and_a_close(node):
+    # RFC 9112 section 6.3: the connection must not go on after such a request
+    # (a proxy in front may have framed it by Content-Length: request smuggling).
+    reply = _exchange(node.http_port, b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
+                                      b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 400 ") and reply.count(b"HTTP/1.1 ") == 1
+
+
+def test_expect_100_continue_is_answered(node):
+    with socket.create_connection(("127.0.0.1", node.http_port), timeout=10) as s:
+        s.sendall(b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+        assert s.recv(65536).startswith(b"HTTP/1.1 100 Continue\r\n")
+        s.sendall(b"hello")
+        assert s.recv(65536).startswith(b"HTTP/1.1 405 ")
+
+
+def test_absolute_form_and_percent_encoded_targets(node):
+    assert _get(node.http_port, f"http://127.0.0.1:{node.http_port}/metrics")[0] == 200
+    assert _get(node.http_port, "/%6Detrics?x=1")[0] == 200
+    assert _get(node.http_port, "/%2E%2E/metrics")[0] == 404
+    assert _get(node.http_port, "/../metrics")[0] == 404
+
+
+def test_a_request_head_over_16_kib_gets_431(node):
+    for data in (b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+                 b"GET / HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-%d: y\r\n" % i for i in range(3000)) + b"\r\n"):
+        assert _exchange(node.http_port, data).startswith(b"HTTP/1.1 431 ")
+
+
+def test_idle_connections_do_not_keep_new_clients_out(node):
+    redis = node.client()
+    assert redis.ping() and _get(node.http_port, "/metrics")[0] == 200
+    baseline = _open_fds(node)
+    idle = [socket.create_connection(("127.0.0.1", node.http_port), timeout=10)
+            for _ in range(CONNECTIONS_MAX + 10)]
+    try:
+        assert _get(node.http_port, "/metrics")[0] == 200  # was reset: 64 idle clients held every slot
+        assert _closed_by_server(idle[0])  # the idlest made room
+        assert redis.ping()
+    finally:
+        for s in idle:
+            s.close()
+    assert wait_for(lambda: _open_fds(node) <= baseline, 10.0)  # (<=: the scrape before may still be closing)
+
+
+def test_when_every_connection_is_busy_a_new_client_gets_503(node):
+    redis = node.client()
+    assert redis.ping()
+    baseline = _open_fds(node)
+    busy = [socket.create_connection(("127.0.0.1", node.http_port), timeout=10) for _ in range(CONNECTIONS_MAX)]
+    try:
+        for s in busy:
+            s.sendall(b"GET /metrics HT")  # one byte at a time, a request in progress
+        for s in busy:  # each is a request in progress once a byte more gets its answer
+            s.sendall(b"TP/1.1\r\nHost: x\r\n\r\nGET /metrics HT")
+            assert s.recv(1).startswith(b"H")
+        status, headers, body = _get(node.http_port, "/metrics")
+        assert status == 503 and headers["retry-after"] == "1" and b"Busy" in body
+        assert redis.ping()
+    finally:
+        for s in busy:
+            s.close()
+    assert wait_for(lambda: _open_fds(node) <= baseline, 10.0)  # (<=: the scrape before may still be closing)
+    assert _get(node.http_port, "/metrics")[0] == 200
