@@ -601,15 +601,16 @@ class AclRegistry:
         """Replace every user with the file's; all or nothing.
 
         Read as Redis 7.0's ``ACLLoadFromFile`` reads it, with its error
-        texts: lines trimmed, blank ones skipped, each ``user <name>
-        <rules>`` split at single spaces (no quoting: names and patterns
-        cannot hold spaces), every rule applied to a new user. Partita also
-        skips lines starting with ``#`` (comments; Redis 8.8 does too).
+        texts: the file must exist (a missing one is an error, at start
+        and at ACL LOAD: an empty file holds no users), lines trimmed,
+        blank ones skipped, each ``user <name> <rules>`` split at single
+        spaces (no quoting: names and patterns cannot hold spaces), every
+        rule applied to a new user. Partita also skips lines starting with
+        ``#`` (comments; Redis 8.8 does too), and refuses a directory
+        (Redis 7.0 reads one as an empty file, dropping every user).
         """
         try:
             text = Path(path).read_text(encoding="utf-8", errors="surrogateescape")
-        except FileNotFoundError:
-            text = ""
         except OSError as e:
             raise AclError(f"Error loading ACLs, opening file '{path}': {e.strerror}") from None
         fresh: dict[str, User] = {}

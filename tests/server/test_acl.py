@@ -179,6 +179,29 @@ def test_a_bad_aclfile_stops_the_registry_at_start(tmp_path):
         AclRegistry(aclfile=str(path))
 
 
+def test_a_missing_aclfile_stops_the_registry_at_start(tmp_path):
+    # As redis-server 7.0.15: the aclfile must exist (an empty file holds no users).
+    path = tmp_path / "users.acl"
+    with pytest.raises(AclError) as raised:
+        AclRegistry(aclfile=str(path))
+    assert raised.value.message == ("Aborting Partita startup because of ACL errors: "
+                                     f"Error loading ACLs, opening file '{path}': No such file or directory")
+    path.write_text("")
+    assert set(AclRegistry(aclfile=str(path)).users) == {"default"}
+
+
+def test_acl_load_of_a_missing_aclfile_keeps_every_user(tmp_path):
+    path = tmp_path / "users.acl"
+    path.write_text("user default on nopass ~* &* +@all\nuser a on nopass ~* +@all\n")
+    registry = AclRegistry(aclfile=str(path))
+    before = registry.dump()
+    path.unlink()
+    with pytest.raises(AclError) as raised:
+        registry.load(str(path))  # ACL LOAD
+    assert raised.value.message == f"Error loading ACLs, opening file '{path}': No such file or directory"
+    assert registry.dump() == before
+
+
 def test_keys_named_by_options_are_checked_like_key_arguments():
     u = user("on", "nopass", "~orders*", "+@all")
     create = DECLARED["xgroup"].subcommands["create"]
@@ -252,6 +275,7 @@ def test_secrets_follow_the_passwords():
 
 def test_acl_save_keeps_the_secrets_beside_the_aclfile_and_acl_load_reads_them(tmp_path):
     path = str(tmp_path / "users.acl")
+    (tmp_path / "users.acl").write_text("")  # an aclfile must exist, empty at first (as Redis)
     acl = AclRegistry("", path)
     acl.setuser("alice", ["on", ">wonderland", "~*", "+@all"])
     acl.save(path)
