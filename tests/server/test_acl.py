@@ -202,6 +202,16 @@ def test_acl_load_of_a_missing_aclfile_keeps_every_user(tmp_path):
     assert registry.dump() == before
 
 
+def test_a_directory_as_aclfile_is_refused(tmp_path):
+    # Redis 7.0 reads a directory as an empty file: ACL LOAD would drop every user.
+    registry = AclRegistry()
+    registry.setuser("a", ["on", "nopass"])
+    with pytest.raises(AclError) as raised:
+        registry.load(str(tmp_path))
+    assert raised.value.message == f"Error loading ACLs, opening file '{tmp_path}': Is a directory"
+    assert set(registry.users) == {"default", "a"}
+
+
 def test_keys_named_by_options_are_checked_like_key_arguments():
     u = user("on", "nopass", "~orders*", "+@all")
     create = DECLARED["xgroup"].subcommands["create"]
