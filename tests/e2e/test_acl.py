@@ -406,7 +406,7 @@ def test_a_bad_aclfile_stops_the_start_naming_the_file_and_line(tmp_path):
     assert "Ready to accept connections" not in output
 
 
-def test_a_missing_aclfile_stops_the_start_as_redis_does(tmp_path):
+def test_a_missing_aclfile_stops_the_start_as_redis_does_before_the_data_dir_is_touched(tmp_path):
     if not os.path.exists(REDIS_SERVER):
         pytest.skip(f"redis-server not found at {REDIS_SERVER}")
     aclfile = tmp_path / "missing.acl"
@@ -419,6 +419,7 @@ def test_a_missing_aclfile_stops_the_start_as_redis_does(tmp_path):
     assert (theirs, f"Aborting Redis startup {why}" in their_output) == (1, True), their_output
     assert (ours, f"Aborting Partita startup {why}" in output) == (1, True), output
     assert "Traceback" not in output and "Ready to accept connections" not in output
+    assert not (tmp_path / "data").exists()
 
 
 # What ACL LOAD reads at runtime; every server starts from GOOD_ACLFILE before each.
