@@ -468,6 +468,20 @@ def test_acl_load_replies_and_keeps_users_as_redis_does(acl_load_pair, name):
     assert answers[0] == answers[1]
 
 
+def test_acl_load_closes_only_the_clients_of_users_the_file_no_longer_has(partita_factory, tmp_path):
+    # Redis 7.2+ (redis/redis#12171); 7.0.15 closed every client of a user other than default.
+    aclfile = tmp_path / "users.acl"
+    aclfile.write_text("user default on nopass ~* &* +@all\nuser kept on >pw ~* +@all\nuser gone on >pw ~* +@all\n")
+    server = partita_factory(["--aclfile", str(aclfile)])
+    with RawConn(server.port) as kept, RawConn(server.port) as gone:
+        assert kept.request(b"AUTH kept pw\r\n") == gone.request(b"AUTH gone pw\r\n") == b"+OK\r\n"
+        aclfile.write_text("user default on nopass ~* &* +@all\nuser kept on >pw ~k* +@all\n")
+        assert kept.request(b"ACL LOAD\r\n") == b"+OK\r\n"
+        assert kept.request(b"XLEN other\r\n") == NOPERM_KEY  # the file's rules, at once
+        gone.sock.settimeout(5)
+        assert gone.sock.recv(100) == b""  # closed by the server
+
+
 # -- listing key names, writing every key (finding 5) --------------------------------------
 
 
