@@ -468,6 +468,20 @@ def test_acl_load_replies_and_keeps_users_as_redis_does(acl_load_pair, name):
     assert answers[0] == answers[1]
 
 
+def test_a_failed_acl_save_answers_as_redis_does(acl_load_pair):
+    answers = []
+    for server in acl_load_pair:
+        server.aclfile.unlink()
+        (server.aclfile / "in-the-way").mkdir(parents=True)  # the rename onto it fails
+        conn = Resp(server.port)
+        answers.append(conn.call("ACL", "SAVE"))
+        conn.close()
+        (server.aclfile / "in-the-way").rmdir()
+        server.aclfile.rmdir()
+        server.aclfile.write_text(GOOD_ACLFILE)
+    assert answers[0] == answers[1]
+
+
 def test_acl_load_closes_only_the_clients_of_users_the_file_no_longer_has(partita_factory, tmp_path):
     # Redis 7.2+ (redis/redis#12171); 7.0.15 closed every client of a user other than default.
     aclfile = tmp_path / "users.acl"

@@ -212,6 +212,18 @@ def test_a_directory_as_aclfile_is_refused(tmp_path):
     assert set(registry.users) == {"default", "a"}
 
 
+def test_a_failed_acl_save_answers_redis_text_and_logs_why(tmp_path, caplog):
+    registry = AclRegistry()
+    path = tmp_path / "users.acl"
+    (path / "in-the-way").mkdir(parents=True)  # a rename onto a non-empty directory fails
+    with caplog.at_level("WARNING", logger="partita.acl"), pytest.raises(AclError) as raised:
+        registry.save(str(path))
+    assert raised.value.message == ("There was an error trying to save the ACLs. Please check the server logs "
+                                    "for more information")
+    assert [r.getMessage() for r in caplog.records] == ["Renaming ACL file for ACL SAVE: Is a directory"]
+    assert sorted(os.listdir(tmp_path)) == ["users.acl", "users.acl.scram"]  # no temporary file left
+
+
 def test_keys_named_by_options_are_checked_like_key_arguments():
     u = user("on", "nopass", "~orders*", "+@all")
     create = DECLARED["xgroup"].subcommands["create"]
