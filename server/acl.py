@@ -30,6 +30,7 @@ None check. Only clients of restricted users carry their ``User`` there;
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import logging
@@ -601,15 +602,16 @@ class AclRegistry:
         """Replace every user with the file's; all or nothing.
 
         Read as Redis 7.0's ``ACLLoadFromFile`` reads it, with its error
-        texts: lines trimmed, blank ones skipped, each ``user <name>
-        <rules>`` split at single spaces (no quoting: names and patterns
-        cannot hold spaces), every rule applied to a new user. Partita also
-        skips lines starting with ``#`` (comments; Redis 8.8 does too).
+        texts: the file must exist (a missing one is an error, at start
+        and at ACL LOAD: an empty file holds no users), lines trimmed,
+        blank ones skipped, each ``user <name> <rules>`` split at single
+        spaces (no quoting: names and patterns cannot hold spaces), every
+        rule applied to a new user. Partita also skips lines starting with
+        ``#`` (comments; Redis 8.8 does too), and refuses a directory
+        (Redis 7.0 reads one as an empty file, dropping every user).
         """
         try:
             text = Path(path).read_text(encoding="utf-8", errors="surrogateescape")
-        except FileNotFoundError:
-            text = ""
         except OSError as e:
             raise AclError(f"Error loading ACLs, opening file '{path}': {e.strerror}") from None
         fresh: dict[str, User] = {}
@@ -652,23 +654,44 @@ class AclRegistry:
 
     def save(self, path: str) -> None:
         """The aclfile and, beside it, its users' SCRAM secrets (first: the
-        aclfile never names a password whose secret was not saved)."""
+        aclfile never names a password whose secret was not saved). On a
+        failure, Redis 7.0's reply, and its log line saying why."""
         try:
-            _write_atomically(path + SCRAM_SUFFIX, _dump_scram(self.users), 0o600)
-            _write_atomically(path, self.dump(), 0o644)
-        except OSError as e:
-            raise AclError(f"There was an error trying to save the ACLs. Please check the server logs "
-                           f"for more information ({e.strerror})") from None
+            _write_atomically(path + SCRAM_SUFFIX, _dump_scram(self.users), 0o600, "SCRAM secrets file")
+            _write_atomically(path, self.dump(), 0o644, "ACL file")
+        except _SaveError as e:
+            log.warning("%s", e)
+            raise AclError("There was an error trying to save the ACLs. Please check the server logs "
+                           "for more information") from None
 
 
-def _write_atomically(path: str, text: str, mode: int) -> None:
+class _SaveError(Exception):
+    """A step of ACL SAVE failed; the text is the log line (Redis's words)."""
+
+
+def _write_atomically(path: str, text: str, mode: int, what: str) -> None:
+    """Write ``path`` through a temporary file renamed over it; on an OSError
+    the temporary file is removed and _SaveError names the step, as Redis's
+    ``ACLSaveToFile`` logs it (``Renaming ACL file for ACL SAVE: ...``)."""
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with open(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    step = "Opening temp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        try:
+            with open(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
+                step = "Writing"
+                f.write(text)
+                f.flush()
+                step = "Syncing"
+                os.fsync(f.fileno())
+            step = "Renaming"
+            os.replace(tmp, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError as e:
+        raise _SaveError(f"{step} {what} for ACL SAVE: {e.strerror}") from None
 
 
 # -- the .scram file ----------------------------------------------------------------

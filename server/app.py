@@ -42,7 +42,7 @@ from cluster.runtime import replication
 from server import bus, registry, tls, web
 from server.kafka_front import listener as kafka_listener
 from server.peer_resp import RespLink
-from server.acl import warn_if_unprotected
+from server.acl import AclRegistry, warn_if_unprotected
 from server.state import REDIS_VERSION, ServerState, open_topics, partita_version
 
 log = logging.getLogger("partita")
@@ -165,6 +165,11 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
             sock.close()
         raise
     sockets_to_close = sockets + tls_sockets + bus_sockets + http_sockets + kafka_sockets + kafka_tls_sockets
+    try:  # the users (server/acl.py): a bad or missing aclfile stops the start before the data dir too
+        acl = AclRegistry(config.requirepass, config.aclfile)
+    except BaseException:
+        _close_before_serving(sockets_to_close, None)
+        raise
     data_lock = None
     try:
         data_dir, data_lock = prepare_data_dir(config)
@@ -178,7 +183,7 @@ async def serve(config: Config, *, task_status=trio.TASK_STATUS_IGNORED, topics:
     except BaseException:
         _close_before_serving(sockets_to_close, data_lock)
         raise
-    state = ServerState(config, topics)
+    state = ServerState(config, topics, acl)
 
     def connect(node: Any) -> RespLink:  # a peer link over the cluster bus
         return RespLink(node.host, node.bus_port, secret=config.cluster_secret)

@@ -243,7 +243,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("max-blocked-clients", "int", 0, minimum=0, maximum=U32,
            doc="clients waiting in XREAD/XREADGROUP BLOCK at most (0: only maxclients bounds them)"),
     Option("aclfile", "string", "", mutable=False,
-           doc="ACL users file for ACL SAVE / ACL LOAD; empty: users live in memory only"),
+           doc="ACL users file, read at start (it must exist: an empty file holds no users), for "
+               "ACL SAVE / ACL LOAD; empty: users live in memory only"),
     Option("tls-port", "int", 0, mutable=False, minimum=0, maximum=65535,
            doc="TLS port on the `bind` addresses (0: no TLS listener)"),
     # The HTTP listener: /metrics and the web console (docs/metrics.md).

@@ -272,7 +272,7 @@ def open_topics(config: Config):
 class ServerState:
     """Everything shared by all connections of one server process."""
 
-    def __init__(self, config: Config, topics: Any = None) -> None:
+    def __init__(self, config: Config, topics: Any = None, acl: AclRegistry | None = None) -> None:
         self.config = config
         self.broker = Broker(topics if topics is not None else _NoTopics(), config)
         self.broker.keys.subscribe(self._watched_key_modified)
@@ -295,7 +295,8 @@ class ServerState:
         self._next_client_id = 1
         self._watchers: dict[bytes, set[Client]] = {}
         # ACL users; ``requirepass`` is the default user's password (server/acl.py).
-        self.acl = AclRegistry(config.requirepass, config.aclfile)
+        # The server reads them (``acl``) before it touches the data directory.
+        self.acl = acl if acl is not None else AclRegistry(config.requirepass, config.aclfile)
 
         def on_config_change(name: str, value: Any) -> None:
             if name == "requirepass":

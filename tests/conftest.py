@@ -281,6 +281,7 @@ class RedisProcess:
         self.host = "127.0.0.1"
         self.port = port
         self.proc = proc
+        self.aclfile: Path | None = None
 
     def client(self, **kwargs):
         import redis
@@ -299,6 +300,17 @@ def redis_server(tmp_path_factory):
 def redis_server_with_password(tmp_path_factory):
     """A real redis-server with ``requirepass pw`` (for NOAUTH differential tests)."""
     yield from _redis_process(tmp_path_factory, ["--requirepass", "pw"])
+
+
+@pytest.fixture(scope="module")
+def redis_server_with_aclfile(tmp_path_factory):
+    """A real redis-server reading its users from ``server.aclfile`` (for ACL LOAD
+    differential tests); the file holds only the default user at first."""
+    aclfile = tmp_path_factory.mktemp("redis-acl") / "users.acl"
+    aclfile.write_text("user default on nopass ~* &* +@all\n")
+    for server in _redis_process(tmp_path_factory, ["--aclfile", str(aclfile)]):
+        server.aclfile = aclfile
+        yield server
 
 
 def _redis_process(tmp_path_factory, extra_args: list[str]):

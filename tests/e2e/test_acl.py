@@ -9,12 +9,15 @@ user, requirepass as the default user's password, aclfile) is tested alone.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import subprocess
+from pathlib import Path
 
 import pytest
 import redis
 
-from tests.conftest import RawConn, raw_exchange
+from tests.conftest import REDIS_SERVER, PartitaProcess, RawConn, free_port, partita_command, raw_exchange
 from tests.e2e.groups_support import Resp
 
 # A producer that may only write, a consumer that may only read, both on orders*.
@@ -366,6 +369,7 @@ def test_setuser_refuses_what_redis_refuses(partita_server, redis_server, argv):
 
 def test_a_saved_aclfile_loads_again_whatever_names_and_patterns_were_accepted(partita_factory, tmp_path):
     aclfile = tmp_path / "users.acl"
+    aclfile.write_text("")  # the aclfile must exist (as in Redis); empty, it holds no users
     server = partita_factory(["--aclfile", str(aclfile)])
     admin = Resp(server.port)
     assert admin.call("ACL", "SETUSER", "app", "on", ">pw", "~ok\nuser evil on nopass ~* &* +@all").startswith(b"-ERR")
@@ -385,21 +389,111 @@ def test_a_saved_aclfile_loads_again_whatever_names_and_patterns_were_accepted(p
     admin.close()
 
 
+def _start_output(command: list[str], cwd: Path) -> tuple[int, str]:
+    """A server process that should refuse to start: its exit code and what it wrote."""
+    proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
 def test_a_bad_aclfile_stops_the_start_naming_the_file_and_line(tmp_path):
-    import subprocess
-
-    from tests.conftest import partita_command
-
     aclfile = tmp_path / "users.acl"
     aclfile.write_text("user default on nopass ~* &* +@all\nuser x on ~a\tb\nuser \"y on\n")
-    proc = subprocess.run(partita_command() + ["--port", "0", "--dir", str(tmp_path / "data"),
-                                               "--aclfile", str(aclfile)],
-                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 1, output
+    code, output = _start_output(partita_command() + ["--port", "0", "--dir", str(tmp_path / "data"),
+                                                      "--aclfile", str(aclfile)], tmp_path)
+    assert code == 1, output
     assert f"{aclfile}:2: Syntax error." in output
     assert "Traceback" not in output
     assert "Ready to accept connections" not in output
+
+
+def test_a_missing_aclfile_stops_the_start_as_redis_does_before_the_data_dir_is_touched(tmp_path):
+    if not os.path.exists(REDIS_SERVER):
+        pytest.skip(f"redis-server not found at {REDIS_SERVER}")
+    aclfile = tmp_path / "missing.acl"
+    theirs, their_output = _start_output([REDIS_SERVER, "--port", str(free_port()), "--bind", "127.0.0.1",
+                                          "--save", "", "--appendonly", "no", "--dir", str(tmp_path),
+                                          "--aclfile", str(aclfile)], tmp_path)
+    ours, output = _start_output(partita_command() + ["--port", "0", "--dir", str(tmp_path / "data"),
+                                                      "--aclfile", str(aclfile)], tmp_path)
+    why = f"because of ACL errors: Error loading ACLs, opening file '{aclfile}': No such file or directory"
+    assert (theirs, f"Aborting Redis startup {why}" in their_output) == (1, True), their_output
+    assert (ours, f"Aborting Partita startup {why}" in output) == (1, True), output
+    assert "Traceback" not in output and "Ready to accept connections" not in output
+    assert not (tmp_path / "data").exists()
+
+
+# What ACL LOAD reads at runtime; every server starts from GOOD_ACLFILE before each.
+GOOD_ACLFILE = "user default on nopass ~* &* +@all\nuser keep on >pw ~k* +@read\n"
+LOADED_FILES = {
+    "missing": None,
+    "malformed-rule": "user default on nopass ~* &* +@all\nuser bob on >p ~a\tb +@all\n",
+    "unknown-rule": "user default on nopass ~* &* +@all\nuser bob on frobnicate +@all\n",
+    "unknown-command": "user default on nopass ~* &* +@all\nuser bob on +nosuch -@nocat\n",
+    "duplicate-user": "user default on nopass ~* &* +@all\nuser bob on\nuser bob off\n",
+    "not-a-user-line": "user default on nopass ~* &* +@all\nusers bob on\nbob\nuser\n",
+    "several-errors": "user default on nopass ~* &* +@all\nuser bob on ~* ~x +nosuch foo #abc\nxx\nuser bob on\n",
+    "bad-username": "user default on nopass ~* &* +@all\nuser b\x0bob on\n",
+    "empty": "",
+    "crlf": "user default on nopass ~* &* +@all\r\nuser bob on >p ~k* +@read\r\n",
+    "no-default-user": "user bob on nopass ~* +@all\n",
+}
+
+
+@pytest.fixture(scope="module")
+def acl_load_pair(tmp_path_factory, redis_server_with_aclfile):
+    aclfile = tmp_path_factory.mktemp("partita-acl") / "users.acl"
+    aclfile.write_text(GOOD_ACLFILE)
+    partita = PartitaProcess(aclfile.parent / "data", ["--aclfile", str(aclfile)]).start()
+    partita.aclfile = aclfile
+    yield partita, redis_server_with_aclfile
+    partita.stop()
+
+
+@pytest.mark.parametrize("name", list(LOADED_FILES))
+def test_acl_load_replies_and_keeps_users_as_redis_does(acl_load_pair, name):
+    """Redis's reply, the file's path aside; on any error no user changes."""
+    answers = []
+    for server in acl_load_pair:
+        conn = Resp(server.port)
+        server.aclfile.write_text(GOOD_ACLFILE)
+        assert conn.call("ACL", "LOAD") == b"+OK\r\n"
+        content = LOADED_FILES[name]
+        if content is None:
+            server.aclfile.unlink()
+        else:
+            server.aclfile.write_bytes(content.encode())
+        reply = conn.call("ACL", "LOAD").replace(str(server.aclfile).encode(), b"<aclfile>")
+        answers.append((reply, conn.call("ACL", "LIST")))
+        conn.close()
+    assert answers[0] == answers[1]
+
+
+def test_a_failed_acl_save_answers_as_redis_does(acl_load_pair):
+    answers = []
+    for server in acl_load_pair:
+        server.aclfile.unlink()
+        (server.aclfile / "in-the-way").mkdir(parents=True)  # the rename onto it fails
+        conn = Resp(server.port)
+        answers.append(conn.call("ACL", "SAVE"))
+        conn.close()
+        (server.aclfile / "in-the-way").rmdir()
+        server.aclfile.rmdir()
+        server.aclfile.write_text(GOOD_ACLFILE)
+    assert answers[0] == answers[1]
+
+
+def test_acl_load_closes_only_the_clients_of_users_the_file_no_longer_has(partita_factory, tmp_path):
+    # Redis 7.2+ (redis/redis#12171); 7.0.15 closed every client of a user other than default.
+    aclfile = tmp_path / "users.acl"
+    aclfile.write_text("user default on nopass ~* &* +@all\nuser kept on >pw ~* +@all\nuser gone on >pw ~* +@all\n")
+    server = partita_factory(["--aclfile", str(aclfile)])
+    with RawConn(server.port) as kept, RawConn(server.port) as gone:
+        assert kept.request(b"AUTH kept pw\r\n") == gone.request(b"AUTH gone pw\r\n") == b"+OK\r\n"
+        aclfile.write_text("user default on nopass ~* &* +@all\nuser kept on >pw ~k* +@all\n")
+        assert kept.request(b"ACL LOAD\r\n") == b"+OK\r\n"
+        assert kept.request(b"XLEN other\r\n") == NOPERM_KEY  # the file's rules, at once
+        gone.sock.settimeout(5)
+        assert gone.sock.recv(100) == b""  # closed by the server
 
 
 # -- listing key names, writing every key (finding 5) --------------------------------------

@@ -200,6 +200,7 @@ def test_scram_secrets_survive_acl_save_and_a_restart(partita_factory, tmp_path)
     """ACL SAVE writes each password's SCRAM secret beside the aclfile; a user known only by
     its hash (#...) can use PLAIN, and SCRAM is refused with a log line that says what to do."""
     aclfile = tmp_path / "users.acl"
+    aclfile.write_text("")  # the aclfile must exist (as in Redis); empty, it holds no users
     port = free_port()
     server = with_kafka(partita_factory(["--kafka-port", str(port), "--requirepass", ADMIN_PW,
                                          "--aclfile", str(aclfile)]), port)

@@ -179,6 +179,51 @@ def test_a_bad_aclfile_stops_the_registry_at_start(tmp_path):
         AclRegistry(aclfile=str(path))
 
 
+def test_a_missing_aclfile_stops_the_registry_at_start(tmp_path):
+    # As redis-server 7.0.15: the aclfile must exist (an empty file holds no users).
+    path = tmp_path / "users.acl"
+    with pytest.raises(AclError) as raised:
+        AclRegistry(aclfile=str(path))
+    assert raised.value.message == ("Aborting Partita startup because of ACL errors: "
+                                     f"Error loading ACLs, opening file '{path}': No such file or directory")
+    path.write_text("")
+    assert set(AclRegistry(aclfile=str(path)).users) == {"default"}
+
+
+def test_acl_load_of_a_missing_aclfile_keeps_every_user(tmp_path):
+    path = tmp_path / "users.acl"
+    path.write_text("user default on nopass ~* &* +@all\nuser a on nopass ~* +@all\n")
+    registry = AclRegistry(aclfile=str(path))
+    before = registry.dump()
+    path.unlink()
+    with pytest.raises(AclError) as raised:
+        registry.load(str(path))  # ACL LOAD
+    assert raised.value.message == f"Error loading ACLs, opening file '{path}': No such file or directory"
+    assert registry.dump() == before
+
+
+def test_a_directory_as_aclfile_is_refused(tmp_path):
+    # Redis 7.0 reads a directory as an empty file: ACL LOAD would drop every user.
+    registry = AclRegistry()
+    registry.setuser("a", ["on", "nopass"])
+    with pytest.raises(AclError) as raised:
+        registry.load(str(tmp_path))
+    assert raised.value.message == f"Error loading ACLs, opening file '{tmp_path}': Is a directory"
+    assert set(registry.users) == {"default", "a"}
+
+
+def test_a_failed_acl_save_answers_redis_text_and_logs_why(tmp_path, caplog):
+    registry = AclRegistry()
+    path = tmp_path / "users.acl"
+    (path / "in-the-way").mkdir(parents=True)  # a rename onto a non-empty directory fails
+    with caplog.at_level("WARNING", logger="partita.acl"), pytest.raises(AclError) as raised:
+        registry.save(str(path))
+    assert raised.value.message == ("There was an error trying to save the ACLs. Please check the server logs "
+                                    "for more information")
+    assert [r.getMessage() for r in caplog.records] == ["Renaming ACL file for ACL SAVE: Is a directory"]
+    assert sorted(os.listdir(tmp_path)) == ["users.acl", "users.acl.scram"]  # no temporary file left
+
+
 def test_keys_named_by_options_are_checked_like_key_arguments():
     u = user("on", "nopass", "~orders*", "+@all")
     create = DECLARED["xgroup"].subcommands["create"]
@@ -252,6 +297,7 @@ def test_secrets_follow_the_passwords():
 
 def test_acl_save_keeps_the_secrets_beside_the_aclfile_and_acl_load_reads_them(tmp_path):
     path = str(tmp_path / "users.acl")
+    (tmp_path / "users.acl").write_text("")  # an aclfile must exist, empty at first (as Redis)
     acl = AclRegistry("", path)
     acl.setuser("alice", ["on", ">wonderland", "~*", "+@all"])
     acl.save(path)
