@@ -237,3 +237,24 @@ def test_a_refused_connection_is_told_apart_from_a_dropped_one():
 
     dropped = trio.run(drops)
     assert not dropped.refused
+
+
+_FETCH = m.FetchRequest(2, b"", 100, 1000, b"")
+_GOOD_PARTITION = [b"t", b"0", b"", 5, 0, 5, b"", b"tok", None, b"gtok", None, b""]
+
+
+@pytest.mark.parametrize("partition", [
+    _GOOD_PARTITION[:6] + [10**12] + _GOOD_PARTITION[7:],  # batches as an integer: bytes(n) would allocate n
+    _GOOD_PARTITION[:8] + [7] + _GOOD_PARTITION[9:],  # the state blob as an integer
+    _GOOD_PARTITION[:11] + [[b"x"]],  # group records as an array
+    [5] + _GOOD_PARTITION[1:],  # the topic as an integer
+    _GOOD_PARTITION[:9],  # cut short
+    [b"t", b"0", TOPIC_ID_MISMATCH.encode(), 3],  # the topic's meta as an integer
+])
+def test_a_fetch_reply_of_the_wrong_shape_is_refused(partition):
+    """A leader's fetch reply whose blobs are not bulk strings does not
+    decode (the fetcher logs the link's error and asks again) and is never
+    handed to the log."""
+    with pytest.raises(ValueError):
+        peer_resp.decode_response(_FETCH, [b"", b"tok", None, [partition]])
+    assert peer_resp.decode_response(_FETCH, [b"", b"tok", None, [_GOOD_PARTITION]]).partitions[0].high_watermark == 5
