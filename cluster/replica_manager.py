@@ -688,10 +688,12 @@ class ReplicaManager:
                 if state is not None:  # XCFGSET's IDMP settings reach the producer state before the batches
                     apply_producer_config(stream, state)
                 rp.apply_fetched(stream.log, res.batches, res.high_watermark, res.log_start)
-            except StorageError as e:
+            except (StorageError, ValueError) as e:
                 # This replica's disk refused (full, or the log is offline
-                # after a failed fsync): skip the partition, not the fetch;
-                # it stays behind and leaves the ISR, the others go on.
+                # after a failed fsync), or the batches or state do not
+                # parse (InvalidBatchError: nothing was appended): skip the
+                # partition, not the fetch; it stays behind (and leaves the
+                # ISR while it does), the others go on.
                 self._apply_failed(topic, n, "batches", e)
                 continue
             self._apply_ok(topic, n, "batches")
@@ -719,9 +721,10 @@ class ReplicaManager:
                         f.group_token = b""
                 else:
                     f.group_token = group_token
-            except StorageError as e:
+            except (StorageError, ValueError) as e:
                 # The stream's or the groups' state could not be written
-                # (disk full): the leader sends it again with the next fetch.
+                # (disk full), or it does not parse (nothing of it applied):
+                # the leader sends it again with the next fetch.
                 self._apply_failed(topic, n, "stream and group state", e)
                 continue
             self._apply_ok(topic, n, "stream and group state")
@@ -749,10 +752,11 @@ class ReplicaManager:
         # through the controller's metadata log (cluster/runtime/controller_driver.py).
         return complete
 
-    def _apply_failed(self, topic: bytes, n: int, what: str, error: StorageError) -> None:
-        """Log a partition's disk error once per new reason (it recurs every fetch)."""
+    def _apply_failed(self, topic: bytes, n: int, what: str, error: Exception) -> None:
+        """Log a partition's disk error, or the malformed data a leader sent
+        for it (a ValueError), once per new reason (it recurs every fetch)."""
         self._apply_backoff[(topic, n)] = self.clock_ms() + APPLY_RETRY_MS
-        text = str(error)
+        text = str(error) if isinstance(error, StorageError) else f"the leader sent malformed data: {error}"
         if self._apply_errors.get((topic, n, what)) != text:
             self._apply_errors[(topic, n, what)] = text
             log.warning("%s: fetched %s not applied, this replica falls behind: %s",

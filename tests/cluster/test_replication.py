@@ -4,6 +4,8 @@ PeerService) under trio's autojump clock (no sockets)."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import types
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import trio
 from cluster import replication as rp
 from cluster.nodes import ClusterState, Node, Placement, crc16, key_slot, parse_cluster_nodes, ClusterConfigError
 from cluster.peer.link import MemoryLink
+from cluster.peer.messages import EpochPartition, EpochRequest, FetchPartition, FetchRequest, FetchResponse
 from cluster.peer.service import PeerService
 from cluster.replica_manager import NotEnoughReplicasError, NotLeaderError, ReplicaManager, Settings
 from cluster.topics import TopicRegistry
@@ -648,6 +651,64 @@ async def test_a_diverging_follower_is_told_to_truncate_before_it_appends(pair, 
     assert lb.log_end_offset == la.log_end_offset == 4
     assert lb.epochs() == la.epochs()
     assert _files(a.registry, key) == _files(b.registry, key)
+
+
+class CorruptingLink:
+    """A link to the leader's peer service that spoils each fetched
+    partition with ``spoil`` while ``corrupt`` is set (a leader, or anyone
+    answering on its bus address, sending malformed data)."""
+
+    def __init__(self, leader: "Node2", spoil) -> None:
+        self.inner = MemoryEndpoint(leader.manager)
+        self.reply_timeout_s = self.inner.reply_timeout_s
+        self.spoil = spoil
+        self.corrupt = True
+        self.spoiled = trio.Event()
+
+    async def call(self, request):
+        response = await self.inner.call(request)
+        if not self.corrupt or not isinstance(response, FetchResponse):
+            return response
+        parts = tuple(self.spoil(p) if not p.error else p for p in response.partitions)
+        if parts != response.partitions:
+            self.spoiled.set()
+        return dataclasses.replace(response, partitions=parts)
+
+
+def _flip_a_byte(p):
+    if not p.batches:
+        return p
+    tail = bytes([p.batches[-1] ^ 0xFF])
+    return dataclasses.replace(p, batches=p.batches[:-1] + tail)
+
+
+def _garbage_state(p):
+    return dataclasses.replace(p, state=b"\x05\x00\x00\x00garbage")
+
+
+@pytest.mark.parametrize("spoil", [_flip_a_byte, _garbage_state])
+async def test_a_malformed_fetch_reply_is_logged_and_fetched_again_never_appended(pair, autojump_clock, caplog,
+                                                                                   spoil):
+    """Batches that fail their CRC, or a stream state blob that does not
+    parse, are not applied (nothing appended, nothing truncated): the
+    follower logs one line naming the partition, not a traceback, and asks
+    again; once the leader's replies are whole it catches up."""
+    a, b = pair
+    key = _key_led_by(a.manager.placement, 1)
+    a.append(key, 20)
+    link = CorruptingLink(a, spoil)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(b.manager.run_fetcher, 1, link)
+        await link.spoiled.wait()
+        await trio.sleep(5)  # several fetch rounds, every one spoiled
+        assert b.registry.get(key).log.log_end_offset == 0
+        link.corrupt = False
+        await trio.sleep(5)
+        nursery.cancel_scope.cancel()
+    assert _files(a.registry, key) == _files(b.registry, key)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    malformed = [r.getMessage() for r in caplog.records if "malformed" in r.getMessage()]
+    assert len(malformed) == 1 and key.decode() in malformed[0], malformed
 
 
 def test_group_journal_is_fetched_like_a_log(tmp_path):
