@@ -94,8 +94,9 @@ class Followed:
 
 
 def key_gone(registry: TopicRegistry, topic: bytes, n: int) -> bool:
-    """The partition no longer exists on this node (its topic was deleted)."""
-    return n >= registry.partitions_of(topic)
+    """The partition does not exist on this node (its topic was deleted, or
+    a peer named a partition number the topic never had, negative ones too)."""
+    return not 0 <= n < registry.partitions_of(topic)
 
 
 def _now_ms() -> int:
@@ -472,7 +473,7 @@ class ReplicaManager:
         reg = self.registry
         topic, n, offset, their_epoch = part.topic, part.n, part.offset, part.last_epoch
         their_state, their_groups = part.state_token, part.group_token
-        if n >= reg.partitions_of(topic):
+        if key_gone(reg, topic, n):
             return FetchedPartition(topic, n, rp.UNKNOWN_PARTITION), True
         ls = self.leader_state(topic, n)
         if ls is None:
@@ -529,7 +530,7 @@ class ReplicaManager:
         and that epoch's end offset (KIP-101), or an error code."""
         out: list[EpochEnd] = []
         for part in request.partitions:
-            if part.n >= self.registry.partitions_of(part.topic):
+            if key_gone(self.registry, part.topic, part.n):
                 out.append(EpochEnd(error=rp.UNKNOWN_PARTITION))
                 continue
             ls = self.leader_state(part.topic, part.n)

@@ -711,6 +711,30 @@ async def test_a_malformed_fetch_reply_is_logged_and_fetched_again_never_appende
     assert len(malformed) == 1 and key.decode() in malformed[0], malformed
 
 
+async def test_a_partition_number_the_topic_never_had_is_unknown_and_never_created(pair, autojump_clock):
+    """A peer's fetch or epoch query naming partition -1 (or one past the
+    last) of an existing topic is answered UNKNOWN_PARTITION by every node,
+    whichever leads the shard such a number would map to, and no partition
+    is made for it on disk."""
+    a, b = pair
+    key = _key_led_by(a.manager.placement, 1)
+    a.append(key, 3)
+    await _fetch_a_while(b, a, leader_id=1)  # b has the topic too
+    topic_id = a.registry.topic_id(key) or ""
+    for node in (a, b):
+        service = PeerService(node.manager)
+        for n in (-1, 1, 2**70):
+            fetch = FetchRequest(3 - node.manager.my_id, b"", 0, 1000, b"",
+                                 (FetchPartition(key, n, topic_id, 0, -1, b"", b""),))
+            answer = (await service.fetch(fetch)).partitions
+            assert [(p.n, p.error) for p in answer] == [(n, rp.UNKNOWN_PARTITION)]
+            ends = service.serve_now(EpochRequest((EpochPartition(key, n, 1),))).ends
+            assert [e.error for e in ends] == [rp.UNKNOWN_PARTITION]
+        assert node.registry.partitions_of(key) == 1
+        assert sorted(p.name for p in node.registry.log_manager.topic_dir(key).iterdir() if p.is_dir()) \
+            == ["partition-0"]
+
+
 def test_group_journal_is_fetched_like_a_log(tmp_path):
     from storage.streams.groups import GroupStore
     from storage.streams.replica_state import apply_group_changes, group_changes
