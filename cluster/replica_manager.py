@@ -35,7 +35,7 @@ from typing import Any, Callable, Sequence
 import trio
 
 from cluster import replication as rp
-from cluster.errors import ClusterError, Moved, NotEnoughReplicas, Paused
+from cluster.errors import BadRequest, ClusterError, Moved, NotEnoughReplicas, Paused
 from cluster.nodes import ClusterState, Placement, key_slot
 from cluster.peer.link import PeerLink
 from cluster.peer.messages import (Discovered, EpochEnd, EpochPartition, EpochRequest, EpochResponse,
@@ -435,8 +435,12 @@ class ReplicaManager:
     def serve_fetch(self, request: FetchRequest) -> tuple[FetchResponse, bool]:
         """One follower's fetch; returns ``(response, has_news)``. ``has_news``
         False means the response carries nothing a follower waits for (the
-        caller may hold it up to max-wait and ask again)."""
+        caller may hold it up to max-wait and ask again). Raises
+        ``BadRequest`` when the asking node is no other member of the
+        cluster (a stranger on the bus): nothing of it is recorded."""
         replica = request.replica
+        if replica == self.my_id or replica not in self.placement.by_id:
+            raise BadRequest(f"node {replica} is not another member of this cluster")
         self.state.note_peer_view(request.view, f"node {replica}")
         now = self.clock_ms()
         self.last_fetch_ms[replica] = now

@@ -14,6 +14,7 @@ import trio
 
 from cluster import replication as rp
 from cluster.nodes import ClusterState, Node, Placement, crc16, key_slot, parse_cluster_nodes, ClusterConfigError
+from cluster.errors import BadRequest
 from cluster.peer.link import MemoryLink
 from cluster.peer.messages import EpochPartition, EpochRequest, FetchPartition, FetchRequest, FetchResponse
 from cluster.peer.service import PeerService
@@ -709,6 +710,14 @@ async def test_a_malformed_fetch_reply_is_logged_and_fetched_again_never_appende
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
     malformed = [r.getMessage() for r in caplog.records if "malformed" in r.getMessage()]
     assert len(malformed) == 1 and key.decode() in malformed[0], malformed
+
+
+async def test_a_fetch_from_a_node_that_is_no_other_member_is_refused(pair, autojump_clock):
+    a, _b = pair
+    service = PeerService(a.manager)
+    for stranger in (99, 1):  # not in the cluster; the leader itself
+        with pytest.raises(BadRequest, match=f"node {stranger} is not another member"):
+            await service.fetch(FetchRequest(stranger, b"", 0, 1000, b""))
 
 
 async def test_a_partition_number_the_topic_never_had_is_unknown_and_never_created(pair, autojump_clock):
