@@ -71,6 +71,12 @@ class Settings:
     lag_max_ms: int = 30000
     fetch_wait_ms: int = 500
     fetch_max_bytes: int = 1024 * 1024
+    # The batches one fetch response served here carries at most, whatever
+    # the request asks (Kafka's fetch.max.bytes on the broker's side): a
+    # fetch naming many partitions, or one partition many times, with a huge
+    # max-bytes must not read a whole log into memory. Partitions past it get
+    # no batches this round (their followers ask again).
+    fetch_response_max_bytes: int = 64 * 1024 * 1024
 
 
 # The names this module has always raised them under (cluster/errors.py).
@@ -451,10 +457,12 @@ class ReplicaManager:
             discovered = self._discover_for(replica)
             news = True
         results = []
+        budget = self.settings.fetch_response_max_bytes
         for part in request.partitions:
-            res, item_news = self._serve_partition(replica, part, request.max_bytes, now)
+            res, item_news = self._serve_partition(replica, part, min(request.max_bytes, budget), now)
             if res is not None:
                 results.append(res)
+                budget -= len(res.batches)
             news |= item_news
         self.fetch_counts["served"] += 1
         return FetchResponse(self.state.encode(), topics_token, discovered, tuple(results)), news
@@ -499,7 +507,7 @@ class ReplicaManager:
         if ls.on_fetch(replica, offset, now):
             self.on_hw_advance(topic, n)
         batches = b""
-        if offset < plog.log_end_offset:
+        if offset < plog.log_end_offset and max_bytes > 0:  # (0 or less: the response is full)
             batches, _next = plog.read_batches(offset, max_bytes)
             ls.progress[replica].fetched_bytes += len(batches)
         stream = reg.stream_of(topic, n)

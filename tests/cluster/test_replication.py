@@ -744,6 +744,24 @@ async def test_a_partition_number_the_topic_never_had_is_unknown_and_never_creat
             == ["partition-0"]
 
 
+async def test_a_fetch_response_carries_at_most_the_leaders_byte_limit_whatever_it_asks(pair, autojump_clock):
+    """A fetch naming one partition many times with a huge max-bytes (a
+    stranger's, on an unauthenticated bus) gets at most the leader's
+    ``fetch_response_max_bytes`` of batches (plus one batch: the first is
+    sent whole), not the whole log once per mention."""
+    a, _b = pair
+    key = _key_led_by(a.manager.placement, 1)
+    a.append(key, 200)  # 200 batches
+    a.manager.settings.fetch_response_max_bytes = 2000
+    whole = a.registry.get(key).log.read_batches(0, 1 << 30)[0]
+    one = len(a.registry.get(key).log.read_batches(0, 1)[0])
+    part = FetchPartition(key, 0, a.registry.topic_id(key) or "", 0, -1, b"", b"")
+    answer = await PeerService(a.manager).fetch(FetchRequest(2, b"", 0, 10**18, b"", (part,) * 50))
+    sent = sum(len(p.batches) for p in answer.partitions)
+    assert len(whole) > 4 * 2000 and 0 < sent <= 2000 + one
+    assert answer.partitions[0].batches == whole[:len(answer.partitions[0].batches)]
+
+
 def test_group_journal_is_fetched_like_a_log(tmp_path):
     from storage.streams.groups import GroupStore
     from storage.streams.replica_state import apply_group_changes, group_changes
