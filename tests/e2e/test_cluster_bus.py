@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 import redis
 
+from cluster.controller.raft import APPEND, Message
+
 from tests.clusterkit import Cluster, eventually as _eventually, key_in_shard, partition_lines, running
 from tests.conftest import RawConn, read_until_closed
 
@@ -143,6 +145,8 @@ def test_the_bus_serves_the_peers_commands_only(cluster):
     acknowledged entry moves."""
     key = key_in_shard(cluster, 0, "stranger")
     node = cluster.leader_of(key)
+    me = cluster.nodes.index(node) + 1
+    term = int(_info(node)["controller_term"])
     client = node.client()
     acked = [client.xadd(key, {"n": i}) for i in range(5)]
     with RawConn(node.bus_port) as conn:  # what a peer may send keeps the connection
@@ -160,6 +164,10 @@ def test_the_bus_serves_the_peers_commands_only(cluster):
         (_resp(b"REPLFETCH", b"99", b"", b"0", b"1024", b""),
          b"-ERR malformed REPLFETCH request: node 99 is not another member of this cluster"),
         (b"CTRLBEAT 1 y 0 1\r\n", b"-ERR wrong number of arguments for 'ctrlbeat' command"),
+        # A member's Raft message at the u64 term's end: adopted, it made every node stop, unable to
+        # encode its next message (the term a stranger can move by TERM_JUMP_MAX at most, not to the end).
+        (_resp(b"RAFT", Message(APPEND, me % 3 + 1, me, 2**64 - 1).encode()),
+         b"-ERR malformed RAFT request: term 18446744073709551615 of node %d's append is more than" % (me % 3 + 1)),
         (bytes(range(1, 256)), b"-ERR unknown command"),
         (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"-ERR unknown command 'GET'"),
         (b"*2\r\n$4\r\nPING\r\n$4000000000\r\n", b"-ERR Protocol error: invalid bulk length"),
@@ -173,6 +181,7 @@ def test_the_bus_serves_the_peers_commands_only(cluster):
     assert "cluster bus: protocol error from 127.0.0.1:" in node.log()
     acked += [client.xadd(key, {"n": i}) for i in range(5, 10)]  # acks=all: the followers fetch on
     assert cluster.leader_of(key) is node
+    assert {int(_info(each)["controller_term"]) for each in cluster.nodes} == {term}
     assert [entry_id for entry_id, _ in client.xrange(key)] == acked
     cluster.wait_converged(key.decode())
     assert len({cluster.log_bytes(each, key.decode()) for each in cluster.nodes}) == 1
