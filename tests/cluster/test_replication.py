@@ -14,10 +14,12 @@ import trio
 
 from cluster import replication as rp
 from cluster.nodes import ClusterState, Node, Placement, crc16, key_slot, parse_cluster_nodes, ClusterConfigError
-from cluster.errors import BadRequest
+from cluster.errors import BadRequest, Paused
 from cluster.peer.link import MemoryLink
-from cluster.peer.messages import EpochPartition, EpochRequest, FetchPartition, FetchRequest, FetchResponse
-from cluster.peer.service import PeerService
+from cluster.peer.messages import (EpochPartition, EpochRequest, FetchPartition, FetchRequest, FetchResponse,
+                                   PauseRequest)
+from cluster.runtime.replication import PAUSE_MS
+from cluster.peer.service import PAUSE_MAX_MS, PeerService
 from cluster.replica_manager import NotEnoughReplicasError, NotLeaderError, ReplicaManager, Settings
 from cluster.topics import TopicRegistry
 from storage.log import LogConfig, PartitionLog
@@ -760,6 +762,21 @@ async def test_a_fetch_response_carries_at_most_the_leaders_byte_limit_whatever_
     sent = sum(len(p.batches) for p in answer.partitions)
     assert len(whole) > 4 * 2000 and 0 < sent <= 2000 + one
     assert answer.partitions[0].batches == whole[:len(answer.partitions[0].batches)]
+
+
+async def test_a_pause_longer_than_a_failover_asks_for_is_refused_and_writes_go_on(pair, autojump_clock):
+    a, _b = pair
+    key = _key_led_by(a.manager.placement, 1)
+    shard = a.manager.shard_of(key, 0)
+    service = PeerService(a.manager)
+    assert PAUSE_MS <= PAUSE_MAX_MS
+    for ms in (PAUSE_MAX_MS + 1, 10**12, -1):
+        with pytest.raises(BadRequest, match="expected a pause of 0 to"):
+            service.serve_now(PauseRequest(shard, a.manager.state.epoch(shard), ms))
+    a.append(key, 1)  # not paused
+    service.serve_now(PauseRequest(shard, a.manager.state.epoch(shard), PAUSE_MS))
+    with pytest.raises(Paused):
+        a.append(key, 1)
 
 
 def test_group_journal_is_fetched_like_a_log(tmp_path):
