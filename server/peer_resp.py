@@ -388,6 +388,8 @@ def decode_response(request: Request, reply: Any) -> Response:
                           for topic, n, meta in _groups(discovered, 3, "topic"))
         return FetchResponse(view, topics_token, found, tuple(_decode_fetched(res) for res in results))
     if kind is EpochRequest:
+        if len(reply) != len(request.partitions):
+            raise ValueError("expected an answer per partition")
         return EpochResponse(tuple(EpochEnd(_int(e[0]), _int(e[1])) if isinstance(e, list) else EpochEnd(error=_str(e))
                                    for e in reply))
     if kind is PauseRequest:
