@@ -35,7 +35,7 @@ from typing import Any, Callable, Sequence
 import trio
 
 from cluster import replication as rp
-from cluster.errors import ClusterError, Moved, NotEnoughReplicas, Paused
+from cluster.errors import BadRequest, ClusterError, Moved, NotEnoughReplicas, Paused
 from cluster.nodes import ClusterState, Placement, key_slot
 from cluster.peer.link import PeerLink
 from cluster.peer.messages import (Discovered, EpochEnd, EpochPartition, EpochRequest, EpochResponse,
@@ -71,6 +71,12 @@ class Settings:
     lag_max_ms: int = 30000
     fetch_wait_ms: int = 500
     fetch_max_bytes: int = 1024 * 1024
+    # The batches one fetch response served here carries at most, whatever
+    # the request asks (Kafka's fetch.max.bytes on the broker's side): a
+    # fetch naming many partitions, or one partition many times, with a huge
+    # max-bytes must not read a whole log into memory. Partitions past it get
+    # no batches this round (their followers ask again).
+    fetch_response_max_bytes: int = 64 * 1024 * 1024
 
 
 # The names this module has always raised them under (cluster/errors.py).
@@ -94,8 +100,9 @@ class Followed:
 
 
 def key_gone(registry: TopicRegistry, topic: bytes, n: int) -> bool:
-    """The partition no longer exists on this node (its topic was deleted)."""
-    return n >= registry.partitions_of(topic)
+    """The partition does not exist on this node (its topic was deleted, or
+    a peer named a partition number the topic never had, negative ones too)."""
+    return not 0 <= n < registry.partitions_of(topic)
 
 
 def _now_ms() -> int:
@@ -434,8 +441,12 @@ class ReplicaManager:
     def serve_fetch(self, request: FetchRequest) -> tuple[FetchResponse, bool]:
         """One follower's fetch; returns ``(response, has_news)``. ``has_news``
         False means the response carries nothing a follower waits for (the
-        caller may hold it up to max-wait and ask again)."""
+        caller may hold it up to max-wait and ask again). Raises
+        ``BadRequest`` when the asking node is no other member of the
+        cluster (a stranger on the bus): nothing of it is recorded."""
         replica = request.replica
+        if replica == self.my_id or replica not in self.placement.by_id:
+            raise BadRequest(f"node {replica} is not another member of this cluster")
         self.state.note_peer_view(request.view, f"node {replica}")
         now = self.clock_ms()
         self.last_fetch_ms[replica] = now
@@ -446,10 +457,12 @@ class ReplicaManager:
             discovered = self._discover_for(replica)
             news = True
         results = []
+        budget = self.settings.fetch_response_max_bytes
         for part in request.partitions:
-            res, item_news = self._serve_partition(replica, part, request.max_bytes, now)
+            res, item_news = self._serve_partition(replica, part, min(request.max_bytes, budget), now)
             if res is not None:
                 results.append(res)
+                budget -= len(res.batches)
             news |= item_news
         self.fetch_counts["served"] += 1
         return FetchResponse(self.state.encode(), topics_token, discovered, tuple(results)), news
@@ -472,7 +485,7 @@ class ReplicaManager:
         reg = self.registry
         topic, n, offset, their_epoch = part.topic, part.n, part.offset, part.last_epoch
         their_state, their_groups = part.state_token, part.group_token
-        if n >= reg.partitions_of(topic):
+        if key_gone(reg, topic, n):
             return FetchedPartition(topic, n, rp.UNKNOWN_PARTITION), True
         ls = self.leader_state(topic, n)
         if ls is None:
@@ -494,7 +507,7 @@ class ReplicaManager:
         if ls.on_fetch(replica, offset, now):
             self.on_hw_advance(topic, n)
         batches = b""
-        if offset < plog.log_end_offset:
+        if offset < plog.log_end_offset and max_bytes > 0:  # (0 or less: the response is full)
             batches, _next = plog.read_batches(offset, max_bytes)
             ls.progress[replica].fetched_bytes += len(batches)
         stream = reg.stream_of(topic, n)
@@ -529,7 +542,7 @@ class ReplicaManager:
         and that epoch's end offset (KIP-101), or an error code."""
         out: list[EpochEnd] = []
         for part in request.partitions:
-            if part.n >= self.registry.partitions_of(part.topic):
+            if key_gone(self.registry, part.topic, part.n):
                 out.append(EpochEnd(error=rp.UNKNOWN_PARTITION))
                 continue
             ls = self.leader_state(part.topic, part.n)
@@ -688,10 +701,12 @@ class ReplicaManager:
                 if state is not None:  # XCFGSET's IDMP settings reach the producer state before the batches
                     apply_producer_config(stream, state)
                 rp.apply_fetched(stream.log, res.batches, res.high_watermark, res.log_start)
-            except StorageError as e:
+            except (StorageError, ValueError) as e:
                 # This replica's disk refused (full, or the log is offline
-                # after a failed fsync): skip the partition, not the fetch;
-                # it stays behind and leaves the ISR, the others go on.
+                # after a failed fsync), or the batches or state do not
+                # parse (InvalidBatchError: nothing was appended): skip the
+                # partition, not the fetch; it stays behind (and leaves the
+                # ISR while it does), the others go on.
                 self._apply_failed(topic, n, "batches", e)
                 continue
             self._apply_ok(topic, n, "batches")
@@ -719,9 +734,10 @@ class ReplicaManager:
                         f.group_token = b""
                 else:
                     f.group_token = group_token
-            except StorageError as e:
+            except (StorageError, ValueError) as e:
                 # The stream's or the groups' state could not be written
-                # (disk full): the leader sends it again with the next fetch.
+                # (disk full), or it does not parse (nothing of it applied):
+                # the leader sends it again with the next fetch.
                 self._apply_failed(topic, n, "stream and group state", e)
                 continue
             self._apply_ok(topic, n, "stream and group state")
@@ -749,10 +765,11 @@ class ReplicaManager:
         # through the controller's metadata log (cluster/runtime/controller_driver.py).
         return complete
 
-    def _apply_failed(self, topic: bytes, n: int, what: str, error: StorageError) -> None:
-        """Log a partition's disk error once per new reason (it recurs every fetch)."""
+    def _apply_failed(self, topic: bytes, n: int, what: str, error: Exception) -> None:
+        """Log a partition's disk error, or the malformed data a leader sent
+        for it (a ValueError), once per new reason (it recurs every fetch)."""
         self._apply_backoff[(topic, n)] = self.clock_ms() + APPLY_RETRY_MS
-        text = str(error)
+        text = str(error) if isinstance(error, StorageError) else f"the leader sent malformed data: {error}"
         if self._apply_errors.get((topic, n, what)) != text:
             self._apply_errors[(topic, n, what)] = text
             log.warning("%s: fetched %s not applied, this replica falls behind: %s",

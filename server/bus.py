@@ -15,7 +15,10 @@ handler decodes the arguments (server/peer_resp.py), has the cluster's
 ``PeerService`` answer the typed request, and encodes the response. A
 request that does not decode, or names what does not exist, gets ``-ERR
 malformed <NAME> request: <why>``; the service's other refusals become
-their Redis texts (server/failures.py). A forwarded append arrives as the
+their Redis texts (server/failures.py). What no peer sends (a malformed
+request, a command the bus does not serve or of the wrong arity) is a
+stranger's: after its error the connection closes, logged
+(``close_stranger``, rate-limited). A forwarded append arrives as the
 XADD command itself and runs as any XADD, with the bus connection's
 durability and acks=all waits before its reply; a forwarded group change
 (a topic's XGROUP, one partition) likewise as
@@ -62,8 +65,11 @@ log = logging.getLogger("partita.bus")
 SHARED = ("xadd", "xgroup", "ping", "quit")
 REFUSED_LOG_S = 10.0  # wrong secrets are logged at most this often
 
+STRANGER_LOG_S = 10.0  # connections closed for what no peer sends are logged at most this often
+
 _ids = itertools.count(1)
 _refused_logged = [-REFUSED_LOG_S]
+_stranger_logged = [-STRANGER_LOG_S]
 
 
 def port(config: Any) -> int:
@@ -83,7 +89,7 @@ def table() -> CommandTable:
     with the client port (``SHARED``)."""
     commands = dict(PEER_DECLARED)
     commands.update((name, DECLARED[name]) for name in SHARED)
-    return CommandTable(commands)
+    return CommandTable(commands, on_refused=lambda ctx, error: close_stranger(ctx.client, error.message))
 
 
 def new_client(config: Any, addr: str, laddr: str, fd: int) -> Client:
@@ -104,6 +110,21 @@ def note_refused(addr: str) -> None:
         log.warning("cluster bus: %s presented a wrong cluster-secret (REPLAUTH refused)", addr)
 
 
+def close_stranger(client: Client, why: str) -> None:
+    """A bus connection sent what no peer of this version sends (an unknown
+    command, one of the wrong arity, a request that does not decode): after
+    the error reply the connection closes, and it is logged (rate-limited,
+    with the address and the first 200 characters of why). The node and its
+    other connections go on as they were."""
+    client.close_after_reply = True
+    now = time.monotonic()
+    if now - _stranger_logged[0] >= STRANGER_LOG_S:
+        _stranger_logged[0] = now
+        shown = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in why[:200])
+        log.warning("cluster bus: closing the connection from %s, which sent what no peer sends: %s",
+                    client.addr, shown)
+
+
 def warn_if_unauthenticated(config: Any, sockets: list[socket.socket], logger: logging.Logger) -> None:
     """The start-up warning for a bus anyone who reaches it may use."""
     if sockets and not config.cluster_secret:
@@ -119,13 +140,22 @@ def warn_if_unauthenticated(config: Any, sockets: list[socket.socket], logger: l
 _MALFORMED = (ValueError, IndexError, KeyError, TypeError)
 
 
-def _request(name: str, argv: list[bytes], max_args: int) -> Any:
+def _malformed(ctx, name: str, why: str) -> CommandError:
+    """``-ERR malformed <NAME> request: <why>``, and the connection closes."""
+    error = err(f"malformed {name} request: {why}")
+    close_stranger(ctx.client, error.message)
+    return error
+
+
+def _request(ctx, name: str, argv: list[bytes], max_args: int) -> Any:
     if max_args and len(argv) > max_args:
-        raise wrong_arity(name.lower())
+        error = wrong_arity(name.lower())
+        close_stranger(ctx.client, error.message)
+        raise error
     try:
         return peer_resp.decode_request(argv)
     except _MALFORMED as e:
-        raise err(f"malformed {name} request: {e}") from None
+        raise _malformed(ctx, name, str(e)) from None
 
 
 def _service(ctx) -> Any:
@@ -143,19 +173,19 @@ def _peer(name: str, syntax: str, *, arity: int, flags: str, summary: str, waits
     if waits:
         async def handler(ctx, argv):
             service = _service(ctx)
-            request = _request(name, argv, max_args)
+            request = _request(ctx, name, argv, max_args)
             try:
                 return peer_resp.encode_response(await service.serve(request))
             except BadRequest as e:
-                raise err(f"malformed {name} request: {e.message}") from None
+                raise _malformed(ctx, name, e.message) from None
     else:
         def handler(ctx, argv):
             service = _service(ctx)
-            request = _request(name, argv, max_args)
+            request = _request(ctx, name, argv, max_args)
             try:
                 return peer_resp.encode_response(service.serve_now(request))
             except BadRequest as e:
-                raise err(f"malformed {name} request: {e.message}") from None
+                raise _malformed(ctx, name, e.message) from None
     handler.__name__ = name.lower()
     handler.__doc__ = syntax
     command(name.lower(), waits=waits, **common)(handler)
@@ -198,11 +228,11 @@ def groupread(ctx, argv):
     Run by the broker session of the bus connection
     (``TopicGroupOps.serve_group_parts``): the group writes it makes are
     durable and replicated before the reply, as an XREADGROUP's."""
-    request = _request("GROUPREAD", argv, 0)
+    request = _request(ctx, "GROUPREAD", argv, 0)
     try:
         return peer_resp.encode_response(ctx.session.serve_group_parts(request))
     except BadRequest as e:
-        raise err(f"malformed GROUPREAD request: {e.message}") from None
+        raise _malformed(ctx, "GROUPREAD", e.message) from None
 
 
 @command("groupinfo", arity=-5, flags="admin stale", group="cluster", since="7.0.0",
@@ -217,11 +247,11 @@ def groupinfo(ctx, argv):
     (``TopicGroupOps.serve_group_info``): what syncing the memberships
     writes (dead members' partitions handed over) is durable and replicated
     before the reply."""
-    request = _request("GROUPINFO", argv, 0)
+    request = _request(ctx, "GROUPINFO", argv, 0)
     try:
         return peer_resp.encode_response(ctx.session.serve_group_info(request))
     except BadRequest as e:
-        raise err(f"malformed GROUPINFO request: {e.message}") from None
+        raise _malformed(ctx, "GROUPINFO", e.message) from None
 
 
 @command("replauth", arity=2, flags="admin stale fast no_auth", group="cluster", since="7.0.0",

@@ -992,7 +992,10 @@ class Connection:
         if isinstance(e, QueryBufferLimitError):
             log.warning("closing client %d that reached max query buffer length", self.client.id)
         else:
-            log.info("protocol error from client %d: %s", self.client.id, e.message)
+            if self.client.peer:  # no peer sends what is not RESP: a stranger on the cluster bus
+                log.warning("cluster bus: protocol error from %s: %s (connection closed)", self.client.addr, e.message)
+            else:
+                log.info("protocol error from client %d: %s", self.client.id, e.message)
             out.append(e.reply_line())
         await self._flush(out)
 

@@ -409,6 +409,8 @@ class Dispatcher:
             if client.in_multi:
                 client.multi_error = True
             self.stats.record_error(spec.code)
+            if self.table.on_refused is not None:
+                self.table.on_refused(ctx, spec)
             return spec
         if not spec.subcommands and "|" not in spec.name and len(self._plain) < _CACHE_MAX:
             self._plain[argv[0]] = spec

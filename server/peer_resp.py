@@ -347,17 +347,28 @@ def encode_response(response: Response) -> Any:
     return response.id
 
 
+def _bytes(raw: Any, *, nil: bool = False) -> Any:
+    """A blob of a reply: bytes (or, with ``nil``, None). Anything else, an
+    integer above all (``bytes(n)`` would allocate n bytes), is malformed."""
+    if isinstance(raw, bytes) or (nil and raw is None):
+        return raw
+    raise ValueError(f"expected a bulk string, got {type(raw).__name__}")
+
+
 def _decode_fetched(res: list) -> FetchedPartition:
-    topic, n, error = res[0], _int(res[1]), _str(res[2])
+    topic, n, error = _bytes(res[0]), _int(res[1]), _str(res[2])
     if error == OUT_OF_RANGE:
         return FetchedPartition(topic, n, error, log_start=_int(res[3]), log_end=_int(res[4]))
     if error == TOPIC_ID_MISMATCH:
-        return FetchedPartition(topic, n, error, topic_meta=res[3])
+        return FetchedPartition(topic, n, error, topic_meta=_bytes(res[3]))
     if error:
         return FetchedPartition(topic, n, error)
+    if len(res) != 12:
+        raise ValueError(f"expected 12 fields per fetched partition, got {len(res)}")
     hw, lso, leo, batches, token, state, group_token, snapshot, records = res[3:12]
-    return FetchedPartition(topic, n, "", _int(hw), _int(lso), _int(leo), batches or b"", token, state,
-                            group_token, snapshot, records or b"")
+    return FetchedPartition(topic, n, "", _int(hw), _int(lso), _int(leo), _bytes(batches, nil=True) or b"",
+                            _bytes(token), _bytes(state, nil=True), _bytes(group_token), _bytes(snapshot, nil=True),
+                            _bytes(records, nil=True) or b"")
 
 
 def decode_response(request: Request, reply: Any) -> Response:
@@ -370,11 +381,15 @@ def decode_response(request: Request, reply: Any) -> Response:
         return Ack()
     if kind is FetchRequest:
         view, topics_token, discovered, results = reply
+        _bytes(view), _bytes(topics_token)
         found = None
         if discovered is not None:
-            found = tuple(Discovered(topic, _int(n), meta) for topic, n, meta in _groups(discovered, 3, "topic"))
+            found = tuple(Discovered(_bytes(topic), _int(n), _bytes(meta))
+                          for topic, n, meta in _groups(discovered, 3, "topic"))
         return FetchResponse(view, topics_token, found, tuple(_decode_fetched(res) for res in results))
     if kind is EpochRequest:
+        if len(reply) != len(request.partitions):
+            raise ValueError("expected an answer per partition")
         return EpochResponse(tuple(EpochEnd(_int(e[0]), _int(e[1])) if isinstance(e, list) else EpochEnd(error=_str(e))
                                    for e in reply))
     if kind is PauseRequest:

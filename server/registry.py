@@ -127,6 +127,10 @@ class CommandTable:
     commands: dict[str, CommandSpec]
     runs: dict[str, Callable] = field(default_factory=dict)
     polls: dict[str, Callable] = field(default_factory=dict)
+    # ``on_refused(ctx, error)``: what the port does besides replying about
+    # a command refused before it runs (unknown, wrong arity): the cluster
+    # bus, where peers never send one, logs it and closes the connection.
+    on_refused: Callable[[Any, Any], None] | None = None
 
     def add(self, spec: CommandSpec) -> CommandSpec:
         """A command of this table only (tests' own commands)."""

@@ -103,6 +103,13 @@ TIMEOUT_NOW = "timeout_now"  # leadership transfer: campaign now, skipping pre-v
 
 KINDS = (PREVOTE, PREVOTE_RESP, VOTE, VOTE_RESP, APPEND, APPEND_RESP, SNAPSHOT, SNAPSHOT_RESP, TIMEOUT_NOW)
 
+# A message whose term is further ahead of this node's than this is dropped:
+# no run of elections gets a peer there (pre-vote keeps a cut-off node's term
+# from rising), so it is forged, and adopting it would let one message run
+# the term into the end of its u64 encoding (every node then failed to
+# encode its next message and stopped).
+TERM_JUMP_MAX = 1 << 20
+
 # Roles.
 FOLLOWER = "follower"
 PRECANDIDATE = "precandidate"
@@ -712,7 +719,8 @@ class Raft:
 
     def step(self, m: Message) -> None:
         """Take one message from a peer. Messages of older terms are ignored
-        (or answered with this node's term, so a stale leader steps down).
+        (or answered with this node's term, so a stale leader steps down),
+        and so are those more than ``TERM_JUMP_MAX`` terms ahead.
 
         Raises:
             ValueError: ``m.dst`` is not this node or ``m.kind`` is unknown.
@@ -723,6 +731,8 @@ class Raft:
             raise ValueError(f"raft: unknown message kind {m.kind!r}")
         if m.src == self.node_id or m.src not in self._members:
             return
+        if m.term > self.term + TERM_JUMP_MAX:
+            return  # forged (TERM_JUMP_MAX)
         if m.term > self.term:
             if m.kind in (PREVOTE, VOTE) and not m.transfer and self._in_lease():
                 return  # leader stickiness: a working leader is not disrupted

@@ -37,6 +37,11 @@ TOPICS_CHANGED = b"\x00partita:topics"  # signalled when a topic is created, alt
 _GROUPS_CHANGED = b"\x00partita:groups:"  # + a partition key: its group journal grew here
 FETCH_WAIT_MAX_MS = 60000
 READ_WAIT_MAX_MS = 30000  # a blocked read across nodes asks again after this
+# The longest pause of a shard's writes a peer may ask for (a manual
+# failover asks for cluster/runtime/replication.py's PAUSE_MS, 15 s): a
+# REPLPAUSE asking for more is refused, not a way to stop a shard's writes
+# for days.
+PAUSE_MAX_MS = 60000
 
 # What a request that does not make sense raises inside the layers it reaches.
 _MALFORMED = (ValueError, IndexError, KeyError, TypeError)
@@ -172,6 +177,8 @@ class PeerService:
         """A manual failover: refuse writes to the shard for ``ms`` and say
         where its partitions end."""
         m = self.manager
+        if not 0 <= request.ms <= PAUSE_MAX_MS:
+            raise BadRequest(f"expected a pause of 0 to {PAUSE_MAX_MS} ms")
         if not 0 <= request.shard < m.placement.shard_count or m.state.leader(request.shard) != m.my_id:
             raise ClusterError("this node does not lead that shard")
         if m.state.epoch(request.shard) != request.epoch:

@@ -32,7 +32,7 @@ from typing import Any
 import trio
 
 from cluster.controller.metadata import ControllerLogic, Metadata, MetadataError
-from cluster.controller.raft import Message, Raft, Snapshot
+from cluster.controller.raft import TERM_JUMP_MAX, Message, Raft, Snapshot
 from cluster.controller.raft_store import RaftStore
 from cluster.errors import Halted, Refused
 from cluster.nodes import ClusterConfigError, Node, parse_address
@@ -377,7 +377,15 @@ class Controller:
         raise ControllerHalted(self.halted) from None
 
     def deliver(self, messages: tuple[Message, ...] | list[Message]) -> None:
-        """Raft messages from a peer: step each one addressed to this node."""
+        """Raft messages from a peer: step each one addressed to this node.
+        Raises ValueError (the bus: a malformed request, its connection
+        closed and logged) when one is further ahead of this node's term
+        than any peer gets (``TERM_JUMP_MAX``: forged; the core drops it too)."""
+        term = self.raft.term
+        for msg in messages:
+            if msg.term > term + TERM_JUMP_MAX:
+                raise ValueError(f"term {msg.term} of node {msg.src}'s {msg.kind} is more than "
+                                 f"{TERM_JUMP_MAX} terms ahead of this node's {term}")
         for msg in messages:
             if msg.dst == self.my_id:
                 self.raft.step(msg)

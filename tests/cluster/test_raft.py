@@ -944,6 +944,27 @@ def test_leader_stickiness_ignores_a_higher_term_vote_request():
     assert not follower.ready().messages
 
 
+@pytest.mark.parametrize("kind", [r.APPEND, r.SNAPSHOT_RESP, r.VOTE_RESP, r.APPEND_RESP, r.TIMEOUT_NOW])
+def test_a_term_further_ahead_than_any_election_gets_is_dropped(kind):
+    """A member's message at a term more than TERM_JUMP_MAX ahead (forged:
+    the end of the u64 term, say) moves no node's term, role or leader, so
+    no node ever has to encode a term past the end of its field; one just
+    within the bound is a higher term as Raft knows it."""
+    sim = Sim(34, [1, 2, 3])
+    lead = sim.elect()
+    other = next(i for i in sim.ids if i != lead.node_id)
+    for node in sim.ids:
+        before = (sim.node(node).term, sim.node(node).role, sim.node(node).leader_id)
+        src = other if node != other else lead.node_id
+        sim.node(node).step(Message(kind, src, node, 2**64 - 1, index=10**6, log_term=2**64 - 1))
+        assert (sim.node(node).term, sim.node(node).role, sim.node(node).leader_id) == before
+        assert all(m.term < 2**63 for m in sim.node(node).ready().messages)
+    sim.commit_everywhere(b"after")
+    follower = sim.node(other)
+    follower.step(Message(r.APPEND, lead.node_id, other, follower.term + r.TERM_JUMP_MAX))
+    assert follower.term == lead.term + r.TERM_JUMP_MAX
+
+
 def test_stale_candidate_term_makes_the_leader_step_down_then_cluster_recovers():
     # A node that somehow has a higher term (e.g. a failed campaign) answers the
     # leader's APPEND with it: the leader steps down and a new election follows.

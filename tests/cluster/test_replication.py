@@ -4,6 +4,8 @@ PeerService) under trio's autojump clock (no sockets)."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import types
 from pathlib import Path
 
@@ -12,8 +14,12 @@ import trio
 
 from cluster import replication as rp
 from cluster.nodes import ClusterState, Node, Placement, crc16, key_slot, parse_cluster_nodes, ClusterConfigError
+from cluster.errors import BadRequest, Paused
 from cluster.peer.link import MemoryLink
-from cluster.peer.service import PeerService
+from cluster.peer.messages import (EpochPartition, EpochRequest, FetchPartition, FetchRequest, FetchResponse,
+                                   PauseRequest)
+from cluster.runtime.replication import PAUSE_MS
+from cluster.peer.service import PAUSE_MAX_MS, PeerService
 from cluster.replica_manager import NotEnoughReplicasError, NotLeaderError, ReplicaManager, Settings
 from cluster.topics import TopicRegistry
 from storage.log import LogConfig, PartitionLog
@@ -648,6 +654,129 @@ async def test_a_diverging_follower_is_told_to_truncate_before_it_appends(pair, 
     assert lb.log_end_offset == la.log_end_offset == 4
     assert lb.epochs() == la.epochs()
     assert _files(a.registry, key) == _files(b.registry, key)
+
+
+class CorruptingLink:
+    """A link to the leader's peer service that spoils each fetched
+    partition with ``spoil`` while ``corrupt`` is set (a leader, or anyone
+    answering on its bus address, sending malformed data)."""
+
+    def __init__(self, leader: "Node2", spoil) -> None:
+        self.inner = MemoryEndpoint(leader.manager)
+        self.reply_timeout_s = self.inner.reply_timeout_s
+        self.spoil = spoil
+        self.corrupt = True
+        self.spoiled = trio.Event()
+
+    async def call(self, request):
+        response = await self.inner.call(request)
+        if not self.corrupt or not isinstance(response, FetchResponse):
+            return response
+        parts = tuple(self.spoil(p) if not p.error else p for p in response.partitions)
+        if parts != response.partitions:
+            self.spoiled.set()
+        return dataclasses.replace(response, partitions=parts)
+
+
+def _flip_a_byte(p):
+    if not p.batches:
+        return p
+    tail = bytes([p.batches[-1] ^ 0xFF])
+    return dataclasses.replace(p, batches=p.batches[:-1] + tail)
+
+
+def _garbage_state(p):
+    return dataclasses.replace(p, state=b"\x05\x00\x00\x00garbage")
+
+
+@pytest.mark.parametrize("spoil", [_flip_a_byte, _garbage_state])
+async def test_a_malformed_fetch_reply_is_logged_and_fetched_again_never_appended(pair, autojump_clock, caplog,
+                                                                                   spoil):
+    """Batches that fail their CRC, or a stream state blob that does not
+    parse, are not applied (nothing appended, nothing truncated): the
+    follower logs one line naming the partition, not a traceback, and asks
+    again; once the leader's replies are whole it catches up."""
+    a, b = pair
+    key = _key_led_by(a.manager.placement, 1)
+    a.append(key, 20)
+    link = CorruptingLink(a, spoil)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(b.manager.run_fetcher, 1, link)
+        await link.spoiled.wait()
+        await trio.sleep(5)  # several fetch rounds, every one spoiled
+        assert b.registry.get(key).log.log_end_offset == 0
+        link.corrupt = False
+        await trio.sleep(5)
+        nursery.cancel_scope.cancel()
+    assert _files(a.registry, key) == _files(b.registry, key)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    malformed = [r.getMessage() for r in caplog.records if "malformed" in r.getMessage()]
+    assert len(malformed) == 1 and key.decode() in malformed[0], malformed
+
+
+async def test_a_fetch_from_a_node_that_is_no_other_member_is_refused(pair, autojump_clock):
+    a, _b = pair
+    service = PeerService(a.manager)
+    for stranger in (99, 1):  # not in the cluster; the leader itself
+        with pytest.raises(BadRequest, match=f"node {stranger} is not another member"):
+            await service.fetch(FetchRequest(stranger, b"", 0, 1000, b""))
+
+
+async def test_a_partition_number_the_topic_never_had_is_unknown_and_never_created(pair, autojump_clock):
+    """A peer's fetch or epoch query naming partition -1 (or one past the
+    last) of an existing topic is answered UNKNOWN_PARTITION by every node,
+    whichever leads the shard such a number would map to, and no partition
+    is made for it on disk."""
+    a, b = pair
+    key = _key_led_by(a.manager.placement, 1)
+    a.append(key, 3)
+    await _fetch_a_while(b, a, leader_id=1)  # b has the topic too
+    topic_id = a.registry.topic_id(key) or ""
+    for node in (a, b):
+        service = PeerService(node.manager)
+        for n in (-1, 1, 2**70):
+            fetch = FetchRequest(3 - node.manager.my_id, b"", 0, 1000, b"",
+                                 (FetchPartition(key, n, topic_id, 0, -1, b"", b""),))
+            answer = (await service.fetch(fetch)).partitions
+            assert [(p.n, p.error) for p in answer] == [(n, rp.UNKNOWN_PARTITION)]
+            ends = service.serve_now(EpochRequest((EpochPartition(key, n, 1),))).ends
+            assert [e.error for e in ends] == [rp.UNKNOWN_PARTITION]
+        assert node.registry.partitions_of(key) == 1
+        assert sorted(p.name for p in node.registry.log_manager.topic_dir(key).iterdir() if p.is_dir()) \
+            == ["partition-0"]
+
+
+async def test_a_fetch_response_carries_at_most_the_leaders_byte_limit_whatever_it_asks(pair, autojump_clock):
+    """A fetch naming one partition many times with a huge max-bytes (a
+    stranger's, on an unauthenticated bus) gets at most the leader's
+    ``fetch_response_max_bytes`` of batches (plus one batch: the first is
+    sent whole), not the whole log once per mention."""
+    a, _b = pair
+    key = _key_led_by(a.manager.placement, 1)
+    a.append(key, 200)  # 200 batches
+    a.manager.settings.fetch_response_max_bytes = 2000
+    whole = a.registry.get(key).log.read_batches(0, 1 << 30)[0]
+    one = len(a.registry.get(key).log.read_batches(0, 1)[0])
+    part = FetchPartition(key, 0, a.registry.topic_id(key) or "", 0, -1, b"", b"")
+    answer = await PeerService(a.manager).fetch(FetchRequest(2, b"", 0, 10**18, b"", (part,) * 50))
+    sent = sum(len(p.batches) for p in answer.partitions)
+    assert len(whole) > 4 * 2000 and 0 < sent <= 2000 + one
+    assert answer.partitions[0].batches == whole[:len(answer.partitions[0].batches)]
+
+
+async def test_a_pause_longer_than_a_failover_asks_for_is_refused_and_writes_go_on(pair, autojump_clock):
+    a, _b = pair
+    key = _key_led_by(a.manager.placement, 1)
+    shard = a.manager.shard_of(key, 0)
+    service = PeerService(a.manager)
+    assert PAUSE_MS <= PAUSE_MAX_MS
+    for ms in (PAUSE_MAX_MS + 1, 10**12, -1):
+        with pytest.raises(BadRequest, match="expected a pause of 0 to"):
+            service.serve_now(PauseRequest(shard, a.manager.state.epoch(shard), ms))
+    a.append(key, 1)  # not paused
+    service.serve_now(PauseRequest(shard, a.manager.state.epoch(shard), PAUSE_MS))
+    with pytest.raises(Paused):
+        a.append(key, 1)
 
 
 def test_group_journal_is_fetched_like_a_log(tmp_path):

@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 import redis
 
+from cluster.controller.raft import APPEND, Message
+
 from tests.clusterkit import Cluster, eventually as _eventually, key_in_shard, partition_lines, running
 from tests.conftest import RawConn, read_until_closed
 
@@ -66,8 +68,9 @@ def test_a_forged_view_moves_no_leadership_and_loses_no_acknowledged_entry(clust
     # record taking the shard to that epoch proposed to the controller,
     # move nothing either.
     for node in (node1, node2):
-        with RawConn(node.bus_port) as conn:
+        with RawConn(node.bus_port) as conn:  # (no peer sends it: the bus closes the connection)
             assert conn.request(_resp(b"REPLVIEW", FORGED_VIEW)).startswith(b"-ERR unknown command 'REPLVIEW'")
+        with RawConn(node.bus_port) as conn:
             served = conn.request(_resp(b"REPLFETCH", b"3", FORGED_VIEW, b"1", b"1024", b""))
             assert served.startswith(b"*4\r\n"), served
     leader_id = int(_info(node1)["controller_leader"])
@@ -135,21 +138,54 @@ def test_the_client_port_answers_internal_commands_as_redis_answers_unknown_ones
 
 
 def test_the_bus_serves_the_peers_commands_only(cluster):
-    node = cluster.nodes[0]
-    with RawConn(node.bus_port) as conn:
+    """What no peer sends (a client's command, garbage, HTTP, a request
+    that does not decode or has the wrong arity, a fetch from a node that
+    is no member) gets its error, then the connection closes and the node
+    logs it; the node serves its clients and replicates on, and no
+    acknowledged entry moves."""
+    key = key_in_shard(cluster, 0, "stranger")
+    node = cluster.leader_of(key)
+    me = cluster.nodes.index(node) + 1
+    term = int(_info(node)["controller_term"])
+    client = node.client()
+    acked = [client.xadd(key, {"n": i}) for i in range(5)]
+    with RawConn(node.bus_port) as conn:  # what a peer may send keeps the connection
         assert conn.request(b"PING\r\n") == b"+PONG\r\n"
-        for payload in (b"REPLFETCH x y 10 10 tok\r\n", b"REPLEPOCH a b c\r\n", b"RAFT garbage\r\n",
-                        b"CTRLPROPOSE {}\r\n", b"CTRLBEAT x y\r\n", b"CTRLBEAT 1 y 0,zz\r\n",
-                        b"CTRLBEAT 1 y 99999\r\n", b"REPLREAD 0 t 1 drop 0-0 0-0 0\r\n",
-                        b"GROUPREAD t 1 g c drop 0 0 -1 0-0 0 x\r\n", b"GROUPINFO t yes 0 g 1\r\n"):
-            reply = conn.request(payload)
-            assert reply.startswith(b"-ERR malformed " + payload.split()[0]), (payload, reply)
-        assert conn.request(b"CTRLBEAT 1 y 0 1\r\n") == b"-ERR wrong number of arguments for 'ctrlbeat' command\r\n"
         assert conn.request(b"REPLAUTH x\r\n").startswith(b"-ERR REPLAUTH called without a cluster-secret")
-        for client_command in (b"GET k", b"XRANGE k - +", b"CLUSTER SLOTS", b"CONFIG GET *", b"FLUSHALL"):
-            name = client_command.split()[0].decode()
-            assert conn.request(client_command + b"\r\n").startswith(
-                f"-ERR unknown command '{name}'".encode()), client_command
+        assert conn.request(b"PING\r\n") == b"+PONG\r\n"
+    strangers = [
+        (b"REPLFETCH x y 10 10 tok\r\n", b"-ERR malformed REPLFETCH"), (b"REPLEPOCH a b c\r\n", b"-ERR malformed"),
+        (b"RAFT garbage\r\n", b"-ERR malformed RAFT"), (b"CTRLPROPOSE {}\r\n", b"-ERR malformed CTRLPROPOSE"),
+        (b"CTRLBEAT x y\r\n", b"-ERR malformed CTRLBEAT"), (b"CTRLBEAT 1 y 0,zz\r\n", b"-ERR malformed CTRLBEAT"),
+        (b"CTRLBEAT 1 y 99999\r\n", b"-ERR malformed CTRLBEAT"),
+        (b"REPLREAD 0 t 1 drop 0-0 0-0 0\r\n", b"-ERR malformed REPLREAD"),
+        (b"GROUPREAD t 1 g c drop 0 0 -1 0-0 0 x\r\n", b"-ERR malformed GROUPREAD"),
+        (b"GROUPINFO t yes 0 g 1\r\n", b"-ERR malformed GROUPINFO"),
+        (_resp(b"REPLFETCH", b"99", b"", b"0", b"1024", b""),
+         b"-ERR malformed REPLFETCH request: node 99 is not another member of this cluster"),
+        (b"CTRLBEAT 1 y 0 1\r\n", b"-ERR wrong number of arguments for 'ctrlbeat' command"),
+        # A member's Raft message at the u64 term's end: adopted, it made every node stop, unable to
+        # encode its next message (the term a stranger can move by TERM_JUMP_MAX at most, not to the end).
+        (_resp(b"RAFT", Message(APPEND, me % 3 + 1, me, 2**64 - 1).encode()),
+         b"-ERR malformed RAFT request: term 18446744073709551615 of node %d's append is more than" % (me % 3 + 1)),
+        (bytes(range(1, 256)), b"-ERR unknown command"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"-ERR unknown command 'GET'"),
+        (b"*2\r\n$4\r\nPING\r\n$4000000000\r\n", b"-ERR Protocol error: invalid bulk length"),
+    ] + [(c + b"\r\n", b"-ERR unknown command '" + c.split()[0] + b"'")
+         for c in (b"GET k", b"XRANGE k - +", b"CLUSTER SLOTS", b"CONFIG GET *", b"FLUSHALL")]
+    for payload, error in strangers:
+        with RawConn(node.bus_port) as conn:
+            conn.sock.sendall(payload)
+            assert read_until_closed(conn.sock).startswith(error), payload
+    assert "cluster bus: closing the connection from 127.0.0.1:" in node.log()
+    assert "cluster bus: protocol error from 127.0.0.1:" in node.log()
+    acked += [client.xadd(key, {"n": i}) for i in range(5, 10)]  # acks=all: the followers fetch on
+    assert cluster.leader_of(key) is node
+    assert {int(_info(each)["controller_term"]) for each in cluster.nodes} == {term}
+    assert [entry_id for entry_id, _ in client.xrange(key)] == acked
+    cluster.wait_converged(key.decode())
+    assert len({cluster.log_bytes(each, key.decode()) for each in cluster.nodes}) == 1
+    node = cluster.nodes[0]
     # Peers are not clients: no CLIENT LIST entry (the nodes keep links to each other's bus).
     listed = node.client().execute_command("CLIENT", "LIST").decode()
     assert f"laddr=127.0.0.1:{node.bus_port}" not in listed and f":{node.port}" in listed

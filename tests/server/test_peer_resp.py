@@ -134,7 +134,8 @@ memberships = st.builds(m.Membership, blob, st.lists(st.tuples(blob, u63, st.lis
                         st.lists(st.none() | blob, max_size=4).map(tuple))
 exchanges = st.one_of(
     st.tuples(fetch_requests, fetch_responses),
-    st.tuples(epoch_requests, st.builds(m.EpochResponse, st.lists(epoch_ends, max_size=3).map(tuple))),
+    epoch_requests.flatmap(lambda request: st.tuples(st.just(request), st.builds(
+        m.EpochResponse, st.tuples(*(epoch_ends for _ in request.partitions))))),
     st.tuples(pause_requests, pause_responses),
     st.tuples(beat_requests, st.builds(m.BeatResponse, u63)),
     st.tuples(append_requests, st.builds(m.AppendResponse, st.binary(min_size=3, max_size=41))),
@@ -237,3 +238,33 @@ def test_a_refused_connection_is_told_apart_from_a_dropped_one():
 
     dropped = trio.run(drops)
     assert not dropped.refused
+
+
+_FETCH = m.FetchRequest(2, b"", 100, 1000, b"")
+_GOOD_PARTITION = [b"t", b"0", b"", 5, 0, 5, b"", b"tok", None, b"gtok", None, b""]
+
+
+@pytest.mark.parametrize("partition", [
+    _GOOD_PARTITION[:6] + [10**12] + _GOOD_PARTITION[7:],  # batches as an integer: bytes(n) would allocate n
+    _GOOD_PARTITION[:8] + [7] + _GOOD_PARTITION[9:],  # the state blob as an integer
+    _GOOD_PARTITION[:11] + [[b"x"]],  # group records as an array
+    [5] + _GOOD_PARTITION[1:],  # the topic as an integer
+    _GOOD_PARTITION[:9],  # cut short
+    [b"t", b"0", TOPIC_ID_MISMATCH.encode(), 3],  # the topic's meta as an integer
+])
+def test_a_fetch_reply_of_the_wrong_shape_is_refused(partition):
+    """A leader's fetch reply whose blobs are not bulk strings does not
+    decode (the fetcher logs the link's error and asks again) and is never
+    handed to the log."""
+    with pytest.raises(ValueError):
+        peer_resp.decode_response(_FETCH, [b"", b"tok", None, [partition]])
+    assert peer_resp.decode_response(_FETCH, [b"", b"tok", None, [_GOOD_PARTITION]]).partitions[0].high_watermark == 5
+
+
+def test_an_epoch_reply_without_an_answer_per_partition_is_refused():
+    """(It reached apply_truncation, whose ValueError went to the fetcher's
+    catch-all: a traceback instead of the link's one-line error.)"""
+    request = m.EpochRequest((m.EpochPartition(b"t", 0, 1), m.EpochPartition(b"t", 1, 1)))
+    with pytest.raises(ValueError, match="an answer per partition"):
+        peer_resp.decode_response(request, [[1, 5]])
+    assert len(peer_resp.decode_response(request, [[1, 5], b"NOT_LEADER"]).ends) == 2
