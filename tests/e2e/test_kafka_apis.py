@@ -280,6 +280,51 @@ def test_malformed_config_requests_are_refused_as_kafka_refuses_them(kafka_share
     assert b"60000" in str(r.execute_command("TOPIC", "DESCRIBE", topic)).encode()
 
 
+def test_config_requests_for_topic_names_kafka_refuses_are_answered_as_kafka_does(kafka_shared):
+    """A Kafka 4 broker runs ``Topic.validate`` on a TOPIC resource's name before looking the topic
+    up: DescribeConfigs (``ConfigHelper``) and AlterConfigs (``ControllerConfigurationValidator``,
+    which answers the empty name, the "default topic", INVALID_REQUEST first) refuse such a name
+    INVALID_TOPIC_EXCEPTION with ``Topic.validate``'s message, as CreateTopics does; a topic made
+    through Redis under such a name is still described."""
+    invalid = "Topic name is invalid: "
+    refusals = {
+        "": invalid + "the empty string is not allowed",
+        ".": invalid + "'.' is not allowed",
+        "..": invalid + "'..' is not allowed",
+        "has space": invalid + "'has space' contains one or more characters other than ASCII alphanumerics, "
+                               "'.', '_' and '-'",
+        "a" * 250: invalid + f"the length of '{'a' * 250}' is longer than the max allowed length 249",
+    }
+    D, A, CT = C.DescribeConfigsRequest, C.AlterConfigsRequest, C.CreateTopicsRequest
+    redis_made = "made by redis " + fresh_topic()
+    kafka_shared.client().execute_command("TOPIC", "CREATE", redis_made)
+    with KafkaRaw(kafka_shared.kafka_port) as raw:
+        def describe(name):
+            (res,) = raw.call(D(resources=[D.DescribeConfigsResource(resource_type=2, resource_name=name,
+                                                                     configuration_keys=["retention.ms"])]), 4).results
+            return res.error_code, res.error_message
+
+        def alter(name):
+            (res,) = raw.call(A(resources=[A.AlterConfigsResource(resource_type=2, resource_name=name, configs=[
+                A.AlterableConfig(name="retention.ms", value="60000")])], validate_only=True), 2).responses
+            return res.error_code, res.error_message
+
+        def create(name):
+            (res,) = raw.call(CT(topics=[CT.CreatableTopic(name=name, num_partitions=1, replication_factor=-1)],
+                                 timeout_ms=5000), 7).topics
+            return res.error_code, res.error_message
+
+        for name, message in refusals.items():
+            assert describe(name) == (E.INVALID_TOPIC_EXCEPTION, message), name
+            assert create(name) == (E.INVALID_TOPIC_EXCEPTION, message), name
+            expected = (E.INVALID_REQUEST, "Default topic resources are not allowed.") if name == "" else (
+                E.INVALID_TOPIC_EXCEPTION, message)
+            assert alter(name) == expected, name
+        assert describe(fresh_topic())[0] == E.UNKNOWN_TOPIC_OR_PARTITION
+        assert describe(redis_made) == (E.NONE, None)
+        assert alter(redis_made) == (E.NONE, None)
+
+
 def test_describe_cluster_and_broker_configs(kafka_shared):
     with KafkaRaw(kafka_shared.kafka_port) as raw:
         resp = raw.call(C.DescribeClusterRequest(), 1)

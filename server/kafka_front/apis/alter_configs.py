@@ -9,7 +9,11 @@ value is INVALID_REQUEST before anything else, as Kafka's
 ``ConfigAdminManager.preprocess`` answers.
 Broker resources are refused (INVALID_REQUEST: server settings change with
 CONFIG SET); an unknown topic is UNKNOWN_TOPIC_OR_PARTITION, one the user may not
-TOPIC ALTER TOPIC_AUTHORIZATION_FAILED (``access``).
+TOPIC ALTER TOPIC_AUTHORIZATION_FAILED (``access``). Before its configs are
+read or the topic looked up, a resource's name is checked as Kafka's
+``ControllerConfigurationValidator`` does: '' (Kafka's default topic) is
+INVALID_REQUEST, a missing topic under a name Kafka refuses
+INVALID_TOPIC_EXCEPTION (``metadata.missing_topic_name_error``).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from server.kafka import codec
 from server.kafka import errors as E
 from server.kafka_front import access
 from server.kafka_front import topic_configs as tc
+from server.kafka_front.apis.metadata import missing_topic_name_error
 from server.kafka_front.errors import refused
 
 API_KEY = 33
@@ -44,6 +49,16 @@ def _malformed(res, repeated: set) -> str | None:
     return None
 
 
+def _bad_name(session, name: bytes) -> tuple[int, str] | None:
+    """How Kafka's ``ControllerConfigurationValidator`` refuses a topic resource's name before its
+    configs and before looking the topic up, or None."""
+    if not name:
+        return E.INVALID_REQUEST, "Default topic resources are not allowed."
+    if (why := missing_topic_name_error(session, name)) is not None:
+        return E.INVALID_TOPIC_EXCEPTION, why
+    return None
+
+
 async def handle(ctx, req):
     body = req.body
     session = ctx.session
@@ -64,6 +79,9 @@ async def handle(ctx, req):
         name = res.resource_name.encode()
         try:
             access.require(ctx, access.ALTER_CONFIGS, name)
+            if (why := _bad_name(session, name)) is not None:
+                out.error_code, out.error_message = why
+                continue
             given = tc.partita_pairs([(c.name, c.value) for c in res.configs])
             named = {n for n, _ in given}
             pairs = given + [(c.partita.encode(), b"default") for c in tc.MAPPED + tc.OWN

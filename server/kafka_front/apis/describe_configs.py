@@ -7,7 +7,10 @@ server's value applies), read-only for the fixed ones, the type (v3+) and
 documentation when asked for. A BROKER resource (this node's id, or "" for
 the cluster default) lists the server-wide defaults topics inherit under
 Kafka's broker names (``BROKER_CONFIGS``), read-only. Any other resource
-type: INVALID_REQUEST; an unknown topic UNKNOWN_TOPIC_OR_PARTITION. A
+type: INVALID_REQUEST; an unknown topic UNKNOWN_TOPIC_OR_PARTITION, or
+INVALID_TOPIC_EXCEPTION under a name Kafka refuses ('' included:
+``metadata.missing_topic_name_error``), as Kafka's ``ConfigHelper`` runs
+``Topic.validate`` first. A
 topic needs the user's right to TOPIC DESCRIBE it, the broker's configs
 its right to CONFIG GET (TOPIC_ / CLUSTER_AUTHORIZATION_FAILED:
 ``access``).
@@ -21,6 +24,7 @@ from server.kafka import codec
 from server.kafka import errors as E
 from server.kafka_front import access
 from server.kafka_front import topic_configs as tc
+from server.kafka_front.apis.metadata import missing_topic_name_error
 from server.kafka_front.errors import refused
 
 API_KEY = 32
@@ -90,6 +94,9 @@ async def handle(ctx, req):
         try:
             if res.resource_type == TOPIC:
                 access.require(ctx, access.DESCRIBE_CONFIGS, res.resource_name.encode())
+                if (why := missing_topic_name_error(ctx.session, res.resource_name.encode())) is not None:
+                    out.error_code, out.error_message = E.INVALID_TOPIC_EXCEPTION, why
+                    continue
                 entries = topic_entries(ctx, res.resource_name.encode(), keys, version, body.include_synonyms,
                                         version >= 3 and body.include_documentation)
             elif res.resource_type == BROKER and res.resource_name in ("", str(ctx.session.node_id())):
