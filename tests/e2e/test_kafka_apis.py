@@ -172,6 +172,24 @@ def test_admin_client_creates_alters_describes_and_deletes(kafka_shared):
     assert failed.value.args[0].name() == "UNKNOWN_TOPIC_OR_PART"
 
 
+def test_a_topic_has_at_most_1024_partitions(kafka_shared):
+    """Partita's limit (docs/topics.md): CreateTopics and CreatePartitions past it are
+    INVALID_PARTITIONS with the limit in the message, and nothing is created or grown."""
+    CT, CP = C.CreateTopicsRequest, C.CreatePartitionsRequest
+    at_limit, past, grown = fresh_topic(), fresh_topic(), fresh_topic()
+    kafka_shared.client().execute_command("TOPIC", "CREATE", grown, "PARTITIONS", "2")
+    refusal = (E.INVALID_PARTITIONS, "invalid partition count 1025: must be between 1 and 1024")
+    with KafkaRaw(kafka_shared.kafka_port) as raw:
+        made = raw.call(CT(topics=[CT.CreatableTopic(name=n, num_partitions=c, replication_factor=-1)
+                                   for n, c in ((at_limit, 1024), (past, 1025))], timeout_ms=5000), 7).topics
+        assert [(t.name, t.error_code, t.error_message) for t in made] == [(at_limit, E.NONE, None), (past, *refusal)]
+        (res,) = raw.call(CP(topics=[CP.CreatePartitionsTopic(name=grown, count=1025, assignments=None)],
+                             timeout_ms=5000), 3).results
+        assert (res.error_code, res.error_message) == refusal
+        found = {t.name: (t.error_code, len(t.partitions)) for t in metadata(raw, [at_limit, past, grown]).topics}
+    assert found == {at_limit: (E.NONE, 1024), past: (E.UNKNOWN_TOPIC_OR_PARTITION, 0), grown: (E.NONE, 2)}
+
+
 def test_topic_names_kafka_refuses_are_refused_as_kafka_does(kafka_shared):
     """Kafka's ``Topic.validate``: at most 249 characters of ASCII letters, digits, '.', '_' and '-',
     and not '.' or '..' (CreateTopics and a Metadata naming a missing topic, auto-create or not)."""
