@@ -190,6 +190,38 @@ def test_a_topic_has_at_most_1024_partitions(kafka_shared):
     assert found == {at_limit: (E.NONE, 1024), past: (E.UNKNOWN_TOPIC_OR_PARTITION, 0), grown: (E.NONE, 2)}
 
 
+def test_counts_kafka_refuses_are_refused_in_its_words(kafka_shared):
+    """Kafka's ``ReplicationControlManager``: a replication factor or partition count of 0 or below
+    -1 in CreateTopics, and a CreatePartitions count that is not an increase, are refused with its
+    messages (INVALID_REPLICATION_FACTOR, INVALID_PARTITIONS) and change nothing."""
+    CT, CP = C.CreateTopicsRequest, C.CreatePartitionsRequest
+    grown = fresh_topic()
+    kafka_shared.client().execute_command("TOPIC", "CREATE", grown, "PARTITIONS", "3")
+    with KafkaRaw(kafka_shared.kafka_port) as raw:
+        def create(partitions, factor):
+            name = fresh_topic()
+            (res,) = raw.call(CT(topics=[CT.CreatableTopic(name=name, num_partitions=partitions,
+                                                           replication_factor=factor)], timeout_ms=5000), 7).topics
+            assert metadata(raw, [name]).topics[0].error_code == E.UNKNOWN_TOPIC_OR_PARTITION
+            return res.error_code, res.error_message
+
+        def grow(count):
+            (res,) = raw.call(CP(topics=[CP.CreatePartitionsTopic(name=grown, count=count, assignments=None)],
+                                 timeout_ms=5000), 3).results
+            return res.error_code, res.error_message
+
+        bad_factor = (E.INVALID_REPLICATION_FACTOR,
+                      "Replication factor must be larger than 0, or -1 to use the default value.")
+        bad_count = (E.INVALID_PARTITIONS, "Number of partitions was set to an invalid non-positive value.")
+        assert create(1, 0) == create(1, -2) == create(0, 0) == bad_factor
+        assert create(0, -1) == create(-2, 1) == bad_count
+        assert grow(3) == (E.INVALID_PARTITIONS, "Topic already has 3 partition(s).")
+        for fewer in (2, 0):
+            assert grow(fewer) == (E.INVALID_PARTITIONS,
+                                   f"The topic {grown} currently has 3 partition(s); {fewer} would not be an increase.")
+        assert len(metadata(raw, [grown]).topics[0].partitions) == 3
+
+
 def test_topic_names_kafka_refuses_are_refused_as_kafka_does(kafka_shared):
     """Kafka's ``Topic.validate``: at most 249 characters of ASCII letters, digits, '.', '_' and '-',
     and not '.' or '..' (CreateTopics and a Metadata naming a missing topic, auto-create or not)."""
