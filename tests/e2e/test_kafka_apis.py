@@ -386,6 +386,12 @@ def test_describe_cluster_and_broker_configs(kafka_shared):
                                                                configuration_keys=None)]), 4)
         found = {c.name: c.value for c in resp.results[0].configs}
         assert found["num.partitions"] == "1" and found["auto.create.topics.enable"] == "yes"
+        # another broker's id, or no id at all: Kafka's ConfigHelper refuses it INVALID_REQUEST
+        resp = raw.call(D(resources=[D.DescribeConfigsResource(resource_type=4, resource_name=name,
+                                                               configuration_keys=None) for name in ("7", "b0")]), 4)
+        assert [(r.error_code, r.error_message) for r in resp.results] == [
+            (E.INVALID_REQUEST, "Unexpected broker id, expected 0 or empty string, but received 7"),
+            (E.INVALID_REQUEST, "Broker id must be an integer, but it is: b0")]
 
 
 # -- ListOffsets --------------------------------------------------------------------------------
