@@ -172,6 +172,65 @@ def test_admin_client_creates_alters_describes_and_deletes(kafka_shared):
     assert failed.value.args[0].name() == "UNKNOWN_TOPIC_OR_PART"
 
 
+def test_incremental_alter_configs_sets_and_deletes_single_configs(kafka_shared):
+    """IncrementalAlterConfigs (what Kafka 4's kafka-configs.sh and librdkafka's
+    incremental_alter_configs send): SET and DELETE change only the configs named, the others
+    keep their overrides; APPEND / SUBTRACT only to a LIST config (cleanup.policy here), and the
+    refusals of Kafka's ConfigAdminManager and controller, in its words."""
+    pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    topic = fresh_topic()
+    r = kafka_shared.client()
+    r.execute_command("TOPIC", "CREATE", topic, "CONFIG", "retention-ms", "60000", "segment-ms", "7200000")
+    admin = AdminClient({"bootstrap.servers": kafka_shared.bootstrap})
+
+    def incremental(*ops):
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+            ConfigEntry(name, value, incremental_operation=op) for name, value, op in ops])
+        return admin.incremental_alter_configs([resource])[resource].result(10)
+
+    def configs():
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        found = admin.describe_configs([resource])[resource].result(10)
+        return {name: (found[name].value, found[name].is_default) for name in ("retention.ms", "segment.ms",
+                                                                               "max.message.bytes")}
+
+    incremental(("max.message.bytes", "4096", AlterConfigOpType.SET), ("segment.ms", None, AlterConfigOpType.DELETE),
+                ("cleanup.policy", "delete", AlterConfigOpType.APPEND))
+    assert configs() == {"retention.ms": ("60000", False), "segment.ms": ("604800000", True),
+                         "max.message.bytes": ("4096", False)}
+    for op in (AlterConfigOpType.APPEND, AlterConfigOpType.SUBTRACT):
+        with pytest.raises(Exception) as failed:
+            incremental(("retention.ms", "1", op))
+        assert (failed.value.args[0].name(), failed.value.args[0].str()) == (
+            "INVALID_CONFIG", f"Can't {op.name} to key retention.ms because its type is not LIST.")
+    with pytest.raises(Exception) as failed:
+        incremental(("cleanup.policy", "compact", AlterConfigOpType.APPEND))
+    assert failed.value.args[0].name() == "INVALID_CONFIG"
+
+    I = C.IncrementalAlterConfigsRequest
+    with KafkaRaw(kafka_shared.kafka_port) as raw:
+        def alter(*resources, version=1):
+            body = I(resources=[I.AlterConfigsResource(resource_type=2, resource_name=name, configs=[
+                I.AlterableConfig(name=k, config_operation=op, value=v) for k, op, v in ops])
+                for name, ops in resources], validate_only=False)
+            return [(x.resource_name, x.error_code, x.error_message) for x in raw.call(body, version).responses]
+
+        assert alter((topic, [("retention.ms", 0, None)])) == [
+            (topic, E.INVALID_REQUEST, "Null value not supported for : retention.ms")]
+        assert alter((topic, [("retention.ms", 0, "1"), ("retention.ms", 1, None)])) == [
+            (topic, E.INVALID_REQUEST, "Error due to duplicate config keys")]
+        assert alter((topic, [("retention.ms", 0, "1")]), (topic, []), version=0) == [
+            (topic, E.INVALID_REQUEST, "Each resource must appear at most once.")] * 2
+        assert alter(("", [("retention.ms", 0, "1")])) == [
+            ("", E.INVALID_REQUEST, "Default topic resources are not allowed.")]
+        missing = fresh_topic()
+        assert alter((missing, [("retention.ms", 0, "1")])) == [(missing, E.UNKNOWN_TOPIC_OR_PARTITION,
+                                                                 f"unknown topic '{missing}'")]
+    assert configs()["retention.ms"] == ("60000", False)  # nothing refused changed anything
+
+
 def test_a_topic_has_at_most_1024_partitions(kafka_shared):
     """Partita's limit (docs/topics.md): CreateTopics and CreatePartitions past it are
     INVALID_PARTITIONS with the limit in the message, and nothing is created or grown."""
@@ -568,7 +627,7 @@ def test_api_versions_advertise_exactly_what_is_served(kafka_shared):
     assert {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys} == {
         0: (3, 13), 1: (4, 18), 2: (1, 11), 3: (0, 13), 8: (2, 10), 9: (1, 10), 10: (0, 6), 11: (0, 9),
         12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 6), 16: (0, 5), 17: (0, 1), 18: (0, 3), 19: (2, 7), 20: (1, 6),
-        22: (0, 6), 32: (1, 4), 33: (0, 2), 36: (0, 2), 37: (0, 3), 42: (0, 2), 47: (0, 0), 60: (0, 2),
+        22: (0, 6), 32: (1, 4), 33: (0, 2), 36: (0, 2), 37: (0, 3), 42: (0, 2), 44: (0, 1), 47: (0, 0), 60: (0, 2),
         68: (0, 1), 69: (0, 1), 76: (1, 1), 77: (1, 1), 78: (1, 1), 79: (1, 1)}
 
 
