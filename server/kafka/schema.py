@@ -862,6 +862,27 @@ api(33, "AlterConfigs", "0-2", "2+", request=[
     )),
 ])
 
+api(44, "IncrementalAlterConfigs", "0-1", "1+", request=[
+    f("resources", array("AlterConfigsResource",
+        f("resource_type", INT8),
+        f("resource_name", STRING),
+        f("configs", array("AlterableConfig",
+            f("name", STRING),
+            f("config_operation", INT8),
+            f("value", STRING, nullable="0+"),
+        )),
+    )),
+    f("validate_only", BOOL),
+], response=[
+    f("throttle_time_ms", INT32),
+    f("responses", array("AlterConfigsResourceResponse",
+        f("error_code", INT16),
+        f("error_message", STRING, nullable="0+"),
+        f("resource_type", INT8),
+        f("resource_name", STRING),
+    )),
+])
+
 api(36, "SaslAuthenticate", "0-2", "2+", request=[
     f("auth_bytes", BYTES),
 ], response=[

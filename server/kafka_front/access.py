@@ -14,7 +14,7 @@ bits it reports (``topic_operations``). docs/kafka.md "Authorization".
 | READ (Fetch, ListOffsets) | XREAD | the topic ``t`` or the partition ``t#n`` |
 | CREATE (CreateTopics, Metadata's auto-creation) | TOPIC CREATE | ``t`` |
 | DELETE (DeleteTopics) | TOPIC DELETE | ``t`` |
-| ALTER (CreatePartitions), ALTER_CONFIGS (AlterConfigs) | TOPIC ALTER | ``t`` |
+| ALTER (CreatePartitions), ALTER_CONFIGS (AlterConfigs, IncrementalAlterConfigs) | TOPIC ALTER | ``t`` |
 | DESCRIBE_CONFIGS (DescribeConfigs of a topic) | TOPIC DESCRIBE | ``t`` |
 | DESCRIBE (Metadata) | any of the above | any of the above |
 | DESCRIBE_CONFIGS of the broker | CONFIG GET | (none) |

@@ -172,6 +172,115 @@ def test_admin_client_creates_alters_describes_and_deletes(kafka_shared):
     assert failed.value.args[0].name() == "UNKNOWN_TOPIC_OR_PART"
 
 
+def test_incremental_alter_configs_sets_and_deletes_single_configs(kafka_shared):
+    """IncrementalAlterConfigs (what Kafka 4's kafka-configs.sh and librdkafka's
+    incremental_alter_configs send): SET and DELETE change only the configs named, the others
+    keep their overrides; APPEND / SUBTRACT only to a LIST config (cleanup.policy here), and the
+    refusals of Kafka's ConfigAdminManager and controller, in its words."""
+    pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    topic = fresh_topic()
+    r = kafka_shared.client()
+    r.execute_command("TOPIC", "CREATE", topic, "CONFIG", "retention-ms", "60000", "segment-ms", "7200000")
+    admin = AdminClient({"bootstrap.servers": kafka_shared.bootstrap})
+
+    def incremental(*ops):
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+            ConfigEntry(name, value, incremental_operation=op) for name, value, op in ops])
+        return admin.incremental_alter_configs([resource])[resource].result(10)
+
+    def configs():
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        found = admin.describe_configs([resource])[resource].result(10)
+        return {name: (found[name].value, found[name].is_default) for name in ("retention.ms", "segment.ms",
+                                                                               "max.message.bytes")}
+
+    incremental(("max.message.bytes", "4096", AlterConfigOpType.SET), ("segment.ms", None, AlterConfigOpType.DELETE),
+                ("cleanup.policy", "delete", AlterConfigOpType.APPEND))
+    assert configs() == {"retention.ms": ("60000", False), "segment.ms": ("604800000", True),
+                         "max.message.bytes": ("4096", False)}
+    for op in (AlterConfigOpType.APPEND, AlterConfigOpType.SUBTRACT):
+        with pytest.raises(Exception) as failed:
+            incremental(("retention.ms", "1", op))
+        assert (failed.value.args[0].name(), failed.value.args[0].str()) == (
+            "INVALID_CONFIG", f"Can't {op.name} to key retention.ms because its type is not LIST.")
+    with pytest.raises(Exception) as failed:
+        incremental(("cleanup.policy", "compact", AlterConfigOpType.APPEND))
+    assert failed.value.args[0].name() == "INVALID_CONFIG"
+
+    I = C.IncrementalAlterConfigsRequest
+    with KafkaRaw(kafka_shared.kafka_port) as raw:
+        def alter(*resources, version=1):
+            body = I(resources=[I.AlterConfigsResource(resource_type=2, resource_name=name, configs=[
+                I.AlterableConfig(name=k, config_operation=op, value=v) for k, op, v in ops])
+                for name, ops in resources], validate_only=False)
+            return [(x.resource_name, x.error_code, x.error_message) for x in raw.call(body, version).responses]
+
+        assert alter((topic, [("retention.ms", 0, None)])) == [
+            (topic, E.INVALID_REQUEST, "Null value not supported for : retention.ms")]
+        assert alter((topic, [("retention.ms", 0, "1"), ("retention.ms", 1, None)])) == [
+            (topic, E.INVALID_REQUEST, "Error due to duplicate config keys")]
+        assert alter((topic, [("retention.ms", 0, "1")]), (topic, []), version=0) == [
+            (topic, E.INVALID_REQUEST, "Each resource must appear at most once.")] * 2
+        assert alter(("", [("retention.ms", 0, "1")])) == [
+            ("", E.INVALID_REQUEST, "Default topic resources are not allowed.")]
+        missing = fresh_topic()
+        assert alter((missing, [("retention.ms", 0, "1")])) == [(missing, E.UNKNOWN_TOPIC_OR_PARTITION,
+                                                                 f"unknown topic '{missing}'")]
+    assert configs()["retention.ms"] == ("60000", False)  # nothing refused changed anything
+
+
+def test_a_topic_has_at_most_1024_partitions(kafka_shared):
+    """Partita's limit (docs/topics.md): CreateTopics and CreatePartitions past it are
+    INVALID_PARTITIONS with the limit in the message, and nothing is created or grown."""
+    CT, CP = C.CreateTopicsRequest, C.CreatePartitionsRequest
+    at_limit, past, grown = fresh_topic(), fresh_topic(), fresh_topic()
+    kafka_shared.client().execute_command("TOPIC", "CREATE", grown, "PARTITIONS", "2")
+    refusal = (E.INVALID_PARTITIONS, "invalid partition count 1025: must be between 1 and 1024")
+    with KafkaRaw(kafka_shared.kafka_port) as raw:
+        made = raw.call(CT(topics=[CT.CreatableTopic(name=n, num_partitions=c, replication_factor=-1)
+                                   for n, c in ((at_limit, 1024), (past, 1025))], timeout_ms=5000), 7).topics
+        assert [(t.name, t.error_code, t.error_message) for t in made] == [(at_limit, E.NONE, None), (past, *refusal)]
+        (res,) = raw.call(CP(topics=[CP.CreatePartitionsTopic(name=grown, count=1025, assignments=None)],
+                             timeout_ms=5000), 3).results
+        assert (res.error_code, res.error_message) == refusal
+        found = {t.name: (t.error_code, len(t.partitions)) for t in metadata(raw, [at_limit, past, grown]).topics}
+    assert found == {at_limit: (E.NONE, 1024), past: (E.UNKNOWN_TOPIC_OR_PARTITION, 0), grown: (E.NONE, 2)}
+
+
+def test_counts_kafka_refuses_are_refused_in_its_words(kafka_shared):
+    """Kafka's ``ReplicationControlManager``: a replication factor or partition count of 0 or below
+    -1 in CreateTopics, and a CreatePartitions count that is not an increase, are refused with its
+    messages (INVALID_REPLICATION_FACTOR, INVALID_PARTITIONS) and change nothing."""
+    CT, CP = C.CreateTopicsRequest, C.CreatePartitionsRequest
+    grown = fresh_topic()
+    kafka_shared.client().execute_command("TOPIC", "CREATE", grown, "PARTITIONS", "3")
+    with KafkaRaw(kafka_shared.kafka_port) as raw:
+        def create(partitions, factor):
+            name = fresh_topic()
+            (res,) = raw.call(CT(topics=[CT.CreatableTopic(name=name, num_partitions=partitions,
+                                                           replication_factor=factor)], timeout_ms=5000), 7).topics
+            assert metadata(raw, [name]).topics[0].error_code == E.UNKNOWN_TOPIC_OR_PARTITION
+            return res.error_code, res.error_message
+
+        def grow(count):
+            (res,) = raw.call(CP(topics=[CP.CreatePartitionsTopic(name=grown, count=count, assignments=None)],
+                                 timeout_ms=5000), 3).results
+            return res.error_code, res.error_message
+
+        bad_factor = (E.INVALID_REPLICATION_FACTOR,
+                      "Replication factor must be larger than 0, or -1 to use the default value.")
+        bad_count = (E.INVALID_PARTITIONS, "Number of partitions was set to an invalid non-positive value.")
+        assert create(1, 0) == create(1, -2) == create(0, 0) == bad_factor
+        assert create(0, -1) == create(-2, 1) == bad_count
+        assert grow(3) == (E.INVALID_PARTITIONS, "Topic already has 3 partition(s).")
+        for fewer in (2, 0):
+            assert grow(fewer) == (E.INVALID_PARTITIONS,
+                                   f"The topic {grown} currently has 3 partition(s); {fewer} would not be an increase.")
+        assert len(metadata(raw, [grown]).topics[0].partitions) == 3
+
+
 def test_topic_names_kafka_refuses_are_refused_as_kafka_does(kafka_shared):
     """Kafka's ``Topic.validate``: at most 249 characters of ASCII letters, digits, '.', '_' and '-',
     and not '.' or '..' (CreateTopics and a Metadata naming a missing topic, auto-create or not)."""
@@ -280,6 +389,51 @@ def test_malformed_config_requests_are_refused_as_kafka_refuses_them(kafka_share
     assert b"60000" in str(r.execute_command("TOPIC", "DESCRIBE", topic)).encode()
 
 
+def test_config_requests_for_topic_names_kafka_refuses_are_answered_as_kafka_does(kafka_shared):
+    """A Kafka 4 broker runs ``Topic.validate`` on a TOPIC resource's name before looking the topic
+    up: DescribeConfigs (``ConfigHelper``) and AlterConfigs (``ControllerConfigurationValidator``,
+    which answers the empty name, the "default topic", INVALID_REQUEST first) refuse such a name
+    INVALID_TOPIC_EXCEPTION with ``Topic.validate``'s message, as CreateTopics does; a topic made
+    through Redis under such a name is still described."""
+    invalid = "Topic name is invalid: "
+    refusals = {
+        "": invalid + "the empty string is not allowed",
+        ".": invalid + "'.' is not allowed",
+        "..": invalid + "'..' is not allowed",
+        "has space": invalid + "'has space' contains one or more characters other than ASCII alphanumerics, "
+                               "'.', '_' and '-'",
+        "a" * 250: invalid + f"the length of '{'a' * 250}' is longer than the max allowed length 249",
+    }
+    D, A, CT = C.DescribeConfigsRequest, C.AlterConfigsRequest, C.CreateTopicsRequest
+    redis_made = "made by redis " + fresh_topic()
+    kafka_shared.client().execute_command("TOPIC", "CREATE", redis_made)
+    with KafkaRaw(kafka_shared.kafka_port) as raw:
+        def describe(name):
+            (res,) = raw.call(D(resources=[D.DescribeConfigsResource(resource_type=2, resource_name=name,
+                                                                     configuration_keys=["retention.ms"])]), 4).results
+            return res.error_code, res.error_message
+
+        def alter(name):
+            (res,) = raw.call(A(resources=[A.AlterConfigsResource(resource_type=2, resource_name=name, configs=[
+                A.AlterableConfig(name="retention.ms", value="60000")])], validate_only=True), 2).responses
+            return res.error_code, res.error_message
+
+        def create(name):
+            (res,) = raw.call(CT(topics=[CT.CreatableTopic(name=name, num_partitions=1, replication_factor=-1)],
+                                 timeout_ms=5000), 7).topics
+            return res.error_code, res.error_message
+
+        for name, message in refusals.items():
+            assert describe(name) == (E.INVALID_TOPIC_EXCEPTION, message), name
+            assert create(name) == (E.INVALID_TOPIC_EXCEPTION, message), name
+            expected = (E.INVALID_REQUEST, "Default topic resources are not allowed.") if name == "" else (
+                E.INVALID_TOPIC_EXCEPTION, message)
+            assert alter(name) == expected, name
+        assert describe(fresh_topic())[0] == E.UNKNOWN_TOPIC_OR_PARTITION
+        assert describe(redis_made) == (E.NONE, None)
+        assert alter(redis_made) == (E.NONE, None)
+
+
 def test_describe_cluster_and_broker_configs(kafka_shared):
     with KafkaRaw(kafka_shared.kafka_port) as raw:
         resp = raw.call(C.DescribeClusterRequest(), 1)
@@ -291,6 +445,12 @@ def test_describe_cluster_and_broker_configs(kafka_shared):
                                                                configuration_keys=None)]), 4)
         found = {c.name: c.value for c in resp.results[0].configs}
         assert found["num.partitions"] == "1" and found["auto.create.topics.enable"] == "yes"
+        # another broker's id, or no id at all: Kafka's ConfigHelper refuses it INVALID_REQUEST
+        resp = raw.call(D(resources=[D.DescribeConfigsResource(resource_type=4, resource_name=name,
+                                                               configuration_keys=None) for name in ("7", "b0")]), 4)
+        assert [(r.error_code, r.error_message) for r in resp.results] == [
+            (E.INVALID_REQUEST, "Unexpected broker id, expected 0 or empty string, but received 7"),
+            (E.INVALID_REQUEST, "Broker id must be an integer, but it is: b0")]
 
 
 # -- ListOffsets --------------------------------------------------------------------------------
@@ -467,7 +627,7 @@ def test_api_versions_advertise_exactly_what_is_served(kafka_shared):
     assert {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys} == {
         0: (3, 13), 1: (4, 18), 2: (1, 11), 3: (0, 13), 8: (2, 10), 9: (1, 10), 10: (0, 6), 11: (0, 9),
         12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 6), 16: (0, 5), 17: (0, 1), 18: (0, 3), 19: (2, 7), 20: (1, 6),
-        22: (0, 6), 32: (1, 4), 33: (0, 2), 36: (0, 2), 37: (0, 3), 42: (0, 2), 47: (0, 0), 60: (0, 2),
+        22: (0, 6), 32: (1, 4), 33: (0, 2), 36: (0, 2), 37: (0, 3), 42: (0, 2), 44: (0, 1), 47: (0, 0), 60: (0, 2),
         68: (0, 1), 69: (0, 1), 76: (1, 1), 77: (1, 1), 78: (1, 1), 79: (1, 1)}
 
 

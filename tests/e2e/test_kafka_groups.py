@@ -1,6 +1,7 @@
 """Kafka consumer groups with real clients against a real ``partita`` (docs/kafka.md, "Consumer
 groups"): librdkafka (confluent-kafka) with each assignor, kafka-python and kcat -G share a
-6-partition topic's partitions disjointly; a member killed without leaving loses its partitions
+6-partition topic's partitions disjointly; a librdkafka and a kafka-python member share one
+group and hand over at a leave; a member killed without leaving loses its partitions
 after its session timeout; committed offsets survive a restart; TOPIC GROUPS shows the Kafka
 groups beside the Redis ones, with lag = end offset - committed offset."""
 
@@ -98,6 +99,82 @@ def test_kafka_python_members_share_the_partitions(kafka_shared, count):
     finally:
         for c in members:
             c.close()
+
+
+def test_members_of_different_client_libraries_share_a_group_and_hand_over(kafka_shared):
+    """A librdkafka member and a kafka-python member of one group (both ``range``): the
+    partitions split 2 and 2; when the kafka-python member leaves, the librdkafka member takes
+    its partitions and resumes after its committed offsets: every record is read, a record read
+    twice only as at-least-once allows (none was committed before it was read again)."""
+    kafka = pytest.importorskip("kafka")
+    from kafka.coordinator.assignors.range import RangePartitionAssignor
+
+    partitions = 4
+    topic = kafka_topic(kafka_shared.bootstrap, fresh("t"), partitions, records_each=20)
+    group = fresh("g")
+    reads: list[tuple[int, int]] = []  # (partition, offset) of every record either member read
+    committed: dict[int, int] = {}  # the group's committed offsets, as the members committed them
+
+    ours = consumer(kafka_shared, group, **{"enable.auto.commit": False, "partition.assignment.strategy": "range"})
+    theirs = kafka.KafkaConsumer(bootstrap_servers=kafka_shared.bootstrap, group_id=group,
+                                 session_timeout_ms=SESSION_MS, heartbeat_interval_ms=500,
+                                 auto_offset_reset="earliest", enable_auto_commit=False,
+                                 partition_assignment_strategy=[RangePartitionAssignor])
+
+    def poll_ours(timeout_s: float) -> None:
+        m = ours.poll(timeout_s)
+        if m is not None and not m.error():
+            assert committed.get(m.partition(), 0) <= m.offset(), "a committed record was read again"
+            reads.append((m.partition(), m.offset()))
+            try:
+                ours.commit(m, asynchronous=False)
+            except confluent_kafka.KafkaException:  # a rebalance began: the record may be read again
+                return
+            committed[m.partition()] = m.offset() + 1
+
+    def poll_theirs() -> None:
+        got = theirs.poll(timeout_ms=50)
+        for tp, records in got.items():
+            for r in records:
+                assert committed.get(tp.partition, 0) <= r.offset, "a committed record was read again"
+                reads.append((tp.partition, r.offset))
+        if got:
+            try:
+                theirs.commit()
+            except kafka.errors.KafkaError:  # a rebalance began: the records may be read again
+                return
+            for tp, records in got.items():
+                committed[tp.partition] = records[-1].offset + 1
+
+    def everything_read(count: int) -> bool:
+        return {(p, o) for p in range(partitions) for o in range(count)} <= set(reads)
+
+    try:
+        assert eventually(lambda: theirs.partitions_for_topic(topic), what="kafka-python's metadata")
+        ours.subscribe([topic])
+        theirs.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while True:
+            poll_ours(0.05)
+            poll_theirs()
+            split = [sorted(tp.partition for tp in c.assignment()) for c in (ours, theirs)]
+            if sorted(split) == [[0, 1], [2, 3]] and everything_read(20):
+                break
+            assert time.monotonic() < deadline, f"the group did not split and read everything: {split}"
+        theirs.close()  # commits nothing more, leaves the group: its partitions move at once
+        producer = confluent_kafka.Producer({"bootstrap.servers": kafka_shared.bootstrap})
+        for i in range(20 * partitions):
+            producer.produce(topic, value=b"after %d" % i, partition=i % partitions)
+        assert producer.flush(30) == 0
+        deadline = time.monotonic() + SESSION_MS / 1000 * 3
+        while not (len(ours.assignment()) == partitions and everything_read(40)):
+            assert time.monotonic() < deadline, f"the hand-over did not finish: {ours.assignment()}"
+            poll_ours(0.05)
+        assert {tp.offset for tp in ours.committed(
+            [confluent_kafka.TopicPartition(topic, p) for p in range(partitions)], 30)} == {40}
+    finally:
+        ours.close()
+        theirs.close()
 
 
 def test_a_member_killed_without_leaving_loses_its_partitions_after_its_session(kafka_shared):

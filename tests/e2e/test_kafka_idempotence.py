@@ -1,7 +1,8 @@
 """Kafka's idempotent producer against a real ``partita``: InitProducerId, retries stored once,
 out-of-order sequences and old epochs refused, the state kept across kill -9, librdkafka with
-``enable.idempotence`` whose response is lost (a proxy drops it), kafka-python and aiokafka with
-idempotence on (docs/kafka.md, "Idempotent producers"). A killed leader in a cluster:
+``enable.idempotence`` whose response is lost (a proxy drops it), librdkafka, kafka-python and
+aiokafka with idempotence on, across a kill -9 too (docs/kafka.md, "Idempotent producers"); each
+client's transactional producer refused at once. A killed leader in a cluster:
 tests/e2e/test_kafka_cluster.py."""
 
 from __future__ import annotations
@@ -256,3 +257,68 @@ def test_aiokafka_with_idempotence(kafka_shared):
 
     assert asyncio.run(run()) == list(range(20))
     assert kafka_shared.client().xlen(topic) == 20
+
+
+def test_kafka_python_and_aiokafka_idempotent_producers_across_a_restart(kafka_partita):
+    """Each keeps its producer id across a kill -9 of the server (the producer state is durable
+    with the log): its next batches, at the sequences after the acknowledged ones, are accepted,
+    nothing is stored twice and nothing is refused."""
+    kafka = pytest.importorskip("kafka")
+    aiokafka = pytest.importorskip("aiokafka")
+    server = kafka_partita()
+    topic = fresh_topic()
+    producer = kafka.KafkaProducer(bootstrap_servers=server.bootstrap, enable_idempotence=True, acks="all")
+    assert [producer.send(topic, value=b"k%d" % i).get(10).offset for i in range(20)] == list(range(20))
+    server.restart(kill9=True)
+    assert [producer.send(topic, value=b"l%d" % i).get(30).offset for i in range(20)] == list(range(20, 40))
+    producer.close(5)
+
+    async def across_a_restart():
+        p = aiokafka.AIOKafkaProducer(bootstrap_servers=server.bootstrap, enable_idempotence=True)
+        await p.start()
+        try:
+            before = [(await p.send_and_wait(topic, b"m%d" % i)).offset for i in range(20)]
+            await asyncio.to_thread(server.restart, kill9=True)
+            after = [(await p.send_and_wait(topic, b"n%d" % i)).offset for i in range(20)]
+            return before, after
+        finally:
+            await p.stop()
+
+    assert asyncio.run(across_a_restart()) == (list(range(40, 60)), list(range(60, 80)))
+    values = [f[b"value"] for _, f in server.client().xrange(topic)]
+    assert values == [b"%s%d" % (c, i) for c in (b"k", b"l", b"m", b"n") for i in range(20)]
+
+
+def test_transactional_producers_of_every_client_are_refused_at_once(kafka_shared):
+    """Transactions are not served: a producer with a transactional id gets Kafka's
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED when it starts (FindCoordinator / InitProducerId), a
+    fatal error every client reports to its caller, not a retry loop, a hang or a disconnect."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    kafka = pytest.importorskip("kafka")
+    aiokafka = pytest.importorskip("aiokafka")
+    import aiokafka.errors
+
+    producer = confluent_kafka.Producer({"bootstrap.servers": kafka_shared.bootstrap,
+                                         "transactional.id": fresh_topic()})
+    with pytest.raises(confluent_kafka.KafkaException) as refused:
+        producer.init_transactions(30)
+    assert refused.value.args[0].code() == confluent_kafka.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert refused.value.args[0].fatal()
+
+    producer = kafka.KafkaProducer(bootstrap_servers=kafka_shared.bootstrap, transactional_id=fresh_topic(),
+                                   max_block_ms=30_000)
+    try:
+        with pytest.raises(kafka.errors.TransactionalIdAuthorizationFailedError):
+            producer.init_transactions()
+    finally:
+        producer.close(5)
+
+    async def start():
+        p = aiokafka.AIOKafkaProducer(bootstrap_servers=kafka_shared.bootstrap, transactional_id=fresh_topic())
+        try:
+            await p.start()
+        finally:
+            await p.stop()
+
+    with pytest.raises(aiokafka.errors.TransactionalIdAuthorizationFailed):
+        asyncio.run(start())

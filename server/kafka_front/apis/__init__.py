@@ -33,6 +33,7 @@ from server.kafka_front.apis import (
     fetch,
     find_coordinator,
     heartbeat,
+    incremental_alter_configs,
     init_producer_id,
     join_group,
     leave_group,
@@ -53,8 +54,8 @@ from server.kafka_front.apis import (
 )
 
 MODULES = (produce, fetch, list_offsets, metadata, api_versions, create_topics, delete_topics,
-           describe_configs, alter_configs, create_partitions, describe_cluster, init_producer_id, sasl_handshake,
-           sasl_authenticate, offset_commit, offset_fetch, find_coordinator, join_group, heartbeat, leave_group,
+           describe_configs, alter_configs, incremental_alter_configs, create_partitions, describe_cluster,
+           init_producer_id, sasl_handshake, sasl_authenticate, offset_commit, offset_fetch, find_coordinator, join_group, heartbeat, leave_group,
            sync_group, describe_groups, list_groups, delete_groups, offset_delete, consumer_group_heartbeat,
            consumer_group_describe, share_group_heartbeat, share_group_describe, share_fetch, share_acknowledge)
 

@@ -3,7 +3,7 @@
 Versions 0-3. The topic grows to ``count`` partitions (the new ones
 empty, every consumer group of the topic on them from their start);
 fewer than it has: INVALID_PARTITIONS, the same count: INVALID_PARTITIONS
-(as Kafka answers); manual ``assignments``: INVALID_REPLICA_ASSIGNMENT;
+(in Kafka's words), more than 1024: INVALID_PARTITIONS; manual ``assignments``: INVALID_REPLICA_ASSIGNMENT;
 ``validate_only`` checks and changes nothing; a topic the user may not
 TOPIC ALTER: TOPIC_AUTHORIZATION_FAILED (``access``), before it is even
 looked up; a topic named twice: INVALID_REQUEST, and neither entry acted on
@@ -49,10 +49,11 @@ async def handle(ctx, req):
             out.error_code, out.error_message = E.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic '{topic.name}'"
             continue
         current = len(layout.partitions)
-        if topic.count <= current:
+        if topic.count <= current:  # in the words of Kafka's ReplicationControlManager
             out.error_code = E.INVALID_PARTITIONS
-            out.error_message = (f"topic '{topic.name}' has {current} partitions: the count can only grow"
-                                 if topic.count < current else f"topic '{topic.name}' already has {current} partitions")
+            out.error_message = (f"Topic already has {current} partition(s)." if topic.count == current else
+                                 f"The topic {topic.name} currently has {current} partition(s); {topic.count} "
+                                 "would not be an increase.")
             continue
         try:
             session.check_topic_growth(name, topic.count)

@@ -11,7 +11,10 @@ INVALID_REQUEST (a topic named twice: none of its entries is created, as
 Kafka's controller answers),
 INVALID_TOPIC_EXCEPTION (a name Kafka refuses: ``metadata.topic_name_error``,
 or one colliding with an existing topic's: ``metadata.topic_collision``),
-INVALID_PARTITIONS, TOPIC_AUTHORIZATION_FAILED (the user may not run
+INVALID_PARTITIONS (more than 1024; a count or replication factor of 0 or
+below -1 is refused in Kafka's words, INVALID_PARTITIONS /
+INVALID_REPLICATION_FACTOR, before the configs are read),
+TOPIC_AUTHORIZATION_FAILED (the user may not run
 TOPIC CREATE on it: ``access``). From v5 the answer carries the partition count,
 replication factor and the topic's configs. In a cluster the topic is
 created on the node that receives the request and reaches every node
@@ -34,6 +37,16 @@ VERSIONS = (2, 7)
 R = codec.CreateTopicsResponse
 
 
+def _non_positive(topic) -> tuple[int, str] | None:
+    """How Kafka's ``ReplicationControlManager`` refuses a replication factor or partition count
+    that is neither positive nor -1 (the default), before anything else of the topic's, or None."""
+    if topic.replication_factor == 0 or topic.replication_factor < -1:
+        return E.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0, or -1 to use the default value."
+    if topic.num_partitions == 0 or topic.num_partitions < -1:
+        return E.INVALID_PARTITIONS, "Number of partitions was set to an invalid non-positive value."
+    return None
+
+
 async def handle(ctx, req):
     body, version = req.body, req.api_version
     session = ctx.session
@@ -54,6 +67,9 @@ async def handle(ctx, req):
         factors = [] if topic.replication_factor == -1 else [topic.replication_factor]
         try:
             access.require(ctx, access.CREATE, name)
+            if (refusal := _non_positive(topic)) is not None:
+                out.error_code, out.error_message = refusal
+                continue
             pairs = topic_configs.partita_pairs([(c.name, c.value) for c in topic.configs])
             pairs = [p for p in pairs if p[1] != b"default"]
             session.check_new_topic(name, partitions, pairs, factors)

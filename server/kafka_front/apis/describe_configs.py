@@ -6,8 +6,12 @@ Versions 1-4. A TOPIC resource lists every config of ``topic_configs``
 server's value applies), read-only for the fixed ones, the type (v3+) and
 documentation when asked for. A BROKER resource (this node's id, or "" for
 the cluster default) lists the server-wide defaults topics inherit under
-Kafka's broker names (``BROKER_CONFIGS``), read-only. Any other resource
-type: INVALID_REQUEST; an unknown topic UNKNOWN_TOPIC_OR_PARTITION. A
+Kafka's broker names (``BROKER_CONFIGS``), read-only; another broker's id
+or a name that is no integer is INVALID_REQUEST with Kafka's message. Any
+other resource type: INVALID_REQUEST; an unknown topic UNKNOWN_TOPIC_OR_PARTITION, or
+INVALID_TOPIC_EXCEPTION under a name Kafka refuses ('' included:
+``metadata.missing_topic_name_error``), as Kafka's ``ConfigHelper`` runs
+``Topic.validate`` first. A
 topic needs the user's right to TOPIC DESCRIBE it, the broker's configs
 its right to CONFIG GET (TOPIC_ / CLUSTER_AUTHORIZATION_FAILED:
 ``access``).
@@ -15,12 +19,14 @@ its right to CONFIG GET (TOPIC_ / CLUSTER_AUTHORIZATION_FAILED:
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 from server.kafka import codec
 from server.kafka import errors as E
 from server.kafka_front import access
 from server.kafka_front import topic_configs as tc
+from server.kafka_front.apis.metadata import missing_topic_name_error
 from server.kafka_front.errors import refused
 
 API_KEY = 32
@@ -30,6 +36,7 @@ VERSIONS = (1, 4)
 R = codec.DescribeConfigsResponse
 TOPIC = 2
 BROKER = 4
+_INT32 = re.compile(r"[+-]?[0-9]+")  # what Java's Integer.parseInt reads
 
 # Kafka broker config name -> (server config name, type): the defaults topics inherit.
 BROKER_CONFIGS = {
@@ -79,6 +86,18 @@ def _broker_entries(ctx, keys) -> list[Entry]:
     return out
 
 
+def _other_broker(name: str, node_id: int) -> str | None:
+    """Why Kafka's ``ConfigHelper`` refuses a BROKER resource named ``name`` on broker ``node_id``
+    (INVALID_REQUEST), or None for this broker ('' or its id)."""
+    if name == "":
+        return None
+    if not _INT32.fullmatch(name) or not -2**31 <= int(name) < 2**31:
+        return f"Broker id must be an integer, but it is: {name}"
+    if int(name) != node_id:
+        return f"Unexpected broker id, expected {node_id} or empty string, but received {name}"
+    return None
+
+
 async def handle(ctx, req):
     body, version = req.body, req.api_version
     results = []
@@ -90,9 +109,15 @@ async def handle(ctx, req):
         try:
             if res.resource_type == TOPIC:
                 access.require(ctx, access.DESCRIBE_CONFIGS, res.resource_name.encode())
+                if (why := missing_topic_name_error(ctx.session, res.resource_name.encode())) is not None:
+                    out.error_code, out.error_message = E.INVALID_TOPIC_EXCEPTION, why
+                    continue
                 entries = topic_entries(ctx, res.resource_name.encode(), keys, version, body.include_synonyms,
                                         version >= 3 and body.include_documentation)
-            elif res.resource_type == BROKER and res.resource_name in ("", str(ctx.session.node_id())):
+            elif res.resource_type == BROKER:
+                if (why := _other_broker(res.resource_name, ctx.session.node_id())) is not None:
+                    out.error_code, out.error_message = E.INVALID_REQUEST, why
+                    continue
                 access.require_cluster(ctx, "config|get")
                 entries = _broker_entries(ctx, keys)
             else:

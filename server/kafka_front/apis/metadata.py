@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 
-from cluster.topics import is_internal
+from cluster.topics import TopicError, is_internal
 from server.kafka import codec
 from server.kafka import errors as E
 from server.kafka_front import access
@@ -44,14 +44,34 @@ _LEGAL_TOPIC_NAME = re.compile(rb"[a-zA-Z0-9._-]+")
 
 
 def topic_name_error(name: bytes) -> str | None:
-    """Why Kafka could not have a topic of this name (``Topic.validate``), or None. A topic is
-    created from the Kafka port only under such a name; one made through Redis keeps any name."""
-    if name in (b".", b".."):
-        return "topic name cannot be '.' or '..'"
-    if len(name) > MAX_TOPIC_NAME_BYTES:
-        return f"topic names have at most {MAX_TOPIC_NAME_BYTES} characters"
-    if not _LEGAL_TOPIC_NAME.fullmatch(name):
-        return "topic names are non-empty and have only ASCII letters, digits, '.', '_' and '-'"
+    """Why Kafka could not have a topic of this name, in ``Topic.validate``'s words, or None. A
+    topic is created from the Kafka port only under such a name; one made through Redis keeps any
+    name."""
+    shown = name.decode("utf-8", "replace")
+    if not name:
+        why = "the empty string is not allowed"
+    elif name in (b".", b".."):
+        why = f"'{shown}' is not allowed"
+    elif len(name) > MAX_TOPIC_NAME_BYTES:
+        why = f"the length of '{shown}' is longer than the max allowed length {MAX_TOPIC_NAME_BYTES}"
+    elif not _LEGAL_TOPIC_NAME.fullmatch(name):
+        why = f"'{shown}' contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'"
+    else:
+        return None
+    return "Topic name is invalid: " + why
+
+
+def missing_topic_name_error(session, name: bytes) -> str | None:
+    """``topic_name_error`` for a name no topic has: what a Kafka broker answers (INVALID_TOPIC_EXCEPTION)
+    before looking a topic up, where it validates the name first (DescribeConfigs, AlterConfigs).
+    None for an existing topic, whatever its name."""
+    why = topic_name_error(name)
+    if why is None:
+        return None
+    try:
+        session.require_topic(name)
+    except TopicError:
+        return why
     return None
 
 

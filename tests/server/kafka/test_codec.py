@@ -36,7 +36,7 @@ def test_every_api_of_the_issue_is_declared_request_and_response():
               13: "LeaveGroup", 14: "SyncGroup", 15: "DescribeGroups", 16: "ListGroups",
               17: "SaslHandshake", 18: "ApiVersions", 19: "CreateTopics", 20: "DeleteTopics", 22: "InitProducerId",
               32: "DescribeConfigs", 33: "AlterConfigs", 36: "SaslAuthenticate", 37: "CreatePartitions",
-              42: "DeleteGroups", 47: "OffsetDelete", 60: "DescribeCluster", 68: "ConsumerGroupHeartbeat",
+              42: "DeleteGroups", 44: "IncrementalAlterConfigs", 47: "OffsetDelete", 60: "DescribeCluster", 68: "ConsumerGroupHeartbeat",
               69: "ConsumerGroupDescribe", 76: "ShareGroupHeartbeat", 77: "ShareGroupDescribe", 78: "ShareFetch",
               79: "ShareAcknowledge"}
     assert {k: c.NAME for k, c in codec.REQUESTS.items()} == {k: n + "Request" for k, n in wanted.items()}
