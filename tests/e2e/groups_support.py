@@ -2,8 +2,9 @@
 pair of them (Partita + redis-server) that runs the same commands on both;
 for the Kafka group tests: ``kafka_topic`` (a topic made and filled through
 librdkafka), ``kafka_settle`` (poll consumers until their assignments
-share a topic's partitions) and ``KAFKA_MEMBER_SCRIPT``, a librdkafka
-group member to run (and kill) as a process."""
+share a topic's partitions), ``KAFKA_MEMBER_SCRIPT``, a librdkafka
+group member to run (and kill) as a process, and ``KafkaPythonMember``, a
+kafka-python group member polled on a thread of its own."""
 
 from __future__ import annotations
 
@@ -247,3 +248,70 @@ def kafka_settle(consumers, want_sizes: list[int], partitions: int, timeout_s: f
         if sorted(flat) == list(range(partitions)) and sorted(len(g) for g in got) == want_sizes:
             return got
     raise AssertionError(f"the group did not settle: {got}")
+
+
+class KafkaPythonMember:
+    """A kafka-python group member polled back to back on a thread of its own, as an
+    application runs one; ``assignment()`` is its partitions as of its last poll.
+
+    Not polled in turn with other members on one thread: kafka-python 3.0.12 joins its group
+    inside ``poll``, and a join that completes between two polls is dropped and a new JoinGroup
+    sent (``BaseCoordinator.join_group_async`` starts a new attempt once the last one is done);
+    a leader's new JoinGroup starts another rebalance, whose join again outlasts the short
+    poll. Members polled in short turns therefore rebalanced without end once a join took
+    longer than a turn (seen: generation 50 after 30 s, the leader still holding every
+    partition from the first one). Polled back to back with ``POLL_MS``, a join completes
+    inside a poll.
+
+    ``start(topic, on_records)``: waits for the topic's metadata (a leader assigning without
+    it hands out nothing and rejoins), subscribes and polls until ``close()``, which closes the
+    consumer on its thread (leaving the group). ``on_records(consumer, records)`` is called on
+    that thread with each poll's records (it may commit)."""
+
+    POLL_MS = 1000
+
+    def __init__(self, **settings) -> None:
+        import kafka
+
+        self.consumer = kafka.KafkaConsumer(**settings)
+        self._assigned: list[int] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def start(self, topic: str, on_records=None) -> None:
+        deadline = time.monotonic() + 20
+        while not self.consumer.partitions_for_topic(topic):
+            assert time.monotonic() < deadline, f"kafka-python has no metadata of {topic}"
+            time.sleep(0.05)
+        self.consumer.subscribe([topic])
+        self._thread = threading.Thread(target=self._run, args=(on_records,), daemon=True)
+        self._thread.start()
+
+    def _run(self, on_records) -> None:
+        consumer = self.consumer
+        try:
+            while not self._stop.is_set():
+                got = consumer.poll(timeout_ms=self.POLL_MS)
+                self._assigned = sorted(tp.partition for tp in consumer.assignment())
+                if got and on_records is not None:
+                    on_records(consumer, got)
+        except BaseException as e:  # shown by assignment() and close()
+            self._error = e
+        finally:
+            consumer.close()
+
+    def assignment(self) -> list[int]:
+        if self._error is not None:
+            raise AssertionError(f"the kafka-python member failed: {self._error!r}") from self._error
+        return self._assigned
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is None:
+            self.consumer.close()
+            return
+        self._thread.join(timeout=30)
+        assert not self._thread.is_alive(), "the kafka-python member did not stop"
+        if self._error is not None:
+            raise AssertionError(f"the kafka-python member failed: {self._error!r}") from self._error

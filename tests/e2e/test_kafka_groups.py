@@ -18,7 +18,7 @@ import pytest
 
 from tests.clusterkit import eventually
 from tests.conftest import KafkaRaw
-from tests.e2e.groups_support import KAFKA_MEMBER_SCRIPT, kafka_settle, kafka_topic
+from tests.e2e.groups_support import KAFKA_MEMBER_SCRIPT, KafkaPythonMember, kafka_settle, kafka_topic
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
@@ -74,31 +74,25 @@ def test_librdkafka_two_then_three_members_share_the_partitions(kafka_shared, as
 
 @pytest.mark.parametrize("count", [2, 3])
 def test_kafka_python_members_share_the_partitions(kafka_shared, count):
-    kafka = pytest.importorskip("kafka")
+    pytest.importorskip("kafka")
     topic = make_topic(kafka_shared)
     group = fresh("g")
-    members = [kafka.KafkaConsumer(bootstrap_servers=kafka_shared.bootstrap, group_id=group,
-                                   session_timeout_ms=SESSION_MS, heartbeat_interval_ms=500,
-                                   auto_offset_reset="earliest") for _ in range(count)]
+    members = [KafkaPythonMember(bootstrap_servers=kafka_shared.bootstrap, group_id=group,
+                                 session_timeout_ms=SESSION_MS, heartbeat_interval_ms=500,
+                                 auto_offset_reset="earliest") for _ in range(count)]
     try:
-        # each member has the topic's metadata before it joins: a leader assigning without it
-        # hands out nothing and rejoins, and kafka-python 3.0.12 then sometimes never fetches
-        for c in members:
-            assert eventually(lambda c=c: c.partitions_for_topic(topic), what="kafka-python's metadata")
-            c.subscribe([topic])
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            for c in members:
-                c.poll(timeout_ms=50)
-            got = [sorted(tp.partition for tp in c.assignment()) for c in members]
-            if sorted(p for g in got for p in g) == list(range(PARTITIONS)) and \
-                    [len(g) for g in got] == [PARTITIONS // count] * count:
-                break
-        else:
-            raise AssertionError(f"kafka-python's group did not settle: {got}")
+        for m in members:
+            m.start(topic)
+
+        def settled():
+            got = [m.assignment() for m in members]
+            return sorted(p for g in got for p in g) == list(range(PARTITIONS)) and \
+                [len(g) for g in got] == [PARTITIONS // count] * count and got
+
+        eventually(settled, timeout_s=60, what="kafka-python's group sharing the partitions")
     finally:
-        for c in members:
-            c.close()
+        for m in members:
+            m.close()
 
 
 def test_members_of_different_client_libraries_share_a_group_and_hand_over(kafka_shared):
@@ -116,10 +110,10 @@ def test_members_of_different_client_libraries_share_a_group_and_hand_over(kafka
     committed: dict[int, int] = {}  # the group's committed offsets, as the members committed them
 
     ours = consumer(kafka_shared, group, **{"enable.auto.commit": False, "partition.assignment.strategy": "range"})
-    theirs = kafka.KafkaConsumer(bootstrap_servers=kafka_shared.bootstrap, group_id=group,
-                                 session_timeout_ms=SESSION_MS, heartbeat_interval_ms=500,
-                                 auto_offset_reset="earliest", enable_auto_commit=False,
-                                 partition_assignment_strategy=[RangePartitionAssignor])
+    theirs = KafkaPythonMember(bootstrap_servers=kafka_shared.bootstrap, group_id=group,
+                               session_timeout_ms=SESSION_MS, heartbeat_interval_ms=500,
+                               auto_offset_reset="earliest", enable_auto_commit=False,
+                               partition_assignment_strategy=[RangePartitionAssignor])
 
     def poll_ours(timeout_s: float) -> None:
         m = ours.poll(timeout_s)
@@ -132,32 +126,28 @@ def test_members_of_different_client_libraries_share_a_group_and_hand_over(kafka
                 return
             committed[m.partition()] = m.offset() + 1
 
-    def poll_theirs() -> None:
-        got = theirs.poll(timeout_ms=50)
+    def theirs_read(kafka_consumer, got) -> None:  # (on the kafka-python member's thread)
         for tp, records in got.items():
             for r in records:
                 assert committed.get(tp.partition, 0) <= r.offset, "a committed record was read again"
                 reads.append((tp.partition, r.offset))
-        if got:
-            try:
-                theirs.commit()
-            except kafka.errors.KafkaError:  # a rebalance began: the records may be read again
-                return
-            for tp, records in got.items():
-                committed[tp.partition] = records[-1].offset + 1
+        try:
+            kafka_consumer.commit()
+        except kafka.errors.KafkaError:  # a rebalance began: the records may be read again
+            return
+        for tp, records in got.items():
+            committed[tp.partition] = records[-1].offset + 1
 
     def everything_read(count: int) -> bool:
         return {(p, o) for p in range(partitions) for o in range(count)} <= set(reads)
 
     try:
-        assert eventually(lambda: theirs.partitions_for_topic(topic), what="kafka-python's metadata")
         ours.subscribe([topic])
-        theirs.subscribe([topic])
+        theirs.start(topic, theirs_read)
         deadline = time.monotonic() + 60
         while True:
             poll_ours(0.05)
-            poll_theirs()
-            split = [sorted(tp.partition for tp in c.assignment()) for c in (ours, theirs)]
+            split = [sorted(tp.partition for tp in ours.assignment()), theirs.assignment()]
             if sorted(split) == [[0, 1], [2, 3]] and everything_read(20):
                 break
             assert time.monotonic() < deadline, f"the group did not split and read everything: {split}"
