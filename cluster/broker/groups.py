@@ -474,6 +474,19 @@ def _first_error(replies: list) -> BaseException | None:
     return None
 
 
+def follow_memberships(targets: list, memberships: list, consumer: bytes, now_ms: int) -> list:
+    """The memberships of the read's topic ``targets`` after
+    ``_check_still_there``: a waiting reader's read (``begin_read``) moved
+    from each one left behind (``memberships``, in the same order) to the
+    one that replaced it."""
+    current = [t.membership for t in targets if t.__class__ is _TopicTarget]
+    for old, new in zip(memberships, current):
+        if old is not new:
+            old.end_read(consumer, now_ms)
+            new.begin_read(consumer, now_ms)
+    return current
+
+
 def in_transaction(topic: bytes) -> ClusterError:
     """The refusal of a group change of ``topic`` across nodes inside MULTI / EXEC (it would wait for peers)."""
     return ClusterError(f"topic '{topic.decode('utf-8', 'replace')}' has partitions led by other nodes, and a "
@@ -1238,6 +1251,7 @@ class GroupOps:
                     for _ in range(ahead):
                         await trio.sleep(0)
                 self._check_still_there(targets, read.group)
+                memberships = follow_memberships(targets, memberships, read.consumer, clock_ms())
                 served = self._serve(targets, read, clock_ms())
                 if served:
                     return served
@@ -1275,12 +1289,19 @@ class GroupOps:
         XREADGROUP again: a key deleted (DEL, FLUSHALL, RENAME away) or
         whose group was destroyed refuses the read with the command's own
         ``-NOGROUP``; a key now naming another stream that has the group
-        (RENAME onto it) is read from that stream."""
+        (RENAME onto it) is read from that stream; a topic whose group's
+        membership was made anew is read as a member of the new one (the
+        caller moves its wait there: ``follow_memberships``)."""
         topics = self.broker.topics
         for i, t in enumerate(targets):
             if t.__class__ is _TopicTarget:
                 if not topics.is_multi(t.key) or self._partition_group(t.key, 0, name)[2] is None:
                     raise GroupOpError(NO_GROUP_TO_READ, key=t.key, group=name)
+                if topics.coordinators.get((t.key, name)) is not t.membership:
+                    # The group was made anew (XGROUP DESTROY and CREATE in
+                    # one transaction, a RENAME onto the key): its members
+                    # are the new membership's, and the reader joins it.
+                    targets[i] = _TopicTarget(t.key, self._locate(topics.membership(t.key, name)), t.after)
             elif topics.get(t.key) is not t.stream or t.store.group(name) is not t.group:
                 stream, store, group = self._group_of(t.key, name, NO_GROUP_TO_READ)
                 targets[i] = _Target(t.key, stream, store, group, t.after)

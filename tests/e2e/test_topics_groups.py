@@ -9,6 +9,8 @@ import time
 import pytest
 import redis
 
+from tests.e2e.streams_support import blocked_clients
+
 SESSION_MS = 400
 
 
@@ -51,6 +53,15 @@ def settle(r, consumers, want_each, topic="t", timeout_s=10.0):
             return a
         time.sleep(0.02)
     raise AssertionError(f"assignment did not settle: {assignment(r, topic)}")
+
+
+def wait_until(check, what, timeout_s=10.0):
+    """Poll ``check()`` until it is true (bounded)."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} within {timeout_s}s")
+        time.sleep(0.02)
 
 
 def setup_topic(r, partitions=6):
@@ -191,6 +202,39 @@ def test_blocked_member_wakes_for_its_partitions(server):
     t.join(10)
     assert [k for k, _ in result["got"]] == [b"t#1"]
     assert list(assignment(r)) == ["solo"]
+
+
+def test_a_blocked_member_reads_as_a_member_of_the_group_created_anew(server):
+    """XGROUP DESTROY and CREATE in one transaction while a member blocks: the
+    woken read looks the group up again, as Redis 7.2+ runs a woken
+    XREADGROUP again, and goes on as a member of the new group (it went on
+    with the destroyed group's assignment instead: a member no view showed,
+    served the partitions the new group's members owned)."""
+    r = server.client()
+    setup_topic(r, partitions=2)
+    settle(r, ["b"], 2)
+    result = {}
+
+    def reader():
+        c = server.client(socket_timeout=60)  # (a timeout would send the read again: a new read)
+        result["got"] = c.xreadgroup("g", "b", {"t": ">"}, block=30000)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    wait_until(lambda: blocked_clients(server.port) == 1, "the member did not block")
+    with r.pipeline(transaction=True) as p:
+        p.xgroup_destroy("t", "g")
+        p.xgroup_create("t", "g", id="$")
+        assert p.execute() == [1, True]
+    wait_until(lambda: "b" in assignment(r), "the blocked member did not join the new group")
+    wait_until(lambda: read(r, "o") == {} and sorted(map(len, assignment(r).values())) == [1, 1],
+               "the two members did not get a partition each")
+    owned = assignment(r)
+    r.xadd(owned["o"][0], {"for": "o"})
+    r.xadd(owned["b"][0], {"for": "b"})
+    t.join(10)
+    assert [(k.decode(), [f for _, f in e]) for k, e in result["got"]] == [(owned["b"][0], [{b"for": b"b"}])]
+    assert {k: [f for _, f in e] for k, e in read(r, "o").items()} == {owned["o"][0]: [{b"for": b"o"}]}
 
 
 def test_views_and_manual_assignment_on_partition_keys(server):
