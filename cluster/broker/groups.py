@@ -69,7 +69,7 @@ import trio
 from cluster.broker.budget import ReadBudget
 from cluster.errors import ClusterError, Refused
 from cluster.peer.messages import GroupInfoResponse, GroupRequest, GroupResponse, Membership, PartGroup
-from cluster.topics import partition_key
+from cluster.topics import TopicError, partition_key, split_partition_key
 from storage.entry_codec import decode_entry, split_entries
 from storage.errors import Refusal
 from storage.streams.groups import (
@@ -474,6 +474,14 @@ def _first_error(replies: list) -> BaseException | None:
     return None
 
 
+def _topic_of(key: bytes) -> bytes:
+    """The topic ``key`` names (itself when its partition suffix is malformed)."""
+    try:
+        return split_partition_key(key)[0]
+    except TopicError:
+        return key
+
+
 def follow_memberships(targets: list, memberships: list, consumer: bytes, now_ms: int) -> list:
     """The memberships of the read's topic ``targets`` after
     ``_check_still_there``: a waiting reader's read (``begin_read``) moved
@@ -689,8 +697,12 @@ class GroupOps:
 
     @staticmethod
     def _check_dead_letter(key: bytes, max_deliveries: int, dead_letter_key: bytes | None) -> None:
-        check_dead_letter(max_deliveries, dead_letter_key)  # the store's refusals, before anything changes
-        if dead_letter_key is not None and dead_letter_key == key:
+        """Refuse the setting before anything changes: the store's refusals,
+        and a dead-letter key of the group's own topic (the key itself, its
+        topic or partition key: ``s#0`` is ``s``; a topic's partitions share
+        the group), whose dead letters would come back to the group."""
+        check_dead_letter(max_deliveries, dead_letter_key)
+        if dead_letter_key is not None and _topic_of(dead_letter_key) == _topic_of(key):
             raise GroupOpError(DEAD_LETTER_IS_SOURCE, key=key)
 
     def group_set_id(self, key: bytes, name: bytes, last_id: StreamIdT | None, entries_read: int | None,

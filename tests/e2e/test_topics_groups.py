@@ -237,6 +237,26 @@ def test_a_blocked_member_reads_as_a_member_of_the_group_created_anew(server):
     assert {k: [f for _, f in e] for k, e in read(r, "o").items()} == {owned["o"][0]: [{b"for": b"o"}]}
 
 
+@pytest.mark.parametrize("dead_letter_key", ["t", "t#1"])
+def test_a_group_of_a_topic_cannot_dead_letter_into_the_topic(server, dead_letter_key):
+    """The dead-letter stream of a topic's group must be outside the topic:
+    into the topic key, a dead-lettering read failed (the key needs a
+    partition); into a partition, its dead letters came back to the group
+    (and CONFIG changed every partition but that one)."""
+    r = server.client()
+    setup_topic(r, partitions=3)
+    refused = "the DEADLETTER key must differ from the stream key"
+    for args in (("CREATE", "t", "h", "0"), ("CONFIG", "t", "g")):
+        with pytest.raises(redis.ResponseError, match=refused):
+            r.execute_command("XGROUP", *args, "MAXDELIVERIES", "1", "DEADLETTER", dead_letter_key)
+    for p in range(3):
+        assert [_pairs(g) for g in r.execute_command("XINFO", "GROUPS", f"t#{p}")] == [
+            {b"name": b"g", b"consumers": 0, b"pending": 0, b"last-delivered-id": b"0-0",
+             b"entries-read": None, b"lag": 0}]
+    with pytest.raises(redis.ResponseError, match=refused):
+        r.execute_command("XGROUP", "CREATE", "t#0", "h", "0", "MAXDELIVERIES", "1", "DEADLETTER", dead_letter_key)
+
+
 def test_views_and_manual_assignment_on_partition_keys(server):
     r = server.client()
     setup_topic(r, partitions=2)
