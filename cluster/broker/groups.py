@@ -582,6 +582,13 @@ class GroupOps:
         store = groups_of(stream)
         return stream, store, store.group(name)
 
+    def _check_topic_group(self, key: bytes, name: bytes) -> None:
+        """Refuse a group command on topic ``key`` whose group is missing,
+        naming the key the client gave (a partition's refusal names the
+        partition's key)."""
+        if self._partition_group(key, 0, name)[2] is None:  # (partition 0 is led with the topic key)
+            raise GroupOpError(NO_GROUP_FOR_KEY, key=key, group=name)
+
     def _each_partition(self, key: bytes, op: Callable[[bytes], Any], late: BaseException | None) -> list:
         """``op(partition key)`` for every partition of topic ``key``: the
         results, with a partition's refusal in place of its result."""
@@ -711,6 +718,8 @@ class GroupOps:
         (in a cluster, by its leader: then the awaitable of it)."""
         self.commit_deferred()
         if self.broker.topics.is_multi(key):
+            self._check_topic_group(key, name)
+
             def op(pkey: bytes) -> None:
                 self.group_set_id(pkey, name, last_id, entries_read, late)
 
@@ -763,6 +772,8 @@ class GroupOps:
         leader)."""
         self.commit_deferred()
         if self.broker.topics.is_multi(key):
+            self._check_topic_group(key, name)
+
             def finish(replies: list) -> int:
                 _raise_first_error(replies)
                 return 1 if any(replies) else 0
@@ -793,8 +804,7 @@ class GroupOps:
         self.commit_deferred()
         topics = self.broker.topics
         if topics.is_multi(key):
-            if self._partition_group(key, 0, name)[2] is None:  # (partition 0 is led with the topic key)
-                raise GroupOpError(NO_GROUP_FOR_KEY, key=key, group=name)
+            self._check_topic_group(key, name)
             away = self._delete_member_across(key, name, consumer)
             if away is not None:
                 return away
@@ -831,6 +841,8 @@ class GroupOps:
         its leader: then the awaitable of it)."""
         self.commit_deferred()
         if self.broker.topics.is_multi(key):
+            self._check_topic_group(key, name)
+
             def op(pkey: bytes) -> None:
                 self.group_configure(pkey, name, max_deliveries, dead_letter_key, late=late, check_key=check_key)
 

@@ -257,6 +257,24 @@ def test_a_group_of_a_topic_cannot_dead_letter_into_the_topic(server, dead_lette
         r.execute_command("XGROUP", "CREATE", "t#0", "h", "0", "MAXDELIVERIES", "1", "DEADLETTER", dead_letter_key)
 
 
+@pytest.mark.parametrize("args", [
+    ("XGROUP", "SETID", "t", "nog", "$"),
+    ("XGROUP", "SETID", "t", "nog", "bad-id"),  # the group is looked up first, as in Redis
+    ("XGROUP", "CREATECONSUMER", "t", "nog", "c"),
+    ("XGROUP", "DELCONSUMER", "t", "nog", "c"),
+    ("XGROUP", "CONFIG", "t", "nog", "MAXDELIVERIES", "2", "DEADLETTER", "dlq"),
+    ("XINFO", "CONSUMERS", "t", "nog"),
+])
+def test_a_missing_group_of_a_topic_is_named_with_the_topic_key(server, args):
+    """As Redis names the key it was given (SETID, CREATECONSUMER and CONFIG
+    named partition 0's key, 't#0', which the client never sent)."""
+    r = server.client()
+    setup_topic(r, partitions=3)
+    with pytest.raises(redis.ResponseError) as refused:
+        r.execute_command(*args)
+    assert str(refused.value) == "NOGROUP No such consumer group 'nog' for key name 't'"
+
+
 def test_views_and_manual_assignment_on_partition_keys(server):
     r = server.client()
     setup_topic(r, partitions=2)
