@@ -275,6 +275,21 @@ def test_a_missing_group_of_a_topic_is_named_with_the_topic_key(server, args):
     assert str(refused.value) == "NOGROUP No such consumer group 'nog' for key name 't'"
 
 
+def test_info_counts_a_silent_member_out_once_its_session_times_out(server):
+    """INFO topics' group_members counts live members: one silent for the
+    session timeout is not, though nothing has expired it yet (no read, no
+    group view since). It was counted until something synced the group."""
+    r = server.client()
+    setup_topic(r, partitions=2)
+    read(r, "gone")
+
+    def members() -> int:
+        return r.info("topics")["group_members"]
+
+    assert members() == 1
+    wait_until(lambda: members() == 0, "the silent member still counted")
+
+
 def test_views_and_manual_assignment_on_partition_keys(server):
     r = server.client()
     setup_topic(r, partitions=2)
