@@ -114,8 +114,11 @@ class GroupCoordinator:
         self._rebalance(now_ms)
         return True
 
-    def is_alive(self, member: bytes) -> bool:
-        return member in self.members
+    def is_alive(self, member: bytes, now_ms: int) -> bool:
+        """``member`` is a member that ``expire`` at ``now_ms`` would keep (a
+        view's answer, which expires nobody)."""
+        m = self.members.get(member)
+        return m is not None and (m.reads_in_progress > 0 or now_ms - m.last_seen_ms < self.session_timeout_ms)
 
     def expire(self, now_ms: int) -> bool:
         """Remove members silent for ``session_timeout_ms``; force revocations
@@ -196,8 +199,9 @@ class GroupCoordinator:
         out, self._expired = self._expired, []
         return out
 
-    def member_count(self) -> int:
-        return len(self.members)
+    def member_count(self, now_ms: int) -> int:
+        """The live members at ``now_ms`` (``is_alive``)."""
+        return sum(1 for name in self.members if self.is_alive(name, now_ms))
 
     # ------------------------------------------------------------- internals
 

@@ -211,8 +211,8 @@ class TopicGroupMembership:
         owner = c.owner[partition]
         return owner if owner is not None and owner == c.target[partition] else None
 
-    def member_count(self) -> int:
-        return self.coordinator.member_count()
+    def member_count(self, now_ms: int) -> int:
+        return self.coordinator.member_count(now_ms)
 
     # ---------------------------------------------------------- redelivery
 

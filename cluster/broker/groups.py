@@ -69,7 +69,7 @@ import trio
 from cluster.broker.budget import ReadBudget
 from cluster.errors import ClusterError, Refused
 from cluster.peer.messages import GroupInfoResponse, GroupRequest, GroupResponse, Membership, PartGroup
-from cluster.topics import partition_key
+from cluster.topics import TopicError, partition_key, split_partition_key
 from storage.entry_codec import decode_entry, split_entries
 from storage.errors import Refusal
 from storage.streams.groups import (
@@ -474,6 +474,27 @@ def _first_error(replies: list) -> BaseException | None:
     return None
 
 
+def _topic_of(key: bytes) -> bytes:
+    """The topic ``key`` names (itself when its partition suffix is malformed)."""
+    try:
+        return split_partition_key(key)[0]
+    except TopicError:
+        return key
+
+
+def follow_memberships(targets: list, memberships: list, consumer: bytes, now_ms: int) -> list:
+    """The memberships of the read's topic ``targets`` after
+    ``_check_still_there``: a waiting reader's read (``begin_read``) moved
+    from each one left behind (``memberships``, in the same order) to the
+    one that replaced it."""
+    current = [t.membership for t in targets if t.__class__ is _TopicTarget]
+    for old, new in zip(memberships, current):
+        if old is not new:
+            old.end_read(consumer, now_ms)
+            new.begin_read(consumer, now_ms)
+    return current
+
+
 def in_transaction(topic: bytes) -> ClusterError:
     """The refusal of a group change of ``topic`` across nodes inside MULTI / EXEC (it would wait for peers)."""
     return ClusterError(f"topic '{topic.decode('utf-8', 'replace')}' has partitions led by other nodes, and a "
@@ -560,6 +581,13 @@ class GroupOps:
         stream = self.broker.topics.get(partition_key(topic, p))
         store = groups_of(stream)
         return stream, store, store.group(name)
+
+    def _check_topic_group(self, key: bytes, name: bytes) -> None:
+        """Refuse a group command on topic ``key`` whose group is missing,
+        naming the key the client gave (a partition's refusal names the
+        partition's key)."""
+        if self._partition_group(key, 0, name)[2] is None:  # (partition 0 is led with the topic key)
+            raise GroupOpError(NO_GROUP_FOR_KEY, key=key, group=name)
 
     def _each_partition(self, key: bytes, op: Callable[[bytes], Any], late: BaseException | None) -> list:
         """``op(partition key)`` for every partition of topic ``key``: the
@@ -676,8 +704,12 @@ class GroupOps:
 
     @staticmethod
     def _check_dead_letter(key: bytes, max_deliveries: int, dead_letter_key: bytes | None) -> None:
-        check_dead_letter(max_deliveries, dead_letter_key)  # the store's refusals, before anything changes
-        if dead_letter_key is not None and dead_letter_key == key:
+        """Refuse the setting before anything changes: the store's refusals,
+        and a dead-letter key of the group's own topic (the key itself, its
+        topic or partition key: ``s#0`` is ``s``; a topic's partitions share
+        the group), whose dead letters would come back to the group."""
+        check_dead_letter(max_deliveries, dead_letter_key)
+        if dead_letter_key is not None and _topic_of(dead_letter_key) == _topic_of(key):
             raise GroupOpError(DEAD_LETTER_IS_SOURCE, key=key)
 
     def group_set_id(self, key: bytes, name: bytes, last_id: StreamIdT | None, entries_read: int | None,
@@ -686,6 +718,8 @@ class GroupOps:
         (in a cluster, by its leader: then the awaitable of it)."""
         self.commit_deferred()
         if self.broker.topics.is_multi(key):
+            self._check_topic_group(key, name)
+
             def op(pkey: bytes) -> None:
                 self.group_set_id(pkey, name, last_id, entries_read, late)
 
@@ -738,6 +772,8 @@ class GroupOps:
         leader)."""
         self.commit_deferred()
         if self.broker.topics.is_multi(key):
+            self._check_topic_group(key, name)
+
             def finish(replies: list) -> int:
                 _raise_first_error(replies)
                 return 1 if any(replies) else 0
@@ -768,8 +804,7 @@ class GroupOps:
         self.commit_deferred()
         topics = self.broker.topics
         if topics.is_multi(key):
-            if self._partition_group(key, 0, name)[2] is None:  # (partition 0 is led with the topic key)
-                raise GroupOpError(NO_GROUP_FOR_KEY, key=key, group=name)
+            self._check_topic_group(key, name)
             away = self._delete_member_across(key, name, consumer)
             if away is not None:
                 return away
@@ -806,6 +841,8 @@ class GroupOps:
         its leader: then the awaitable of it)."""
         self.commit_deferred()
         if self.broker.topics.is_multi(key):
+            self._check_topic_group(key, name)
+
             def op(pkey: bytes) -> None:
                 self.group_configure(pkey, name, max_deliveries, dead_letter_key, late=late, check_key=check_key)
 
@@ -1238,6 +1275,7 @@ class GroupOps:
                     for _ in range(ahead):
                         await trio.sleep(0)
                 self._check_still_there(targets, read.group)
+                memberships = follow_memberships(targets, memberships, read.consumer, clock_ms())
                 served = self._serve(targets, read, clock_ms())
                 if served:
                     return served
@@ -1275,12 +1313,19 @@ class GroupOps:
         XREADGROUP again: a key deleted (DEL, FLUSHALL, RENAME away) or
         whose group was destroyed refuses the read with the command's own
         ``-NOGROUP``; a key now naming another stream that has the group
-        (RENAME onto it) is read from that stream."""
+        (RENAME onto it) is read from that stream; a topic whose group's
+        membership was made anew is read as a member of the new one (the
+        caller moves its wait there: ``follow_memberships``)."""
         topics = self.broker.topics
         for i, t in enumerate(targets):
             if t.__class__ is _TopicTarget:
                 if not topics.is_multi(t.key) or self._partition_group(t.key, 0, name)[2] is None:
                     raise GroupOpError(NO_GROUP_TO_READ, key=t.key, group=name)
+                if topics.coordinators.get((t.key, name)) is not t.membership:
+                    # The group was made anew (XGROUP DESTROY and CREATE in
+                    # one transaction, a RENAME onto the key): its members
+                    # are the new membership's, and the reader joins it.
+                    targets[i] = _TopicTarget(t.key, self._locate(topics.membership(t.key, name)), t.after)
             elif topics.get(t.key) is not t.stream or t.store.group(name) is not t.group:
                 stream, store, group = self._group_of(t.key, name, NO_GROUP_TO_READ)
                 targets[i] = _Target(t.key, stream, store, group, t.after)

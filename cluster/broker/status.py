@@ -212,7 +212,7 @@ def _members(topics: Any, topic: bytes, now_ms: int) -> list[MemberStatus]:
         coordinator = m.coordinator
         for member in sorted(coordinator.members.values(), key=lambda x: x.name):
             out.append(MemberStatus(topic, group, member.name, tuple(m.assigned(member.name)),
-                                    coordinator.is_alive(member.name), max(now_ms - member.last_seen_ms, 0)))
+                                    coordinator.is_alive(member.name, now_ms), max(now_ms - member.last_seen_ms, 0)))
     return out
 
 

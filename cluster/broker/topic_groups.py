@@ -86,7 +86,8 @@ from typing import Any, NamedTuple
 import trio
 
 from cluster.broker.budget import ReadBudget
-from cluster.broker.groups import Delivery, GroupRead, _raise_first_error, _Target, _TopicTarget, in_transaction
+from cluster.broker.groups import (Delivery, GroupRead, _raise_first_error, _Target, _TopicTarget, follow_memberships,
+                                   in_transaction)
 from cluster.errors import ClusterError, TryAgain
 from cluster.membership import hand_over, take_queued
 from cluster.peer.link import Unreachable
@@ -239,6 +240,7 @@ class TopicGroupOps:
                     slice_s = min(slice_s, remaining_s)
                 await self._group_wait_across(targets, positions, slice_s)
                 self._check_still_there(targets, read.group)
+                memberships = follow_memberships(targets, memberships, read.consumer, clock_ms())
         finally:
             if began:
                 for m in memberships:

@@ -201,6 +201,7 @@ def section_topics(server) -> list[str]:
     if stats is None:
         return [f"topics:{server.key_count()}"]
     memberships = list(getattr(topics, "coordinators", {}).values())
+    now_ms = server.broker.clock_ms()  # (the members' clock)
     return [
         f"topics:{topics.key_count()}",
         f"partitions:{topics.partition_total()}",
@@ -214,7 +215,7 @@ def section_topics(server) -> list[str]:
         f"idempotent_appends_total:{stats.idempotent_appends}",
         f"idempotent_duplicates_total:{stats.idempotent_duplicates}",
         f"group_memberships:{len(memberships)}",
-        f"group_members:{sum(m.member_count() for m in memberships)}",
+        f"group_members:{sum(m.member_count(now_ms) for m in memberships)}",
     ]
 
 

@@ -87,6 +87,8 @@ def test_history_reads_and_xclaim_dead_letter_too(partita_server):
     (["MAXDELIVERIES", "-1", "DEADLETTER", "x"], "MAXDELIVERIES must be >= 0"),
     (["MAXDELIVERIES", "x", "DEADLETTER", "x"], "value is not an integer or out of range"),
     (["MAXDELIVERIES", "1", "DEADLETTER", "s"], "the DEADLETTER key must differ from the stream key"),
+    # s#0 is s (partition 0 of a 1-partition topic): its dead letters came back to the group.
+    (["MAXDELIVERIES", "1", "DEADLETTER", "s#0"], "the DEADLETTER key must differ from the stream key"),
 ])
 def test_dead_letter_option_errors(partita_server, args, message):
     import redis

@@ -9,6 +9,8 @@ import time
 import pytest
 import redis
 
+from tests.e2e.streams_support import blocked_clients
+
 SESSION_MS = 400
 
 
@@ -51,6 +53,15 @@ def settle(r, consumers, want_each, topic="t", timeout_s=10.0):
             return a
         time.sleep(0.02)
     raise AssertionError(f"assignment did not settle: {assignment(r, topic)}")
+
+
+def wait_until(check, what, timeout_s=10.0):
+    """Poll ``check()`` until it is true (bounded)."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} within {timeout_s}s")
+        time.sleep(0.02)
 
 
 def setup_topic(r, partitions=6):
@@ -191,6 +202,92 @@ def test_blocked_member_wakes_for_its_partitions(server):
     t.join(10)
     assert [k for k, _ in result["got"]] == [b"t#1"]
     assert list(assignment(r)) == ["solo"]
+
+
+def test_a_blocked_member_reads_as_a_member_of_the_group_created_anew(server):
+    """XGROUP DESTROY and CREATE in one transaction while a member blocks: the
+    woken read looks the group up again, as Redis 7.2+ runs a woken
+    XREADGROUP again, and goes on as a member of the new group (it went on
+    with the destroyed group's assignment instead: a member no view showed,
+    served the partitions the new group's members owned)."""
+    r = server.client()
+    setup_topic(r, partitions=2)
+    settle(r, ["b"], 2)
+    result = {}
+
+    def reader():
+        c = server.client(socket_timeout=60)  # (a timeout would send the read again: a new read)
+        result["got"] = c.xreadgroup("g", "b", {"t": ">"}, block=30000)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    wait_until(lambda: blocked_clients(server.port) == 1, "the member did not block")
+    with r.pipeline(transaction=True) as p:
+        p.xgroup_destroy("t", "g")
+        p.xgroup_create("t", "g", id="$")
+        assert p.execute() == [1, True]
+    wait_until(lambda: "b" in assignment(r), "the blocked member did not join the new group")
+    wait_until(lambda: read(r, "o") == {} and sorted(map(len, assignment(r).values())) == [1, 1],
+               "the two members did not get a partition each")
+    owned = assignment(r)
+    r.xadd(owned["o"][0], {"for": "o"})
+    r.xadd(owned["b"][0], {"for": "b"})
+    t.join(10)
+    assert [(k.decode(), [f for _, f in e]) for k, e in result["got"]] == [(owned["b"][0], [{b"for": b"b"}])]
+    assert {k: [f for _, f in e] for k, e in read(r, "o").items()} == {owned["o"][0]: [{b"for": b"o"}]}
+
+
+@pytest.mark.parametrize("dead_letter_key", ["t", "t#1"])
+def test_a_group_of_a_topic_cannot_dead_letter_into_the_topic(server, dead_letter_key):
+    """The dead-letter stream of a topic's group must be outside the topic:
+    into the topic key, a dead-lettering read failed (the key needs a
+    partition); into a partition, its dead letters came back to the group
+    (and CONFIG changed every partition but that one)."""
+    r = server.client()
+    setup_topic(r, partitions=3)
+    refused = "the DEADLETTER key must differ from the stream key"
+    for args in (("CREATE", "t", "h", "0"), ("CONFIG", "t", "g")):
+        with pytest.raises(redis.ResponseError, match=refused):
+            r.execute_command("XGROUP", *args, "MAXDELIVERIES", "1", "DEADLETTER", dead_letter_key)
+    for p in range(3):
+        assert [_pairs(g) for g in r.execute_command("XINFO", "GROUPS", f"t#{p}")] == [
+            {b"name": b"g", b"consumers": 0, b"pending": 0, b"last-delivered-id": b"0-0",
+             b"entries-read": None, b"lag": 0}]
+    with pytest.raises(redis.ResponseError, match=refused):
+        r.execute_command("XGROUP", "CREATE", "t#0", "h", "0", "MAXDELIVERIES", "1", "DEADLETTER", dead_letter_key)
+
+
+@pytest.mark.parametrize("args", [
+    ("XGROUP", "SETID", "t", "nog", "$"),
+    ("XGROUP", "SETID", "t", "nog", "bad-id"),  # the group is looked up first, as in Redis
+    ("XGROUP", "CREATECONSUMER", "t", "nog", "c"),
+    ("XGROUP", "DELCONSUMER", "t", "nog", "c"),
+    ("XGROUP", "CONFIG", "t", "nog", "MAXDELIVERIES", "2", "DEADLETTER", "dlq"),
+    ("XINFO", "CONSUMERS", "t", "nog"),
+])
+def test_a_missing_group_of_a_topic_is_named_with_the_topic_key(server, args):
+    """As Redis names the key it was given (SETID, CREATECONSUMER and CONFIG
+    named partition 0's key, 't#0', which the client never sent)."""
+    r = server.client()
+    setup_topic(r, partitions=3)
+    with pytest.raises(redis.ResponseError) as refused:
+        r.execute_command(*args)
+    assert str(refused.value) == "NOGROUP No such consumer group 'nog' for key name 't'"
+
+
+def test_info_counts_a_silent_member_out_once_its_session_times_out(server):
+    """INFO topics' group_members counts live members: one silent for the
+    session timeout is not, though nothing has expired it yet (no read, no
+    group view since). It was counted until something synced the group."""
+    r = server.client()
+    setup_topic(r, partitions=2)
+    read(r, "gone")
+
+    def members() -> int:
+        return r.info("topics")["group_members"]
+
+    assert members() == 1
+    wait_until(lambda: members() == 0, "the silent member still counted")
 
 
 def test_views_and_manual_assignment_on_partition_keys(server):
