@@ -95,7 +95,7 @@ CONFIG_NOT_AN_INTEGER = "config-not-an-integer"  # value, name
 CONFIG_OUT_OF_RANGE = "config-out-of-range"  # value, name, minimum, maximum
 RENAME_PARTITION = "rename-partition"  # key, topic, partitions: RENAME of one partition of a topic of several
 RENAME_TO_PARTITION = "rename-to-partition"  # key: RENAME to a name ending with '#<n>' (a partition's)
-TOPIC_DESCRIBE_NEEDS_TOPIC = "describe-needs-topic"  # key: TOPIC DESCRIBE of a partition key
+TOPIC_NEEDS_TOPIC = "needs-topic"  # command, key: TOPIC DESCRIBE / ALTER / GROUPS of a partition key
 TOPIC_DELETE_NEEDS_TOPIC = "delete-needs-topic"  # key: TOPIC DELETE of a partition key
 REPLICATION_FACTOR_FIXED = "replication-factor-fixed"  # wanted, actual, cluster (bool): not the one every partition has
 

@@ -150,7 +150,7 @@ REFUSALS = {
                "(rename '{topic}')"),
     topics.RENAME_TO_PARTITION: (
         "ERR", "'{key}' ends with '#<n>', which names a partition: a topic cannot be renamed to it"),
-    topics.TOPIC_DESCRIBE_NEEDS_TOPIC: ("ERR", "TOPIC DESCRIBE takes a topic name, not a partition key"),
+    topics.TOPIC_NEEDS_TOPIC: ("ERR", "TOPIC {command} takes a topic name, not a partition key"),
     topics.TOPIC_DELETE_NEEDS_TOPIC: (
         "ERR", "'{key}' is a partition key: partitions cannot be deleted one by one, TOPIC DELETE takes the "
                "topic name"),

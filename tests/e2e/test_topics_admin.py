@@ -81,14 +81,20 @@ def test_topic_create_describe_list_alter_delete(partita_server):
     (["ALTER", "payments", "CONFIG", "segment-bytes", "10"], "segment-bytes"),
     (["ALTER", "payments", "SHRINK", "1"], "syntax error"),
     (["NOPE"], "unknown subcommand 'NOPE'. Try TOPIC HELP."),
+    # A partition key where a topic name is wanted is named as such, not as an unknown topic.
+    (["ALTER", "wide#1", "PARTITIONS", "8"], "TOPIC ALTER takes a topic name, not a partition key"),
+    (["ALTER", "wide#1", "CONFIG", "fsync", "always"], "TOPIC ALTER takes a topic name, not a partition key"),
+    (["GROUPS", "wide#1"], "TOPIC GROUPS takes a topic name, not a partition key"),
 ])
 def test_topic_errors(partita_server, args, message):
     r = partita_server.client()
     r.execute_command("TOPIC", "CREATE", "payments")
     r.execute_command("TOPIC", "CREATE", "wide", "PARTITIONS", "4")
+    before = [describe(r, "payments"), describe(r, "wide")]
     with pytest.raises(redis.ResponseError, match=message.replace("(", r"\(").replace(".", r"\.")):
         r.execute_command("TOPIC", *args)
     assert sorted(r.execute_command("TOPIC", "LIST")) == [b"payments", b"wide"]
+    assert [describe(r, "payments"), describe(r, "wide")] == before  # a refused command changes nothing
 
 
 def test_topic_help_and_command_docs(partita_server):

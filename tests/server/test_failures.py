@@ -100,7 +100,7 @@ CASES = [
      "(rename 'orders')"),
     (TopicError(topics.RENAME_TO_PARTITION, key=b"x#2"),
      "ERR 'x#2' ends with '#<n>', which names a partition: a topic cannot be renamed to it"),
-    (TopicError(topics.TOPIC_DESCRIBE_NEEDS_TOPIC, key=b"orders#1"),
+    (TopicError(topics.TOPIC_NEEDS_TOPIC, command="DESCRIBE", key=b"orders#1"),
      "ERR TOPIC DESCRIBE takes a topic name, not a partition key"),
     (TopicError(topics.TOPIC_DELETE_NEEDS_TOPIC, key=b"orders#1"),
      "ERR 'orders#1' is a partition key: partitions cannot be deleted one by one, TOPIC DELETE takes the "
