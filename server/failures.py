@@ -145,6 +145,7 @@ REFUSALS = {
     topics.CONFIG_NOT_A_SIZE: ("ERR", _INVALID_CONFIG_VALUE + "a size (e.g. 1048576, 64kb, 1mb)"),
     topics.CONFIG_NOT_AN_INTEGER: ("ERR", _INVALID_CONFIG_VALUE + "an integer"),
     topics.CONFIG_OUT_OF_RANGE: ("ERR", _INVALID_CONFIG_VALUE + "between {minimum} and {maximum}"),
+    topics.CONFIG_REPEATED: ("ERR", "topic config '{name}' given more than once"),
     topics.RENAME_PARTITION: (
         "ERR", "'{key}' is a partition of topic '{topic}' ({partitions} partitions): RENAME moves whole topics "
                "(rename '{topic}')"),

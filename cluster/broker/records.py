@@ -374,7 +374,7 @@ class RecordOps:
 
     def check_topic_config(self, pairs: Sequence[tuple[bytes, bytes]]) -> None:
         """Raise what ``alter_topic_config`` would refuse of ``pairs`` (TopicError)."""
-        TopicRegistry.parse_config([(k, v) for k, v in pairs if v.lower() != b"default"])
+        TopicRegistry.parse_alter_config(pairs)
 
     def check_topic_growth(self, topic: bytes, partitions: int) -> None:
         """Raise what ``alter_topic_partitions`` would refuse (TopicError), change nothing."""

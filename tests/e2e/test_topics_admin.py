@@ -81,6 +81,13 @@ def test_topic_create_describe_list_alter_delete(partita_server):
     (["ALTER", "payments", "CONFIG", "segment-bytes", "10"], "segment-bytes"),
     (["ALTER", "payments", "SHRINK", "1"], "syntax error"),
     (["NOPE"], "unknown subcommand 'NOPE'. Try TOPIC HELP."),
+    # A config name given twice is refused, as CONFIG SET refuses a duplicate parameter.
+    (["CREATE", "x", "CONFIG", "retention-ms", "1", "RETENTION-MS", "2"],
+     "topic config 'retention-ms' given more than once"),
+    (["ALTER", "wide", "CONFIG", "fsync", "always", "fsync", "default"], "topic config 'fsync' given more than once"),
+    # Numbers with blanks around them are refused, as CONFIG SET refuses them.
+    (["ALTER", "wide", "CONFIG", "retention-ms", " 5"], "invalid value ' 5' for topic config 'retention-ms'"),
+    (["ALTER", "wide", "CONFIG", "segment-bytes", "2048 "], "invalid value '2048 ' for topic config 'segment-bytes'"),
     # A partition key where a topic name is wanted is named as such, not as an unknown topic.
     (["ALTER", "wide#1", "PARTITIONS", "8"], "TOPIC ALTER takes a topic name, not a partition key"),
     (["ALTER", "wide#1", "CONFIG", "fsync", "always"], "TOPIC ALTER takes a topic name, not a partition key"),

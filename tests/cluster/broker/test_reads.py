@@ -260,6 +260,8 @@ def test_topic_administration(broker):
         (lambda: session.require_topic(b"d#1"), topics.TOPIC_NEEDS_TOPIC),
         (lambda: session.alter_topic_partitions(b"d#1", 3), topics.TOPIC_NEEDS_TOPIC),
         (lambda: session.alter_topic_config(b"d#1", [(b"fsync", b"always")]), topics.TOPIC_NEEDS_TOPIC),
+        (lambda: session.alter_topic_config(b"d", [(b"fsync", b"always"), (b"FSYNC", b"default")]),
+         topics.CONFIG_REPEATED),
         (lambda: session.require_topic(b"nope"), topics.UNKNOWN_TOPIC),
     ]
     for call, code in refusals:
