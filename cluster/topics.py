@@ -1040,9 +1040,11 @@ class TopicRegistry:
         return len(self._meta)
 
     def delete(self, key: bytes) -> bool:
-        """Delete a whole topic and its files. A partition key deletes its topic."""
+        """Delete a whole topic and its files. A partition key deletes its
+        topic; one beyond the topic's partitions names no key (EXISTS 0):
+        False, nothing deleted."""
         try:
-            topic, _ = split_partition_key(key)
+            topic, _ = self._resolve(key)
         except TopicError:
             return False
         if topic not in self._meta:

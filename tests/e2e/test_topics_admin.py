@@ -309,3 +309,23 @@ def test_topic_fsync_policy_overrides_the_server_default(partita_factory):
     mid = commits()
     r.xadd("durable", {"i": 9})
     assert commits() == mid
+
+
+def test_del_of_a_partition_key_beyond_the_topics_partitions_deletes_nothing(partita_factory):
+    """Such a key does not exist (TYPE none, EXISTS 0), so DEL answers 0 and
+    leaves the topic alone, as DEL of a missing key does in Redis; it used to
+    answer 1 and delete the whole topic with its groups."""
+    server = partita_factory()
+    r = server.client()
+    r.execute_command("TOPIC", "CREATE", "orders", "PARTITIONS", "3")
+    r.xadd("orders#1", {"a": 1})
+    r.xgroup_create("orders", "g", "0")
+    r.xadd("single", {"a": 1})
+    assert r.exists("orders#3", "single#1") == 0
+    assert r.delete("orders#3", "orders#30", "single#1") == 0
+    assert r.unlink("orders#3") == 0
+    server.restart(kill9=True)
+    r = server.client()
+    assert r.execute_command("TOPIC", "LIST") == [b"orders", b"single"]
+    assert describe(r, "orders")["partitions"] == 3 and r.xlen("orders") == 1 and r.xlen("single") == 1
+    assert [g["name"] for g in r.xinfo_groups("orders")] == [b"g"]
