@@ -92,6 +92,9 @@ def test_topic_create_describe_list_alter_delete(partita_server):
     (["ALTER", "wide#1", "PARTITIONS", "8"], "TOPIC ALTER takes a topic name, not a partition key"),
     (["ALTER", "wide#1", "CONFIG", "fsync", "always"], "TOPIC ALTER takes a topic name, not a partition key"),
     (["GROUPS", "wide#1"], "TOPIC GROUPS takes a topic name, not a partition key"),
+    # One argument too many for a subcommand with an optional one: Redis's words (PUBSUB CHANNELS a b, ACL LOG 1 2).
+    (["LIST", "a*", "b*"], "unknown subcommand or wrong number of arguments for 'LIST'. Try TOPIC HELP."),
+    (["groups", "wide", "g", "x"], "unknown subcommand or wrong number of arguments for 'groups'. Try TOPIC HELP."),
 ])
 def test_topic_errors(partita_server, args, message):
     r = partita_server.client()
