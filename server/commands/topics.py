@@ -90,7 +90,7 @@ def topic_create(ctx, argv):
         if word == b"PARTITIONS" and i + 1 < len(argv) and partitions is None:
             partitions = parse_int(argv[i + 1])
             i += 2
-        elif word == b"REPLICATION-FACTOR" and i + 1 < len(argv):
+        elif word == b"REPLICATION-FACTOR" and i + 1 < len(argv) and not replication_factors:
             replication_factors.append(parse_int(argv[i + 1]))
             i += 2
         elif word == b"CONFIG" and not pairs:

@@ -73,6 +73,8 @@ def test_topic_create_describe_list_alter_delete(partita_server):
     (["CREATE", "x", "CONFIG", "fsync", "sometimes"], "must be one of always, everysec, no"),
     (["CREATE", "x", "CONFIG", "fsync"], "CONFIG needs name value pairs"),
     (["CREATE", "x", "BOGUS"], "syntax error"),
+    (["CREATE", "x", "PARTITIONS", "2", "PARTITIONS", "2"], "syntax error"),
+    (["CREATE", "x", "REPLICATION-FACTOR", "1", "REPLICATION-FACTOR", "1"], "syntax error"),  # (once, as PARTITIONS)
     (["DESCRIBE", "missing"], "unknown topic 'missing'"),
     (["DELETE", "missing"], "unknown topic 'missing'"),
     (["ALTER", "missing", "PARTITIONS", "3"], "unknown topic 'missing'"),
