@@ -495,8 +495,9 @@ class TopicRegistry:
 
     @staticmethod
     def parse_alter_config(pairs: Sequence[tuple[bytes, bytes]]) -> tuple[dict[str, Any], set[str]]:
-        """TOPIC ALTER ... CONFIG's ``[(name, value) ...]``: the values to
-        set, and the names whose value ``default`` drops the override.
+        """TOPIC CREATE's and ALTER's ``... CONFIG [(name, value) ...]``: the
+        values to set, and the names whose value ``default`` sets no
+        override (drops it in ALTER).
         TopicError as ``parse_config``'s."""
         _refuse_repeated_names(pairs)
         resets = {p[0].decode("utf-8", "replace").lower() for p in pairs if p[1].lower() == b"default"}
@@ -901,7 +902,7 @@ class TopicRegistry:
         if topic in self._meta:
             raise TopicError(TOPIC_EXISTS, topic=topic)
         _check_partitions(partitions)
-        config = self.parse_config(pairs)
+        config, _ = self.parse_alter_config(pairs)  # (``default``: no override, as in ALTER)
         self._create(topic, partitions, config)
 
     def _need(self, topic: bytes) -> TopicMeta:

@@ -370,7 +370,7 @@ class RecordOps:
                                  cluster=replication is not None)
         if partitions is not None and not 1 <= partitions <= MAX_PARTITIONS:
             raise TopicError(BAD_PARTITION_COUNT, partitions=partitions, maximum=MAX_PARTITIONS)
-        TopicRegistry.parse_config(pairs)
+        TopicRegistry.parse_alter_config(pairs)
 
     def check_topic_config(self, pairs: Sequence[tuple[bytes, bytes]]) -> None:
         """Raise what ``alter_topic_config`` would refuse of ``pairs`` (TopicError)."""

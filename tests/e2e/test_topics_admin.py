@@ -334,3 +334,15 @@ def test_del_of_a_partition_key_beyond_the_topics_partitions_deletes_nothing(par
     assert r.execute_command("TOPIC", "LIST") == [b"orders", b"single"]
     assert describe(r, "orders")["partitions"] == 3 and r.xlen("orders") == 1 and r.xlen("single") == 1
     assert [g["name"] for g in r.xinfo_groups("orders")] == [b"g"]
+
+
+def test_config_value_default_means_the_servers_default_in_create_as_in_alter(partita_server):
+    """``default`` sets no override in TOPIC CREATE as in TOPIC ALTER (and
+    Kafka's CreateTopics): it was refused for a number ('must be an
+    integer') and taken literally for partition-key-field, making XADDs
+    hash a field named 'default'."""
+    r = partita_server.client()
+    r.execute_command("TOPIC", "CREATE", "a", "CONFIG", "retention-ms", "default", "fsync", "always")
+    r.execute_command("TOPIC", "CREATE", "b", "PARTITIONS", "2", "CONFIG", "partition-key-field", "DEFAULT")
+    assert describe(r, "a")["overrides"] == ["fsync"] and describe(r, "a")["config"]["retention-ms"] == -1
+    assert describe(r, "b")["overrides"] == [] and describe(r, "b")["config"]["partition-key-field"] == ""
