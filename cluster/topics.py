@@ -93,9 +93,10 @@ CONFIG_NOT_ONE_OF = "config-not-one-of"  # value, name, choices
 CONFIG_NOT_A_SIZE = "config-not-a-size"  # value, name
 CONFIG_NOT_AN_INTEGER = "config-not-an-integer"  # value, name
 CONFIG_OUT_OF_RANGE = "config-out-of-range"  # value, name, minimum, maximum
+CONFIG_REPEATED = "config-repeated"  # name: one config name given twice in a command
 RENAME_PARTITION = "rename-partition"  # key, topic, partitions: RENAME of one partition of a topic of several
 RENAME_TO_PARTITION = "rename-to-partition"  # key: RENAME to a name ending with '#<n>' (a partition's)
-TOPIC_DESCRIBE_NEEDS_TOPIC = "describe-needs-topic"  # key: TOPIC DESCRIBE of a partition key
+TOPIC_NEEDS_TOPIC = "needs-topic"  # command, key: TOPIC DESCRIBE / ALTER / GROUPS of a partition key
 TOPIC_DELETE_NEEDS_TOPIC = "delete-needs-topic"  # key: TOPIC DELETE of a partition key
 REPLICATION_FACTOR_FIXED = "replication-factor-fixed"  # wanted, actual, cluster (bool): not the one every partition has
 
@@ -180,7 +181,7 @@ class TopicOption:
             if text.lower() not in self.choices:
                 raise TopicError(CONFIG_NOT_ONE_OF, value=text, name=self.name, choices=self.choices)
             return text.lower()
-        m = _SIZE_RE.match(text.strip().lower())
+        m = _SIZE_RE.match(text.lower())  # (no blanks around it, as Redis's CONFIG SET)
         units = _SIZE_UNITS if self.kind == "size" else {"": 1}
         if not m or m.group(2) not in units:
             raise TopicError(CONFIG_NOT_A_SIZE if self.kind == "size" else CONFIG_NOT_AN_INTEGER,
@@ -274,6 +275,15 @@ class TopicMeta:
         if type(meta.partitions) is not int or not 1 <= meta.partitions <= MAX_PARTITIONS:
             raise PartitionCountError(meta)
         return meta
+
+
+def _refuse_repeated_names(pairs: Sequence[tuple[bytes, bytes]]) -> None:
+    seen: set[str] = set()
+    for raw_name, _ in pairs:
+        name = raw_name.decode("utf-8", "replace").lower()
+        if name in seen:
+            raise TopicError(CONFIG_REPEATED, name=name)
+        seen.add(name)
 
 
 def _drop_refused_values(meta: TopicMeta, topic: bytes, source: Any) -> None:
@@ -470,8 +480,11 @@ class TopicRegistry:
 
     @staticmethod
     def parse_config(pairs: Sequence[tuple[bytes, bytes]]) -> dict[str, Any]:
-        """Validate ``[(name, value) ...]``; raises TopicError on a bad name or value."""
+        """Validate ``[(name, value) ...]``; raises TopicError on a bad name
+        or value, or a name given twice (as CONFIG SET refuses a duplicate
+        parameter: which one would win is anyone's guess)."""
         out: dict[str, Any] = {}
+        _refuse_repeated_names(pairs)
         for raw_name, raw_value in pairs:
             name = raw_name.decode("utf-8", "replace").lower()
             option = TOPIC_OPTIONS_BY_NAME.get(name)
@@ -479,6 +492,20 @@ class TopicRegistry:
                 raise TopicError(UNKNOWN_CONFIG, name=raw_name, known=_KNOWN_CONFIG)
             out[name] = option.parse(raw_value)
         return out
+
+    @staticmethod
+    def parse_alter_config(pairs: Sequence[tuple[bytes, bytes]]) -> tuple[dict[str, Any], set[str]]:
+        """TOPIC CREATE's and ALTER's ``... CONFIG [(name, value) ...]``: the
+        values to set, and the names whose value ``default`` sets no
+        override (drops it in ALTER).
+        TopicError as ``parse_config``'s."""
+        _refuse_repeated_names(pairs)
+        resets = {p[0].decode("utf-8", "replace").lower() for p in pairs if p[1].lower() == b"default"}
+        parsed = TopicRegistry.parse_config([p for p in pairs if p[1].lower() != b"default"])
+        for name in resets:
+            if name not in TOPIC_OPTIONS_BY_NAME:
+                raise TopicError(UNKNOWN_CONFIG, name=name, known=_KNOWN_CONFIG)
+        return parsed, resets
 
     def _remember_fsync(self, topic: bytes) -> None:
         d = str(self.log_manager.topic_dir(topic))
@@ -875,7 +902,7 @@ class TopicRegistry:
         if topic in self._meta:
             raise TopicError(TOPIC_EXISTS, topic=topic)
         _check_partitions(partitions)
-        config = self.parse_config(pairs)
+        config, _ = self.parse_alter_config(pairs)  # (``default``: no override, as in ALTER)
         self._create(topic, partitions, config)
 
     def _need(self, topic: bytes) -> TopicMeta:
@@ -925,11 +952,7 @@ class TopicRegistry:
         applies again). Returns the overrides now in force.
         """
         meta = self._need(topic)
-        resets = {p[0].decode("utf-8", "replace").lower() for p in pairs if p[1].lower() == b"default"}
-        parsed = self.parse_config([p for p in pairs if p[1].lower() != b"default"])
-        for name in resets:
-            if name not in TOPIC_OPTIONS_BY_NAME:
-                raise TopicError(UNKNOWN_CONFIG, name=name, known=_KNOWN_CONFIG)
+        parsed, resets = self.parse_alter_config(pairs)
         config = dict(meta.config)
         for name in resets:
             config.pop(name, None)
@@ -1018,9 +1041,11 @@ class TopicRegistry:
         return len(self._meta)
 
     def delete(self, key: bytes) -> bool:
-        """Delete a whole topic and its files. A partition key deletes its topic."""
+        """Delete a whole topic and its files. A partition key deletes its
+        topic; one beyond the topic's partitions names no key (EXISTS 0):
+        False, nothing deleted."""
         try:
-            topic, _ = split_partition_key(key)
+            topic, _ = self._resolve(key)
         except TopicError:
             return False
         if topic not in self._meta:

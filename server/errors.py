@@ -64,6 +64,14 @@ def syntax_error() -> CommandError:
     return CommandError("ERR", SYNTAX)
 
 
+def subcommand_arity(argv: list[bytes]) -> CommandError:
+    """Redis's answer to a container's subcommand with more arguments than it
+    takes (``addReplySubcommandSyntaxError``: PUBSUB CHANNELS a b)."""
+    sub = argv[1].decode("utf-8", "replace")[:128]
+    container = argv[0].decode("utf-8", "replace").upper()
+    return CommandError("ERR", f"unknown subcommand or wrong number of arguments for '{sub}'. Try {container} HELP.")
+
+
 def wrong_arity(name: str) -> CommandError:
     return CommandError("ERR", f"wrong number of arguments for '{name}' command")
 

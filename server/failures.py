@@ -145,12 +145,13 @@ REFUSALS = {
     topics.CONFIG_NOT_A_SIZE: ("ERR", _INVALID_CONFIG_VALUE + "a size (e.g. 1048576, 64kb, 1mb)"),
     topics.CONFIG_NOT_AN_INTEGER: ("ERR", _INVALID_CONFIG_VALUE + "an integer"),
     topics.CONFIG_OUT_OF_RANGE: ("ERR", _INVALID_CONFIG_VALUE + "between {minimum} and {maximum}"),
+    topics.CONFIG_REPEATED: ("ERR", "topic config '{name}' given more than once"),
     topics.RENAME_PARTITION: (
         "ERR", "'{key}' is a partition of topic '{topic}' ({partitions} partitions): RENAME moves whole topics "
                "(rename '{topic}')"),
     topics.RENAME_TO_PARTITION: (
         "ERR", "'{key}' ends with '#<n>', which names a partition: a topic cannot be renamed to it"),
-    topics.TOPIC_DESCRIBE_NEEDS_TOPIC: ("ERR", "TOPIC DESCRIBE takes a topic name, not a partition key"),
+    topics.TOPIC_NEEDS_TOPIC: ("ERR", "TOPIC {command} takes a topic name, not a partition key"),
     topics.TOPIC_DELETE_NEEDS_TOPIC: (
         "ERR", "'{key}' is a partition key: partitions cannot be deleted one by one, TOPIC DELETE takes the "
                "topic name"),

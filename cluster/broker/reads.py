@@ -58,7 +58,7 @@ from cluster.runtime.replication import AcksFailed
 from cluster.topics import (
     REPLICATION_FACTOR_FIXED,
     TOPIC_DELETE_NEEDS_TOPIC,
-    TOPIC_DESCRIBE_NEEDS_TOPIC,
+    TOPIC_NEEDS_TOPIC,
     UNKNOWN_TOPIC,
     TopicError,
     partition_key,
@@ -702,12 +702,10 @@ class ReadOps:
         asked of other nodes).
         TopicError for a partition key or an unknown topic."""
         self.commit_deferred()
-        topics = self.broker.topics
-        if topics.topic_of(topic) != topic:
-            raise TopicError(TOPIC_DESCRIBE_NEEDS_TOPIC, key=topic)
+        self._refuse_partition_key(topic, "DESCRIBE")
         replication = self.broker.replication
         if replication is None:
-            return topics.describe(topic)
+            return self.broker.topics.describe(topic)
         described = replication.describe_topic(topic)
         if described["groups-here"] and not self.may_block and replication.fanout.led_elsewhere(topic):
             described["groups-here"] = False  # (a transaction cannot ask other nodes for them)
@@ -725,12 +723,14 @@ class ReadOps:
     def alter_topic_partitions(self, topic: bytes, partitions: int) -> None:
         """TOPIC ALTER ... PARTITIONS: grow the topic (never shrinks)."""
         self.commit_deferred()
+        self._refuse_partition_key(topic, "ALTER")
         self.broker.topics.alter_partitions(topic, partitions)
         self.broker.keys.signal(topic)
 
     def alter_topic_config(self, topic: bytes, pairs: Sequence[tuple[bytes, bytes]]) -> None:
         """TOPIC ALTER ... CONFIG: set (or with ``default``, drop) overrides."""
         self.commit_deferred()
+        self._refuse_partition_key(topic, "ALTER")
         self.broker.topics.alter_config(topic, pairs)
         self.broker.keys.signal(topic)
 
@@ -753,8 +753,14 @@ class ReadOps:
 
     def require_topic(self, topic: bytes) -> None:
         """That ``topic`` names an existing topic (TOPIC GROUPS), else
-        TopicError UNKNOWN_TOPIC."""
+        TopicError: TOPIC_NEEDS_TOPIC for a partition key, UNKNOWN_TOPIC."""
         self.commit_deferred()
-        topics = self.broker.topics
-        if not topics.exists(topic) or topics.topic_of(topic) != topic:
+        self._refuse_partition_key(topic, "GROUPS")
+        if not self.broker.topics.exists(topic):
             raise TopicError(UNKNOWN_TOPIC, topic=topic)
+
+    def _refuse_partition_key(self, key: bytes, command: str) -> None:
+        """TopicError TOPIC_NEEDS_TOPIC when ``key`` is a partition key
+        (``<topic>#<n>``): TOPIC ``command`` takes the topic's name."""
+        if b"#" in key and self.broker.topics.topic_of(key) != key:
+            raise TopicError(TOPIC_NEEDS_TOPIC, command=command, key=key)

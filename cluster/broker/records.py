@@ -370,11 +370,11 @@ class RecordOps:
                                  cluster=replication is not None)
         if partitions is not None and not 1 <= partitions <= MAX_PARTITIONS:
             raise TopicError(BAD_PARTITION_COUNT, partitions=partitions, maximum=MAX_PARTITIONS)
-        TopicRegistry.parse_config(pairs)
+        TopicRegistry.parse_alter_config(pairs)
 
     def check_topic_config(self, pairs: Sequence[tuple[bytes, bytes]]) -> None:
         """Raise what ``alter_topic_config`` would refuse of ``pairs`` (TopicError)."""
-        TopicRegistry.parse_config([(k, v) for k, v in pairs if v.lower() != b"default"])
+        TopicRegistry.parse_alter_config(pairs)
 
     def check_topic_growth(self, topic: bytes, partitions: int) -> None:
         """Raise what ``alter_topic_partitions`` would refuse (TopicError), change nothing."""

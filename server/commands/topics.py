@@ -16,7 +16,7 @@ from __future__ import annotations
 from cluster.topics import TOPIC_OPTIONS, is_internal
 from server.acl import key_filter
 from server.args import parse_int
-from server.errors import err, syntax_error
+from server.errors import err, subcommand_arity, syntax_error
 from server.glob import glob_match
 from server.group_replies import shaped, topic_groups_reply
 from server.kafka_front import view as kafka_view
@@ -90,7 +90,7 @@ def topic_create(ctx, argv):
         if word == b"PARTITIONS" and i + 1 < len(argv) and partitions is None:
             partitions = parse_int(argv[i + 1])
             i += 2
-        elif word == b"REPLICATION-FACTOR" and i + 1 < len(argv):
+        elif word == b"REPLICATION-FACTOR" and i + 1 < len(argv) and not replication_factors:
             replication_factors.append(parse_int(argv[i + 1]))
             i += 2
         elif word == b"CONFIG" and not pairs:
@@ -136,7 +136,7 @@ def topic_list(ctx, argv):
     ``*`` names them.
     """
     if len(argv) > 3:
-        raise syntax_error()
+        raise subcommand_arity(argv)
     names = ctx.session.topic_names()
     if len(argv) == 3 and argv[2] != b"*":
         names = [n for n in names if glob_match(argv[2], n)]
@@ -253,7 +253,7 @@ def topic_groups(ctx, argv):
     partition: owner, committed-offset, end-offset, lag.
     """
     if len(argv) > 4:
-        raise syntax_error()
+        raise subcommand_arity(argv)
     topic = argv[2]
     ctx.session.require_topic(topic)
     only = argv[3] if len(argv) == 4 else None

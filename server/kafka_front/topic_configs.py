@@ -85,7 +85,7 @@ def partita_pairs(configs: list[tuple[str, str | None]]) -> list[tuple[bytes, by
             if value != known.fixed:
                 raise ConfigRefused(f"{name} can only be '{known.fixed}' ({known.doc})")
             continue
-        pairs.append((known.partita.encode(), value.encode()))
+        pairs.append((known.partita.encode(), value.strip().encode()))  # (Kafka's ConfigDef trims values)
     return pairs
 
 

@@ -385,6 +385,15 @@ def test_malformed_config_requests_are_refused_as_kafka_refuses_them(kafka_share
                            timeout_ms=5000), 7).topics[0]
         assert (made.error_code, made.error_message) == (
             E.INVALID_CONFIG, "Null value not supported for topic configs: retention.ms")
+        # CreateTopics takes a config key named twice, the last value winning (ReplicationControlManager's map),
+        # and values with blanks around them (ConfigDef trims them)
+        twice_named = fresh_topic()
+        made = raw.call(CT(topics=[CT.CreatableTopic(name=twice_named, num_partitions=1, replication_factor=-1,
+                                                     configs=[CT.CreatableTopicConfig(name="retention.ms", value=v)
+                                                              for v in ("1000", " 2000 ")])],
+                           timeout_ms=5000), 7).topics[0]
+        assert made.error_code == E.NONE
+        assert b"2000" in str(r.execute_command("TOPIC", "DESCRIBE", twice_named)).encode()
     # nothing changed: the retention set at creation is still there
     assert b"60000" in str(r.execute_command("TOPIC", "DESCRIBE", topic)).encode()
 

@@ -73,6 +73,8 @@ def test_topic_create_describe_list_alter_delete(partita_server):
     (["CREATE", "x", "CONFIG", "fsync", "sometimes"], "must be one of always, everysec, no"),
     (["CREATE", "x", "CONFIG", "fsync"], "CONFIG needs name value pairs"),
     (["CREATE", "x", "BOGUS"], "syntax error"),
+    (["CREATE", "x", "PARTITIONS", "2", "PARTITIONS", "2"], "syntax error"),
+    (["CREATE", "x", "REPLICATION-FACTOR", "1", "REPLICATION-FACTOR", "1"], "syntax error"),  # (once, as PARTITIONS)
     (["DESCRIBE", "missing"], "unknown topic 'missing'"),
     (["DELETE", "missing"], "unknown topic 'missing'"),
     (["ALTER", "missing", "PARTITIONS", "3"], "unknown topic 'missing'"),
@@ -81,14 +83,30 @@ def test_topic_create_describe_list_alter_delete(partita_server):
     (["ALTER", "payments", "CONFIG", "segment-bytes", "10"], "segment-bytes"),
     (["ALTER", "payments", "SHRINK", "1"], "syntax error"),
     (["NOPE"], "unknown subcommand 'NOPE'. Try TOPIC HELP."),
+    # A config name given twice is refused, as CONFIG SET refuses a duplicate parameter.
+    (["CREATE", "x", "CONFIG", "retention-ms", "1", "RETENTION-MS", "2"],
+     "topic config 'retention-ms' given more than once"),
+    (["ALTER", "wide", "CONFIG", "fsync", "always", "fsync", "default"], "topic config 'fsync' given more than once"),
+    # Numbers with blanks around them are refused, as CONFIG SET refuses them.
+    (["ALTER", "wide", "CONFIG", "retention-ms", " 5"], "invalid value ' 5' for topic config 'retention-ms'"),
+    (["ALTER", "wide", "CONFIG", "segment-bytes", "2048 "], "invalid value '2048 ' for topic config 'segment-bytes'"),
+    # A partition key where a topic name is wanted is named as such, not as an unknown topic.
+    (["ALTER", "wide#1", "PARTITIONS", "8"], "TOPIC ALTER takes a topic name, not a partition key"),
+    (["ALTER", "wide#1", "CONFIG", "fsync", "always"], "TOPIC ALTER takes a topic name, not a partition key"),
+    (["GROUPS", "wide#1"], "TOPIC GROUPS takes a topic name, not a partition key"),
+    # One argument too many for a subcommand with an optional one: Redis's words (PUBSUB CHANNELS a b, ACL LOG 1 2).
+    (["LIST", "a*", "b*"], "unknown subcommand or wrong number of arguments for 'LIST'. Try TOPIC HELP."),
+    (["groups", "wide", "g", "x"], "unknown subcommand or wrong number of arguments for 'groups'. Try TOPIC HELP."),
 ])
 def test_topic_errors(partita_server, args, message):
     r = partita_server.client()
     r.execute_command("TOPIC", "CREATE", "payments")
     r.execute_command("TOPIC", "CREATE", "wide", "PARTITIONS", "4")
+    before = [describe(r, "payments"), describe(r, "wide")]
     with pytest.raises(redis.ResponseError, match=message.replace("(", r"\(").replace(".", r"\.")):
         r.execute_command("TOPIC", *args)
     assert sorted(r.execute_command("TOPIC", "LIST")) == [b"payments", b"wide"]
+    assert [describe(r, "payments"), describe(r, "wide")] == before  # a refused command changes nothing
 
 
 def test_topic_help_and_command_docs(partita_server):
@@ -296,3 +314,35 @@ def test_topic_fsync_policy_overrides_the_server_default(partita_factory):
     mid = commits()
     r.xadd("durable", {"i": 9})
     assert commits() == mid
+
+
+def test_del_of_a_partition_key_beyond_the_topics_partitions_deletes_nothing(partita_factory):
+    """Such a key does not exist (TYPE none, EXISTS 0), so DEL answers 0 and
+    leaves the topic alone, as DEL of a missing key does in Redis; it used to
+    answer 1 and delete the whole topic with its groups."""
+    server = partita_factory()
+    r = server.client()
+    r.execute_command("TOPIC", "CREATE", "orders", "PARTITIONS", "3")
+    r.xadd("orders#1", {"a": 1})
+    r.xgroup_create("orders", "g", "0")
+    r.xadd("single", {"a": 1})
+    assert r.exists("orders#3", "single#1") == 0
+    assert r.delete("orders#3", "orders#30", "single#1") == 0
+    assert r.unlink("orders#3") == 0
+    server.restart(kill9=True)
+    r = server.client()
+    assert r.execute_command("TOPIC", "LIST") == [b"orders", b"single"]
+    assert describe(r, "orders")["partitions"] == 3 and r.xlen("orders") == 1 and r.xlen("single") == 1
+    assert [g["name"] for g in r.xinfo_groups("orders")] == [b"g"]
+
+
+def test_config_value_default_means_the_servers_default_in_create_as_in_alter(partita_server):
+    """``default`` sets no override in TOPIC CREATE as in TOPIC ALTER (and
+    Kafka's CreateTopics): it was refused for a number ('must be an
+    integer') and taken literally for partition-key-field, making XADDs
+    hash a field named 'default'."""
+    r = partita_server.client()
+    r.execute_command("TOPIC", "CREATE", "a", "CONFIG", "retention-ms", "default", "fsync", "always")
+    r.execute_command("TOPIC", "CREATE", "b", "PARTITIONS", "2", "CONFIG", "partition-key-field", "DEFAULT")
+    assert describe(r, "a")["overrides"] == ["fsync"] and describe(r, "a")["config"]["retention-ms"] == -1
+    assert describe(r, "b")["overrides"] == [] and describe(r, "b")["config"]["partition-key-field"] == ""

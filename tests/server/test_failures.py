@@ -95,12 +95,13 @@ CASES = [
      "ERR invalid value 'soon' for topic config 'retention-ms': must be an integer"),
     (TopicError(topics.CONFIG_OUT_OF_RANGE, value="12", name="segment-bytes", minimum=1024, maximum=2**31),
      "ERR invalid value '12' for topic config 'segment-bytes': must be between 1024 and 2147483648"),
+    (TopicError(topics.CONFIG_REPEATED, name="fsync"), "ERR topic config 'fsync' given more than once"),
     (TopicError(topics.RENAME_PARTITION, key=b"orders#1", topic=b"orders", partitions=3),
      "ERR 'orders#1' is a partition of topic 'orders' (3 partitions): RENAME moves whole topics "
      "(rename 'orders')"),
     (TopicError(topics.RENAME_TO_PARTITION, key=b"x#2"),
      "ERR 'x#2' ends with '#<n>', which names a partition: a topic cannot be renamed to it"),
-    (TopicError(topics.TOPIC_DESCRIBE_NEEDS_TOPIC, key=b"orders#1"),
+    (TopicError(topics.TOPIC_NEEDS_TOPIC, command="DESCRIBE", key=b"orders#1"),
      "ERR TOPIC DESCRIBE takes a topic name, not a partition key"),
     (TopicError(topics.TOPIC_DELETE_NEEDS_TOPIC, key=b"orders#1"),
      "ERR 'orders#1' is a partition key: partitions cannot be deleted one by one, TOPIC DELETE takes the "

@@ -71,7 +71,9 @@ async def handle(ctx, req):
                 out.error_code, out.error_message = refusal
                 continue
             pairs = topic_configs.partita_pairs([(c.name, c.value) for c in topic.configs])
-            pairs = [p for p in pairs if p[1] != b"default"]
+            # A config key named twice: the last value wins, as in Kafka's
+            # ReplicationControlManager (TOPIC CREATE refuses it).
+            pairs = [p for p in dict(pairs).items() if p[1] != b"default"]
             session.check_new_topic(name, partitions, pairs, factors)
             if not body.validate_only:
                 session.create_topic(name, partitions, pairs, factors)

@@ -255,9 +255,13 @@ def test_topic_administration(broker):
     refusals = [
         (lambda: session.create_topic(b"x", 1, (), [2]), topics.REPLICATION_FACTOR_FIXED),
         (lambda: session.create_topic(b"d", 1), topics.TOPIC_EXISTS),
-        (lambda: session.describe_topic(b"d#1"), topics.TOPIC_DESCRIBE_NEEDS_TOPIC),
+        (lambda: session.describe_topic(b"d#1"), topics.TOPIC_NEEDS_TOPIC),
         (lambda: session.delete_topic(b"d#1"), topics.TOPIC_DELETE_NEEDS_TOPIC),
-        (lambda: session.require_topic(b"d#1"), topics.UNKNOWN_TOPIC),
+        (lambda: session.require_topic(b"d#1"), topics.TOPIC_NEEDS_TOPIC),
+        (lambda: session.alter_topic_partitions(b"d#1", 3), topics.TOPIC_NEEDS_TOPIC),
+        (lambda: session.alter_topic_config(b"d#1", [(b"fsync", b"always")]), topics.TOPIC_NEEDS_TOPIC),
+        (lambda: session.alter_topic_config(b"d", [(b"fsync", b"always"), (b"FSYNC", b"default")]),
+         topics.CONFIG_REPEATED),
         (lambda: session.require_topic(b"nope"), topics.UNKNOWN_TOPIC),
     ]
     for call, code in refusals:
