@@ -382,7 +382,7 @@ def _parse_xreadgroup(argv: list[bytes], view: bool) -> GroupRead:
         elif word == b"CLAIM" and more:  # Redis 8.4; the last one given counts
             i += 1
             claim_ms = parse_int(argv[i], "min-idle-time is not an integer")
-            if claim_ms < 0:
+            if claim_ms < 0:  # Redis 8's text; 0 is valid (claims every pending entry)
                 raise err("min-idle-time must be a positive integer")
         elif word == b"STREAMS" and more:
             streams_arg = i + 1
