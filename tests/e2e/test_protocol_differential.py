@@ -177,6 +177,12 @@ COMMAND_ERRORS = [
     b"WAIT x 1\r\n",
     b"WAIT 1 -1\r\n",
     b"WAIT 1\r\n",
+    # A subcommand given too many arguments: named as typed.
+    b"acl cat a b\r\n",
+    b"acl genpass 1 2\r\n",
+    b"Acl Log 1 2\r\n",
+    b"slowlog GEt 1 2\r\n",
+    b"xinfo Stream k full count 1 x\r\n",
 ]
 
 
