@@ -55,6 +55,15 @@ _U64_MAX = 2**64 - 1
 _INT_RE = re.compile(r"0|-?[1-9][0-9]*")
 
 
+def _ascii_lower(text: str) -> str:
+    """Lower case as C's strcasecmp sees it: ASCII letters only (Python's
+    str.lower makes the KELVIN SIGN a 'k')."""
+    return text.translate(_ASCII_LOWER)
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
 def parse_size(text: str, signed: bool = False) -> int:
     """Redis's ``memtoull``: ``4k`` = 4000, ``4kb`` = 4096, ``1gb`` = 2**30,
     the unit in any case; ASCII digits and a unit only (no blank, no sign;
@@ -155,7 +164,7 @@ class Option:
             self._check_range(value)
             return value
         if self.kind == "bool":
-            low = text.lower()
+            low = _ascii_lower(text)
             if low not in ("yes", "no"):
                 raise ConfigError("argument must be 'yes' or 'no'")
             return low == "yes"
@@ -164,7 +173,7 @@ class Option:
         if self.kind == "save":
             return parse_save(text)
         if self.kind == "enum":
-            low = text.lower()
+            low = _ascii_lower(text)
             if low not in self.choices:
                 raise ConfigError(
                     "argument(s) must be one of the following: " + ", ".join(self.choices)

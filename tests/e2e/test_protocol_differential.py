@@ -194,6 +194,7 @@ COMMAND_ERRORS = [
     b"CONFIG SET latency-tracking YES\r\n",
     b"CONFIG SET appendfsync EVERYSEC\r\n",
     b'CONFIG SET appendfsync " everysec"\r\n',
+    b'CONFIG SET cluster-preferred-endpoint-type "un\xe2\x84\xaanown-endpoint"\r\n',  # KELVIN SIGN: no 'k' to strcasecmp
     # A subcommand given too many arguments: named as typed.
     b"acl cat a b\r\n",
     b"acl genpass 1 2\r\n",
