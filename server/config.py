@@ -48,16 +48,33 @@ _UNITS = {
     "g": 1000**3,
     "gb": 1024**3,
 }
-_SIZE_RE = re.compile(r"^(-?\d+)([a-z]*)$")
+_SIZE_RE = re.compile(r"(-?)([0-9]*)([a-zA-Z]*)")
+_U64_MAX = 2**64 - 1
+# Redis's string2ll: "0" or an optional "-" and digits without a leading zero
+# (no blanks, no "+", no "-0", ASCII digits only), within 64 bits.
+_INT_RE = re.compile(r"0|-?[1-9][0-9]*")
+
+
+def _ascii_lower(text: str) -> str:
+    """Lower case as C's strcasecmp sees it: ASCII letters only (Python's
+    str.lower makes the KELVIN SIGN a 'k')."""
+    return text.translate(_ASCII_LOWER)
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
 def parse_size(text: str, signed: bool = False) -> int:
-    """Redis's ``memtoull``: ``4k`` = 4000, ``4kb`` = 4096, ``1gb`` = 2**30;
-    a negative one only when ``signed`` (Partita's ``retention-bytes -1``)."""
-    m = _SIZE_RE.match(text.strip().lower())
-    if not m or m.group(2) not in _UNITS or (m.group(1).startswith("-") and not signed):
+    """Redis's ``memtoull``: ``4k`` = 4000, ``4kb`` = 4096, ``1gb`` = 2**30,
+    the unit in any case; ASCII digits and a unit only (no blank, no sign;
+    no digit at all is 0, as for Redis), the digits saturating at 2**64 - 1 as
+    ``strtoull`` does and the product wrapping at 2**64. A negative one only when ``signed`` (Partita's
+    ``retention-bytes -1``)."""
+    m = _SIZE_RE.fullmatch(text)
+    if not m or m.group(3).lower() not in _UNITS or (m.group(1) and not (signed and m.group(2))):
         raise ConfigError("argument must be a memory value")
-    return int(m.group(1)) * _UNITS[m.group(2)]
+    value = min(int(m.group(2) or "0"), _U64_MAX) * _UNITS[m.group(3).lower()] % 2**64  # C's wrap
+    return -value if m.group(1) else value
 
 
 def format_size(value: int) -> str:
@@ -137,12 +154,9 @@ class Option:
     def parse(self, text: str) -> Any:
         """A value from its text form, or ConfigError with Redis's reason."""
         if self.kind == "int":
-            try:
-                if not re.fullmatch(r"-?\d+", text):
-                    raise ValueError
-                value = int(text)
-            except ValueError:
-                raise ConfigError("argument couldn't be parsed into an integer") from None
+            if not _INT_RE.fullmatch(text) or not -(2**63) <= int(text) < 2**63:
+                raise ConfigError("argument couldn't be parsed into an integer")
+            value = int(text)
             self._check_range(value)
             return value
         if self.kind == "size":
@@ -150,7 +164,7 @@ class Option:
             self._check_range(value)
             return value
         if self.kind == "bool":
-            low = text.lower()
+            low = _ascii_lower(text)
             if low not in ("yes", "no"):
                 raise ConfigError("argument must be 'yes' or 'no'")
             return low == "yes"
@@ -159,7 +173,7 @@ class Option:
         if self.kind == "save":
             return parse_save(text)
         if self.kind == "enum":
-            low = text.lower()
+            low = _ascii_lower(text)
             if low not in self.choices:
                 raise ConfigError(
                     "argument(s) must be one of the following: " + ", ".join(self.choices)
@@ -398,7 +412,7 @@ acl-pubsub-default allchannels|resetchannels resetchannels
 acllog-max-len int 128 0..9223372036854775807
 active-defrag-cycle-max int 25 1..99
 active-defrag-cycle-min int 1 1..99
-active-defrag-ignore-bytes size 104857600
+active-defrag-ignore-bytes size 104857600 1..9223372036854775807
 active-defrag-max-scan-fields int 1000 1..9223372036854775807
 active-defrag-threshold-lower int 10 0..1000
 active-defrag-threshold-upper int 100 0..1000
@@ -415,7 +429,7 @@ aof-use-rdb-preamble bool yes
 aof_rewrite_cpulist =aof-rewrite-cpulist
 appenddirname string appendonlydir immutable
 appendfilename string appendonly.aof immutable
-auto-aof-rewrite-min-size size 67108864
+auto-aof-rewrite-min-size size 67108864 0..9223372036854775807
 auto-aof-rewrite-percentage int 100 0..2147483647
 bgsave-cpulist string "" immutable
 bgsave_cpulist =bgsave-cpulist
@@ -435,7 +449,7 @@ cluster-announce-tls-port int 0 0..65535
 cluster-compatibility-sample-ratio int 0
 cluster-config-file string nodes.conf immutable
 cluster-enabled bool no immutable
-cluster-link-sendbuf-limit size 0
+cluster-link-sendbuf-limit size 0 0..18446744073709551615
 cluster-migration-barrier int 1 0..2147483647
 cluster-node-timeout int 15000 0..9223372036854775807
 cluster-preferred-endpoint-type ip|hostname|unknown-endpoint ip
@@ -454,11 +468,11 @@ enable-debug-command no|yes|local no immutable
 enable-module-command no|yes|local no immutable
 enable-protected-configs no|yes|local no immutable
 hash-max-listpack-entries int 512 0..9223372036854775807
-hash-max-listpack-value size 64
+hash-max-listpack-value size 64 0..9223372036854775807
 hash-max-ziplist-entries =hash-max-listpack-entries
 hash-max-ziplist-value =hash-max-listpack-value
 hide-user-data-from-log bool no
-hll-sparse-max-bytes size 3000
+hll-sparse-max-bytes size 3000 0..9223372036854775807
 hz int 10 0..2147483647
 ignore-warnings string ""
 io-threads int 1 immutable
@@ -502,7 +516,7 @@ rdb-del-sync-files bool no
 rdb-save-incremental-fsync bool yes
 rdbchecksum bool yes immutable
 rdbcompression bool yes
-repl-backlog-size size 1048576
+repl-backlog-size size 1048576 1..9223372036854775807
 repl-backlog-ttl int 3600 0..9223372036854775807
 repl-disable-tcp-nodelay bool no
 repl-diskless-load disabled|on-empty-db|swapdb disabled
@@ -567,7 +581,7 @@ tracking-table-max-keys int 1000000 0..9223372036854775807
 unixsocket string "" immutable
 unixsocketperm string 0 immutable
 zset-max-listpack-entries int 128 0..9223372036854775807
-zset-max-listpack-value size 64
+zset-max-listpack-value size 64 0..9223372036854775807
 zset-max-ziplist-entries =zset-max-listpack-entries
 zset-max-ziplist-value =zset-max-listpack-value
 """

@@ -14,7 +14,7 @@ import os
 
 from server.acl import CATEGORIES, AclError, category_members, denial
 from server.args import parse_int
-from server.errors import err
+from server.errors import err, subcommand_arity
 from server.registry import command, container, redact_from
 from server.reply import OK, Map, Set, Simple
 
@@ -121,7 +121,7 @@ def acl_whoami(ctx, argv):
 def acl_cat(ctx, argv):
     """ACL CAT [category]"""
     if len(argv) > 3:
-        raise err("unknown subcommand or wrong number of arguments for 'CAT'. Try ACL HELP.")
+        raise subcommand_arity(argv)
     if len(argv) == 2:
         return list(CATEGORIES)
     category = _text(argv[2]).lower()
@@ -161,7 +161,7 @@ def acl_genpass(ctx, argv):
     """ACL GENPASS [bits]"""
     bits = 256
     if len(argv) > 3:
-        raise err("unknown subcommand or wrong number of arguments for 'GENPASS'. Try ACL HELP.")
+        raise subcommand_arity(argv)
     if len(argv) == 3:
         bits = parse_int(argv[2])
         if bits <= 0 or bits > 4096:
@@ -184,7 +184,7 @@ def acl_log(ctx, argv):
     if len(argv) == 3:
         parse_int(argv[2])
     elif len(argv) > 3:
-        raise err("unknown subcommand or wrong number of arguments for 'LOG'. Try ACL HELP.")
+        raise subcommand_arity(argv)
     return []
 
 

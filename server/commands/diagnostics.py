@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from server.args import parse_int
 from server.dispatch import NO_REPLY
-from server.errors import err
+from server.errors import err, subcommand_arity
 from server.registry import command, container
 from server.reply import OK, Verbatim, help_reply
 
@@ -54,8 +54,7 @@ def slowlog_get(ctx, argv):
     The newest ``count`` entries (default 10, -1: all): ``[id, unix time,
     µs, [args], "ip:port", client name]``."""
     if len(argv) > 3:
-        raise err(f"unknown subcommand or wrong number of arguments for '{argv[1].decode('utf-8', 'replace')}'. "
-                  "Try SLOWLOG HELP.")
+        raise subcommand_arity(argv)
     slowlog = ctx.server.diagnostics.slowlog
     count = 10
     if len(argv) == 3:

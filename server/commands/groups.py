@@ -33,6 +33,7 @@ from server.errors import (
     TIMEOUT_NOT_INTEGER,
     CommandError,
     err,
+    subcommand_arity,
     syntax_error,
 )
 from server.group_replies import dead_letter_fields, shaped
@@ -64,11 +65,6 @@ def _c(raw: bytes) -> str:
     if nul >= 0:
         raw = raw[:nul]
     return raw.decode("utf-8", "replace")
-
-
-def _subcommand_syntax_error(argv: list[bytes], container_name: str) -> CommandError:
-    sub = argv[1].decode("utf-8", "replace")[:128]
-    return err(f"unknown subcommand or wrong number of arguments for '{sub}'. Try {container_name} HELP.")
 
 
 def _word(raw: bytes) -> bytes:
@@ -224,14 +220,14 @@ def xgroup_create(ctx, argv):
         else:
             parsed = _parse_dead_letter_options(argv, i, md, dl)
             if parsed is None:
-                raise _subcommand_syntax_error(argv, "XGROUP")
+                raise subcommand_arity(argv)
             md, dl = parsed
             partita_args += 2
             i += 2
 
     def last_id():  # checked once the key is found (or made)
         if argc - partita_args > 8:
-            raise _subcommand_syntax_error(argv, "XGROUP")
+            raise subcommand_arity(argv)
         return None if argv[4] == b"$" else tuple(parse_strict_id(argv[4]))
 
     start, late = _late(last_id)
@@ -250,11 +246,11 @@ def xgroup_setid(ctx, argv):
 
     def parse():  # all checked once the key and the group are found
         if len(argv) not in (5, 7):
-            raise _subcommand_syntax_error(argv, "XGROUP")
+            raise subcommand_arity(argv)
         entries_read: int | None = None
         if len(argv) == 7:  # Redis parses ENTRIESREAD before the ID
             if _word(argv[5]) != b"ENTRIESREAD":
-                raise _subcommand_syntax_error(argv, "XGROUP")
+                raise subcommand_arity(argv)
             entries_read = _parse_entries_read(argv[6])
         last_id = None if argv[4] == b"$" else tuple(parse_id(argv[4])[0])
         return last_id, entries_read
@@ -382,7 +378,7 @@ def _parse_xreadgroup(argv: list[bytes], view: bool) -> GroupRead:
         elif word == b"CLAIM" and more:  # Redis 8.4; the last one given counts
             i += 1
             claim_ms = parse_int(argv[i], "min-idle-time is not an integer")
-            if claim_ms < 0:
+            if claim_ms < 0:  # Redis 8's text; 0 is valid (claims every pending entry)
                 raise err("min-idle-time must be a positive integer")
         elif word == b"STREAMS" and more:
             streams_arg = i + 1

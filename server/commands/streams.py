@@ -38,6 +38,7 @@ from server.errors import (
     TIMEOUT_NOT_INTEGER,
     CommandError,
     err,
+    subcommand_arity,
     syntax_error,
     wrong_arity,
 )
@@ -677,11 +678,6 @@ def xinfo_help(ctx, argv):
     return [Simple(line) for line in _XINFO_HELP]
 
 
-def _subcommand_syntax_error(argv) -> CommandError:
-    sub = argv[1].decode("utf-8", "replace")[:128]
-    return err(f"unknown subcommand or wrong number of arguments for '{sub}'. Try XINFO HELP.")
-
-
 def _entry_value(encoded: bytes | None):
     if encoded is None:
         return None
@@ -713,11 +709,11 @@ def xinfo_stream(ctx, argv):
     count = 10
     if opts:
         if len(opts) not in (1, 3) or _keyword(opts[0]) != b"FULL":
-            raise _subcommand_syntax_error(argv)
+            raise subcommand_arity(argv)
         full = True
         if len(opts) == 3:
             if _keyword(opts[1]) != b"COUNT":
-                raise _subcommand_syntax_error(argv)
+                raise subcommand_arity(argv)
             count = parse_int(opts[2])
             if count < 0:
                 count = 10

@@ -36,6 +36,11 @@ def _idle(r: Resp, key: str, entry_id: str, idle_ms: int) -> None:
     r.call("XCLAIM", key, "g", "c1", "0", entry_id, "IDLE", str(idle_ms), "JUSTID")
 
 
+def _first_idle(reply: bytes) -> bytes:
+    """The ms idle of a claim reply's first entry, as sent."""
+    return reply.split(b":", 1)[1].split(b"\r\n", 1)[0]
+
+
 def _entries(reply: bytes) -> list:
     value = parse(reply)
     if isinstance(value, dict):
@@ -48,7 +53,7 @@ def test_claimed_entries_come_first_with_their_idle_time_and_deliveries(partita_
     _setup(r, "shape")
     _idle(r, "shape", "1-0", 5000)
     reply = r.call("XREADGROUP", "GROUP", "g", "c2", "CLAIM", "1000", "STREAMS", "shape", ">")
-    idle = reply.split(b":", 1)[1].split(b"\r\n", 1)[0]
+    idle = _first_idle(reply)
     assert 5000 <= int(idle) < 65000
     assert reply == (b"*1\r\n*2\r\n$5\r\nshape\r\n*2\r\n" + _claimed(b"1-0", b"v1", idle, 1)
                      + _claimed(b"2-0", b"v2", b"0", 0))
@@ -111,6 +116,20 @@ def test_entries_gone_from_the_stream_are_dropped_not_claimed(partita_shared):
     assert r.call("XTRIM", "gone", "MAXLEN", "0") == b":3\r\n"
     assert r.call("XREADGROUP", "GROUP", "g", "c2", "CLAIM", "0", "STREAMS", "gone", ">") == b"*-1\r\n"
     assert r.call("XPENDING", "gone", "g") == b"*4\r\n:0\r\n$-1\r\n$-1\r\n*-1\r\n"
+
+
+def test_claim_zero_is_accepted_and_takes_every_pending_entry(partita_shared):
+    # Redis 8 (stream-cgroups.tcl "XREADGROUP CLAIM with min-idle-time equal
+    # to zero"): 0 is a valid min-idle-time although the error for a negative
+    # one says "must be a positive integer".
+    r = Resp(partita_shared.port)
+    _setup(r, "zero")
+    _idle(r, "zero", "1-0", 0)
+    reply = r.call("XREADGROUP", "GROUP", "g", "c1", "CLAIM", "0", "STREAMS", "zero", ">")
+    idle = _first_idle(reply)
+    assert int(idle) >= 0
+    assert reply == (b"*1\r\n*2\r\n$4\r\nzero\r\n*2\r\n" + _claimed(b"1-0", b"v1", idle, 1)
+                     + _claimed(b"2-0", b"v2", b"0", 0))
 
 
 def test_claim_refuses_what_redis_refuses(partita_shared):

@@ -11,13 +11,16 @@ from server.config import Config, ConfigError, parse_command_line, parse_size
 
 @pytest.mark.parametrize(
     "text, value",
-    [("1gb", 2**30), ("512mb", 512 * 2**20), ("4k", 4000), ("4kb", 4096), ("100", 100), ("1G", 10**9), ("2MB", 2 * 2**20)],
+    [("1gb", 2**30), ("512mb", 512 * 2**20), ("4k", 4000), ("4kb", 4096), ("100", 100), ("1G", 10**9), ("2MB", 2 * 2**20),
+     # As Redis's memtoull: no digit is 0, leading zeros pass, strtoull saturates, the product wraps.
+     ("", 0), ("mb", 0), ("05", 5), ("1Kb", 1024), ("18446744073709551616", 2**64 - 1),
+     ("99999999999gb", 99999999999 * 2**30 % 2**64)],
 )
 def test_sizes_take_redis_units(text, value):
     assert parse_size(text) == value
 
 
-@pytest.mark.parametrize("text", ["", "1x", "mb", "1.5mb", "-", "-1", "-1mb"])
+@pytest.mark.parametrize("text", ["1x", "1.5mb", "-", "-1", "-1mb", " 5", "5 ", "+5", "-0", "0x10", "1e3", "\u0665"])
 def test_bad_sizes(text):
     with pytest.raises(ConfigError):
         parse_size(text)
@@ -64,6 +67,13 @@ def test_file_with_comments_quotes_and_overrides(tmp_path: Path):
         ("save 900", "Invalid save parameters"),
         ("save 0 1", "Invalid save parameters"),
         ("port abc", "argument couldn't be parsed into an integer"),
+        ("port ' 5'", "argument couldn't be parsed into an integer"),
+        ("port +5", "argument couldn't be parsed into an integer"),
+        ("port 05", "argument couldn't be parsed into an integer"),
+        ("port 99999999999999999999", "argument couldn't be parsed into an integer"),
+        ("maxmemory ' 5'", "argument must be a memory value"),
+        ("hz -0", "argument couldn't be parsed into an integer"),
+        ("appendonly ' yes'", "argument must be 'yes' or 'no'"),
         ("fsync sometimes", "argument(s) must be one of the following: everysec, always, no"),
         ("maxclients 0", "argument must be between 1 and 4294967295 inclusive"),
         ('requirepass "open', "Unbalanced quotes in configuration line"),
