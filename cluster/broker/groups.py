@@ -582,12 +582,39 @@ class GroupOps:
         store = groups_of(stream)
         return stream, store, store.group(name)
 
-    def _check_topic_group(self, key: bytes, name: bytes) -> None:
-        """Refuse a group command on topic ``key`` whose group is missing,
-        naming the key the client gave (a partition's refusal names the
-        partition's key)."""
-        if self._partition_group(key, 0, name)[2] is None:  # (partition 0 is led with the topic key)
-            raise GroupOpError(NO_GROUP_FOR_KEY, key=key, group=name)
+    def _topic_group_missing(self, key: bytes, name: bytes) -> bytes | None:
+        """The key to name when topic ``key``'s group ``name`` is missing on
+        one of its partitions led here (in a cluster, partition 0's among
+        them: it is led with the topic key), else None: the topic key when
+        none of them has it, else the first partition key that lacks it (a
+        topic's group lives on every partition: one destroyed or never
+        created on a partition key is refused by the topic key's commands,
+        not half-applied or silently not served; ``XGROUP CREATE`` of the
+        topic key makes it whole again)."""
+        replication = self.broker.replication
+        manager = replication.manager if replication is not None else None
+        topics = self.broker.topics
+        lacking: list[int] = []
+        checked = 0
+        for p in range(topics.partition_count(key)):
+            if manager is not None and manager.state.leader(manager.shard_of(key, p)) != manager.my_id:
+                continue
+            checked += 1
+            stream = topics.get(partition_key(key, p))
+            if stream is None or groups_of(stream).group(name) is None:
+                lacking.append(p)
+        if not lacking:
+            return None
+        return key if len(lacking) == checked else partition_key(key, lacking[0])
+
+    def _check_topic_group(self, key: bytes, name: bytes, missing: str = NO_GROUP_FOR_KEY) -> None:
+        """Refuse a group command on topic ``key`` whose group is missing on
+        a partition (``_topic_group_missing``) before anything changes,
+        naming the topic key the client gave, or the partition key that
+        lacks it."""
+        lacking = self._topic_group_missing(key, name)
+        if lacking is not None:
+            raise GroupOpError(missing, key=lacking, group=name)
 
     def _each_partition(self, key: bytes, op: Callable[[bytes], Any], late: BaseException | None) -> list:
         """``op(partition key)`` for every partition of topic ``key``: the
@@ -909,8 +936,7 @@ class GroupOps:
         name = read.group
         for key, start in zip(read.keys, read.starts):
             if topics.is_multi(key):
-                if self._partition_group(key, 0, name)[2] is None:
-                    raise GroupOpError(NO_GROUP_TO_READ, key=key, group=name)
+                self._check_topic_group(key, name, NO_GROUP_TO_READ)
                 if isinstance(start, BaseException):
                     raise start
                 targets.append(_TopicTarget(key, self._locate(topics.membership(key, name)), start))
@@ -1319,8 +1345,9 @@ class GroupOps:
         topics = self.broker.topics
         for i, t in enumerate(targets):
             if t.__class__ is _TopicTarget:
-                if not topics.is_multi(t.key) or self._partition_group(t.key, 0, name)[2] is None:
+                if not topics.is_multi(t.key):
                     raise GroupOpError(NO_GROUP_TO_READ, key=t.key, group=name)
+                self._check_topic_group(t.key, name, NO_GROUP_TO_READ)
                 if topics.coordinators.get((t.key, name)) is not t.membership:
                     # The group was made anew (XGROUP DESTROY and CREATE in
                     # one transaction, a RENAME onto the key): its members
