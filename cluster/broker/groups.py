@@ -551,8 +551,9 @@ class GroupOps:
     __slots__ = ()
 
     # The Session provides these (``_led_across``, ``_group_read_across``,
-    # ``_locate``, ``_persist_membership``, ``_forget_membership`` and
-    # ``_delete_member_across``: cluster.broker.topic_groups.TopicGroupOps).
+    # ``_locate``, ``_persist_membership``, ``_forget_membership``,
+    # ``_check_group_away`` and ``_delete_member_across``:
+    # cluster.broker.topic_groups.TopicGroupOps).
     broker: Any
     may_block: bool
     commit_deferred: Callable[[], None]
@@ -622,14 +623,17 @@ class GroupOps:
         return [_attempt(op, pkey, late) for pkey in self.broker.topics.expand(key)]
 
     def _each_partition_led(self, key: bytes, request_of: Callable[[bytes], GroupRequest],
-                            op: Callable[[bytes], Any], late: BaseException | None) -> Any:
+                            op: Callable[[bytes], Any], late: BaseException | None,
+                            check: bytes | None = None) -> Any:
         """``_each_partition`` in a cluster where other nodes lead some
         partitions of topic ``key``: the awaitable of its results, each
         partition led elsewhere sent ``request_of(partition key)`` through
         its leader (``Forwarder.forward``; its refusal, relayed, is the
         result); None when every partition is led here. Refused inside a
         transaction (it would wait for peers), and with ``late`` (the
-        front-end's parse error: raised before anything is sent)."""
+        front-end's parse error: raised before anything is sent). With
+        ``check`` (a group name), first refused if a partition led
+        elsewhere lacks that group (``_check_group_away``)."""
         replication = self.broker.replication
         if replication is None or not replication.fanout.led_elsewhere(key):
             return None
@@ -637,10 +641,12 @@ class GroupOps:
             raise late
         if not self.may_block:
             raise in_transaction(key)
-        return self._each_partition_away(key, request_of, op)
+        return self._each_partition_away(key, request_of, op, check)
 
     async def _each_partition_away(self, key: bytes, request_of: Callable[[bytes], GroupRequest],
-                                   op: Callable[[bytes], Any]) -> list:
+                                   op: Callable[[bytes], Any], check: bytes | None = None) -> list:
+        if check is not None:
+            await self._check_group_away(key, check)
         replication = self.broker.replication
         manager = replication.manager
         keys = self.broker.topics.expand(key)
@@ -751,7 +757,7 @@ class GroupOps:
                 self.group_set_id(pkey, name, last_id, entries_read, late)
 
             away = self._each_partition_led(
-                key, lambda pkey: GroupRequest("setid", pkey, name, last_id, entries_read), op, late)
+                key, lambda pkey: GroupRequest("setid", pkey, name, last_id, entries_read), op, late, name)
             if away is not None:
                 return self._finish_after(away, _raise_first_error)
             self._each_partition_ok(key, op, late)
@@ -809,7 +815,7 @@ class GroupOps:
                 return self.group_create_consumer(pkey, name, consumer)
 
             away = self._each_partition_led(
-                key, lambda pkey: GroupRequest("createconsumer", pkey, name, consumer=consumer), op, None)
+                key, lambda pkey: GroupRequest("createconsumer", pkey, name, consumer=consumer), op, None, name)
             if away is not None:
                 return self._finish_after(away, finish)
             return finish(self._each_partition(key, op, None))
@@ -874,7 +880,8 @@ class GroupOps:
                 self.group_configure(pkey, name, max_deliveries, dead_letter_key, late=late, check_key=check_key)
 
             away = self._each_partition_led(key, lambda pkey: GroupRequest(
-                "config", pkey, name, max_deliveries=max_deliveries, dead_letter_key=dead_letter_key), op, late)
+                "config", pkey, name, max_deliveries=max_deliveries, dead_letter_key=dead_letter_key), op, late,
+                name)
             if away is not None:
                 return self._finish_after(away, _raise_first_error)
             self._each_partition_ok(key, op, late)
