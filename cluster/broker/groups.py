@@ -551,8 +551,9 @@ class GroupOps:
     __slots__ = ()
 
     # The Session provides these (``_led_across``, ``_group_read_across``,
-    # ``_locate``, ``_persist_membership``, ``_forget_membership`` and
-    # ``_delete_member_across``: cluster.broker.topic_groups.TopicGroupOps).
+    # ``_locate``, ``_persist_membership``, ``_forget_membership``,
+    # ``_check_group_away`` and ``_delete_member_across``:
+    # cluster.broker.topic_groups.TopicGroupOps).
     broker: Any
     may_block: bool
     commit_deferred: Callable[[], None]
@@ -582,12 +583,39 @@ class GroupOps:
         store = groups_of(stream)
         return stream, store, store.group(name)
 
-    def _check_topic_group(self, key: bytes, name: bytes) -> None:
-        """Refuse a group command on topic ``key`` whose group is missing,
-        naming the key the client gave (a partition's refusal names the
-        partition's key)."""
-        if self._partition_group(key, 0, name)[2] is None:  # (partition 0 is led with the topic key)
-            raise GroupOpError(NO_GROUP_FOR_KEY, key=key, group=name)
+    def _topic_group_missing(self, key: bytes, name: bytes) -> bytes | None:
+        """The key to name when topic ``key``'s group ``name`` is missing on
+        one of its partitions led here (in a cluster, partition 0's among
+        them: it is led with the topic key), else None: the topic key when
+        none of them has it, else the first partition key that lacks it (a
+        topic's group lives on every partition: one destroyed or never
+        created on a partition key is refused by the topic key's commands,
+        not half-applied or silently not served; ``XGROUP CREATE`` of the
+        topic key makes it whole again)."""
+        replication = self.broker.replication
+        manager = replication.manager if replication is not None else None
+        topics = self.broker.topics
+        lacking: list[int] = []
+        checked = 0
+        for p in range(topics.partition_count(key)):
+            if manager is not None and manager.state.leader(manager.shard_of(key, p)) != manager.my_id:
+                continue
+            checked += 1
+            stream = topics.get(partition_key(key, p))
+            if stream is None or groups_of(stream).group(name) is None:
+                lacking.append(p)
+        if not lacking:
+            return None
+        return key if len(lacking) == checked else partition_key(key, lacking[0])
+
+    def _check_topic_group(self, key: bytes, name: bytes, missing: str = NO_GROUP_FOR_KEY) -> None:
+        """Refuse a group command on topic ``key`` whose group is missing on
+        a partition (``_topic_group_missing``) before anything changes,
+        naming the topic key the client gave, or the partition key that
+        lacks it."""
+        lacking = self._topic_group_missing(key, name)
+        if lacking is not None:
+            raise GroupOpError(missing, key=lacking, group=name)
 
     def _each_partition(self, key: bytes, op: Callable[[bytes], Any], late: BaseException | None) -> list:
         """``op(partition key)`` for every partition of topic ``key``: the
@@ -595,14 +623,17 @@ class GroupOps:
         return [_attempt(op, pkey, late) for pkey in self.broker.topics.expand(key)]
 
     def _each_partition_led(self, key: bytes, request_of: Callable[[bytes], GroupRequest],
-                            op: Callable[[bytes], Any], late: BaseException | None) -> Any:
+                            op: Callable[[bytes], Any], late: BaseException | None,
+                            check: bytes | None = None) -> Any:
         """``_each_partition`` in a cluster where other nodes lead some
         partitions of topic ``key``: the awaitable of its results, each
         partition led elsewhere sent ``request_of(partition key)`` through
         its leader (``Forwarder.forward``; its refusal, relayed, is the
         result); None when every partition is led here. Refused inside a
         transaction (it would wait for peers), and with ``late`` (the
-        front-end's parse error: raised before anything is sent)."""
+        front-end's parse error: raised before anything is sent). With
+        ``check`` (a group name), first refused if a partition led
+        elsewhere lacks that group (``_check_group_away``)."""
         replication = self.broker.replication
         if replication is None or not replication.fanout.led_elsewhere(key):
             return None
@@ -610,10 +641,12 @@ class GroupOps:
             raise late
         if not self.may_block:
             raise in_transaction(key)
-        return self._each_partition_away(key, request_of, op)
+        return self._each_partition_away(key, request_of, op, check)
 
     async def _each_partition_away(self, key: bytes, request_of: Callable[[bytes], GroupRequest],
-                                   op: Callable[[bytes], Any]) -> list:
+                                   op: Callable[[bytes], Any], check: bytes | None = None) -> list:
+        if check is not None:
+            await self._check_group_away(key, check)
         replication = self.broker.replication
         manager = replication.manager
         keys = self.broker.topics.expand(key)
@@ -724,7 +757,7 @@ class GroupOps:
                 self.group_set_id(pkey, name, last_id, entries_read, late)
 
             away = self._each_partition_led(
-                key, lambda pkey: GroupRequest("setid", pkey, name, last_id, entries_read), op, late)
+                key, lambda pkey: GroupRequest("setid", pkey, name, last_id, entries_read), op, late, name)
             if away is not None:
                 return self._finish_after(away, _raise_first_error)
             self._each_partition_ok(key, op, late)
@@ -782,7 +815,7 @@ class GroupOps:
                 return self.group_create_consumer(pkey, name, consumer)
 
             away = self._each_partition_led(
-                key, lambda pkey: GroupRequest("createconsumer", pkey, name, consumer=consumer), op, None)
+                key, lambda pkey: GroupRequest("createconsumer", pkey, name, consumer=consumer), op, None, name)
             if away is not None:
                 return self._finish_after(away, finish)
             return finish(self._each_partition(key, op, None))
@@ -847,7 +880,8 @@ class GroupOps:
                 self.group_configure(pkey, name, max_deliveries, dead_letter_key, late=late, check_key=check_key)
 
             away = self._each_partition_led(key, lambda pkey: GroupRequest(
-                "config", pkey, name, max_deliveries=max_deliveries, dead_letter_key=dead_letter_key), op, late)
+                "config", pkey, name, max_deliveries=max_deliveries, dead_letter_key=dead_letter_key), op, late,
+                name)
             if away is not None:
                 return self._finish_after(away, _raise_first_error)
             self._each_partition_ok(key, op, late)
@@ -909,8 +943,7 @@ class GroupOps:
         name = read.group
         for key, start in zip(read.keys, read.starts):
             if topics.is_multi(key):
-                if self._partition_group(key, 0, name)[2] is None:
-                    raise GroupOpError(NO_GROUP_TO_READ, key=key, group=name)
+                self._check_topic_group(key, name, NO_GROUP_TO_READ)
                 if isinstance(start, BaseException):
                     raise start
                 targets.append(_TopicTarget(key, self._locate(topics.membership(key, name)), start))
@@ -1319,8 +1352,9 @@ class GroupOps:
         topics = self.broker.topics
         for i, t in enumerate(targets):
             if t.__class__ is _TopicTarget:
-                if not topics.is_multi(t.key) or self._partition_group(t.key, 0, name)[2] is None:
+                if not topics.is_multi(t.key):
                     raise GroupOpError(NO_GROUP_TO_READ, key=t.key, group=name)
+                self._check_topic_group(t.key, name, NO_GROUP_TO_READ)
                 if topics.coordinators.get((t.key, name)) is not t.membership:
                     # The group was made anew (XGROUP DESTROY and CREATE in
                     # one transaction, a RENAME onto the key): its members

@@ -53,9 +53,12 @@ the connection closes instead of sending the -TRYAGAIN; this fence still
 refuses a read that lost a shard it led and did not write to.)
 XGROUP on the topic key runs here too (``route`` sends it here): CREATE of
 a new group and DESTROY forget the membership and delete its stream
-(``_forget_membership``); DELCONSUMER has the member leave, its partitions
-led elsewhere handed to their new owners by their leaders
-(``GROUP_HAND_OVER``), before their leaders delete the consumer
+(``_forget_membership``); SETID, CREATECONSUMER, DELCONSUMER and CONFIG
+first ask the other leaders whether their partitions have the group
+(``_check_group_away``: a topic's group lives on every partition, and a
+command that would fail on one changes none); DELCONSUMER has the member
+leave, its partitions led elsewhere handed to their new owners by their
+leaders (``GROUP_HAND_OVER``), before their leaders delete the consumer
 (``_delete_member_across``).
 
 A topic's group views (XINFO GROUPS / CONSUMERS, TOPIC GROUPS) on any node
@@ -86,8 +89,8 @@ from typing import Any, NamedTuple
 import trio
 
 from cluster.broker.budget import ReadBudget
-from cluster.broker.groups import (Delivery, GroupRead, _raise_first_error, _Target, _TopicTarget, follow_memberships,
-                                   in_transaction)
+from cluster.broker.groups import (NO_GROUP_FOR_KEY, Delivery, GroupOpError, GroupRead, _raise_first_error, _Target,
+                                   _TopicTarget, follow_memberships, in_transaction)
 from cluster.errors import ClusterError, TryAgain
 from cluster.membership import hand_over, take_queued
 from cluster.peer.link import Unreachable
@@ -482,6 +485,7 @@ class TopicGroupOps:
         return self._delete_member(topic, group, consumer)
 
     async def _delete_member(self, topic: bytes, group: bytes, consumer: bytes) -> int:
+        await self._check_group_away(topic, group)
         m = self._locate(self.broker.topics.membership(topic, group))
         partitions = range(self.broker.topics.partition_count(topic))
         pending = 0
@@ -662,6 +666,24 @@ class TopicGroupOps:
             by_node.setdefault(leader(manager.shard_of(topic, p)), []).append(p)
         requests = {node: GroupInfoRequest(topic, tuple(ps), only, node == coordinator)
                     for node, ps in by_node.items()}
+        answers = await self._ask_group_info(topic, requests)
+        if manager.my_id in requests:
+            self.commit_deferred()  # (other clients' writes meanwhile)
+            answers[manager.my_id] = self.serve_group_info(requests[manager.my_id])
+        parts: list = [()] * partitions
+        memberships: dict = {}
+        for node, request in requests.items():
+            for p, groups in zip(request.partitions, answers[node].parts):
+                parts[p] = groups
+            memberships.update((m.name, m) for m in answers[node].members)
+        return parts, memberships
+
+    async def _ask_group_info(self, topic: bytes,
+                              requests: dict[int, GroupInfoRequest]) -> dict[int, GroupInfoResponse]:
+        """Each other node's answer to its request of ``requests`` (all at
+        once); raises ``TryAgain`` (a node unreachable, or a leadership
+        moving) or the node's refusal."""
+        my_id = self.broker.replication.manager.my_id
         answers: dict[int, GroupInfoResponse] = {}
         failures: list[ClusterError] = []
 
@@ -675,20 +697,32 @@ class TopicGroupOps:
 
         async with trio.open_nursery() as nursery:
             for node, request in requests.items():
-                if node != manager.my_id:
+                if node != my_id:
                     nursery.start_soon(ask, node, request)
         if failures:
             raise failures[0]
-        if manager.my_id in requests:
-            self.commit_deferred()  # (other clients' writes meanwhile)
-            answers[manager.my_id] = self.serve_group_info(requests[manager.my_id])
-        parts: list = [()] * partitions
-        memberships: dict = {}
-        for node, request in requests.items():
-            for p, groups in zip(request.partitions, answers[node].parts):
-                parts[p] = groups
-            memberships.update((m.name, m) for m in answers[node].members)
-        return parts, memberships
+        return answers
+
+    async def _check_group_away(self, topic: bytes, name: bytes) -> None:
+        """Refuse a topic key's group command (``-NOGROUP`` naming the
+        partition key) when a partition other nodes lead lacks group
+        ``name``, before anything is changed: each leader asked for the
+        group on its partitions (``GroupOps._check_topic_group`` checked
+        those led here). A group destroyed on a partition key meanwhile is
+        not seen: the command then fails there, after the others changed."""
+        manager = self.broker.replication.manager
+        leader = manager.state.leader
+        by_node: dict[int, list[int]] = {}
+        for p in range(self.broker.topics.partition_count(topic)):
+            node = leader(manager.shard_of(topic, p))
+            if node != manager.my_id:
+                by_node.setdefault(node, []).append(p)
+        requests = {node: GroupInfoRequest(topic, tuple(ps), name, False) for node, ps in by_node.items()}
+        answers = await self._ask_group_info(topic, requests)
+        lacking = sorted(p for node, request in requests.items()
+                         for p, groups in zip(request.partitions, answers[node].parts) if not groups)
+        if lacking:
+            raise GroupOpError(NO_GROUP_FOR_KEY, key=partition_key(topic, lacking[0]), group=name)
 
     def serve_group_info(self, request: GroupInfoRequest) -> GroupInfoResponse:
         """A ``GroupInfoRequest``: the groups of partitions this node leads

@@ -584,3 +584,33 @@ def test_a_read_whose_coordinator_lost_and_regained_the_slot_meanwhile_is_refuse
 
 def _members_streams_on(node, topic: bytes) -> list:
     return node.client().execute_command("TOPIC", "LIST", b"__topic_members{%s}*" % topic)
+
+
+@pytest.mark.parametrize("args", [
+    (b"SETID", b"$"),
+    (b"CREATECONSUMER", b"d"),
+    (b"DELCONSUMER", b"c"),
+    (b"CONFIG", b"MAXDELIVERIES", b"2", b"DEADLETTER", b"dlq"),
+])
+def test_a_topic_group_missing_on_a_partition_led_elsewhere_changes_nothing(cluster, args):
+    """As on one node: the coordinator checks every partition's group
+    first, and names the partition key led by another node that lacks it
+    (its own partitions were changed meanwhile: a half-applied command)."""
+    topic = b"part" + args[0].lower()
+    _create(cluster, topic)
+    coordinator = cluster.leader_of(topic)
+    client = coordinator.client()
+    assert client.xgroup_create(topic, "g", id="0") is True
+    assert client.xgroup_createconsumer(topic, "g", "c") == 1
+    _add(_cluster_client(cluster), _feed(1000, topic))
+    away = next(n for n in range(1, PARTITIONS) if cluster.leader_of(_pkey(n, topic)) is not coordinator)
+    assert cluster.leader_of(_pkey(away, topic)).client().xgroup_destroy(_pkey(away, topic), "g") == 1
+    def groups():  # (partition 0's, on the coordinator, as its leader)
+        return eventually(lambda: cluster.leader_of(_pkey(0, topic)).client().xinfo_groups(_pkey(0, topic)),
+                          what="partition 0's groups")
+
+    before = groups()
+    with pytest.raises(redis.ResponseError) as refused:
+        client.execute_command(b"XGROUP", args[0], topic, b"g", *args[1:])
+    assert str(refused.value) == f"NOGROUP No such consumer group 'g' for key name '{_pkey(away, topic).decode()}'"
+    assert groups() == before

@@ -275,6 +275,74 @@ def test_a_missing_group_of_a_topic_is_named_with_the_topic_key(server, args):
     assert str(refused.value) == "NOGROUP No such consumer group 'nog' for key name 't'"
 
 
+def _group_state(r, partitions):
+    """Per partition key: its groups (name, last-delivered-id, consumers, dead-letter settings)."""
+    return {f"t#{p}": [(g["name"], g["last-delivered-id"], g["consumers"], g.get("max-deliveries"))
+                       for g in r.xinfo_groups(f"t#{p}")] for p in range(partitions)}
+
+
+@pytest.mark.parametrize("args", [
+    ("XGROUP", "SETID", "t", "g", "$"),
+    ("XGROUP", "CREATECONSUMER", "t", "g", "c"),
+    ("XGROUP", "DELCONSUMER", "t", "g", "c"),
+    ("XGROUP", "CONFIG", "t", "g", "MAXDELIVERIES", "2", "DEADLETTER", "dlq"),
+])
+def test_a_topic_group_command_refuses_a_group_missing_on_a_partition_and_changes_nothing(server, args):
+    """A topic's group lives on every partition: once destroyed on one
+    partition key, the topic key's command names that partition key and
+    changes no partition (SETID, CREATECONSUMER and CONFIG changed the
+    others, then failed on 't#2': a half-applied command)."""
+    r = server.client()
+    setup_topic(r, partitions=4)
+    r.xgroup_createconsumer("t#1", "g", "c")
+    r.xadd("t#0", {"a": 1})
+    assert r.xgroup_destroy("t#2", "g") == 1
+    before = _group_state(r, 4)
+    with pytest.raises(redis.ResponseError) as refused:
+        r.execute_command(*args)
+    assert str(refused.value) == "NOGROUP No such consumer group 'g' for key name 't#2'"
+    assert _group_state(r, 4) == before
+
+
+def test_a_member_of_a_topic_group_missing_on_a_partition_is_refused_naming_it(server):
+    """XREADGROUP on the topic key whose group a partition key destroyed:
+    Redis's NOGROUP naming that partition key (the membership assigned
+    't#2' to the member, which then never got its entries, with no error);
+    XGROUP CREATE of the topic key makes the group whole again."""
+    r = server.client()
+    setup_topic(r, partitions=4)
+    assert r.xgroup_destroy("t#2", "g") == 1
+    r.xadd("t#2", {"on": 2})
+    with pytest.raises(redis.ResponseError) as refused:
+        r.xreadgroup("g", "c", {"t": ">"})
+    assert str(refused.value) == "NOGROUP No such key 't#2' or consumer group 'g' in XREADGROUP with GROUP option"
+    assert r.xgroup_create("t", "g", id="0") is True  # (only 't#2' lacked it)
+    assert {k: [f for _, f in e] for k, e in read(r, "c").items()} == {"t#2": [{b"on": b"2"}]}
+
+
+def test_a_blocked_member_is_refused_when_a_partition_key_destroys_the_group(server):
+    """A member blocked on the topic key wakes when 't#1' loses the group,
+    and is refused naming it, as a blocked reader whose group is destroyed."""
+    r = server.client()
+    setup_topic(r, partitions=2)
+    settle(r, ["b"], 2)
+    result = {}
+
+    def reader():
+        c = server.client(socket_timeout=60)
+        try:
+            result["got"] = c.xreadgroup("g", "b", {"t": ">"}, block=30000)
+        except redis.ResponseError as e:
+            result["error"] = str(e)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    wait_until(lambda: blocked_clients(server.port) == 1, "the member did not block")
+    assert r.xgroup_destroy("t#1", "g") == 1
+    t.join(10)
+    assert result == {"error": "NOGROUP No such key 't#1' or consumer group 'g' in XREADGROUP with GROUP option"}
+
+
 def test_info_counts_a_silent_member_out_once_its_session_times_out(server):
     """INFO topics' group_members counts live members: one silent for the
     session timeout is not, though nothing has expired it yet (no read, no

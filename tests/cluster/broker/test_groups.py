@@ -423,11 +423,20 @@ class _Leaders:
                 code = "BUSYGROUP" if e.code == GROUP_EXISTS else "NOGROUP"
                 raise Refused(f"{code} from the leader") from None
 
+        class Link:  # asked for the partitions' groups before a change (``serve_group_info``)
+            reply_timeout_s = 0.0
+
+            async def call(self, request):
+                await trio.sleep(0)
+                return leader_session.serve_group_info(request)
+
         state = type("State", (), {"leader": staticmethod(lambda shard: 2 if shard % 2 else 1)})
         self.manager = type("Manager", (), {"my_id": 1, "state": state,
-                                            "shard_of": staticmethod(lambda topic, n: n)})
+                                            "shard_of": staticmethod(lambda topic, n: n),
+                                            "leader_state": staticmethod(lambda topic, n: object())})
         self.fanout = type("FanOut", (), {"led_elsewhere": staticmethod(lambda key: True)})
         self.forwarder = type("Forwarder", (), {"forward": staticmethod(forward)})
+        self.link = lambda node, purpose: Link()
 
     def note_group_write(self, session, store):
         pass
@@ -450,6 +459,14 @@ async def test_xgroup_on_a_topic_led_by_several_nodes_is_sent_to_each_partitions
         assert ops._is_busy(busy.value)
         assert await session.group_set_id(b"t", b"g", (5, 0), None) is None
         assert [[tuple(g.last_id) for g in session.group_infos(b"t#%d" % n)] for n in range(4)] == [[(5, 0)]] * 4
+        broker.replication = None
+        assert session.group_destroy(b"t#3", b"g") == 1  # (by its leader)
+        broker.replication = leaders
+        with pytest.raises(GroupOpError) as missing:  # asked first: nothing changed, nothing sent
+            await session.group_set_id(b"t", b"g", (6, 0), None)
+        assert (missing.value.code, missing.value.fields["key"]) == (ops.NO_GROUP_FOR_KEY, b"t#3")
+        assert [[tuple(g.last_id) for g in session.group_infos(b"t#%d" % n)] for n in range(3)] == [[(5, 0)]] * 3
+        assert await session.group_create(b"t", b"g", None) is None  # whole again
         assert await session.group_destroy(b"t", b"g") == 1
         assert await session.group_destroy(b"t", b"g") == 0
         session.may_block = False
