@@ -69,9 +69,11 @@ def parse_size(text: str, signed: bool = False) -> int:
     the unit in any case; ASCII digits and a unit only (no blank, no sign;
     no digit at all is 0, as for Redis), the digits saturating at 2**64 - 1 as
     ``strtoull`` does and the product wrapping at 2**64. A negative one only when ``signed`` (Partita's
-    ``retention-bytes -1``)."""
+    ``retention-bytes -1``), whose value must have digits: '' would be a retention of 0 bytes, every
+    old segment deleted on a typo."""
     m = _SIZE_RE.fullmatch(text)
-    if not m or m.group(3).lower() not in _UNITS or (m.group(1) and not (signed and m.group(2))):
+    if not m or m.group(3).lower() not in _UNITS or (signed and not m.group(2)) \
+            or (m.group(1) and not signed):
         raise ConfigError("argument must be a memory value")
     value = min(int(m.group(2) or "0"), _U64_MAX) * _UNITS[m.group(3).lower()] % 2**64  # C's wrap
     return -value if m.group(1) else value

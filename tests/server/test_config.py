@@ -36,6 +36,18 @@ def test_a_negative_size_is_a_memory_value_error_unless_the_option_takes_minus_o
     assert config.retention_bytes == -1
 
 
+def test_a_size_without_digits_is_zero_for_redis_but_refused_for_retention_bytes():
+    """Redis's memtoull reads '' and 'mb' as 0, and Redis's options take them so; Partita's
+    retention-bytes would then delete every old segment on a typo: it wants digits."""
+    config = Config()
+    config.set_many([("maxmemory", "")])
+    assert config.maxmemory == 0
+    for text in ("", "mb", "-"):
+        with pytest.raises(ConfigError) as info:
+            Config().set_many([("retention-bytes", text)])
+        assert info.value.message == "argument must be a memory value"
+
+
 def test_defaults():
     c = Config()
     assert (c.port, c.bind, c.fsync, c.maxclients, c.default_partitions) == (6379, "127.0.0.1", "everysec", 10000, 1)
